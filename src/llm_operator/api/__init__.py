@@ -1,0 +1,1 @@
+"""LLMModel API: types, validation rules, discovery labels and the generated CRD."""

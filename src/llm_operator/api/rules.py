@@ -1,0 +1,217 @@
+"""Cross-field rules of LLMModel: each one as a CEL expression for the CRD and a Python twin."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from llm_operator.api.v1alpha1 import LLMModel, LLMModelSpec
+
+HF_REPO = r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9._-]+$"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One validation rule.
+
+    ``location`` is where the CEL rule sits in the CRD schema ("" is the root, "spec",
+    "spec.scaling", ...); ``field`` is the offending field relative to it (CEL ``fieldPath``).
+    ``holds`` is the Python twin: it receives the object at ``location`` and returns True
+    when the rule is satisfied.
+    """
+
+    id: str
+    location: str
+    field: str
+    cel: str
+    message: str
+    holds: Callable[[Any], bool]
+    reason: str = "FieldValueInvalid"
+
+    @property
+    def path(self) -> str:
+        """The offending field's full path, e.g. ``spec.remoteApi``."""
+        return ".".join(p for p in (self.location, self.field.lstrip(".")) if p)
+
+
+def _local(spec: LLMModelSpec) -> bool:
+    return spec.deployment_mode == "local"
+
+
+def _hf_source(spec: LLMModelSpec) -> bool:
+    return spec.model_source is None or spec.model_source.type == "huggingface"
+
+
+RULES: tuple[Rule, ...] = (
+    Rule(
+        id="name-format",
+        location="",
+        field=".metadata.name",
+        cel="size(self.metadata.name) <= 63 && "
+        "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
+        message="metadata.name must be a DNS-1035 label (lowercase letters, digits and '-', "
+        "starting with a letter, at most 63 characters): it names the model's Service",
+        holds=lambda m: (
+            len(m.metadata.name) <= 63
+            and re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", m.metadata.name) is not None
+        ),
+    ),
+    Rule(
+        id="remote-needs-remote-api",
+        location="spec",
+        field=".remoteApi",
+        cel="self.deploymentMode != 'remote' || has(self.remoteApi)",
+        message="remoteApi is required when deploymentMode is remote: set remoteApi.baseUrl "
+        "and remoteApi.apiKeySecret",
+        holds=lambda s: s.deployment_mode != "remote" or s.remote_api is not None,
+        reason="FieldValueRequired",
+    ),
+    Rule(
+        id="local-needs-parameters",
+        location="spec",
+        field=".totalParametersBillions",
+        cel="self.deploymentMode != 'local' || has(self.totalParametersBillions)",
+        message="totalParametersBillions is required for local models: the planner sizes "
+        "accelerator memory and the model cache from it",
+        holds=lambda s: not _local(s) or s.total_parameters_billions is not None,
+        reason="FieldValueRequired",
+    ),
+    Rule(
+        id="vllm-not-on-cpu",
+        location="spec",
+        field=".inferenceEngine",
+        cel="self.deploymentMode != 'local' || self.acceleratorVendor != 'cpu' || "
+        "self.inferenceEngine != 'vllm'",
+        message="vLLM is not supported for acceleratorVendor cpu: use inferenceEngine "
+        "llamacpp or ollama",
+        holds=lambda s: not (
+            _local(s) and s.accelerator_vendor == "cpu" and s.inference_engine == "vllm"
+        ),
+    ),
+    Rule(
+        id="gguf-engines-not-on-gaudi",
+        location="spec",
+        field=".inferenceEngine",
+        cel="self.deploymentMode != 'local' || self.acceleratorVendor != 'intel-gaudi' || "
+        "self.inferenceEngine == 'vllm'",
+        message="llama.cpp and Ollama do not support acceleratorVendor intel-gaudi: use "
+        "inferenceEngine vllm",
+        holds=lambda s: not (
+            _local(s) and s.accelerator_vendor == "intel-gaudi" and s.inference_engine != "vllm"
+        ),
+    ),
+    Rule(
+        id="llamacpp-needs-gguf",
+        location="spec",
+        field=".quantization",
+        cel="self.deploymentMode != 'local' || self.inferenceEngine != 'llamacpp' || "
+        "self.quantization.startsWith('GGUF-')",
+        message="llama.cpp serves GGUF files only: set quantization to GGUF-Q4_K_M or GGUF-Q8_0",
+        holds=lambda s: not (
+            _local(s) and s.inference_engine == "llamacpp"
+            and not s.quantization.startswith("GGUF-")
+        ),
+    ),
+    Rule(
+        id="accelerator-count-zero-only-for-cpu",
+        location="spec",
+        field=".resources.acceleratorCount",
+        cel="self.deploymentMode != 'local' || self.acceleratorVendor == 'cpu' || "
+        "self.resources.acceleratorCount >= 1",
+        message="resources.acceleratorCount must be at least 1 for an accelerator vendor; "
+        "0 is only valid for acceleratorVendor cpu",
+        holds=lambda s: (
+            not _local(s) or s.accelerator_vendor == "cpu" or s.resources.accelerator_count >= 1
+        ),
+    ),
+    Rule(
+        id="active-at-most-total",
+        location="spec",
+        field=".activeParametersBillions",
+        cel="!has(self.activeParametersBillions) || !has(self.totalParametersBillions) || "
+        "self.activeParametersBillions <= self.totalParametersBillions",
+        message="activeParametersBillions must not exceed totalParametersBillions",
+        holds=lambda s: (
+            s.active_parameters_billions is None or s.total_parameters_billions is None
+            or s.active_parameters_billions <= s.total_parameters_billions
+        ),
+    ),
+    Rule(
+        id="huggingface-model-id",
+        location="spec",
+        field=".modelId",
+        cel="self.deploymentMode != 'local' || "
+        "(has(self.modelSource) && self.modelSource.type != 'huggingface') || "
+        f"self.modelId.matches('{HF_REPO}')",
+        message="modelId must be a Hugging Face repo path (owner/name) when the model source "
+        "is huggingface",
+        holds=lambda s: (
+            not _local(s) or not _hf_source(s) or re.fullmatch(HF_REPO[1:-1], s.model_id)
+            is not None
+        ),
+    ),
+    Rule(
+        id="min-at-most-max",
+        location="spec.scaling",
+        field=".minReplicas",
+        cel="self.minReplicas <= self.maxReplicas",
+        message="scaling.minReplicas must not exceed scaling.maxReplicas",
+        holds=lambda sc: sc.min_replicas <= sc.max_replicas,
+    ),
+    Rule(
+        id="mcp-needs-tool-name",
+        location="spec.mcpExposure",
+        field=".toolName",
+        cel="!self.enabled || has(self.toolName)",
+        message="mcpExposure.toolName is required when mcpExposure.enabled is true",
+        holds=lambda mx: not mx.enabled or mx.tool_name is not None,
+        reason="FieldValueRequired",
+    ),
+    Rule(
+        id="oci-needs-image",
+        location="spec.modelSource",
+        field=".ociImage",
+        cel="self.type != 'oci' || has(self.ociImage)",
+        message="modelSource.ociImage is required when modelSource.type is oci",
+        holds=lambda ms: ms.type != "oci" or ms.oci_image is not None,
+        reason="FieldValueRequired",
+    ),
+    Rule(
+        id="s3-needs-bucket",
+        location="spec.modelSource",
+        field=".s3Bucket",
+        cel="self.type != 's3' || has(self.s3Bucket)",
+        message="modelSource.s3Bucket is required when modelSource.type is s3",
+        holds=lambda ms: ms.type != "s3" or ms.s3_bucket is not None,
+        reason="FieldValueRequired",
+    ),
+)
+
+
+def _at(model: LLMModel, location: str) -> Any:
+    """The object at a rule's location, or None when an optional parent is absent."""
+    node: Any = model
+    attrs = {"spec": "spec", "scaling": "scaling", "mcpExposure": "mcp_exposure",
+             "modelSource": "model_source"}
+    for part in filter(None, location.split(".")):
+        node = getattr(node, attrs[part])
+        if node is None:
+            return None
+    return node
+
+
+def broken_rules(model: LLMModel) -> list[Rule]:
+    """The rules this model breaks, in declaration order."""
+    broken = []
+    for rule in RULES:
+        target = _at(model, rule.location)
+        if target is not None and not rule.holds(target):
+            broken.append(rule)
+    return broken
+
+
+def rules_at(location: str) -> list[Rule]:
+    """The rules whose CEL expression sits at ``location`` in the schema."""
+    return [r for r in RULES if r.location == location]

@@ -1,0 +1,367 @@
+"""LLMModel v1alpha1 API types: the spec and status, camelCase on the wire, defaults as in the CRD."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, get_args
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic.alias_generators import to_camel
+
+GROUP = "ai.example.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "LLMModel"
+PLURAL = "llmmodels"
+SINGULAR = "llmmodel"
+SHORT_NAMES = ("lm",)
+
+DeploymentMode = Literal["local", "remote"]
+AcceleratorVendor = Literal["nvidia", "amd", "intel-gaudi", "cpu"]
+InferenceEngine = Literal["vllm", "llamacpp", "ollama"]
+ModelType = Literal["Dense", "MoE", "DenseThinking", "MoEThinking"]
+Quantization = Literal[
+    "None", "FP16", "BF16", "FP8", "FP4", "INT8", "INT4", "QAT-INT4", "GPTQ", "AWQ",
+    "GGUF-Q4_K_M", "GGUF-Q8_0", "MXFP4", "MXFP6",
+]
+Domain = Literal[
+    "general", "code", "math", "reasoning", "vision", "audio", "multilingual", "embedding",
+    "function-calling", "long-context", "agentic",
+]
+ModelSourceType = Literal["huggingface", "oci", "s3"]
+Phase = Literal[
+    "Pending", "Downloading", "Starting", "Ready", "Degraded", "Failed", "Proxying", "Idle",
+]
+ConditionStatus = Literal["True", "False", "Unknown"]
+
+DEPLOYMENT_MODES: tuple[str, ...] = get_args(DeploymentMode)
+ACCELERATOR_VENDORS: tuple[str, ...] = get_args(AcceleratorVendor)
+INFERENCE_ENGINES: tuple[str, ...] = get_args(InferenceEngine)
+MODEL_TYPES: tuple[str, ...] = get_args(ModelType)
+QUANTIZATIONS: tuple[str, ...] = get_args(Quantization)
+DOMAINS: tuple[str, ...] = get_args(Domain)
+PHASES: tuple[str, ...] = get_args(Phase)
+THINKING_MODEL_TYPES = frozenset({"DenseThinking", "MoEThinking"})
+
+# Name formats. A model's name becomes a Service name and a label value, so it must be a
+# DNS-1035 label (<= 63). Secret names are DNS-1123 subdomains. Tool names follow the MCP
+# tool-name rules (1-128 of A-Z a-z 0-9 _ - .).
+DNS1035_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+DNS1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+DNS1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+MCP_TOOL_NAME = r"^[A-Za-z0-9_.-]{1,128}$"
+HTTP_URL = r"^https?://[^\s/$.?#][^\s]*$"
+S3_BUCKET = r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"
+NO_WHITESPACE = r"^\S+$"
+
+SecretName = Annotated[
+    str, Field(min_length=1, max_length=253, pattern=DNS1123_SUBDOMAIN,
+               description="Name of a Secret in the model's namespace.")
+]
+
+
+EngineArgKey = Annotated[str, Field(min_length=1, max_length=128)]
+EngineArgValue = Annotated[str, Field(max_length=4096)]
+
+
+class _Wire(BaseModel):
+    """Base for every wire type: camelCase aliases, unknown fields rejected."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True,
+    )
+
+
+class ResourcesSpec(_Wire):
+    """Accelerator and system resources for one inference replica."""
+
+    accelerator_count: int = Field(
+        1, ge=0, le=16,
+        description="Number of accelerators required per replica. The resource key depends on "
+        "acceleratorVendor: nvidia -> nvidia.com/gpu, amd -> amd.com/gpu, intel-gaudi -> "
+        "habana.ai/gaudi, cpu -> none requested (0 is only valid for cpu).",
+    )
+    vram_per_accelerator_gi_b: int | None = Field(
+        None, alias="vramPerAcceleratorGiB", ge=0, le=1024,
+        description="Required VRAM/HBM per accelerator in GiB. The operator selects nodes whose "
+        "accelerators have at least this much memory; the planner checks the model fits in it. "
+        "H100 80, H200 141, B200 192, MI300X 192, MI350X 288, Gaudi 3 128.",
+    )
+    preferred_accelerator_model: str | None = Field(
+        None, max_length=128,
+        description='Optional preferred accelerator model, e.g. "NVIDIA H100 80GB HBM3", '
+        '"AMD Instinct MI300X", "Intel Gaudi 3". Used as a scheduling preference and by the '
+        "planner to know the card's memory.",
+    )
+    cpu_millicores: int = Field(
+        4000, ge=100, le=1_024_000, description="CPU request in millicores for the inference pod."
+    )
+    memory_gi_b: int = Field(
+        16, alias="memoryGiB", ge=1, le=16384,
+        description="System RAM request in GiB for the inference pod, separate from accelerator "
+        "memory. For CPU inference this is where the model lives.",
+    )
+
+
+class ModelSourceSpec(_Wire):
+    """Where the model weights are downloaded from."""
+
+    type: ModelSourceType = Field(description="Download backend: huggingface, oci or s3.")
+    hugging_face_token_secret: SecretName | None = Field(
+        None, description="Secret holding a Hugging Face token under the key `token`."
+    )
+    oci_image: str | None = Field(
+        None, min_length=1, max_length=512, pattern=NO_WHITESPACE,
+        description="OCI artifact reference holding the weights (type oci).",
+    )
+    s3_bucket: str | None = Field(
+        None, min_length=3, max_length=63, pattern=S3_BUCKET,
+        description="S3 bucket holding the weights (type s3).",
+    )
+    s3_prefix: str | None = Field(
+        None, max_length=1024, description="Key prefix inside the bucket (type s3)."
+    )
+    s3_credentials_secret: SecretName | None = Field(
+        None, description="Secret with AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (and optional "
+        "AWS_ENDPOINT_URL, AWS_REGION) keys.",
+    )
+
+
+class ScalingSpec(_Wire):
+    """Replica bounds and KEDA autoscaling thresholds."""
+
+    min_replicas: int = Field(
+        1, ge=0, le=1000,
+        description="Minimum replica count. 0 enables scale-to-zero (requests are buffered by the "
+        "KEDA HTTP add-on while a replica starts).",
+    )
+    max_replicas: int = Field(3, ge=1, le=1000, description="Maximum replica count.")
+    scale_up_threshold: int = Field(
+        5, ge=1, le=100_000,
+        description="Queued inference requests per replica that trigger scale-up "
+        "(KEDA target value for vllm:num_requests_waiting).",
+    )
+    cooldown_period_seconds: int = Field(
+        300, ge=0, le=86_400,
+        description="Seconds KEDA waits after the last active trigger before scaling to zero.",
+    )
+
+
+class RemoteApiSpec(_Wire):
+    """The upstream OpenAI-compatible API a remote model proxies to."""
+
+    base_url: str = Field(
+        alias="baseUrl", min_length=8, max_length=2048, pattern=HTTP_URL,
+        description="Base URL of the OpenAI-compatible API, e.g. https://api.openai.com/v1.",
+    )
+    api_key_secret: SecretName = Field(
+        description="Secret holding the upstream API key under the key `apiKey`."
+    )
+    rate_limit_rpm: int | None = Field(
+        None, ge=1, le=10_000_000,
+        description="Requests per minute allowed for this model across all gateway replicas.",
+    )
+
+
+class McpExposureSpec(_Wire):
+    """Whether and how the model is published as an MCP tool."""
+
+    enabled: bool = Field(False, description="Publish this model as an MCP tool.")
+    tool_name: str | None = Field(
+        None, max_length=128, pattern=MCP_TOOL_NAME,
+        description="MCP tool name (1-128 characters of A-Z a-z 0-9 _ - .). Required when enabled.",
+    )
+    tool_description: str | None = Field(
+        None, max_length=4096, description="Tool description shown to AI agents."
+    )
+
+
+class LLMModelSpec(_Wire):
+    """Desired state of an LLMModel."""
+
+    model_id: str = Field(
+        min_length=1, max_length=512, pattern=NO_WHITESPACE,
+        description="Canonical model identifier. Hugging Face: the repo path (owner/name); OCI: "
+        "the image reference; remote: the model name used in API requests. Clients call the "
+        "served model by this id.",
+    )
+    deployment_mode: DeploymentMode = Field(
+        description="local runs the model in the cluster; remote proxies to an external API."
+    )
+    accelerator_vendor: AcceleratorVendor = Field(
+        "nvidia",
+        description="Accelerator backend for local models: nvidia (nvidia.com/gpu, CUDA vLLM), "
+        "amd (amd.com/gpu, ROCm vLLM), intel-gaudi (habana.ai/gaudi, Gaudi vLLM), cpu (no "
+        "accelerator; llama.cpp or Ollama).",
+    )
+    inference_engine: InferenceEngine = Field(
+        "vllm",
+        description="Serving engine for local models: vllm (GPU, high throughput), llamacpp "
+        "(GGUF on CPU or consumer GPUs), ollama (llama.cpp with model management).",
+    )
+    model_type: ModelType = Field(
+        "Dense",
+        description="Architecture: Dense, MoE, or their Thinking variants (chain-of-thought "
+        "always on, DenseThinking, or switchable by system prompt, MoEThinking).",
+    )
+    total_parameters_billions: float | None = Field(
+        None, gt=0, le=100_000,
+        description="Total parameters in billions (all experts for MoE). Drives memory sizing; "
+        "required for local models.",
+    )
+    active_parameters_billions: float | None = Field(
+        None, gt=0, le=100_000,
+        description="Parameters active per token in billions (equals total for dense models).",
+    )
+    quantization: Quantization = Field(
+        "None",
+        description="Weight format. GGUF variants are for llamacpp and ollama; AWQ and GPTQ for "
+        "vLLM on NVIDIA and AMD; MXFP4/MXFP6 need AMD MI350X or later; FP8 on Gaudi 3, H100+, "
+        "MI300X+.",
+    )
+    context_window_k: int | None = Field(
+        None, alias="contextWindowK", ge=1, le=100_000,
+        description="Maximum context window in thousands of tokens (drives KV-cache memory).",
+    )
+    domains: list[Domain] | None = Field(
+        None, max_length=11,
+        description="Capability domains this model excels in.",
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
+    languages: list[Annotated[str, Field(max_length=64)]] | None = Field(
+        None, max_length=256,
+        description='Supported languages: ISO 639-1 codes or strings such as "140+".',
+    )
+    resources: ResourcesSpec = Field(
+        default_factory=ResourcesSpec,
+        description="Accelerator and system resources per replica.",
+        json_schema_extra={"default": {}},
+    )
+    engine_args: dict[EngineArgKey, EngineArgValue] | None = Field(
+        None, max_length=64,
+        description="Extra engine flags as key/value strings (e.g. max-model-len, "
+        "gpu-memory-utilization); passed as --key value in sorted key order. For Ollama, known "
+        "keys map to its environment (num-ctx -> OLLAMA_CONTEXT_LENGTH).",
+    )
+    model_source: ModelSourceSpec | None = Field(
+        None, description="Where weights come from; Hugging Face without a token if omitted."
+    )
+    scaling: ScalingSpec = Field(
+        default_factory=ScalingSpec,
+        description="Replica bounds and autoscaling.",
+        json_schema_extra={"default": {}},
+    )
+    remote_api: RemoteApiSpec | None = Field(
+        None, description="Upstream API for remote models (required when deploymentMode is remote)."
+    )
+    mcp_exposure: McpExposureSpec = Field(
+        default_factory=McpExposureSpec,
+        description="MCP tool publication.",
+        json_schema_extra={"default": {}},
+    )
+
+    @field_validator("domains")
+    @classmethod
+    def _unique_domains(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and len(set(value)) != len(value):
+            duplicates = sorted({d for d in value if value.count(d) > 1})
+            raise ValueError(f"duplicate domains: {', '.join(duplicates)}")
+        return value
+
+    @property
+    def is_remote(self) -> bool:
+        return self.deployment_mode == "remote"
+
+    @property
+    def supports_thinking(self) -> bool:
+        return self.model_type in THINKING_MODEL_TYPES
+
+
+class Condition(_Wire):
+    """A status condition in the standard Kubernetes shape (metav1.Condition)."""
+
+    type: str = Field(min_length=1, max_length=316, description="Condition type, e.g. Ready.")
+    status: ConditionStatus = Field(description="True, False or Unknown.")
+    observed_generation: int | None = Field(
+        None, ge=0, description="metadata.generation the condition was set from."
+    )
+    last_transition_time: str = Field(
+        description="When the status last changed (RFC 3339).",
+        json_schema_extra={"format": "date-time"},
+    )
+    reason: str = Field(
+        min_length=1, max_length=1024, pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$",
+        description="CamelCase machine-readable reason.",
+    )
+    message: str = Field(max_length=32768, description="Human-readable explanation.")
+
+
+class LLMModelStatus(_Wire):
+    """Observed state of an LLMModel, written by the operator."""
+
+    phase: Phase | None = Field(
+        None,
+        description="Pending, Downloading, Starting, Ready, Degraded, Failed, Proxying (remote "
+        "gateway ready) or Idle (scaled to zero by design).",
+    )
+    endpoint: str | None = Field(
+        None, max_length=2048, description="OpenAI-compatible base URL, set once serving."
+    )
+    conditions: list[Condition] | None = Field(
+        None, max_length=32,
+        description="Ready, Available, Progressing, Degraded and Placed conditions.",
+        json_schema_extra={
+            "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"],
+        },
+    )
+    accelerator_nodes: list[Annotated[str, Field(max_length=253)]] | None = Field(
+        None, max_length=1000,
+        description="Nodes where this model's inference pods are scheduled.",
+    )
+    current_replicas: int | None = Field(None, ge=0, description="Ready replicas.")
+    requests_per_minute: int | None = Field(
+        None, ge=0, description="Requests per minute over the last 5 minutes (from Prometheus)."
+    )
+    average_latency_ms: int | None = Field(
+        None, ge=0, description="Mean end-to-end request latency over 5 minutes (Prometheus)."
+    )
+    observed_generation: int | None = Field(
+        None, ge=0, description="metadata.generation this status reflects."
+    )
+
+
+class ObjectMeta(BaseModel):
+    """The parts of Kubernetes ObjectMeta the project reads; other fields pass through."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True, frozen=True)
+
+    name: str = Field(min_length=1, max_length=63, pattern=DNS1035_LABEL)
+    namespace: str | None = Field(None, max_length=63, pattern=DNS1123_LABEL)
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+    uid: str | None = None
+    generation: int | None = None
+    resource_version: str | None = Field(None, alias="resourceVersion")
+
+
+class LLMModel(BaseModel):
+    """An LLMModel resource."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+    api_version: Literal["ai.example.io/v1alpha1"] = Field(API_VERSION, alias="apiVersion")
+    kind: Literal["LLMModel"] = KIND
+    metadata: ObjectMeta
+    spec: LLMModelSpec
+    status: LLMModelStatus | None = None
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    @property
+    def namespace(self) -> str:
+        return self.metadata.namespace or "default"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Wire form: camelCase, only the fields that were set (round-trips exactly)."""
+        return self.model_dump(by_alias=True, exclude_unset=True, mode="json")

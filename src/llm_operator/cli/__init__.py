@@ -1,0 +1,1 @@
+"""Command-line entry points (`llmop`), thin over the pure packages."""

@@ -1,0 +1,1 @@
+"""Vendor and engine profiles, operator settings, and the capacity planner."""

@@ -1,0 +1,186 @@
+"""Inference engine profiles: how vLLM, llama.cpp and Ollama load a model and serve on :8000."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from llm_operator.api.v1alpha1 import LLMModelSpec
+
+PORT = 8000  # every engine serves its OpenAI-compatible API here
+CACHE_DIR = "/model-cache"
+SOURCE_DIR = f"{CACHE_DIR}/source"  # where the fetch step puts the weights
+GGUF_LINK = f"{CACHE_DIR}/model.gguf"  # the one GGUF file llama.cpp loads
+OLLAMA_MODELS_DIR = f"{CACHE_DIR}/ollama"
+NON_ROOT_UID = 65532
+
+# Ollama has no command-line flags for `serve`; these engineArgs map to its environment.
+OLLAMA_ENV_ARGS = MappingProxyType({
+    "num-ctx": "OLLAMA_CONTEXT_LENGTH",
+    "num-parallel": "OLLAMA_NUM_PARALLEL",
+    "keep-alive": "OLLAMA_KEEP_ALIVE",
+    "flash-attention": "OLLAMA_FLASH_ATTENTION",
+    "kv-cache-type": "OLLAMA_KV_CACHE_TYPE",
+    "max-loaded-models": "OLLAMA_MAX_LOADED_MODELS",
+})
+
+# Engine arguments that set the context length the engine allocates for.
+CONTEXT_ARGS = ("max-model-len", "ctx-size", "num-ctx")
+
+
+@dataclass(frozen=True)
+class Serve:
+    """The serving container's command line and environment."""
+
+    command: tuple[str, ...]
+    args: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class EngineProfile:
+    """What is engine-specific about serving."""
+
+    name: str
+    display: str
+    health_path: str
+    metrics_path: str | None  # Prometheus exposition, None when the engine has none
+    queue_metric: str | None  # requests waiting for a slot (KEDA's scale signal)
+    runs_as_non_root: bool
+    needs_shm: bool
+    gguf_only: bool  # loads exactly one GGUF file
+
+    def served_context_tokens(self, spec: LLMModelSpec) -> int | None:
+        """The context length the engine will allocate for, from engineArgs or the spec."""
+        args = spec.engine_args or {}
+        for key in CONTEXT_ARGS:
+            if key in args and args[key].isdigit():
+                return int(args[key])
+        return spec.context_window_k * 1024 if spec.context_window_k else None
+
+
+def flag_args(engine_args: dict[str, str] | None) -> list[str]:
+    """engineArgs as command-line flags in sorted key order.
+
+    "true" becomes a bare ``--key``, "false" becomes ``--no-key`` (how vLLM's and
+    llama.cpp's boolean flags are spelled), anything else ``--key value``.
+    """
+    out: list[str] = []
+    for key in sorted(engine_args or {}):
+        value = (engine_args or {})[key]
+        if value.lower() == "true":
+            out.append(f"--{key}")
+        elif value.lower() == "false":
+            out.append(f"--no-{key}")
+        else:
+            out += [f"--{key}", value]
+    return out
+
+
+VLLM = EngineProfile(
+    name="vllm", display="vLLM", health_path="/health", metrics_path="/metrics",
+    queue_metric="vllm:num_requests_waiting", runs_as_non_root=False, needs_shm=True,
+    gguf_only=False,
+)
+LLAMACPP = EngineProfile(
+    name="llamacpp", display="llama.cpp", health_path="/health", metrics_path="/metrics",
+    queue_metric="llamacpp:requests_deferred", runs_as_non_root=True, needs_shm=False,
+    gguf_only=True,
+)
+OLLAMA = EngineProfile(
+    name="ollama", display="Ollama", health_path="/api/version", metrics_path=None,
+    queue_metric=None, runs_as_non_root=True, needs_shm=False, gguf_only=True,
+)
+
+ENGINES: MappingProxyType[str, EngineProfile] = MappingProxyType(
+    {e.name: e for e in (VLLM, LLAMACPP, OLLAMA)}
+)
+
+
+def engine(name: str) -> EngineProfile:
+    try:
+        return ENGINES[name]
+    except KeyError:
+        valid = ", ".join(ENGINES)
+        raise KeyError(f"unknown inferenceEngine {name!r}; valid values: {valid}") from None
+
+
+def serve(spec: LLMModelSpec, on_accelerator: bool) -> Serve:
+    """The serving container for a local model whose weights are already in the cache."""
+    args = spec.engine_args or {}
+    if spec.inference_engine == "vllm":
+        extra: list[str] = []
+        count = spec.resources.accelerator_count
+        if count > 1 and "tensor-parallel-size" not in args:
+            extra = ["--tensor-parallel-size", str(count)]
+        return Serve(
+            command=("python3", "-m", "vllm.entrypoints.openai.api_server"),
+            args=("--model", SOURCE_DIR, "--served-model-name", spec.model_id,
+                  "--host", "0.0.0.0", "--port", str(PORT), *extra, *flag_args(args)),
+            env=(("HF_HOME", f"{CACHE_DIR}/hf-home"), ("HF_HUB_OFFLINE", "1")),
+        )
+    if spec.inference_engine == "llamacpp":
+        extra = []
+        if "ctx-size" not in args and spec.context_window_k:
+            extra += ["--ctx-size", str(spec.context_window_k * 1024)]
+        if on_accelerator and "n-gpu-layers" not in args:
+            extra += ["--n-gpu-layers", "999"]
+        return Serve(
+            command=("/app/llama-server",),
+            args=("--model", GGUF_LINK, "--alias", spec.model_id, "--host", "0.0.0.0",
+                  "--port", str(PORT), "--metrics", *extra, *flag_args(args)),
+            env=(("HOME", "/tmp"),),
+        )
+    env = [("OLLAMA_HOST", f"0.0.0.0:{PORT}"), ("OLLAMA_MODELS", OLLAMA_MODELS_DIR),
+           ("HOME", "/tmp")]
+    if "keep-alive" not in args:
+        env.append(("OLLAMA_KEEP_ALIVE", "-1"))  # keep the model loaded: no cold reloads
+    env += [(OLLAMA_ENV_ARGS[k], args[k]) for k in sorted(args) if k in OLLAMA_ENV_ARGS]
+    return Serve(command=("/bin/ollama",), args=("serve",), env=tuple(env))
+
+
+def engine_arg_problems(spec: LLMModelSpec) -> list[str]:
+    """engineArgs the engine cannot take, with what to use instead."""
+    args = spec.engine_args or {}
+    problems = []
+    if spec.inference_engine == "ollama":
+        unknown = sorted(set(args) - set(OLLAMA_ENV_ARGS))
+        if unknown:
+            problems.append(
+                f"Ollama takes no flags; unsupported engineArgs {', '.join(unknown)} "
+                f"(supported: {', '.join(OLLAMA_ENV_ARGS)})"
+            )
+    reserved = {"model", "host", "port", "served-model-name", "alias"} & set(args)
+    if reserved:
+        problems.append(
+            f"engineArgs {', '.join(sorted(reserved))} are set by the operator (model path, "
+            f"port {PORT} contract, served name = modelId) and cannot be overridden"
+        )
+    for key in CONTEXT_ARGS:
+        if key in args and not args[key].isdigit():
+            problems.append(f"engineArgs.{key} must be a whole number of tokens, "
+                            f"got {args[key]!r}")
+    return problems
+
+
+def prepare_script(spec: LLMModelSpec) -> str | None:
+    """Shell run in the engine image after the fetch: pick the GGUF / import it into Ollama."""
+    if spec.inference_engine == "vllm":
+        return None
+    pick = (
+        "set -eu\n"
+        f"f=$(find {SOURCE_DIR} -name '*.gguf' ! -name 'mmproj*' | sort | head -n 1)\n"
+        f'[ -n "$f" ] || {{ echo "no .gguf file was downloaded to {SOURCE_DIR}" >&2; exit 1; }}\n'
+    )
+    if spec.inference_engine == "llamacpp":
+        return pick + f'ln -sfn "$f" {GGUF_LINK}\necho "serving $f"\n'
+    name = shlex.quote(spec.model_id)
+    return pick + (
+        "ollama serve >/tmp/ollama.log 2>&1 & pid=$!\n"
+        "i=0; until ollama list >/dev/null 2>&1; do i=$((i+1)); "
+        '[ "$i" -lt 120 ] || { cat /tmp/ollama.log >&2; exit 1; }; sleep 1; done\n'
+        "printf 'FROM %s\\n' \"$f\" > /tmp/Modelfile\n"
+        f"ollama create {name} -f /tmp/Modelfile\n"
+        'kill "$pid"\n'
+    )

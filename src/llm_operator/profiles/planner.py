@@ -1,0 +1,240 @@
+"""Capacity planner: estimate a model's memory, check it fits, recommend accelerator count."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from llm_operator.api.v1alpha1 import LLMModel, LLMModelSpec
+from llm_operator.profiles.engines import engine
+from llm_operator.profiles.vendors import VENDORS, Accelerator, vendor
+
+GIB = 1024**3
+Verdict = Literal["fits", "tight", "does-not-fit"]
+
+# Stored bits per weight, including the per-group scales of block formats.
+BITS_PER_WEIGHT: dict[str, float] = {
+    "None": 16.0, "FP16": 16.0, "BF16": 16.0,
+    "FP8": 8.0, "INT8": 8.0, "GGUF-Q8_0": 8.5,
+    "MXFP6": 6.25, "GGUF-Q4_K_M": 4.85, "FP4": 4.5,
+    "INT4": 4.25, "QAT-INT4": 4.25, "GPTQ": 4.25, "AWQ": 4.25, "MXFP4": 4.25,
+}
+
+# KV cache per token (16-bit K and V), fitted to GQA models: ~128 KiB at 8B, ~320 KiB at 70B.
+KV_KIB_PER_TOKEN_COEFF = 53.0
+KV_KIB_PER_TOKEN_EXP = 0.42
+DEFAULT_CONTEXT_TOKENS = 4096
+GPU_UTILIZATION_DEFAULT = 0.90  # vLLM's --gpu-memory-utilization default
+GGUF_GPU_UTILIZATION = 0.95
+HEADROOM = 0.85  # above this share of usable memory the verdict is "tight"
+COUNTS = (1, 2, 4, 8)  # tensor-parallel degrees that fit in one node
+AMD_MX_CARDS = ("AMD Instinct MI350X",)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Memory needed by one replica, in GiB."""
+
+    weights_gib: float
+    kv_cache_gib: float
+    overhead_gib: float
+    context_tokens: int
+
+    @property
+    def total_gib(self) -> float:
+        return self.weights_gib + self.kv_cache_gib + self.overhead_gib
+
+
+def estimate_memory(
+    total_params_b: float,
+    active_params_b: float | None,
+    quantization: str,
+    context_tokens: int,
+    on_accelerator: bool = True,
+) -> Estimate:
+    """Weights (total params x bytes per param) + KV cache for one full context + overhead.
+
+    The KV cache scales with the attention size, which for MoE follows the active parameters.
+    Overhead is runtime context, kernels and activation buffers: 1 GiB + 5% of the weights on
+    an accelerator, 0.5 GiB + 2% on CPU.
+    """
+    weights = total_params_b * 1e9 * BITS_PER_WEIGHT[quantization] / 8 / GIB
+    attention_params = active_params_b or total_params_b
+    kv_per_token = KV_KIB_PER_TOKEN_COEFF * attention_params**KV_KIB_PER_TOKEN_EXP * 1024
+    kv = kv_per_token * context_tokens / GIB
+    overhead = 1.0 + 0.05 * weights if on_accelerator else 0.5 + 0.02 * weights
+    return Estimate(weights, kv, overhead, context_tokens)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The planner's verdict for one model."""
+
+    name: str
+    mode: str
+    verdict: Verdict
+    reason: str
+    estimate: Estimate | None = None
+    capacity_gib: float | None = None
+    accelerator: str | None = None
+    accelerator_count: int = 0
+    tensor_parallel_size: int = 1
+    cache_size_gib: int = 0
+
+    @property
+    def estimated_memory_gib(self) -> float:
+        return round(self.estimate.total_gib, 1) if self.estimate else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        est = self.estimate
+        return {
+            "name": self.name,
+            "mode": self.mode,
+            "estimatedMemoryGiB": self.estimated_memory_gib,
+            "weightsGiB": round(est.weights_gib, 1) if est else 0.0,
+            "kvCacheGiB": round(est.kv_cache_gib, 1) if est else 0.0,
+            "overheadGiB": round(est.overhead_gib, 1) if est else 0.0,
+            "contextTokens": est.context_tokens if est else 0,
+            "capacityGiB": round(self.capacity_gib, 1) if self.capacity_gib else None,
+            "accelerator": self.accelerator,
+            "acceleratorCount": self.accelerator_count,
+            "tensorParallelSize": self.tensor_parallel_size,
+            "cacheSizeGiB": self.cache_size_gib,
+            "verdict": self.verdict,
+            "reason": self.reason,
+        }
+
+
+def cache_size_gib(estimate: Estimate, minimum: int) -> int:
+    """Model-cache volume size: the weights on disk plus 30% and 2 GiB of slack."""
+    return max(minimum, math.ceil(estimate.weights_gib * 1.3 + 2))
+
+
+def _utilization(spec: LLMModelSpec) -> float:
+    if spec.inference_engine != "vllm":
+        return GGUF_GPU_UTILIZATION
+    raw = (spec.engine_args or {}).get("gpu-memory-utilization")
+    try:
+        value = float(raw) if raw is not None else GPU_UTILIZATION_DEFAULT
+    except ValueError:
+        return GPU_UTILIZATION_DEFAULT
+    return value if 0 < value <= 1 else GPU_UTILIZATION_DEFAULT
+
+
+def _card_of_other_vendor(text: str | None, own: str) -> tuple[str, Accelerator] | None:
+    for name, profile in VENDORS.items():
+        card = profile.find_accelerator(text)
+        if name != own and card is not None:
+            return name, card
+    return None
+
+
+def _needed_count(total: float, per_card: float, util: float) -> int | None:
+    return next((n for n in COUNTS if total <= per_card * n * util), None)
+
+
+def plan(model: LLMModel, min_cache_gib: int = 20) -> Plan:
+    """Plan one model: its memory estimate against what its spec asks for."""
+    spec, name = model.spec, model.name
+    if spec.is_remote:
+        host = urlsplit(spec.remote_api.base_url).hostname if spec.remote_api else "?"
+        return Plan(name, "remote", "fits",
+                    f"remote model served by {host}: no accelerator memory needed")
+    eng = engine(spec.inference_engine)
+    context = eng.served_context_tokens(spec) or DEFAULT_CONTEXT_TOKENS
+    vp = vendor(spec.accelerator_vendor)
+    on_accel = vp.resource_key is not None
+    est = estimate_memory(spec.total_parameters_billions or 0.0, spec.active_parameters_billions,
+                          spec.quantization, context, on_accelerator=on_accel)
+    cache = cache_size_gib(est, min_cache_gib)
+    need = est.total_gib
+    if not on_accel:
+        return _plan_cpu(name, spec, est, cache)
+
+    util = _utilization(spec)
+    count = spec.resources.accelerator_count
+    declared = spec.resources.vram_per_accelerator_gi_b
+    preferred = spec.resources.preferred_accelerator_model
+    card = vp.find_accelerator(preferred)
+    common = {"estimate": est, "cache_size_gib": cache}
+
+    other = _card_of_other_vendor(preferred, vp.name) if card is None else None
+    if other is not None:
+        return Plan(name, "local", "does-not-fit",
+                    f"preferredAcceleratorModel {preferred!r} is an {other[0]} accelerator but "
+                    f"acceleratorVendor is {vp.name}", accelerator_count=count, **common)
+    if spec.quantization.startswith("MX") and vp.name == "amd" and card is not None \
+            and card.name not in AMD_MX_CARDS:
+        return Plan(name, "local", "does-not-fit",
+                    f"{spec.quantization} needs an AMD MI350X or later (CDNA 4); {card.name} "
+                    "cannot run it: use FP8 or AWQ", accelerator_count=count, **common)
+
+    per_card = card.memory_gib if card else declared
+    if not per_card:
+        largest = vp.largest_accelerator
+        n = _needed_count(need, largest.memory_gib, util) if largest else None
+        return Plan(name, "local", "tight",
+                    f"needs ~{need:.1f} GiB but neither vramPerAcceleratorGiB nor a known "
+                    "preferredAcceleratorModel says how much memory a card has: set one",
+                    accelerator_count=n or count, tensor_parallel_size=_tp(spec, n or count),
+                    **common)
+
+    label = card.name if card else f"{per_card} GiB accelerator"
+    needed = _needed_count(need, per_card, util)
+    recommended = needed or count
+    tp = _tp(spec, recommended)
+    usable = per_card * count * util
+    base = {"capacity_gib": usable, "accelerator": label, "accelerator_count": recommended,
+            "tensor_parallel_size": tp, **common}
+    args_tp = (spec.engine_args or {}).get("tensor-parallel-size")
+    if args_tp and args_tp.isdigit() and int(args_tp) > count:
+        return Plan(name, "local", "does-not-fit",
+                    f"engineArgs tensor-parallel-size {args_tp} needs {args_tp} accelerators "
+                    f"but resources.acceleratorCount is {count}", **base)
+    if need > usable:
+        if needed is None:
+            fix = (f"more than {COUNTS[-1]}x {label} (one node): use a smaller quantization or "
+                   "context, or a larger accelerator")
+        else:
+            fix = f"set resources.acceleratorCount: {needed} (tensor-parallel {needed})"
+        return Plan(name, "local", "does-not-fit",
+                    f"needs ~{need:.1f} GiB but {count}x {label} at {util:.0%} gives "
+                    f"{usable:.1f} GiB: {fix}", **base)
+    per_accel = need / count
+    if card and declared and per_accel > declared:
+        return Plan(name, "local", "tight",
+                    f"fits {count}x {label} ({need:.1f} of {usable:.1f} GiB) but needs "
+                    f"~{per_accel:.1f} GiB per accelerator, above the declared "
+                    f"vramPerAcceleratorGiB {declared}: raise it to {math.ceil(per_accel)}",
+                    **base)
+    if need > HEADROOM * usable:
+        return Plan(name, "local", "tight",
+                    f"{need:.1f} of {usable:.1f} GiB usable on {count}x {label}: under "
+                    f"{1 - HEADROOM:.0%} headroom for batching", **base)
+    return Plan(name, "local", "fits",
+                f"{need:.1f} of {usable:.1f} GiB usable on {count}x {label}", **base)
+
+
+def _tp(spec: LLMModelSpec, count: int) -> int:
+    if spec.inference_engine != "vllm":
+        return 1
+    raw = (spec.engine_args or {}).get("tensor-parallel-size")
+    return int(raw) if raw and raw.isdigit() else count
+
+
+def _plan_cpu(name: str, spec: LLMModelSpec, est: Estimate, cache: int) -> Plan:
+    memory = spec.resources.memory_gi_b
+    need = est.total_gib
+    common: dict[str, Any] = {"estimate": est, "capacity_gib": float(memory), "accelerator": None,
+                              "cache_size_gib": cache}
+    if need > memory:
+        return Plan(name, "local", "does-not-fit",
+                    f"needs ~{need:.1f} GiB of RAM but resources.memoryGiB is {memory}: raise it "
+                    f"to {math.ceil(need / HEADROOM)} or lower the context", **common)
+    if need > HEADROOM * memory:
+        return Plan(name, "local", "tight",
+                    f"{need:.1f} of {memory} GiB RAM: under {1 - HEADROOM:.0%} headroom",
+                    **common)
+    return Plan(name, "local", "fits", f"{need:.1f} of {memory} GiB RAM", **common)

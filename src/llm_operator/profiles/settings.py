@@ -1,0 +1,99 @@
+"""Operator settings: images, selectors, storage, Prometheus and KEDA, overridable without code."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+
+class _Settings(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True,
+    )
+
+
+class Images(_Settings):
+    """Container images. `engines` overrides the vendor profiles' engine images."""
+
+    operator: str = Field(
+        "ghcr.io/example/llm-operator:v0.1.0",
+        description="The project's own image: gateway for remote models and the Hugging Face "
+        "downloader (ships the `hf` CLI).",
+    )
+    s3_downloader: str = Field("amazon/aws-cli:2.34.48", alias="s3Downloader")
+    oci_downloader: str = "ghcr.io/oras-project/oras:v1.3.4"
+    engines: dict[str, dict[str, str]] = Field(
+        default_factory=dict, description="vendor -> engine -> image overrides."
+    )
+    pull_policy: Literal["IfNotPresent", "Always", "Never"] = "IfNotPresent"
+    pull_secrets: list[str] = Field(default_factory=list)
+
+
+class VendorOverride(_Settings):
+    """Replaces a vendor profile's node selector and/or tolerations."""
+
+    node_selector: dict[str, str] | None = None
+    tolerations: list[dict[str, Any]] | None = None
+
+
+class Storage(_Settings):
+    """The per-model weights cache (PersistentVolumeClaim)."""
+
+    storage_class_name: str | None = Field(
+        None, description="StorageClass for model caches; the cluster default when unset."
+    )
+    access_mode: Literal["ReadWriteOnce", "ReadWriteMany", "ReadWriteOncePod"] = "ReadWriteOnce"
+    min_size_gi_b: int = Field(20, alias="minSizeGiB", ge=1)
+
+
+class HttpAddon(_Settings):
+    """KEDA HTTP add-on, used for scale-from-zero with request buffering."""
+
+    enabled: bool = True
+    external_scaler_address: str = "keda-add-ons-http-external-scaler.keda:9090"
+    target_pending_requests: int = Field(1, ge=1, description="Concurrency per replica.")
+
+
+class Keda(_Settings):
+    polling_interval_seconds: int = Field(15, ge=1)
+    activation_threshold: str = Field(
+        "0", description="Queue depth above which a scaled-to-zero model activates."
+    )
+    http_addon: HttpAddon = Field(default_factory=HttpAddon)
+
+
+class Monitoring(_Settings):
+    kind: Literal["ServiceMonitor", "PodMonitor", "None"] = "ServiceMonitor"
+    interval: str = "15s"
+    labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra labels so your Prometheus selects the monitors (e.g. release).",
+    )
+
+
+class Gateway(_Settings):
+    replicas: int = Field(2, ge=1, le=100)
+
+
+class Settings(_Settings):
+    """Everything an operator administrator can change without touching code."""
+
+    images: Images = Field(default_factory=Images)
+    vendors: dict[str, VendorOverride] = Field(default_factory=dict)
+    storage: Storage = Field(default_factory=Storage)
+    download_timeout_seconds: int = Field(7200, ge=60)
+    startup_timeout_seconds: int = Field(
+        1800, ge=60, description="How long a model may take to load before liveness applies."
+    )
+    prometheus_address: str = (
+        "http://prometheus-kube-prometheus-prometheus.monitoring.svc.cluster.local:9090"
+    )
+    keda: Keda = Field(default_factory=Keda)
+    monitoring: Monitoring = Field(default_factory=Monitoring)
+    gateway: Gateway = Field(default_factory=Gateway)
+    cluster_domain: str = "cluster.local"
+
+
+DEFAULT_SETTINGS = Settings()

@@ -1,0 +1,109 @@
+"""Pure, deterministic rendering: one LLMModel -> the Kubernetes objects that serve it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llm_operator.api.validation import Problem
+from llm_operator.api.v1alpha1 import LLMModel
+from llm_operator.profiles.engines import engine, engine_arg_problems
+from llm_operator.profiles.planner import Plan, plan
+from llm_operator.profiles.settings import DEFAULT_SETTINGS, Settings
+from llm_operator.profiles.vendors import VendorProfile, vendor
+from llm_operator.render import monitoring, networking, remote, scaling, workload
+
+
+class RenderError(ValueError):
+    """The model cannot be placed or served as specified; every problem says what to change."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(str(p) for p in problems))
+
+
+def engine_image(vp: VendorProfile, engine_name: str, settings: Settings) -> str | None:
+    """The engine image for a vendor, after settings overrides (mirrors, air-gapped)."""
+    override = settings.images.engines.get(vp.name, {}).get(engine_name)
+    return override or vp.image_for(engine_name)
+
+
+def placement_problems(model: LLMModel, settings: Settings, model_plan: Plan) -> list[Problem]:
+    """Why this valid model cannot be placed: planner verdict, engine and scaling limits."""
+    spec = model.spec
+    if spec.is_remote:
+        return []
+    problems = [Problem("spec.engineArgs", msg) for msg in engine_arg_problems(spec)]
+    vp = vendor(spec.accelerator_vendor)
+    if engine_image(vp, spec.inference_engine, settings) is None:
+        reason = vp.unsupported_reason.get(spec.inference_engine, "no image configured")
+        problems.append(Problem("spec.inferenceEngine", reason))
+    if model_plan.verdict == "does-not-fit":
+        problems.append(Problem("spec.resources", model_plan.reason))
+    if scaling.autoscaled(model) and spec.scaling.min_replicas == 0 \
+            and not settings.keda.http_addon.enabled:
+        problems.append(Problem(
+            "spec.scaling.minReplicas",
+            "0 (scale-to-zero) needs the KEDA HTTP add-on to wake the model on a request, and "
+            "it is disabled in the operator settings: set minReplicas >= 1 or enable "
+            "keda.httpAddon"))
+    return problems
+
+
+def render(
+    model: LLMModel, settings: Settings = DEFAULT_SETTINGS, owner_uid: str | None = None
+) -> list[dict[str, Any]]:
+    """Every child object of ``model``, in apply order. Raises RenderError if unplaceable."""
+    model_plan = plan(model, settings.storage.min_size_gi_b)
+    problems = placement_problems(model, settings, model_plan)
+    if problems:
+        raise RenderError(problems)
+    if model.spec.is_remote:
+        return _render_remote(model, settings, owner_uid)
+    return _render_local(model, settings, owner_uid, model_plan)
+
+
+def _render_remote(model: LLMModel, settings: Settings, owner_uid: str | None) -> list[dict[str, Any]]:
+    config = remote.config_map(model, settings, owner_uid)
+    objects = [
+        config,
+        remote.gateway_deployment(model, config, settings, owner_uid),
+        networking.service(model, remote.COMPONENT, owner_uid),
+    ]
+    mon = monitoring.monitor(model, remote.COMPONENT, "/metrics", settings, owner_uid)
+    return objects + ([mon] if mon else [])
+
+
+def _render_local(
+    model: LLMModel, settings: Settings, owner_uid: str | None, model_plan: Plan
+) -> list[dict[str, Any]]:
+    spec = model.spec
+    vp = vendor(spec.accelerator_vendor)
+    eng = engine(spec.inference_engine)
+    image = engine_image(vp, eng.name, settings)
+    assert image is not None  # placement_problems() checked it
+    override = settings.vendors.get(vp.name)
+    node_selector = dict(vp.node_selector)
+    tolerations = [dict(t) for t in vp.tolerations]
+    if override and override.node_selector is not None:
+        node_selector = dict(override.node_selector)
+    if override and override.tolerations is not None:
+        tolerations = list(override.tolerations)
+    cache = model_plan.cache_size_gib * (2 if eng.name == "ollama" else 1)  # Ollama copies it
+    autoscaled = scaling.autoscaled(model)
+    objects = [
+        workload.model_cache_pvc(model, cache, settings, owner_uid),
+        workload.inference_deployment(
+            model, vp, eng, image, settings,
+            replicas=None if autoscaled else spec.scaling.min_replicas,
+            owner_uid=owner_uid, node_selector=node_selector, tolerations=tolerations),
+        networking.service(model, workload.COMPONENT, owner_uid),
+    ]
+    if autoscaled:
+        objects.append(scaling.scaled_object(model, eng, settings, owner_uid))
+    if scaling.wants_http_addon(model, settings):
+        objects.append(scaling.http_scaled_object(model, settings, owner_uid))
+    if eng.metrics_path:
+        mon = monitoring.monitor(model, workload.COMPONENT, eng.metrics_path, settings, owner_uid)
+        if mon:
+            objects.append(mon)
+    return objects

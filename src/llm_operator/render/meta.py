@@ -1,0 +1,82 @@
+"""Names, labels, owner references and hashes shared by every rendered child."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from llm_operator.api import labels as L
+from llm_operator.api.v1alpha1 import API_VERSION, KIND, LLMModel
+
+
+def pvc_name(model: LLMModel) -> str:
+    return f"{model.name}-model-cache"
+
+
+def config_map_name(model: LLMModel) -> str:
+    return f"{model.name}-proxy-config"
+
+
+def http_scaled_object_name(model: LLMModel) -> str:
+    return f"{model.name}-http"
+
+
+def selector_labels(model: LLMModel) -> dict[str, str]:
+    """The Deployment selector (immutable, so the same for local and remote models)."""
+    return {L.APP: model.name, L.MODEL_NAME: model.name}
+
+
+def child_labels(model: LLMModel, component: str) -> dict[str, str]:
+    """Labels on every child: ownership (for pruning), component and the selector labels."""
+    return {
+        **selector_labels(model),
+        L.K8S_NAME: "llm-model",
+        L.K8S_INSTANCE: model.name,
+        L.K8S_COMPONENT: component,
+        L.K8S_MANAGED_BY: L.MANAGED_BY_VALUE,
+    }
+
+
+def metadata(
+    model: LLMModel,
+    name: str,
+    component: str,
+    owner_uid: str | None,
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": model.namespace,
+        "labels": {**child_labels(model, component), **(labels or {})},
+    }
+    if annotations:
+        meta["annotations"] = annotations
+    if owner_uid:
+        meta["ownerReferences"] = [{
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "name": model.name,
+            "uid": owner_uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }]
+    return meta
+
+
+def content_hash(data: Any) -> str:
+    """A short stable hash of JSON-able data (pod-template annotation to roll pods)."""
+    encoded = json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(encoded).hexdigest()[:16]
+
+
+def restricted_container_security(non_root: bool, add: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Container securityContext: no privilege escalation, capabilities dropped."""
+    caps: dict[str, Any] = {"drop": ["ALL"]}
+    if add:
+        caps["add"] = list(add)
+    sec: dict[str, Any] = {"allowPrivilegeEscalation": False, "capabilities": caps}
+    if non_root:
+        sec.update({"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532})
+    return sec

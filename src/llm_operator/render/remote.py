@@ -1,0 +1,126 @@
+"""Remote models: the gateway's config (ConfigMap) and its Deployment."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import yaml
+
+from llm_operator.api import labels as L
+from llm_operator.api.v1alpha1 import LLMModel
+from llm_operator.profiles.engines import NON_ROOT_UID, PORT
+from llm_operator.profiles.pricing import price
+from llm_operator.profiles.settings import Settings
+from llm_operator.render.meta import (
+    config_map_name,
+    content_hash,
+    metadata,
+    restricted_container_security,
+    selector_labels,
+)
+
+COMPONENT = "gateway"
+CONFIG_DIR = "/etc/llmop"
+CONFIG_FILE = "gateway.yaml"
+KEY_DIR = "/var/run/secrets/llmop/upstream"
+KEY_FILE = "apiKey"
+
+
+def gateway_config(model: LLMModel, replicas: int) -> dict[str, Any]:
+    """One route: the model id -> its upstream, key read from the mounted Secret file.
+
+    The rate limit is the model's limit split across the gateway replicas, so the whole
+    service honours rateLimitRpm.
+    """
+    api = model.spec.remote_api
+    assert api is not None
+    route: dict[str, Any] = {
+        "models": [model.spec.model_id],
+        "upstream": {
+            "baseUrl": api.base_url,
+            "model": model.spec.model_id,
+            "apiKey": {"file": f"{KEY_DIR}/{KEY_FILE}"},
+        },
+    }
+    if api.rate_limit_rpm:
+        route["rateLimit"] = {"requestsPerMinute": max(1, math.floor(api.rate_limit_rpm / replicas))}
+    known = price(model.spec.model_id)
+    if known:
+        route["pricing"] = {"inputPerMillion": known[0], "outputPerMillion": known[1]}
+    return {"listen": {"host": "0.0.0.0", "port": PORT}, "routes": [route]}
+
+
+def config_map(model: LLMModel, settings: Settings, owner_uid: str | None) -> dict[str, Any]:
+    text = yaml.safe_dump(gateway_config(model, settings.gateway.replicas), sort_keys=False)
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata(model, config_map_name(model), COMPONENT, owner_uid),
+        "data": {CONFIG_FILE: text},
+    }
+
+
+def gateway_deployment(
+    model: LLMModel, config: dict[str, Any], settings: Settings, owner_uid: str | None
+) -> dict[str, Any]:
+    api = model.spec.remote_api
+    assert api is not None
+    labels = {L.MODE: "remote-proxy"}
+    template_labels = {**metadata(model, model.name, COMPONENT, None)["labels"], **labels}
+    container = {
+        "name": "gateway",
+        "image": settings.images.operator,
+        "imagePullPolicy": settings.images.pull_policy,
+        "args": ["gateway", "--config", f"{CONFIG_DIR}/{CONFIG_FILE}"],
+        "ports": [{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
+        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"},
+                      "limits": {"cpu": "500m", "memory": "256Mi"}},
+        "volumeMounts": [
+            {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+            {"name": "api-key", "mountPath": KEY_DIR, "readOnly": True},
+        ],
+        "readinessProbe": {"httpGet": {"path": "/ready", "port": "http"},
+                           "periodSeconds": 5, "failureThreshold": 3, "timeoutSeconds": 2},
+        "livenessProbe": {"httpGet": {"path": "/health", "port": "http"},
+                          "periodSeconds": 20, "failureThreshold": 3, "timeoutSeconds": 2},
+        "securityContext": {**restricted_container_security(non_root=True),
+                            "readOnlyRootFilesystem": True},
+    }
+    pod: dict[str, Any] = {
+        "enableServiceLinks": False,
+        "automountServiceAccountToken": False,
+        "securityContext": {"runAsNonRoot": True, "fsGroup": NON_ROOT_UID,
+                            "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [container],
+        "topologySpreadConstraints": [{
+            "maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+            "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": selector_labels(model)},
+        }],
+        "volumes": [
+            {"name": "config", "configMap": {"name": config_map_name(model)}},
+            {"name": "api-key", "secret": {"secretName": api.api_key_secret,
+                                           "items": [{"key": "apiKey", "path": KEY_FILE}]}},
+        ],
+    }
+    if settings.images.pull_secrets:
+        pod["imagePullSecrets"] = [{"name": n} for n in settings.images.pull_secrets]
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": metadata(model, model.name, COMPONENT, owner_uid, labels=labels),
+        "spec": {
+            "replicas": settings.gateway.replicas,
+            "revisionHistoryLimit": 3,
+            "selector": {"matchLabels": selector_labels(model)},
+            "template": {
+                "metadata": {"labels": template_labels,
+                             "annotations": {L.CONFIG_HASH: content_hash(config["data"]),
+                                             L.PROMETHEUS_SCRAPE: "true",
+                                             L.PROMETHEUS_PORT: str(PORT),
+                                             L.PROMETHEUS_PATH: "/metrics"}},
+                "spec": pod,
+            },
+        },
+    }

@@ -1,0 +1,91 @@
+"""KEDA autoscaling: the ScaledObject (queue depth) and the HTTP add-on for scale-from-zero."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llm_operator.api import labels as L
+from llm_operator.api.v1alpha1 import LLMModel
+from llm_operator.profiles.engines import PORT, EngineProfile
+from llm_operator.profiles.settings import Settings
+from llm_operator.render.meta import http_scaled_object_name, metadata
+from llm_operator.render.networking import service_host
+
+COMPONENT = "inference"
+CPU_UTILIZATION_TARGET = "80"
+
+
+def autoscaled(model: LLMModel) -> bool:
+    """KEDA owns replicas unless the bounds leave nothing to decide (min == max)."""
+    scaling = model.spec.scaling
+    return not model.spec.is_remote and scaling.min_replicas != scaling.max_replicas
+
+
+def wants_http_addon(model: LLMModel, settings: Settings) -> bool:
+    return autoscaled(model) and model.spec.scaling.min_replicas == 0 \
+        and settings.keda.http_addon.enabled
+
+
+def queue_query(model: LLMModel, metric: str) -> str:
+    """The guide's query, with the pod regex anchored to this Deployment's pod names."""
+    pods = f"{model.name}-[a-z0-9]+-[a-z0-9]+"
+    return f'sum({metric}{{namespace="{model.namespace}",pod=~"{pods}"}})'
+
+
+def scaled_object(
+    model: LLMModel, eng: EngineProfile, settings: Settings, owner_uid: str | None
+) -> dict[str, Any]:
+    scaling = model.spec.scaling
+    triggers: list[dict[str, Any]] = []
+    if eng.queue_metric:
+        triggers.append({"type": "prometheus", "metadata": {
+            "serverAddress": settings.prometheus_address,
+            "query": queue_query(model, eng.queue_metric),
+            "threshold": str(scaling.scale_up_threshold),
+            "activationThreshold": settings.keda.activation_threshold,
+        }})
+    else:  # no queue metric (Ollama): scale on CPU, the engine's real bottleneck here
+        triggers.append({"type": "cpu", "metricType": "Utilization",
+                         "metadata": {"value": CPU_UTILIZATION_TARGET}})
+    if wants_http_addon(model, settings):
+        triggers.append({"type": "external-push", "metadata": {
+            "scalerAddress": settings.keda.http_addon.external_scaler_address,
+            "httpScaledObject": http_scaled_object_name(model),
+        }})
+    return {
+        "apiVersion": "keda.sh/v1alpha1",
+        "kind": "ScaledObject",
+        "metadata": metadata(model, model.name, COMPONENT, owner_uid),
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": model.name},
+            "minReplicaCount": scaling.min_replicas,
+            "maxReplicaCount": scaling.max_replicas,
+            "cooldownPeriod": scaling.cooldown_period_seconds,
+            "pollingInterval": settings.keda.polling_interval_seconds,
+            "triggers": triggers,
+        },
+    }
+
+
+def http_scaled_object(
+    model: LLMModel, settings: Settings, owner_uid: str | None
+) -> dict[str, Any]:
+    """Request buffering while a scaled-to-zero model starts; its trigger lives in our
+    ScaledObject (one ScaledObject per workload), so the add-on must not create its own."""
+    scaling = model.spec.scaling
+    return {
+        "apiVersion": "http.keda.sh/v1alpha1",
+        "kind": "HTTPScaledObject",
+        "metadata": metadata(model, http_scaled_object_name(model), COMPONENT, owner_uid,
+                             annotations={L.HTTP_ADDON_SKIP_SCALEDOBJECT: "true"}),
+        "spec": {
+            "hosts": [service_host(model, settings)],
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment",
+                               "name": model.name, "service": model.name, "port": PORT},
+            "replicas": {"min": scaling.min_replicas, "max": scaling.max_replicas},
+            "scaledownPeriod": scaling.cooldown_period_seconds,
+            "scalingMetric": {"concurrency": {
+                "targetValue": settings.keda.http_addon.target_pending_requests}},
+            "timeouts": {"conditionWait": f"{settings.startup_timeout_seconds}s"},
+        },
+    }

@@ -1,0 +1,246 @@
+"""Local models: the model-cache PVC and the inference Deployment (fetch, prepare, serve)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llm_operator.api import labels as L
+from llm_operator.api.v1alpha1 import LLMModel, LLMModelSpec
+from llm_operator.profiles.engines import (
+    CACHE_DIR,
+    NON_ROOT_UID,
+    OLLAMA_MODELS_DIR,
+    PORT,
+    SOURCE_DIR,
+    EngineProfile,
+    prepare_script,
+    serve,
+)
+from llm_operator.profiles.settings import Settings
+from llm_operator.profiles.vendors import VendorProfile
+from llm_operator.render.meta import (
+    metadata,
+    pvc_name,
+    restricted_container_security,
+    selector_labels,
+)
+
+COMPONENT = "inference"
+SHM_SINGLE, SHM_MULTI = "16Gi", "64Gi"
+
+
+def model_cache_pvc(
+    model: LLMModel, size_gib: int, settings: Settings, owner_uid: str | None
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "accessModes": [settings.storage.access_mode],
+        "resources": {"requests": {"storage": f"{size_gib}Gi"}},
+    }
+    if settings.storage.storage_class_name:
+        spec["storageClassName"] = settings.storage.storage_class_name
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": metadata(model, pvc_name(model), COMPONENT, owner_uid),
+        "spec": spec,
+    }
+
+
+def _gguf_patterns(spec: LLMModelSpec) -> list[str]:
+    tag = spec.quantization.removeprefix("GGUF-")
+    return [f"*{tag}*.gguf", f"*{tag.lower()}*.gguf"]
+
+
+def _wants_gguf(spec: LLMModelSpec, eng: EngineProfile) -> bool:
+    return eng.gguf_only or spec.quantization.startswith("GGUF-")
+
+
+def fetch_container(spec: LLMModelSpec, eng: EngineProfile, settings: Settings) -> dict[str, Any]:
+    """Init container that downloads the weights into the cache, bounded by a timeout.
+
+    Idempotent: every tool skips files that are already complete, so a restarted pod does
+    not download again.
+    """
+    source = spec.model_source
+    kind = source.type if source else "huggingface"
+    gguf = _wants_gguf(spec, eng)
+    env: list[dict[str, Any]] = [{"name": "HOME", "value": "/tmp"}]
+    env_from: list[dict[str, Any]] = []
+    if kind == "huggingface":
+        image = settings.images.operator
+        tool = ["hf", "download", spec.model_id, "--local-dir", SOURCE_DIR]
+        if gguf:
+            tool += ["--include", *_gguf_patterns(spec)]
+        else:
+            tool += ["--exclude", "original/*", "*.pth"]
+        env += [{"name": "HF_HUB_DOWNLOAD_TIMEOUT", "value": "60"},
+                {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"}]
+        if source and source.hugging_face_token_secret:
+            env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
+                "name": source.hugging_face_token_secret, "key": "token"}}})
+    elif kind == "s3":
+        assert source is not None and source.s3_bucket is not None
+        image = settings.images.s3_downloader
+        prefix = (source.s3_prefix or "").strip("/")
+        url = f"s3://{source.s3_bucket}/{prefix}" if prefix else f"s3://{source.s3_bucket}"
+        tool = ["aws", "s3", "sync", url, SOURCE_DIR, "--only-show-errors"]
+        if gguf:
+            tool += ["--exclude", "*", *[a for p in _gguf_patterns(spec) for a in ("--include", p)]]
+        if source.s3_credentials_secret:
+            env_from.append({"secretRef": {"name": source.s3_credentials_secret}})
+    else:
+        assert source is not None and source.oci_image is not None
+        image = settings.images.oci_downloader
+        tool = ["oras", "pull", source.oci_image, "--output", SOURCE_DIR]
+    container: dict[str, Any] = {
+        "name": "model-fetch",
+        "image": image,
+        "imagePullPolicy": settings.images.pull_policy,
+        "command": ["timeout", str(settings.download_timeout_seconds), *tool],
+        "env": env,
+        "resources": {"requests": {"cpu": "500m", "memory": "512Mi"},
+                      "limits": {"memory": "2Gi"}},
+        "volumeMounts": [{"name": "model-cache", "mountPath": CACHE_DIR}],
+        "securityContext": restricted_container_security(non_root=True),
+    }
+    if env_from:
+        container["envFrom"] = env_from
+    return container
+
+
+def prepare_container(spec: LLMModelSpec, image: str, settings: Settings) -> dict[str, Any] | None:
+    """Init container in the engine image: link the GGUF file, or import it into Ollama."""
+    script = prepare_script(spec)
+    if script is None:
+        return None
+    env = [{"name": "HOME", "value": "/tmp"}]
+    if spec.inference_engine == "ollama":
+        env.append({"name": "OLLAMA_MODELS", "value": OLLAMA_MODELS_DIR})
+    return {
+        "name": "model-prepare",
+        "image": image,
+        "imagePullPolicy": settings.images.pull_policy,
+        "command": ["sh", "-c", script],
+        "env": env,
+        "volumeMounts": [{"name": "model-cache", "mountPath": CACHE_DIR}],
+        "securityContext": restricted_container_security(non_root=True),
+    }
+
+
+def _probe(path: str, period: int, failures: int, timeout: int) -> dict[str, Any]:
+    return {"httpGet": {"path": path, "port": "http"}, "periodSeconds": period,
+            "failureThreshold": failures, "timeoutSeconds": timeout}
+
+
+def _resources(spec: LLMModelSpec, vp: VendorProfile) -> dict[str, Any]:
+    amounts = {"cpu": f"{spec.resources.cpu_millicores}m",
+               "memory": f"{spec.resources.memory_gi_b}Gi"}
+    if vp.resource_key:
+        amounts[vp.resource_key] = str(spec.resources.accelerator_count)
+    return {"requests": dict(amounts), "limits": dict(amounts)}
+
+
+def _affinity(spec: LLMModelSpec, vp: VendorProfile) -> dict[str, Any] | None:
+    """Require nodes whose cards have the declared memory; prefer the named card."""
+    node: dict[str, Any] = {}
+    vram = spec.resources.vram_per_accelerator_gi_b
+    if vp.memory_node_label and vram:
+        node["requiredDuringSchedulingIgnoredDuringExecution"] = {"nodeSelectorTerms": [{
+            "matchExpressions": [{"key": vp.memory_node_label, "operator": "Gt",
+                                  "values": [str(vram * 1024 - 1)]}]}]}
+    preferred = spec.resources.preferred_accelerator_model
+    if vp.product_node_label and preferred:
+        value = "-".join(preferred.split())[:63].strip("-_.")
+        node["preferredDuringSchedulingIgnoredDuringExecution"] = [{"weight": 100, "preference": {
+            "matchExpressions": [{"key": vp.product_node_label, "operator": "In",
+                                  "values": [value]}]}}]
+    return {"nodeAffinity": node} if node else None
+
+
+def inference_deployment(
+    model: LLMModel,
+    vp: VendorProfile,
+    eng: EngineProfile,
+    image: str,
+    settings: Settings,
+    replicas: int | None,
+    owner_uid: str | None,
+    node_selector: dict[str, str],
+    tolerations: list[dict[str, Any]],
+) -> dict[str, Any]:
+    spec = model.spec
+    on_accel = vp.resource_key is not None
+    srv = serve(spec, on_accelerator=on_accel)
+    env = [{"name": k, "value": v} for k, v in (*srv.env, *(vp.env if on_accel else ()))]
+    mounts = [{"name": "model-cache", "mountPath": CACHE_DIR}]
+    volumes: list[dict[str, Any]] = [
+        {"name": "model-cache", "persistentVolumeClaim": {"claimName": f"{model.name}-model-cache"}}
+    ]
+    if eng.needs_shm:
+        size = SHM_MULTI if spec.resources.accelerator_count > 1 else SHM_SINGLE
+        mounts.append({"name": "shm", "mountPath": "/dev/shm"})
+        volumes.append({"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": size}})
+    startup_failures = max(1, settings.startup_timeout_seconds // 10)
+    server: dict[str, Any] = {
+        "name": "inference-server",
+        "image": image,
+        "imagePullPolicy": settings.images.pull_policy,
+        "command": list(srv.command),
+        "args": list(srv.args),
+        "env": env,
+        "ports": [{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
+        "resources": _resources(spec, vp),
+        "volumeMounts": mounts,
+        "startupProbe": _probe(eng.health_path, 10, startup_failures, 5),
+        "readinessProbe": _probe(eng.health_path, 10, 3, 5),
+        "livenessProbe": _probe(eng.health_path, 30, 5, 10),
+        "securityContext": restricted_container_security(
+            non_root=eng.runs_as_non_root, add=vp.capabilities_add if on_accel else ()),
+    }
+    init = [fetch_container(spec, eng, settings)]
+    prepare = prepare_container(spec, image, settings)
+    if prepare:
+        init.append(prepare)
+    pod: dict[str, Any] = {
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": 60,
+        "securityContext": {"fsGroup": NON_ROOT_UID, "fsGroupChangePolicy": "OnRootMismatch",
+                            "seccompProfile": {"type": "RuntimeDefault"}},
+        "initContainers": init,
+        "containers": [server],
+        "volumes": volumes,
+    }
+    if node_selector:
+        pod["nodeSelector"] = dict(sorted(node_selector.items()))
+    if tolerations:
+        pod["tolerations"] = tolerations
+    affinity = _affinity(spec, vp) if on_accel else None
+    if affinity:
+        pod["affinity"] = affinity
+    if vp.host_ipc(spec.resources.accelerator_count):
+        pod["hostIPC"] = True
+    if settings.images.pull_secrets:
+        pod["imagePullSecrets"] = [{"name": n} for n in settings.images.pull_secrets]
+    pod_annotations = {}
+    if eng.metrics_path:
+        pod_annotations = {L.PROMETHEUS_SCRAPE: "true", L.PROMETHEUS_PORT: str(PORT),
+                           L.PROMETHEUS_PATH: eng.metrics_path}
+    extra = {L.ENGINE: spec.inference_engine, L.VENDOR: spec.accelerator_vendor}
+    template_meta: dict[str, Any] = {"labels": {**metadata(model, model.name, COMPONENT, None)[
+        "labels"], **extra}}
+    if pod_annotations:
+        template_meta["annotations"] = pod_annotations
+    deploy_spec: dict[str, Any] = {
+        "revisionHistoryLimit": 3,
+        "selector": {"matchLabels": selector_labels(model)},
+        "template": {"metadata": template_meta, "spec": pod},
+    }
+    if replicas is not None:
+        deploy_spec = {"replicas": replicas, **deploy_spec}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": metadata(model, model.name, COMPONENT, owner_uid, labels=extra),
+        "spec": deploy_spec,
+    }
+
