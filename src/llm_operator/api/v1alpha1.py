@@ -1,4 +1,4 @@
-"""LLMModel v1alpha1 API types: the spec and status, camelCase on the wire, defaults as in the CRD."""
+"""LLMModel v1alpha1 API types: spec and status, camelCase on the wire, the CRD's defaults."""
 
 from __future__ import annotations
 
@@ -348,8 +348,9 @@ class LLMModel(BaseModel):
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
 
-    api_version: Literal["ai.example.io/v1alpha1"] = Field(API_VERSION, alias="apiVersion")
-    kind: Literal["LLMModel"] = KIND
+    api_version: Literal["ai.example.io/v1alpha1"] = Field(
+        "ai.example.io/v1alpha1", alias="apiVersion")
+    kind: Literal["LLMModel"] = "LLMModel"
     metadata: ObjectMeta
     spec: LLMModelSpec
     status: LLMModelStatus | None = None

@@ -8,7 +8,28 @@ from typing import Any
 from pydantic import ValidationError
 
 from llm_operator.api.rules import broken_rules
-from llm_operator.api.v1alpha1 import API_VERSION, KIND, LLMModel
+from llm_operator.api.v1alpha1 import (
+    API_VERSION,
+    DNS1035_LABEL,
+    DNS1123_LABEL,
+    DNS1123_SUBDOMAIN,
+    HTTP_URL,
+    KIND,
+    MCP_TOOL_NAME,
+    NO_WHITESPACE,
+    S3_BUCKET,
+    LLMModel,
+)
+
+PATTERN_HINTS = {
+    DNS1035_LABEL: "a DNS-1035 label (lowercase letters, digits and '-', starting with a letter)",
+    DNS1123_LABEL: "a DNS-1123 label (lowercase letters, digits and '-')",
+    DNS1123_SUBDOMAIN: "a Kubernetes object name (lowercase letters, digits, '-' and '.')",
+    MCP_TOOL_NAME: "an MCP tool name (1-128 characters of A-Z a-z 0-9 _ - .)",
+    HTTP_URL: "an http:// or https:// URL",
+    S3_BUCKET: "an S3 bucket name (3-63 lowercase letters, digits, '.' and '-')",
+    NO_WHITESPACE: "a single word without spaces",
+}
 
 
 @dataclass(frozen=True)
@@ -47,7 +68,11 @@ def _message(error: Any) -> str:
     if kind == "missing":
         return "required field is missing"
     message = str(error["msg"])
-    if kind in {"literal_error", "string_pattern_mismatch", "enum"}:
+    if kind == "string_pattern_mismatch":
+        pattern = error.get("ctx", {}).get("pattern", "")
+        hint = PATTERN_HINTS.get(pattern, f"match the pattern {pattern}")
+        return f"must be {hint}, got {error['input']!r}"
+    if kind in {"literal_error", "enum"}:
         return f"{message}, got {error['input']!r}"
     if kind.startswith(("greater_than", "less_than", "too_long", "too_short")):
         return f"{message}, got {error['input']!r}"

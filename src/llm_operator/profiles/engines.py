@@ -61,7 +61,7 @@ class EngineProfile:
 
 
 def flag_args(engine_args: dict[str, str] | None) -> list[str]:
-    """engineArgs as command-line flags in sorted key order.
+    """EngineArgs as command-line flags in sorted key order.
 
     "true" becomes a bare ``--key``, "false" becomes ``--no-key`` (how vLLM's and
     llama.cpp's boolean flags are spelled), anything else ``--key value``.
@@ -141,7 +141,7 @@ def serve(spec: LLMModelSpec, on_accelerator: bool) -> Serve:
 
 
 def engine_arg_problems(spec: LLMModelSpec) -> list[str]:
-    """engineArgs the engine cannot take, with what to use instead."""
+    """EngineArgs the engine cannot take, with what to use instead."""
     args = spec.engine_args or {}
     problems = []
     if spec.inference_engine == "ollama":

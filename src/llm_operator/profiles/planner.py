@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
@@ -158,63 +158,60 @@ def plan(model: LLMModel, min_cache_gib: int = 20) -> Plan:
     declared = spec.resources.vram_per_accelerator_gi_b
     preferred = spec.resources.preferred_accelerator_model
     card = vp.find_accelerator(preferred)
-    common = {"estimate": est, "cache_size_gib": cache}
+    base = Plan(name, "local", "fits", "", estimate=est, cache_size_gib=cache,
+                accelerator_count=count)
 
     other = _card_of_other_vendor(preferred, vp.name) if card is None else None
     if other is not None:
-        return Plan(name, "local", "does-not-fit",
-                    f"preferredAcceleratorModel {preferred!r} is an {other[0]} accelerator but "
-                    f"acceleratorVendor is {vp.name}", accelerator_count=count, **common)
+        return replace(base, verdict="does-not-fit", reason=(
+            f"preferredAcceleratorModel {preferred!r} is an {other[0]} accelerator but "
+            f"acceleratorVendor is {vp.name}"))
     if spec.quantization.startswith("MX") and vp.name == "amd" and card is not None \
             and card.name not in AMD_MX_CARDS:
-        return Plan(name, "local", "does-not-fit",
-                    f"{spec.quantization} needs an AMD MI350X or later (CDNA 4); {card.name} "
-                    "cannot run it: use FP8 or AWQ", accelerator_count=count, **common)
+        return replace(base, verdict="does-not-fit", reason=(
+            f"{spec.quantization} needs an AMD MI350X or later (CDNA 4); {card.name} "
+            "cannot run it: use FP8 or AWQ"))
 
     per_card = card.memory_gib if card else declared
     if not per_card:
         largest = vp.largest_accelerator
-        n = _needed_count(need, largest.memory_gib, util) if largest else None
-        return Plan(name, "local", "tight",
-                    f"needs ~{need:.1f} GiB but neither vramPerAcceleratorGiB nor a known "
-                    "preferredAcceleratorModel says how much memory a card has: set one",
-                    accelerator_count=n or count, tensor_parallel_size=_tp(spec, n or count),
-                    **common)
+        n = (_needed_count(need, largest.memory_gib, util) if largest else None) or count
+        return replace(base, verdict="tight", accelerator_count=n,
+                       tensor_parallel_size=_tp(spec, n), reason=(
+                           f"needs ~{need:.1f} GiB but neither vramPerAcceleratorGiB nor a known "
+                           "preferredAcceleratorModel says how much memory a card has: set one"))
 
     label = card.name if card else f"{per_card} GiB accelerator"
     needed = _needed_count(need, per_card, util)
     recommended = needed or count
-    tp = _tp(spec, recommended)
     usable = per_card * count * util
-    base = {"capacity_gib": usable, "accelerator": label, "accelerator_count": recommended,
-            "tensor_parallel_size": tp, **common}
+    base = replace(base, capacity_gib=usable, accelerator=label, accelerator_count=recommended,
+                   tensor_parallel_size=_tp(spec, recommended))
     args_tp = (spec.engine_args or {}).get("tensor-parallel-size")
     if args_tp and args_tp.isdigit() and int(args_tp) > count:
-        return Plan(name, "local", "does-not-fit",
-                    f"engineArgs tensor-parallel-size {args_tp} needs {args_tp} accelerators "
-                    f"but resources.acceleratorCount is {count}", **base)
+        return replace(base, verdict="does-not-fit", reason=(
+            f"engineArgs tensor-parallel-size {args_tp} needs {args_tp} accelerators "
+            f"but resources.acceleratorCount is {count}"))
     if need > usable:
         if needed is None:
             fix = (f"more than {COUNTS[-1]}x {label} (one node): use a smaller quantization or "
                    "context, or a larger accelerator")
         else:
             fix = f"set resources.acceleratorCount: {needed} (tensor-parallel {needed})"
-        return Plan(name, "local", "does-not-fit",
-                    f"needs ~{need:.1f} GiB but {count}x {label} at {util:.0%} gives "
-                    f"{usable:.1f} GiB: {fix}", **base)
+        return replace(base, verdict="does-not-fit", reason=(
+            f"needs ~{need:.1f} GiB but {count}x {label} at {util:.0%} gives "
+            f"{usable:.1f} GiB: {fix}"))
     per_accel = need / count
     if card and declared and per_accel > declared:
-        return Plan(name, "local", "tight",
-                    f"fits {count}x {label} ({need:.1f} of {usable:.1f} GiB) but needs "
-                    f"~{per_accel:.1f} GiB per accelerator, above the declared "
-                    f"vramPerAcceleratorGiB {declared}: raise it to {math.ceil(per_accel)}",
-                    **base)
+        return replace(base, verdict="tight", reason=(
+            f"fits {count}x {label} ({need:.1f} of {usable:.1f} GiB) but needs "
+            f"~{per_accel:.1f} GiB per accelerator, above the declared "
+            f"vramPerAcceleratorGiB {declared}: raise it to {math.ceil(per_accel)}"))
     if need > HEADROOM * usable:
-        return Plan(name, "local", "tight",
-                    f"{need:.1f} of {usable:.1f} GiB usable on {count}x {label}: under "
-                    f"{1 - HEADROOM:.0%} headroom for batching", **base)
-    return Plan(name, "local", "fits",
-                f"{need:.1f} of {usable:.1f} GiB usable on {count}x {label}", **base)
+        return replace(base, verdict="tight", reason=(
+            f"{need:.1f} of {usable:.1f} GiB usable on {count}x {label}: under "
+            f"{1 - HEADROOM:.0%} headroom for batching"))
+    return replace(base, reason=f"{need:.1f} of {usable:.1f} GiB usable on {count}x {label}")
 
 
 def _tp(spec: LLMModelSpec, count: int) -> int:
@@ -227,14 +224,13 @@ def _tp(spec: LLMModelSpec, count: int) -> int:
 def _plan_cpu(name: str, spec: LLMModelSpec, est: Estimate, cache: int) -> Plan:
     memory = spec.resources.memory_gi_b
     need = est.total_gib
-    common: dict[str, Any] = {"estimate": est, "capacity_gib": float(memory), "accelerator": None,
-                              "cache_size_gib": cache}
+    base = Plan(name, "local", "fits", f"{need:.1f} of {memory} GiB RAM", estimate=est,
+                capacity_gib=float(memory), cache_size_gib=cache)
     if need > memory:
-        return Plan(name, "local", "does-not-fit",
-                    f"needs ~{need:.1f} GiB of RAM but resources.memoryGiB is {memory}: raise it "
-                    f"to {math.ceil(need / HEADROOM)} or lower the context", **common)
+        return replace(base, verdict="does-not-fit", reason=(
+            f"needs ~{need:.1f} GiB of RAM but resources.memoryGiB is {memory}: raise it "
+            f"to {math.ceil(need / HEADROOM)} or lower the context"))
     if need > HEADROOM * memory:
-        return Plan(name, "local", "tight",
-                    f"{need:.1f} of {memory} GiB RAM: under {1 - HEADROOM:.0%} headroom",
-                    **common)
-    return Plan(name, "local", "fits", f"{need:.1f} of {memory} GiB RAM", **common)
+        return replace(base, verdict="tight", reason=(
+            f"{need:.1f} of {memory} GiB RAM: under {1 - HEADROOM:.0%} headroom"))
+    return base

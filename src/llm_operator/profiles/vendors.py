@@ -69,7 +69,9 @@ def _gpu_toleration(key: str) -> MappingProxyType[str, Any]:
 # (settings.images) for mirrored or air-gapped registries.
 VLLM_CUDA = "vllm/vllm-openai:v0.33.0"
 VLLM_ROCM = "rocm/vllm:rocm7.14.0_cdna_ubuntu24.04_py3.14_pytorch_2.11.0_vllm_0.23.0"
-VLLM_GAUDI = "vault.habana.ai/gaudi-docker/1.23.0/ubuntu24.04/habanalabs/vllm-installer-2.9.0:latest"
+VLLM_GAUDI = (
+    "vault.habana.ai/gaudi-docker/1.23.0/ubuntu24.04/habanalabs/vllm-installer-2.9.0:latest"
+)
 LLAMACPP_BUILD = "b11206"
 LLAMACPP_CPU = f"ghcr.io/ggml-org/llama.cpp:server-{LLAMACPP_BUILD}"
 LLAMACPP_CUDA = f"ghcr.io/ggml-org/llama.cpp:server-cuda-{LLAMACPP_BUILD}"

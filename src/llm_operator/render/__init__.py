@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from llm_operator.api.validation import Problem
 from llm_operator.api.v1alpha1 import LLMModel
+from llm_operator.api.validation import Problem
 from llm_operator.profiles.engines import engine, engine_arg_problems
 from llm_operator.profiles.planner import Plan, plan
 from llm_operator.profiles.settings import DEFAULT_SETTINGS, Settings
@@ -62,7 +62,9 @@ def render(
     return _render_local(model, settings, owner_uid, model_plan)
 
 
-def _render_remote(model: LLMModel, settings: Settings, owner_uid: str | None) -> list[dict[str, Any]]:
+def _render_remote(
+    model: LLMModel, settings: Settings, owner_uid: str | None
+) -> list[dict[str, Any]]:
     config = remote.config_map(model, settings, owner_uid)
     objects = [
         config,
@@ -93,7 +95,7 @@ def _render_local(
     objects = [
         workload.model_cache_pvc(model, cache, settings, owner_uid),
         workload.inference_deployment(
-            model, vp, eng, image, settings,
+            model, vp=vp, eng=eng, image=image, settings=settings,
             replicas=None if autoscaled else spec.scaling.min_replicas,
             owner_uid=owner_uid, node_selector=node_selector, tolerations=tolerations),
         networking.service(model, workload.COMPONENT, owner_uid),

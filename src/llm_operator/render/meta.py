@@ -43,6 +43,7 @@ def metadata(
     name: str,
     component: str,
     owner_uid: str | None,
+    *,
     labels: dict[str, str] | None = None,
     annotations: dict[str, str] | None = None,
 ) -> dict[str, Any]:

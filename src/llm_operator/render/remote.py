@@ -13,6 +13,7 @@ from llm_operator.profiles.engines import NON_ROOT_UID, PORT
 from llm_operator.profiles.pricing import price
 from llm_operator.profiles.settings import Settings
 from llm_operator.render.meta import (
+    child_labels,
     config_map_name,
     content_hash,
     metadata,
@@ -44,7 +45,8 @@ def gateway_config(model: LLMModel, replicas: int) -> dict[str, Any]:
         },
     }
     if api.rate_limit_rpm:
-        route["rateLimit"] = {"requestsPerMinute": max(1, math.floor(api.rate_limit_rpm / replicas))}
+        per_replica = max(1, math.floor(api.rate_limit_rpm / replicas))
+        route["rateLimit"] = {"requestsPerMinute": per_replica}
     known = price(model.spec.model_id)
     if known:
         route["pricing"] = {"inputPerMillion": known[0], "outputPerMillion": known[1]}
@@ -67,7 +69,7 @@ def gateway_deployment(
     api = model.spec.remote_api
     assert api is not None
     labels = {L.MODE: "remote-proxy"}
-    template_labels = {**metadata(model, model.name, COMPONENT, None)["labels"], **labels}
+    template_labels = {**child_labels(model, COMPONENT), **labels}
     container = {
         "name": "gateway",
         "image": settings.images.operator,

@@ -70,8 +70,11 @@ def scaled_object(
 def http_scaled_object(
     model: LLMModel, settings: Settings, owner_uid: str | None
 ) -> dict[str, Any]:
-    """Request buffering while a scaled-to-zero model starts; its trigger lives in our
-    ScaledObject (one ScaledObject per workload), so the add-on must not create its own."""
+    """Request buffering while a scaled-to-zero model starts.
+
+    Its trigger lives in our ScaledObject (KEDA allows one per workload), so the add-on is
+    told not to create its own.
+    """
     scaling = model.spec.scaling
     return {
         "apiVersion": "http.keda.sh/v1alpha1",

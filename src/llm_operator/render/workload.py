@@ -19,6 +19,7 @@ from llm_operator.profiles.engines import (
 from llm_operator.profiles.settings import Settings
 from llm_operator.profiles.vendors import VendorProfile
 from llm_operator.render.meta import (
+    child_labels,
     metadata,
     pvc_name,
     restricted_container_security,
@@ -159,6 +160,7 @@ def _affinity(spec: LLMModelSpec, vp: VendorProfile) -> dict[str, Any] | None:
 
 def inference_deployment(
     model: LLMModel,
+    *,
     vp: VendorProfile,
     eng: EngineProfile,
     image: str,
@@ -225,9 +227,8 @@ def inference_deployment(
     if eng.metrics_path:
         pod_annotations = {L.PROMETHEUS_SCRAPE: "true", L.PROMETHEUS_PORT: str(PORT),
                            L.PROMETHEUS_PATH: eng.metrics_path}
-    extra = {L.ENGINE: spec.inference_engine, L.VENDOR: spec.accelerator_vendor}
-    template_meta: dict[str, Any] = {"labels": {**metadata(model, model.name, COMPONENT, None)[
-        "labels"], **extra}}
+    extra: dict[str, str] = {L.ENGINE: spec.inference_engine, L.VENDOR: spec.accelerator_vendor}
+    template_meta: dict[str, Any] = {"labels": {**child_labels(model, COMPONENT), **extra}}
     if pod_annotations:
         template_meta["annotations"] = pod_annotations
     deploy_spec: dict[str, Any] = {

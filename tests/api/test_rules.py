@@ -1,0 +1,118 @@
+"""Cross-field rules: the Python twins and the CRD's CEL rules agree, case by case."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llm_operator.api.rules import RULES
+from llm_operator.api.validation import InvalidModel, parse_llmmodel
+
+from conftest import EDGE_SAMPLES, GUIDE_SAMPLES, load_yaml
+from k8s_schemas import cel_failures
+
+RULE_BY_MESSAGE = {r.message: r.id for r in RULES}
+
+
+def _python_broken(doc: dict[str, Any]) -> set[str]:
+    try:
+        parse_llmmodel(doc)
+    except InvalidModel as exc:
+        by_path = {(r.path, r.message): r.id for r in RULES}
+        return {by_path[(p.path, p.message)] for p in exc.problems}
+    return set()
+
+
+def _cel_broken(doc: dict[str, Any]) -> set[str]:
+    return {RULE_BY_MESSAGE[m] for m in cel_failures(doc)}
+
+
+def _patch(doc: dict[str, Any], spec: dict[str, Any], name: str | None = None) -> dict[str, Any]:
+    out = copy.deepcopy(doc)
+    for key, value in spec.items():
+        if value is None:
+            out["spec"].pop(key, None)
+        elif isinstance(value, dict) and isinstance(out["spec"].get(key), dict):
+            out["spec"][key] = {**out["spec"][key], **value}
+        else:
+            out["spec"][key] = value
+    if name:
+        out["metadata"]["name"] = name
+    return out
+
+
+REMOTE = {"deploymentMode": "remote", "modelId": "gpt-5.5", "totalParametersBillions": None,
+          "remoteApi": {"baseUrl": "https://api.openai.com/v1", "apiKeySecret": "k"}}
+
+# (case, spec patch, expected broken rule ids)
+CASES: list[tuple[str, dict[str, Any], set[str]]] = [
+    ("valid local", {}, set()),
+    ("valid remote", REMOTE, set()),
+    ("remote without remoteApi", {**REMOTE, "remoteApi": None}, {"remote-needs-remote-api"}),
+    ("local without parameters", {"totalParametersBillions": None}, {"local-needs-parameters"}),
+    ("vLLM on cpu", {"acceleratorVendor": "cpu", "inferenceEngine": "vllm"}, {"vllm-not-on-cpu"}),
+    ("vLLM on cpu, default engine", {"acceleratorVendor": "cpu"}, {"vllm-not-on-cpu"}),
+    ("Ollama on Gaudi", {"acceleratorVendor": "intel-gaudi", "inferenceEngine": "ollama",
+                         "quantization": "GGUF-Q4_K_M"}, {"gguf-engines-not-on-gaudi"}),
+    ("llama.cpp on Gaudi", {"acceleratorVendor": "intel-gaudi", "inferenceEngine": "llamacpp",
+                            "quantization": "GGUF-Q8_0"}, {"gguf-engines-not-on-gaudi"}),
+    ("llama.cpp without GGUF", {"acceleratorVendor": "cpu", "inferenceEngine": "llamacpp",
+                                "resources": {"acceleratorCount": 0}}, {"llamacpp-needs-gguf"}),
+    ("min above max", {"scaling": {"minReplicas": 4, "maxReplicas": 2}}, {"min-at-most-max"}),
+    ("min above default max", {"scaling": {"minReplicas": 5}}, {"min-at-most-max"}),
+    ("zero accelerators on nvidia", {"resources": {"acceleratorCount": 0}},
+     {"accelerator-count-zero-only-for-cpu"}),
+    ("zero accelerators on cpu", {"acceleratorVendor": "cpu", "inferenceEngine": "ollama",
+                                  "resources": {"acceleratorCount": 0}}, set()),
+    ("active above total", {"activeParametersBillions": 12}, {"active-at-most-total"}),
+    ("MoE active below total", {"activeParametersBillions": 3.8}, set()),
+    ("hf model id without owner", {"modelId": "gemma"}, {"huggingface-model-id"}),
+    ("s3 model id is free-form", {"modelId": "gemma", "modelSource": {
+        "type": "s3", "s3Bucket": "models"}}, set()),
+    ("oci without image", {"modelSource": {"type": "oci"}}, {"oci-needs-image"}),
+    ("s3 without bucket", {"modelSource": {"type": "s3"}}, {"s3-needs-bucket"}),
+    ("mcp without tool name", {"mcpExposure": {"enabled": True}}, {"mcp-needs-tool-name"}),
+    ("mcp disabled without tool name", {"mcpExposure": {"enabled": False}}, set()),
+    ("remote ignores local rules", {**REMOTE, "acceleratorVendor": "cpu",
+                                    "resources": {"acceleratorCount": 0}}, set()),
+    ("two rules at once", {"acceleratorVendor": "cpu", "scaling": {"minReplicas": 9}},
+     {"vllm-not-on-cpu", "min-at-most-max"}),
+]
+
+
+@pytest.mark.parametrize(("case", "patch", "expected"), CASES, ids=[c[0] for c in CASES])
+def test_rule_in_types(base_local: dict[str, Any], case: str, patch: dict[str, Any],
+                       expected: set[str]) -> None:
+    assert _python_broken(_patch(base_local, patch)) == expected
+
+
+@pytest.mark.parametrize(("case", "patch", "expected"), CASES, ids=[c[0] for c in CASES])
+def test_rule_in_cel(base_local: dict[str, Any], case: str, patch: dict[str, Any],
+                     expected: set[str]) -> None:
+    assert _cel_broken(_patch(base_local, patch)) == expected
+
+
+@pytest.mark.parametrize("name", ["UPPER", "9starts-with-digit", "ends-", "a" * 64])
+def test_name_format_rule_in_cel(base_local: dict[str, Any], name: str) -> None:
+    assert _cel_broken(_patch(base_local, {}, name=name)) == {"name-format"}
+
+
+def test_every_rule_has_a_breaking_case() -> None:
+    covered = set().union(*(c[2] for c in CASES)) | {"name-format"}
+    assert covered == {r.id for r in RULES}
+
+
+@pytest.mark.parametrize("path", GUIDE_SAMPLES + EDGE_SAMPLES, ids=lambda p: p.stem)
+def test_samples_pass_every_rule(path: Path) -> None:
+    doc = load_yaml(path)
+    assert _python_broken(doc) == set()
+    assert _cel_broken(doc) == set()
+
+
+def test_rule_messages_say_what_to_change() -> None:
+    for rule in RULES:
+        assert len(rule.message) > 30, rule.id
+        assert rule.path.startswith(("spec", "metadata")), rule.id

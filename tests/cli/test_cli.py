@@ -1,0 +1,113 @@
+"""The llmop command line: one clear line per problem, valid documents still processed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from llm_operator.api.crd import crd
+from llm_operator.cli.main import cli
+
+from conftest import REPO, SAMPLES
+
+DATA = Path(__file__).parent / "testdata"
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_validate_reports_every_problem_with_file_object_and_field() -> None:
+    code, out, err = run("validate", "-f", str(DATA / "bad-mixed.yaml"))
+    assert code == 1
+    assert "ok " in out and "LLMModel ai-models/good-cpu" in out
+    lines = [line for line in err.splitlines() if line.startswith("error")]
+    expected = [
+        ("LLMModel ai-models/vllm-on-cpu", "spec.inferenceEngine: vLLM is not supported"),
+        ("LLMModel ai-models/vllm-on-cpu", "spec.scaling.minReplicas: scaling.minReplicas must"),
+        ("LLMModel remote-no-api", "spec.gpus: unknown field"),
+        ("ConfigMap not-a-model", "not an LLMModel"),
+    ]
+    for obj, words in expected:
+        assert any(str(DATA / "bad-mixed.yaml") in line and obj in line and words in line
+                   for line in lines), (obj, words, lines)
+    assert len(lines) == len(expected)
+
+
+def test_malformed_yaml_names_the_line() -> None:
+    code, _, err = run("validate", "-f", str(DATA / "malformed.yaml"))
+    assert code == 1
+    assert "malformed YAML (line" in err and "malformed.yaml" in err
+
+
+def test_samples_validate_cleanly() -> None:
+    code, out, err = run("validate", "-f", str(SAMPLES))
+    assert (code, err) == (0, "")
+    assert out.count("ok ") == 11
+
+
+def test_render_outputs_valid_models_and_fails_for_the_rest() -> None:
+    code, out, err = run("render", "-f", str(DATA / "bad-mixed.yaml"))
+    assert code == 1 and "vllm-on-cpu" in err
+    kinds = [d["kind"] for d in yaml.safe_load_all(out)]
+    assert kinds == ["PersistentVolumeClaim", "Deployment", "Service", "ScaledObject",
+                     "ServiceMonitor"]
+
+
+def test_render_json_is_a_list() -> None:
+    code, out, _ = run("render", "-f", str(SAMPLES / "gpt55-remote.yaml"), "-o", "json",
+                       "--owner-uid", "u-1")
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["kind"] == "List"
+    assert doc["items"][0]["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+
+
+def test_plan_json_fields() -> None:
+    code, out, _ = run("plan", "-f", str(SAMPLES), "-o", "json")
+    assert code == 0
+    plans = {p["name"]: p for p in json.loads(out)}
+    assert plans["gemma4-26b-amd"]["verdict"] == "tight"
+    assert plans["llama4-maverick"]["tensorParallelSize"] == 4
+    for p in plans.values():
+        assert {"name", "estimatedMemoryGiB", "acceleratorCount", "tensorParallelSize",
+                "verdict", "reason"} <= set(p)
+
+
+def test_plan_table_shows_verdicts() -> None:
+    code, out, _ = run("plan", "-f", str(SAMPLES / "qwen35-9b-cpu.yaml"))
+    assert code == 0 and "qwen35-9b-cpu" in out and "fits" in out
+
+
+def test_crd_command_matches_the_generator(tmp_path: Path) -> None:
+    target = tmp_path / "crd.yaml"
+    code, _, _ = run("crd", "-o", str(target))
+    assert code == 0 and yaml.safe_load(target.read_text()) == crd()
+
+
+def test_bad_settings_file_is_a_usage_error(tmp_path: Path) -> None:
+    settings = tmp_path / "settings.yaml"
+    settings.write_text("storage: {accessMode: Sometimes}\n")
+    code, _, err = run("render", "-f", str(SAMPLES), "--settings", str(settings))
+    assert code == 2 and "storage.accessMode" in err
+
+
+def test_no_documents_is_a_usage_error(tmp_path: Path) -> None:
+    code, _, err = run("validate", "-f", str(tmp_path))
+    assert code == 2 and "no YAML documents" in err
+
+
+@pytest.mark.parametrize("command", ["validate", "plan", "render", "crd"])
+def test_every_command_has_help(command: str) -> None:
+    code, out, _ = run(command, "--help")
+    assert code == 0 and "Usage:" in out and len(out) > 200
+
+
+def test_readme_quick_start_commands_exist() -> None:
+    readme = (REPO / "README.md").read_text()
+    assert "make up" in readme and "make test" in readme

@@ -1,0 +1,127 @@
+"""Engine profiles: flags, served names, Ollama's environment, and rejected engineArgs."""
+
+from __future__ import annotations
+
+import copy
+import re
+from typing import Any
+
+import pytest
+
+from llm_operator.api.validation import parse_llmmodel
+from llm_operator.profiles.engines import (
+    engine_arg_problems,
+    flag_args,
+    prepare_script,
+    serve,
+)
+from llm_operator.profiles.vendors import VENDORS, vendor
+
+
+@pytest.mark.parametrize(("args", "flags"), [
+    (None, []),
+    ({"max-model-len": "65536"}, ["--max-model-len", "65536"]),
+    ({"enable-chunked-prefill": "true"}, ["--enable-chunked-prefill"]),
+    ({"enable-prefix-caching": "False"}, ["--no-enable-prefix-caching"]),
+    ({"b": "2", "a": "1"}, ["--a", "1", "--b", "2"]),
+])
+def test_engine_args_become_sorted_flags(args: dict[str, str] | None, flags: list[str]) -> None:
+    assert flag_args(args) == flags
+
+
+def _spec(base: dict[str, Any], **spec: Any) -> Any:
+    doc = copy.deepcopy(base)
+    doc["spec"].update(spec)
+    return parse_llmmodel(doc).spec
+
+
+def test_vllm_serves_the_model_id_from_the_local_cache(base_local: dict[str, Any]) -> None:
+    srv = serve(_spec(base_local, resources={"acceleratorCount": 2, "vramPerAcceleratorGiB": 80}),
+                on_accelerator=True)
+    args = list(srv.args)
+    assert args[args.index("--served-model-name") + 1] == "Qwen/Qwen3.5-9B"
+    assert args[args.index("--model") + 1] == "/model-cache/source"
+    assert args[args.index("--port") + 1] == "8000"
+    assert args[args.index("--tensor-parallel-size") + 1] == "2"
+    assert ("HF_HUB_OFFLINE", "1") in srv.env
+
+
+def test_llamacpp_loads_one_gguf_file_under_the_model_id(base_local: dict[str, Any]) -> None:
+    spec = _spec(base_local, acceleratorVendor="cpu", inferenceEngine="llamacpp",
+                 quantization="GGUF-Q4_K_M", resources={"acceleratorCount": 0})
+    args = list(serve(spec, on_accelerator=False).args)
+    assert args[args.index("--model") + 1] == "/model-cache/model.gguf"
+    assert args[args.index("--alias") + 1] == "Qwen/Qwen3.5-9B"
+    assert args[args.index("--ctx-size") + 1] == str(32 * 1024)
+    assert "--n-gpu-layers" not in args
+    script = prepare_script(spec)
+    assert script is not None and "ln -sfn" in script
+
+
+def test_ollama_maps_engine_args_to_its_environment(base_local: dict[str, Any]) -> None:
+    spec = _spec(base_local, acceleratorVendor="cpu", inferenceEngine="ollama",
+                 quantization="GGUF-Q4_K_M", resources={"acceleratorCount": 0},
+                 engineArgs={"num-ctx": "32768"})
+    env = dict(serve(spec, on_accelerator=False).env)
+    assert env["OLLAMA_CONTEXT_LENGTH"] == "32768"
+    assert env["OLLAMA_HOST"] == "0.0.0.0:8000"
+    assert env["OLLAMA_KEEP_ALIVE"] == "-1"
+    script = prepare_script(spec)
+    assert script is not None and "ollama create Qwen/Qwen3.5-9B" in script
+
+
+@pytest.mark.parametrize(("engine", "args", "words"), [
+    ("ollama", {"temperature": "0.1"}, "unsupported engineArgs temperature"),
+    ("vllm", {"port": "9000"}, "cannot be overridden"),
+    ("vllm", {"max-model-len": "64k"}, "whole number"),
+])
+def test_engine_args_the_engine_cannot_take(base_local: dict[str, Any], engine: str,
+                                            args: dict[str, str], words: str) -> None:
+    vendor_name = "cpu" if engine == "ollama" else "nvidia"
+    spec = _spec(base_local, acceleratorVendor=vendor_name, inferenceEngine=engine,
+                 quantization="GGUF-Q4_K_M" if engine == "ollama" else "None",
+                 resources={"acceleratorCount": 0 if vendor_name == "cpu" else 1},
+                 engineArgs=args)
+    assert any(words in p for p in engine_arg_problems(spec))
+
+
+@pytest.mark.parametrize(("name", "key", "selector"), [
+    ("nvidia", "nvidia.com/gpu", {"nvidia.com/gpu.present": "true"}),
+    ("amd", "amd.com/gpu", {"amd.com/gpu.present": "true"}),
+    ("intel-gaudi", "habana.ai/gaudi", {"habana.ai/gaudi": "true"}),
+    ("cpu", None, {}),
+])
+def test_vendor_keys_and_selectors(name: str, key: str | None, selector: dict[str, str]) -> None:
+    profile = vendor(name)
+    assert profile.resource_key == key
+    assert dict(profile.node_selector) == selector
+
+
+@pytest.mark.parametrize(("name", "count", "host_ipc"), [
+    ("nvidia", 1, False), ("nvidia", 2, True), ("intel-gaudi", 1, True), ("cpu", 0, False),
+])
+def test_host_ipc_rule(name: str, count: int, host_ipc: bool) -> None:
+    assert vendor(name).host_ipc(count) is host_ipc
+
+
+def test_every_image_is_pinned() -> None:
+    """A version tag, or (Intel's vault publishes only :latest) a release in the path."""
+    for profile in VENDORS.values():
+        for image in profile.images.values():
+            if image is not None:
+                repo, tag = image.rsplit(":", 1)
+                assert tag != "latest" or re.search(r"/\d+\.\d+\.\d+/", repo), image
+
+
+@pytest.mark.parametrize(("text", "card"), [
+    ("NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB"), ("AMD Instinct MI300X", None),
+    ("h200", "NVIDIA H200 141GB"), (None, None),
+])
+def test_nvidia_card_lookup(text: str | None, card: str | None) -> None:
+    found = vendor("nvidia").find_accelerator(text)
+    assert (found.name if found else None) == card
+
+
+def test_unknown_vendor_names_the_valid_ones() -> None:
+    with pytest.raises(KeyError, match="nvidia, amd, intel-gaudi, cpu"):
+        vendor("tpu")

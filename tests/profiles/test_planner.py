@@ -1,0 +1,172 @@
+"""Capacity planner: the guide's VRAM table, verdicts, and recommended accelerator counts."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from llm_operator.api.validation import parse_llmmodel
+from llm_operator.profiles.planner import GIB, estimate_memory, plan
+
+GB = 1e9 / GIB  # the guide's table is in GB; the planner works in GiB
+
+# The guide's VRAM reference table: (model, total B, active B, Q4 GB, BF16 GB).
+GUIDE_TABLE = [
+    ("Gemma 4 E2B", 2.3, 2.3, 4, 15),
+    ("Gemma 4 E4B", 4.5, 4.5, 8, 15),
+    ("Qwen3.5-4B", 4, 4, 3, 9),
+    ("Qwen3.5-9B", 9, 9, 6, 18),
+    ("Gemma 4 26B-A4B", 25.2, 3.8, 14, 60),
+    ("Qwen3.5-27B", 27, 27, 16, 54),
+    ("Qwen3.6-27B", 27, 27, 18, 54),
+    ("Gemma 4 31B", 30.7, 30.7, 16, 62),
+    ("Qwen3.5-35B-A3B", 35, 3, 21, 70),
+    ("Qwen3.6-35B-A3B", 35, 3, 22, 70),
+    ("Llama 4 Scout", 109, 17, 55, 220),
+    ("Mistral Medium 3.5", 128, 128, 70, 256),
+    ("DeepSeek-V4-Flash", 284, 13, 80, 570),
+    ("Kimi K2.5", 1000, 32, 250, 2000),
+    ("Llama 4 Maverick", 400, 17, 224, 860),
+    ("GLM-5.1", 754, 40, 180, 1500),
+    ("Mistral Large 3", 675, 41, 200, 1350),
+    ("DeepSeek-V4-Pro", 1600, 49, 430, None),
+]
+
+# Rows whose footprint does NOT follow from the listed total parameters, and why.
+NOT_FROM_TOTAL = {
+    # Per-layer embeddings are excluded from the "effective" size the table lists.
+    ("Gemma 4 E2B", "Q4"), ("Gemma 4 E2B", "BF16"),
+    ("Gemma 4 E4B", "Q4"), ("Gemma 4 E4B", "BF16"),
+    # The Q4 column quotes ~1.5-2-bit community quants or CPU offload, not 4-bit weights.
+    ("DeepSeek-V4-Flash", "Q4"), ("Kimi K2.5", "Q4"), ("GLM-5.1", "Q4"),
+    ("Mistral Large 3", "Q4"), ("DeepSeek-V4-Pro", "Q4"),
+}
+
+
+def _rows(column: str) -> list[tuple[str, float, float, float]]:
+    index = 3 if column == "Q4" else 4
+    return [(r[0], r[1], r[2], r[index]) for r in GUIDE_TABLE
+            if r[index] is not None and (r[0], column) not in NOT_FROM_TOTAL]
+
+
+@pytest.mark.parametrize(("name", "total", "active", "table_gb"), _rows("Q4"),
+                         ids=[r[0] for r in _rows("Q4")])
+def test_q4_estimate_within_25_percent_of_guide(name: str, total: float, active: float,
+                                               table_gb: float) -> None:
+    est = estimate_memory(total, active, "AWQ", 4096).total_gib
+    assert est == pytest.approx(table_gb * GB, rel=0.25)
+
+
+@pytest.mark.parametrize(("name", "total", "active", "table_gb"), _rows("BF16"),
+                         ids=[r[0] for r in _rows("BF16")])
+def test_bf16_estimate_within_25_percent_of_guide(name: str, total: float, active: float,
+                                                 table_gb: float) -> None:
+    est = estimate_memory(total, active, "BF16", 4096).total_gib
+    assert est == pytest.approx(table_gb * GB, rel=0.25)
+
+
+def test_excluded_rows_really_differ() -> None:
+    """The exclusions are not there to hide a bad model: each is more than 25% off."""
+    for name, column in NOT_FROM_TOTAL:
+        row = next(r for r in GUIDE_TABLE if r[0] == name)
+        table = row[3] if column == "Q4" else row[4]
+        est = estimate_memory(row[1], row[2], "AWQ" if column == "Q4" else "BF16", 4096)
+        assert table is not None
+        assert abs(est.total_gib / (table * GB) - 1) > 0.25, (name, column)
+
+
+@pytest.mark.parametrize(("quant", "bytes_per_param"), [
+    ("BF16", 2.0), ("FP8", 1.0), ("INT8", 1.0), ("AWQ", 0.53), ("GGUF-Q4_K_M", 0.61),
+    ("GGUF-Q8_0", 1.06),
+])
+def test_weights_follow_bytes_per_parameter(quant: str, bytes_per_param: float) -> None:
+    est = estimate_memory(10, 10, quant, 4096)
+    assert est.weights_gib * GIB / 10e9 == pytest.approx(bytes_per_param, abs=0.01)
+
+
+def test_kv_cache_grows_linearly_with_context() -> None:
+    short = estimate_memory(9, 9, "BF16", 8192).kv_cache_gib
+    long = estimate_memory(9, 9, "BF16", 65536).kv_cache_gib
+    assert long == pytest.approx(8 * short)
+
+
+def _model(base: dict[str, Any], **spec: Any) -> Any:
+    doc = copy.deepcopy(base)
+    for key, value in spec.items():
+        doc["spec"][key] = value
+    return parse_llmmodel(doc)
+
+
+# (case, spec overrides, verdict, recommended count, words in the reason)
+VERDICTS = [
+    ("small model on H100", {"resources": {"preferredAcceleratorModel": "NVIDIA H100",
+                                           "vramPerAcceleratorGiB": 80}},
+     "fits", 1, "usable on 1x NVIDIA H100"),
+    ("declared VRAM too low", {"totalParametersBillions": 31, "resources": {
+        "preferredAcceleratorModel": "H100", "vramPerAcceleratorGiB": 24}},
+     "tight", 1, "raise it to"),
+    ("Maverick Q4 on one H100", {"totalParametersBillions": 400, "activeParametersBillions": 17,
+                                 "quantization": "AWQ", "resources": {
+                                     "preferredAcceleratorModel": "H100"}},
+     "does-not-fit", 4, "set resources.acceleratorCount: 4"),
+    ("DeepSeek-V4-Pro BF16 on B200s", {"totalParametersBillions": 1600,
+                                       "activeParametersBillions": 49, "resources": {
+                                           "preferredAcceleratorModel": "B200",
+                                           "acceleratorCount": 8}},
+     "does-not-fit", 8, "more than 8x"),
+    ("no size information", {"resources": {}}, "tight", 1, "set one"),
+    ("card of another vendor", {"acceleratorVendor": "amd", "resources": {
+        "preferredAcceleratorModel": "NVIDIA H100"}}, "does-not-fit", 1, "nvidia accelerator"),
+    ("MXFP4 on MI300X", {"acceleratorVendor": "amd", "quantization": "MXFP4",
+                         "resources": {"preferredAcceleratorModel": "AMD Instinct MI300X"}},
+     "does-not-fit", 1, "MI350X"),
+    ("nearly full", {"totalParametersBillions": 30, "quantization": "FP8",
+                     "resources": {"vramPerAcceleratorGiB": 48}}, "tight", 1, "headroom"),
+    ("tp larger than count", {"engineArgs": {"tensor-parallel-size": "2"},
+                              "resources": {"vramPerAcceleratorGiB": 80}},
+     "does-not-fit", 1, "tensor-parallel-size 2"),
+]
+
+
+@pytest.mark.parametrize(("case", "spec", "verdict", "count", "words"), VERDICTS,
+                         ids=[v[0] for v in VERDICTS])
+def test_verdicts(base_local: dict[str, Any], case: str, spec: dict[str, Any], verdict: str,
+                  count: int, words: str) -> None:
+    result = plan(_model(base_local, **spec))
+    assert (result.verdict, result.accelerator_count) == (verdict, count), result.reason
+    assert words in result.reason
+
+
+@pytest.mark.parametrize(("memory", "verdict"), [(32, "fits"), (11, "tight"), (4, "does-not-fit")])
+def test_cpu_models_are_sized_against_system_memory(base_local: dict[str, Any], memory: int,
+                                                    verdict: str) -> None:
+    model = _model(base_local, acceleratorVendor="cpu", inferenceEngine="llamacpp",
+                   quantization="GGUF-Q4_K_M", resources={"acceleratorCount": 0,
+                                                          "memoryGiB": memory})
+    result = plan(model)
+    assert result.verdict == verdict
+    assert result.tensor_parallel_size == 1 and result.accelerator_count == 0
+
+
+def test_engine_context_argument_drives_kv_cache(base_local: dict[str, Any]) -> None:
+    wide = plan(_model(base_local, contextWindowK=256))
+    narrow = plan(_model(base_local, contextWindowK=256, engineArgs={"max-model-len": "8192"}))
+    assert narrow.estimate and wide.estimate
+    assert narrow.estimate.context_tokens == 8192
+    assert narrow.estimate.kv_cache_gib < wide.estimate.kv_cache_gib / 30
+
+
+def test_remote_models_need_no_memory(base_local: dict[str, Any]) -> None:
+    model = _model(base_local, deploymentMode="remote", modelId="gpt-5.5",
+                   remoteApi={"baseUrl": "https://api.openai.com/v1", "apiKeySecret": "k"})
+    result = plan(model)
+    assert (result.verdict, result.estimated_memory_gib) == ("fits", 0.0)
+    assert "api.openai.com" in result.reason
+
+
+def test_plan_json_has_the_documented_fields(base_local: dict[str, Any]) -> None:
+    out = plan(_model(base_local)).to_dict()
+    assert {"name", "estimatedMemoryGiB", "acceleratorCount", "tensorParallelSize", "verdict",
+            "reason"} <= set(out)

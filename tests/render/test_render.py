@@ -1,0 +1,219 @@
+"""Rendering: golden manifests, official-schema validity, and the invariants users rely on."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from llm_operator.api.validation import parse_llmmodel
+from llm_operator.profiles.settings import Settings
+from llm_operator.render import RenderError, render
+
+from conftest import EDGE_SAMPLES, GUIDE_SAMPLES, load_yaml
+from k8s_schemas import validate_object
+
+GOLDEN = Path(__file__).parent / "golden"
+ALL_SAMPLES = GUIDE_SAMPLES + EDGE_SAMPLES
+UID = "00000000-0000-4000-8000-000000000001"
+
+
+def _render(path: Path, settings: Settings | None = None) -> list[dict[str, Any]]:
+    return render(parse_llmmodel(load_yaml(path)), settings or Settings(), owner_uid=UID)
+
+
+def _by_kind(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {o["kind"]: o for o in objects}
+
+
+@pytest.mark.parametrize("path", ALL_SAMPLES, ids=lambda p: p.stem)
+def test_golden_manifests(path: Path, update_golden: bool) -> None:
+    text = "".join("---\n" + yaml.safe_dump(o, sort_keys=False) for o in _render(path))
+    golden = GOLDEN / f"{path.stem}.yaml"
+    if update_golden:
+        golden.write_text(text)
+    assert golden.exists(), f"missing {golden}: run `make golden`"
+    assert text == golden.read_text(), f"{path.stem} changed: review, then `make golden`"
+
+
+@pytest.mark.parametrize("path", ALL_SAMPLES, ids=lambda p: p.stem)
+def test_every_object_validates_against_official_schemas(path: Path) -> None:
+    errors = [e for o in _render(path) for e in validate_object(o)]
+    assert errors == []
+
+
+@pytest.mark.parametrize(("sample", "kinds"), [
+    ("gemma4-26b-amd", ["PersistentVolumeClaim", "Deployment", "Service", "ScaledObject",
+                        "HTTPScaledObject", "ServiceMonitor"]),
+    ("gemma4-31b-nvidia", ["PersistentVolumeClaim", "Deployment", "Service", "ScaledObject",
+                           "ServiceMonitor"]),
+    ("qwen35-9b-cpu", ["PersistentVolumeClaim", "Deployment", "Service", "ScaledObject"]),
+    ("gpt55-remote", ["ConfigMap", "Deployment", "Service", "ServiceMonitor"]),
+    ("llama-cpu-s3", ["PersistentVolumeClaim", "Deployment", "Service", "ServiceMonitor"]),
+])
+def test_children_per_sample(sample: str, kinds: list[str]) -> None:
+    path = next(p for p in ALL_SAMPLES if p.stem == sample)
+    assert [o["kind"] for o in _render(path)] == kinds
+
+
+@pytest.mark.parametrize("path", ALL_SAMPLES, ids=lambda p: p.stem)
+def test_keda_owns_replicas_exactly_when_a_scaledobject_exists(path: Path) -> None:
+    objects = _by_kind(_render(path))
+    deploy = objects["Deployment"]
+    assert ("replicas" in deploy["spec"]) is ("ScaledObject" not in objects)
+
+
+@pytest.mark.parametrize("path", ALL_SAMPLES, ids=lambda p: p.stem)
+def test_children_are_owned_and_labelled(path: Path) -> None:
+    name = load_yaml(path)["metadata"]["name"]
+    for obj in _render(path):
+        meta = obj["metadata"]
+        assert meta["ownerReferences"][0]["uid"] == UID
+        assert meta["ownerReferences"][0]["controller"] is True
+        assert meta["labels"]["ai.example.io/model-name"] == name
+        assert meta["labels"]["app.kubernetes.io/managed-by"] == "llm-operator"
+
+
+@pytest.mark.parametrize("path", ALL_SAMPLES, ids=lambda p: p.stem)
+def test_rendering_is_deterministic(path: Path) -> None:
+    assert _render(path) == _render(path)
+
+
+def test_no_owner_references_without_uid() -> None:
+    objects = render(parse_llmmodel(load_yaml(GUIDE_SAMPLES[0])))
+    assert all("ownerReferences" not in o["metadata"] for o in objects)
+
+
+def test_scaledobject_follows_the_guide() -> None:
+    path = next(p for p in GUIDE_SAMPLES if p.stem == "gemma4-26b-amd")
+    spec = _by_kind(_render(path))["ScaledObject"]["spec"]
+    assert (spec["minReplicaCount"], spec["maxReplicaCount"], spec["cooldownPeriod"],
+            spec["pollingInterval"]) == (0, 3, 300, 15)
+    prom = spec["triggers"][0]["metadata"]
+    assert prom["query"] == ('sum(vllm:num_requests_waiting{namespace="ai-models",'
+                             'pod=~"gemma4-26b-amd-[a-z0-9]+-[a-z0-9]+"})')
+    assert (prom["threshold"], prom["activationThreshold"]) == ("3", "0")
+    assert spec["triggers"][1] == {"type": "external-push", "metadata": {
+        "scalerAddress": "keda-add-ons-http-external-scaler.keda:9090",
+        "httpScaledObject": "gemma4-26b-amd-http"}}
+
+
+def test_http_scaledobject_skips_its_own_scaledobject() -> None:
+    path = next(p for p in GUIDE_SAMPLES if p.stem == "gemma4-26b-amd")
+    http = _by_kind(_render(path))["HTTPScaledObject"]
+    assert http["metadata"]["annotations"] == {
+        "httpscaledobject.keda.sh/skip-scaledobject-creation": "true"}
+    assert http["spec"]["scaleTargetRef"]["service"] == "gemma4-26b-amd"
+    assert http["spec"]["hosts"] == ["gemma4-26b-amd.ai-models.svc.cluster.local"]
+
+
+@pytest.mark.parametrize(("sample", "key", "count"), [
+    ("gemma4-26b-amd", "amd.com/gpu", "1"),
+    ("qwen36-35b-gaudi", "habana.ai/gaudi", "1"),
+    ("gemma4-31b-nvidia", "nvidia.com/gpu", "1"),
+    ("maverick-nvidia-tp4", "nvidia.com/gpu", "4"),
+])
+def test_accelerator_resource_key(sample: str, key: str, count: str) -> None:
+    path = next(p for p in ALL_SAMPLES if p.stem == sample)
+    pod = _by_kind(_render(path))["Deployment"]["spec"]["template"]["spec"]
+    limits = pod["containers"][0]["resources"]["limits"]
+    assert limits[key] == count
+    assert pod["tolerations"][0]["key"] == key
+
+
+def test_cpu_model_requests_no_accelerator() -> None:
+    path = next(p for p in GUIDE_SAMPLES if p.stem == "qwen35-9b-cpu")
+    pod = _by_kind(_render(path))["Deployment"]["spec"]["template"]["spec"]
+    assert set(pod["containers"][0]["resources"]["limits"]) == {"cpu", "memory"}
+    assert "nodeSelector" not in pod and "tolerations" not in pod
+
+
+def test_multi_accelerator_tensor_parallel_pod() -> None:
+    path = next(p for p in EDGE_SAMPLES if p.stem == "maverick-nvidia-tp4")
+    pod = _by_kind(_render(path))["Deployment"]["spec"]["template"]["spec"]
+    assert pod["hostIPC"] is True and "hostNetwork" not in pod
+    shm = next(v for v in pod["volumes"] if v["name"] == "shm")
+    assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "64Gi"}
+    args = pod["containers"][0]["args"]
+    assert args[args.index("--tensor-parallel-size") + 1] == "4"
+
+
+def test_hugging_face_token_only_reaches_the_downloader() -> None:
+    path = next(p for p in GUIDE_SAMPLES if p.stem == "gemma4-31b-nvidia")
+    pod = _by_kind(_render(path))["Deployment"]["spec"]["template"]["spec"]
+    fetch = pod["initContainers"][0]
+    token = next(e for e in fetch["env"] if e["name"] == "HF_TOKEN")
+    assert token["valueFrom"]["secretKeyRef"] == {"name": "hf-token", "key": "token"}
+    assert fetch["command"][:2] == ["timeout", "7200"]
+    assert all(e["name"] != "HF_TOKEN" for e in pod["containers"][0]["env"])
+
+
+def test_remote_gateway_reads_the_key_from_the_secret_file() -> None:
+    path = next(p for p in GUIDE_SAMPLES if p.stem == "gpt55-remote")
+    objects = _by_kind(_render(path))
+    config = yaml.safe_load(objects["ConfigMap"]["data"]["gateway.yaml"])
+    route = config["routes"][0]
+    assert route["upstream"]["apiKey"] == {"file": "/var/run/secrets/llmop/upstream/apiKey"}
+    assert route["rateLimit"] == {"requestsPerMinute": 5000}  # 10000 rpm over 2 replicas
+    assert route["pricing"] == {"inputPerMillion": 5.0, "outputPerMillion": 30.0}
+    pod = objects["Deployment"]["spec"]["template"]["spec"]
+    secret = next(v for v in pod["volumes"] if v["name"] == "api-key")["secret"]
+    assert secret == {"secretName": "openai-api-key",
+                      "items": [{"key": "apiKey", "path": "apiKey"}]}
+    assert pod["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
+
+
+def test_gateway_config_change_rolls_pods() -> None:
+    doc = load_yaml(next(p for p in GUIDE_SAMPLES if p.stem == "gpt55-remote"))
+    before = _by_kind(render(parse_llmmodel(doc)))["Deployment"]
+    doc2 = copy.deepcopy(doc)
+    doc2["spec"]["remoteApi"]["rateLimitRpm"] = 100
+    after = _by_kind(render(parse_llmmodel(doc2)))["Deployment"]
+
+    def digest(d: dict[str, Any]) -> str:
+        return str(d["spec"]["template"]["metadata"]["annotations"]["ai.example.io/config-hash"])
+
+    assert digest(before) != digest(after)
+
+
+def test_settings_override_images_selectors_and_storage() -> None:
+    settings = Settings.model_validate({
+        "images": {"engines": {"nvidia": {"vllm": "mirror.local/vllm:v0.33.0"}},
+                   "operator": "mirror.local/llm-operator:v0.1.0", "pullSecrets": ["mirror"]},
+        "vendors": {"nvidia": {"nodeSelector": {"pool": "h100"}, "tolerations": []}},
+        "storage": {"storageClassName": "fast-nvme", "accessMode": "ReadWriteMany"},
+        "prometheusAddress": "http://prom.monitoring:9090",
+    })
+    path = next(p for p in GUIDE_SAMPLES if p.stem == "gemma4-31b-nvidia")
+    objects = _by_kind(_render(path, settings))
+    pod = objects["Deployment"]["spec"]["template"]["spec"]
+    assert pod["containers"][0]["image"] == "mirror.local/vllm:v0.33.0"
+    assert pod["initContainers"][0]["image"] == "mirror.local/llm-operator:v0.1.0"
+    assert pod["nodeSelector"] == {"pool": "h100"} and "tolerations" not in pod
+    assert pod["imagePullSecrets"] == [{"name": "mirror"}]
+    pvc = objects["PersistentVolumeClaim"]["spec"]
+    assert (pvc["storageClassName"], pvc["accessModes"]) == ("fast-nvme", ["ReadWriteMany"])
+    trigger = objects["ScaledObject"]["spec"]["triggers"][0]
+    assert trigger["metadata"]["serverAddress"] == "http://prom.monitoring:9090"
+
+
+@pytest.mark.parametrize(("case", "patch", "settings", "words"), [
+    ("does not fit", {"totalParametersBillions": 400, "quantization": "AWQ", "resources": {
+        "preferredAcceleratorModel": "H100", "vramPerAcceleratorGiB": 80}}, {},
+     "gives 72.0 GiB: set resources.acceleratorCount: 4"),
+    ("scale to zero without the add-on", {"scaling": {"minReplicas": 0}},
+     {"keda": {"httpAddon": {"enabled": False}}}, "HTTP add-on"),
+    ("ollama flag", {"acceleratorVendor": "cpu", "inferenceEngine": "ollama",
+                     "quantization": "GGUF-Q4_K_M", "resources": {"acceleratorCount": 0},
+                     "engineArgs": {"top-k": "5"}}, {}, "Ollama takes no flags"),
+])
+def test_unplaceable_models_render_nothing(base_local: dict[str, Any], case: str,
+                                           patch: dict[str, Any], settings: dict[str, Any],
+                                           words: str) -> None:
+    doc = copy.deepcopy(base_local)
+    doc["spec"].update(patch)
+    with pytest.raises(RenderError, match=words):
+        render(parse_llmmodel(doc), Settings.model_validate(settings))
