@@ -24,7 +24,7 @@ up: $(STAMP)
 test: lint typecheck importlint unit
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff check src tests $(wildcard bench)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
