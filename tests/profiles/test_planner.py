@@ -45,25 +45,21 @@ NOT_FROM_TOTAL = {
 }
 
 
-def _rows(column: str) -> list[tuple[str, float, float, float]]:
-    index = 3 if column == "Q4" else 4
-    return [(r[0], r[1], r[2], r[index]) for r in GUIDE_TABLE
-            if r[index] is not None and (r[0], column) not in NOT_FROM_TOTAL]
+QUANT_OF_COLUMN = {"Q4": "AWQ", "BF16": "BF16"}
+COMPARABLE = [
+    (column, name, total, active, row[3 if column == "Q4" else 4])
+    for column in QUANT_OF_COLUMN
+    for row in GUIDE_TABLE
+    for name, total, active in [row[:3]]
+    if row[3 if column == "Q4" else 4] is not None and (name, column) not in NOT_FROM_TOTAL
+]
 
 
-@pytest.mark.parametrize(("name", "total", "active", "table_gb"), _rows("Q4"),
-                         ids=[r[0] for r in _rows("Q4")])
-def test_q4_estimate_within_25_percent_of_guide(name: str, total: float, active: float,
-                                               table_gb: float) -> None:
-    est = estimate_memory(total, active, "AWQ", 4096).total_gib
-    assert est == pytest.approx(table_gb * GB, rel=0.25)
-
-
-@pytest.mark.parametrize(("name", "total", "active", "table_gb"), _rows("BF16"),
-                         ids=[r[0] for r in _rows("BF16")])
-def test_bf16_estimate_within_25_percent_of_guide(name: str, total: float, active: float,
-                                                 table_gb: float) -> None:
-    est = estimate_memory(total, active, "BF16", 4096).total_gib
+@pytest.mark.parametrize(("column", "name", "total", "active", "table_gb"), COMPARABLE,
+                         ids=[f"{c[1]}-{c[0]}" for c in COMPARABLE])
+def test_estimate_within_25_percent_of_guide(column: str, name: str, total: float,
+                                            active: float, table_gb: float) -> None:
+    est = estimate_memory(total, active, QUANT_OF_COLUMN[column], 4096).total_gib
     assert est == pytest.approx(table_gb * GB, rel=0.25)
 
 
@@ -72,7 +68,7 @@ def test_excluded_rows_really_differ() -> None:
     for name, column in NOT_FROM_TOTAL:
         row = next(r for r in GUIDE_TABLE if r[0] == name)
         table = row[3] if column == "Q4" else row[4]
-        est = estimate_memory(row[1], row[2], "AWQ" if column == "Q4" else "BF16", 4096)
+        est = estimate_memory(row[1], row[2], QUANT_OF_COLUMN[column], 4096)
         assert table is not None
         assert abs(est.total_gib / (table * GB) - 1) > 0.25, (name, column)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from llm_operator.api.labels import SCHEMA_VERSION
 from llm_operator.api.rules import RULES, Rule
 from llm_operator.api.v1alpha1 import (
     GROUP,
@@ -137,7 +138,7 @@ def crd() -> dict[str, Any]:
         "kind": "CustomResourceDefinition",
         "metadata": {
             "name": f"{PLURAL}.{GROUP}",
-            "annotations": {f"{GROUP}/schema-version": VERSION},
+            "annotations": {SCHEMA_VERSION: VERSION},
         },
         "spec": {
             "group": GROUP,

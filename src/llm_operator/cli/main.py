@@ -102,7 +102,7 @@ def cli() -> None:
     """
 
 
-@cli.command()
+@cli.command(name="crd")
 @click.option("-o", "--output", metavar="FILE", help="Write to FILE instead of stdout.")
 def crd_cmd(output: str | None) -> None:
     """Print the LLMModel CustomResourceDefinition (generated from the API types)."""
@@ -112,9 +112,6 @@ def crd_cmd(output: str | None) -> None:
         Path(output).write_text(text, encoding="utf-8")
     else:
         click.echo(text, nl=False)
-
-
-crd_cmd.name = "crd"
 
 
 @cli.command()
@@ -142,7 +139,7 @@ def validate(paths: tuple[str, ...], settings_path: str | None) -> None:
     sys.exit(_run(paths, each))
 
 
-@cli.command()
+@cli.command(name="plan")
 @files_option
 @click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table",
               show_default=True)
@@ -169,9 +166,6 @@ def plan_cmd(paths: tuple[str, ...], output: str, settings_path: str | None) -> 
     else:
         Console(width=max(160, Console().width), highlight=False).print(_plan_table(plans))
     sys.exit(code)
-
-
-plan_cmd.name = "plan"
 
 
 def _plan_table(plans: list[Plan]) -> Table:

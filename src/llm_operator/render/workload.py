@@ -176,7 +176,7 @@ def inference_deployment(
     env = [{"name": k, "value": v} for k, v in (*srv.env, *(vp.env if on_accel else ()))]
     mounts = [{"name": "model-cache", "mountPath": CACHE_DIR}]
     volumes: list[dict[str, Any]] = [
-        {"name": "model-cache", "persistentVolumeClaim": {"claimName": f"{model.name}-model-cache"}}
+        {"name": "model-cache", "persistentVolumeClaim": {"claimName": pvc_name(model)}}
     ]
     if eng.needs_shm:
         size = SHM_MULTI if spec.resources.accelerator_count > 1 else SHM_SINGLE
