@@ -1,17 +1,10 @@
-"""Shared fixtures: repository paths, sample documents and the golden-file switch."""
+"""Shared fixtures: the golden-file switch and a minimal valid model to mutate."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-
-REPO = Path(__file__).resolve().parent.parent
-SAMPLES = REPO / "config" / "samples"
-GUIDE_SAMPLES = sorted(SAMPLES.glob("*.yaml"))
-EDGE_SAMPLES = sorted((SAMPLES / "edge").glob("*.yaml"))
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -22,10 +15,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.fixture
 def update_golden(request: pytest.FixtureRequest) -> bool:
     return bool(request.config.getoption("--update-golden"))
-
-
-def load_yaml(path: Path) -> Any:
-    return yaml.safe_load(path.read_text())
 
 
 @pytest.fixture

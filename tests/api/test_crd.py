@@ -9,7 +9,7 @@ import yaml
 
 from llm_operator.api.crd import crd
 
-from conftest import REPO
+from samples import REPO
 
 CRD_FILE = REPO / "config" / "crd" / "bases" / "ai.example.io_llmmodels.yaml"
 

@@ -11,8 +11,8 @@ import pytest
 from llm_operator.api.rules import RULES
 from llm_operator.api.validation import InvalidModel, parse_llmmodel
 
-from conftest import EDGE_SAMPLES, GUIDE_SAMPLES, load_yaml
 from k8s_schemas import cel_failures
+from samples import EDGE_SAMPLES, GUIDE_SAMPLES, load_yaml
 
 RULE_BY_MESSAGE = {r.message: r.id for r in RULES}
 

@@ -12,8 +12,8 @@ import pytest
 from llm_operator.api.v1alpha1 import LLMModel
 from llm_operator.api.validation import InvalidModel, parse_llmmodel
 
-from conftest import EDGE_SAMPLES, GUIDE_SAMPLES, load_yaml
 from k8s_schemas import _strict, apply_defaults, llmmodel_schema
+from samples import EDGE_SAMPLES, GUIDE_SAMPLES, load_yaml
 
 
 @pytest.mark.parametrize("path", GUIDE_SAMPLES + EDGE_SAMPLES, ids=lambda p: p.stem)

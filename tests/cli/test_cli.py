@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from llm_operator.api.crd import crd
 from llm_operator.cli.main import cli
 
-from conftest import REPO, SAMPLES
+from samples import REPO, SAMPLES
 
 DATA = Path(__file__).parent / "testdata"
 

@@ -13,8 +13,8 @@ from llm_operator.api.validation import parse_llmmodel
 from llm_operator.profiles.settings import Settings
 from llm_operator.render import RenderError, render
 
-from conftest import EDGE_SAMPLES, GUIDE_SAMPLES, load_yaml
 from k8s_schemas import validate_object
+from samples import EDGE_SAMPLES, GUIDE_SAMPLES, load_yaml
 
 GOLDEN = Path(__file__).parent / "golden"
 ALL_SAMPLES = GUIDE_SAMPLES + EDGE_SAMPLES

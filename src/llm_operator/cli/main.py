@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -212,6 +213,34 @@ def render_cmd(paths: tuple[str, ...], output: str, owner_uid: str | None,
     else:
         click.echo(dump_yaml_documents(objects), nl=False)
     sys.exit(code)
+
+
+@cli.command()
+@click.option("--config", "config_path", required=True, metavar="FILE",
+              envvar="LLMOP_GATEWAY_CONFIG",
+              help="Gateway YAML: routes from model names to upstream APIs (docs/gateway.md).")
+@click.option("--host", help="Listen address (default: listen.host from the config).")
+@click.option("--port", type=int, help="Listen port (default: listen.port, 8000).")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
+              default="info", show_default=True)
+def gateway(config_path: str, host: str | None, port: int | None, log_level: str) -> None:
+    """Run the OpenAI-compatible gateway in front of local or frontier models.
+
+    Serves /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/responses and
+    /v1/models, plus /health, /ready and /metrics. Injects each route's API key, applies its
+    rate limits, retries transient upstream failures and relays streams chunk by chunk.
+    Prompts and keys are never logged.
+    """
+    from llm_operator.gateway.app import run  # noqa: PLC0415 - aiohttp only for this command
+    from llm_operator.gateway.config import ConfigError, load_config  # noqa: PLC0415
+
+    logging.basicConfig(level=log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = load_config(config_path)
+    except ConfigError as exc:
+        raise click.ClickException(f"invalid gateway config:\n{exc}") from None
+    run(config, host, port)
 
 
 def main() -> None:

@@ -1,0 +1,438 @@
+"""The gateway's HTTP server: OpenAI-compatible endpoints proxied to each route's upstream."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import random
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import aiohttp
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from llm_operator.gateway.breaker import Breaker, State
+from llm_operator.gateway.config import GatewayConfig, Route
+from llm_operator.gateway.keys import KeySource, KeyUnavailable
+from llm_operator.gateway.limits import TokenBucket, retry_after_header
+from llm_operator.gateway.metrics import NO_ROUTE, GatewayMetrics
+
+log = logging.getLogger("llm_operator.gateway")
+
+PROXIED_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses")
+RETRYABLE = frozenset({429, 502, 503, 504})
+PASSED_HEADERS = ("content-type", "x-request-id", "request-id", "openai-processing-ms",
+                  "retry-after")
+USAGE_TAIL_BYTES = 16384
+
+Clock = Callable[[], float]
+Sleep = Callable[[float], Awaitable[None]]
+
+
+def error_response(status: int, message: str, kind: str, code: str | None = None,
+                   headers: dict[str, str] | None = None) -> web.Response:
+    """An error in the OpenAI shape, so every OpenAI client shows the message."""
+    body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
+    return web.json_response(body, status=status, headers=headers)
+
+
+@dataclass
+class RouteState:
+    """A route with its live parts: key, limits and the upstream's breaker."""
+
+    route: Route
+    url_base: str
+    key: KeySource | None
+    breaker: Breaker
+    rpm: TokenBucket | None = None
+    tpm: TokenBucket | None = None
+    extra_headers: dict[str, str] = field(default_factory=dict)
+
+    def auth_headers(self) -> dict[str, str]:
+        """Headers for the upstream request; KeyUnavailable if the key cannot be read."""
+        headers = {"Content-Type": "application/json", **self.extra_headers}
+        if self.key is None or self.route.upstream.auth == "none":
+            return headers
+        key = self.key.get()
+        style = self.route.upstream.auth
+        if style == "bearer":
+            headers["Authorization"] = f"Bearer {key}"
+        else:
+            headers[style] = key
+        return headers
+
+
+def _usage_tokens(usage: Any) -> tuple[int, int]:
+    """(prompt, completion) tokens from Chat/Completions or Responses API usage."""
+    if not isinstance(usage, dict):
+        return 0, 0
+    prompt = usage.get("prompt_tokens", usage.get("input_tokens", 0))
+    completion = usage.get("completion_tokens", usage.get("output_tokens", 0))
+    return (prompt if isinstance(prompt, int) else 0,
+            completion if isinstance(completion, int) else 0)
+
+
+def usage_from_body(body: bytes) -> tuple[int, int]:
+    if b'"usage"' not in body:
+        return 0, 0
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return 0, 0
+    return _usage_tokens(doc.get("usage")) if isinstance(doc, dict) else (0, 0)
+
+
+def usage_from_sse(tail: bytes) -> tuple[int, int]:
+    """Usage from the last SSE event that carries it (stream_options.include_usage)."""
+    for raw in reversed(tail.split(b"\n")):
+        line = raw.strip()
+        if not line.startswith(b"data:") or b'"usage"' not in line:
+            continue
+        try:
+            event = json.loads(line[5:])
+        except ValueError:
+            continue
+        if isinstance(event, dict):
+            usage = event.get("usage") or (event.get("response") or {}).get("usage")
+            tokens = _usage_tokens(usage)
+            if tokens != (0, 0):
+                return tokens
+    return 0, 0
+
+
+class Gateway:
+    """Routes, limits and metrics behind an aiohttp application."""
+
+    def __init__(self, config: GatewayConfig, clock: Clock = time.monotonic,
+                 sleep: Sleep = asyncio.sleep, jitter: Callable[[], float] = random.random) -> None:
+        self.config = config
+        self.metrics = GatewayMetrics()
+        self._clock, self._sleep, self._jitter = clock, sleep, jitter
+        self._session: aiohttp.ClientSession | None = None
+        breakers: dict[str, Breaker] = {}
+        self.routes: dict[str, RouteState] = {}
+        for route in config.routes:
+            base = route.upstream.base_url.rstrip("/")
+            host = urlsplit(base).netloc
+            cb = route.circuit_breaker
+            breaker = breakers.setdefault(host, Breaker(cb.failure_threshold, cb.open_seconds,
+                                                        clock))
+            limit = route.rate_limit
+            state = RouteState(
+                route=route, url_base=base, breaker=breaker,
+                key=KeySource(route.upstream.api_key) if route.upstream.api_key else None,
+                rpm=TokenBucket(limit.requests_per_minute, clock)
+                if limit.requests_per_minute else None,
+                tpm=TokenBucket(limit.tokens_per_minute, clock)
+                if limit.tokens_per_minute else None,
+                extra_headers=dict(route.upstream.headers),
+            )
+            for name in route.models:
+                self.routes[name] = state
+            self.metrics.circuit.labels(host).set(0)
+        self._hosts = {urlsplit(s.url_base).netloc: s.breaker for s in self.routes.values()}
+        self._models_body = json.dumps({"object": "list", "data": [
+            {"id": name, "object": "model", "created": 0,
+             "owned_by": urlsplit(state.url_base).netloc}
+            for name, state in self.routes.items()]}).encode()
+
+    # --- application -------------------------------------------------------------------
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=self.config.max_request_bytes)
+        for path in PROXIED_PATHS:
+            app.router.add_post(path, self.proxy)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/ready", self.ready)
+        app.router.add_get("/metrics", self.prometheus)
+        app.on_startup.append(self._open)
+        app.on_cleanup.append(self._close)
+        return app
+
+    async def _open(self, _: web.Application) -> None:
+        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=60)
+        self._session = aiohttp.ClientSession(connector=connector, auto_decompress=True)
+
+    async def _close(self, _: web.Application) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    # --- small endpoints ---------------------------------------------------------------
+
+    async def models(self, _: web.Request) -> web.Response:
+        return web.Response(body=self._models_body, content_type="application/json")
+
+    async def health(self, _: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def ready(self, _: web.Request) -> web.Response:
+        problems = []
+        for state in {id(s): s for s in self.routes.values()}.values():
+            if state.key is not None:
+                try:
+                    state.key.get()
+                except KeyUnavailable as exc:
+                    problems.append(f"route {state.route.label}: {exc}")
+        if problems:
+            return web.json_response({"status": "not ready", "problems": problems}, status=503)
+        return web.json_response({"status": "ready", "routes": len(self.config.routes)})
+
+    async def prometheus(self, _: web.Request) -> web.Response:
+        for host, breaker in self._hosts.items():
+            self.metrics.circuit.labels(host).set(int(breaker.state))
+        return web.Response(body=generate_latest(self.metrics.registry),
+                            headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    # --- the proxy ---------------------------------------------------------------------
+
+    def _finish(self, label: str, status: int, started: float) -> None:
+        self.metrics.requests.labels(label, str(status)).inc()
+        self.metrics.latency.labels(label).observe(self._clock() - started)
+
+    async def proxy(self, request: web.Request) -> web.StreamResponse:
+        started = self._clock()
+        response, label = await self._proxy(request, started)
+        if not isinstance(response, _Streamed):
+            self._finish(label, response.status, started)
+        return response
+
+    async def _proxy(self, request: web.Request, started: float
+                     ) -> tuple[web.StreamResponse, str]:
+        limit = self.config.max_request_bytes
+        if request.content_length is not None and request.content_length > limit:
+            return error_response(413, f"request body exceeds {limit} bytes",
+                                  "invalid_request_error", "request_too_large"), NO_ROUTE
+        try:
+            raw = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return error_response(413, f"request body exceeds {limit} bytes",
+                                  "invalid_request_error", "request_too_large"), NO_ROUTE
+        try:
+            body = json.loads(raw)
+        except ValueError as exc:
+            return error_response(400, f"request body is not valid JSON: {exc}",
+                                  "invalid_request_error", "invalid_json"), NO_ROUTE
+        model = body.get("model") if isinstance(body, dict) else None
+        if not isinstance(model, str):
+            return error_response(400, "the request needs a string field 'model'",
+                                  "invalid_request_error", "missing_model"), NO_ROUTE
+        state = self.routes.get(model)
+        if state is None:
+            known = ", ".join(sorted(self.routes))
+            return error_response(404, f"The model {model!r} does not exist here; available "
+                                  f"models: {known}", "invalid_request_error",
+                                  "model_not_found"), NO_ROUTE
+        label = state.route.label
+        refused = self._rate_limited(state)
+        if refused is not None:
+            return refused, label
+        upstream_model = state.route.upstream_model
+        if upstream_model != model:
+            body["model"] = upstream_model
+            raw = json.dumps(body, separators=(",", ":")).encode()
+        try:
+            headers = state.auth_headers()
+        except KeyUnavailable as exc:
+            log.error("route %s: %s", label, exc)
+            return error_response(503, f"the gateway has no credentials for {model!r}; "
+                                  "its operator must provide the API key",
+                                  "server_error", "credentials_unavailable"), label
+        stream = body.get("stream") is True
+        url = state.url_base + request.path.removeprefix("/v1")
+        return await self._forward(request, state, url=url, payload=raw, headers=headers,
+                                   stream=stream, started=started), label
+
+    def _rate_limited(self, state: RouteState) -> web.Response | None:
+        waits = []
+        if state.tpm is not None:
+            waits.append(state.tpm.wait_seconds(1))
+        if state.rpm is not None and not any(waits):
+            waits.append(state.rpm.take())
+        wait = max(waits, default=0.0)
+        if wait <= 0:
+            return None
+        self.metrics.rate_limited.labels(state.route.label).inc()
+        return error_response(
+            429, f"rate limit of route {state.route.label!r} reached; retry after "
+            f"{retry_after_header(wait)}s", "rate_limit_error", "rate_limit_exceeded",
+            headers={"Retry-After": retry_after_header(wait)})
+
+    def _backoff(self, state: RouteState, attempt: int, retry_after: str | None) -> float:
+        if retry_after is not None:
+            try:
+                return max(0.0, float(retry_after))
+            except ValueError:
+                pass
+        policy = state.route.retry
+        ceiling = min(policy.backoff_max_seconds,
+                      policy.backoff_initial_seconds * 2.0 ** (attempt - 1))
+        return ceiling * (0.5 + 0.5 * self._jitter())
+
+    def _may_retry(self, state: RouteState, attempt: int, delay: float, deadline: float) -> bool:
+        """Another try fits the policy and the deadline, and the circuit is still closed."""
+        return (attempt < state.route.retry.attempts and self._clock() + delay < deadline
+                and state.breaker.state is State.CLOSED)
+
+    async def _forward(self, request: web.Request, state: RouteState, *, url: str,
+                       payload: bytes, headers: dict[str, str], stream: bool, started: float
+                       ) -> web.StreamResponse:
+        assert self._session is not None
+        route, label = state.route, state.route.label
+        deadline = started + route.timeouts.request_seconds
+        attempt = 0
+        while True:
+            attempt += 1
+            if not state.breaker.allow():
+                self.metrics.upstream_errors.labels(label, "circuit_open").inc()
+                wait = retry_after_header(state.breaker.retry_in())
+                return error_response(503, f"upstream of {label!r} is failing; the gateway "
+                                      f"stops calling it for {wait}s", "server_error",
+                                      "circuit_open", headers={"Retry-After": wait})
+            remaining = deadline - self._clock()
+            timeout = aiohttp.ClientTimeout(
+                total=None if stream else remaining, connect=route.timeouts.connect_seconds,
+                sock_read=route.timeouts.request_seconds if stream else None)
+            try:
+                upstream = await self._session.post(url, data=payload, headers=headers,
+                                                    timeout=timeout)
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                reason = "timeout" if isinstance(exc, TimeoutError) else "connect"
+                state.breaker.failure()
+                self.metrics.upstream_errors.labels(label, reason).inc()
+                delay = self._backoff(state, attempt, None)
+                if self._may_retry(state, attempt, delay, deadline):
+                    self.metrics.retries.labels(label).inc()
+                    await self._sleep(delay)
+                    continue
+                log.warning("route %s: upstream %s after %d attempts", label, reason, attempt)
+                status = 504 if reason == "timeout" else 502
+                return error_response(status, f"upstream of {label!r} did not answer "
+                                      f"({reason}) after {attempt} attempt(s)", "server_error",
+                                      f"upstream_{reason}")
+            status = upstream.status
+            if status in RETRYABLE:
+                if status == 429:
+                    state.breaker.success()
+                else:
+                    state.breaker.failure()
+                self.metrics.upstream_errors.labels(label, str(status)).inc()
+                delay = self._backoff(state, attempt, upstream.headers.get("Retry-After"))
+                if self._may_retry(state, attempt, delay, deadline):
+                    upstream.release()
+                    self.metrics.retries.labels(label).inc()
+                    await self._sleep(delay)
+                    continue
+            elif status >= 500:
+                state.breaker.failure()
+                self.metrics.upstream_errors.labels(label, str(status)).inc()
+            else:
+                state.breaker.success()
+            if stream and status == 200:
+                return await self._relay_stream(request, state, upstream, started)
+            return await self._relay(state, upstream)
+
+    def _headers_from(self, upstream: aiohttp.ClientResponse) -> dict[str, str]:
+        out = {k: v for k in PASSED_HEADERS if (v := upstream.headers.get(k)) is not None}
+        out.update({k: v for k, v in upstream.headers.items()
+                    if k.lower().startswith("x-ratelimit-")})
+        return out
+
+    def _account(self, state: RouteState, prompt: int, completion: int) -> None:
+        if not prompt and not completion:
+            return
+        label = state.route.label
+        self.metrics.tokens.labels(label, "prompt").inc(prompt)
+        self.metrics.tokens.labels(label, "completion").inc(completion)
+        if state.route.pricing:
+            price = state.route.pricing
+            self.metrics.cost.labels(label).inc(
+                prompt * price.input_per_million / 1e6
+                + completion * price.output_per_million / 1e6)
+        if state.tpm is not None:
+            state.tpm.spend(prompt + completion)
+
+    async def _relay(self, state: RouteState, upstream: aiohttp.ClientResponse) -> web.Response:
+        try:
+            body = await upstream.read()
+        finally:
+            upstream.release()
+        if upstream.status == 200:
+            self._account(state, *usage_from_body(body))
+        return web.Response(body=body, status=upstream.status, headers=self._headers_from(upstream))
+
+    async def _relay_stream(self, request: web.Request, state: RouteState,
+                            upstream: aiohttp.ClientResponse, started: float
+                            ) -> web.StreamResponse:
+        label = state.route.label
+        out = _Streamed(status=200, headers={**self._headers_from(upstream),
+                                             "Cache-Control": "no-cache"})
+        tail = b""
+        first = True
+        completed = False
+        try:
+            await out.prepare(request)
+            async for chunk in upstream.content.iter_any():
+                if first:
+                    self.metrics.ttft.labels(label).observe(self._clock() - started)
+                    first = False
+                await out.write(chunk)
+                tail = (tail + chunk)[-USAGE_TAIL_BYTES:]
+            await out.write_eof()
+            completed = True
+        except (ConnectionResetError, aiohttp.ClientConnectionResetError):
+            log.info("route %s: client went away mid-stream; upstream request cancelled", label)
+        finally:
+            if completed:
+                upstream.release()
+            else:
+                upstream.close()  # tear the connection down: the upstream stops generating
+            self._finish(label, 200 if completed else 499, started)
+        if completed:
+            self._account(state, *usage_from_sse(tail))
+        return out
+
+
+class _Streamed(web.StreamResponse):
+    """A relayed stream: its metrics are recorded when it ends, not when it starts."""
+
+
+async def serve(config: GatewayConfig, host: str | None = None, port: int | None = None,
+                ready: asyncio.Event | None = None) -> None:
+    """Run the gateway until cancelled. Client disconnects cancel their upstream request."""
+    gateway = Gateway(config)
+    runner = web.AppRunner(gateway.app(), handler_cancellation=True, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host or config.listen.host, config.listen.port
+                       if port is None else port)
+    await site.start()
+    log.info("gateway listening on %s:%s with %d route(s)", host or config.listen.host,
+             config.listen.port if port is None else port, len(config.routes))
+    if ready is not None:
+        ready.set()
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()
+
+
+def run(config: GatewayConfig, host: str | None = None, port: int | None = None) -> None:
+    """Serve until SIGINT or SIGTERM, then drain: in-flight requests finish or are cancelled."""
+
+    async def main() -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, task.cancel)
+        with contextlib.suppress(asyncio.CancelledError):
+            await serve(config, host, port)
+
+    asyncio.run(main())

@@ -1,0 +1,155 @@
+"""Gateway configuration: routes from client-facing model names to upstream APIs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.alias_generators import to_camel
+
+
+class _Config(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True,
+    )
+
+
+class ApiKeySource(_Config):
+    """Where the upstream key comes from; exactly one of the two.
+
+    A file (a mounted Secret, re-read when it changes) or an environment variable.
+    """
+
+    file: str | None = None
+    env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> ApiKeySource:
+        if (self.file is None) == (self.env is None):
+            raise ValueError("set exactly one of file or env")
+        return self
+
+
+AuthStyle = Literal["bearer", "x-api-key", "x-goog-api-key", "none"]
+
+
+class Upstream(_Config):
+    """An OpenAI-compatible API."""
+
+    base_url: str = Field(pattern=r"^https?://\S+$",
+                          description="Base URL including /v1 (or the provider's OpenAI path).")
+    model: str | None = Field(None, min_length=1,
+                              description="Upstream model id; default: the route's first name.")
+    api_key: ApiKeySource | None = None
+    auth: AuthStyle = Field(
+        "bearer",
+        description="How the key is sent: bearer (OpenAI, Anthropic's and Gemini's OpenAI-"
+        "compatible endpoints), x-api-key (Anthropic native), x-goog-api-key (Gemini native).",
+    )
+    headers: dict[str, str] = Field(
+        default_factory=dict, description="Extra static headers, e.g. anthropic-version."
+    )
+
+
+class RateLimit(_Config):
+    requests_per_minute: int | None = Field(None, ge=1)
+    tokens_per_minute: int | None = Field(None, ge=1)
+
+
+class Timeouts(_Config):
+    connect_seconds: float = Field(5.0, gt=0, le=300)
+    request_seconds: float = Field(
+        600.0, gt=0, le=86_400,
+        description="Deadline for the whole request, retries included (streams: until the "
+        "first byte).",
+    )
+
+
+class Retry(_Config):
+    attempts: int = Field(3, ge=1, le=10, description="Total tries, the first included.")
+    backoff_initial_seconds: float = Field(0.25, ge=0, le=60)
+    backoff_max_seconds: float = Field(8.0, ge=0, le=600)
+
+
+class CircuitBreaker(_Config):
+    failure_threshold: int = Field(5, ge=1, le=1000,
+                                   description="Consecutive failures that open the circuit.")
+    open_seconds: float = Field(30.0, gt=0, le=3600)
+
+
+class Pricing(_Config):
+    input_per_million: float = Field(ge=0)
+    output_per_million: float = Field(ge=0)
+
+
+class Route(_Config):
+    """Client-facing model names served by one upstream."""
+
+    name: str | None = Field(None, min_length=1, description="Metrics label; default models[0].")
+    models: list[str] = Field(min_length=1)
+    upstream: Upstream
+    rate_limit: RateLimit = Field(default_factory=RateLimit)
+    timeouts: Timeouts = Field(default_factory=Timeouts)
+    retry: Retry = Field(default_factory=Retry)
+    circuit_breaker: CircuitBreaker = Field(default_factory=CircuitBreaker)
+    pricing: Pricing | None = None
+
+    @property
+    def label(self) -> str:
+        return self.name or self.models[0]
+
+    @property
+    def upstream_model(self) -> str:
+        return self.upstream.model or self.models[0]
+
+
+class Listen(_Config):
+    host: str = "0.0.0.0"  # a server in a pod listens on all interfaces
+    port: int = Field(8000, ge=0, le=65535)
+
+
+class GatewayConfig(_Config):
+    listen: Listen = Field(default_factory=Listen)
+    max_request_bytes: int = Field(10 * 1024 * 1024, ge=1024)
+    log_prompts: bool = Field(False, description="Never on by default: prompts are user data.")
+    routes: list[Route] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique_models(self) -> GatewayConfig:
+        seen: set[str] = set()
+        for index, route in enumerate(self.routes):
+            for name in route.models:
+                if name in seen:
+                    raise ValueError(f"routes[{index}]: model {name!r} is already routed")
+                seen.add(name)
+        return self
+
+
+class ConfigError(ValueError):
+    """The configuration file is unreadable or invalid; the message names the field."""
+
+
+def parse_config(data: object, source: str = "<config>") -> GatewayConfig:
+    try:
+        return GatewayConfig.model_validate(data)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            path = ".".join(str(p) for p in err["loc"]) or "<root>"
+            msg = str(err["msg"]).removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden":
+                msg = "unknown field"
+            lines.append(f"{source}: {path}: {msg}")
+        raise ConfigError("\n".join(lines)) from None
+
+
+def load_config(path: str | Path) -> GatewayConfig:
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: malformed YAML: {exc}") from None
+    return parse_config(data, str(path))

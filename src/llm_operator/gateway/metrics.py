@@ -1,0 +1,39 @@
+"""Prometheus metrics of the gateway, per route (never per client-supplied name or key)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60)
+NO_ROUTE = "none"  # label for requests that matched no route
+
+
+class GatewayMetrics:
+    """One registry per gateway, so several gateways (tests) never share counters."""
+
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.requests = Counter("llmop_gateway_requests", "Requests by route and HTTP status.",
+                                ["route", "status"], registry=r)
+        self.latency = Histogram("llmop_gateway_request_duration_seconds",
+                                 "Time from request to the last byte of the response.",
+                                 ["route"], buckets=LATENCY_BUCKETS, registry=r)
+        self.ttft = Histogram("llmop_gateway_time_to_first_token_seconds",
+                              "Streams: time from request to the first upstream chunk sent.",
+                              ["route"], buckets=TTFT_BUCKETS, registry=r)
+        self.tokens = Counter("llmop_gateway_tokens", "Tokens reported in upstream usage.",
+                              ["route", "kind"], registry=r)
+        self.cost = Counter("llmop_gateway_cost_usd", "Estimated cost from usage and prices.",
+                            ["route"], registry=r)
+        self.rate_limited = Counter("llmop_gateway_rate_limited",
+                                    "Requests refused by the route's rate limit.", ["route"],
+                                    registry=r)
+        self.retries = Counter("llmop_gateway_retries", "Upstream retries.", ["route"],
+                               registry=r)
+        self.upstream_errors = Counter("llmop_gateway_upstream_errors",
+                                       "Upstream failures by kind (status code, connect, "
+                                       "timeout, circuit_open).", ["route", "reason"], registry=r)
+        self.circuit = Gauge("llmop_gateway_circuit_state",
+                             "Circuit per upstream host: 0 closed, 1 half-open, 2 open.",
+                             ["upstream"], registry=r)

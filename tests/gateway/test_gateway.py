@@ -1,0 +1,326 @@
+"""The gateway against a real fake upstream on loopback: the behaviours clients depend on."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from fake_upstream import FakeUpstream, Reply, completion, sse_chunks
+from gwtools import FakeTime, GatewayFactory, metric
+
+Upstream = tuple[FakeUpstream, str]
+CHAT = {"model": "gpt-5.5", "messages": [{"role": "user", "content": "Say hello"}]}
+
+
+async def test_plain_completion_maps_model_and_injects_key(gateway: GatewayFactory,
+                                                           upstream: Upstream) -> None:
+    fake, _ = upstream
+    client, _ = await gateway()
+    resp = await client.post("/v1/chat/completions", json={**CHAT, "temperature": 0.2},
+                             headers={"Authorization": "Bearer client-token"})
+    assert resp.status == 200
+    data = await resp.json()
+    assert data["choices"][0]["message"]["content"] == "Hello!"
+    seen = fake.requests[0]
+    assert seen["body"] == {**CHAT, "temperature": 0.2, "model": "gpt-5.5-2026-04-23"}
+    assert seen["headers"]["Authorization"] == "Bearer sk-first-key"  # not the client's token
+    text = await resp.text()
+    assert "sk-first-key" not in text and "sk-first-key" not in str(dict(resp.headers))
+
+
+async def test_alias_names_route_to_the_same_upstream(gateway: GatewayFactory,
+                                                      upstream: Upstream) -> None:
+    fake, _ = upstream
+    client, _ = await gateway()
+    resp = await client.post("/v1/chat/completions", json={**CHAT, "model": "frontier"})
+    assert resp.status == 200
+    assert fake.requests[0]["body"]["model"] == "gpt-5.5-2026-04-23"
+
+
+async def test_body_is_forwarded_byte_for_byte_when_no_mapping_is_needed(
+        gateway: GatewayFactory, upstream: Upstream) -> None:
+    fake, _ = upstream
+    client, _ = await gateway({"upstream": {"baseUrl": upstream[1]}})
+    body = {**CHAT, "tools": [{"type": "function", "function": {"name": "f"}}], "seed": 7}
+    assert (await client.post("/v1/chat/completions", json=body)).status == 200
+    assert fake.requests[0]["body"] == body
+    assert "Authorization" not in fake.requests[0]["headers"]  # no key configured
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/embeddings", "/v1/responses"])
+async def test_other_openai_endpoints_pass_through(gateway: GatewayFactory, upstream: Upstream,
+                                                   path: str) -> None:
+    fake, _ = upstream
+    client, _ = await gateway()
+    resp = await client.post(path, json={"model": "gpt-5.5", "input": "x"})
+    assert resp.status == 200
+    assert fake.requests[0]["path"] == path
+
+
+async def test_streaming_is_relayed_chunk_by_chunk_with_usage(gateway: GatewayFactory,
+                                                               upstream: Upstream) -> None:
+    fake, _ = upstream
+    fake.then(Reply(chunks=sse_chunks("gpt-5.5", ["Hel", "lo", "!"], usage=(7, 4))))
+    client, gw = await gateway()
+    resp = await client.post("/v1/chat/completions", json={**CHAT, "stream": True})
+    assert resp.status == 200 and resp.headers["Content-Type"] == "text/event-stream"
+    events = [line for line in (await resp.text()).split("\n") if line.startswith("data:")]
+    assert len(events) == 5 and events[-1] == "data: [DONE]"
+    labels = {"route": "gpt-5.5"}
+    assert metric(gw, "llmop_gateway_tokens_total", kind="prompt", **labels) == 7
+    assert metric(gw, "llmop_gateway_tokens_total", kind="completion", **labels) == 4
+    assert metric(gw, "llmop_gateway_time_to_first_token_seconds_count", **labels) == 1
+    assert metric(gw, "llmop_gateway_requests_total", status="200", **labels) == 1
+
+
+async def test_chunks_arrive_before_the_stream_ends(gateway: GatewayFactory,
+                                                    upstream: Upstream) -> None:
+    """No buffering: the first event is readable while the upstream is still generating."""
+    fake, _ = upstream
+    fake.then(Reply(chunks=sse_chunks("gpt-5.5", ["a", "b"]), chunk_gap=30))
+    client, _ = await gateway()
+    resp = await client.post("/v1/chat/completions", json={**CHAT, "stream": True})
+    first = await asyncio.wait_for(resp.content.readline(), timeout=5)
+    assert first.startswith(b"data: ") and b'"a"' in first
+    resp.close()
+
+
+async def test_client_disconnect_cancels_the_upstream_stream(gateway: GatewayFactory,
+                                                             upstream: Upstream) -> None:
+    fake, _ = upstream
+    fake.then(Reply(chunks=sse_chunks("gpt-5.5", [str(i) for i in range(50)]), chunk_gap=0.05))
+    client, _ = await gateway()
+    resp = await client.post("/v1/chat/completions", json={**CHAT, "stream": True})
+    await asyncio.wait_for(resp.content.readline(), timeout=5)
+    resp.close()
+    await asyncio.wait_for(fake.stream_cancelled.wait(), timeout=5)
+
+
+async def test_never_retries_once_a_stream_has_started(gateway: GatewayFactory,
+                                                       upstream: Upstream) -> None:
+    fake, _ = upstream
+    fake.then(Reply(chunks=sse_chunks("gpt-5.5", ["a", "b", "c"]), drop_after=2))
+    client, _ = await gateway(time=FakeTime())
+    resp = await client.post("/v1/chat/completions", json={**CHAT, "stream": True})
+    with pytest.raises(aiohttp.ClientPayloadError):
+        await resp.read()
+    assert len(fake.requests) == 1
+
+
+async def test_key_rotation_takes_effect_without_restart(gateway: GatewayFactory,
+                                                         upstream: Upstream,
+                                                         key_file: Path) -> None:
+    fake, _ = upstream
+    client, _ = await gateway()
+    await client.post("/v1/chat/completions", json=CHAT)
+    key_file.write_text("sk-rotated-key-2\n")
+    stat = key_file.stat()
+    os.utime(key_file, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+    await client.post("/v1/chat/completions", json=CHAT)
+    assert [r["headers"]["Authorization"] for r in fake.requests] == [
+        "Bearer sk-first-key", "Bearer sk-rotated-key-2"]
+
+
+@pytest.mark.parametrize(("auth", "header", "value"), [
+    ("x-api-key", "x-api-key", "sk-first-key"),
+    ("x-goog-api-key", "x-goog-api-key", "sk-first-key"),
+])
+async def test_native_auth_headers(gateway: GatewayFactory, upstream: Upstream, key_file: Path,
+                                   auth: str, header: str, value: str) -> None:
+    fake, base = upstream
+    client, _ = await gateway({"upstream": {"baseUrl": base, "auth": auth,
+                                            "apiKey": {"file": str(key_file)},
+                                            "headers": {"anthropic-version": "2023-06-01"}}})
+    await client.post("/v1/chat/completions", json=CHAT)
+    headers = fake.requests[0]["headers"]
+    assert headers[header] == value and "Authorization" not in headers
+    assert headers["anthropic-version"] == "2023-06-01"
+
+
+async def test_retries_429_honouring_retry_after(gateway: GatewayFactory,
+                                                 upstream: Upstream) -> None:
+    fake, _ = upstream
+    fake.then(Reply(status=429, body={"error": {"message": "slow down"}},
+                    headers={"Retry-After": "2"}))
+    time = FakeTime()
+    client, gw = await gateway(time=time)
+    resp = await client.post("/v1/chat/completions", json=CHAT)
+    assert resp.status == 200 and len(fake.requests) == 2
+    assert time.slept == [2.0]
+    assert metric(gw, "llmop_gateway_retries_total", route="gpt-5.5") == 1
+    assert metric(gw, "llmop_gateway_upstream_errors_total", route="gpt-5.5", reason="429") == 1
+
+
+async def test_5xx_retries_back_off_exponentially_then_give_up(gateway: GatewayFactory,
+                                                               upstream: Upstream) -> None:
+    fake, _ = upstream
+    fake.then(*[Reply(status=503, body={"error": {"message": "overloaded"}})] * 3)
+    time = FakeTime()
+    client, gw = await gateway({"retry": {"attempts": 3, "backoffInitialSeconds": 0.5}},
+                               time=time)
+    resp = await client.post("/v1/chat/completions", json=CHAT)
+    assert resp.status == 503
+    assert (await resp.json())["error"]["message"] == "overloaded"  # upstream's body relayed
+    assert len(fake.requests) == 3 and time.slept == [0.5, 1.0]
+    assert metric(gw, "llmop_gateway_retries_total", route="gpt-5.5") == 2
+
+
+async def test_retries_stop_at_the_deadline(gateway: GatewayFactory, upstream: Upstream) -> None:
+    fake, _ = upstream
+    fake.then(Reply(status=429, body={}, headers={"Retry-After": "120"}))
+    client, _ = await gateway({"timeouts": {"requestSeconds": 60}}, time=FakeTime())
+    resp = await client.post("/v1/chat/completions", json=CHAT)
+    assert resp.status == 429 and len(fake.requests) == 1
+
+
+async def test_non_retryable_errors_pass_through_once(gateway: GatewayFactory,
+                                                      upstream: Upstream) -> None:
+    fake, _ = upstream
+    fake.then(Reply(status=400, body={"error": {"message": "bad temperature"}}))
+    client, _ = await gateway(time=FakeTime())
+    resp = await client.post("/v1/chat/completions", json=CHAT)
+    assert resp.status == 400 and len(fake.requests) == 1
+
+
+async def test_upstream_timeout_is_a_504(gateway: GatewayFactory, upstream: Upstream) -> None:
+    fake, _ = upstream
+    fake.then(Reply(body=completion("m"), delay=30))
+    client, _ = await gateway({"timeouts": {"requestSeconds": 0.3}, "retry": {"attempts": 1}})
+    resp = await client.post("/v1/chat/completions", json=CHAT)
+    assert resp.status == 504
+    assert (await resp.json())["error"]["code"] == "upstream_timeout"
+
+
+async def test_unreachable_upstream_opens_the_circuit(gateway: GatewayFactory) -> None:
+    dead = "http://127.0.0.1:9/v1"  # discard port: nothing listens
+    time = FakeTime()
+    client, gw = await gateway({"upstream": {"baseUrl": dead},
+                                "retry": {"attempts": 2},
+                                "circuitBreaker": {"failureThreshold": 2, "openSeconds": 30}},
+                               time=time)
+    first = await client.post("/v1/chat/completions", json=CHAT)
+    assert first.status == 502 and (await first.json())["error"]["code"] == "upstream_connect"
+    fast = await client.post("/v1/chat/completions", json=CHAT)
+    assert fast.status == 503 and fast.headers["Retry-After"] == "30"
+    assert (await fast.json())["error"]["code"] == "circuit_open"
+    metrics = await (await client.get("/metrics")).text()
+    assert 'llmop_gateway_circuit_state{upstream="127.0.0.1:9"} 2.0' in metrics
+    time.now += 31  # half-open: one trial goes through (and fails again)
+    trial = await client.post("/v1/chat/completions", json=CHAT)
+    assert trial.status == 502
+    assert metric(gw, "llmop_gateway_upstream_errors_total", route="gpt-5.5",
+                  reason="circuit_open") == 1
+
+
+async def test_rate_limit_answers_429_with_retry_after(gateway: GatewayFactory) -> None:
+    time = FakeTime()
+    client, gw = await gateway({"rateLimit": {"requestsPerMinute": 2}}, time=time)
+    statuses = [(await client.post("/v1/chat/completions", json=CHAT)).status for _ in range(2)]
+    refused = await client.post("/v1/chat/completions", json=CHAT)
+    assert statuses == [200, 200] and refused.status == 429
+    assert refused.headers["Retry-After"] == "30"
+    assert (await refused.json())["error"]["type"] == "rate_limit_error"
+    assert metric(gw, "llmop_gateway_rate_limited_total", route="gpt-5.5") == 1
+    time.now += 30
+    assert (await client.post("/v1/chat/completions", json=CHAT)).status == 200
+
+
+async def test_tokens_per_minute_limit_counts_real_usage(gateway: GatewayFactory) -> None:
+    time = FakeTime()
+    client, _ = await gateway({"rateLimit": {"tokensPerMinute": 14}}, time=time)
+    assert (await client.post("/v1/chat/completions", json=CHAT)).status == 200  # 14 tokens
+    refused = await client.post("/v1/chat/completions", json=CHAT)
+    assert refused.status == 429
+
+
+@pytest.mark.parametrize(("body", "status", "code"), [
+    (b"{not json", 400, "invalid_json"),
+    (b'{"messages": []}', 400, "missing_model"),
+    (b'["a"]', 400, "missing_model"),
+    (b'{"model": "gpt-4"}', 404, "model_not_found"),
+])
+async def test_bad_requests_get_openai_errors(gateway: GatewayFactory, upstream: Upstream,
+                                              body: bytes, status: int, code: str) -> None:
+    fake, _ = upstream
+    client, _ = await gateway()
+    resp = await client.post("/v1/chat/completions", data=body,
+                             headers={"Content-Type": "application/json"})
+    assert resp.status == status
+    error = (await resp.json())["error"]
+    assert error["code"] == code and error["message"]
+    assert fake.requests == []
+
+
+async def test_unknown_model_lists_the_known_ones(gateway: GatewayFactory) -> None:
+    client, _ = await gateway()
+    resp = await client.post("/v1/chat/completions", json={**CHAT, "model": "gpt-4"})
+    assert "available models: frontier, gpt-5.5" in (await resp.json())["error"]["message"]
+
+
+async def test_oversized_body_is_refused(gateway: GatewayFactory, upstream: Upstream) -> None:
+    client, _ = await gateway(config={"maxRequestBytes": 2048})
+    big = {**CHAT, "messages": [{"role": "user", "content": "x" * 4096}]}
+    resp = await client.post("/v1/chat/completions", json=big)
+    assert resp.status == 413
+    assert (await resp.json())["error"]["code"] == "request_too_large"
+    assert upstream[0].requests == []
+
+
+async def test_models_health_and_readiness(gateway: GatewayFactory, key_file: Path) -> None:
+    client, _ = await gateway()
+    models = await (await client.get("/v1/models")).json()
+    assert [m["id"] for m in models["data"]] == ["gpt-5.5", "frontier"]
+    assert (await client.get("/health")).status == 200
+    assert (await client.get("/ready")).status == 200
+    key_file.unlink()
+    not_ready = await client.get("/ready")
+    assert not_ready.status == 503
+    assert str(key_file) in (await not_ready.json())["problems"][0]
+
+
+async def test_missing_key_is_a_clear_503_without_secrets(gateway: GatewayFactory,
+                                                          key_file: Path,
+                                                          caplog: pytest.LogCaptureFixture
+                                                          ) -> None:
+    client, _ = await gateway()
+    key_file.write_text("")
+    os.utime(key_file, ns=(1, 1))
+    resp = await client.post("/v1/chat/completions", json=CHAT)
+    assert resp.status == 503
+    assert (await resp.json())["error"]["code"] == "credentials_unavailable"
+
+
+async def test_metrics_count_requests_tokens_and_cost(gateway: GatewayFactory) -> None:
+    client, gw = await gateway()
+    for _ in range(3):
+        await client.post("/v1/chat/completions", json=CHAT)
+    await client.post("/v1/chat/completions", json={**CHAT, "model": "nope"})
+    route = {"route": "gpt-5.5"}
+    assert metric(gw, "llmop_gateway_requests_total", status="200", **route) == 3
+    assert metric(gw, "llmop_gateway_requests_total", route="none", status="404") == 1
+    assert metric(gw, "llmop_gateway_tokens_total", kind="prompt", **route) == 33
+    assert metric(gw, "llmop_gateway_tokens_total", kind="completion", **route) == 9
+    assert metric(gw, "llmop_gateway_cost_usd_total", **route) == pytest.approx(
+        (33 * 5 + 9 * 30) / 1e6)
+    assert metric(gw, "llmop_gateway_request_duration_seconds_count", **route) == 3
+    exposition = await (await client.get("/metrics")).text()
+    assert "sk-first-key" not in exposition
+
+
+async def test_prompts_and_keys_never_reach_the_logs(gateway: GatewayFactory,
+                                                     upstream: Upstream,
+                                                     caplog: pytest.LogCaptureFixture) -> None:
+    fake, _ = upstream
+    fake.then(*[Reply(status=503, body={})] * 3)
+    caplog.set_level(logging.DEBUG)
+    client, _ = await gateway(time=FakeTime())
+    secret_prompt: dict[str, Any] = {**CHAT, "messages": [{"role": "user",
+                                                           "content": "my SSN is 078-05-1120"}]}
+    await client.post("/v1/chat/completions", json=secret_prompt)
+    assert "078-05-1120" not in caplog.text and "sk-first-key" not in caplog.text

@@ -1,0 +1,130 @@
+"""Gateway building blocks in isolation: config errors, token bucket, breaker, usage parsing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from llm_operator.api.validation import parse_llmmodel
+from llm_operator.gateway.app import usage_from_body, usage_from_sse
+from llm_operator.gateway.breaker import Breaker, State
+from llm_operator.gateway.config import ApiKeySource, ConfigError, load_config, parse_config
+from llm_operator.gateway.keys import KeySource, KeyUnavailable
+from llm_operator.gateway.limits import TokenBucket, retry_after_header
+from llm_operator.render import render
+
+from gwtools import FakeTime
+
+REPO = Path(__file__).resolve().parents[2]
+ROUTE = {"models": ["m"], "upstream": {"baseUrl": "https://api.example.com/v1"}}
+
+
+@pytest.mark.parametrize(("doc", "words"), [
+    ({}, "routes: Field required"),
+    ({"routes": []}, "routes: List should have at least 1 item"),
+    ({"routes": [{**ROUTE, "upstream": {"baseUrl": "ftp://x"}}]},
+     "routes.0.upstream.baseUrl: String should match pattern"),
+    ({"routes": [{**ROUTE, "rateLimit": {"requestsPerMinute": 0}}]},
+     "routes.0.rateLimit.requestsPerMinute: Input should be greater than or equal to 1"),
+    ({"routes": [{**ROUTE, "upstream": {"baseUrl": "https://a/v1", "apiKey": {}}}]},
+     "routes.0.upstream.apiKey: set exactly one of file or env"),
+    ({"routes": [ROUTE, ROUTE]}, "model 'm' is already routed"),
+    ({"routes": [{**ROUTE, "retries": 3}]}, "routes.0.retries: unknown field"),
+])
+def test_invalid_config_names_the_field(doc: dict[str, Any], words: str) -> None:
+    with pytest.raises(ConfigError, match=words.replace("(", r"\(")):
+        parse_config(doc)
+
+
+def test_unreadable_config_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("routes: [\n")
+    with pytest.raises(ConfigError, match="malformed YAML"):
+        load_config(bad)
+
+
+def test_rendered_gateway_config_is_valid() -> None:
+    """What the renderer puts in the ConfigMap is what the gateway accepts."""
+    doc = yaml.safe_load((REPO / "config/samples/gpt55-remote.yaml").read_text())
+    config_map = next(o for o in render(parse_llmmodel(doc)) if o["kind"] == "ConfigMap")
+    config = parse_config(yaml.safe_load(config_map["data"]["gateway.yaml"]))
+    route = config.routes[0]
+    assert route.models == ["gpt-5.5"] and route.rate_limit.requests_per_minute == 5000
+
+
+def test_token_bucket_refills_over_time() -> None:
+    time = FakeTime()
+    bucket = TokenBucket(60, time.clock)  # one per second, burst 60
+    assert all(bucket.take() == 0 for _ in range(60))
+    assert bucket.take() == pytest.approx(1.0)
+    time.now += 0.5
+    assert bucket.take() == pytest.approx(0.5)
+    time.now += 0.5
+    assert bucket.take() == 0
+
+
+def test_token_bucket_spend_can_go_negative() -> None:
+    time = FakeTime()
+    bucket = TokenBucket(600, time.clock)  # 10 per second
+    bucket.spend(700)
+    assert bucket.wait_seconds(1) == pytest.approx(10.1)
+
+
+@pytest.mark.parametrize(("seconds", "header"), [(0.01, "1"), (1.0, "1"), (1.2, "2"), (30, "30")])
+def test_retry_after_is_whole_seconds(seconds: float, header: str) -> None:
+    assert retry_after_header(seconds) == header
+
+
+def test_breaker_opens_half_opens_and_closes() -> None:
+    time = FakeTime()
+    breaker = Breaker(threshold=3, open_seconds=10, clock=time.clock)
+    for _ in range(2):
+        breaker.failure()
+    assert breaker.state is State.CLOSED and breaker.allow()
+    breaker.failure()
+    assert breaker.state is State.OPEN and not breaker.allow()
+    assert breaker.retry_in() == 10
+    time.now += 10
+    assert breaker.state is State.HALF_OPEN
+    assert breaker.allow() and not breaker.allow()  # one trial at a time
+    breaker.failure()
+    assert breaker.state is State.OPEN  # the trial failed: open again
+    time.now += 10
+    assert breaker.allow()
+    breaker.success()
+    assert breaker.state is State.CLOSED
+
+
+def test_key_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    source = KeySource(ApiKeySource(env="UPSTREAM_KEY"))
+    monkeypatch.setenv("UPSTREAM_KEY", "sk-env")
+    assert source.get() == "sk-env"
+    monkeypatch.delenv("UPSTREAM_KEY")
+    with pytest.raises(KeyUnavailable, match=r"env \$UPSTREAM_KEY is not set"):
+        source.get()
+
+
+@pytest.mark.parametrize(("body", "tokens"), [
+    (b'{"usage": {"prompt_tokens": 5, "completion_tokens": 2}}', (5, 2)),
+    (b'{"usage": {"input_tokens": 9, "output_tokens": 4}}', (9, 4)),
+    (b'{"choices": []}', (0, 0)),
+    (b'{"usage": null}', (0, 0)),
+    (b"not json but \"usage\"", (0, 0)),
+])
+def test_usage_from_body(body: bytes, tokens: tuple[int, int]) -> None:
+    assert usage_from_body(body) == tokens
+
+
+def test_usage_from_sse_takes_the_last_usage_event() -> None:
+    tail = (b'data: {"choices":[{"delta":{"content":"x"}}]}\n\n'
+            b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":8}}\n\n'
+            b'data: [DONE]\n\n')
+    assert usage_from_sse(tail) == (3, 8)
+    responses = b'data: {"type":"response.completed","response":{"usage":{"input_tokens":2,' \
+                b'"output_tokens":5}}}\n\n'
+    assert usage_from_sse(responses) == (2, 5)

@@ -1,0 +1,17 @@
+"""Shared test data: repository paths and the sample documents."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+SAMPLES = REPO / "config" / "samples"
+GUIDE_SAMPLES = sorted(SAMPLES.glob("*.yaml"))
+EDGE_SAMPLES = sorted((SAMPLES / "edge").glob("*.yaml"))
+
+
+def load_yaml(path: Path) -> Any:
+    return yaml.safe_load(path.read_text())
