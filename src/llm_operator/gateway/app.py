@@ -22,7 +22,7 @@ from llm_operator.gateway.breaker import Breaker, State
 from llm_operator.gateway.config import GatewayConfig, Route
 from llm_operator.gateway.keys import KeySource, KeyUnavailable
 from llm_operator.gateway.limits import TokenBucket, retry_after_header
-from llm_operator.gateway.metrics import NO_ROUTE, GatewayMetrics
+from llm_operator.gateway.metrics import NO_ROUTE, GatewayMetrics, RouteMetrics
 
 log = logging.getLogger("llm_operator.gateway")
 
@@ -51,6 +51,7 @@ class RouteState:
     url_base: str
     key: KeySource | None
     breaker: Breaker
+    metrics: RouteMetrics
     rpm: TokenBucket | None = None
     tpm: TokenBucket | None = None
     extra_headers: dict[str, str] = field(default_factory=dict)
@@ -79,14 +80,21 @@ def _usage_tokens(usage: Any) -> tuple[int, int]:
             completion if isinstance(completion, int) else 0)
 
 
+_DECODER = json.JSONDecoder()
+
+
 def usage_from_body(body: bytes) -> tuple[int, int]:
-    if b'"usage"' not in body:
+    """Usage of a JSON response, decoding only the "usage" object (bodies can be large)."""
+    at = body.rfind(b'"usage"')
+    if at < 0:
         return 0, 0
+    colon = body.find(b":", at + 7)
     try:
-        doc = json.loads(body)
-    except ValueError:
+        text = body[colon + 1:].decode()
+        usage, _ = _DECODER.raw_decode(text, len(text) - len(text.lstrip()))
+    except (ValueError, UnicodeDecodeError):
         return 0, 0
-    return _usage_tokens(doc.get("usage")) if isinstance(doc, dict) else (0, 0)
+    return _usage_tokens(usage)
 
 
 def usage_from_sse(tail: bytes) -> tuple[int, int]:
@@ -127,6 +135,7 @@ class Gateway:
             limit = route.rate_limit
             state = RouteState(
                 route=route, url_base=base, breaker=breaker,
+                metrics=RouteMetrics(self.metrics, route.label),
                 key=KeySource(route.upstream.api_key) if route.upstream.api_key else None,
                 rpm=TokenBucket(limit.requests_per_minute, clock)
                 if limit.requests_per_minute else None,
@@ -137,6 +146,7 @@ class Gateway:
             for name in route.models:
                 self.routes[name] = state
             self.metrics.circuit.labels(host).set(0)
+        self._unrouted = RouteMetrics(self.metrics, NO_ROUTE)
         self._hosts = {urlsplit(s.url_base).netloc: s.breaker for s in self.routes.values()}
         self._models_body = json.dumps({"object": "list", "data": [
             {"id": name, "object": "model", "created": 0,
@@ -193,47 +203,44 @@ class Gateway:
 
     # --- the proxy ---------------------------------------------------------------------
 
-    def _finish(self, label: str, status: int, started: float) -> None:
-        self.metrics.requests.labels(label, str(status)).inc()
-        self.metrics.latency.labels(label).observe(self._clock() - started)
-
     async def proxy(self, request: web.Request) -> web.StreamResponse:
         started = self._clock()
-        response, label = await self._proxy(request, started)
+        response, state = await self._proxy(request, started)
         if not isinstance(response, _Streamed):
-            self._finish(label, response.status, started)
+            metrics = state.metrics if state is not None else self._unrouted
+            metrics.request(response.status, self._clock() - started)
         return response
 
     async def _proxy(self, request: web.Request, started: float
-                     ) -> tuple[web.StreamResponse, str]:
+                     ) -> tuple[web.StreamResponse, RouteState | None]:
         limit = self.config.max_request_bytes
         if request.content_length is not None and request.content_length > limit:
             return error_response(413, f"request body exceeds {limit} bytes",
-                                  "invalid_request_error", "request_too_large"), NO_ROUTE
+                                  "invalid_request_error", "request_too_large"), None
         try:
             raw = await request.read()
         except web.HTTPRequestEntityTooLarge:
             return error_response(413, f"request body exceeds {limit} bytes",
-                                  "invalid_request_error", "request_too_large"), NO_ROUTE
+                                  "invalid_request_error", "request_too_large"), None
         try:
             body = json.loads(raw)
         except ValueError as exc:
             return error_response(400, f"request body is not valid JSON: {exc}",
-                                  "invalid_request_error", "invalid_json"), NO_ROUTE
+                                  "invalid_request_error", "invalid_json"), None
         model = body.get("model") if isinstance(body, dict) else None
         if not isinstance(model, str):
             return error_response(400, "the request needs a string field 'model'",
-                                  "invalid_request_error", "missing_model"), NO_ROUTE
+                                  "invalid_request_error", "missing_model"), None
         state = self.routes.get(model)
         if state is None:
             known = ", ".join(sorted(self.routes))
             return error_response(404, f"The model {model!r} does not exist here; available "
                                   f"models: {known}", "invalid_request_error",
-                                  "model_not_found"), NO_ROUTE
+                                  "model_not_found"), None
         label = state.route.label
         refused = self._rate_limited(state)
         if refused is not None:
-            return refused, label
+            return refused, state
         upstream_model = state.route.upstream_model
         if upstream_model != model:
             body["model"] = upstream_model
@@ -244,11 +251,11 @@ class Gateway:
             log.error("route %s: %s", label, exc)
             return error_response(503, f"the gateway has no credentials for {model!r}; "
                                   "its operator must provide the API key",
-                                  "server_error", "credentials_unavailable"), label
+                                  "server_error", "credentials_unavailable"), state
         stream = body.get("stream") is True
         url = state.url_base + request.path.removeprefix("/v1")
         return await self._forward(request, state, url=url, payload=raw, headers=headers,
-                                   stream=stream, started=started), label
+                                   stream=stream, started=started), state
 
     def _rate_limited(self, state: RouteState) -> web.Response | None:
         waits = []
@@ -259,7 +266,7 @@ class Gateway:
         wait = max(waits, default=0.0)
         if wait <= 0:
             return None
-        self.metrics.rate_limited.labels(state.route.label).inc()
+        state.metrics.rate_limited.inc()
         return error_response(
             429, f"rate limit of route {state.route.label!r} reached; retry after "
             f"{retry_after_header(wait)}s", "rate_limit_error", "rate_limit_exceeded",
@@ -291,7 +298,7 @@ class Gateway:
         while True:
             attempt += 1
             if not state.breaker.allow():
-                self.metrics.upstream_errors.labels(label, "circuit_open").inc()
+                state.metrics.upstream_error("circuit_open")
                 wait = retry_after_header(state.breaker.retry_in())
                 return error_response(503, f"upstream of {label!r} is failing; the gateway "
                                       f"stops calling it for {wait}s", "server_error",
@@ -306,10 +313,10 @@ class Gateway:
             except (aiohttp.ClientError, TimeoutError) as exc:
                 reason = "timeout" if isinstance(exc, TimeoutError) else "connect"
                 state.breaker.failure()
-                self.metrics.upstream_errors.labels(label, reason).inc()
+                state.metrics.upstream_error(reason)
                 delay = self._backoff(state, attempt, None)
                 if self._may_retry(state, attempt, delay, deadline):
-                    self.metrics.retries.labels(label).inc()
+                    state.metrics.retries.inc()
                     await self._sleep(delay)
                     continue
                 log.warning("route %s: upstream %s after %d attempts", label, reason, attempt)
@@ -323,16 +330,16 @@ class Gateway:
                     state.breaker.success()
                 else:
                     state.breaker.failure()
-                self.metrics.upstream_errors.labels(label, str(status)).inc()
+                state.metrics.upstream_error(str(status))
                 delay = self._backoff(state, attempt, upstream.headers.get("Retry-After"))
                 if self._may_retry(state, attempt, delay, deadline):
                     upstream.release()
-                    self.metrics.retries.labels(label).inc()
+                    state.metrics.retries.inc()
                     await self._sleep(delay)
                     continue
             elif status >= 500:
                 state.breaker.failure()
-                self.metrics.upstream_errors.labels(label, str(status)).inc()
+                state.metrics.upstream_error(str(status))
             else:
                 state.breaker.success()
             if stream and status == 200:
@@ -348,12 +355,11 @@ class Gateway:
     def _account(self, state: RouteState, prompt: int, completion: int) -> None:
         if not prompt and not completion:
             return
-        label = state.route.label
-        self.metrics.tokens.labels(label, "prompt").inc(prompt)
-        self.metrics.tokens.labels(label, "completion").inc(completion)
+        state.metrics.prompt_tokens.inc(prompt)
+        state.metrics.completion_tokens.inc(completion)
         if state.route.pricing:
             price = state.route.pricing
-            self.metrics.cost.labels(label).inc(
+            state.metrics.cost.inc(
                 prompt * price.input_per_million / 1e6
                 + completion * price.output_per_million / 1e6)
         if state.tpm is not None:
@@ -381,7 +387,7 @@ class Gateway:
             await out.prepare(request)
             async for chunk in upstream.content.iter_any():
                 if first:
-                    self.metrics.ttft.labels(label).observe(self._clock() - started)
+                    state.metrics.ttft.observe(self._clock() - started)
                     first = False
                 await out.write(chunk)
                 tail = (tail + chunk)[-USAGE_TAIL_BYTES:]
@@ -394,7 +400,7 @@ class Gateway:
                 upstream.release()
             else:
                 upstream.close()  # tear the connection down: the upstream stops generating
-            self._finish(label, 200 if completed else 499, started)
+            state.metrics.request(200 if completed else 499, self._clock() - started)
         if completed:
             self._account(state, *usage_from_sse(tail))
         return out

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
@@ -37,3 +39,34 @@ class GatewayMetrics:
         self.circuit = Gauge("llmop_gateway_circuit_state",
                              "Circuit per upstream host: 0 closed, 1 half-open, 2 open.",
                              ["upstream"], registry=r)
+
+
+class RouteMetrics:
+    """One route's series, bound once (label lookups cost on every request otherwise)."""
+
+    def __init__(self, metrics: GatewayMetrics, route: str) -> None:
+        self.latency = metrics.latency.labels(route)
+        self.ttft = metrics.ttft.labels(route)
+        self.prompt_tokens = metrics.tokens.labels(route, "prompt")
+        self.completion_tokens = metrics.tokens.labels(route, "completion")
+        self.cost = metrics.cost.labels(route)
+        self.rate_limited = metrics.rate_limited.labels(route)
+        self.retries = metrics.retries.labels(route)
+        self._metrics, self._route = metrics, route
+        self._by_status: dict[int, Any] = {}
+        self._errors: dict[str, Any] = {}
+
+    def request(self, status: int, seconds: float) -> None:
+        child = self._by_status.get(status)
+        if child is None:
+            child = self._by_status[status] = self._metrics.requests.labels(self._route,
+                                                                            str(status))
+        child.inc()
+        self.latency.observe(seconds)
+
+    def upstream_error(self, reason: str) -> None:
+        child = self._errors.get(reason)
+        if child is None:
+            child = self._errors[reason] = self._metrics.upstream_errors.labels(self._route,
+                                                                                reason)
+        child.inc()
