@@ -26,10 +26,14 @@ def wants_http_addon(model: LLMModel, settings: Settings) -> bool:
         and settings.keda.http_addon.enabled
 
 
+def pod_selector(model: LLMModel) -> str:
+    """PromQL label matchers for this model's Deployment pods (and no other model's)."""
+    return f'namespace="{model.namespace}",pod=~"{model.name}-[a-z0-9]+-[a-z0-9]+"'
+
+
 def queue_query(model: LLMModel, metric: str) -> str:
     """The guide's query, with the pod regex anchored to this Deployment's pod names."""
-    pods = f"{model.name}-[a-z0-9]+-[a-z0-9]+"
-    return f'sum({metric}{{namespace="{model.namespace}",pod=~"{pods}"}})'
+    return f"sum({metric}{{{pod_selector(model)}}})"
 
 
 def scaled_object(

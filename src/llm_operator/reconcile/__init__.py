@@ -1,0 +1,1 @@
+"""Reconciliation logic that is pure: observed cluster state -> LLMModel status."""

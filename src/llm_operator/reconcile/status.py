@@ -1,0 +1,282 @@
+"""Observed children -> LLMModel status: phase, conditions, endpoint and events (pure).
+
+The operator lists the model's Deployment and Pods and hands them here as the API returned
+them; nothing about the status is assumed from having applied objects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from llm_operator.api.v1alpha1 import Condition, LLMModel, LLMModelStatus, Phase
+from llm_operator.api.validation import Problem
+
+# Container waiting reasons that mean "this replica is broken", not "still starting".
+FAILING_WAITING = frozenset({
+    "CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "CreateContainerConfigError",
+    "CreateContainerError", "InvalidImageName", "RunContainerError",
+})
+FETCH_CONTAINER = "model-fetch"
+TIMEOUT_EXIT_CODE = 124  # coreutils timeout: the download exceeded downloadTimeoutSeconds
+SERVING_PHASES = frozenset({"Ready", "Proxying", "Degraded"})
+
+# Placement problem path -> Placed=False reason.
+BLOCKER_REASONS = {
+    "spec.resources": "DoesNotFit",
+    "spec.inferenceEngine": "EngineUnsupported",
+    "spec.engineArgs": "UnsupportedEngineArgs",
+    "spec.scaling.minReplicas": "ScaleToZeroUnavailable",
+}
+
+
+@dataclass(frozen=True)
+class Blocker:
+    """Why a model cannot be placed at all (-> phase Failed, nothing is created)."""
+
+    reason: str
+    message: str
+
+    @classmethod
+    def from_problem(cls, problem: Problem) -> Blocker:
+        return cls(BLOCKER_REASONS.get(problem.path, "InvalidSpec"), str(problem))
+
+    @classmethod
+    def secret_missing(cls, name: str, key: str, field_path: str) -> Blocker:
+        return cls("SecretMissing", f"{field_path}: Secret {name!r} with key {key!r} does not "
+                   "exist in the model's namespace: create it, or fix the name")
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the operator saw in the cluster for one model."""
+
+    deployment: dict[str, Any] | None = None
+    pods: list[dict[str, Any]] = field(default_factory=list)
+    blockers: list[Blocker] = field(default_factory=list)
+    plan_verdict: str = "fits"
+    plan_reason: str = ""
+    scaled_to_zero_allowed: bool = False  # minReplicas 0 with KEDA in charge
+    requests_per_minute: int | None = None
+    average_latency_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class Event:
+    type: Literal["Normal", "Warning"]
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class PodIssue:
+    """One replica that is failing, and why."""
+
+    pod: str
+    container: str
+    reason: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"pod {self.pod} container {self.container}: {self.reason}" + (
+            f" ({self.message})" if self.message else "")
+
+
+@dataclass(frozen=True)
+class StatusUpdate:
+    status: LLMModelStatus
+    events: list[Event]
+    changed: bool
+
+    def patch(self) -> dict[str, Any]:
+        """The `status` body for a merge patch of the status subresource."""
+        return self.status.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+# --- reading pods ---------------------------------------------------------------------------
+
+def _name(obj: dict[str, Any]) -> str:
+    return str(obj.get("metadata", {}).get("name", "?"))
+
+
+def _statuses(pod: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    return list(pod.get("status", {}).get(key) or [])
+
+
+def _issue(pod: dict[str, Any], cs: dict[str, Any]) -> PodIssue | None:
+    state, last = cs.get("state") or {}, cs.get("lastState") or {}
+    waiting = state.get("waiting") or {}
+    terminated = last.get("terminated") or state.get("terminated") or {}
+    container = str(cs.get("name", "?"))
+    if terminated.get("reason") == "OOMKilled":
+        return PodIssue(_name(pod), container, "OOMKilled",
+                        "out of memory: raise resources.memoryGiB or lower the context")
+    if container == FETCH_CONTAINER and terminated.get("exitCode") == TIMEOUT_EXIT_CODE:
+        return PodIssue(_name(pod), container, "DownloadTimedOut",
+                        "the weights did not download within the operator's "
+                        "downloadTimeoutSeconds")
+    if waiting.get("reason") in FAILING_WAITING:
+        reason = str(waiting["reason"])
+        if container == FETCH_CONTAINER and reason == "CrashLoopBackOff":
+            reason = "DownloadFailed"
+        return PodIssue(_name(pod), container, reason, str(waiting.get("message", ""))[:300])
+    return None
+
+
+def pod_issues(pods: list[dict[str, Any]]) -> list[PodIssue]:
+    issues = []
+    for pod in pods:
+        for cs in _statuses(pod, "initContainerStatuses") + _statuses(pod, "containerStatuses"):
+            issue = _issue(pod, cs)
+            if issue is not None:
+                issues.append(issue)
+    return issues
+
+
+def _downloading(pod: dict[str, Any]) -> bool:
+    return any(cs.get("name") == FETCH_CONTAINER and "running" in (cs.get("state") or {})
+               for cs in _statuses(pod, "initContainerStatuses"))
+
+
+def _unschedulable(pod: dict[str, Any]) -> str | None:
+    for cond in pod.get("status", {}).get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False" \
+                and cond.get("reason") == "Unschedulable":
+            return str(cond.get("message", "no node fits the pod"))
+    return None
+
+
+def _ready(pod: dict[str, Any]) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in pod.get("status", {}).get("conditions") or [])
+
+
+# --- the mapping ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Facts:
+    phase: Phase
+    message: str
+    ready: int
+    desired: int
+    issues: list[PodIssue]
+    unschedulable: str | None
+    nodes: list[str]
+    rolling: bool
+    deadline_exceeded: str | None
+
+
+def _facts(model: LLMModel, obs: Observation) -> _Facts:
+    pods = [p for p in obs.pods if not p.get("metadata", {}).get("deletionTimestamp")]
+    deploy = obs.deployment
+    spec = (deploy or {}).get("spec", {})
+    dstatus = (deploy or {}).get("status", {})
+    desired = int(spec.get("replicas", 1)) if deploy else 0
+    ready = int(dstatus.get("readyReplicas", 0)) if deploy else 0
+    ready = max(ready, sum(_ready(p) for p in pods)) if deploy else 0
+    issues = pod_issues(pods)
+    unschedulable = next((m for p in pods if (m := _unschedulable(p))), None)
+    nodes = sorted({str(n) for p in pods if (n := p.get("spec", {}).get("nodeName"))})
+    rolling = bool(deploy) and int(dstatus.get("updatedReplicas", desired)) < desired
+    deadline = next((str(c.get("message", "")) for c in dstatus.get("conditions") or []
+                     if c.get("type") == "Progressing" and c.get("status") == "False"
+                     and c.get("reason") == "ProgressDeadlineExceeded"), None)
+    serving: Phase = "Proxying" if model.spec.is_remote else "Ready"
+    summary = "; ".join(str(i) for i in issues[:3])
+    phase: Phase
+    if obs.blockers:
+        phase, message = "Failed", "; ".join(b.message for b in obs.blockers)
+    elif deploy is None:
+        phase, message = "Pending", "waiting for the workload to be created"
+    elif ready >= 1:
+        phase = "Degraded" if issues else serving
+        message = f"{ready}/{desired} replicas ready" + (f"; failing: {summary}" if issues else "")
+    elif issues:
+        phase, message = "Degraded", f"no replica ready; failing: {summary}"
+    elif any(_downloading(p) for p in pods):
+        phase, message = "Downloading", "fetching model weights into the cache"
+    elif any(p.get("spec", {}).get("nodeName") for p in pods):
+        phase, message = "Starting", "containers are starting; the model is loading"
+    elif desired == 0 and obs.scaled_to_zero_allowed:
+        phase, message = "Idle", "scaled to zero; the next request wakes it"
+    elif unschedulable:
+        phase, message = "Pending", f"no node can run the model: {unschedulable}"
+    else:
+        phase, message = "Pending", "waiting for a replica to be scheduled"
+    return _Facts(phase, message, ready, desired, issues, unschedulable, nodes, rolling,
+                  deadline)
+
+
+def _conditions(model: LLMModel, obs: Observation, facts: _Facts) -> list[tuple[str, bool,
+                                                                               str, str]]:
+    """(type, status, reason, message) for Placed, Ready, Available, Progressing, Degraded."""
+    phase = facts.phase
+    if obs.blockers:
+        placed = (False, obs.blockers[0].reason, "; ".join(b.message for b in obs.blockers))
+    elif facts.unschedulable and facts.ready == 0:
+        placed = (False, "Unschedulable", facts.unschedulable)
+    else:
+        reason = "Tight" if obs.plan_verdict == "tight" else "Fits"
+        placed = (True, reason, obs.plan_reason or "placement checked")
+    serving = phase in SERVING_PHASES and facts.ready >= 1
+    ready = (True, "Serving", facts.message) if serving else (False, phase, facts.message)
+    if phase == "Idle":
+        available = (True, "ScaledToZero", facts.message)
+    elif facts.desired and facts.ready >= facts.desired:
+        available = (True, "MinimumReplicasAvailable", facts.message)
+    else:
+        available = (False, "MinimumReplicasUnavailable", facts.message)
+    if facts.deadline_exceeded:
+        progressing = (False, "ProgressDeadlineExceeded", facts.deadline_exceeded)
+    elif phase in {"Pending", "Downloading", "Starting"} and not obs.blockers:
+        progressing = (True, phase, facts.message)
+    elif facts.rolling:
+        progressing = (True, "RollingOut", "replacing replicas with the current spec")
+    else:
+        progressing = (False, "Settled", "no change in progress")
+    if facts.issues:
+        first = facts.issues[0]
+        degraded = (True, first.reason, "; ".join(str(i) for i in facts.issues[:5]))
+    else:
+        degraded = (False, "AsExpected", "no replica is failing")
+    return [("Placed", *placed), ("Ready", *ready), ("Available", *available),
+            ("Progressing", *progressing), ("Degraded", *degraded)]
+
+
+def compute_status(model: LLMModel, obs: Observation, endpoint: str, now: str) -> StatusUpdate:
+    """The status this model should have given what was observed, and the events to emit.
+
+    ``now`` (RFC 3339) stamps conditions whose status flips; unchanged conditions keep their
+    lastTransitionTime, so an unchanged cluster yields ``changed=False`` and no write.
+    """
+    facts = _facts(model, obs)
+    old = model.status or LLMModelStatus()
+    previous = {c.type: c for c in old.conditions or []}
+    generation = model.metadata.generation
+    conditions = []
+    for kind, ok, reason, message in _conditions(model, obs, facts):
+        flag: Literal["True", "False"] = "True" if ok else "False"
+        before = previous.get(kind)
+        since = before.last_transition_time if before and before.status == flag else now
+        conditions.append(Condition(type=kind, status=flag, reason=reason,
+                                    message=message[:32768], last_transition_time=since,
+                                    observed_generation=generation))
+    serving = facts.phase in SERVING_PHASES and facts.ready >= 1
+    status = LLMModelStatus(
+        phase=facts.phase,
+        endpoint=endpoint if serving else None,
+        conditions=conditions,
+        accelerator_nodes=facts.nodes or None,
+        current_replicas=facts.ready,
+        requests_per_minute=obs.requests_per_minute,
+        average_latency_ms=obs.average_latency_ms,
+        observed_generation=generation,
+    )
+    events: list[Event] = []
+    if facts.phase != old.phase:
+        severity: Literal["Normal", "Warning"] = (
+            "Warning" if facts.phase in {"Failed", "Degraded"} else "Normal")
+        events.append(Event(severity, facts.phase,
+                            f"{old.phase or 'new'} -> {facts.phase}: {facts.message}"))
+    changed = status.model_dump(mode="json") != old.model_dump(mode="json")
+    return StatusUpdate(status, events, changed)

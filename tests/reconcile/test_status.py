@@ -1,0 +1,233 @@
+"""Status is observed, never assumed: Deployment and Pod state -> phase, conditions, events."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from llm_operator.api.v1alpha1 import LLMModel
+from llm_operator.api.validation import Problem, parse_llmmodel
+from llm_operator.reconcile.status import Blocker, Observation, compute_status
+
+from samples import GUIDE_SAMPLES, load_yaml
+
+NOW = "2026-11-22T10:00:00Z"
+LATER = "2026-11-22T10:05:00Z"
+ENDPOINT = "http://m.ai-models.svc.cluster.local:8000/v1"
+
+
+def local(generation: int = 3, status: dict[str, Any] | None = None) -> LLMModel:
+    doc = copy.deepcopy(load_yaml(next(p for p in GUIDE_SAMPLES if p.stem == "gemma4-31b-nvidia")))
+    doc["metadata"]["generation"] = generation
+    if status:
+        doc["status"] = status
+    return parse_llmmodel(doc)
+
+
+def remote() -> LLMModel:
+    return parse_llmmodel(load_yaml(next(p for p in GUIDE_SAMPLES if p.stem == "gpt55-remote")))
+
+
+def deployment(replicas: int = 1, ready: int = 0, updated: int | None = None,
+               conditions: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {"spec": {"replicas": replicas}, "status": {
+        "readyReplicas": ready, "updatedReplicas": replicas if updated is None else updated,
+        "conditions": conditions or []}}
+
+
+def pod(name: str = "m-7d9f-abc12", node: str | None = "gpu-node-1", ready: bool = False,
+        init: list[dict[str, Any]] | None = None, containers: list[dict[str, Any]] | None = None,
+        unschedulable: str | None = None, terminating: bool = False) -> dict[str, Any]:
+    conditions = [{"type": "Ready", "status": "True" if ready else "False"}]
+    if unschedulable:
+        conditions.append({"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                           "message": unschedulable})
+    meta: dict[str, Any] = {"name": name}
+    if terminating:
+        meta["deletionTimestamp"] = NOW
+    return {"metadata": meta, "spec": {"nodeName": node} if node else {},
+            "status": {"conditions": conditions, "initContainerStatuses": init or [],
+                       "containerStatuses": containers or []}}
+
+
+def running(name: str) -> dict[str, Any]:
+    return {"name": name, "state": {"running": {}}}
+
+
+def waiting(name: str, reason: str, message: str = "") -> dict[str, Any]:
+    return {"name": name, "state": {"waiting": {"reason": reason, "message": message}}}
+
+
+def oom(name: str) -> dict[str, Any]:
+    return {"name": name, "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+            "lastState": {"terminated": {"reason": "OOMKilled", "exitCode": 137}},
+            "restartCount": 3}
+
+
+def timed_out(name: str) -> dict[str, Any]:
+    return {"name": name, "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+            "lastState": {"terminated": {"exitCode": 124}}, "restartCount": 1}
+
+
+DONE_INIT = [{"name": "model-fetch", "state": {"terminated": {"exitCode": 0}}}]
+
+# (case, observation, phase, endpoint set, degraded reason or None)
+PHASES: list[tuple[str, Observation, str, bool, str | None]] = [
+    ("nothing yet", Observation(), "Pending", False, None),
+    ("deployment, no pods", Observation(deployment=deployment()), "Pending", False, None),
+    ("unschedulable", Observation(deployment=deployment(), pods=[
+        pod(node=None, unschedulable="0/3 nodes: 3 Insufficient nvidia.com/gpu")]),
+     "Pending", False, None),
+    ("downloading", Observation(deployment=deployment(), pods=[
+        pod(init=[running("model-fetch")])]), "Downloading", False, None),
+    ("starting", Observation(deployment=deployment(), pods=[
+        pod(init=DONE_INIT, containers=[running("inference-server")])]),
+     "Starting", False, None),
+    ("ready", Observation(deployment=deployment(ready=1), pods=[
+        pod(ready=True, containers=[running("inference-server")])]), "Ready", True, None),
+    ("one of two crash-looping", Observation(deployment=deployment(replicas=2, ready=1), pods=[
+        pod(ready=True), pod(name="m-7d9f-def34", node="gpu-node-2", containers=[
+            waiting("inference-server", "CrashLoopBackOff", "back-off 5m0s")])]),
+     "Degraded", True, "CrashLoopBackOff"),
+    ("image pull failing", Observation(deployment=deployment(), pods=[
+        pod(containers=[waiting("inference-server", "ImagePullBackOff", "not found")])]),
+     "Degraded", False, "ImagePullBackOff"),
+    ("out of memory", Observation(deployment=deployment(), pods=[
+        pod(containers=[oom("inference-server")])]), "Degraded", False, "OOMKilled"),
+    ("download crash-looping", Observation(deployment=deployment(), pods=[
+        pod(init=[waiting("model-fetch", "CrashLoopBackOff")])]),
+     "Degraded", False, "DownloadFailed"),
+    ("download timed out", Observation(deployment=deployment(), pods=[
+        pod(init=[timed_out("model-fetch")])]), "Degraded", False, "DownloadTimedOut"),
+    ("scaled to zero", Observation(deployment=deployment(replicas=0),
+                                   scaled_to_zero_allowed=True), "Idle", False, None),
+    ("terminating pods ignored", Observation(deployment=deployment(ready=0), pods=[
+        pod(terminating=True, containers=[waiting("inference-server", "CrashLoopBackOff")])]),
+     "Pending", False, None),
+    ("does not fit", Observation(blockers=[Blocker.from_problem(Problem(
+        "spec.resources", "needs ~214 GiB but 1x H100 gives 72 GiB"))]), "Failed", False, None),
+]
+
+
+@pytest.mark.parametrize(("case", "obs", "phase", "has_endpoint", "degraded"), PHASES,
+                         ids=[p[0] for p in PHASES])
+def test_phase_follows_the_observed_children(case: str, obs: Observation, phase: str,
+                                             has_endpoint: bool, degraded: str | None) -> None:
+    update = compute_status(local(), obs, ENDPOINT, NOW)
+    status = update.status
+    assert status.phase == phase
+    assert (status.endpoint == ENDPOINT) is has_endpoint
+    conditions = {c.type: c for c in status.conditions or []}
+    assert set(conditions) == {"Placed", "Ready", "Available", "Progressing", "Degraded"}
+    assert (conditions["Degraded"].status == "True") is (degraded is not None)
+    if degraded:
+        assert conditions["Degraded"].reason == degraded
+    assert conditions["Ready"].status == ("True" if has_endpoint else "False")
+    assert status.observed_generation == 3
+    assert all(c.observed_generation == 3 for c in conditions.values())
+
+
+@pytest.mark.parametrize(("ready", "phase"), [(0, "Starting"), (2, "Proxying")])
+def test_remote_models_proxy_once_the_gateway_is_ready(ready: int, phase: str) -> None:
+    pods = [pod(name=f"g-{i}", ready=i < ready, containers=[running("gateway")])
+            for i in range(2)]
+    update = compute_status(remote(), Observation(deployment=deployment(2, ready), pods=pods),
+                            ENDPOINT, NOW)
+    assert update.status.phase == phase
+    assert update.status.current_replicas == ready
+
+
+def test_failed_says_why_and_what_to_change() -> None:
+    obs = Observation(blockers=[
+        Blocker.secret_missing("hf-token", "token", "spec.modelSource.huggingFaceTokenSecret")])
+    status = compute_status(local(), obs, ENDPOINT, NOW).status
+    placed = next(c for c in status.conditions or [] if c.type == "Placed")
+    assert (placed.status, placed.reason) == ("False", "SecretMissing")
+    assert "create it" in placed.message and "hf-token" in placed.message
+
+
+def test_unschedulable_pods_clear_placed() -> None:
+    obs = Observation(deployment=deployment(), pods=[
+        pod(node=None, unschedulable="0/3 nodes: 3 Insufficient nvidia.com/gpu")])
+    placed = next(c for c in compute_status(local(), obs, ENDPOINT, NOW).status.conditions or []
+                  if c.type == "Placed")
+    assert (placed.status, placed.reason) == ("False", "Unschedulable")
+    assert "Insufficient nvidia.com/gpu" in placed.message
+
+
+def test_nodes_replicas_and_metrics_are_reported() -> None:
+    obs = Observation(deployment=deployment(2, 2), pods=[
+        pod(name="a", node="gpu-2", ready=True), pod(name="b", node="gpu-1", ready=True)],
+        requests_per_minute=120, average_latency_ms=850, plan_verdict="tight",
+        plan_reason="fits 1x H100 but above the declared 24 GiB")
+    status = compute_status(local(), obs, ENDPOINT, NOW).status
+    assert status.accelerator_nodes == ["gpu-1", "gpu-2"]
+    assert (status.current_replicas, status.requests_per_minute,
+            status.average_latency_ms) == (2, 120, 850)
+    placed = next(c for c in status.conditions or [] if c.type == "Placed")
+    assert (placed.reason, placed.message) == ("Tight", obs.plan_reason)
+
+
+def test_progress_deadline_and_rollouts() -> None:
+    stuck = Observation(deployment=deployment(conditions=[{
+        "type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded",
+        "message": "ReplicaSet m-1 has timed out progressing."}]))
+    rolling = Observation(deployment=deployment(replicas=2, ready=2, updated=1),
+                          pods=[pod(ready=True), pod(name="b", ready=True)])
+
+    def progressing(obs: Observation) -> tuple[str, str]:
+        cond = next(c for c in compute_status(local(), obs, ENDPOINT, NOW).status.conditions
+                    or [] if c.type == "Progressing")
+        return cond.status, cond.reason
+
+    assert progressing(stuck) == ("False", "ProgressDeadlineExceeded")
+    assert progressing(rolling) == ("True", "RollingOut")
+
+
+def test_phase_changes_emit_events_warnings_for_trouble() -> None:
+    first = compute_status(local(), Observation(deployment=deployment(), pods=[
+        pod(init=[running("model-fetch")])]), ENDPOINT, NOW)
+    assert [(e.type, e.reason) for e in first.events] == [("Normal", "Downloading")]
+    assert first.events[0].message.startswith("new -> Downloading")
+    before = local(status=first.patch())
+    broken = compute_status(before, Observation(deployment=deployment(), pods=[
+        pod(containers=[oom("inference-server")])]), ENDPOINT, LATER)
+    assert [(e.type, e.reason) for e in broken.events] == [("Warning", "Degraded")]
+
+
+def test_unchanged_cluster_means_no_write_and_no_event() -> None:
+    obs = Observation(deployment=deployment(ready=1), pods=[pod(ready=True)])
+    first = compute_status(local(), obs, ENDPOINT, NOW)
+    assert first.changed
+    again = compute_status(local(status=first.patch()), obs, ENDPOINT, LATER)
+    assert not again.changed and again.events == []
+    assert again.patch() == first.patch()  # transition times kept
+
+
+def test_transition_time_moves_only_when_a_condition_flips() -> None:
+    starting = compute_status(local(), Observation(deployment=deployment(), pods=[
+        pod(init=DONE_INIT)]), ENDPOINT, NOW)
+    ready = compute_status(local(status=starting.patch()), Observation(
+        deployment=deployment(ready=1), pods=[pod(ready=True)]), ENDPOINT, LATER)
+    times = {c.type: c.last_transition_time for c in ready.status.conditions or []}
+    assert times["Ready"] == LATER and times["Placed"] == NOW and times["Degraded"] == NOW
+
+
+def test_new_generation_is_a_change() -> None:
+    obs = Observation(deployment=deployment(ready=1), pods=[pod(ready=True)])
+    first = compute_status(local(generation=3), obs, ENDPOINT, NOW)
+    bumped = compute_status(local(generation=4, status=first.patch()), obs, ENDPOINT, NOW)
+    assert bumped.changed and bumped.status.observed_generation == 4
+
+
+def test_status_patch_validates_against_the_crd() -> None:
+    import jsonschema  # noqa: PLC0415
+
+    from k8s_schemas import _strict, llmmodel_schema  # noqa: PLC0415
+
+    update = compute_status(local(), Observation(deployment=deployment(ready=1),
+                                                 pods=[pod(ready=True)]), ENDPOINT, NOW)
+    schema = _strict(llmmodel_schema())["properties"]["status"]
+    jsonschema.Draft4Validator(schema).validate(update.patch())
