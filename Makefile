@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 CRD := config/crd/bases/ai.example.io_llmmodels.yaml
 
-.PHONY: up test lint typecheck importlint unit crd golden clean
+.PHONY: up test lint typecheck importlint unit crd golden clean tools
 
 $(STAMP): pyproject.toml
 	@echo ">> creating $(VENV) and installing llm-operator with its test extras"
@@ -21,7 +21,15 @@ up: $(STAMP)
 	$(BIN)/llmop render -f config/samples > .state/manifests.yaml
 	@echo ">> rendered $$(grep -c '^kind:' .state/manifests.yaml) objects to .state/manifests.yaml (kubectl apply -f .state/manifests.yaml)"
 
-test: lint typecheck importlint unit
+test: tools lint typecheck importlint unit
+
+# Debian's prometheus package provides promtool and the Prometheus server the tests run.
+tools:
+	@command -v promtool >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo ">> installing Debian's prometheus (promtool, prometheus)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null; \
+	  else echo "promtool is missing: sudo apt-get install prometheus" >&2; exit 1; fi; }
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests $(wildcard bench)

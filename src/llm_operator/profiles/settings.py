@@ -53,7 +53,11 @@ class HttpAddon(_Settings):
 
     enabled: bool = True
     external_scaler_address: str = "keda-add-ons-http-external-scaler.keda:9090"
-    target_pending_requests: int = Field(1, ge=1, description="Concurrency per replica.")
+    target_pending_requests: int = Field(
+        100, ge=1,
+        description="In-flight requests per replica for the add-on's own scaling. High on "
+        "purpose: LLM servers batch many concurrent requests, so the HTTP trigger only wakes "
+        "the model and the queue-depth trigger decides how many replicas serve.")
 
 
 class Keda(_Settings):
