@@ -15,3 +15,8 @@ EDGE_SAMPLES = sorted((SAMPLES / "edge").glob("*.yaml"))
 
 def load_yaml(path: Path) -> Any:
     return yaml.safe_load(path.read_text())
+
+
+def sample_doc(stem: str) -> Any:
+    """A guide or edge sample by file name (without .yaml)."""
+    return load_yaml(next(p for p in GUIDE_SAMPLES + EDGE_SAMPLES if p.stem == stem))

@@ -8,13 +8,13 @@ from llm_operator.api.validation import parse_llmmodel
 from llm_operator.render import render
 
 from keda_model import Load, simulate
-from samples import GUIDE_SAMPLES, load_yaml
+from samples import sample_doc
 
 STEP = 15  # the rendered pollingInterval
 
 
 def rendered(stem: str) -> dict[str, dict[str, Any]]:
-    doc = load_yaml(next(p for p in GUIDE_SAMPLES if p.stem == stem))
+    doc = sample_doc(stem)
     return {o["kind"]: o for o in render(parse_llmmodel(doc))}
 
 

@@ -7,11 +7,11 @@ import pytest
 from llm_operator.api.validation import parse_llmmodel
 from llm_operator.reconcile.queries import status_queries
 
-from samples import GUIDE_SAMPLES, load_yaml
+from samples import sample_doc
 
 
 def model(stem: str):  # type: ignore[no-untyped-def]
-    return parse_llmmodel(load_yaml(next(p for p in GUIDE_SAMPLES if p.stem == stem)))
+    return parse_llmmodel(sample_doc(stem))
 
 
 def test_vllm_model_queries_its_own_pods() -> None:

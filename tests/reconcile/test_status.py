@@ -11,7 +11,7 @@ from llm_operator.api.v1alpha1 import LLMModel
 from llm_operator.api.validation import Problem, parse_llmmodel
 from llm_operator.reconcile.status import Blocker, Observation, compute_status
 
-from samples import GUIDE_SAMPLES, load_yaml
+from samples import sample_doc
 
 NOW = "2026-11-22T10:00:00Z"
 LATER = "2026-11-22T10:05:00Z"
@@ -19,7 +19,7 @@ ENDPOINT = "http://m.ai-models.svc.cluster.local:8000/v1"
 
 
 def local(generation: int = 3, status: dict[str, Any] | None = None) -> LLMModel:
-    doc = copy.deepcopy(load_yaml(next(p for p in GUIDE_SAMPLES if p.stem == "gemma4-31b-nvidia")))
+    doc = copy.deepcopy(sample_doc("gemma4-31b-nvidia"))
     doc["metadata"]["generation"] = generation
     if status:
         doc["status"] = status
@@ -27,7 +27,7 @@ def local(generation: int = 3, status: dict[str, Any] | None = None) -> LLMModel
 
 
 def remote() -> LLMModel:
-    return parse_llmmodel(load_yaml(next(p for p in GUIDE_SAMPLES if p.stem == "gpt55-remote")))
+    return parse_llmmodel(sample_doc("gpt55-remote"))
 
 
 def deployment(replicas: int = 1, ready: int = 0, updated: int | None = None,

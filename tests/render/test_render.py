@@ -14,7 +14,7 @@ from llm_operator.profiles.settings import Settings
 from llm_operator.render import RenderError, render
 
 from k8s_schemas import validate_object
-from samples import EDGE_SAMPLES, GUIDE_SAMPLES, load_yaml
+from samples import EDGE_SAMPLES, GUIDE_SAMPLES, load_yaml, sample_doc
 
 GOLDEN = Path(__file__).parent / "golden"
 ALL_SAMPLES = GUIDE_SAMPLES + EDGE_SAMPLES
@@ -167,7 +167,7 @@ def test_remote_gateway_reads_the_key_from_the_secret_file() -> None:
 
 
 def test_gateway_config_change_rolls_pods() -> None:
-    doc = load_yaml(next(p for p in GUIDE_SAMPLES if p.stem == "gpt55-remote"))
+    doc = sample_doc("gpt55-remote")
     before = _by_kind(render(parse_llmmodel(doc)))["Deployment"]
     doc2 = copy.deepcopy(doc)
     doc2["spec"]["remoteApi"]["rateLimitRpm"] = 100

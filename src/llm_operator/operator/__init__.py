@@ -1,0 +1,1 @@
+"""The Kubernetes operator: kopf handlers, applying children, observing status (I/O)."""
