@@ -23,6 +23,7 @@ from llm_operator.api.validation import InvalidModel, Problem, parse_llmmodel
 from llm_operator.cli.loading import Document, load_documents, load_settings
 from llm_operator.profiles.planner import Plan, plan
 from llm_operator.profiles.settings import Settings
+from llm_operator.registry.query import ANY_PHASE, Query, select, summary
 from llm_operator.render import RenderError, placement_problems, render
 
 CRD_PATH = "config/crd/bases/ai.example.io_llmmodels.yaml"
@@ -212,6 +213,63 @@ def render_cmd(paths: tuple[str, ...], output: str, owner_uid: str | None,
         click.echo(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}, indent=2))
     else:
         click.echo(dump_yaml_documents(objects), nl=False)
+    sys.exit(code)
+
+
+@cli.command()
+@click.option("-f", "--filename", "paths", multiple=True, required=True, metavar="FILE|DIR|-",
+              help="LLMModel YAML files or directories. (Querying a cluster comes with the "
+              "operator.)")
+@click.option("--domain", "domains", multiple=True, metavar="D",
+              help="Required capability domain (repeatable: all must match), e.g. reasoning.")
+@click.option("--max-vram", type=float, metavar="GiB",
+              help="Only models whose per-accelerator VRAM tier fits in GiB (local models).")
+@click.option("--min-context", type=int, metavar="K", help="Minimum context window, K tokens.")
+@click.option("--vendor", type=click.Choice(["nvidia", "amd", "intel-gaudi", "cpu"]))
+@click.option("--mode", type=click.Choice(["local", "remote"]))
+@click.option("--thinking/--no-thinking", default=None, help="Only (non-)thinking models.")
+@click.option("--phase", "phases", multiple=True, metavar="P",
+              help="Status phase to match (repeatable), or 'any'. Default for files: any.")
+@click.option("-o", "--output", type=click.Choice(["table", "json", "yaml"]), default="table",
+              show_default=True)
+def models(paths: tuple[str, ...], *, domains: tuple[str, ...], max_vram: float | None,
+           min_context: int | None, vendor: str | None, mode: str | None,
+           thinking: bool | None, phases: tuple[str, ...], output: str) -> None:
+    r"""Find models by capability, like the guide's find_models().
+
+    \b
+    Examples:
+      llmop models -f config/samples --domain reasoning --max-vram 24 --min-context 128
+      llmop models -f config/samples --vendor amd
+      llmop models -f config/samples --mode remote -o json
+    """
+    query = Query(domains=domains, max_vram_gib=max_vram, min_context_k=min_context,
+                  vendor=vendor, mode=mode, thinking=thinking, phases=phases or (ANY_PHASE,))
+    err = Console(stderr=True, highlight=False)
+    found: list[LLMModel] = []
+
+    def each(outcome: Outcome) -> None:
+        if outcome.model is not None:
+            found.append(outcome.model)
+        _errors(err, outcome)
+
+    code = _run(paths, each)
+    rows = [summary(m) for m in select(found, query)]
+    if output == "json":
+        click.echo(json.dumps(rows, indent=2))
+    elif output == "yaml":
+        click.echo(yaml.safe_dump(rows, sort_keys=False), nl=False)
+    elif not rows:
+        click.echo("No matching models found.")
+    else:
+        table = Table(box=None)
+        for col in ("NAME", "MODEL", "VENDOR", "VRAM", "CONTEXT", "STATUS", "ENDPOINT"):
+            table.add_column(col)
+        for r in rows:
+            table.add_row(r["name"], r["modelId"], r["vendor"] or "remote",
+                          str(r["vramPerAcceleratorGiB"] or 0), str(r["contextWindowK"] or ""),
+                          r["status"] or "", r["endpoint"] or "")
+        Console(width=max(160, Console().width), highlight=False).print(table)
     sys.exit(code)
 
 

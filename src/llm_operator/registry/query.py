@@ -1,0 +1,97 @@
+"""The guide's find_models semantics: labels where labels can express it, code for the rest."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from llm_operator.api import labels as L
+from llm_operator.api.v1alpha1 import LLMModel
+
+SERVING_PHASES = ("Ready", "Proxying")
+ANY_PHASE = "any"
+
+
+@dataclass(frozen=True)
+class Query:
+    """What a caller is looking for; every criterion is optional."""
+
+    domains: tuple[str, ...] = ()
+    max_vram_gib: float | None = None
+    min_context_k: int | None = None
+    vendor: str | None = None
+    mode: str | None = None
+    phases: tuple[str, ...] = SERVING_PHASES  # ("any",) for every phase, or none at all
+    thinking: bool | None = None
+
+    def label_requirements(self) -> list[tuple[str, set[str]]]:
+        """(label key, allowed values) pairs; all must hold."""
+        reqs: list[tuple[str, set[str]]] = [(f"{L.DOMAIN_PREFIX}{d}", {"true"})
+                                            for d in self.domains]
+        if self.vendor:
+            reqs.append((L.ACCELERATOR_VENDOR, {self.vendor}))
+        if self.mode:
+            reqs.append((L.DEPLOYMENT_MODE, {self.mode}))
+        if self.max_vram_gib is not None:
+            reqs.append((L.VRAM_TIER, set(L.tiers_at_most(self.max_vram_gib))))
+        return reqs
+
+    def label_selector(self) -> str:
+        """The Kubernetes label selector for the criteria labels can express ("" for none)."""
+        parts = []
+        for key, values in self.label_requirements():
+            if len(values) == 1:
+                parts.append(f"{key}={next(iter(values))}")
+            else:
+                ordered = [t for _, t in L.VRAM_TIERS if t in values]
+                parts.append(f"{key} in ({','.join(ordered)})")
+        return ",".join(parts)
+
+
+def _labels_of(model: LLMModel) -> dict[str, str]:
+    """The object's labels, completed with its discovery labels (files carry none)."""
+    return {**(model.metadata.labels or {}), **L.discovery_labels(model.spec)}
+
+
+def matches(model: LLMModel, query: Query) -> bool:
+    labels = _labels_of(model)
+    for key, allowed in query.label_requirements():
+        if labels.get(key) not in allowed:
+            return False
+    spec = model.spec
+    if query.min_context_k is not None and (spec.context_window_k or 0) < query.min_context_k:
+        return False
+    if query.thinking is not None and spec.supports_thinking != query.thinking:
+        return False
+    if ANY_PHASE not in query.phases:
+        phase = model.status.phase if model.status else None
+        if phase not in query.phases:
+            return False
+    return True
+
+
+def select(models: Iterable[LLMModel], query: Query) -> list[LLMModel]:
+    """Matching models in a stable order (namespace, then name)."""
+    found = [m for m in models if matches(m, query)]
+    return sorted(found, key=lambda m: (m.namespace, m.name))
+
+
+def summary(model: LLMModel) -> dict[str, Any]:
+    """What a caller needs to pick a model, as plain data (CLI output and MCP tool)."""
+    spec, status = model.spec, model.status
+    return {
+        "name": model.name,
+        "namespace": model.namespace,
+        "toolName": spec.mcp_exposure.tool_name if spec.mcp_exposure.enabled else None,
+        "modelId": spec.model_id,
+        "domains": list(spec.domains or []),
+        "contextWindowK": spec.context_window_k,
+        "supportsThinking": spec.supports_thinking,
+        "vendor": None if spec.is_remote else spec.accelerator_vendor,
+        "mode": spec.deployment_mode,
+        "vramPerAcceleratorGiB": (None if spec.is_remote
+                                  else spec.resources.vram_per_accelerator_gi_b),
+        "status": status.phase if status else None,
+        "endpoint": status.endpoint if status else None,
+    }
