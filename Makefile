@@ -32,7 +32,7 @@ tools:
 	  else echo "promtool is missing: sudo apt-get install prometheus" >&2; exit 1; fi; }
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests $(wildcard bench)
+	$(BIN)/ruff check src tests tools $(wildcard bench)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
