@@ -12,6 +12,7 @@ import yaml
 from llm_operator.api.validation import parse_llmmodel
 from llm_operator.profiles.settings import Settings
 from llm_operator.render import RenderError, render
+from llm_operator.render.workload import cpu_quantity
 
 from k8s_schemas import validate_object
 from samples import EDGE_SAMPLES, GUIDE_SAMPLES, load_yaml, sample_doc
@@ -217,3 +218,8 @@ def test_unplaceable_models_render_nothing(base_local: dict[str, Any], case: str
     doc["spec"].update(patch)
     with pytest.raises(RenderError, match=words):
         render(parse_llmmodel(doc), Settings.model_validate(settings))
+
+
+@pytest.mark.parametrize(("millicores", "quantity"), [(8000, "8"), (500, "500m"), (2500, "2500m")])
+def test_cpu_is_rendered_in_canonical_form(millicores: int, quantity: str) -> None:
+    assert cpu_quantity(millicores) == quantity

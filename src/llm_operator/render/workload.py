@@ -133,8 +133,16 @@ def _probe(path: str, period: int, failures: int, timeout: int) -> dict[str, Any
             "failureThreshold": failures, "timeoutSeconds": timeout}
 
 
+def cpu_quantity(millicores: int) -> str:
+    """CPU in the canonical form the API server stores ("8", not "8000m").
+
+    Re-applying an unchanged model then compares equal and writes nothing.
+    """
+    return str(millicores // 1000) if millicores % 1000 == 0 else f"{millicores}m"
+
+
 def _resources(spec: LLMModelSpec, vp: VendorProfile) -> dict[str, Any]:
-    amounts = {"cpu": f"{spec.resources.cpu_millicores}m",
+    amounts = {"cpu": cpu_quantity(spec.resources.cpu_millicores),
                "memory": f"{spec.resources.memory_gi_b}Gi"}
     if vp.resource_key:
         amounts[vp.resource_key] = str(spec.resources.accelerator_count)

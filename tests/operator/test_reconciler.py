@@ -1,0 +1,183 @@
+"""Reconciling LLMModels against the emulator: children, labels, status, faults, no-ops."""
+
+from __future__ import annotations
+
+import base64
+import copy
+from collections.abc import AsyncIterator
+from typing import Any
+
+import kmock
+import pytest
+
+from llm_operator.operator.kube import Connection, Kube
+from llm_operator.operator.reconciler import reconcile
+from llm_operator.profiles.settings import Settings
+
+from cluster import Cluster
+from samples import sample_doc
+
+MODELS = ("ai.example.io/v1alpha1", "llmmodels")
+KINDS = [("v1", "persistentvolumeclaims", "PersistentVolumeClaim", False),
+         ("v1", "configmaps", "ConfigMap", False), ("v1", "services", "Service", False),
+         ("v1", "secrets", "Secret", False), ("v1", "pods", "Pod", True),
+         ("v1", "events", "Event", False), ("apps/v1", "deployments", "Deployment", True),
+         ("keda.sh/v1alpha1", "scaledobjects", "ScaledObject", True),
+         ("http.keda.sh/v1alpha1", "httpscaledobjects", "HTTPScaledObject", True),
+         ("monitoring.coreos.com/v1", "servicemonitors", "ServiceMonitor", False),
+         ("ai.example.io/v1alpha1", "llmmodels", "LLMModel", True)]
+
+
+@pytest.fixture
+async def cluster() -> AsyncIterator[Cluster]:
+    async with Cluster() as c, kmock.Server(c):
+        for api, plural, kind, status in KINDS:
+            c.register(api, plural, kind, status=status)
+        yield c
+
+
+@pytest.fixture
+async def kube(cluster: Cluster) -> AsyncIterator[Kube]:
+    async def no_sleep(_: float) -> None:
+        return None
+
+    async with Kube(Connection(server=str(cluster.url).rstrip("/")), sleep=no_sleep) as k:
+        yield k
+
+
+async def add_model(kube: Kube, stem: str, **spec: Any) -> dict[str, Any]:
+    doc = copy.deepcopy(sample_doc(stem))
+    doc["spec"].update(spec)
+    created: dict[str, Any] = await kube.request(
+        "POST", "/apis/ai.example.io/v1alpha1/namespaces/ai-models/llmmodels", body=doc)
+    return created
+
+
+async def add_secret(kube: Kube, name: str, key: str) -> None:
+    await kube.request("POST", "/api/v1/namespaces/ai-models/secrets", body={
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": name},
+        "data": {key: base64.b64encode(b"s3cr3t").decode()}})
+
+
+async def current(kube: Kube, name: str) -> dict[str, Any]:
+    doc = await kube.get(*MODELS, "ai-models", name)
+    assert doc is not None
+    return doc
+
+
+def kinds(cluster: Cluster) -> list[str]:
+    out = []
+    for api, plural, kind, _ in KINDS:
+        if plural not in {"llmmodels", "secrets", "events", "pods"}:
+            out += [f"{kind}/{o['metadata']['name']}" for o in cluster.objects_of(api, plural)]
+    return sorted(out)
+
+
+async def test_remote_model_gets_its_gateway_and_proxies_once_ready(
+        cluster: Cluster, kube: Kube) -> None:
+    await add_secret(kube, "openai-api-key", "apiKey")
+    doc = await add_model(kube, "gpt55-remote")
+    outcome = await reconcile(kube, doc, Settings())
+    assert kinds(cluster) == ["ConfigMap/gpt55-remote-proxy-config", "Deployment/gpt55-remote",
+                              "Service/gpt55-remote", "ServiceMonitor/gpt55-remote"]
+    assert outcome.phase == "Pending"
+    deploy = cluster.get("apps/v1", "deployments", "ai-models", "gpt55-remote")
+    assert deploy is not None
+    assert deploy["metadata"]["ownerReferences"][0]["uid"] == doc["metadata"]["uid"]
+    await kube.merge_patch("apps/v1", "deployments", "ai-models", "gpt55-remote",
+                           body={"status": {"readyReplicas": 2, "replicas": 2}},
+                           subresource="status")
+    model = await current(kube, "gpt55-remote")
+    second = await reconcile(kube, model, Settings())
+    model = await current(kube, "gpt55-remote")
+    assert second.phase == "Proxying"
+    assert model["status"]["endpoint"] == "http://gpt55-remote.ai-models.svc.cluster.local:8000/v1"
+    assert [e.reason for e in second.events] == ["Proxying"]
+    events = cluster.objects_of("v1", "events", "ai-models")
+    assert [e["reason"] for e in events].count("Proxying") == 1
+
+
+async def test_missing_secret_fails_and_creates_nothing(cluster: Cluster, kube: Kube) -> None:
+    doc = await add_model(kube, "gpt55-remote")
+    outcome = await reconcile(kube, doc, Settings())
+    assert outcome.phase == "Failed" and kinds(cluster) == []
+    status = (await current(kube, "gpt55-remote"))["status"]
+    placed = next(c for c in status["conditions"] if c["type"] == "Placed")
+    assert placed["reason"] == "SecretMissing" and "openai-api-key" in placed["message"]
+    assert [e["type"] for e in cluster.objects_of("v1", "events")] == ["Warning"]
+
+
+async def test_impossible_placement_fails_with_the_planners_reason(cluster: Cluster,
+                                                                   kube: Kube) -> None:
+    await add_secret(kube, "hf-token", "token")
+    doc = await add_model(kube, "gemma4-31b-nvidia", totalParametersBillions=400,
+                          quantization="BF16")
+    outcome = await reconcile(kube, doc, Settings())
+    assert outcome.phase == "Failed" and kinds(cluster) == []
+    placed = next(c for c in (await current(kube, "gemma4-31b-nvidia"))["status"]["conditions"]
+                  if c["type"] == "Placed")
+    assert placed["reason"] == "DoesNotFit" and "more than 8x" in placed["message"]
+
+
+async def test_nothing_changed_means_no_writes(kube: Kube) -> None:
+    await add_secret(kube, "hf-token", "token")
+    await add_model(kube, "gemma4-31b-nvidia")
+    await reconcile(kube, await current(kube, "gemma4-31b-nvidia"), Settings())
+    before = kube.writes
+    outcome = await reconcile(kube, await current(kube, "gemma4-31b-nvidia"), Settings())
+    assert kube.writes == before
+    assert outcome.applied == [] and not outcome.status_written and not outcome.labels_written
+
+
+async def test_discovery_labels_follow_the_spec(kube: Kube) -> None:
+    await add_secret(kube, "hf-token", "token")
+    doc = await add_model(kube, "gemma4-31b-nvidia")
+    await reconcile(kube, doc, Settings())
+    labels = (await current(kube, "gemma4-31b-nvidia"))["metadata"]["labels"]
+    assert labels["ai.example.io/domain-vision"] == "true"
+    assert labels["ai.example.io/family"] == "gemma4"  # the user's own label
+    await kube.merge_patch(*MODELS, "ai-models", "gemma4-31b-nvidia",
+                           body={"spec": {"domains": ["code"]}})
+    await reconcile(kube, await current(kube, "gemma4-31b-nvidia"), Settings())
+    labels = (await current(kube, "gemma4-31b-nvidia"))["metadata"]["labels"]
+    assert "ai.example.io/domain-vision" not in labels
+    assert labels["ai.example.io/domain-code"] == "true"
+    assert labels["ai.example.io/family"] == "gemma4"
+
+
+async def test_children_no_longer_desired_are_pruned(cluster: Cluster, kube: Kube) -> None:
+    await add_secret(kube, "hf-token", "token")
+    doc = await add_model(kube, "gemma4-31b-nvidia")
+    await reconcile(kube, doc, Settings())
+    assert "ScaledObject/gemma4-31b-nvidia" in kinds(cluster)
+    await kube.merge_patch(*MODELS, "ai-models", "gemma4-31b-nvidia",
+                           body={"spec": {"scaling": {"minReplicas": 2, "maxReplicas": 2}}})
+    outcome = await reconcile(kube, await current(kube, "gemma4-31b-nvidia"), Settings())
+    assert outcome.pruned == ["ScaledObject/gemma4-31b-nvidia"]
+    deploy = cluster.get("apps/v1", "deployments", "ai-models", "gemma4-31b-nvidia")
+    assert deploy is not None and deploy["spec"]["replicas"] == 2
+
+
+async def test_drift_and_deleted_children_are_repaired(cluster: Cluster, kube: Kube) -> None:
+    await add_secret(kube, "hf-token", "token")
+    doc = await add_model(kube, "gemma4-31b-nvidia")
+    await reconcile(kube, doc, Settings())
+    await kube.merge_patch("v1", "services", "ai-models", "gemma4-31b-nvidia",
+                           body={"spec": {"type": "NodePort"}})
+    await kube.delete("v1", "persistentvolumeclaims", "ai-models",
+                      "gemma4-31b-nvidia-model-cache")
+    outcome = await reconcile(kube, await current(kube, "gemma4-31b-nvidia"), Settings())
+    assert sorted(outcome.applied) == ["PersistentVolumeClaim/gemma4-31b-nvidia-model-cache",
+                                       "Service/gemma4-31b-nvidia"]
+    service = cluster.get("v1", "services", "ai-models", "gemma4-31b-nvidia")
+    assert service is not None and service["spec"]["type"] == "ClusterIP"
+
+
+async def test_transient_api_errors_are_retried(cluster: Cluster, kube: Kube) -> None:
+    await add_secret(kube, "openai-api-key", "apiKey")
+    doc = await add_model(kube, "gpt55-remote")
+    cluster.fail("update", "deployments", 503, times=2)
+    cluster.fail("fetch", "configmaps", 500, times=1)
+    outcome = await reconcile(kube, doc, Settings())
+    assert "Deployment/gpt55-remote" in outcome.applied
+    assert cluster.get("apps/v1", "deployments", "ai-models", "gpt55-remote") is not None
