@@ -24,7 +24,7 @@ import datetime
 import json
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,6 +122,7 @@ class Cluster(kmock.KubernetesEmulator):
     _applied: dict[tuple[Key, str], dict[str, Any]] = attrs.field(factory=dict, init=False)
     _faults: list[Fault] = attrs.field(factory=list, init=False)
     _kinds: dict[str, tuple[str, bool, bool]] = attrs.field(factory=dict, init=False)
+    _changed: asyncio.Event = attrs.field(factory=asyncio.Event, init=False)
 
     # --- setup and inspection ---
 
@@ -149,14 +150,22 @@ class Cluster(kmock.KubernetesEmulator):
             ) -> dict[str, Any] | None:
         return self.store.get((f"{api}/{plural}", namespace, name))
 
+    async def until(self, check: Callable[[], bool], timeout: float = 10) -> None:
+        """Wait until ``check()`` holds; re-checked after every request and change."""
+        async with asyncio.timeout(timeout):
+            while not check():
+                self._changed.clear()
+                await self._changed.wait()
+
     # --- request dispatch ---
 
     async def _handle(self, request: Any) -> aiohttp.web.StreamResponse:
+        self._changed.set()  # every request may be what a waiter looks for
         res = request.resource
         action = request.action
         if action is None and request.method == enums.method.PUT and request.name:
             action = enums.action.UPDATE
-        if res is None or action is None:
+        if res is None or action is None or not res.plural:  # discovery: kmock's own
             return await super()._handle(request)
         rid = f"{res.group}/{res.version}/{res.plural}" if res.group else \
             f"{res.version}/{res.plural}"
@@ -264,6 +273,7 @@ class Cluster(kmock.KubernetesEmulator):
     def _emit(self, rid: str, kind: str, obj: dict[str, Any]) -> None:
         snapshot = copy.deepcopy(obj)
         self._events.append((self.revision, rid, kind, snapshot))
+        self._changed.set()
         for wrid, queue in self._watchers:
             if wrid == rid:
                 queue.put_nowait((self.revision, kind, snapshot))

@@ -8,6 +8,7 @@ installed llm-operator package), whose registry module holds the query semantics
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,8 @@ def load_config() -> None:
     try:
         config.load_incluster_config()
     except config.ConfigException:
-        config.load_kube_config()
+        # $KUBECONFIG as it is now (the client reads it only once, when first imported).
+        config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
 
 
 def find_models(  # noqa: PLR0917 - the guide's signature, kept for its callers

@@ -102,7 +102,8 @@ def test_no_documents_is_a_usage_error(tmp_path: Path) -> None:
     assert code == 2 and "no YAML documents" in err
 
 
-@pytest.mark.parametrize("command", ["validate", "plan", "render", "crd"])
+@pytest.mark.parametrize("command", ["validate", "plan", "render", "crd", "models", "gateway",
+                                     "operator"])
 def test_every_command_has_help(command: str) -> None:
     code, out, _ = run(command, "--help")
     assert code == 0 and "Usage:" in out and len(out) > 200

@@ -301,5 +301,37 @@ def gateway(config_path: str, host: str | None, port: int | None, log_level: str
     run(config, host, port)
 
 
+@cli.command()
+@click.option("-n", "--namespace", "namespaces", multiple=True, metavar="NS",
+              help="Watch only these namespaces (repeatable).")
+@click.option("-A", "--all-namespaces", is_flag=True, help="Watch every namespace (default).")
+@settings_option
+@click.option("--resync", type=float, default=60.0, show_default=True, metavar="SECONDS",
+              help="Re-reconcile every model this often, repairing drift.")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
+              default="info", show_default=True)
+def operator(namespaces: tuple[str, ...], all_namespaces: bool, settings_path: str | None,
+             resync: float, log_level: str) -> None:
+    """Run the operator: reconcile LLMModels into running, observed workloads.
+
+    Uses in-cluster credentials inside a pod and your kubeconfig elsewhere. For each
+    LLMModel it checks placement and Secrets, applies the rendered children with server-side
+    apply, prunes the ones no longer wanted, keeps discovery labels exact, and writes the
+    status observed from the model's Deployment and Pods.
+    """
+    import asyncio  # noqa: PLC0415 - the operator's dependencies only for this command
+
+    from llm_operator.operator.handlers import run_operator  # noqa: PLC0415
+    from llm_operator.operator.kube import connection  # noqa: PLC0415
+
+    if namespaces and all_namespaces:
+        raise click.UsageError("use either --namespace or --all-namespaces")
+    logging.basicConfig(level=log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = _settings(settings_path)
+    asyncio.run(run_operator(connection(), settings, namespaces=namespaces,
+                             clusterwide=not namespaces, resync_seconds=resync))
+
+
 def main() -> None:
     cli(prog_name="llmop")

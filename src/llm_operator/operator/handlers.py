@@ -1,0 +1,117 @@
+"""kopf handlers: when to reconcile an LLMModel (spec changes, its children's changes, resync)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any
+
+import kopf
+
+from llm_operator.api import labels as L
+from llm_operator.api.v1alpha1 import GROUP, PLURAL, VERSION
+from llm_operator.api.validation import InvalidModel
+from llm_operator.operator.kube import Connection, Kube
+from llm_operator.operator.reconciler import reconcile
+from llm_operator.profiles.settings import Settings
+
+log = logging.getLogger("llm_operator.operator")
+ANNOTATION_PREFIX = f"operator.{GROUP}"
+
+
+@dataclass
+class State:
+    kube: Kube
+    settings: Settings
+    resync_seconds: float
+    idle_seconds: float = 5.0  # how long kopf keeps an idle per-object worker
+
+
+async def _reconcile_named(state: State, namespace: str, name: str) -> None:
+    doc = await state.kube.get(f"{GROUP}/{VERSION}", PLURAL, namespace, name)
+    if doc is not None and not doc["metadata"].get("deletionTimestamp"):
+        await _reconcile(state, doc)
+
+
+async def _reconcile(state: State, doc: dict[str, Any]) -> None:
+    try:
+        outcome = await reconcile(state.kube, doc, state.settings)
+    except InvalidModel as exc:  # the CRD's validation should have refused it
+        raise kopf.PermanentError(f"invalid LLMModel: {exc}") from None
+    if outcome.applied or outcome.pruned:
+        log.info("%s/%s: applied %s, pruned %s, phase %s", doc["metadata"].get("namespace"),
+                 doc["metadata"]["name"], outcome.applied, outcome.pruned, outcome.phase)
+
+
+def build_registry(state: State, conn: Connection) -> kopf.OperatorRegistry:
+    """Handlers bound to one operator run (no global registry: tests run several)."""
+    registry = kopf.OperatorRegistry()
+
+    @kopf.on.startup(registry=registry)
+    def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+        settings.posting.level = logging.WARNING  # events for problems, not every handler
+        settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
+            prefix=ANNOTATION_PREFIX)
+        settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+            prefix=ANNOTATION_PREFIX, key="last-handled-configuration")
+        settings.persistence.finalizer = L.MCP_CLEANUP_FINALIZER
+        settings.watching.server_timeout = 300
+        settings.queueing.idle_timeout = state.idle_seconds
+
+    @kopf.on.login(registry=registry)
+    def login(**_: Any) -> kopf.ConnectionInfo:
+        return kopf.ConnectionInfo(server=conn.server, token=conn.token, ca_path=conn.ca_file,
+                                   certificate_path=conn.cert_file,
+                                   private_key_path=conn.key_file,
+                                   insecure=not conn.verify, default_namespace=None)
+
+    @kopf.on.resume(GROUP, VERSION, PLURAL, registry=registry)
+    @kopf.on.create(GROUP, VERSION, PLURAL, registry=registry)
+    @kopf.on.update(GROUP, VERSION, PLURAL, field="spec", registry=registry)
+    async def model_changed(body: kopf.Body, **_: Any) -> None:
+        await _reconcile(state, _plain(body))
+
+    @kopf.timer(GROUP, VERSION, PLURAL, interval=state.resync_seconds, idle=None,
+                registry=registry)
+    async def resync(body: kopf.Body, **_: Any) -> None:
+        await _reconcile(state, _plain(body))
+
+    async def child_changed(body: kopf.Body, **_: Any) -> None:
+        labels = body.get("metadata", {}).get("labels") or {}
+        namespace = body.get("metadata", {}).get("namespace")
+        if namespace and L.MODEL_NAME in labels:
+            await _reconcile_named(state, namespace, labels[L.MODEL_NAME])
+
+    kopf.on.event("apps", "v1", "deployments", registry=registry,
+                  labels={L.K8S_MANAGED_BY: L.MANAGED_BY_VALUE})(child_changed)
+    kopf.on.event("", "v1", "pods", registry=registry,
+                  labels={L.MODEL_NAME: kopf.PRESENT})(child_changed)
+    return registry
+
+
+def _plain(body: kopf.Body) -> dict[str, Any]:
+    """A plain, detached dict of a kopf body."""
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, dict) or hasattr(value, "items"):
+            return {k: plain(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [plain(v) for v in value]
+        return value
+
+    return plain(body)  # type: ignore[no-any-return]
+
+
+async def run_operator(conn: Connection, settings: Settings, *,
+                       namespaces: Collection[str] = (), clusterwide: bool = True,
+                       resync_seconds: float = 60.0, idle_seconds: float = 5.0,
+                       stop: asyncio.Event | None = None,
+                       ready: asyncio.Event | None = None) -> None:
+    """Run the operator until ``stop`` is set (or forever)."""
+    async with Kube(conn) as kube:
+        state = State(kube, settings, resync_seconds, idle_seconds)
+        await kopf.operator(registry=build_registry(state, conn), clusterwide=clusterwide,
+                            namespaces=namespaces, standalone=True, stop_flag=stop,
+                            ready_flag=ready)

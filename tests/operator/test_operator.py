@@ -1,0 +1,124 @@
+"""The kopf operator end to end against the emulator: a model in, children and status out."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import copy
+from collections.abc import AsyncIterator
+from typing import Any
+
+import kmock
+import pytest
+
+from llm_operator.operator.handlers import run_operator
+from llm_operator.operator.kube import Connection, Kube
+from llm_operator.profiles.settings import Settings
+
+from cluster import Cluster
+from samples import sample_doc
+
+KINDS = [("v1", "persistentvolumeclaims", "PersistentVolumeClaim", False),
+         ("v1", "configmaps", "ConfigMap", False), ("v1", "services", "Service", False),
+         ("v1", "secrets", "Secret", False), ("v1", "pods", "Pod", True),
+         ("v1", "events", "Event", False), ("v1", "namespaces", "Namespace", False),
+         ("apps/v1", "deployments", "Deployment", True),
+         ("apiextensions.k8s.io/v1", "customresourcedefinitions", "CustomResourceDefinition",
+          False),
+         ("keda.sh/v1alpha1", "scaledobjects", "ScaledObject", True),
+         ("http.keda.sh/v1alpha1", "httpscaledobjects", "HTTPScaledObject", True),
+         ("monitoring.coreos.com/v1", "servicemonitors", "ServiceMonitor", False),
+         ("ai.example.io/v1alpha1", "llmmodels", "LLMModel", True)]
+
+
+@pytest.fixture
+async def cluster() -> AsyncIterator[Cluster]:
+    async with Cluster() as c, kmock.Server(c):
+        for api, plural, kind, status in KINDS:
+            c.register(api, plural, kind, namespaced=plural not in {
+                "namespaces", "customresourcedefinitions"}, status=status)
+        yield c
+
+
+@contextlib.asynccontextmanager
+async def running_operator(cluster: Cluster) -> AsyncIterator[None]:
+    conn = Connection(server=str(cluster.url).rstrip("/"))
+    stop, ready = asyncio.Event(), asyncio.Event()
+    task = asyncio.create_task(run_operator(conn, Settings(), stop=stop, ready=ready,
+                                            resync_seconds=3600, idle_seconds=0.2))
+    await asyncio.wait_for(ready.wait(), 10)
+    try:
+        yield
+    finally:
+        stop.set()
+        with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+            await asyncio.wait_for(task, 10)
+
+
+@pytest.fixture
+async def operator(cluster: Cluster) -> AsyncIterator[Kube]:
+    async with running_operator(cluster), \
+            Kube(Connection(server=str(cluster.url).rstrip("/"))) as client:
+        yield client
+
+
+async def test_a_created_model_gets_children_then_status_from_its_pods(
+        cluster: Cluster, operator: Kube) -> None:
+    await operator.request("POST", "/api/v1/namespaces/ai-models/secrets", body={
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "openai-api-key"},
+        "data": {"apiKey": base64.b64encode(b"sk").decode()}})
+    doc: dict[str, Any] = copy.deepcopy(sample_doc("gpt55-remote"))
+    await operator.request("POST", "/apis/ai.example.io/v1alpha1/namespaces/ai-models/llmmodels",
+                           body=doc)
+
+    await cluster.until(
+        lambda: cluster.get("apps/v1", "deployments", "ai-models", "gpt55-remote") is not None)
+    await operator.merge_patch("apps/v1", "deployments", "ai-models", "gpt55-remote",
+                               body={"status": {"readyReplicas": 2, "replicas": 2}},
+                               subresource="status")
+
+    def proxying() -> bool:
+        model = cluster.get("ai.example.io/v1alpha1", "llmmodels", "ai-models", "gpt55-remote")
+        return bool(model and model.get("status", {}).get("phase") == "Proxying")
+
+    await cluster.until(proxying)
+    model = cluster.get("ai.example.io/v1alpha1", "llmmodels", "ai-models", "gpt55-remote")
+    assert model is not None
+    assert model["metadata"]["labels"]["ai.example.io/deployment-mode"] == "remote"
+
+
+def writes(cluster: Cluster) -> list[str]:
+    return [f"{r.method.value} {r.url.path}" for r in cluster
+            if r.method.value not in {"GET"} and r.resource is not None]
+
+
+async def test_a_restart_with_nothing_changed_writes_nothing(cluster: Cluster) -> None:
+    async with Kube(Connection(server=str(cluster.url).rstrip("/"))) as client:
+        await client.request("POST", "/api/v1/namespaces/ai-models/secrets", body={
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "hf-token"},
+            "data": {"token": base64.b64encode(b"hf").decode()}})
+        await client.request(
+            "POST", "/apis/ai.example.io/v1alpha1/namespaces/ai-models/llmmodels",
+            body=copy.deepcopy(sample_doc("gemma4-31b-nvidia")))
+    deploy = ("apps/v1", "deployments", "ai-models", "gemma4-31b-nvidia")
+
+    def reconciled() -> bool:
+        model = cluster.get("ai.example.io/v1alpha1", "llmmodels", "ai-models",
+                            "gemma4-31b-nvidia")
+        handled = (model or {}).get("metadata", {}).get("annotations", {})
+        return (cluster.get(*deploy) is not None and bool(model and model.get("status"))
+                and "operator.ai.example.io/last-handled-configuration" in handled)
+
+    async with running_operator(cluster):
+        await cluster.until(reconciled)
+    before = len(writes(cluster))
+    reads_before = sum(1 for _ in cluster)
+
+    def observed_again() -> bool:  # the restarted operator has read the model's children
+        return any(r.url.path.endswith("/deployments/gemma4-31b-nvidia")
+                   for r in list(cluster)[reads_before:])
+
+    async with running_operator(cluster):
+        await cluster.until(observed_again)
+    assert writes(cluster)[before:] == []
