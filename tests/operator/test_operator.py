@@ -11,13 +11,14 @@ from typing import Any
 
 import kmock
 import pytest
+import yaml
 
 from llm_operator.operator.handlers import run_operator
 from llm_operator.operator.kube import Connection, Kube
 from llm_operator.profiles.settings import Settings
 
 from cluster import Cluster
-from samples import sample_doc
+from samples import REPO, sample_doc
 
 KINDS = [("v1", "persistentvolumeclaims", "PersistentVolumeClaim", False),
          ("v1", "configmaps", "ConfigMap", False), ("v1", "services", "Service", False),
@@ -122,3 +123,53 @@ async def test_a_restart_with_nothing_changed_writes_nothing(cluster: Cluster) -
     async with running_operator(cluster):
         await cluster.until(observed_again)
     assert writes(cluster)[before:] == []
+
+
+def allowed(rules: list[dict[str, Any]], group: str, resource: str, verb: str) -> bool:
+    return any(group in r["apiGroups"] and resource in r["resources"] and verb in r["verbs"]
+               for r in rules)
+
+
+def needed(cluster: Cluster) -> set[tuple[str, str, str]]:
+    """(apiGroup, resource, verb) of every resource request the operator made."""
+    out = set()
+    for r in cluster:
+        if r.resource is None or not r.resource.plural:
+            continue
+        resource = r.resource.plural + (f"/{r.subresource}" if r.subresource else "")
+        method = r.method.value
+        if method == "GET":
+            verb = "watch" if r.params.get("watch") else "get" if r.name else "list"
+        else:
+            verb = {"POST": "create", "PATCH": "patch", "PUT": "update",
+                    "DELETE": "delete"}[method]
+        out.add((r.resource.group or "", resource, verb))
+        if "apply-patch" in r.headers.get("Content-Type", ""):
+            out.add((r.resource.group or "", resource, "create"))  # apply may create
+    return out
+
+
+async def test_rbac_allows_every_request_the_operator_makes(cluster: Cluster) -> None:
+    """Run a model through create, status and a change; every call must be permitted."""
+    rules = yaml.safe_load((REPO / "config/rbac/role.yaml").read_text())["rules"]
+    async with Kube(Connection(server=str(cluster.url).rstrip("/"))) as client:
+        await client.request("POST", "/api/v1/namespaces/ai-models/secrets", body={
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "hf-token"},
+            "data": {"token": base64.b64encode(b"hf").decode()}})
+        async with running_operator(cluster):
+            await client.request(
+                "POST", "/apis/ai.example.io/v1alpha1/namespaces/ai-models/llmmodels",
+                body=copy.deepcopy(sample_doc("gemma4-31b-nvidia")))
+            await cluster.until(lambda: cluster.get(
+                "keda.sh/v1alpha1", "scaledobjects", "ai-models", "gemma4-31b-nvidia") is not None)
+            await client.merge_patch(
+                "ai.example.io/v1alpha1", "llmmodels", "ai-models", "gemma4-31b-nvidia",
+                body={"spec": {"scaling": {"minReplicas": 1, "maxReplicas": 1}}})
+            await cluster.until(lambda: cluster.get(
+                "keda.sh/v1alpha1", "scaledobjects", "ai-models", "gemma4-31b-nvidia") is None)
+    used = {n for n in needed(cluster)
+            if not (n[1] == "llmmodels" and n[2] == "create")}  # the test created the model
+    used -= {("", "secrets", "create")}  # the test's own setup
+    missing = sorted(n for n in used if not allowed(rules, *n))
+    assert missing == []
+    assert ("", "secrets", "get") in used and ("", "secrets", "list") not in used

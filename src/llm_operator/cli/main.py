@@ -308,10 +308,12 @@ def gateway(config_path: str, host: str | None, port: int | None, log_level: str
 @settings_option
 @click.option("--resync", type=float, default=60.0, show_default=True, metavar="SECONDS",
               help="Re-reconcile every model this often, repairing drift.")
+@click.option("--liveness", metavar="URL",
+              help="Serve a health endpoint, e.g. http://0.0.0.0:8080/healthz (for probes).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
               default="info", show_default=True)
-def operator(namespaces: tuple[str, ...], all_namespaces: bool, settings_path: str | None,
-             resync: float, log_level: str) -> None:
+def operator(namespaces: tuple[str, ...], *, all_namespaces: bool, settings_path: str | None,
+             resync: float, liveness: str | None, log_level: str) -> None:
     """Run the operator: reconcile LLMModels into running, observed workloads.
 
     Uses in-cluster credentials inside a pod and your kubeconfig elsewhere. For each
@@ -330,7 +332,8 @@ def operator(namespaces: tuple[str, ...], all_namespaces: bool, settings_path: s
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = _settings(settings_path)
     asyncio.run(run_operator(connection(), settings, namespaces=namespaces,
-                             clusterwide=not namespaces, resync_seconds=resync))
+                             clusterwide=not namespaces, resync_seconds=resync,
+                             liveness=liveness))
 
 
 def main() -> None:

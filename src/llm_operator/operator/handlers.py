@@ -107,11 +107,11 @@ def _plain(body: kopf.Body) -> dict[str, Any]:
 async def run_operator(conn: Connection, settings: Settings, *,
                        namespaces: Collection[str] = (), clusterwide: bool = True,
                        resync_seconds: float = 60.0, idle_seconds: float = 5.0,
-                       stop: asyncio.Event | None = None,
+                       liveness: str | None = None, stop: asyncio.Event | None = None,
                        ready: asyncio.Event | None = None) -> None:
     """Run the operator until ``stop`` is set (or forever)."""
     async with Kube(conn) as kube:
         state = State(kube, settings, resync_seconds, idle_seconds)
         await kopf.operator(registry=build_registry(state, conn), clusterwide=clusterwide,
                             namespaces=namespaces, standalone=True, stop_flag=stop,
-                            ready_flag=ready)
+                            ready_flag=ready, liveness_endpoint=liveness)

@@ -1,0 +1,68 @@
+"""Install manifests: valid, hardened, pointing at the project's image, policy corrected."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from llm_operator.profiles.settings import Settings
+
+from k8s_schemas import validate_object
+from samples import REPO
+
+CONFIG = REPO / "config"
+MANIFESTS = sorted(p for d in ("rbac", "manager", "default", "security")
+                   for p in (CONFIG / d).glob("*.yaml")
+                   if p.name not in {"kustomization.yaml", "settings.yaml"})
+
+
+def docs(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+@pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_manifest_validates(path: Path) -> None:
+    assert [e for d in docs(path) for e in validate_object(d)] == []
+
+
+@pytest.mark.parametrize("kustomization", sorted(CONFIG.rglob("kustomization.yaml")),
+                         ids=lambda p: p.parent.name)
+def test_kustomizations_reference_real_files(kustomization: Path) -> None:
+    spec = yaml.safe_load(kustomization.read_text())
+    files = list(spec.get("resources", []))
+    files += [f for g in spec.get("configMapGenerator", []) for f in g.get("files", [])]
+    missing = [f for f in files if not (kustomization.parent / f).exists()]
+    assert missing == []
+
+
+def test_manager_is_hardened_and_runs_the_project_image() -> None:
+    deploy = docs(CONFIG / "manager" / "manager.yaml")[0]
+    pod = deploy["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["image"] == Settings().images.operator
+    assert container["args"][0] == "operator"
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] == 65532
+    sec = container["securityContext"]
+    assert sec["readOnlyRootFilesystem"] is True and sec["capabilities"]["drop"] == ["ALL"]
+    assert sec["allowPrivilegeEscalation"] is False
+    assert {"livenessProbe", "readinessProbe", "resources"} <= set(container)
+
+
+def test_every_image_in_config_is_the_project_image() -> None:
+    images = {line.split("image:", 1)[1].strip() for p in CONFIG.rglob("*.yaml")
+              for line in p.read_text().splitlines() if line.strip().startswith("image:")}
+    assert images == {Settings().images.operator}
+
+
+def test_settings_file_is_valid() -> None:
+    Settings.model_validate(yaml.safe_load((CONFIG / "manager" / "settings.yaml").read_text()))
+
+
+def test_network_policy_selects_every_model_pod() -> None:
+    policy = docs(CONFIG / "security" / "network-policy.yaml")[0]
+    assert policy["spec"]["podSelector"] == {"matchExpressions": [
+        {"key": "ai.example.io/model-name", "operator": "Exists"}]}
