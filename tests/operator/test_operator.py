@@ -15,6 +15,7 @@ import yaml
 
 from llm_operator.operator.handlers import run_operator
 from llm_operator.operator.kube import Connection, Kube
+from llm_operator.operator.metrics import OperatorMetrics
 from llm_operator.profiles.settings import Settings
 
 from cluster import Cluster
@@ -43,11 +44,13 @@ async def cluster() -> AsyncIterator[Cluster]:
 
 
 @contextlib.asynccontextmanager
-async def running_operator(cluster: Cluster) -> AsyncIterator[None]:
+async def running_operator(cluster: Cluster, metrics: OperatorMetrics | None = None
+                           ) -> AsyncIterator[None]:
     conn = Connection(server=str(cluster.url).rstrip("/"))
     stop, ready = asyncio.Event(), asyncio.Event()
     task = asyncio.create_task(run_operator(conn, Settings(), stop=stop, ready=ready,
-                                            resync_seconds=3600, idle_seconds=0.2))
+                                            resync_seconds=3600, idle_seconds=0.2,
+                                            metrics=metrics))
     await asyncio.wait_for(ready.wait(), 10)
     try:
         yield
@@ -104,6 +107,8 @@ async def test_a_restart_with_nothing_changed_writes_nothing(cluster: Cluster) -
             body=copy.deepcopy(sample_doc("gemma4-31b-nvidia")))
     deploy = ("apps/v1", "deployments", "ai-models", "gemma4-31b-nvidia")
 
+    metrics = OperatorMetrics()
+
     def reconciled() -> bool:
         model = cluster.get("ai.example.io/v1alpha1", "llmmodels", "ai-models",
                             "gemma4-31b-nvidia")
@@ -111,8 +116,14 @@ async def test_a_restart_with_nothing_changed_writes_nothing(cluster: Cluster) -
         return (cluster.get(*deploy) is not None and bool(model and model.get("status"))
                 and "operator.ai.example.io/last-handled-configuration" in handled)
 
-    async with running_operator(cluster):
+    async with running_operator(cluster, metrics):
         await cluster.until(reconciled)
+    phase = metrics.registry.get_sample_value(
+        "llmop_operator_model_phase",
+        {"model_namespace": "ai-models", "name": "gemma4-31b-nvidia", "phase": "Pending"})
+    assert phase == 1.0
+    assert (metrics.registry.get_sample_value("llmop_operator_reconciles_total",
+                                              {"result": "ok"}) or 0) >= 1
     before = len(writes(cluster))
     reads_before = sum(1 for _ in cluster)
 

@@ -310,10 +310,13 @@ def gateway(config_path: str, host: str | None, port: int | None, log_level: str
               help="Re-reconcile every model this often, repairing drift.")
 @click.option("--liveness", metavar="URL",
               help="Serve a health endpoint, e.g. http://0.0.0.0:8080/healthz (for probes).")
+@click.option("--metrics-port", type=int, metavar="PORT",
+              help="Serve the operator's Prometheus metrics on this port (/metrics).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
               default="info", show_default=True)
 def operator(namespaces: tuple[str, ...], *, all_namespaces: bool, settings_path: str | None,
-             resync: float, liveness: str | None, log_level: str) -> None:
+             resync: float, liveness: str | None, metrics_port: int | None,
+             log_level: str) -> None:
     """Run the operator: reconcile LLMModels into running, observed workloads.
 
     Uses in-cluster credentials inside a pod and your kubeconfig elsewhere. For each
@@ -333,7 +336,7 @@ def operator(namespaces: tuple[str, ...], *, all_namespaces: bool, settings_path
     settings = _settings(settings_path)
     asyncio.run(run_operator(connection(), settings, namespaces=namespaces,
                              clusterwide=not namespaces, resync_seconds=resync,
-                             liveness=liveness))
+                             liveness=liveness, metrics_port=metrics_port))
 
 
 def main() -> None:

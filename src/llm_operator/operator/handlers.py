@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
@@ -14,6 +15,7 @@ from llm_operator.api import labels as L
 from llm_operator.api.v1alpha1 import GROUP, PLURAL, VERSION
 from llm_operator.api.validation import InvalidModel
 from llm_operator.operator.kube import Connection, Kube
+from llm_operator.operator.metrics import OperatorMetrics
 from llm_operator.operator.reconciler import reconcile
 from llm_operator.profiles.settings import Settings
 
@@ -27,6 +29,7 @@ class State:
     settings: Settings
     resync_seconds: float
     idle_seconds: float = 5.0  # how long kopf keeps an idle per-object worker
+    metrics: OperatorMetrics = field(default_factory=OperatorMetrics)
 
 
 async def _reconcile_named(state: State, namespace: str, name: str) -> None:
@@ -36,10 +39,25 @@ async def _reconcile_named(state: State, namespace: str, name: str) -> None:
 
 
 async def _reconcile(state: State, doc: dict[str, Any]) -> None:
+    metrics = state.metrics
+    started = time.monotonic()
     try:
         outcome = await reconcile(state.kube, doc, state.settings)
     except InvalidModel as exc:  # the CRD's validation should have refused it
+        metrics.reconciles.labels("invalid").inc()
         raise kopf.PermanentError(f"invalid LLMModel: {exc}") from None
+    except Exception:
+        metrics.errors.inc()
+        metrics.reconciles.labels("error").inc()
+        raise
+    finally:
+        metrics.duration.observe(time.monotonic() - started)
+    metrics.reconciles.labels("ok").inc()
+    metrics.applied.inc(len(outcome.applied))
+    metrics.pruned.inc(len(outcome.pruned))
+    if outcome.phase:
+        metrics.set_phase(doc["metadata"].get("namespace", ""), doc["metadata"]["name"],
+                          outcome.phase)
     if outcome.applied or outcome.pruned:
         log.info("%s/%s: applied %s, pruned %s, phase %s", doc["metadata"].get("namespace"),
                  doc["metadata"]["name"], outcome.applied, outcome.pruned, outcome.phase)
@@ -84,6 +102,11 @@ def build_registry(state: State, conn: Connection) -> kopf.OperatorRegistry:
         if namespace and L.MODEL_NAME in labels:
             await _reconcile_named(state, namespace, labels[L.MODEL_NAME])
 
+    @kopf.on.delete(GROUP, VERSION, PLURAL, registry=registry, optional=True)
+    def model_deleted(body: kopf.Body, **_: Any) -> None:
+        meta = body.get("metadata", {})
+        state.metrics.forget(meta.get("namespace", ""), meta.get("name", ""))
+
     kopf.on.event("apps", "v1", "deployments", registry=registry,
                   labels={L.K8S_MANAGED_BY: L.MANAGED_BY_VALUE})(child_changed)
     kopf.on.event("", "v1", "pods", registry=registry,
@@ -107,11 +130,16 @@ def _plain(body: kopf.Body) -> dict[str, Any]:
 async def run_operator(conn: Connection, settings: Settings, *,
                        namespaces: Collection[str] = (), clusterwide: bool = True,
                        resync_seconds: float = 60.0, idle_seconds: float = 5.0,
-                       liveness: str | None = None, stop: asyncio.Event | None = None,
+                       liveness: str | None = None, metrics_port: int | None = None,
+                       metrics: OperatorMetrics | None = None,
+                       stop: asyncio.Event | None = None,
                        ready: asyncio.Event | None = None) -> None:
     """Run the operator until ``stop`` is set (or forever)."""
     async with Kube(conn) as kube:
-        state = State(kube, settings, resync_seconds, idle_seconds)
+        state = State(kube, settings, resync_seconds, idle_seconds,
+                      metrics or OperatorMetrics())
+        if metrics_port is not None:
+            state.metrics.serve(metrics_port)
         await kopf.operator(registry=build_registry(state, conn), clusterwide=clusterwide,
                             namespaces=namespaces, standalone=True, stop_flag=stop,
                             ready_flag=ready, liveness_endpoint=liveness)
