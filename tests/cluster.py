@@ -37,6 +37,21 @@ from kmock._internal import enums
 
 Key = tuple[str, str | None, str]  # (group/version/plural, namespace, name)
 
+# What the operator reads and writes: (api, plural, kind, has a status subresource).
+OPERATOR_KINDS = (
+    ("v1", "persistentvolumeclaims", "PersistentVolumeClaim", False),
+    ("v1", "configmaps", "ConfigMap", False), ("v1", "services", "Service", False),
+    ("v1", "secrets", "Secret", False), ("v1", "pods", "Pod", True),
+    ("v1", "events", "Event", False), ("v1", "namespaces", "Namespace", False),
+    ("apps/v1", "deployments", "Deployment", True),
+    ("apiextensions.k8s.io/v1", "customresourcedefinitions", "CustomResourceDefinition", False),
+    ("keda.sh/v1alpha1", "scaledobjects", "ScaledObject", True),
+    ("http.keda.sh/v1alpha1", "httpscaledobjects", "HTTPScaledObject", True),
+    ("monitoring.coreos.com/v1", "servicemonitors", "ServiceMonitor", False),
+    ("ai.example.io/v1alpha1", "llmmodels", "LLMModel", True),
+)
+CLUSTER_SCOPED = frozenset({"namespaces", "customresourcedefinitions"})
+
 
 @dataclass
 class Fault:
@@ -135,6 +150,11 @@ class Cluster(kmock.KubernetesEmulator):
             verbs={"list", "watch", "get", "create", "update", "patch", "delete"},
             subresources={"status"} if status else set())
         self._kinds[f"{api}/{plural}"] = (kind, namespaced, status)
+
+    def register_operator_kinds(self) -> None:
+        for api, plural, kind, status in OPERATOR_KINDS:
+            self.register(api, plural, kind, namespaced=plural not in CLUSTER_SCOPED,
+                          status=status)
 
     def fail(self, action: str, plural: str, status: int, times: int = 1) -> None:
         """The next ``times`` requests of ``action`` on ``plural`` answer ``status``."""

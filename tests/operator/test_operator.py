@@ -9,7 +9,6 @@ import copy
 from collections.abc import AsyncIterator
 from typing import Any
 
-import kmock
 import pytest
 import yaml
 
@@ -20,27 +19,6 @@ from llm_operator.profiles.settings import Settings
 
 from cluster import Cluster
 from samples import REPO, sample_doc
-
-KINDS = [("v1", "persistentvolumeclaims", "PersistentVolumeClaim", False),
-         ("v1", "configmaps", "ConfigMap", False), ("v1", "services", "Service", False),
-         ("v1", "secrets", "Secret", False), ("v1", "pods", "Pod", True),
-         ("v1", "events", "Event", False), ("v1", "namespaces", "Namespace", False),
-         ("apps/v1", "deployments", "Deployment", True),
-         ("apiextensions.k8s.io/v1", "customresourcedefinitions", "CustomResourceDefinition",
-          False),
-         ("keda.sh/v1alpha1", "scaledobjects", "ScaledObject", True),
-         ("http.keda.sh/v1alpha1", "httpscaledobjects", "HTTPScaledObject", True),
-         ("monitoring.coreos.com/v1", "servicemonitors", "ServiceMonitor", False),
-         ("ai.example.io/v1alpha1", "llmmodels", "LLMModel", True)]
-
-
-@pytest.fixture
-async def cluster() -> AsyncIterator[Cluster]:
-    async with Cluster() as c, kmock.Server(c):
-        for api, plural, kind, status in KINDS:
-            c.register(api, plural, kind, namespaced=plural not in {
-                "namespaces", "customresourcedefinitions"}, status=status)
-        yield c
 
 
 @contextlib.asynccontextmanager

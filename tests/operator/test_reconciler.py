@@ -7,33 +7,16 @@ import copy
 from collections.abc import AsyncIterator
 from typing import Any
 
-import kmock
 import pytest
 
 from llm_operator.operator.kube import Connection, Kube
 from llm_operator.operator.reconciler import reconcile
 from llm_operator.profiles.settings import Settings
 
-from cluster import Cluster
+from cluster import OPERATOR_KINDS, Cluster
 from samples import sample_doc
 
 MODELS = ("ai.example.io/v1alpha1", "llmmodels")
-KINDS = [("v1", "persistentvolumeclaims", "PersistentVolumeClaim", False),
-         ("v1", "configmaps", "ConfigMap", False), ("v1", "services", "Service", False),
-         ("v1", "secrets", "Secret", False), ("v1", "pods", "Pod", True),
-         ("v1", "events", "Event", False), ("apps/v1", "deployments", "Deployment", True),
-         ("keda.sh/v1alpha1", "scaledobjects", "ScaledObject", True),
-         ("http.keda.sh/v1alpha1", "httpscaledobjects", "HTTPScaledObject", True),
-         ("monitoring.coreos.com/v1", "servicemonitors", "ServiceMonitor", False),
-         ("ai.example.io/v1alpha1", "llmmodels", "LLMModel", True)]
-
-
-@pytest.fixture
-async def cluster() -> AsyncIterator[Cluster]:
-    async with Cluster() as c, kmock.Server(c):
-        for api, plural, kind, status in KINDS:
-            c.register(api, plural, kind, status=status)
-        yield c
 
 
 @pytest.fixture
@@ -67,7 +50,7 @@ async def current(kube: Kube, name: str) -> dict[str, Any]:
 
 def kinds(cluster: Cluster) -> list[str]:
     out = []
-    for api, plural, kind, _ in KINDS:
+    for api, plural, kind, _ in OPERATOR_KINDS:
         if plural not in {"llmmodels", "secrets", "events", "pods"}:
             out += [f"{kind}/{o['metadata']['name']}" for o in cluster.objects_of(api, plural)]
     return sorted(out)

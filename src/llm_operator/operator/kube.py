@@ -199,15 +199,20 @@ class Kube:
             params={"fieldManager": FIELD_MANAGER, "force": "true"})
         return result
 
-    async def get(self, api_version: str, plural: str, namespace: str | None, name: str
-                  ) -> dict[str, Any] | None:
+    async def _unless_missing(self, method: str, path: str,
+                              params: dict[str, str] | None = None) -> Any:
+        """The request's result, or None when the object does not exist (404)."""
         try:
-            result: dict[str, Any] = await self.request(
-                "GET", path_of(api_version, plural, namespace, name))
+            return await self.request(method, path, params=params)
         except ApiError as exc:
             if exc.status == 404:
                 return None
             raise
+
+    async def get(self, api_version: str, plural: str, namespace: str | None, name: str
+                  ) -> dict[str, Any] | None:
+        result: dict[str, Any] | None = await self._unless_missing(
+            "GET", path_of(api_version, plural, namespace, name))
         return result
 
     async def list(self, api_version: str, plural: str, namespace: str | None,
@@ -221,14 +226,9 @@ class Kube:
     async def delete(self, api_version: str, plural: str, namespace: str | None,
                      name: str) -> bool:
         """Delete; False when it was already gone."""
-        try:
-            await self.request("DELETE", path_of(api_version, plural, namespace, name),
-                               params={"propagationPolicy": "Background"})
-        except ApiError as exc:
-            if exc.status == 404:
-                return False
-            raise
-        return True
+        result = await self._unless_missing("DELETE", path_of(api_version, plural, namespace, name),
+                                            params={"propagationPolicy": "Background"})
+        return result is not None
 
     async def merge_patch(self, api_version: str, plural: str, namespace: str | None,
                           name: str, *, body: dict[str, Any], subresource: str | None = None
