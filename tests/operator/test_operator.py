@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 import yaml
+from aiohttp import web
+from aiohttp.test_utils import TestServer
 
 from llm_operator.operator.handlers import run_operator
 from llm_operator.operator.kube import Connection, Kube
@@ -22,11 +24,11 @@ from samples import REPO, sample_doc
 
 
 @contextlib.asynccontextmanager
-async def running_operator(cluster: Cluster, metrics: OperatorMetrics | None = None
-                           ) -> AsyncIterator[None]:
+async def running_operator(cluster: Cluster, metrics: OperatorMetrics | None = None,
+                           settings: Settings | None = None) -> AsyncIterator[None]:
     conn = Connection(server=str(cluster.url).rstrip("/"))
     stop, ready = asyncio.Event(), asyncio.Event()
-    task = asyncio.create_task(run_operator(conn, Settings(), stop=stop, ready=ready,
+    task = asyncio.create_task(run_operator(conn, settings or Settings(), stop=stop, ready=ready,
                                             resync_seconds=3600, idle_seconds=0.2,
                                             metrics=metrics))
     await asyncio.wait_for(ready.wait(), 10)
@@ -162,3 +164,44 @@ async def test_rbac_allows_every_request_the_operator_makes(cluster: Cluster) ->
     missing = sorted(n for n in used if not allowed(rules, *n))
     assert missing == []
     assert ("", "secrets", "get") in used and ("", "secrets", "list") not in used
+
+
+async def test_status_carries_prometheus_metrics_when_enabled(cluster: Cluster) -> None:
+    """Prometheus's HTTP API (fake, on loopback) answers the status queries."""
+    asked: list[str] = []
+
+    async def query(request: web.Request) -> web.Response:
+        promql = request.query["query"]
+        asked.append(promql)
+        value = "120" if promql.endswith("* 60") else "850"
+        return web.json_response({"status": "success", "data": {
+            "resultType": "vector", "result": [{"metric": {}, "value": [0, value]}]}})
+
+    app = web.Application()
+    app.router.add_get("/api/v1/query", query)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    settings = Settings.model_validate({"statusMetrics": True,
+                                        "prometheusAddress": str(server.make_url("/"))})
+    try:
+        async with Kube(Connection(server=str(cluster.url).rstrip("/"))) as client:
+            await client.request("POST", "/api/v1/namespaces/ai-models/secrets", body={
+                "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "hf-token"},
+                "data": {"token": base64.b64encode(b"hf").decode()}})
+            async with running_operator(cluster, settings=settings):
+                await client.request(
+                    "POST", "/apis/ai.example.io/v1alpha1/namespaces/ai-models/llmmodels",
+                    body=copy.deepcopy(sample_doc("gemma4-31b-nvidia")))
+
+                def measured() -> bool:
+                    model = cluster.get("ai.example.io/v1alpha1", "llmmodels", "ai-models",
+                                        "gemma4-31b-nvidia")
+                    return bool(model and model.get("status", {}).get("requestsPerMinute"))
+
+                await cluster.until(measured)
+    finally:
+        await server.close()
+    status = cluster.get("ai.example.io/v1alpha1", "llmmodels", "ai-models",
+                         "gemma4-31b-nvidia")["status"]  # type: ignore[index]
+    assert (status["requestsPerMinute"], status["averageLatencyMs"]) == (120, 850)
+    assert any("vllm:e2e_request_latency_seconds_count" in q for q in asked)

@@ -9,13 +9,15 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp
 import kopf
 
 from llm_operator.api import labels as L
 from llm_operator.api.v1alpha1 import GROUP, PLURAL, VERSION
-from llm_operator.api.validation import InvalidModel
+from llm_operator.api.validation import InvalidModel, parse_llmmodel
 from llm_operator.operator.kube import Connection, Kube
 from llm_operator.operator.metrics import OperatorMetrics
+from llm_operator.operator.prometheus import status_metrics
 from llm_operator.operator.reconciler import reconcile
 from llm_operator.profiles.settings import Settings
 
@@ -30,6 +32,7 @@ class State:
     resync_seconds: float
     idle_seconds: float = 5.0  # how long kopf keeps an idle per-object worker
     metrics: OperatorMetrics = field(default_factory=OperatorMetrics)
+    prometheus: aiohttp.ClientSession | None = None  # set when status metrics are on
 
 
 async def _reconcile_named(state: State, namespace: str, name: str) -> None:
@@ -42,7 +45,11 @@ async def _reconcile(state: State, doc: dict[str, Any]) -> None:
     metrics = state.metrics
     started = time.monotonic()
     try:
-        outcome = await reconcile(state.kube, doc, state.settings)
+        usage: tuple[int | None, int | None] = (None, None)
+        if state.prometheus is not None:
+            usage = await status_metrics(state.prometheus, state.settings.prometheus_address,
+                                         parse_llmmodel(doc))
+        outcome = await reconcile(state.kube, doc, state.settings, usage)
     except InvalidModel as exc:  # the CRD's validation should have refused it
         metrics.reconciles.labels("invalid").inc()
         raise kopf.PermanentError(f"invalid LLMModel: {exc}") from None
@@ -140,6 +147,12 @@ async def run_operator(conn: Connection, settings: Settings, *,
                       metrics or OperatorMetrics())
         if metrics_port is not None:
             state.metrics.serve(metrics_port)
-        await kopf.operator(registry=build_registry(state, conn), clusterwide=clusterwide,
-                            namespaces=namespaces, standalone=True, stop_flag=stop,
-                            ready_flag=ready, liveness_endpoint=liveness)
+        if settings.status_metrics:
+            state.prometheus = aiohttp.ClientSession()
+        try:
+            await kopf.operator(registry=build_registry(state, conn), clusterwide=clusterwide,
+                                namespaces=namespaces, standalone=True, stop_flag=stop,
+                                ready_flag=ready, liveness_endpoint=liveness)
+        finally:
+            if state.prometheus is not None:
+                await state.prometheus.close()

@@ -94,6 +94,9 @@ class Settings(_Settings):
     prometheus_address: str = (
         "http://prometheus-kube-prometheus-prometheus.monitoring.svc.cluster.local:9090"
     )
+    status_metrics: bool = Field(
+        False, description="Fill status.requestsPerMinute and averageLatencyMs from "
+        "prometheusAddress on every reconcile.")
     keda: Keda = Field(default_factory=Keda)
     monitoring: Monitoring = Field(default_factory=Monitoring)
     gateway: Gateway = Field(default_factory=Gateway)
