@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
+from llm_operator.api import labels as L
 from llm_operator.profiles.settings import Settings
 
 from k8s_schemas import validate_object
@@ -65,4 +66,6 @@ def test_settings_file_is_valid() -> None:
 def test_network_policy_selects_every_model_pod() -> None:
     policy = docs(CONFIG / "security" / "network-policy.yaml")[0]
     assert policy["spec"]["podSelector"] == {"matchExpressions": [
-        {"key": "ai.example.io/model-name", "operator": "Exists"}]}
+        {"key": L.MODEL_NAME, "operator": "Exists"}]}
+    clients = policy["spec"]["ingress"][0]["from"][0]["podSelector"]["matchLabels"]
+    assert clients == {L.LLM_CLIENT: "true"}

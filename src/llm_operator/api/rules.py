@@ -211,7 +211,3 @@ def broken_rules(model: LLMModel) -> list[Rule]:
             broken.append(rule)
     return broken
 
-
-def rules_at(location: str) -> list[Rule]:
-    """The rules whose CEL expression sits at ``location`` in the schema."""
-    return [r for r in RULES if r.location == location]

@@ -43,7 +43,6 @@ class EngineProfile:
     """What is engine-specific about serving."""
 
     name: str
-    display: str
     health_path: str
     metrics_path: str | None  # Prometheus exposition, None when the engine has none
     queue_metric: str | None  # requests waiting for a slot (KEDA's scale signal)
@@ -79,17 +78,17 @@ def flag_args(engine_args: dict[str, str] | None) -> list[str]:
 
 
 VLLM = EngineProfile(
-    name="vllm", display="vLLM", health_path="/health", metrics_path="/metrics",
+    name="vllm", health_path="/health", metrics_path="/metrics",
     queue_metric="vllm:num_requests_waiting", runs_as_non_root=False, needs_shm=True,
     gguf_only=False,
 )
 LLAMACPP = EngineProfile(
-    name="llamacpp", display="llama.cpp", health_path="/health", metrics_path="/metrics",
+    name="llamacpp", health_path="/health", metrics_path="/metrics",
     queue_metric="llamacpp:requests_deferred", runs_as_non_root=True, needs_shm=False,
     gguf_only=True,
 )
 OLLAMA = EngineProfile(
-    name="ollama", display="Ollama", health_path="/api/version", metrics_path=None,
+    name="ollama", health_path="/api/version", metrics_path=None,
     queue_metric=None, runs_as_non_root=True, needs_shm=False, gguf_only=True,
 )
 

@@ -21,7 +21,6 @@ class VendorProfile:
     """Everything vendor-specific about running an inference pod."""
 
     name: str
-    display: str
     resource_key: str | None  # extended resource, None for cpu
     node_selector: MappingProxyType[str, str]
     tolerations: tuple[MappingProxyType[str, Any], ...]
@@ -85,7 +84,6 @@ _NO_VLLM_CPU = "is not supported on acceleratorVendor cpu; use inferenceEngine l
 VENDORS: MappingProxyType[str, VendorProfile] = MappingProxyType({
     "nvidia": VendorProfile(
         name="nvidia",
-        display="NVIDIA (CUDA)",
         resource_key="nvidia.com/gpu",
         node_selector=_frozen({"nvidia.com/gpu.present": "true"}),
         tolerations=(_gpu_toleration("nvidia.com/gpu"),),
@@ -107,7 +105,6 @@ VENDORS: MappingProxyType[str, VendorProfile] = MappingProxyType({
     ),
     "amd": VendorProfile(
         name="amd",
-        display="AMD (ROCm)",
         resource_key="amd.com/gpu",
         node_selector=_frozen({"amd.com/gpu.present": "true"}),
         tolerations=(_gpu_toleration("amd.com/gpu"),),
@@ -123,7 +120,6 @@ VENDORS: MappingProxyType[str, VendorProfile] = MappingProxyType({
     ),
     "intel-gaudi": VendorProfile(
         name="intel-gaudi",
-        display="Intel Gaudi",
         resource_key="habana.ai/gaudi",
         node_selector=_frozen({"habana.ai/gaudi": "true"}),
         tolerations=(_gpu_toleration("habana.ai/gaudi"),),
@@ -146,7 +142,6 @@ VENDORS: MappingProxyType[str, VendorProfile] = MappingProxyType({
     ),
     "cpu": VendorProfile(
         name="cpu",
-        display="CPU",
         resource_key=None,
         node_selector=_frozen({}),
         tolerations=(),
