@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
-from collections.abc import Collection
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,7 +15,7 @@ import kopf
 
 from llm_operator.api import labels as L
 from llm_operator.api.v1alpha1 import GROUP, PLURAL, VERSION
-from llm_operator.api.validation import InvalidModel, parse_llmmodel
+from llm_operator.api.validation import InvalidModel
 from llm_operator.operator.kube import Connection, Kube
 from llm_operator.operator.metrics import OperatorMetrics
 from llm_operator.operator.prometheus import status_metrics
@@ -35,21 +36,22 @@ class State:
     prometheus: aiohttp.ClientSession | None = None  # set when status metrics are on
 
 
-async def _reconcile_named(state: State, namespace: str, name: str) -> None:
+async def _reconcile_named(state: State, namespace: str, name: str, *, children: bool) -> None:
     doc = await state.kube.get(f"{GROUP}/{VERSION}", PLURAL, namespace, name)
     if doc is not None and not doc["metadata"].get("deletionTimestamp"):
-        await _reconcile(state, doc)
+        await _reconcile(state, doc, children=children)
 
 
-async def _reconcile(state: State, doc: dict[str, Any]) -> None:
+async def _reconcile(state: State, doc: dict[str, Any], *, children: bool = True) -> None:
     metrics = state.metrics
     started = time.monotonic()
+    usage = None
+    if state.prometheus is not None:
+        usage = functools.partial(status_metrics, state.prometheus,
+                                  state.settings.prometheus_address)
     try:
-        usage: tuple[int | None, int | None] = (None, None)
-        if state.prometheus is not None:
-            usage = await status_metrics(state.prometheus, state.settings.prometheus_address,
-                                         parse_llmmodel(doc))
-        outcome = await reconcile(state.kube, doc, state.settings, usage)
+        outcome = await reconcile(state.kube, doc, state.settings, usage=usage,
+                                  children=children)
     except InvalidModel as exc:  # the CRD's validation should have refused it
         metrics.reconciles.labels("invalid").inc()
         raise kopf.PermanentError(f"invalid LLMModel: {exc}") from None
@@ -103,11 +105,17 @@ def build_registry(state: State, conn: Connection) -> kopf.OperatorRegistry:
     async def resync(body: kopf.Body, **_: Any) -> None:
         await _reconcile(state, _plain(body))
 
-    async def child_changed(body: kopf.Body, **_: Any) -> None:
-        labels = body.get("metadata", {}).get("labels") or {}
-        namespace = body.get("metadata", {}).get("namespace")
-        if namespace and L.MODEL_NAME in labels:
-            await _reconcile_named(state, namespace, labels[L.MODEL_NAME])
+    def on_child_change(children: bool) -> Callable[..., Awaitable[None]]:
+        """A Deployment change may be drift (full reconcile); a Pod change only status."""
+
+        async def changed(body: kopf.Body, **_: Any) -> None:
+            labels = body.get("metadata", {}).get("labels") or {}
+            namespace = body.get("metadata", {}).get("namespace")
+            if namespace and L.MODEL_NAME in labels:
+                await _reconcile_named(state, namespace, labels[L.MODEL_NAME],
+                                       children=children)
+
+        return changed
 
     @kopf.on.delete(GROUP, VERSION, PLURAL, registry=registry, optional=True)
     def model_deleted(body: kopf.Body, **_: Any) -> None:
@@ -115,9 +123,9 @@ def build_registry(state: State, conn: Connection) -> kopf.OperatorRegistry:
         state.metrics.forget(meta.get("namespace", ""), meta.get("name", ""))
 
     kopf.on.event("apps", "v1", "deployments", registry=registry,
-                  labels={L.K8S_MANAGED_BY: L.MANAGED_BY_VALUE})(child_changed)
+                  labels={L.K8S_MANAGED_BY: L.MANAGED_BY_VALUE})(on_child_change(True))
     kopf.on.event("", "v1", "pods", registry=registry,
-                  labels={L.MODEL_NAME: kopf.PRESENT})(child_changed)
+                  labels={L.MODEL_NAME: kopf.PRESENT})(on_child_change(False))
     return registry
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -136,13 +137,18 @@ async def record_events(kube: Kube, model: LLMModel, events: list[Event]) -> Non
         })
 
 
-async def reconcile(kube: Kube, doc: dict[str, Any], settings: Settings,
-                    metrics: tuple[int | None, int | None] = (None, None)) -> Outcome:
+Usage = tuple[int | None, int | None]  # (requestsPerMinute, averageLatencyMs)
+
+
+async def reconcile(kube: Kube, doc: dict[str, Any], settings: Settings, *,
+                    usage: Callable[[LLMModel], Awaitable[Usage]] | None = None,
+                    children: bool = True) -> Outcome:
     """Bring one model's children, labels and status in line with its spec.
 
     A model that cannot be placed gets phase Failed with the reasons and no new workload
-    (existing children are left as they are). Unchanged state costs reads only. A document
-    the CRD should have refused raises InvalidModel (the caller reports it).
+    (existing children are left as they are). Unchanged state costs reads only. With
+    ``children=False`` only the status is refreshed (a Pod changed: nothing to apply). A
+    document the CRD should have refused raises InvalidModel (the caller reports it).
     """
     outcome = Outcome()
     model = parse_llmmodel(doc)
@@ -155,11 +161,12 @@ async def reconcile(kube: Kube, doc: dict[str, Any], settings: Settings,
 
     model_plan = plan(model, settings.storage.min_size_gi_b)
     blockers = await _blockers(kube, model, placement_problems(model, settings, model_plan))
-    if not blockers:
+    if not blockers and children:
         desired = render(model, settings, owner_uid=meta.get("uid"))
         await _apply_children(kube, model, desired, outcome)
         await _prune(kube, model, desired, outcome)
     deployment, pods = (None, []) if blockers else await _observe(kube, model)
+    metrics = await usage(model) if usage is not None else (None, None)
     observation = Observation(
         deployment=deployment, pods=pods, blockers=blockers, plan_verdict=model_plan.verdict,
         plan_reason=model_plan.reason,
