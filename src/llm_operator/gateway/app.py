@@ -147,7 +147,7 @@ class Gateway:
                 self.routes[name] = state
             self.metrics.circuit.labels(host).set(0)
         self._unrouted = RouteMetrics(self.metrics, NO_ROUTE)
-        self._hosts = {urlsplit(s.url_base).netloc: s.breaker for s in self.routes.values()}
+        self._breakers = breakers  # host -> breaker, for the circuit-state gauge
         self._models_body = json.dumps({"object": "list", "data": [
             {"id": name, "object": "model", "created": 0,
              "owned_by": urlsplit(state.url_base).netloc}
@@ -196,7 +196,7 @@ class Gateway:
         return web.json_response({"status": "ready", "routes": len(self.config.routes)})
 
     async def prometheus(self, _: web.Request) -> web.Response:
-        for host, breaker in self._hosts.items():
+        for host, breaker in self._breakers.items():
             self.metrics.circuit.labels(host).set(int(breaker.state))
         return web.Response(body=generate_latest(self.metrics.registry),
                             headers={"Content-Type": CONTENT_TYPE_LATEST})
@@ -215,13 +215,11 @@ class Gateway:
                      ) -> tuple[web.StreamResponse, RouteState | None]:
         limit = self.config.max_request_bytes
         if request.content_length is not None and request.content_length > limit:
-            return error_response(413, f"request body exceeds {limit} bytes",
-                                  "invalid_request_error", "request_too_large"), None
+            return self._too_large(), None
         try:
             raw = await request.read()
         except web.HTTPRequestEntityTooLarge:
-            return error_response(413, f"request body exceeds {limit} bytes",
-                                  "invalid_request_error", "request_too_large"), None
+            return self._too_large(), None
         try:
             body = json.loads(raw)
         except ValueError as exc:
@@ -237,25 +235,28 @@ class Gateway:
             return error_response(404, f"The model {model!r} does not exist here; available "
                                   f"models: {known}", "invalid_request_error",
                                   "model_not_found"), None
-        label = state.route.label
-        refused = self._rate_limited(state)
+        try:
+            headers = state.auth_headers()
+        except KeyUnavailable as exc:
+            log.error("route %s: %s", state.route.label, exc)
+            return error_response(503, f"the gateway has no credentials for {model!r}; "
+                                  "its operator must provide the API key",
+                                  "server_error", "credentials_unavailable"), state
+        refused = self._rate_limited(state)  # only requests that can be sent count
         if refused is not None:
             return refused, state
         upstream_model = state.route.upstream_model
         if upstream_model != model:
             body["model"] = upstream_model
             raw = json.dumps(body, separators=(",", ":")).encode()
-        try:
-            headers = state.auth_headers()
-        except KeyUnavailable as exc:
-            log.error("route %s: %s", label, exc)
-            return error_response(503, f"the gateway has no credentials for {model!r}; "
-                                  "its operator must provide the API key",
-                                  "server_error", "credentials_unavailable"), state
         stream = body.get("stream") is True
         url = state.url_base + request.path.removeprefix("/v1")
         return await self._forward(request, state, url=url, payload=raw, headers=headers,
                                    stream=stream, started=started), state
+
+    def _too_large(self) -> web.Response:
+        return error_response(413, f"request body exceeds {self.config.max_request_bytes} "
+                              "bytes", "invalid_request_error", "request_too_large")
 
     def _rate_limited(self, state: RouteState) -> web.Response | None:
         waits = []
