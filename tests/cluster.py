@@ -170,6 +170,11 @@ class Cluster(kmock.KubernetesEmulator):
             ) -> dict[str, Any] | None:
         return self.store.get((f"{api}/{plural}", namespace, name))
 
+    def drop_watches(self) -> None:
+        """End every open watch stream (clients must reconnect and resume)."""
+        for _, queue in self._watchers:
+            queue.put_nowait((-1, "", {}))
+
     async def until(self, check: Callable[[], bool], timeout: float = 10) -> None:
         """Wait until ``check()`` holds; re-checked after every request and change."""
         async with asyncio.timeout(timeout):
@@ -276,8 +281,10 @@ class Cluster(kmock.KubernetesEmulator):
                 if remaining <= 0:
                     break
                 try:
-                    _, kind, obj = await asyncio.wait_for(queue.get(), remaining)
+                    revision, kind, obj = await asyncio.wait_for(queue.get(), remaining)
                 except TimeoutError:
+                    break
+                if revision < 0:  # drop_watches(): end the stream as a server restart would
                     break
                 if visible(obj):
                     await response.write(json.dumps({"type": kind, "object": obj}).encode()

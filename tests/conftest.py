@@ -1,10 +1,16 @@
-"""Shared fixtures: the golden-file switch and a minimal valid model to mutate."""
+"""Shared fixtures: golden-file switch, a minimal model, a fake OpenAI upstream, a cluster."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
+import kmock
 import pytest
+from aiohttp.test_utils import TestServer
+
+from cluster import Cluster
+from fake_upstream import FakeUpstream
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -32,3 +38,20 @@ def base_local() -> dict[str, Any]:
             "resources": {"vramPerAcceleratorGiB": 80},
         },
     }
+
+
+@pytest.fixture
+async def upstream() -> AsyncIterator[tuple[FakeUpstream, str]]:
+    fake = FakeUpstream()
+    server = TestServer(fake.app, host="127.0.0.1")
+    await server.start_server()
+    yield fake, f"http://127.0.0.1:{server.port}/v1"
+    await server.close()
+
+
+@pytest.fixture
+async def cluster() -> AsyncIterator[Cluster]:
+    """An emulated cluster over HTTP with every kind the operator reads or writes."""
+    async with Cluster() as c, kmock.Server(c):
+        c.register_operator_kinds()
+        yield c

@@ -17,15 +17,6 @@ from gwtools import FakeTime, GatewayFactory
 
 
 @pytest.fixture
-async def upstream() -> AsyncIterator[tuple[FakeUpstream, str]]:
-    fake = FakeUpstream()
-    server = TestServer(fake.app, host="127.0.0.1")
-    await server.start_server()
-    yield fake, f"http://127.0.0.1:{server.port}/v1"
-    await server.close()
-
-
-@pytest.fixture
 def key_file(tmp_path: Path) -> Path:
     path = tmp_path / "apiKey"
     path.write_text("sk-first-key\n")

@@ -11,7 +11,7 @@ import kmock
 import pytest
 import yaml
 
-from llm_operator.operator.kube import ApiError, Connection, Kube, from_kubeconfig, path_of
+from llm_operator.kube import ApiError, Connection, Kube, from_kubeconfig, path_of
 
 from cluster import Cluster
 

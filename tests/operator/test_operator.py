@@ -14,8 +14,8 @@ import yaml
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from llm_operator.kube import Connection, Kube
 from llm_operator.operator.handlers import run_operator
-from llm_operator.operator.kube import Connection, Kube
 from llm_operator.operator.metrics import OperatorMetrics
 from llm_operator.profiles.settings import Settings
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from llm_operator.operator.kube import Connection, Kube
+from llm_operator.kube import Connection, Kube
 from llm_operator.operator.reconciler import reconcile
 from llm_operator.profiles.settings import Settings
 

@@ -12,6 +12,9 @@ from typing import Any
 import kmock
 import pytest
 import yaml
+from click.testing import CliRunner
+
+from llm_operator.cli.main import cli
 
 from samples import GUIDE_SAMPLES, REPO, load_yaml
 
@@ -75,3 +78,19 @@ async def test_the_script_runs_as_the_guide_runs_it(cluster: Any) -> None:
     assert "Found 3 reasoning models with <=24 GiB VRAM and >=128K context:" in text
     assert "Found 1 AMD models:" in text and "Found 3 remote API models:" in text
     assert "gemma4-26b-amd" in text and "google/gemma-4-26b-a4b-it" in text
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["--domain", "reasoning", "--max-vram", "24", "--min-context", "128"],
+     ["gemma4-26b-amd", "gemma4-31b-nvidia", "qwen35-9b-cpu"]),
+    (["--domain", "reasoning", "--max-vram", "24", "--phase", "any"],
+     ["gemma4-26b-amd", "gemma4-31b-nvidia", "qwen35-9b-cpu", "qwen36-35b-gaudi"]),
+    (["-A", "--mode", "remote"], ["claude-opus47-remote", "gemini31-remote", "gpt55-remote"]),
+    (["-n", "elsewhere"], []),
+])
+async def test_llmop_models_queries_the_cluster(cluster: Any, args: list[str],
+                                                expected: list[str]) -> None:
+    result = await asyncio.to_thread(CliRunner().invoke, cli, ["models", *args, "-o", "json"],
+                                     env={"KUBECONFIG": os.environ["KUBECONFIG"]})
+    assert result.exit_code == 0, result.output
+    assert [m["name"] for m in yaml.safe_load(result.output)] == expected

@@ -23,7 +23,7 @@ from llm_operator.api.validation import InvalidModel, Problem, parse_llmmodel
 from llm_operator.cli.loading import Document, load_documents, load_settings
 from llm_operator.profiles.planner import Plan, plan
 from llm_operator.profiles.settings import Settings
-from llm_operator.registry.query import ANY_PHASE, Query, select, summary
+from llm_operator.registry.query import ANY_PHASE, SERVING_PHASES, Query, select, summary
 from llm_operator.render import RenderError, placement_problems, render
 
 CRD_PATH = "config/crd/bases/ai.example.io_llmmodels.yaml"
@@ -217,9 +217,11 @@ def render_cmd(paths: tuple[str, ...], output: str, owner_uid: str | None,
 
 
 @cli.command()
-@click.option("-f", "--filename", "paths", multiple=True, required=True, metavar="FILE|DIR|-",
-              help="LLMModel YAML files or directories. (Querying a cluster comes with the "
-              "operator.)")
+@click.option("-f", "--filename", "paths", multiple=True, metavar="FILE|DIR|-",
+              help="LLMModel YAML files or directories (instead of a cluster).")
+@click.option("-n", "--namespace", metavar="NS",
+              help="Query LLMModels in this namespace of the cluster (default ai-models).")
+@click.option("-A", "--all-namespaces", is_flag=True, help="Query every namespace.")
 @click.option("--domain", "domains", multiple=True, metavar="D",
               help="Required capability domain (repeatable: all must match), e.g. reasoning.")
 @click.option("--max-vram", type=float, metavar="GiB",
@@ -229,22 +231,32 @@ def render_cmd(paths: tuple[str, ...], output: str, owner_uid: str | None,
 @click.option("--mode", type=click.Choice(["local", "remote"]))
 @click.option("--thinking/--no-thinking", default=None, help="Only (non-)thinking models.")
 @click.option("--phase", "phases", multiple=True, metavar="P",
-              help="Status phase to match (repeatable), or 'any'. Default for files: any.")
+              help="Status phase to match (repeatable), or 'any'. Default: Ready and Proxying "
+              "in a cluster, any for files.")
 @click.option("-o", "--output", type=click.Choice(["table", "json", "yaml"]), default="table",
               show_default=True)
-def models(paths: tuple[str, ...], *, domains: tuple[str, ...], max_vram: float | None,
+def models(paths: tuple[str, ...], *, namespace: str | None, all_namespaces: bool,
+           domains: tuple[str, ...], max_vram: float | None,
            min_context: int | None, vendor: str | None, mode: str | None,
            thinking: bool | None, phases: tuple[str, ...], output: str) -> None:
     r"""Find models by capability, like the guide's find_models().
 
+    In a cluster (your kubeconfig), what labels can express goes to the API server as a
+    label selector; context window, thinking and phase are filtered here.
+
     \b
     Examples:
-      llmop models -f config/samples --domain reasoning --max-vram 24 --min-context 128
-      llmop models -f config/samples --vendor amd
+      llmop models --domain reasoning --max-vram 24 --min-context 128
+      llmop models -A --vendor amd --phase any
       llmop models -f config/samples --mode remote -o json
     """
+    if paths and (namespace or all_namespaces):
+        raise click.UsageError("query either files (-f) or the cluster (-n/-A), not both")
+    if namespace and all_namespaces:
+        raise click.UsageError("use either --namespace or --all-namespaces")
     query = Query(domains=domains, max_vram_gib=max_vram, min_context_k=min_context,
-                  vendor=vendor, mode=mode, thinking=thinking, phases=phases or (ANY_PHASE,))
+                  vendor=vendor, mode=mode, thinking=thinking,
+                  phases=phases or ((ANY_PHASE,) if paths else SERVING_PHASES))
     err = Console(stderr=True, highlight=False)
     found: list[LLMModel] = []
 
@@ -253,7 +265,17 @@ def models(paths: tuple[str, ...], *, domains: tuple[str, ...], max_vram: float 
             found.append(outcome.model)
         _errors(err, outcome)
 
-    code = _run(paths, each)
+    if paths:
+        code = _run(paths, each)
+    else:
+        code = 0
+        for doc in _cluster_models(None if all_namespaces else namespace or "ai-models",
+                                   query.label_selector()):
+            try:
+                found.append(parse_llmmodel(doc))
+            except InvalidModel as exc:
+                meta = doc.get("metadata", {})
+                err.print(f"skipped {meta.get('namespace')}/{meta.get('name')}: {exc}")
     rows = [summary(m) for m in select(found, query)]
     if output == "json":
         click.echo(json.dumps(rows, indent=2))
@@ -326,8 +348,8 @@ def operator(namespaces: tuple[str, ...], *, all_namespaces: bool, settings_path
     """
     import asyncio  # noqa: PLC0415 - the operator's dependencies only for this command
 
+    from llm_operator.kube import connection  # noqa: PLC0415
     from llm_operator.operator.handlers import run_operator  # noqa: PLC0415
-    from llm_operator.operator.kube import connection  # noqa: PLC0415
 
     if namespaces and all_namespaces:
         raise click.UsageError("use either --namespace or --all-namespaces")
@@ -337,6 +359,99 @@ def operator(namespaces: tuple[str, ...], *, all_namespaces: bool, settings_path
     asyncio.run(run_operator(connection(), settings, namespaces=namespaces,
                              clusterwide=not namespaces, resync_seconds=resync,
                              liveness=liveness, metrics_port=metrics_port))
+
+
+@cli.command()
+@click.option("-n", "--namespace", "namespaces", multiple=True, metavar="NS",
+              help="Publish LLMModels of this namespace from the Kubernetes watch (repeatable).")
+@click.option("-A", "--all-namespaces", is_flag=True,
+              help="Publish LLMModels of every namespace from the Kubernetes watch.")
+@click.option("-f", "--files", "files_dir", type=click.Path(exists=True, file_okay=False,
+              path_type=Path), metavar="DIR",
+              help="Publish LLMModel YAML from DIR, re-read when a file changes.")
+@click.option("--status-file", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
+              help="YAML map of model name -> status for --files (the local runtime writes it).")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Listen address (0.0.0.0 in a pod).")
+@click.option("--port", type=int, default=3000, show_default=True)
+@click.option("--service", "services", multiple=True, metavar="NAME.NAMESPACE",
+              envvar="LLMOP_MCP_SERVICE",
+              help="The Service clients use in-cluster; its DNS names are accepted as Host "
+              "and Origin (DNS-rebinding protection; localhost is always accepted).")
+@click.option("--allowed-host", "allowed_hosts", multiple=True, metavar="HOST",
+              help="Another Host/Origin name to accept, e.g. an ingress name (repeatable).")
+@click.option("--admin-token-file", type=click.Path(dir_okay=False, path_type=Path),
+              envvar="LLMOP_MCP_ADMIN_TOKEN_FILE", metavar="FILE",
+              help="Enable the /admin/tools API, authenticated by the bearer token in FILE "
+              "(re-read on every request, so rotation needs no restart).")
+@click.option("--page-size", type=click.IntRange(1, 1000), default=100, show_default=True,
+              help="Tools per tools/list page.")
+@click.option("--call-timeout", type=float, default=300.0, show_default=True, metavar="SECONDS",
+              help="How long a tool call waits for the model.")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
+              default="info", show_default=True)
+def mcp(namespaces: tuple[str, ...], *, all_namespaces: bool, files_dir: Path | None,
+        status_file: Path | None, host: str, port: int, services: tuple[str, ...],
+        allowed_hosts: tuple[str, ...], admin_token_file: Path | None, page_size: int,
+        call_timeout: float, log_level: str) -> None:
+    r"""Serve every exposed model as an MCP tool (Streamable HTTP at /mcp).
+
+    A model is a tool when spec.mcpExposure.enabled is true and its phase is Ready or
+    Proxying. Clients of protocol 2026-07-28 and 2025-11-25 are both served and told when
+    the tool list changes; plain JSON-RPC POSTs (curl) work too. Also serves /health,
+    /ready and, with --admin-token-file, /admin/tools.
+
+    \b
+    Examples:
+      llmop mcp -n ai-models                      models from the cluster (kubeconfig)
+      llmop mcp -f examples/local                 models from YAML files
+      llmop mcp -A --host 0.0.0.0 --service mcp-server.ai-models   (in a pod)
+    """
+    import asyncio  # noqa: PLC0415 - the server's dependencies only for this command
+
+    from llm_operator.kube import connection  # noqa: PLC0415
+    from llm_operator.mcp_server.app import McpSettings, service_hosts  # noqa: PLC0415
+    from llm_operator.mcp_server.run import service  # noqa: PLC0415
+
+    if namespaces and all_namespaces:
+        raise click.UsageError("use either --namespace or --all-namespaces")
+    if not (namespaces or all_namespaces or files_dir):
+        raise click.UsageError("say where models come from: --namespace NS / --all-namespaces "
+                               "(Kubernetes) and/or --files DIR")
+    names = list(allowed_hosts)
+    for svc in services:
+        name, _, ns = svc.partition(".")
+        names += service_hosts(name, [ns] if ns else [])
+    logging.basicConfig(level=log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = McpSettings(host=host, port=port, allowed_hosts=tuple(names),
+                           page_size=page_size, call_timeout=call_timeout,
+                           admin_token_file=admin_token_file)
+    use_kube = bool(namespaces or all_namespaces)
+
+    async def run() -> None:
+        async with service(settings, kube=connection() if use_kube else None,
+                           namespaces=list(namespaces), files=files_dir,
+                           status_file=status_file) as svc:
+            await svc.serve(log_level=log_level)
+
+    asyncio.run(run())
+
+
+def _cluster_models(namespace: str | None, selector: str) -> list[dict[str, Any]]:
+    import asyncio  # noqa: PLC0415 - the client only for cluster queries
+
+    from llm_operator.kube import ApiError, Kube, connection  # noqa: PLC0415
+
+    async def fetch() -> list[dict[str, Any]]:
+        async with Kube(connection(), attempts=2) as kube:
+            return await kube.list("ai.example.io/v1alpha1", "llmmodels", namespace,
+                                   label_selector=selector or None)
+
+    try:
+        return asyncio.run(fetch())
+    except (ApiError, OSError, ValueError) as exc:
+        raise click.ClickException(f"cannot list LLMModels: {exc}") from None
 
 
 def main() -> None:

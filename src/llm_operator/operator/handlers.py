@@ -16,7 +16,7 @@ import kopf
 from llm_operator.api import labels as L
 from llm_operator.api.v1alpha1 import GROUP, PLURAL, VERSION
 from llm_operator.api.validation import InvalidModel
-from llm_operator.operator.kube import Connection, Kube
+from llm_operator.kube import Connection, Kube
 from llm_operator.operator.metrics import OperatorMetrics
 from llm_operator.operator.prometheus import status_metrics
 from llm_operator.operator.reconciler import reconcile

@@ -11,7 +11,7 @@ from typing import Any
 from llm_operator.api import labels as L
 from llm_operator.api.v1alpha1 import API_VERSION, LLMModel
 from llm_operator.api.validation import Problem, parse_llmmodel
-from llm_operator.operator.kube import PLURALS, ApiError, Kube, plural_of
+from llm_operator.kube import PLURALS, ApiError, Kube, plural_of
 from llm_operator.profiles.planner import plan
 from llm_operator.profiles.settings import Settings
 from llm_operator.reconcile.status import Blocker, Event, Observation, compute_status

@@ -49,26 +49,37 @@ class Query:
         return ",".join(parts)
 
 
-def _labels_of(model: LLMModel) -> dict[str, str]:
-    """The object's labels, completed with its discovery labels (files carry none)."""
-    return {**(model.metadata.labels or {}), **L.discovery_labels(model.spec)}
+@dataclass(frozen=True)
+class Facets:
+    """What a query looks at, for an LLMModel or for a model known only by its tool."""
+
+    labels: dict[str, str]
+    context_window_k: int | None
+    supports_thinking: bool
+    phase: str | None
+
+
+def facets(model: LLMModel) -> Facets:
+    """The model's facets; its labels are completed with discovery labels (files carry none)."""
+    return Facets(labels={**(model.metadata.labels or {}), **L.discovery_labels(model.spec)},
+                  context_window_k=model.spec.context_window_k,
+                  supports_thinking=model.spec.supports_thinking,
+                  phase=model.status.phase if model.status else None)
+
+
+def accepts(query: Query, found: Facets) -> bool:
+    for key, allowed in query.label_requirements():
+        if found.labels.get(key) not in allowed:
+            return False
+    if query.min_context_k is not None and (found.context_window_k or 0) < query.min_context_k:
+        return False
+    if query.thinking is not None and found.supports_thinking != query.thinking:
+        return False
+    return ANY_PHASE in query.phases or found.phase in query.phases
 
 
 def matches(model: LLMModel, query: Query) -> bool:
-    labels = _labels_of(model)
-    for key, allowed in query.label_requirements():
-        if labels.get(key) not in allowed:
-            return False
-    spec = model.spec
-    if query.min_context_k is not None and (spec.context_window_k or 0) < query.min_context_k:
-        return False
-    if query.thinking is not None and spec.supports_thinking != query.thinking:
-        return False
-    if ANY_PHASE not in query.phases:
-        phase = model.status.phase if model.status else None
-        if phase not in query.phases:
-            return False
-    return True
+    return accepts(query, facets(model))
 
 
 def select(models: Iterable[LLMModel], query: Query) -> list[LLMModel]:

@@ -1,15 +1,16 @@
-"""A small async Kubernetes client for the operator: server-side apply, list, patch, events."""
+"""A small async Kubernetes client: server-side apply, list, watch, patch (operator and MCP)."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import builtins
 import json
 import os
 import random
 import ssl
 import tempfile
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -222,6 +223,41 @@ class Kube:
                                     params=params)
         items: list[dict[str, Any]] = result.get("items", [])
         return items
+
+    async def list_versioned(self, api_version: str, plural: str, namespace: str | None
+                             ) -> tuple[builtins.list[dict[str, Any]], str]:
+        """Every object plus the list's resourceVersion (where a watch resumes)."""
+        result = await self.request("GET", path_of(api_version, plural, namespace))
+        return result.get("items", []), str(result.get("metadata", {}).get("resourceVersion", ""))
+
+    async def watch(self, api_version: str, plural: str, namespace: str | None, *,
+                    resource_version: str, timeout_seconds: int = 300
+                    ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        """(type, object) events after ``resource_version`` until the server ends the watch.
+
+        A 410 Gone (resourceVersion too old) raises ApiError(410): relist, then watch again.
+        BOOKMARK events are yielded too, so callers can advance their resourceVersion.
+        """
+        assert self._session is not None, "use `async with Kube(...)`"
+        params = {"watch": "true", "resourceVersion": resource_version,
+                  "allowWatchBookmarks": "true", "timeoutSeconds": str(timeout_seconds)}
+        async with self._session.get(path_of(api_version, plural, namespace), params=params,
+                                     timeout=aiohttp.ClientTimeout(
+                                         total=None, sock_read=timeout_seconds + 30)) as r:
+            if r.status >= 400:
+                info = await r.json(content_type=None)
+                info = info if isinstance(info, dict) else {}
+                raise ApiError(r.status, str(info.get("reason", r.reason)),
+                               str(info.get("message", "")))
+            async for line in r.content:
+                if not line.strip():
+                    continue
+                event = json.loads(line)
+                obj = event.get("object") or {}
+                if event.get("type") == "ERROR":
+                    raise ApiError(int(obj.get("code", 500)), str(obj.get("reason", "")),
+                                   str(obj.get("message", "")))
+                yield str(event.get("type")), obj
 
     async def delete(self, api_version: str, plural: str, namespace: str | None,
                      name: str) -> bool:

@@ -1,0 +1,398 @@
+"""The MCP server: models as tools over Streamable HTTP (both eras), plus health and admin API."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import hmac
+import json
+import logging
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import anyio
+import mcp_types as types
+import uvicorn
+from mcp.server import InitializationOptions, NotificationOptions, Server, ServerRequestContext
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.subscriptions import ListenHandler
+from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE, TransportSecuritySettings
+from mcp.shared.exceptions import MCPError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from llm_operator import __version__
+from llm_operator.mcp_server.notify import Broadcaster
+from llm_operator.registry.catalog import AdminPayloadError, Catalog, Source, ToolRecord, from_admin
+from llm_operator.registry.tools import (
+    LIST_TOOL,
+    ArgumentError,
+    chat_arguments,
+    chat_request,
+    chat_result,
+    list_query,
+    list_result,
+    list_tool,
+    model_tool,
+)
+
+log = logging.getLogger(__name__)
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+INSTRUCTIONS = ("Each tool but list_available_models is one language model. Call "
+                "list_available_models to compare them (domains, context window, thinking "
+                "support), then call the model's tool with OpenAI-style messages.")
+ERROR_DETAIL_LIMIT = 300
+
+
+class _Server(Server[Any]):
+    """The SDK's low-level server, announcing tools.listChanged to handshake-era clients too."""
+
+    def create_initialization_options(
+            self, notification_options: NotificationOptions | None = None,
+            experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+            extensions: dict[str, dict[str, Any]] | None = None) -> InitializationOptions:
+        return super().create_initialization_options(
+            notification_options or NotificationOptions(tools_changed=True),
+            experimental_capabilities, extensions)
+
+
+@dataclass(frozen=True)
+class McpSettings:
+    """How the server listens and calls models (``llmop mcp --help`` sets each)."""
+
+    host: str = "127.0.0.1"
+    port: int = 3000
+    allowed_hosts: Sequence[str] = ()  # extra Host names (in-cluster service names)
+    page_size: int = 100
+    call_timeout: float = 300.0
+    admin_token_file: Path | None = None
+
+    def transport_security(self) -> TransportSecuritySettings:
+        """DNS-rebinding protection: only these Host and Origin values reach /mcp."""
+        names = [*LOCAL_HOSTS, *self.allowed_hosts]
+        return TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=[h for n in names for h in (n, f"{n}:*")],
+            allowed_origins=[o for n in names for scheme in ("http", "https")
+                             for o in (f"{scheme}://{n}", f"{scheme}://{n}:*")])
+
+
+def service_hosts(service: str, namespaces: Sequence[str], cluster_domain: str = "cluster.local"
+                  ) -> list[str]:
+    """Every name a client inside the cluster may use for the MCP Service."""
+    names = [service]
+    for ns in namespaces:
+        names += [f"{service}.{ns}", f"{service}.{ns}.svc", f"{service}.{ns}.svc.{cluster_domain}"]
+    return names
+
+
+def _cursor(name: str) -> str:
+    return base64.urlsafe_b64encode(name.encode()).decode()
+
+
+def _after(cursor: str) -> str:
+    try:
+        return base64.urlsafe_b64decode(cursor.encode()).decode()
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        raise MCPError(types.INVALID_PARAMS, "invalid cursor: pass nextCursor from the "
+                       "previous tools/list result unchanged") from None
+
+
+def _safe_detail(payload: Any) -> str:
+    """The upstream's own error message (OpenAI shape), shortened; never headers or keys."""
+    if isinstance(payload, dict):
+        err = payload.get("error")
+        message = err.get("message") if isinstance(err, dict) else err or payload.get("message")
+        if isinstance(message, str) and message:
+            return message[:ERROR_DETAIL_LIMIT]
+    return ""
+
+
+@dataclass
+class McpService:
+    """The catalog behind an MCP endpoint; sources publish into it, clients read and call."""
+
+    settings: McpSettings = field(default_factory=McpSettings)
+    catalog: Catalog = field(default_factory=Catalog)
+    background: list[Callable[[], Coroutine[Any, Any, None]]] = field(default_factory=list)
+    readiness: list[asyncio.Event] = field(default_factory=list)
+    broadcaster: Broadcaster = field(default_factory=Broadcaster)
+
+    def __post_init__(self) -> None:
+        self.server: Server[Any] = _Server(
+            "llm-operator", version=__version__, title="LLM models as tools",
+            instructions=INSTRUCTIONS, on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+            on_subscriptions_listen=ListenHandler(self.broadcaster.bus))
+        self.server.middleware.append(self.broadcaster.middleware)
+        self._http: aiohttp.ClientSession | None = None
+        self._lock = asyncio.Lock()
+        self._published = asyncio.Condition()
+
+    # --- the registry ---
+
+    async def publish(self, source: Source, records: list[ToolRecord]) -> None:
+        """Replace one source's records; notify every client when the tool list changed."""
+        async with self._lock:
+            changed = self.catalog.replace(source, records)
+            for hidden, winner in self.catalog.shadowed:
+                log.warning("tool %s from %s %s is hidden by %s %s", hidden.tool_name,
+                            hidden.source, hidden.key, winner.source, winner.key)
+        if changed:
+            log.info("tool list changed: %d model tools", len(self.catalog))
+            await self.broadcaster.tools_changed()
+        async with self._published:
+            self._published.notify_all()
+
+    async def until(self, check: Callable[[], bool], timeout: float = 10) -> None:
+        """Wait until ``check()`` holds, re-checked after every publish (tests, local runtime)."""
+        async with asyncio.timeout(timeout), self._published:
+            await self._published.wait_for(check)
+
+    def publisher(self, source: Source) -> Callable[[list[ToolRecord]], Awaitable[None]]:
+        async def publish(records: list[ToolRecord]) -> None:
+            await self.publish(source, records)
+        return publish
+
+    # --- MCP handlers ---
+
+    async def _list_tools(self, ctx: ServerRequestContext[Any],
+                          params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        # The meta-tool first, then models by name; a cursor is the last name served ("" for
+        # the meta-tool), so pages stay consistent while models come and go.
+        entries: list[tuple[str, dict[str, Any]]] = [("", list_tool())]
+        entries += [(r.tool_name, model_tool(r)) for r in self.catalog.tools()
+                    if r.tool_name != LIST_TOOL]
+        cursor = params.cursor if params is not None else None
+        if cursor is not None:
+            after = _after(cursor)
+            entries = [e for e in entries[1:] if e[0] > after]
+        page = entries[:self.settings.page_size]
+        more = len(entries) > len(page)
+        return types.ListToolsResult(
+            tools=[types.Tool.model_validate(tool) for _, tool in page],
+            next_cursor=_cursor(page[-1][0]) if more else None)
+
+    async def _call_tool(self, ctx: ServerRequestContext[Any],
+                         params: types.CallToolRequestParams) -> types.CallToolResult:
+        try:
+            if params.name == LIST_TOOL:
+                found = self.catalog.find(list_query(params.arguments))
+                result = list_result(found)
+                return types.CallToolResult(
+                    content=[types.TextContent(type="text", text=json.dumps(result, indent=2))],
+                    structured_content=result)
+            record = self.catalog.get(params.name)
+            if record is None:
+                raise MCPError(types.INVALID_PARAMS, self._unknown(params.name))
+            return await self._call_model(record, params.arguments)
+        except ArgumentError as exc:
+            raise MCPError(types.INVALID_PARAMS, f"invalid arguments for {params.name}: {exc}"
+                           ) from None
+
+    def _unknown(self, name: str) -> str:
+        known = self.catalog.not_callable(name)
+        if known is None:
+            return f"Unknown tool: {name}. Call tools/list (or {LIST_TOOL}) for the tools."
+        phase = known.facets.phase or "not yet reported"
+        return (f"tool {name} is not callable now: model {known.key} is {phase}; it becomes "
+                "available when its phase is Ready or Proxying")
+
+    async def _call_model(self, record: ToolRecord, arguments: dict[str, Any] | None
+                          ) -> types.CallToolResult:
+        args = chat_arguments(arguments)
+        body, thinking = chat_request(record, args)
+        assert self._http is not None and record.endpoint
+        url = record.endpoint.rstrip("/") + "/chat/completions"
+        who = f"model {record.model_id} ({record.tool_name})"
+        try:
+            async with self._http.post(url, json=body, timeout=aiohttp.ClientTimeout(
+                    total=self.settings.call_timeout)) as r:
+                try:
+                    payload = await r.json(content_type=None)
+                except (json.JSONDecodeError, aiohttp.ContentTypeError, UnicodeDecodeError):
+                    payload = None
+                if r.status >= 400:
+                    detail = _safe_detail(payload)
+                    return _failure(f"{who} answered HTTP {r.status}"
+                                    + (f": {detail}" if detail else ""))
+            text, structured = chat_result(record, payload, thinking)
+        except TimeoutError:
+            return _failure(f"{who} did not answer within {self.settings.call_timeout:g} s")
+        except aiohttp.ClientError as exc:
+            return _failure(f"could not reach {who} ({type(exc).__name__}); it may be starting "
+                            "or scaling up, try again shortly")
+        except ValueError:
+            return _failure(f"{who} returned a response that is not a chat completion")
+        return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
+                                    structured_content=structured)
+
+    # --- HTTP: health, readiness, admin ---
+
+    async def _health(self, _: Request) -> Response:
+        return JSONResponse({"status": "ok", "models": len(self.catalog),
+                             "tools": len(self.catalog) + 1, "catalogVersion":
+                             self.catalog.version})
+
+    async def _ready(self, _: Request) -> Response:
+        waiting = sum(not e.is_set() for e in self.readiness)
+        if waiting:
+            return JSONResponse({"status": "syncing", "sourcesWaiting": waiting}, 503)
+        return JSONResponse({"status": "ready", "models": len(self.catalog)})
+
+    def _admin_denied(self, request: Request) -> Response | None:
+        path = self.settings.admin_token_file
+        if path is None:
+            return JSONResponse({"error": "the admin API is disabled; start llmop mcp with "
+                                 "--admin-token-file"}, 404)
+        try:
+            token = path.read_text(encoding="utf-8").strip()
+        except OSError:
+            log.error("admin token file %s is unreadable; refusing admin requests", path)
+            return JSONResponse({"error": "admin token unavailable on the server"}, 503)
+        given = request.headers.get("authorization", "")
+        scheme, _, value = given.partition(" ")
+        if not token or scheme.lower() != "bearer" or not hmac.compare_digest(
+                value.strip().encode(), token.encode()):
+            return JSONResponse({"error": "send the admin token as Authorization: Bearer "
+                                 "<token>"}, 401, headers={"WWW-Authenticate": "Bearer"})
+        return None
+
+    async def _admin_list(self, request: Request) -> Response:
+        if (denied := self._admin_denied(request)) is not None:
+            return denied
+        return JSONResponse([{"toolName": r.tool_name, "modelId": r.model_id,
+                              "endpoint": r.endpoint, "phase": r.facets.phase,
+                              "source": r.source} for r in self.catalog.tools()])
+
+    async def _admin_put(self, request: Request) -> Response:
+        if (denied := self._admin_denied(request)) is not None:
+            return denied
+        name = request.path_params["name"]
+        try:
+            record = from_admin(name, await request.json())
+        except json.JSONDecodeError:
+            return JSONResponse({"error": "body must be JSON"}, 400)
+        except AdminPayloadError as exc:
+            return JSONResponse({"error": str(exc), "toolName": name}, 400)
+        async with self._lock:
+            records = [r for r in self.catalog.records("admin") if r.key != name]
+        await self.publish("admin", [*records, record])
+        return JSONResponse({"status": "registered", "toolName": name})
+
+    async def _admin_delete(self, request: Request) -> Response:
+        if (denied := self._admin_denied(request)) is not None:
+            return denied
+        name = request.path_params["name"]
+        records = self.catalog.records("admin")
+        if not any(r.key == name for r in records):
+            return JSONResponse({"error": "tool not found", "toolName": name}, 404)
+        await self.publish("admin", [r for r in records if r.key != name])
+        return JSONResponse({"status": "unregistered", "toolName": name})
+
+    # --- the ASGI app ---
+
+    def app(self) -> Starlette:
+        security = self.settings.transport_security()
+        sessions = StreamableHTTPSessionManager(self.server, security_settings=security)
+        # The guide's curl commands: bare JSON-RPC POSTs with no handshake and no headers.
+        single = StreamableHTTPSessionManager(self.server, stateless=True, json_response=True,
+                                              security_settings=security)
+        tracked = self.broadcaster.track_streams(sessions.handle_request)
+
+        class Endpoint:
+            async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+                headers = dict(scope["headers"])
+                if scope["method"] != "POST" or b"mcp-session-id" in headers \
+                        or b"mcp-protocol-version" in headers:
+                    await tracked(scope, receive, send)
+                    return
+                body = await _read_body(receive)
+                if body is None:
+                    await Response("Request body too large", 413)(scope, receive, send)
+                    return
+                replay = _replaying(body, receive)
+                target = sessions if _method(body) == "initialize" else single
+                await target.handle_request(scope, replay, send)
+
+        @contextlib.asynccontextmanager
+        async def lifespan(_: Starlette) -> AsyncIterator[None]:
+            async with aiohttp.ClientSession() as http, sessions.run(), single.run(), \
+                    anyio.create_task_group() as tg:
+                self._http = http
+                for job in self.background:
+                    tg.start_soon(job)
+                yield
+                tg.cancel_scope.cancel()
+
+        return Starlette(routes=[
+            Route("/mcp", Endpoint(), methods=["GET", "POST", "DELETE"]),
+            Route("/health", self._health, methods=["GET"]),
+            Route("/ready", self._ready, methods=["GET"]),
+            Route("/admin/tools", self._admin_list, methods=["GET"]),
+            Route("/admin/tools/{name}", self._admin_put, methods=["PUT"]),
+            Route("/admin/tools/{name}", self._admin_delete, methods=["DELETE"]),
+        ], lifespan=lifespan)
+
+    def uvicorn_server(self, log_level: str = "info") -> uvicorn.Server:
+        config = uvicorn.Config(self.app(), host=self.settings.host, port=self.settings.port,
+                                log_level=log_level, lifespan="on", access_log=False)
+        return uvicorn.Server(config)
+
+    async def serve(self, sock: socket.socket | None = None, log_level: str = "info") -> None:
+        """Serve until cancelled (on ``sock`` when given, e.g. a loopback port for tests)."""
+        server = self.uvicorn_server(log_level)
+        await server.serve(sockets=[sock] if sock is not None else None)
+
+
+def _failure(message: str) -> types.CallToolResult:
+    log.warning("tool call failed: %s", message)
+    return types.CallToolResult(content=[types.TextContent(type="text", text=message)],
+                                is_error=True)
+
+
+def _method(body: bytes) -> str | None:
+    try:
+        decoded = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    return decoded.get("method") if isinstance(decoded, dict) else None
+
+
+async def _read_body(receive: Receive) -> bytes | None:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > DEFAULT_MAX_REQUEST_BODY_SIZE:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
+
+
+def _replaying(body: bytes, receive: Receive) -> Receive:
+    sent = False
+
+    async def replay() -> Any:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay

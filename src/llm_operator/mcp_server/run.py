@@ -1,0 +1,40 @@
+"""Wire the configured registry sources into an MCP service and serve it."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from pathlib import Path
+
+from llm_operator.kube import Connection, Kube
+from llm_operator.mcp_server.app import McpService, McpSettings
+from llm_operator.mcp_server.sources import FileSource, KubernetesSource
+from llm_operator.registry.catalog import ToolRecord
+
+
+@contextlib.asynccontextmanager
+async def service(settings: McpSettings, *, kube: Connection | None = None,
+                  namespaces: Sequence[str | None] = (), files: Path | None = None,
+                  status_file: Path | None = None) -> AsyncIterator[McpService]:
+    """An McpService whose sources start with its app (Kubernetes and/or a directory)."""
+    svc = McpService(settings)
+    async with contextlib.AsyncExitStack() as stack:
+        if kube is not None:
+            client = await stack.enter_async_context(Kube(kube))
+            parts: dict[str | None, list[ToolRecord]] = {}
+
+            def kube_publisher(ns: str | None) -> Callable[[list[ToolRecord]], Awaitable[None]]:
+                async def publish(records: list[ToolRecord]) -> None:
+                    parts[ns] = records
+                    await svc.publish("kubernetes", [r for rs in parts.values() for r in rs])
+                return publish
+
+            for ns in namespaces or (None,):
+                source = KubernetesSource(client, ns, kube_publisher(ns))
+                svc.background.append(source.run)
+                svc.readiness.append(source.synced)
+        if files is not None:
+            file_source = FileSource(files, svc.publisher("files"), status_file=status_file)
+            svc.background.append(file_source.run)
+            svc.readiness.append(file_source.synced)
+        yield svc
