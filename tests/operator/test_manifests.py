@@ -5,17 +5,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import click
 import pytest
 import yaml
 
 from llm_operator.api import labels as L
+from llm_operator.cli.main import cli
 from llm_operator.profiles.settings import Settings
 
 from k8s_schemas import validate_object
 from samples import REPO
 
 CONFIG = REPO / "config"
-MANIFESTS = sorted(p for d in ("rbac", "manager", "default", "security")
+MANIFESTS = sorted(p for d in ("rbac", "manager", "default", "security", "mcp")
                    for p in (CONFIG / d).glob("*.yaml")
                    if p.name not in {"kustomization.yaml", "settings.yaml"})
 
@@ -39,18 +41,45 @@ def test_kustomizations_reference_real_files(kustomization: Path) -> None:
     assert missing == []
 
 
-def test_manager_is_hardened_and_runs_the_project_image() -> None:
-    deploy = docs(CONFIG / "manager" / "manager.yaml")[0]
+@pytest.mark.parametrize(("path", "command"), [
+    (CONFIG / "manager" / "manager.yaml", "operator"),
+    (CONFIG / "mcp" / "deployment.yaml", "mcp"),
+], ids=["operator", "mcp"])
+def test_deployments_are_hardened_and_run_the_project_image(path: Path, command: str) -> None:
+    deploy = docs(path)[0]
     pod = deploy["spec"]["template"]["spec"]
     container = pod["containers"][0]
     assert container["image"] == Settings().images.operator
-    assert container["args"][0] == "operator"
+    assert container["args"][0] == command
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["runAsUser"] == 65532
     sec = container["securityContext"]
     assert sec["readOnlyRootFilesystem"] is True and sec["capabilities"]["drop"] == ["ALL"]
     assert sec["allowPrivilegeEscalation"] is False
     assert {"livenessProbe", "readinessProbe", "resources"} <= set(container)
+    # The arguments are ones the subcommand accepts (click raises on anything else).
+    args = list(container["args"])
+    subcommand = cli.get_command(click.Context(cli), args[0])
+    assert subcommand is not None
+    subcommand.make_context(args[0], args[1:])
+
+
+def test_mcp_server_runs_two_replicas_reachable_only_inside_the_cluster() -> None:
+    deploy = docs(CONFIG / "mcp" / "deployment.yaml")[0]
+    service = docs(CONFIG / "mcp" / "service.yaml")[0]
+    assert deploy["spec"]["replicas"] == 2
+    assert service["spec"]["type"] == "ClusterIP"
+    labels = deploy["spec"]["template"]["metadata"]["labels"]
+    inference = docs(CONFIG / "security" / "network-policy.yaml")[0]
+    admitted = [f["podSelector"]["matchLabels"] for rule in inference["spec"]["ingress"]
+                for f in rule["from"] if "podSelector" in f]
+    assert any(sel.items() <= labels.items() for sel in admitted)  # it may call the models
+
+
+def test_mcp_role_only_reads_llmmodels() -> None:
+    role = next(d for d in docs(CONFIG / "mcp" / "rbac.yaml") if d["kind"] == "Role")
+    assert role["rules"] == [{"apiGroups": ["ai.example.io"], "resources": ["llmmodels"],
+                              "verbs": ["get", "list", "watch"]}]
 
 
 def test_every_image_in_config_is_the_project_image() -> None:
