@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import bisect
 import contextlib
 import hmac
 import json
@@ -20,6 +21,7 @@ import anyio
 import mcp_types as types
 import uvicorn
 from mcp.server import InitializationOptions, NotificationOptions, Server, ServerRequestContext
+from mcp.server.context import CallNext, HandlerResult
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.subscriptions import ListenHandler
 from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE, TransportSecuritySettings
@@ -51,6 +53,7 @@ INSTRUCTIONS = ("Each tool but list_available_models is one language model. Call
                 "list_available_models to compare them (domains, context window, thinking "
                 "support), then call the model's tool with OpenAI-style messages.")
 ERROR_DETAIL_LIMIT = 300
+MAX_CACHED_PAGES = 256  # cursors come from clients: bound what they can make us keep
 
 
 class _Server(Server[Any]):
@@ -133,10 +136,12 @@ class McpService:
             instructions=INSTRUCTIONS, on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
             on_subscriptions_listen=ListenHandler(self.broadcaster.bus))
-        self.server.middleware.append(self.broadcaster.middleware)
+        self.server.middleware += [self.broadcaster.middleware, self._memoize_listing]
         self._http: aiohttp.ClientSession | None = None
         self._lock = asyncio.Lock()
         self._published = asyncio.Condition()
+        self._listing: tuple[int, list[tuple[str, types.Tool]]] = (-1, [])
+        self._pages: dict[tuple[int, str, str | None], HandlerResult] = {}
 
     # --- the registry ---
 
@@ -165,22 +170,49 @@ class McpService:
 
     # --- MCP handlers ---
 
+    async def _memoize_listing(self, ctx: ServerRequestContext[Any],
+                               call_next: CallNext) -> HandlerResult:
+        """Serve a tools/list page the SDK already validated and shaped, while nothing changed.
+
+        The SDK checks every result against the protocol's types (about 0.2 ms per tool);
+        a page only changes with the catalog, so each (version, era, cursor) is shaped once.
+        """
+        if ctx.method != "tools/list":
+            return await call_next(ctx)
+        cursor = (ctx.params or {}).get("cursor")
+        version = self.catalog.version
+        key = (version, ctx.protocol_version, cursor if isinstance(cursor, str) else None)
+        if key in self._pages:
+            return self._pages[key]
+        result = await call_next(ctx)
+        if self.catalog.version == version:
+            if len(self._pages) >= MAX_CACHED_PAGES or any(k[0] != version for k in self._pages):
+                self._pages.clear()
+            self._pages[key] = result
+        return result
+
     async def _list_tools(self, ctx: ServerRequestContext[Any],
                           params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         # The meta-tool first, then models by name; a cursor is the last name served ("" for
         # the meta-tool), so pages stay consistent while models come and go.
-        entries: list[tuple[str, dict[str, Any]]] = [("", list_tool())]
-        entries += [(r.tool_name, model_tool(r)) for r in self.catalog.tools()
-                    if r.tool_name != LIST_TOOL]
+        entries = self._entries()
         cursor = params.cursor if params is not None else None
         if cursor is not None:
             after = _after(cursor)
-            entries = [e for e in entries[1:] if e[0] > after]
+            entries = entries[bisect.bisect_right(entries, after, lo=1, key=lambda e: e[0]):]
         page = entries[:self.settings.page_size]
         more = len(entries) > len(page)
-        return types.ListToolsResult(
-            tools=[types.Tool.model_validate(tool) for _, tool in page],
-            next_cursor=_cursor(page[-1][0]) if more else None)
+        return types.ListToolsResult(tools=[tool for _, tool in page],
+                                     next_cursor=_cursor(page[-1][0]) if more else None)
+
+    def _entries(self) -> list[tuple[str, types.Tool]]:
+        """(name, tool) in listing order, rebuilt only when the catalog changes."""
+        if self._listing[0] != self.catalog.version:
+            entries = [("", types.Tool.model_validate(list_tool()))]
+            entries += [(r.tool_name, types.Tool.model_validate(model_tool(r)))
+                        for r in self.catalog.tools() if r.tool_name != LIST_TOOL]
+            self._listing = (self.catalog.version, entries)
+        return self._listing[1]
 
     async def _call_tool(self, ctx: ServerRequestContext[Any],
                          params: types.CallToolRequestParams) -> types.CallToolResult:

@@ -100,51 +100,79 @@ class KubernetesSource:
                 await self.sleep(delay * (0.5 + random.random() / 2))
 
 
-def _scan(directory: Path, status_file: Path | None) -> dict[str, int]:
-    """A fingerprint of every YAML file and the status file (path -> mtime_ns ^ size)."""
-    found = {}
-    for path in sorted(directory.rglob("*")):
-        if path.suffix in YAML_SUFFIXES and path.is_file():
-            st = path.stat()
-            found[str(path)] = st.st_mtime_ns ^ st.st_size
-    if status_file is not None and status_file.is_file():
-        st = status_file.stat()
-        found[str(status_file)] = st.st_mtime_ns ^ st.st_size
-    return found
+LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: ~30x faster when present
 
 
-def load_directory(directory: Path, statuses: dict[str, Any]) -> tuple[list[ToolRecord],
-                                                                       list[str]]:
-    """Tool records for every LLMModel document, and one problem line per bad document.
+def _fingerprint(path: Path) -> int:
+    st = path.stat()
+    return st.st_mtime_ns ^ st.st_size
 
-    ``statuses`` maps a model name (or namespace/name) to its status, as the local runtime
-    writes it; a document's own ``status`` is used when the map has none.
+
+def _yaml_files(directory: Path) -> list[Path]:
+    return sorted(p for p in directory.rglob("*") if p.suffix in YAML_SUFFIXES and p.is_file())
+
+
+@dataclass
+class DirectoryCache:
+    """LLMModel documents per file, re-read only when a file's mtime or size changes.
+
+    A rescan after one edit in a directory of 1,000 models reads one file, not 1,000.
     """
-    records: list[ToolRecord] = []
-    problems: list[str] = []
-    for path in sorted(directory.rglob("*")):
-        if path.suffix not in YAML_SUFFIXES or not path.is_file():
-            continue
-        try:
-            docs = list(yaml.safe_load_all(path.read_text(encoding="utf-8")))
-        except (OSError, yaml.YAMLError) as exc:
-            problems.append(f"{path}: not readable YAML: {exc}")
-            continue
-        for index, raw in enumerate(d for d in docs if d is not None):
-            if not isinstance(raw, dict) or raw.get("kind") != "LLMModel":
-                continue
-            meta = raw.get("metadata") or {}
-            name = str(meta.get("name"))
-            status = statuses.get(f"{meta.get('namespace')}/{name}") or statuses.get(name)
-            doc = raw if status is None else {**raw, "status": status}
+
+    directory: Path
+    _docs: dict[Path, tuple[int, list[dict[str, Any]] | str]] = field(default_factory=dict)
+
+    def refresh(self) -> bool:
+        """Re-read changed files; True when anything changed."""
+        changed = False
+        current = {}
+        for path in _yaml_files(self.directory):
             try:
-                record = from_model(parse_llmmodel(doc), "files", key=f"{path}#{index}")
-            except InvalidModel as exc:
-                problems.append(f"{path}: {name}: {exc}")
+                current[path] = _fingerprint(path)
+            except OSError:  # removed while scanning
                 continue
-            if record is not None:
-                records.append(record)
-    return records, problems
+        for path in set(self._docs) - set(current):
+            del self._docs[path]
+            changed = True
+        for path, mark in current.items():
+            if path in self._docs and self._docs[path][0] == mark:
+                continue
+            changed = True
+            try:
+                loaded = [d for d in yaml.load_all(path.read_text(encoding="utf-8"),
+                                                   Loader=LOADER) if d is not None]
+                self._docs[path] = (mark, [d for d in loaded if isinstance(d, dict)
+                                           and d.get("kind") == "LLMModel"])
+            except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+                self._docs[path] = (mark, f"not readable YAML: {exc}")
+        return changed
+
+    def records(self, statuses: dict[str, Any]) -> tuple[list[ToolRecord], list[str]]:
+        """Tool records for every LLMModel document, and one problem line per bad one.
+
+        ``statuses`` maps a model name (or namespace/name) to its status, as the local
+        runtime writes it; a document's own ``status`` is used when the map has none.
+        """
+        records: list[ToolRecord] = []
+        problems: list[str] = []
+        for path in sorted(self._docs):
+            docs = self._docs[path][1]
+            if isinstance(docs, str):
+                problems.append(f"{path}: {docs}")
+                continue
+            for index, raw in enumerate(docs):
+                meta = raw.get("metadata") or {}
+                name = str(meta.get("name"))
+                status = statuses.get(f"{meta.get('namespace')}/{name}") or statuses.get(name)
+                doc = raw if status is None else {**raw, "status": status}
+                try:
+                    record = from_model(parse_llmmodel(doc), "files", key=f"{path}#{index}")
+                except InvalidModel as exc:
+                    problems.append(f"{path}: {name}: {exc}")
+                    continue
+                if record is not None:
+                    records.append(record)
+        return records, problems
 
 
 @dataclass
@@ -157,29 +185,45 @@ class FileSource:
     interval: float = 0.2
     synced: asyncio.Event = field(default_factory=asyncio.Event)
 
-    def _statuses(self) -> dict[str, Any]:
-        if self.status_file is None or not self.status_file.is_file():
-            return {}
-        try:
-            data = yaml.safe_load(self.status_file.read_text(encoding="utf-8")) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            log.warning("status file %s unreadable (%s); using document status", self.status_file,
-                        exc)
-            return {}
-        return data if isinstance(data, dict) else {}
+    def __post_init__(self) -> None:
+        self._cache = DirectoryCache(self.directory)
+        self._status_mark: int | None = None
+        self._statuses: dict[str, Any] = {}
+
+    def _refresh_statuses(self) -> bool:
+        path = self.status_file
+        mark = _fingerprint(path) if path is not None and path.is_file() else None
+        if mark == self._status_mark:
+            return False
+        self._status_mark = mark
+        self._statuses = {}
+        if path is not None and mark is not None:
+            try:
+                data = yaml.load(path.read_text(encoding="utf-8"), Loader=LOADER) or {}
+                self._statuses = data if isinstance(data, dict) else {}
+            except (OSError, yaml.YAMLError) as exc:
+                log.warning("status file %s unreadable (%s); using document status", path, exc)
+        return True
+
+    def _scan(self) -> tuple[list[ToolRecord], list[str]] | None:
+        """New records when a file or the status file changed (runs in a thread)."""
+        files = self._cache.refresh()
+        statuses = self._refresh_statuses()
+        if not (files or statuses or not self.synced.is_set()):
+            return None
+        return self._cache.records(self._statuses)
 
     async def rescan(self) -> None:
-        records, problems = load_directory(self.directory, self._statuses())
+        found = await asyncio.to_thread(self._scan)
+        if found is None:
+            return
+        records, problems = found
         for line in problems:
             log.warning("skipped %s", line)
         await self.publish(records)
         self.synced.set()
 
     async def run(self) -> None:
-        seen: dict[str, int] | None = None
         while True:
-            current = await asyncio.to_thread(_scan, self.directory, self.status_file)
-            if current != seen:
-                seen = current
-                await self.rescan()
+            await self.rescan()
             await asyncio.sleep(self.interval)
