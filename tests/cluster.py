@@ -49,6 +49,7 @@ OPERATOR_KINDS = (
     ("http.keda.sh/v1alpha1", "httpscaledobjects", "HTTPScaledObject", True),
     ("monitoring.coreos.com/v1", "servicemonitors", "ServiceMonitor", False),
     ("ai.example.io/v1alpha1", "llmmodels", "LLMModel", True),
+    ("coordination.k8s.io/v1", "leases", "Lease", False),
 )
 CLUSTER_SCOPED = frozenset({"namespaces", "customresourcedefinitions"})
 
@@ -366,7 +367,12 @@ class Cluster(kmock.KubernetesEmulator):
                         "latest version and try again")
         status_sub = request.subresource == "status"
         if "json-patch" in ctype:
-            new = jsonpatch.apply_patch(old, body)
+            try:
+                new = jsonpatch.apply_patch(old, body)
+            except (jsonpatch.JsonPatchTestFailed, jsonpatch.JsonPatchConflict) as exc:
+                # As the API server: a failed "test" (kopf's optimistic concurrency) is 422.
+                raise kmock.KubernetesError(status=422, reason="Invalid",
+                                            message=str(exc)) from None
         elif "apply-patch" in ctype:
             manager = request.params.get("fieldManager", "")
             previous = self._applied.get((key, manager), {})
@@ -414,3 +420,27 @@ class Cluster(kmock.KubernetesEmulator):
             owners = obj["metadata"].get("ownerReferences") or []
             if any(ref.get("uid") == owner_uid for ref in owners) and (rid, ns, name) in self.store:
                 self._delete(rid, ns, name)
+
+
+def allowed(rules: list[dict[str, Any]], group: str, resource: str, verb: str) -> bool:
+    return any(group in r["apiGroups"] and resource in r["resources"] and verb in r["verbs"]
+               for r in rules)
+
+
+def needed(cluster: Cluster) -> set[tuple[str, str, str]]:
+    """(apiGroup, resource, verb) of every resource request the operator made."""
+    out = set()
+    for r in cluster:
+        if r.resource is None or not r.resource.plural:
+            continue
+        resource = r.resource.plural + (f"/{r.subresource}" if r.subresource else "")
+        method = r.method.value
+        if method == "GET":
+            verb = "watch" if r.params.get("watch") else "get" if r.name else "list"
+        else:
+            verb = {"POST": "create", "PATCH": "patch", "PUT": "update",
+                    "DELETE": "delete"}[method]
+        out.add((r.resource.group or "", resource, verb))
+        if "apply-patch" in r.headers.get("Content-Type", ""):
+            out.add((r.resource.group or "", resource, "create"))  # apply may create
+    return out

@@ -19,7 +19,7 @@ from llm_operator.operator.handlers import run_operator
 from llm_operator.operator.metrics import OperatorMetrics
 from llm_operator.profiles.settings import Settings
 
-from cluster import Cluster
+from cluster import Cluster, allowed, needed
 from samples import REPO, sample_doc
 
 
@@ -114,30 +114,6 @@ async def test_a_restart_with_nothing_changed_writes_nothing(cluster: Cluster) -
     async with running_operator(cluster):
         await cluster.until(observed_again)
     assert writes(cluster)[before:] == []
-
-
-def allowed(rules: list[dict[str, Any]], group: str, resource: str, verb: str) -> bool:
-    return any(group in r["apiGroups"] and resource in r["resources"] and verb in r["verbs"]
-               for r in rules)
-
-
-def needed(cluster: Cluster) -> set[tuple[str, str, str]]:
-    """(apiGroup, resource, verb) of every resource request the operator made."""
-    out = set()
-    for r in cluster:
-        if r.resource is None or not r.resource.plural:
-            continue
-        resource = r.resource.plural + (f"/{r.subresource}" if r.subresource else "")
-        method = r.method.value
-        if method == "GET":
-            verb = "watch" if r.params.get("watch") else "get" if r.name else "list"
-        else:
-            verb = {"POST": "create", "PATCH": "patch", "PUT": "update",
-                    "DELETE": "delete"}[method]
-        out.add((r.resource.group or "", resource, verb))
-        if "apply-patch" in r.headers.get("Content-Type", ""):
-            out.add((r.resource.group or "", resource, "create"))  # apply may create
-    return out
 
 
 async def test_rbac_allows_every_request_the_operator_makes(cluster: Cluster) -> None:

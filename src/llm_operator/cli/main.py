@@ -334,10 +334,17 @@ def gateway(config_path: str, host: str | None, port: int | None, log_level: str
               help="Serve a health endpoint, e.g. http://0.0.0.0:8080/healthz (for probes).")
 @click.option("--metrics-port", type=int, metavar="PORT",
               help="Serve the operator's Prometheus metrics on this port (/metrics).")
+@click.option("--leader-elect", is_flag=True,
+              help="Run as one of several replicas: only the holder of a Lease reconciles; "
+              "the others stand by and take over within ~15 s if it goes away.")
+@click.option("--lease-namespace", envvar="POD_NAMESPACE", default="llm-operator-system",
+              show_default=True, help="Namespace of the Lease (in a pod: $POD_NAMESPACE).")
+@click.option("--lease-name", default="llm-operator", show_default=True)
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
               default="info", show_default=True)
 def operator(namespaces: tuple[str, ...], *, all_namespaces: bool, settings_path: str | None,
              resync: float, liveness: str | None, metrics_port: int | None,
+             leader_elect: bool, lease_namespace: str, lease_name: str,
              log_level: str) -> None:
     """Run the operator: reconcile LLMModels into running, observed workloads.
 
@@ -347,18 +354,27 @@ def operator(namespaces: tuple[str, ...], *, all_namespaces: bool, settings_path
     status observed from the model's Deployment and Pods.
     """
     import asyncio  # noqa: PLC0415 - the operator's dependencies only for this command
+    import os  # noqa: PLC0415
+    import socket  # noqa: PLC0415
 
     from llm_operator.kube import connection  # noqa: PLC0415
-    from llm_operator.operator.handlers import run_operator  # noqa: PLC0415
+    from llm_operator.operator.handlers import LeadershipLost, run_operator  # noqa: PLC0415
+    from llm_operator.operator.leader import LeaseTerms  # noqa: PLC0415
 
     if namespaces and all_namespaces:
         raise click.UsageError("use either --namespace or --all-namespaces")
     logging.basicConfig(level=log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = _settings(settings_path)
-    asyncio.run(run_operator(connection(), settings, namespaces=namespaces,
-                             clusterwide=not namespaces, resync_seconds=resync,
-                             liveness=liveness, metrics_port=metrics_port))
+    identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
+    leader = LeaseTerms(namespace=lease_namespace, identity=identity, name=lease_name) \
+        if leader_elect else None
+    try:
+        asyncio.run(run_operator(connection(), settings, namespaces=namespaces,
+                                 clusterwide=not namespaces, resync_seconds=resync,
+                                 liveness=liveness, metrics_port=metrics_port, leader=leader))
+    except LeadershipLost as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 @cli.command()

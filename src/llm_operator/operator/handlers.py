@@ -9,14 +9,17 @@ import time
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
+import aiohttp.web
 import kopf
 
 from llm_operator.api import labels as L
 from llm_operator.api.v1alpha1 import GROUP, PLURAL, VERSION
 from llm_operator.api.validation import InvalidModel
 from llm_operator.kube import Connection, Kube
+from llm_operator.operator.leader import LeaderElector, LeaseTerms
 from llm_operator.operator.metrics import OperatorMetrics
 from llm_operator.operator.prometheus import status_metrics
 from llm_operator.operator.reconciler import reconcile
@@ -142,25 +145,80 @@ def _plain(body: kopf.Body) -> dict[str, Any]:
     return plain(body)  # type: ignore[no-any-return]
 
 
+class LeadershipLost(RuntimeError):
+    """The Lease went to another replica (or could not be renewed): this one must stop."""
+
+
 async def run_operator(conn: Connection, settings: Settings, *,
                        namespaces: Collection[str] = (), clusterwide: bool = True,
                        resync_seconds: float = 60.0, idle_seconds: float = 5.0,
                        liveness: str | None = None, metrics_port: int | None = None,
                        metrics: OperatorMetrics | None = None,
                        stop: asyncio.Event | None = None,
-                       ready: asyncio.Event | None = None) -> None:
-    """Run the operator until ``stop`` is set (or forever)."""
+                       ready: asyncio.Event | None = None,
+                       leader: LeaseTerms | None = None) -> None:
+    """Run the operator until ``stop`` is set (or forever).
+
+    With ``leader``, it first waits to hold that Lease, renews it while it works, stops
+    (raising LeadershipLost) when it is lost, and releases it on a clean stop.
+    """
     async with Kube(conn) as kube:
         state = State(kube, settings, resync_seconds, idle_seconds,
                       metrics or OperatorMetrics())
         if metrics_port is not None:
             state.metrics.serve(metrics_port)
+        elector = LeaderElector(kube, leader) if leader is not None else None
+        if elector is not None:
+            probe = await _standby_probe(liveness)
+            waiting = asyncio.ensure_future(elector.acquire())
+            stopped = asyncio.ensure_future((stop or asyncio.Event()).wait())
+            try:
+                await asyncio.wait({waiting, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                stopped.cancel()
+                if probe is not None:
+                    await probe.cleanup()  # kopf serves the endpoint from here on
+            if not waiting.done():  # asked to stop while standing by
+                waiting.cancel()
+                return
+        halt = asyncio.Event()
+        watchers = [asyncio.ensure_future(_set_when(halt, e))
+                    for e in (stop, elector.lost if elector else None) if e is not None]
+        holding = asyncio.ensure_future(elector.hold()) if elector else None
         if settings.status_metrics:
             state.prometheus = aiohttp.ClientSession()
         try:
             await kopf.operator(registry=build_registry(state, conn), clusterwide=clusterwide,
-                                namespaces=namespaces, standalone=True, stop_flag=stop,
+                                namespaces=namespaces, standalone=True, stop_flag=halt,
                                 ready_flag=ready, liveness_endpoint=liveness)
         finally:
+            for task in [*watchers, *([holding] if holding else [])]:
+                task.cancel()
             if state.prometheus is not None:
                 await state.prometheus.close()
+            if elector is not None and not elector.lost.is_set():
+                await elector.release()
+        if elector is not None and elector.lost.is_set():
+            raise LeadershipLost("lost the operator Lease; exiting so a fresh replica stands by")
+
+
+async def _standby_probe(liveness: str | None) -> aiohttp.web.AppRunner | None:
+    """While standing by, answer the liveness URL (200 "standby"): probes must not kill us."""
+    if not liveness:
+        return None
+    url = urlsplit(liveness)
+    app = aiohttp.web.Application()
+
+    async def standby(_: aiohttp.web.Request) -> aiohttp.web.Response:
+        return aiohttp.web.json_response({"status": "standby"})
+
+    app.router.add_get(url.path or "/", standby)
+    runner = aiohttp.web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await aiohttp.web.TCPSite(runner, url.hostname, url.port or 80).start()
+    return runner
+
+
+async def _set_when(target: asyncio.Event, source: asyncio.Event) -> None:
+    await source.wait()
+    target.set()
