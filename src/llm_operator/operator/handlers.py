@@ -16,14 +16,16 @@ import aiohttp.web
 import kopf
 
 from llm_operator.api import labels as L
-from llm_operator.api.v1alpha1 import GROUP, PLURAL, VERSION
-from llm_operator.api.validation import InvalidModel
+from llm_operator.api.v1alpha1 import GROUP, PLURAL, VERSION, LLMModel
+from llm_operator.api.validation import InvalidModel, parse_llmmodel
 from llm_operator.kube import Connection, Kube
+from llm_operator.operator import mcp_push
 from llm_operator.operator.leader import LeaderElector, LeaseTerms
 from llm_operator.operator.metrics import OperatorMetrics
 from llm_operator.operator.prometheus import status_metrics
-from llm_operator.operator.reconciler import reconcile
-from llm_operator.profiles.settings import Settings
+from llm_operator.operator.reconciler import reconcile, record_events
+from llm_operator.profiles.settings import McpPush, Settings
+from llm_operator.reconcile.status import Event
 
 log = logging.getLogger("llm_operator.operator")
 ANNOTATION_PREFIX = f"operator.{GROUP}"
@@ -37,6 +39,12 @@ class State:
     idle_seconds: float = 5.0  # how long kopf keeps an idle per-object worker
     metrics: OperatorMetrics = field(default_factory=OperatorMetrics)
     prometheus: aiohttp.ClientSession | None = None  # set when status metrics are on
+    http: aiohttp.ClientSession | None = None  # set when MCP pushes are on
+    pushed: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def push(self) -> McpPush | None:
+        return self.settings.mcp if self.settings.mcp.admin_url else None
 
 
 async def _reconcile_named(state: State, namespace: str, name: str, *, children: bool) -> None:
@@ -73,6 +81,51 @@ async def _reconcile(state: State, doc: dict[str, Any], *, children: bool = True
     if outcome.applied or outcome.pruned:
         log.info("%s/%s: applied %s, pruned %s, phase %s", doc["metadata"].get("namespace"),
                  doc["metadata"]["name"], outcome.applied, outcome.pruned, outcome.phase)
+    if state.push is not None and outcome.model is not None:
+        await _push_registration(state, outcome.model)
+
+
+async def _push_registration(state: State, model: LLMModel) -> None:
+    """Tell the MCP server about a serving model once (its watch would find it anyway)."""
+    assert state.http is not None and state.push is not None
+    body = mcp_push.payload(model)
+    key = (model.namespace, model.name)
+    if body is None or state.pushed.get(key) == body:
+        return
+    try:
+        await mcp_push.register(state.http, state.push, body)
+        state.pushed[key] = body
+    except mcp_push.PushError as exc:
+        log.warning("%s/%s: %s; the MCP server's watch will pick the model up", *key, exc)
+
+
+async def _deregister(state: State, body: dict[str, Any], retry: int) -> None:
+    """Remove a deleted model's tool; bounded retries, then a Warning event and release."""
+    push = state.push
+    spec = body.get("spec") or {}
+    exposure = spec.get("mcpExposure") or {}
+    tool = exposure.get("toolName")
+    meta = body.get("metadata", {})
+    state.pushed.pop((meta.get("namespace", ""), meta.get("name", "")), None)
+    if push is None or not exposure.get("enabled") or not tool:
+        return
+    assert state.http is not None
+    try:
+        await mcp_push.deregister(state.http, push, tool)
+    except mcp_push.PushError as exc:
+        if retry + 1 < push.attempts:
+            raise kopf.TemporaryError(f"{exc}; retrying", delay=min(30, 2 ** retry)) from None
+        model = parse_llmmodel(_with_status_dropped(body))
+        await record_events(state.kube, model, [Event(
+            "Warning", "MCPDeregistrationFailed",
+            f"could not remove tool {tool} from the MCP server after {push.attempts} "
+            f"attempts ({exc}); deleting anyway, its watch drops the tool")])
+        log.warning("%s/%s: giving up MCP deregistration of %s: %s", meta.get("namespace"),
+                    meta.get("name"), tool, exc)
+
+
+def _with_status_dropped(body: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in body.items() if k != "status"}
 
 
 def build_registry(state: State, conn: Connection) -> kopf.OperatorRegistry:
@@ -120,10 +173,14 @@ def build_registry(state: State, conn: Connection) -> kopf.OperatorRegistry:
 
         return changed
 
-    @kopf.on.delete(GROUP, VERSION, PLURAL, registry=registry, optional=True)
-    def model_deleted(body: kopf.Body, **_: Any) -> None:
+    # With MCP pushes configured the delete handler holds the finalizer
+    # (ai.example.io/mcp-cleanup) until the tool is deregistered or the attempts run out;
+    # without, nothing needs cleaning and deletion is never held up.
+    @kopf.on.delete(GROUP, VERSION, PLURAL, registry=registry, optional=state.push is None)
+    async def model_deleted(body: kopf.Body, retry: int, **_: Any) -> None:
         meta = body.get("metadata", {})
         state.metrics.forget(meta.get("namespace", ""), meta.get("name", ""))
+        await _deregister(state, _plain(body), retry)
 
     kopf.on.event("apps", "v1", "deployments", registry=registry,
                   labels={L.K8S_MANAGED_BY: L.MANAGED_BY_VALUE})(on_child_change(True))
@@ -187,6 +244,8 @@ async def run_operator(conn: Connection, settings: Settings, *,
         holding = asyncio.ensure_future(elector.hold()) if elector else None
         if settings.status_metrics:
             state.prometheus = aiohttp.ClientSession()
+        if state.push is not None:
+            state.http = aiohttp.ClientSession()
         try:
             await kopf.operator(registry=build_registry(state, conn), clusterwide=clusterwide,
                                 namespaces=namespaces, standalone=True, stop_flag=halt,
@@ -194,8 +253,9 @@ async def run_operator(conn: Connection, settings: Settings, *,
         finally:
             for task in [*watchers, *([holding] if holding else [])]:
                 task.cancel()
-            if state.prometheus is not None:
-                await state.prometheus.close()
+            for session in (state.prometheus, state.http):
+                if session is not None:
+                    await session.close()
             if elector is not None and not elector.lost.is_set():
                 await elector.release()
         if elector is not None and elector.lost.is_set():

@@ -38,6 +38,7 @@ class Outcome:
     events: list[Event] = field(default_factory=list)
     status_written: bool = False
     labels_written: bool = False
+    model: LLMModel | None = None  # the model with its new status
 
 
 def now() -> str:
@@ -174,6 +175,7 @@ async def reconcile(kube: Kube, doc: dict[str, Any], settings: Settings, *,
         requests_per_minute=metrics[0], average_latency_ms=metrics[1])
     update = compute_status(model, observation, endpoint(model, settings), now())
     outcome.phase = update.status.phase
+    outcome.model = model.model_copy(update={"status": update.status})
     if update.changed:
         await kube.merge_patch(API_VERSION, "llmmodels", model.namespace, model.name,
                                body={"status": update.patch()}, subresource="status")

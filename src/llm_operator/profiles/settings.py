@@ -81,6 +81,19 @@ class Gateway(_Settings):
     replicas: int = Field(2, ge=1, le=100)
 
 
+class McpPush(_Settings):
+    """Optional pushes to the MCP server's admin API (its Kubernetes watch is enough)."""
+
+    admin_url: str | None = Field(
+        None, description="e.g. http://mcp-server.ai-models.svc:3000; unset: no pushes and "
+        "no finalizer on LLMModels.")
+    token_file: str = Field("/var/run/secrets/mcp-admin/token",
+                            description="File holding the admin API's bearer token.")
+    attempts: int = Field(5, ge=1, le=20, description="Deregistration attempts on delete "
+                          "before a Warning event and releasing the finalizer.")
+    timeout_seconds: float = Field(5.0, gt=0, le=60)
+
+
 class Settings(_Settings):
     """Everything an operator administrator can change without touching code."""
 
@@ -100,6 +113,7 @@ class Settings(_Settings):
     keda: Keda = Field(default_factory=Keda)
     monitoring: Monitoring = Field(default_factory=Monitoring)
     gateway: Gateway = Field(default_factory=Gateway)
+    mcp: McpPush = Field(default_factory=McpPush)
     cluster_domain: str = "cluster.local"
 
 
