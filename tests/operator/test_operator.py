@@ -104,6 +104,14 @@ async def test_a_restart_with_nothing_changed_writes_nothing(cluster: Cluster) -
     assert phase == 1.0
     assert (metrics.registry.get_sample_value("llmop_operator_reconciles_total",
                                               {"result": "ok"}) or 0) >= 1
+    assert metrics.registry.get_sample_value("llmop_operator_reconcile_queue_depth") == 0
+    assert metrics.registry.get_sample_value("llmop_operator_reconciles_in_flight") == 0
+    # Each child was applied once, although the Deployment's own events also triggered
+    # reconciles while the first one ran (they wait for it, then find nothing to do).
+    applied = [w.rsplit("/", 1)[0].rsplit("/", 1)[1] for w in writes(cluster)
+               if w.startswith("PATCH") and w.endswith("/gemma4-31b-nvidia")
+               and "/llmmodels/" not in w]
+    assert sorted(applied) == ["deployments", "scaledobjects", "servicemonitors", "services"]
     before = len(writes(cluster))
     reads_before = sum(1 for _ in cluster)
 

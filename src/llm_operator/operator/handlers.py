@@ -41,6 +41,7 @@ class State:
     prometheus: aiohttp.ClientSession | None = None  # set when status metrics are on
     http: aiohttp.ClientSession | None = None  # set when MCP pushes are on
     pushed: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    locks: dict[tuple[str, str], asyncio.Lock] = field(default_factory=dict)
 
     @property
     def push(self) -> McpPush | None:
@@ -54,6 +55,33 @@ async def _reconcile_named(state: State, namespace: str, name: str, *, children:
 
 
 async def _reconcile(state: State, doc: dict[str, Any], *, children: bool = True) -> None:
+    """One reconcile at a time per model; a caller that had to wait re-reads the model.
+
+    kopf runs the model's own handlers one at a time, but a Deployment or Pod event arrives
+    through other handlers: without the lock both would apply the same children at once.
+    """
+    meta = doc.get("metadata", {})
+    key = (meta.get("namespace", ""), meta.get("name", ""))
+    lock = state.locks.setdefault(key, asyncio.Lock())
+    waited = lock.locked()
+    state.metrics.queued.inc()
+    try:
+        await lock.acquire()
+    finally:
+        state.metrics.queued.dec()
+    try:
+        if waited:
+            fresh = await state.kube.get(f"{GROUP}/{VERSION}", PLURAL, *key)
+            if fresh is None or fresh["metadata"].get("deletionTimestamp"):
+                return
+            doc = fresh
+        with state.metrics.in_flight.track_inprogress():
+            await _reconcile_now(state, doc, children=children)
+    finally:
+        lock.release()
+
+
+async def _reconcile_now(state: State, doc: dict[str, Any], *, children: bool) -> None:
     metrics = state.metrics
     started = time.monotonic()
     usage = None
@@ -180,6 +208,7 @@ def build_registry(state: State, conn: Connection) -> kopf.OperatorRegistry:
     async def model_deleted(body: kopf.Body, retry: int, **_: Any) -> None:
         meta = body.get("metadata", {})
         state.metrics.forget(meta.get("namespace", ""), meta.get("name", ""))
+        state.locks.pop((meta.get("namespace", ""), meta.get("name", "")), None)
         await _deregister(state, _plain(body), retry)
 
     kopf.on.event("apps", "v1", "deployments", registry=registry,

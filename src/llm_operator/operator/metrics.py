@@ -29,6 +29,11 @@ class OperatorMetrics:
                                "Children created or updated.", registry=r)
         self.pruned = Counter("llmop_operator_children_pruned", "Children deleted as stale.",
                               registry=r)
+        self.queued = Gauge("llmop_operator_reconcile_queue_depth",
+                            "Reconciles waiting for the model's previous reconcile to finish.",
+                            registry=r)
+        self.in_flight = Gauge("llmop_operator_reconciles_in_flight",
+                               "Reconciles running right now.", registry=r)
         self.phase = Gauge("llmop_operator_model_phase",
                            "1 for each model's current phase, 0 for the others.",
                            ["model_namespace", "name", "phase"], registry=r)
