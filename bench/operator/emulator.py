@@ -3,7 +3,8 @@
     python bench/operator/emulator.py PORT_FILE
 
 Serves on a free loopback port (written to PORT_FILE once listening) until killed.
-GET /__stats answers {"writes": n, "reads": n, "PATCH deployments": n, ...} counted since the last POST /__stats/reset.
+GET /__stats answers {"writes": n, "reads": n, "PATCH deployments": n, ...}, counted since
+the last POST /__stats/reset.
 """
 
 from __future__ import annotations

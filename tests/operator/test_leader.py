@@ -188,13 +188,24 @@ async def test_only_the_leader_reconciles_and_the_standby_takes_over(cluster: Cl
                                "llm-operator")
             assert held is not None and held["spec"]["holderIdentity"] == "b"
             assert held["spec"]["leaseTransitions"] == 1
-            assert (await probe_status(probe))[0] == 200  # now kopf's own endpoint
+            # kopf binds the freed port for its own endpoint (it starts it after `ready`).
+            assert await eventually_up(probe)
 
 
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+async def eventually_up(url: str, timeout: float = 10) -> bool:
+    """Poll from outside, as a kubelet does (there is no event to wait on)."""
+    async with asyncio.timeout(timeout):
+        while True:
+            with contextlib.suppress(aiohttp.ClientConnectionError):
+                if (await probe_status(url))[0] == 200:
+                    return True
+            await asyncio.sleep(0.1)
 
 
 async def probe_status(url: str) -> tuple[int, Any]:
