@@ -68,20 +68,23 @@ async def emulator(tmp: Path) -> AsyncIterator[tuple[str, str]]:
 
 
 @contextlib.asynccontextmanager
-async def operator(kubeconfig: Path, metrics_port: int) -> AsyncIterator[subprocess.Popen[bytes]]:
+async def operator(kubeconfig: Path, metrics_port: int, log: Path | None
+                   ) -> AsyncIterator[subprocess.Popen[bytes]]:
     llmop = str(Path(sys.executable).parent / "llmop")
-    proc = subprocess.Popen(
-        [llmop, "operator", "--all-namespaces", "--resync", "3600", "--metrics-port",
-         str(metrics_port), "--log-level", "warning"],
-        env={**os.environ, "KUBECONFIG": str(kubeconfig)}, stderr=subprocess.DEVNULL)
-    try:
-        yield proc
-    finally:
-        proc.send_signal(signal.SIGINT)
+    with contextlib.ExitStack() as files:
+        stderr = files.enter_context(log.open("ab")) if log else subprocess.DEVNULL
+        proc = subprocess.Popen(
+            [llmop, "operator", "--all-namespaces", "--resync", "3600", "--metrics-port",
+             str(metrics_port), "--log-level", "warning"],
+            env={**os.environ, "KUBECONFIG": str(kubeconfig)}, stderr=stderr)
         try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+            yield proc
+        finally:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
 
 
 async def metric(http: aiohttp.ClientSession, port: int, name: str) -> float:
@@ -116,7 +119,8 @@ async def converged(http: aiohttp.ClientSession, api: str, count: int) -> bool:
     return observed == count and deployments == count
 
 
-async def one_size(count: int, port: int) -> dict[str, Any]:
+async def one_size(count: int, port: int, log_dir: Path | None) -> dict[str, Any]:
+    log = log_dir / f"operator-{count}.log" if log_dir else None
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         async with emulator(tmp) as (api, stats), aiohttp.ClientSession() as http:
@@ -126,7 +130,7 @@ async def one_size(count: int, port: int) -> dict[str, Any]:
                 "clusters": [{"name": "e", "cluster": {"server": api}}],
                 "users": [{"name": "e", "user": {}}],
                 "contexts": [{"name": "e", "context": {"cluster": "e", "user": "e"}}]}))
-            async with operator(kubeconfig, port) as proc:
+            async with operator(kubeconfig, port, log) as proc:
                 while await metric(http, port, "llmop_operator_reconciles_total") < 0:
                     await asyncio.sleep(0.1)
                 await quiet(http, stats, settle=1.0)
@@ -152,7 +156,7 @@ async def one_size(count: int, port: int) -> dict[str, Any]:
                 rss = peak_rss_mib(proc.pid)
             async with http.post(f"{stats}/__stats/reset"):
                 pass
-            async with operator(kubeconfig, port) as proc:  # restart, nothing changed
+            async with operator(kubeconfig, port, log) as proc:  # restart, nothing changed
                 while await metric(http, port, "llmop_operator_reconciles_total") < count:
                     await asyncio.sleep(0.25)
                 restart = await quiet(http, stats)
@@ -170,10 +174,12 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="100,500,1000")
     parser.add_argument("--metrics-port", type=int, default=18081)
+    parser.add_argument("--log-dir", type=Path, help="keep the operator's warnings here")
     args = parser.parse_args()
     children = len(render(parse_llmmodel({**TEMPLATE, "metadata": {
         "name": "x", "namespace": "ai-models"}}), Settings(), owner_uid="u"))
-    rows = [await one_size(int(n), args.metrics_port) for n in args.sizes.split(",")]
+    rows = [await one_size(int(n), args.metrics_port, args.log_dir)
+            for n in args.sizes.split(",")]
     print(f"\nOperator benchmark (emulator and operator in separate processes; "
           f"{os.cpu_count()} CPUs)\n")
     print("| models | converge s | writes/model at create (baseline: "

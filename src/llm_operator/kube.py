@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import builtins
+import hashlib
 import json
 import os
 import random
@@ -72,12 +73,21 @@ class Connection:
 
 
 def _materialize(data: str | None, path: str | None, base: Path) -> str | None:
-    """A file path for kubeconfig inline base64 data (written 0600) or a relative path."""
+    """A file path for kubeconfig inline base64 data, or for a relative path.
+
+    Inline data is written once per content (0600, named by its hash) and reused, so
+    repeated loads do not leave a new temporary file each time.
+    """
     if data:
-        fd, name = tempfile.mkstemp(prefix="llmop-kube-")
-        with os.fdopen(fd, "wb") as out:
-            out.write(base64.b64decode(data))
-        return name
+        raw = base64.b64decode(data)
+        target = Path(tempfile.gettempdir()) / \
+            f"llmop-kube-{os.getuid()}-{hashlib.sha256(raw).hexdigest()[:24]}"
+        if not target.exists():
+            fd, name = tempfile.mkstemp(prefix="llmop-kube-", dir=target.parent)
+            with os.fdopen(fd, "wb") as out:
+                out.write(raw)
+            os.replace(name, target)
+        return str(target)
     if path:
         return str((base / path).resolve())
     return None

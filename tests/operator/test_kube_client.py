@@ -99,6 +99,8 @@ def test_kubeconfig_with_inline_credentials(tmp_path: Path) -> None:
     assert (conn.server, conn.token) == ("https://k8s.example.com:6443", "t0ken")
     assert conn.ca_file and Path(conn.ca_file).read_bytes().startswith(b"-----BEGIN")
     assert oct(Path(conn.ca_file).stat().st_mode)[-3:] == "600"
+    again = from_kubeconfig(str(tmp_path / "config"))
+    assert again.ca_file == conn.ca_file  # one file per content, not one per load
 
 
 def test_exec_credentials_are_refused_clearly(tmp_path: Path) -> None:
