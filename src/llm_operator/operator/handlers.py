@@ -49,32 +49,31 @@ class State:
 
 
 async def _reconcile_named(state: State, namespace: str, name: str, *, children: bool) -> None:
-    doc = await state.kube.get(f"{GROUP}/{VERSION}", PLURAL, namespace, name)
-    if doc is not None and not doc["metadata"].get("deletionTimestamp"):
-        await _reconcile(state, doc, children=children)
+    await _reconcile(state, {"metadata": {"namespace": namespace, "name": name}},
+                     children=children)
 
 
 async def _reconcile(state: State, doc: dict[str, Any], *, children: bool = True) -> None:
-    """One reconcile at a time per model; a caller that had to wait re-reads the model.
+    """One reconcile at a time per model, on the model as it is now.
 
     kopf runs the model's own handlers one at a time, but a Deployment or Pod event arrives
     through other handlers: without the lock both would apply the same children at once.
+    The model is re-read under the lock: the body an event carried may predate the status
+    the previous reconcile wrote, and comparing against it would write that status again.
     """
     meta = doc.get("metadata", {})
     key = (meta.get("namespace", ""), meta.get("name", ""))
     lock = state.locks.setdefault(key, asyncio.Lock())
-    waited = lock.locked()
     state.metrics.queued.inc()
     try:
         await lock.acquire()
     finally:
         state.metrics.queued.dec()
     try:
-        if waited:
-            fresh = await state.kube.get(f"{GROUP}/{VERSION}", PLURAL, *key)
-            if fresh is None or fresh["metadata"].get("deletionTimestamp"):
-                return
-            doc = fresh
+        fresh = await state.kube.get(f"{GROUP}/{VERSION}", PLURAL, *key)
+        if fresh is None or fresh["metadata"].get("deletionTimestamp"):
+            return
+        doc = fresh
         with state.metrics.in_flight.track_inprogress():
             await _reconcile_now(state, doc, children=children)
     finally:
