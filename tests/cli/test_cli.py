@@ -112,3 +112,15 @@ def test_every_command_has_help(command: str) -> None:
 def test_readme_quick_start_commands_exist() -> None:
     readme = (REPO / "README.md").read_text()
     assert "make up" in readme and "make test" in readme
+
+
+@pytest.mark.parametrize("command", [[], *[[name] for name in sorted(cli.commands)]],
+                         ids=lambda c: " ".join(["llmop", *c]))
+def test_help_keeps_examples_verbatim(command: list[str]) -> None:
+    """Example blocks stay one command per line (click's \\b marker, not a literal)."""
+    result = CliRunner().invoke(cli, [*command, "--help"], terminal_width=100)
+    assert result.exit_code == 0
+    assert "\\b" not in result.output
+    if "Examples:" in result.output:
+        after = result.output.split("Examples:", 1)[1].splitlines()[1]
+        assert after.strip().startswith("llmop ")

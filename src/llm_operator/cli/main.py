@@ -93,7 +93,7 @@ def _run(paths: tuple[str, ...], each: Callable[[Outcome], None]) -> int:
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="llmop")
 def cli() -> None:
-    r"""llm-operator: run large language models as Kubernetes resources.
+    """llm-operator: run large language models as Kubernetes resources.
 
     \b
     Describe a model once as an LLMModel (ai.example.io/v1alpha1), then:
@@ -239,7 +239,7 @@ def models(paths: tuple[str, ...], *, namespace: str | None, all_namespaces: boo
            domains: tuple[str, ...], max_vram: float | None,
            min_context: int | None, vendor: str | None, mode: str | None,
            thinking: bool | None, phases: tuple[str, ...], output: str) -> None:
-    r"""Find models by capability, like the guide's find_models().
+    """Find models by capability, like the guide's find_models().
 
     In a cluster (your kubeconfig), what labels can express goes to the API server as a
     label selector; context window, thinking and phase are filtered here.
@@ -410,7 +410,7 @@ def mcp(namespaces: tuple[str, ...], *, all_namespaces: bool, files_dir: Path | 
         status_file: Path | None, host: str, port: int, services: tuple[str, ...],
         allowed_hosts: tuple[str, ...], admin_token_file: Path | None, page_size: int,
         call_timeout: float, log_level: str) -> None:
-    r"""Serve every exposed model as an MCP tool (Streamable HTTP at /mcp).
+    """Serve every exposed model as an MCP tool (Streamable HTTP at /mcp).
 
     A model is a tool when spec.mcpExposure.enabled is true and its phase is Ready or
     Proxying. Clients of protocol 2026-07-28 and 2025-11-25 are both served and told when
@@ -420,7 +420,7 @@ def mcp(namespaces: tuple[str, ...], *, all_namespaces: bool, files_dir: Path | 
     \b
     Examples:
       llmop mcp -n ai-models                      models from the cluster (kubeconfig)
-      llmop mcp -f examples/local                 models from YAML files
+      llmop mcp -f models/ --status-file status.yaml   models from YAML files
       llmop mcp -A --host 0.0.0.0 --service mcp-server.ai-models   (in a pod)
     """
     import asyncio  # noqa: PLC0415 - the server's dependencies only for this command
