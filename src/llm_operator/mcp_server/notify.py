@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -114,5 +113,3 @@ class Broadcaster:
     def forget(self, sid: str) -> None:
         self._sessions.pop(sid, None)
 
-
-Notify = Callable[[], Awaitable[None]]

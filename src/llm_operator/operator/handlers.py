@@ -48,12 +48,8 @@ class State:
         return self.settings.mcp if self.settings.mcp.admin_url else None
 
 
-async def _reconcile_named(state: State, namespace: str, name: str, *, children: bool) -> None:
-    await _reconcile(state, {"metadata": {"namespace": namespace, "name": name}},
-                     children=children)
-
-
-async def _reconcile(state: State, doc: dict[str, Any], *, children: bool = True) -> None:
+async def _reconcile(state: State, namespace: str, name: str, *, children: bool = True
+                     ) -> None:
     """One reconcile at a time per model, on the model as it is now.
 
     kopf runs the model's own handlers one at a time, but a Deployment or Pod event arrives
@@ -61,8 +57,7 @@ async def _reconcile(state: State, doc: dict[str, Any], *, children: bool = True
     The model is re-read under the lock: the body an event carried may predate the status
     the previous reconcile wrote, and comparing against it would write that status again.
     """
-    meta = doc.get("metadata", {})
-    key = (meta.get("namespace", ""), meta.get("name", ""))
+    key = (namespace, name)
     lock = state.locks.setdefault(key, asyncio.Lock())
     state.metrics.queued.inc()
     try:
@@ -70,10 +65,9 @@ async def _reconcile(state: State, doc: dict[str, Any], *, children: bool = True
     finally:
         state.metrics.queued.dec()
     try:
-        fresh = await state.kube.get(f"{GROUP}/{VERSION}", PLURAL, *key)
-        if fresh is None or fresh["metadata"].get("deletionTimestamp"):
+        doc = await state.kube.get(f"{GROUP}/{VERSION}", PLURAL, *key)
+        if doc is None or doc["metadata"].get("deletionTimestamp"):
             return
-        doc = fresh
         with state.metrics.in_flight.track_inprogress():
             await _reconcile_now(state, doc, children=children)
     finally:
@@ -180,13 +174,13 @@ def build_registry(state: State, conn: Connection) -> kopf.OperatorRegistry:
     @kopf.on.resume(GROUP, VERSION, PLURAL, registry=registry)
     @kopf.on.create(GROUP, VERSION, PLURAL, registry=registry)
     @kopf.on.update(GROUP, VERSION, PLURAL, field="spec", registry=registry)
-    async def model_changed(body: kopf.Body, **_: Any) -> None:
-        await _reconcile(state, _plain(body))
+    async def model_changed(namespace: str | None, name: str, **_: Any) -> None:
+        await _reconcile(state, namespace or "", name)
 
     @kopf.timer(GROUP, VERSION, PLURAL, interval=state.resync_seconds, idle=None,
                 registry=registry)
-    async def resync(body: kopf.Body, **_: Any) -> None:
-        await _reconcile(state, _plain(body))
+    async def resync(namespace: str | None, name: str, **_: Any) -> None:
+        await _reconcile(state, namespace or "", name)
 
     def on_child_change(children: bool) -> Callable[..., Awaitable[None]]:
         """A Deployment change may be drift (full reconcile); a Pod change only status."""
@@ -195,8 +189,7 @@ def build_registry(state: State, conn: Connection) -> kopf.OperatorRegistry:
             labels = body.get("metadata", {}).get("labels") or {}
             namespace = body.get("metadata", {}).get("namespace")
             if namespace and L.MODEL_NAME in labels:
-                await _reconcile_named(state, namespace, labels[L.MODEL_NAME],
-                                       children=children)
+                await _reconcile(state, namespace, labels[L.MODEL_NAME], children=children)
 
         return changed
 
