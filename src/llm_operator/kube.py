@@ -49,6 +49,12 @@ class ApiError(RuntimeError):
         self.status, self.reason, self.message = status, reason, message
 
 
+def _api_error(status: int, reason: str | None, payload: Any) -> ApiError:
+    """The error for a failed request, from the API's Status object when there is one."""
+    info = payload if isinstance(payload, dict) else {}
+    return ApiError(status, str(info.get("reason", reason)), str(info.get("message", "")))
+
+
 @dataclass(frozen=True)
 class Connection:
     """Where the API server is and how to authenticate (never logged)."""
@@ -189,9 +195,7 @@ class Kube:
                     if r.status < 400:
                         return payload
                     if r.status not in RETRYABLE or attempt == self.attempts:
-                        info = payload if isinstance(payload, dict) else {}
-                        raise ApiError(r.status, str(info.get("reason", r.reason)),
-                                       str(info.get("message", "")))
+                        raise _api_error(r.status, r.reason, payload)
             except (aiohttp.ClientConnectionError, TimeoutError):
                 if attempt == self.attempts:
                     raise
@@ -255,18 +259,14 @@ class Kube:
                                      timeout=aiohttp.ClientTimeout(
                                          total=None, sock_read=timeout_seconds + 30)) as r:
             if r.status >= 400:
-                info = await r.json(content_type=None)
-                info = info if isinstance(info, dict) else {}
-                raise ApiError(r.status, str(info.get("reason", r.reason)),
-                               str(info.get("message", "")))
+                raise _api_error(r.status, r.reason, await r.json(content_type=None))
             async for line in r.content:
                 if not line.strip():
                     continue
                 event = json.loads(line)
                 obj = event.get("object") or {}
                 if event.get("type") == "ERROR":
-                    raise ApiError(int(obj.get("code", 500)), str(obj.get("reason", "")),
-                                   str(obj.get("message", "")))
+                    raise _api_error(int(obj.get("code", 500)), "", obj)
                 yield str(event.get("type")), obj
 
     async def delete(self, api_version: str, plural: str, namespace: str | None,
