@@ -10,19 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import copy
 import os
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 import yaml
 
 from llm_operator.kube import Kube, from_kubeconfig, path_of
-from llm_operator.operator.handlers import run_operator
-from llm_operator.profiles.settings import Settings
 
+from operators import running_operator
 from samples import REPO, sample_doc
 
 pytestmark = pytest.mark.e2e
@@ -44,20 +41,6 @@ async def apply_raw(kube: Kube, path: str, obj: dict[str, Any]) -> None:
                        params={"fieldManager": "llm-operator-e2e", "force": "true"})
 
 
-@contextlib.asynccontextmanager
-async def operator(conn: Any) -> AsyncIterator[None]:
-    stop, ready = asyncio.Event(), asyncio.Event()
-    task = asyncio.create_task(run_operator(conn, Settings(), stop=stop, ready=ready,
-                                            resync_seconds=30))
-    await asyncio.wait_for(ready.wait(), 60)
-    try:
-        yield
-    finally:
-        stop.set()
-        with contextlib.suppress(asyncio.CancelledError, TimeoutError):
-            await asyncio.wait_for(task, 60)
-
-
 async def test_the_cpu_sample_on_a_real_cluster() -> None:
     conn = from_kubeconfig(os.environ["KUBECONFIG"])
     crd = yaml.safe_load((REPO / "config/crd/bases/ai.example.io_llmmodels.yaml").read_text())
@@ -74,7 +57,7 @@ async def test_the_cpu_sample_on_a_real_cluster() -> None:
             "data": {"token": base64.b64encode(b"not-a-real-token").decode()}})
         await until(lambda: kube.get("apiextensions.k8s.io/v1", "customresourcedefinitions",
                                      None, crd["metadata"]["name"]), 30)
-        async with operator(conn):
+        async with running_operator(conn, timeout=60, resync_seconds=30):
             await apply_raw(kube, path_of(API, "llmmodels", NS, name), doc)
 
             async def placed() -> dict[str, Any] | None:

@@ -12,13 +12,14 @@ from typing import Any
 import mcp_types as types
 import yaml
 
-from llm_operator.kube import Connection, Kube
+from llm_operator.kube import Kube
 from llm_operator.mcp_server.app import McpService, McpSettings
 from llm_operator.mcp_server.run import service
 from mcp import Client
 
 from cluster import Cluster
 from mcptools import Running, serving
+from operators import connect
 from samples import sample_doc
 
 NOTIFY_WITHIN = 1.0  # seconds: the bound
@@ -125,7 +126,7 @@ async def set_phase(kube: Kube, name: str, phase: str) -> None:
 @contextlib.asynccontextmanager
 async def in_cluster(cluster: Cluster, namespaces: list[str | None], files: Path | None = None
                      ) -> AsyncIterator[tuple[str, McpService, Kube]]:
-    conn = Connection(server=str(cluster.url).rstrip("/"))
+    conn = connect(cluster)
     async with service(McpSettings(), kube=conn, namespaces=namespaces, files=files) as svc, \
             serving(svc) as url, Kube(conn) as kube:
         yield f"{url}/mcp", svc, kube

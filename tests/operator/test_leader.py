@@ -15,12 +15,13 @@ import aiohttp
 import pytest
 import yaml
 
-from llm_operator.kube import Connection, Kube
+from llm_operator.kube import Kube
 from llm_operator.operator.handlers import run_operator
 from llm_operator.operator.leader import LeaderElector, LeaseTerms, holder, lease_body
 from llm_operator.profiles.settings import Settings
 
 from cluster import Cluster, allowed, needed
+from operators import connect
 from samples import REPO, sample_doc
 
 T0 = datetime(2026, 11, 22, 6, 0, tzinfo=UTC)
@@ -66,7 +67,7 @@ class Clock:
 
 async def test_a_standby_takes_over_only_after_the_lease_expires(cluster: Cluster) -> None:
     clock = Clock()
-    conn = Connection(server=str(cluster.url).rstrip("/"))
+    conn = connect(cluster)
     async with Kube(conn) as kube:
         a = LeaderElector(kube, LeaseTerms(namespace="ops", identity="a"), clock=clock)
         b = LeaderElector(kube, LeaseTerms(namespace="ops", identity="b"), clock=clock)
@@ -84,7 +85,7 @@ async def test_a_standby_takes_over_only_after_the_lease_expires(cluster: Cluste
 
 
 async def test_two_replicas_racing_for_a_free_lease_get_one_winner(cluster: Cluster) -> None:
-    conn = Connection(server=str(cluster.url).rstrip("/"))
+    conn = connect(cluster)
     async with Kube(conn) as kube:
         electors = [LeaderElector(kube, LeaseTerms(namespace="ops", identity=i))
                     for i in ("a", "b", "c")]
@@ -99,7 +100,7 @@ async def test_the_leader_stops_when_it_cannot_renew(cluster: Cluster) -> None:
         clock.now += timedelta(seconds=seconds)
         await asyncio.sleep(0)
 
-    conn = Connection(server=str(cluster.url).rstrip("/"))
+    conn = connect(cluster)
     async with Kube(conn, attempts=1) as kube:
         elector = LeaderElector(kube, LeaseTerms(namespace="ops", identity="a"), clock=clock,
                                 sleep=tick)
@@ -125,7 +126,7 @@ class Replica:
         self._stop: asyncio.Event | None = None
         self._terms = LeaseTerms(namespace="llm-operator-system", identity=identity,
                                  retry=0.05)
-        self._conn = Connection(server=str(cluster.url).rstrip("/"))
+        self._conn = connect(cluster)
         self._thread = threading.Thread(target=asyncio.run, args=(self._main(),), daemon=True)
         self._started = threading.Event()
         self._thread.start()
@@ -168,7 +169,7 @@ async def replica(cluster: Cluster, identity: str, liveness: str | None = None
 
 
 async def test_only_the_leader_reconciles_and_the_standby_takes_over(cluster: Cluster) -> None:
-    conn = Connection(server=str(cluster.url).rstrip("/"))
+    conn = connect(cluster)
     async with Kube(conn) as kube, replica(cluster, "a") as a:
         assert await asyncio.to_thread(a.ready.wait, 10)
         probe = f"http://127.0.0.1:{free_port()}/healthz"
@@ -214,7 +215,7 @@ async def probe_status(url: str) -> tuple[int, Any]:
 
 
 async def test_the_leader_election_role_allows_every_lease_request(cluster: Cluster) -> None:
-    conn = Connection(server=str(cluster.url).rstrip("/"))
+    conn = connect(cluster)
     async with Kube(conn) as kube:
         elector = LeaderElector(kube, LeaseTerms(namespace="llm-operator-system",
                                                  identity="a"))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import copy
@@ -10,13 +9,13 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from llm_operator.kube import Connection, Kube
+from llm_operator.kube import Kube
 from llm_operator.mcp_server.app import McpService, McpSettings
-from llm_operator.operator.handlers import run_operator
 from llm_operator.profiles.settings import McpPush, Settings
 
 from cluster import Cluster
 from mcptools import serving
+from operators import connect, running_operator
 from samples import sample_doc
 
 MODELS = "/apis/ai.example.io/v1alpha1/namespaces/ai-models/llmmodels"
@@ -25,18 +24,9 @@ TOKEN = "push-token"
 
 @contextlib.asynccontextmanager
 async def operator_with(cluster: Cluster, push: McpPush) -> AsyncIterator[Kube]:
-    conn = Connection(server=str(cluster.url).rstrip("/"))
-    stop, ready = asyncio.Event(), asyncio.Event()
-    task = asyncio.create_task(run_operator(conn, Settings(mcp=push), stop=stop, ready=ready,
-                                            resync_seconds=3600, idle_seconds=0.2))
-    await asyncio.wait_for(ready.wait(), 10)
-    try:
-        async with Kube(conn) as kube:
-            yield kube
-    finally:
-        stop.set()
-        with contextlib.suppress(asyncio.CancelledError, TimeoutError):
-            await asyncio.wait_for(task, 10)
+    async with running_operator(connect(cluster), Settings(mcp=push)), \
+            Kube(connect(cluster)) as kube:
+        yield kube
 
 
 async def proxying_gpt(cluster: Cluster, kube: Kube) -> None:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import contextlib
 import copy
 from collections.abc import AsyncIterator
 from typing import Any
@@ -14,36 +12,19 @@ import yaml
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from llm_operator.kube import Connection, Kube
-from llm_operator.operator.handlers import run_operator
+from llm_operator.kube import Kube
 from llm_operator.operator.metrics import OperatorMetrics
 from llm_operator.profiles.settings import Settings
 
 from cluster import Cluster, allowed, needed
+from operators import connect, running_operator
 from samples import REPO, sample_doc
-
-
-@contextlib.asynccontextmanager
-async def running_operator(cluster: Cluster, metrics: OperatorMetrics | None = None,
-                           settings: Settings | None = None) -> AsyncIterator[None]:
-    conn = Connection(server=str(cluster.url).rstrip("/"))
-    stop, ready = asyncio.Event(), asyncio.Event()
-    task = asyncio.create_task(run_operator(conn, settings or Settings(), stop=stop, ready=ready,
-                                            resync_seconds=3600, idle_seconds=0.2,
-                                            metrics=metrics))
-    await asyncio.wait_for(ready.wait(), 10)
-    try:
-        yield
-    finally:
-        stop.set()
-        with contextlib.suppress(asyncio.CancelledError, TimeoutError):
-            await asyncio.wait_for(task, 10)
 
 
 @pytest.fixture
 async def operator(cluster: Cluster) -> AsyncIterator[Kube]:
-    async with running_operator(cluster), \
-            Kube(Connection(server=str(cluster.url).rstrip("/"))) as client:
+    async with running_operator(connect(cluster)), \
+            Kube(connect(cluster)) as client:
         yield client
 
 
@@ -78,7 +59,7 @@ def writes(cluster: Cluster) -> list[str]:
 
 
 async def test_a_restart_with_nothing_changed_writes_nothing(cluster: Cluster) -> None:
-    async with Kube(Connection(server=str(cluster.url).rstrip("/"))) as client:
+    async with Kube(connect(cluster)) as client:
         await client.request("POST", "/api/v1/namespaces/ai-models/secrets", body={
             "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "hf-token"},
             "data": {"token": base64.b64encode(b"hf").decode()}})
@@ -96,7 +77,7 @@ async def test_a_restart_with_nothing_changed_writes_nothing(cluster: Cluster) -
         return (cluster.get(*deploy) is not None and bool(model and model.get("status"))
                 and "operator.ai.example.io/last-handled-configuration" in handled)
 
-    async with running_operator(cluster, metrics):
+    async with running_operator(connect(cluster), metrics=metrics):
         await cluster.until(reconciled)
     phase = metrics.registry.get_sample_value(
         "llmop_operator_model_phase",
@@ -119,7 +100,7 @@ async def test_a_restart_with_nothing_changed_writes_nothing(cluster: Cluster) -
         return any(r.url.path.endswith("/deployments/gemma4-31b-nvidia")
                    for r in list(cluster)[reads_before:])
 
-    async with running_operator(cluster):
+    async with running_operator(connect(cluster)):
         await cluster.until(observed_again)
     assert writes(cluster)[before:] == []
 
@@ -127,11 +108,11 @@ async def test_a_restart_with_nothing_changed_writes_nothing(cluster: Cluster) -
 async def test_rbac_allows_every_request_the_operator_makes(cluster: Cluster) -> None:
     """Run a model through create, status and a change; every call must be permitted."""
     rules = yaml.safe_load((REPO / "config/rbac/role.yaml").read_text())["rules"]
-    async with Kube(Connection(server=str(cluster.url).rstrip("/"))) as client:
+    async with Kube(connect(cluster)) as client:
         await client.request("POST", "/api/v1/namespaces/ai-models/secrets", body={
             "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "hf-token"},
             "data": {"token": base64.b64encode(b"hf").decode()}})
-        async with running_operator(cluster):
+        async with running_operator(connect(cluster)):
             await client.request(
                 "POST", "/apis/ai.example.io/v1alpha1/namespaces/ai-models/llmmodels",
                 body=copy.deepcopy(sample_doc("gemma4-31b-nvidia")))
@@ -168,11 +149,11 @@ async def test_status_carries_prometheus_metrics_when_enabled(cluster: Cluster) 
     settings = Settings.model_validate({"statusMetrics": True,
                                         "prometheusAddress": str(server.make_url("/"))})
     try:
-        async with Kube(Connection(server=str(cluster.url).rstrip("/"))) as client:
+        async with Kube(connect(cluster)) as client:
             await client.request("POST", "/api/v1/namespaces/ai-models/secrets", body={
                 "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "hf-token"},
                 "data": {"token": base64.b64encode(b"hf").decode()}})
-            async with running_operator(cluster, settings=settings):
+            async with running_operator(connect(cluster), settings):
                 await client.request(
                     "POST", "/apis/ai.example.io/v1alpha1/namespaces/ai-models/llmmodels",
                     body=copy.deepcopy(sample_doc("gemma4-31b-nvidia")))

@@ -9,11 +9,12 @@ from typing import Any
 
 import pytest
 
-from llm_operator.kube import Connection, Kube
+from llm_operator.kube import Kube
 from llm_operator.operator.reconciler import reconcile
 from llm_operator.profiles.settings import Settings
 
 from cluster import OPERATOR_KINDS, Cluster
+from operators import connect
 from samples import sample_doc
 
 MODELS = ("ai.example.io/v1alpha1", "llmmodels")
@@ -24,7 +25,7 @@ async def kube(cluster: Cluster) -> AsyncIterator[Kube]:
     async def no_sleep(_: float) -> None:
         return None
 
-    async with Kube(Connection(server=str(cluster.url).rstrip("/")), sleep=no_sleep) as k:
+    async with Kube(connect(cluster), sleep=no_sleep) as k:
         yield k
 
 
