@@ -11,6 +11,8 @@ from typing import Any
 import aiohttp
 import pytest
 
+from llm_operator.gateway.config import parse_config
+
 from fake_upstream import FakeUpstream, Reply, completion, sse_chunks
 from gwtools import FakeTime, GatewayFactory, metric
 
@@ -324,3 +326,49 @@ async def test_prompts_and_keys_never_reach_the_logs(gateway: GatewayFactory,
                                                            "content": "my SSN is 078-05-1120"}]}
     await client.post("/v1/chat/completions", json=secret_prompt)
     assert "078-05-1120" not in caplog.text and "sk-first-key" not in caplog.text
+
+
+async def test_reconfigure_adds_and_removes_routes_without_a_restart(
+        gateway: GatewayFactory, upstream: Upstream) -> None:
+    fake, base_url = upstream
+    client, gw = await gateway()
+    gw.reconfigure(parse_config({"routes": [
+        {"models": ["gemma-3-270m"], "upstream": {"baseUrl": base_url, "auth": "none"}}]}))
+    models = await (await client.get("/v1/models")).json()
+    assert [m["id"] for m in models["data"]] == ["gemma-3-270m"]
+    resp = await client.post("/v1/chat/completions", json={**CHAT, "model": "gemma-3-270m"})
+    assert resp.status == 200
+    assert "Authorization" not in fake.requests[-1]["headers"]
+    gone = await client.post("/v1/chat/completions", json=CHAT)
+    assert gone.status == 404
+    assert "available models: gemma-3-270m" in (await gone.json())["error"]["message"]
+
+
+async def test_reconfigure_keeps_an_open_circuit_for_the_same_upstream(
+        gateway: GatewayFactory) -> None:
+    dead = "http://127.0.0.1:9/v1"  # discard port: nothing listens
+    client, gw = await gateway({"upstream": {"baseUrl": dead},
+                                "circuitBreaker": {"failureThreshold": 1},
+                                "retry": {"attempts": 1}})
+    assert (await client.post("/v1/chat/completions", json=CHAT)).status == 502
+    gw.reconfigure(parse_config({"routes": [
+        {"models": ["gpt-5.5"], "upstream": {"baseUrl": dead}}]}))
+    again = await client.post("/v1/chat/completions", json=CHAT)
+    assert (again.status, (await again.json())["error"]["code"]) == (503, "circuit_open")
+
+
+async def test_an_unavailable_route_answers_503_with_the_reason(
+        gateway: GatewayFactory, upstream: Upstream) -> None:
+    fake, _ = upstream
+    client, gw = await gateway({"name": "gpt"})
+    gw.set_unavailable("gpt", "loading the model (phase Starting)")
+    resp = await client.post("/v1/chat/completions", json=CHAT)
+    assert resp.status == 503
+    assert resp.headers["Retry-After"] == "5"
+    error = (await resp.json())["error"]
+    assert error["code"] == "model_unavailable"
+    assert error["message"] == "'gpt-5.5' cannot serve right now: loading the model (phase " \
+        "Starting)"
+    assert fake.requests == []
+    gw.set_unavailable("gpt", None)
+    assert (await client.post("/v1/chat/completions", json=CHAT)).status == 200

@@ -31,6 +31,7 @@ RETRYABLE = frozenset({429, 502, 503, 504})
 PASSED_HEADERS = ("content-type", "x-request-id", "request-id", "openai-processing-ms",
                   "retry-after")
 USAGE_TAIL_BYTES = 16384
+UNAVAILABLE_RETRY_AFTER = "5"
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
@@ -120,38 +121,61 @@ class Gateway:
 
     def __init__(self, config: GatewayConfig, clock: Clock = time.monotonic,
                  sleep: Sleep = asyncio.sleep, jitter: Callable[[], float] = random.random) -> None:
-        self.config = config
         self.metrics = GatewayMetrics()
         self._clock, self._sleep, self._jitter = clock, sleep, jitter
         self._session: aiohttp.ClientSession | None = None
+        self._unrouted = RouteMetrics(self.metrics, NO_ROUTE)
+        self._unavailable: dict[str, str] = {}  # route label -> why it cannot serve now
+        self.reconfigure(config)
+
+    def reconfigure(self, config: GatewayConfig) -> None:
+        """Serve ``config``'s routes from the next request on (requests in flight finish).
+
+        A route whose upstream host is unchanged keeps its circuit breaker; limits start
+        afresh. The local runtime calls this when a model YAML is added, edited or removed.
+        """
+        old = getattr(self, "_breakers", {})
         breakers: dict[str, Breaker] = {}
-        self.routes: dict[str, RouteState] = {}
+        routes: dict[str, RouteState] = {}
         for route in config.routes:
             base = route.upstream.base_url.rstrip("/")
             host = urlsplit(base).netloc
             cb = route.circuit_breaker
-            breaker = breakers.setdefault(host, Breaker(cb.failure_threshold, cb.open_seconds,
-                                                        clock))
+            breaker = breakers.setdefault(host, old.get(host) or Breaker(
+                cb.failure_threshold, cb.open_seconds, self._clock))
             limit = route.rate_limit
             state = RouteState(
                 route=route, url_base=base, breaker=breaker,
                 metrics=RouteMetrics(self.metrics, route.label),
                 key=KeySource(route.upstream.api_key) if route.upstream.api_key else None,
-                rpm=TokenBucket(limit.requests_per_minute, clock)
+                rpm=TokenBucket(limit.requests_per_minute, self._clock)
                 if limit.requests_per_minute else None,
-                tpm=TokenBucket(limit.tokens_per_minute, clock)
+                tpm=TokenBucket(limit.tokens_per_minute, self._clock)
                 if limit.tokens_per_minute else None,
                 extra_headers=dict(route.upstream.headers),
             )
             for name in route.models:
-                self.routes[name] = state
-            self.metrics.circuit.labels(host).set(0)
-        self._unrouted = RouteMetrics(self.metrics, NO_ROUTE)
+                routes[name] = state
+            self.metrics.circuit.labels(host).set(int(breaker.state))
+        for host in set(old) - set(breakers):
+            self.metrics.circuit.remove(host)
+        self.config, self.routes = config, routes
         self._breakers = breakers  # host -> breaker, for the circuit-state gauge
         self._models_body = json.dumps({"object": "list", "data": [
             {"id": name, "object": "model", "created": 0,
              "owned_by": urlsplit(state.url_base).netloc}
-            for name, state in self.routes.items()]}).encode()
+            for name, state in routes.items()]}).encode()
+
+    def set_unavailable(self, label: str, reason: str | None) -> None:
+        """Answer the route's requests with 503 and ``reason`` until called with None.
+
+        For an upstream known to be down (a local model loading or restarting): clients get
+        a message and a Retry-After instead of connection errors and retries.
+        """
+        if reason is None:
+            self._unavailable.pop(label, None)
+        else:
+            self._unavailable[label] = reason
 
     # --- application -------------------------------------------------------------------
 
@@ -235,6 +259,11 @@ class Gateway:
             return error_response(404, f"The model {model!r} does not exist here; available "
                                   f"models: {known}", "invalid_request_error",
                                   "model_not_found"), None
+        reason = self._unavailable.get(state.route.label)
+        if reason is not None:
+            return error_response(503, f"{model!r} cannot serve right now: {reason}",
+                                  "server_error", "model_unavailable",
+                                  headers={"Retry-After": UNAVAILABLE_RETRY_AFTER}), state
         try:
             headers = state.auth_headers()
         except KeyUnavailable as exc:
