@@ -11,6 +11,7 @@ REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "config" / "samples"
 GUIDE_SAMPLES = sorted(SAMPLES.glob("*.yaml"))
 EDGE_SAMPLES = sorted((SAMPLES / "edge").glob("*.yaml"))
+LOCAL_EXAMPLES = REPO / "examples" / "local"
 
 
 def load_yaml(path: Path) -> Any:
@@ -20,3 +21,8 @@ def load_yaml(path: Path) -> Any:
 def sample_doc(stem: str) -> Any:
     """A guide or edge sample by file name (without .yaml)."""
     return load_yaml(next(p for p in GUIDE_SAMPLES + EDGE_SAMPLES if p.stem == stem))
+
+
+def local_doc(stem: str) -> Any:
+    """A model from examples/local (what `make up` serves) by file name."""
+    return load_yaml(LOCAL_EXAMPLES / f"{stem}.yaml")

@@ -23,8 +23,8 @@ ROUTE = {"models": ["m"], "upstream": {"baseUrl": "https://api.example.com/v1"}}
 
 
 @pytest.mark.parametrize(("doc", "words"), [
-    ({}, "routes: Field required"),
-    ({"routes": []}, "routes: List should have at least 1 item"),
+    ({}, "routes: add at least one route"),
+    ({"routes": []}, "routes: add at least one route"),
     ({"routes": [{**ROUTE, "upstream": {"baseUrl": "ftp://x"}}]},
      "routes.0.upstream.baseUrl: String should match pattern"),
     ({"routes": [{**ROUTE, "rateLimit": {"requestsPerMinute": 0}}]},

@@ -114,7 +114,7 @@ class GatewayConfig(_Config):
     listen: Listen = Field(default_factory=Listen)
     max_request_bytes: int = Field(10 * 1024 * 1024, ge=1024)
     log_prompts: bool = Field(False, description="Never on by default: prompts are user data.")
-    routes: list[Route] = Field(min_length=1)
+    routes: list[Route] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _unique_models(self) -> GatewayConfig:
@@ -131,9 +131,12 @@ class ConfigError(ValueError):
     """The configuration file is unreadable or invalid; the message names the field."""
 
 
-def parse_config(data: object, source: str = "<config>") -> GatewayConfig:
+def parse_config(data: object, source: str = "<config>", *, empty_ok: bool = False
+                 ) -> GatewayConfig:
+    """A validated config; ConfigError names each bad field. A gateway with no routes is
+    only useful where routes arrive later (the local runtime): ``empty_ok``."""
     try:
-        return GatewayConfig.model_validate(data)
+        config = GatewayConfig.model_validate(data)
     except ValidationError as exc:
         lines = []
         for err in exc.errors():
@@ -143,6 +146,9 @@ def parse_config(data: object, source: str = "<config>") -> GatewayConfig:
                 msg = "unknown field"
             lines.append(f"{source}: {path}: {msg}")
         raise ConfigError("\n".join(lines)) from None
+    if not config.routes and not empty_ok:
+        raise ConfigError(f"{source}: routes: add at least one route")
+    return config
 
 
 def load_config(path: str | Path) -> GatewayConfig:

@@ -147,6 +147,17 @@ class DirectoryCache:
                 self._docs[path] = (mark, f"not readable YAML: {exc}")
         return changed
 
+    def entries(self) -> list[tuple[Path, int, dict[str, Any] | str]]:
+        """Every LLMModel document as (file, index, body), or (file, 0, why unreadable)."""
+        out: list[tuple[Path, int, dict[str, Any] | str]] = []
+        for path in sorted(self._docs):
+            docs = self._docs[path][1]
+            if isinstance(docs, str):
+                out.append((path, 0, docs))
+            else:
+                out += [(path, index, raw) for index, raw in enumerate(docs)]
+        return out
+
     def records(self, statuses: dict[str, Any]) -> tuple[list[ToolRecord], list[str]]:
         """Tool records for every LLMModel document, and one problem line per bad one.
 
@@ -155,23 +166,21 @@ class DirectoryCache:
         """
         records: list[ToolRecord] = []
         problems: list[str] = []
-        for path in sorted(self._docs):
-            docs = self._docs[path][1]
-            if isinstance(docs, str):
-                problems.append(f"{path}: {docs}")
+        for path, index, raw in self.entries():
+            if isinstance(raw, str):
+                problems.append(f"{path}: {raw}")
                 continue
-            for index, raw in enumerate(docs):
-                meta = raw.get("metadata") or {}
-                name = str(meta.get("name"))
-                status = statuses.get(f"{meta.get('namespace')}/{name}") or statuses.get(name)
-                doc = raw if status is None else {**raw, "status": status}
-                try:
-                    record = from_model(parse_llmmodel(doc), "files", key=f"{path}#{index}")
-                except InvalidModel as exc:
-                    problems.append(f"{path}: {name}: {exc}")
-                    continue
-                if record is not None:
-                    records.append(record)
+            meta = raw.get("metadata") or {}
+            name = str(meta.get("name"))
+            status = statuses.get(f"{meta.get('namespace')}/{name}") or statuses.get(name)
+            doc = raw if status is None else {**raw, "status": status}
+            try:
+                record = from_model(parse_llmmodel(doc), "files", key=f"{path}#{index}")
+            except InvalidModel as exc:
+                problems.append(f"{path}: {name}: {exc}")
+                continue
+            if record is not None:
+                records.append(record)
         return records, problems
 
 

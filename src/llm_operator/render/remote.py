@@ -28,8 +28,8 @@ KEY_DIR = "/var/run/secrets/llmop/upstream"
 KEY_FILE = "apiKey"
 
 
-def gateway_config(model: LLMModel, replicas: int) -> dict[str, Any]:
-    """One route: the model id -> its upstream, key read from the mounted Secret file.
+def gateway_route(model: LLMModel, replicas: int, api_key: dict[str, str]) -> dict[str, Any]:
+    """The gateway route of a remote model: its id -> its upstream, with ``api_key``'s source.
 
     The rate limit is the model's limit split across the gateway replicas, so the whole
     service honours rateLimitRpm.
@@ -38,11 +38,7 @@ def gateway_config(model: LLMModel, replicas: int) -> dict[str, Any]:
     assert api is not None
     route: dict[str, Any] = {
         "models": [model.spec.model_id],
-        "upstream": {
-            "baseUrl": api.base_url,
-            "model": model.spec.model_id,
-            "apiKey": {"file": f"{KEY_DIR}/{KEY_FILE}"},
-        },
+        "upstream": {"baseUrl": api.base_url, "model": model.spec.model_id, "apiKey": api_key},
     }
     if api.rate_limit_rpm:
         per_replica = max(1, math.floor(api.rate_limit_rpm / replicas))
@@ -50,6 +46,12 @@ def gateway_config(model: LLMModel, replicas: int) -> dict[str, Any]:
     known = price(model.spec.model_id)
     if known:
         route["pricing"] = {"inputPerMillion": known[0], "outputPerMillion": known[1]}
+    return route
+
+
+def gateway_config(model: LLMModel, replicas: int) -> dict[str, Any]:
+    """One route, its key read from the mounted Secret file."""
+    route = gateway_route(model, replicas, {"file": f"{KEY_DIR}/{KEY_FILE}"})
     return {"listen": {"host": "0.0.0.0", "port": PORT}, "routes": [route]}
 
 

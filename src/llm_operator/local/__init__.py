@@ -1,0 +1,1 @@
+"""The single-machine runtime: `llmop up` serves LLMModel YAML with no cluster."""

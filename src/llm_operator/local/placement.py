@@ -1,0 +1,199 @@
+"""What `llmop up` does with each model on this machine: serve, proxy, or say why not."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from llm_operator.api.v1alpha1 import LLMModel
+from llm_operator.profiles.engines import engine
+from llm_operator.profiles.planner import plan
+from llm_operator.render.remote import gateway_route
+
+LOCAL_ENGINES = ("llamacpp", "ollama")
+LOOPBACK = "127.0.0.1"
+
+# engineArgs (llama-server's flags, as a cluster's llamacpp engine takes them) -> the
+# llama-cpp-python server setting that does the same.
+LLAMACPP_SETTINGS: Mapping[str, str] = {
+    "ctx-size": "n_ctx", "threads": "n_threads", "threads-batch": "n_threads_batch",
+    "batch-size": "n_batch", "ubatch-size": "n_ubatch", "n-gpu-layers": "n_gpu_layers",
+    "chat-template": "chat_format", "chat-format": "chat_format", "flash-attn": "flash_attn",
+    "seed": "seed", "mlock": "use_mlock", "mmap": "use_mmap",
+    "rope-freq-base": "rope_freq_base", "rope-freq-scale": "rope_freq_scale",
+}
+# Ollama's engineArgs (environment settings in a cluster) with a llama.cpp equivalent.
+OLLAMA_SETTINGS: Mapping[str, str] = {"num-ctx": "n_ctx", "flash-attention": "flash_attn"}
+
+VENDOR_NAMES = {"nvidia": "NVIDIA GPU", "amd": "AMD GPU", "intel-gaudi": "Intel Gaudi card"}
+
+Kind = Literal["skipped", "unplaceable"]
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What this machine offers: CPU cores, RAM and the accelerator vendors present."""
+
+    cpus: int
+    memory_gib: float
+    accelerators: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class LocalServe:
+    """A llama.cpp server process: its settings and the engineArgs it cannot honour."""
+
+    model: LLMModel
+    settings: tuple[tuple[str, str], ...]
+    ignored: tuple[str, ...] = ()
+    estimated_gib: float = 0.0
+
+    def server_args(self, model_path: str, port: int) -> list[str]:
+        """``python -m llama_cpp.server`` arguments: the file, loopback port, served name."""
+        args = ["--model", model_path, "--model_alias", self.model.spec.model_id,
+                "--host", LOOPBACK, "--port", str(port)]
+        for key, value in self.settings:
+            args += [f"--{key}", value]
+        return args
+
+    def route(self, port: int) -> dict[str, Any]:
+        """The gateway route to this process: no key, no retries (a dead process is marked
+        unavailable instead), and a short circuit so a restarted process is used at once."""
+        return {"name": self.model.name, "models": [self.model.spec.model_id],
+                "upstream": {"baseUrl": f"http://{LOOPBACK}:{port}/v1", "auth": "none"},
+                "retry": {"attempts": 1},
+                "circuitBreaker": {"failureThreshold": 5, "openSeconds": 1}}
+
+
+@dataclass(frozen=True)
+class RemoteProxy:
+    """A remote model routed through the local gateway, its key read from ``key_env``."""
+
+    model: LLMModel
+    key_env: str
+
+    def route(self) -> dict[str, Any]:
+        return {"name": self.model.name,
+                **gateway_route(self.model, 1, {"env": self.key_env})}
+
+
+@dataclass(frozen=True)
+class NotServed:
+    """A model `llmop up` leaves out, and what would change that."""
+
+    model: LLMModel
+    kind: Kind
+    reason: str
+
+
+Decision = LocalServe | RemoteProxy | NotServed
+
+
+def key_env(secret_name: str) -> str:
+    """The environment variable holding a remote model's key: its Secret's name, shouted.
+
+    openai-api-key -> OPENAI_API_KEY, anthropic-api-key -> ANTHROPIC_API_KEY.
+    """
+    return secret_name.upper().replace("-", "_").replace(".", "_")
+
+
+def _settings(model: LLMModel, machine: Machine) -> tuple[dict[str, str], list[str]]:
+    spec = model.spec
+    table = LLAMACPP_SETTINGS if spec.inference_engine == "llamacpp" else OLLAMA_SETTINGS
+    settings: dict[str, str] = {}
+    ignored: list[str] = []
+    for key, value in sorted((spec.engine_args or {}).items()):
+        if key in table:
+            settings[table[key]] = value
+        else:
+            ignored.append(key)
+    context = engine(spec.inference_engine).served_context_tokens(spec)
+    if "n_ctx" not in settings and context:
+        settings["n_ctx"] = str(context)
+    if "n_threads" not in settings:
+        wanted = math.ceil(spec.resources.cpu_millicores / 1000)
+        settings["n_threads"] = str(max(1, min(machine.cpus, wanted)))
+    settings.setdefault("n_gpu_layers", "0")
+    return dict(sorted(settings.items())), ignored
+
+
+def decide(model: LLMModel, machine: Machine, env: Collection[str]) -> Decision:
+    """Serve, proxy or leave out one valid model, with the reason a newcomer can act on."""
+    spec = model.spec
+    if spec.is_remote:
+        api = spec.remote_api
+        assert api is not None
+        variable = key_env(api.api_key_secret)
+        if variable in env:
+            return RemoteProxy(model, variable)
+        return NotServed(model, "skipped", f"set {variable} to proxy it through the gateway")
+    vendor = spec.accelerator_vendor
+    if vendor != "cpu":
+        count = spec.resources.accelerator_count
+        what = VENDOR_NAMES.get(vendor, vendor)
+        if vendor in machine.accelerators:
+            reason = (f"needs {count} {what}(s); `llmop up` runs models on the CPU with "
+                      "llama.cpp only: serve it in a cluster, or add a cpu variant")
+        else:
+            reason = (f"needs {count} {what}(s) and this machine has none: serve it in a "
+                      "cluster, or add a cpu variant with inferenceEngine llamacpp")
+        return NotServed(model, "unplaceable", reason)
+    if spec.inference_engine not in LOCAL_ENGINES:
+        return NotServed(model, "unplaceable", f"inferenceEngine {spec.inference_engine} "
+                         "needs a GPU; on the CPU use llamacpp or ollama")
+    source = spec.model_source
+    if source is None or source.type != "file":
+        kind = source.type if source is not None else "(none)"
+        return NotServed(model, "unplaceable", f"modelSource.type {kind} is fetched inside a "
+                         "cluster; on one machine use type file with a path or pythonPackage")
+    verdict = plan(model)
+    if verdict.verdict == "does-not-fit":
+        return NotServed(model, "unplaceable", verdict.reason)
+    need = verdict.estimate.total_gib if verdict.estimate else 0.0
+    if need > machine.memory_gib:
+        return NotServed(model, "unplaceable", f"needs ~{need:.1f} GiB of RAM and this "
+                         f"machine has {machine.memory_gib:.1f} GiB: lower the context "
+                         "(engineArgs ctx-size) or pick a smaller quantization")
+    settings, ignored = _settings(model, machine)
+    return LocalServe(model, tuple(settings.items()), tuple(ignored), round(need, 1))
+
+
+@dataclass
+class Arrangement:
+    """Every model's decision, in input order, with clashes between models resolved."""
+
+    decisions: list[Decision] = field(default_factory=list)
+
+    @property
+    def served(self) -> list[LocalServe]:
+        return [d for d in self.decisions if isinstance(d, LocalServe)]
+
+    @property
+    def proxied(self) -> list[RemoteProxy]:
+        return [d for d in self.decisions if isinstance(d, RemoteProxy)]
+
+
+def arrange(models: Sequence[LLMModel], machine: Machine, env: Collection[str]) -> Arrangement:
+    """Decide for every model; a model whose name or modelId an earlier one already uses is
+    left out (the gateway routes by modelId, the runtime keys processes by name)."""
+    out = Arrangement()
+    names: set[str] = set()
+    ids: dict[str, str] = {}  # modelId -> the model serving it
+    for model in models:
+        if model.name in names:
+            out.decisions.append(NotServed(model, "unplaceable", f"metadata.name {model.name} "
+                                           "is used by an earlier model; names must be unique"))
+            continue
+        names.add(model.name)
+        if model.spec.model_id in ids:
+            out.decisions.append(NotServed(model, "unplaceable", f"modelId "
+                                           f"{model.spec.model_id} is served by "
+                                           f"{ids[model.spec.model_id]}"))
+            continue
+        decision = decide(model, machine, env)
+        out.decisions.append(decision)
+        if not isinstance(decision, NotServed):
+            ids[model.spec.model_id] = model.name
+    return out

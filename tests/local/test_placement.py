@@ -1,0 +1,144 @@
+"""What `llmop up` decides for each model on a given machine (pure, milliseconds)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from llm_operator.api.validation import parse_llmmodel
+from llm_operator.local.placement import (
+    LocalServe,
+    Machine,
+    NotServed,
+    RemoteProxy,
+    arrange,
+    decide,
+    key_env,
+)
+
+from samples import local_doc, sample_doc
+
+LAPTOP = Machine(cpus=8, memory_gib=16.0)
+GPU_BOX = Machine(cpus=32, memory_gib=256.0, accelerators=frozenset({"nvidia"}))
+
+
+def gemma(**spec: Any) -> Any:
+    doc = copy.deepcopy(local_doc("gemma3-270m"))
+    doc["spec"].update(spec)
+    return parse_llmmodel(doc)
+
+
+def test_the_embedded_default_is_served_with_its_engine_args_translated() -> None:
+    decision = decide(gemma(), LAPTOP, env=())
+    assert isinstance(decision, LocalServe)
+    assert dict(decision.settings) == {"chat_format": "gemma", "n_ctx": "4096",
+                                       "n_gpu_layers": "0", "n_threads": "2"}
+    assert decision.ignored == ()
+    assert decision.server_args("/m.gguf", 4100) == [
+        "--model", "/m.gguf", "--model_alias", "gemma-3-270m-it", "--host", "127.0.0.1",
+        "--port", "4100", "--chat_format", "gemma", "--n_ctx", "4096", "--n_gpu_layers", "0",
+        "--n_threads", "2"]
+    assert decision.route(4100)["upstream"] == {"baseUrl": "http://127.0.0.1:4100/v1",
+                                                "auth": "none"}
+
+
+@pytest.mark.parametrize(("engine_args", "engine", "settings", "ignored"), [
+    ({}, "llamacpp", {"n_ctx": "32768"}, ()),  # the context window, as in a cluster
+    ({"threads": "6", "flash-attn": "true"}, "llamacpp",
+     {"n_threads": "6", "flash_attn": "true"}, ()),
+    ({"num-ctx": "8192", "num-parallel": "4"}, "ollama", {"n_ctx": "8192"}, ("num-parallel",)),
+    ({"metrics": "true"}, "llamacpp", {}, ("metrics",)),
+])
+def test_engine_args_map_to_llama_cpp_python_settings(
+        engine_args: dict[str, str], engine: str, settings: dict[str, str],
+        ignored: tuple[str, ...]) -> None:
+    decision = decide(gemma(engineArgs=engine_args or None, inferenceEngine=engine),
+                      LAPTOP, env=())
+    assert isinstance(decision, LocalServe)
+    assert dict(decision.settings).items() >= settings.items()
+    assert decision.ignored == ignored
+
+
+@pytest.mark.parametrize(("cpus", "millicores", "threads"), [
+    (8, 2000, "2"), (8, 2500, "3"), (2, 16000, "2"), (4, 100, "1"),
+])
+def test_threads_follow_the_cpu_request_capped_by_the_machine(cpus: int, millicores: int,
+                                                               threads: str) -> None:
+    model = gemma(resources={"acceleratorCount": 0, "cpuMillicores": millicores,
+                             "memoryGiB": 2})
+    decision = decide(model, Machine(cpus=cpus, memory_gib=16), env=())
+    assert isinstance(decision, LocalServe)
+    assert dict(decision.settings)["n_threads"] == threads
+
+
+@pytest.mark.parametrize(("doc", "machine", "reason"), [
+    (sample_doc("gemma4-31b-nvidia"), LAPTOP,
+     "needs 1 NVIDIA GPU(s) and this machine has none: serve it in a cluster"),
+    (sample_doc("gemma4-31b-nvidia"), GPU_BOX,
+     "`llmop up` runs models on the CPU with llama.cpp only"),
+    (sample_doc("qwen35-9b-cpu"), LAPTOP,
+     "modelSource.type huggingface is fetched inside a cluster; on one machine use type file"),
+])
+def test_models_this_machine_cannot_serve_say_why(doc: Any, machine: Machine,
+                                                  reason: str) -> None:
+    decision = decide(parse_llmmodel(doc), machine, env=())
+    assert isinstance(decision, NotServed)
+    assert decision.kind == "unplaceable"
+    assert reason in decision.reason
+
+
+def test_a_model_bigger_than_the_machines_memory_is_refused() -> None:
+    big = gemma(totalParametersBillions=30, resources={"acceleratorCount": 0,
+                                                       "memoryGiB": 64})
+    decision = decide(big, LAPTOP, env=())
+    assert isinstance(decision, NotServed)
+    assert decision.reason.startswith("needs ~")
+    assert "this machine has 16.0 GiB" in decision.reason
+
+
+def test_the_planner_refuses_what_the_spec_does_not_give_memory_for() -> None:
+    starved = gemma(totalParametersBillions=8, resources={"acceleratorCount": 0,
+                                                          "memoryGiB": 1})
+    decision = decide(starved, Machine(cpus=8, memory_gib=64), env=())
+    assert isinstance(decision, NotServed)
+    assert "resources.memoryGiB is 1" in decision.reason
+
+
+def test_remote_models_are_proxied_only_when_their_key_is_in_the_environment() -> None:
+    model = parse_llmmodel(local_doc("gpt55-remote"))
+    skipped = decide(model, LAPTOP, env={"HOME"})
+    assert isinstance(skipped, NotServed)
+    assert (skipped.kind, skipped.reason) == (
+        "skipped", "set OPENAI_API_KEY to proxy it through the gateway")
+    proxied = decide(model, LAPTOP, env={"OPENAI_API_KEY"})
+    assert isinstance(proxied, RemoteProxy)
+    assert proxied.route()["upstream"] == {"baseUrl": "https://api.openai.com/v1",
+                                           "model": "gpt-5.5",
+                                           "apiKey": {"env": "OPENAI_API_KEY"}}
+    assert proxied.route()["rateLimit"] == {"requestsPerMinute": 500}  # one gateway
+
+
+@pytest.mark.parametrize(("secret", "variable"), [
+    ("openai-api-key", "OPENAI_API_KEY"), ("anthropic-api-key", "ANTHROPIC_API_KEY"),
+    ("google.api.key", "GOOGLE_API_KEY"),
+])
+def test_key_variable_is_the_secret_name_in_capitals(secret: str, variable: str) -> None:
+    assert key_env(secret) == variable
+
+
+def test_clashing_names_and_model_ids_leave_the_later_model_out() -> None:
+    first = gemma()
+    same_id = copy.deepcopy(local_doc("gemma3-270m"))
+    same_id["metadata"]["name"] = "gemma-copy"
+    same_name = copy.deepcopy(local_doc("gemma3-270m"))
+    same_name["spec"]["modelId"] = "other"
+    result = arrange([first, parse_llmmodel(same_id), parse_llmmodel(same_name)], LAPTOP, ())
+    assert [type(d).__name__ for d in result.decisions] == ["LocalServe", "NotServed",
+                                                           "NotServed"]
+    reasons = [d.reason for d in result.decisions if isinstance(d, NotServed)]
+    assert reasons == ["modelId gemma-3-270m-it is served by gemma3-270m",
+                       "metadata.name gemma3-270m is used by an earlier model; names must be "
+                       "unique"]
+    assert [d.model.name for d in result.served] == ["gemma3-270m"]
