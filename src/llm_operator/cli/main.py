@@ -21,6 +21,7 @@ from llm_operator.api.crd import crd
 from llm_operator.api.v1alpha1 import LLMModel
 from llm_operator.api.validation import InvalidModel, Problem, parse_llmmodel
 from llm_operator.cli.loading import Document, load_documents, load_settings
+from llm_operator.cli.local import down, status, up
 from llm_operator.profiles.planner import Plan, plan
 from llm_operator.profiles.settings import Settings
 from llm_operator.registry.query import ANY_PHASE, SERVING_PHASES, Query, select, summary
@@ -468,6 +469,10 @@ def _cluster_models(namespace: str | None, selector: str) -> list[dict[str, Any]
         return asyncio.run(fetch())
     except (ApiError, OSError, ValueError) as exc:
         raise click.ClickException(f"cannot list LLMModels: {exc}") from None
+
+
+for command in (up, status, down):
+    cli.add_command(command)
 
 
 def main() -> None:

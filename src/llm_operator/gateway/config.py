@@ -133,8 +133,11 @@ class ConfigError(ValueError):
 
 def parse_config(data: object, source: str = "<config>", *, empty_ok: bool = False
                  ) -> GatewayConfig:
-    """A validated config; ConfigError names each bad field. A gateway with no routes is
-    only useful where routes arrive later (the local runtime): ``empty_ok``."""
+    """A validated config; ConfigError names each bad field.
+
+    A gateway with no routes is only useful where routes arrive later (the local runtime):
+    ``empty_ok``.
+    """
     try:
         config = GatewayConfig.model_validate(data)
     except ValidationError as exc:

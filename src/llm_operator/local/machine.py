@@ -1,4 +1,4 @@
-"""This machine as `llmop up` sees it: CPU cores, RAM and accelerators present."""
+"""The machine `llmop up` runs on: CPU cores, RAM and the accelerators present."""
 
 from __future__ import annotations
 

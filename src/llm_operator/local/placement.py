@@ -59,8 +59,11 @@ class LocalServe:
         return args
 
     def route(self, port: int) -> dict[str, Any]:
-        """The gateway route to this process: no key, no retries (a dead process is marked
-        unavailable instead), and a short circuit so a restarted process is used at once."""
+        """The gateway route to this process.
+
+        No key and no retries (a dead process is marked unavailable instead); a short
+        circuit so that a restarted process is used at once.
+        """
         return {"name": self.model.name, "models": [self.model.spec.model_id],
                 "upstream": {"baseUrl": f"http://{LOOPBACK}:{port}/v1", "auth": "none"},
                 "retry": {"attempts": 1},
@@ -176,8 +179,11 @@ class Arrangement:
 
 
 def arrange(models: Sequence[LLMModel], machine: Machine, env: Collection[str]) -> Arrangement:
-    """Decide for every model; a model whose name or modelId an earlier one already uses is
-    left out (the gateway routes by modelId, the runtime keys processes by name)."""
+    """Decide for every model, leaving out clashes.
+
+    A model whose name or modelId an earlier one already uses is left out: the gateway
+    routes by modelId, the runtime keys processes by name.
+    """
     out = Arrangement()
     names: set[str] = set()
     ids: dict[str, str] = {}  # modelId -> the model serving it

@@ -75,8 +75,11 @@ def _assembly(distribution: str, cache_dir: Path) -> tuple[Callable[[], Any], Pa
 
 async def locate(model: LLMModel, base_dir: Path, cache_dir: Path,
                  progress: Progress | None = None) -> Path:
-    """The model's GGUF file. A path is taken relative to ``base_dir`` (its YAML's folder);
-    a package's file is assembled into ``cache_dir`` once, reporting bytes as it grows."""
+    """The model's GGUF file.
+
+    A path is taken relative to ``base_dir`` (its YAML's folder); a package's file is
+    assembled into ``cache_dir`` once, reporting bytes as it grows.
+    """
     source = model.spec.model_source
     if source is None or source.type != "file":
         raise WeightsError("modelSource.type must be file to serve on this machine")

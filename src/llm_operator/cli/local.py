@@ -1,0 +1,278 @@
+"""The `llmop up`, `llmop status` and `llmop down` commands: the stack on one machine."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.live import Live
+
+from llm_operator.api.validation import InvalidModel, parse_llmmodel
+from llm_operator.local.display import event_line, view
+from llm_operator.local.machine import detect
+from llm_operator.local.placement import LocalServe, RemoteProxy, arrange
+from llm_operator.local.runtime import Options, Runtime, StartError
+from llm_operator.local.state import StateDir, alive, default_cache_dir, default_state_dir
+from llm_operator.mcp_server.sources import DirectoryCache
+
+DEFAULT_DIR = Path("examples/local")
+DETACH_WAIT_SECONDS = 600.0
+DOWN_WAIT_SECONDS = 30.0
+
+state_option = click.option(
+    "--state-dir", type=click.Path(file_okay=False, path_type=Path), envvar="LLMOP_STATE_DIR",
+    default=default_state_dir, show_default="$XDG_STATE_HOME/llmop or ~/.local/state/llmop",
+    help="Where the running stack keeps its pid, endpoints, status file and logs "
+    "($LLMOP_STATE_DIR).")
+
+
+def _directory(value: Path | None) -> Path:
+    if value is not None:
+        return value
+    if DEFAULT_DIR.is_dir():
+        return DEFAULT_DIR
+    raise click.UsageError(f"say which directory of LLMModel YAML to serve (no {DEFAULT_DIR} "
+                           "here), e.g. llmop up ./models")
+
+
+def _log_to_file(state: StateDir, level: str) -> None:
+    state.logs.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(state.runtime_log)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+
+
+@click.command()
+@click.argument("directory", required=False,
+                type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True,
+              help="Gateway port on 127.0.0.1 (OpenAI-compatible API at /v1; 0 picks one).")
+@click.option("--mcp-port", type=click.IntRange(0, 65535), default=3000, show_default=True,
+              help="MCP server port on 127.0.0.1 (Streamable HTTP at /mcp; 0 picks one).")
+@state_option
+@click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path),
+              envvar="LLMOP_CACHE_DIR", default=default_cache_dir,
+              show_default="$XDG_CACHE_HOME/llmop/models",
+              help="Where model files assembled from Python packages are kept.")
+@click.option("-d", "--detach", is_flag=True,
+              help="Start in the background, print the table once every model has settled, "
+              "and return. Stop it with `llmop down`.")
+@click.option("--dry-run", is_flag=True,
+              help="Only say what would be served, proxied or left out, and why.")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
+              default="info", show_default=True, help="Level of the log in the state directory.")
+def up(directory: Path | None, *, port: int, mcp_port: int, state_dir: Path, cache_dir: Path,
+       detach: bool, dry_run: bool, log_level: str) -> None:
+    """Serve a directory of LLMModel YAML on this machine, no cluster needed.
+
+    Local models (acceleratorVendor cpu, inferenceEngine llamacpp or ollama, modelSource
+    type file) each run as a llama.cpp server process, restarted with backoff if they
+    crash. Remote models are proxied when the variable named after their apiKeySecret is
+    set (openai-api-key -> OPENAI_API_KEY). One gateway serves every model's OpenAI API, and
+    an MCP server publishes each as a tool. Editing, adding or removing a YAML file while it
+    runs starts, restarts or stops that model and updates the MCP tools.
+
+    DIRECTORY defaults to examples/local (Gemma 3 270M from PyPI, offline).
+
+    \b
+    Examples:
+      llmop up                               serve examples/local until Ctrl-C
+      llmop up ./models --port 8080 --detach     in the background; `llmop down` stops it
+      OPENAI_API_KEY=sk-... llmop up         the remote example is proxied too
+      llmop up --dry-run                     what would run here, and why not the rest
+    """
+    folder = _directory(directory).resolve()
+    state = StateDir(state_dir.resolve())
+    console = Console()
+    if dry_run:
+        _dry_run(folder, console)
+        return
+    if detach:
+        _detach(folder, state, console, ["--port", str(port), "--mcp-port", str(mcp_port),
+                                         "--cache-dir", str(cache_dir.resolve()),
+                                         "--log-level", log_level])
+        return
+    _log_to_file(state, log_level)
+    options = Options(directory=folder, state=state, cache_dir=cache_dir.resolve(),
+                      gateway_port=port, mcp_port=mcp_port)
+    try:
+        asyncio.run(_foreground(Runtime(options), console))
+    except StartError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+async def _foreground(runtime: Runtime, console: Console) -> None:
+    """Run until Ctrl-C or SIGTERM, showing a live table (or event lines when not a tty)."""
+    task = asyncio.create_task(runtime.run())
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, task.cancel)
+    try:
+        if console.is_terminal:
+            with Live(view(runtime.snapshot()), console=console, refresh_per_second=4,
+                      transient=False) as live:
+                while not task.done():
+                    live.update(view(runtime.snapshot()))
+                    await asyncio.wait({task}, timeout=0.25)
+        else:
+            await _print_events(runtime, task, console)
+        console.print("stopping..." if task.cancelled() else "")
+        await task
+    except asyncio.CancelledError:
+        console.print("stopped: every model process has exited")
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+
+async def _print_events(runtime: Runtime, task: asyncio.Task[None], console: Console) -> None:
+    """Plain output: one line per change, and the table whenever the stack settles."""
+    seen: dict[str, tuple[str, int, str]] = {}
+    shown: Any = None
+    while not task.done():
+        snap = runtime.snapshot()
+        for row in snap["models"]:
+            mark = (row["phase"], row["restarts"], row["detail"] if row["phase"] != "Downloading"
+                    else "")
+            if seen.get(row["name"]) != mark:
+                seen[row["name"]] = mark
+                console.print(event_line(row), markup=False, highlight=False)
+        rows = [(r["name"], r["phase"]) for r in snap["models"]]
+        if snap["settled"] and shown != (rows, snap["problems"]):
+            shown = (rows, snap["problems"])
+            console.print(view(snap))
+        await asyncio.wait({task}, timeout=0.25)
+
+
+def _dry_run(folder: Path, console: Console) -> None:
+    cache = DirectoryCache(folder)
+    cache.refresh()
+    models = []
+    for path, _, raw in cache.entries():
+        if isinstance(raw, str):
+            console.print(f"[red]problem[/] {path}: {raw}", highlight=False)
+            continue
+        try:
+            models.append(parse_llmmodel(raw))
+        except InvalidModel as exc:
+            console.print(f"[red]problem[/] {path}: {exc}", highlight=False)
+    machine = detect()
+    console.print(f"This machine: {machine.cpus} CPUs, {machine.memory_gib:.1f} GiB RAM, "
+                  f"accelerators: {', '.join(sorted(machine.accelerators)) or 'none'}")
+    for decision in arrange(models, machine, os.environ.keys()).decisions:
+        name = decision.model.name
+        if isinstance(decision, LocalServe):
+            ignored = f"; engineArgs ignored here: {', '.join(decision.ignored)}" \
+                if decision.ignored else ""
+            settings = " ".join(f"{k}={v}" for k, v in decision.settings)
+            console.print(f"[green]serve[/]   {name}: llama.cpp, ~{decision.estimated_gib} GiB "
+                          f"RAM, {settings}{ignored}", highlight=False)
+        elif isinstance(decision, RemoteProxy):
+            console.print(f"[green]proxy[/]   {name}: key from ${decision.key_env}",
+                          highlight=False)
+        else:
+            console.print(f"[dim]{decision.kind}[/] {name}: {decision.reason}", highlight=False)
+
+
+def _detach(folder: Path, state: StateDir, console: Console, args: list[str]) -> None:
+    """Start `llmop up` in its own session and wait until its models have settled."""
+    running = state.read()
+    if running is not None:
+        raise click.ClickException(f"llmop up is already running (pid {running['pid']}); "
+                                   "`llmop down` stops it")
+    state.logs.mkdir(parents=True, exist_ok=True)
+    state.clear()
+    out_path = state.logs / "up.console.log"
+    argv = [sys.executable, "-m", "llm_operator", "up", str(folder), "--state-dir",
+            str(state.root), *args]
+    with out_path.open("ab") as out:
+        child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out,
+                                 stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + DETACH_WAIT_SECONDS
+    snap: dict[str, Any] | None = None
+    with console.status("starting models..."):
+        while time.monotonic() < deadline:
+            if child.poll() is not None:
+                tail = out_path.read_text(errors="replace").splitlines()[-15:]
+                raise click.ClickException("llmop up exited during start:\n" + "\n".join(tail))
+            snap = state.read()
+            if snap is not None and snap.get("settled"):
+                break
+            time.sleep(0.2)
+    if snap is None or not snap.get("settled"):
+        raise click.ClickException(f"models not settled after {DETACH_WAIT_SECONDS:.0f}s; "
+                                   f"see {state.logs} (still running: `llmop down` stops it)")
+    console.print(view(snap, detached=True))
+
+
+@click.command()
+@state_option
+@click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table",
+              show_default=True)
+def status(state_dir: Path, output: str) -> None:
+    """Show the models, endpoints and problems of a running `llmop up`.
+
+    Exits 1 when no `llmop up` is running with this state directory.
+    """
+    snap = StateDir(state_dir.resolve()).read()
+    if snap is None:
+        raise click.ClickException(f"llmop up is not running (no live state in {state_dir})")
+    if output == "json":
+        click.echo(json.dumps(snap, indent=2))
+        return
+    console = Console()
+    console.print(view(snap, detached=True))
+
+
+@click.command()
+@state_option
+def down(state_dir: Path) -> None:
+    """Stop a running `llmop up` (started with --detach, or in another terminal).
+
+    Sends SIGTERM, waits until it has stopped every model process, and makes sure none is
+    left behind.
+    """
+    state = StateDir(state_dir.resolve())
+    snap = state.read()
+    if snap is None:
+        click.echo(f"llmop up is not running (no live state in {state_dir})")
+        return
+    pid = int(snap["pid"])
+    children = [int(row["pid"]) for row in snap["models"] if row.get("pid")]
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + DOWN_WAIT_SECONDS
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if alive(pid):
+        click.echo(f"llmop up (pid {pid}) did not stop in {DOWN_WAIT_SECONDS:.0f}s; killing it")
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    leftovers = [c for c in children if alive(c) and _is_model_server(c)]
+    for child in leftovers:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child, signal.SIGKILL)
+    state.clear()
+    click.echo(f"stopped llmop up (pid {pid}) and {len(children)} model process(es)")
+
+
+def _is_model_server(pid: int) -> bool:
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return b"llama_cpp.server" in cmdline
+

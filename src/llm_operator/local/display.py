@@ -1,0 +1,94 @@
+"""How `llmop up` and `llmop status` show the stack: model table, problems, endpoints."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
+
+STYLES = {"Ready": "green", "Proxying": "green", "Starting": "yellow", "Downloading": "yellow",
+          "Pending": "yellow", "Failed": "red", "Skipped": "dim", "Unplaceable": "magenta"}
+MIB = 1024 * 1024
+
+
+def _detail(row: dict[str, Any]) -> RenderableType:
+    progress = row.get("progress")
+    if row["phase"] == "Downloading" and progress:
+        done, total = progress
+        label = f"{done / MIB:.0f}" + (f"/{total / MIB:.0f} MiB" if total else " MiB")
+        bar = ProgressBar(total=float(total) if total else None, completed=float(done),
+                          width=30)
+        grid = Table.grid(padding=(0, 1))
+        grid.add_row(bar, Text(label))
+        return grid
+    return Text(row["detail"])
+
+
+def models_table(snapshot: dict[str, Any]) -> Table:
+    table = Table(title="llmop up", title_justify="left", expand=False)
+    for column in ("MODEL", "SEND AS (model)", "MCP TOOL", "WHERE", "STATUS", "RESTARTS",
+                   "DETAIL"):
+        table.add_column(column, overflow="fold")
+    for row in snapshot["models"]:
+        phase = row["phase"]
+        table.add_row(row["name"], row["modelId"], row.get("tool") or "-", row["where"],
+                      Text(phase, style=STYLES.get(phase, "")), str(row["restarts"]),
+                      _detail(row))
+    return table
+
+
+def problems_text(snapshot: dict[str, Any]) -> Text | None:
+    if not snapshot["problems"]:
+        return None
+    text = Text("Files with problems (the other models still run):\n", style="red")
+    for line in snapshot["problems"]:
+        text.append(f"  {line}\n")
+    return text
+
+
+def first_serving_local(snapshot: dict[str, Any]) -> str | None:
+    for row in snapshot["models"]:
+        if row["phase"] == "Ready":
+            return str(row["modelId"])
+    return None
+
+
+def endpoints_text(snapshot: dict[str, Any], *, detached: bool = False) -> Text:
+    text = Text()
+    text.append("Gateway (OpenAI API)  ", style="bold")
+    text.append(f"{snapshot['gateway']}\n")
+    text.append("MCP server            ", style="bold")
+    text.append(f"{snapshot['mcp']}\n")
+    text.append("Logs                  ", style="bold")
+    text.append(f"{snapshot['logs']}\n")
+    model = first_serving_local(snapshot)
+    if model is not None:
+        body = json.dumps({"model": model, "messages": [
+            {"role": "user", "content": "Say hello in one sentence."}]})
+        text.append("Try:  ", style="bold")
+        text.append(f"curl -s {snapshot['gateway']}/chat/completions "
+                    f"-H 'Content-Type: application/json' -d '{body}'\n")
+    text.append("Stop: ", style="bold")
+    text.append("llmop down\n" if detached else "Ctrl-C\n")
+    return text
+
+
+def view(snapshot: dict[str, Any], *, detached: bool = False) -> Group:
+    """The whole screen: table, problems, endpoints."""
+    parts: list[RenderableType] = [models_table(snapshot)]
+    problems = problems_text(snapshot)
+    if problems is not None:
+        parts.append(problems)
+    parts.append(endpoints_text(snapshot, detached=detached))
+    return Group(*parts)
+
+
+def event_line(row: dict[str, Any]) -> str:
+    """One line for logs and non-terminal output when a model changes phase."""
+    restarts = f" (restarts: {row['restarts']})" if row["restarts"] else ""
+    detail = f": {row['detail']}" if row["detail"] else ""
+    return f"{row['name']}: {row['phase']}{restarts}{detail}"

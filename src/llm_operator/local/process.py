@@ -1,0 +1,176 @@
+"""One supervised model server process: start, health-check, restart with backoff, stop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+
+log = logging.getLogger("llm_operator.local")
+
+PR_SET_PDEATHSIG = 1
+
+
+@dataclass(frozen=True)
+class Timing:
+    """How patiently a process is started, watched and restarted."""
+
+    ready_seconds: float = 300.0  # loading a model can take minutes on a small machine
+    poll_seconds: float = 0.2
+    backoff_initial: float = 1.0
+    backoff_max: float = 60.0
+    stable_seconds: float = 60.0  # up this long after a restart: the next crash backs off anew
+    stop_grace: float = 10.0
+
+
+@dataclass(frozen=True)
+class ProcessState:
+    """What a supervised process is doing, for tables, status files and the gateway."""
+
+    phase: str  # Starting | Ready | Failed (waiting to restart)
+    detail: str = ""
+    restarts: int = 0
+    pid: int | None = None
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
+    """Ask Linux to SIGTERM the child when `llmop up` dies, even by SIGKILL: no orphans."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _exit_text(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+class Supervised:
+    """Run ``argv`` until stopped, restarting it with exponential backoff when it dies.
+
+    It counts as Ready once ``health_url`` answers 200. Output goes to ``log_path``.
+    ``on_change`` is called after every state change (from the event loop).
+    """
+
+    def __init__(self, name: str, argv: Sequence[str], *, health_url: str, log_path: Path,
+                 on_change: Callable[[], None], timing: Timing | None = None,
+                 env: dict[str, str] | None = None) -> None:
+        self.name, self.argv, self.health_url = name, list(argv), health_url
+        self.log_path, self.on_change = log_path, on_change
+        self.timing = timing or Timing()
+        self.env = env
+        self.state = ProcessState("Starting", "launching")
+        self._proc: asyncio.subprocess.Process | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None and self._proc.returncode is None \
+            else None
+
+    def _set(self, phase: str, detail: str = "") -> None:
+        self.state = ProcessState(phase, detail, self.state.restarts, self.pid)
+        self.on_change()
+
+    async def run(self) -> None:
+        """Supervise until cancelled; cancelling stops the process (see ``stop``)."""
+        delay = self.timing.backoff_initial
+        try:
+            async with aiohttp.ClientSession() as session:
+                while True:
+                    started = time.monotonic()
+                    code, why = await self._one_run(session)
+                    if time.monotonic() - started >= self.timing.stable_seconds:
+                        delay = self.timing.backoff_initial
+                    self.state = ProcessState(self.state.phase, self.state.detail,
+                                              self.state.restarts + 1, None)
+                    self._set("Failed", f"{why}; restart in {delay:.0f}s "
+                              f"(log: {self.log_path})")
+                    log.warning("%s: %s (exit %s); restarting in %.0fs", self.name, why, code,
+                                delay)
+                    await asyncio.sleep(delay)
+                    delay = min(self.timing.backoff_max, delay * 2)
+        finally:
+            await self.stop()
+
+    async def _one_run(self, session: aiohttp.ClientSession) -> tuple[int | None, str]:
+        """Start once and wait until the process ends; (exit code, what happened)."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as out:
+            out.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%S')} start: "
+                      f"{' '.join(self.argv)}\n".encode())
+            out.flush()
+            self._proc = await asyncio.create_subprocess_exec(
+                *self.argv, stdin=asyncio.subprocess.DEVNULL, stdout=out,
+                stderr=asyncio.subprocess.STDOUT, start_new_session=True, env=self.env,
+                preexec_fn=_die_with_parent)
+        proc = self._proc
+        self._set("Starting", f"loading (pid {proc.pid})")
+        exited = asyncio.create_task(proc.wait())
+        try:
+            healthy = await self._until_healthy(session, exited)
+            if healthy:
+                self._set("Ready", f"pid {proc.pid}")
+                log.info("%s: ready (pid %d)", self.name, proc.pid)
+                code = await exited
+            elif exited.done():
+                code = exited.result()
+            else:
+                log.warning("%s: not healthy after %.0fs; killing it", self.name,
+                            self.timing.ready_seconds)
+                await self._terminate(proc)
+                code = await exited
+                return code, f"not ready after {self.timing.ready_seconds:.0f}s"
+        finally:
+            if not exited.done():
+                exited.cancel()
+        return code, _exit_text(code)
+
+    async def _until_healthy(self, session: aiohttp.ClientSession,
+                             exited: asyncio.Task[int]) -> bool:
+        deadline = time.monotonic() + self.timing.ready_seconds
+        timeout = aiohttp.ClientTimeout(total=2)
+        while time.monotonic() < deadline and not exited.done():
+            with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                async with session.get(self.health_url, timeout=timeout) as resp:
+                    if resp.status == 200:
+                        return True
+            await asyncio.wait({exited}, timeout=self.timing.poll_seconds)
+        return False
+
+    async def _terminate(self, proc: asyncio.subprocess.Process) -> None:
+        """SIGTERM the process group, SIGKILL it after the grace period."""
+        if proc.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            await asyncio.wait_for(asyncio.shield(proc.wait()), self.timing.stop_grace)
+        except TimeoutError:
+            log.warning("%s: no exit %.0fs after SIGTERM; SIGKILL", self.name,
+                        self.timing.stop_grace)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            await proc.wait()
+
+    async def stop(self) -> None:
+        """Stop the process (idempotent) and wait until it has exited.
+
+        Cancel ``run`` rather than calling this while it runs, or the exit counts as a crash.
+        """
+        proc = self._proc
+        if proc is not None:
+            await asyncio.shield(self._terminate(proc))

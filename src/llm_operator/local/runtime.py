@@ -1,0 +1,412 @@
+"""`llmop up`: llama.cpp processes, one gateway and the MCP server over a directory of YAML."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.util
+import json
+import logging
+import os
+import socket
+import sys
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+from aiohttp import web
+
+from llm_operator.api.v1alpha1 import LLMModel
+from llm_operator.api.validation import InvalidModel, object_label, parse_llmmodel
+from llm_operator.gateway.app import Gateway
+from llm_operator.gateway.config import ConfigError, parse_config
+from llm_operator.local.machine import detect
+from llm_operator.local.placement import (
+    LOOPBACK,
+    Decision,
+    LocalServe,
+    Machine,
+    RemoteProxy,
+    arrange,
+)
+from llm_operator.local.process import Supervised, Timing
+from llm_operator.local.state import StateDir
+from llm_operator.local.weights import WeightsError, locate
+from llm_operator.mcp_server.app import McpSettings
+from llm_operator.mcp_server.run import service
+from llm_operator.mcp_server.sources import DirectoryCache
+
+log = logging.getLogger("llm_operator.local")
+
+# Phases a model passes through here; the API's phases where one fits.
+UNSETTLED = frozenset({"Pending", "Downloading", "Starting"})
+SERVING = frozenset({"Ready", "Proxying"})
+API_PHASE = {"Skipped": "Pending", "Unplaceable": "Failed"}
+ENGINE_MODULE = "llama_cpp.server"
+
+
+class _Embedded(uvicorn.Server):
+    """A uvicorn server that leaves SIGINT and SIGTERM to `llmop up` (which stops it)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+class StartError(RuntimeError):
+    """`llmop up` cannot start (a port is taken, the directory is missing); says what to do."""
+
+
+@dataclass(frozen=True)
+class Options:
+    """What `llmop up` serves and where."""
+
+    directory: Path
+    state: StateDir
+    cache_dir: Path
+    gateway_port: int = 8000
+    mcp_port: int = 3000
+    env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    machine: Machine | None = None
+    scan_seconds: float = 0.5
+    python: str = sys.executable
+    timing: Timing = field(default_factory=Timing)
+
+
+@dataclass
+class Entry:
+    """One model as the runtime holds it."""
+
+    decision: Decision
+    file: Path
+    key: str  # what, when changed, means the model must be started anew
+    port: int | None = None
+    phase: str = "Pending"
+    detail: str = ""
+    progress: tuple[int, int | None] | None = None
+    supervised: Supervised | None = None
+    task: asyncio.Task[None] | None = None
+
+    @property
+    def model(self) -> LLMModel:
+        return self.decision.model
+
+    def current(self) -> tuple[str, str, int]:
+        """(phase, detail, restarts), from the process once there is one."""
+        if self.supervised is not None:
+            state = self.supervised.state
+            return state.phase, state.detail, state.restarts
+        return self.phase, self.detail, 0
+
+
+def _runtime_key(decision: Decision, file: Path) -> str:
+    """The parts that shape the running thing; an edited description restarts nothing."""
+    model = decision.model
+    if isinstance(decision, LocalServe):
+        source = model.spec.model_source.model_dump() if model.spec.model_source else None
+        parts: Any = ["serve", model.spec.model_id, decision.settings, source, str(file.parent)]
+    elif isinstance(decision, RemoteProxy):
+        parts = ["proxy", decision.route()]
+    else:
+        parts = ["none", decision.kind, decision.reason]
+    return json.dumps(parts, sort_keys=True, default=str)
+
+
+def listen(port: int, what: str, option: str) -> socket.socket:
+    """A listening loopback socket, or StartError saying which option picks another port."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((LOOPBACK, port))
+    except OSError as exc:
+        sock.close()
+        raise StartError(f"cannot listen on {LOOPBACK}:{port} for the {what}: "
+                         f"{exc.strerror or exc}; pass {option} with a free port (0 picks "
+                         "one)") from None
+    sock.listen(256)
+    sock.set_inheritable(False)
+    return sock
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((LOOPBACK, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class Runtime:
+    """Serve a directory of LLMModel YAML on this machine until cancelled."""
+
+    def __init__(self, options: Options) -> None:
+        self.options = options
+        self.machine = options.machine or detect()
+        self.entries: dict[str, Entry] = {}
+        self.problems: list[str] = []
+        self.gateway = Gateway(parse_config({"routes": []}, empty_ok=True))
+        self.gateway_url = ""
+        self.mcp_url = ""
+        self.version = 0
+        self._changed = asyncio.Condition()
+        self._dirty = asyncio.Event()
+        self._cache = DirectoryCache(options.directory)
+        self._scanned = False
+        self._started = time.time()
+
+    # --- observing ----------------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        """Everything `llmop status` shows: endpoints, one row per model, problems."""
+        rows = []
+        for name, entry in self.entries.items():
+            phase, detail, restarts = entry.current()
+            decision = entry.decision
+            where = "-"
+            if isinstance(decision, LocalServe):
+                where = f"llama.cpp :{entry.port}"
+            elif isinstance(decision, RemoteProxy):
+                where = decision.route()["upstream"]["baseUrl"]
+            exposure = entry.model.spec.mcp_exposure
+            rows.append({
+                "name": name, "modelId": entry.model.spec.model_id, "phase": phase,
+                "detail": detail, "restarts": restarts, "where": where,
+                "file": str(entry.file), "progress": entry.progress,
+                "tool": exposure.tool_name if exposure.enabled else None,
+                "pid": entry.supervised.pid if entry.supervised else None,
+            })
+        return {"pid": os.getpid(), "startedAt": self._started,
+                "directory": str(self.options.directory), "gateway": self.gateway_url,
+                "mcp": self.mcp_url, "logs": str(self.options.state.logs),
+                "settled": self._scanned and all(r["phase"] not in UNSETTLED for r in rows),
+                "models": rows, "problems": list(self.problems)}
+
+    async def until(self, check: Callable[[dict[str, Any]], bool], timeout: float
+                    ) -> dict[str, Any]:
+        """Wait until ``check(snapshot)`` holds; TimeoutError with the last snapshot if not."""
+        async with asyncio.timeout(timeout):
+            async with self._changed:
+                while not check(snap := self.snapshot()):
+                    await self._changed.wait()
+                return snap
+
+    def _touch(self) -> None:
+        self.version += 1
+        self._dirty.set()
+
+    # --- running --------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Serve until cancelled, then stop every process and remove the state file."""
+        options = self.options
+        if not options.directory.is_dir():
+            raise StartError(f"{options.directory} is not a directory of LLMModel YAML files")
+        holder = options.state.read()
+        if holder is not None and holder["pid"] != os.getpid():
+            raise StartError(f"llmop up is already running (pid {holder['pid']}) with state in "
+                             f"{options.state.root}: run `llmop down` first, or pass another "
+                             "--state-dir")
+        gateway_sock = listen(options.gateway_port, "gateway", "--port")
+        mcp_sock = listen(options.mcp_port, "MCP server", "--mcp-port")
+        self.gateway_url = f"http://{LOOPBACK}:{gateway_sock.getsockname()[1]}/v1"
+        self.mcp_url = f"http://{LOOPBACK}:{mcp_sock.getsockname()[1]}/mcp"
+        options.state.logs.mkdir(parents=True, exist_ok=True)
+        options.state.write_statuses({})
+        try:
+            async with self._gateway(gateway_sock), self._mcp(mcp_sock):
+                writer = asyncio.create_task(self._write_state())
+                try:
+                    while True:
+                        await self.rescan()
+                        await asyncio.sleep(options.scan_seconds)
+                finally:
+                    await self._stop_all()
+                    writer.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await writer
+        finally:
+            gateway_sock.close()
+            mcp_sock.close()
+            options.state.clear()
+
+    @contextlib.asynccontextmanager
+    async def _gateway(self, sock: socket.socket) -> AsyncIterator[None]:
+        runner = web.AppRunner(self.gateway.app(), handler_cancellation=True, access_log=None)
+        await runner.setup()
+        await web.SockSite(runner, sock).start()
+        log.info("gateway on %s", self.gateway_url)
+        try:
+            yield
+        finally:
+            await runner.cleanup()
+
+    @contextlib.asynccontextmanager
+    async def _mcp(self, sock: socket.socket) -> AsyncIterator[None]:
+        port = sock.getsockname()[1]
+        settings = McpSettings(host=LOOPBACK, port=port)
+        async with service(settings, files=self.options.directory,
+                           status_file=self.options.state.status_file) as svc:
+            server = _Embedded(svc.uvicorn_server(log_level="warning").config)
+            task = asyncio.create_task(server.serve(sockets=[sock]))
+            log.info("MCP server on %s", self.mcp_url)
+            try:
+                yield
+            finally:
+                server.should_exit = True
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.wait_for(task, 10)
+
+    async def _write_state(self) -> None:
+        """Write the state and status files after changes, and wake waiters."""
+        while True:
+            await self._dirty.wait()
+            self._dirty.clear()
+            snap = self.snapshot()
+            self.options.state.write(snap)
+            self.options.state.write_statuses(self._statuses(snap))
+            async with self._changed:
+                self._changed.notify_all()
+            await asyncio.sleep(0.05)  # coalesce bursts of progress updates
+
+    def _statuses(self, snap: dict[str, Any]) -> dict[str, Any]:
+        """The status file the MCP server reads: serving models point at the gateway."""
+        out = {}
+        for row in snap["models"]:
+            status: dict[str, Any] = {"phase": API_PHASE.get(row["phase"], row["phase"])}
+            if row["phase"] in SERVING:
+                status["endpoint"] = self.gateway_url
+            out[row["name"]] = status
+        return out
+
+    # --- reconciling the directory ---------------------------------------------------------
+
+    async def rescan(self) -> None:
+        """Start, stop or restart models to match the directory's files."""
+        changed = await asyncio.to_thread(self._cache.refresh)
+        if not changed and self._scanned:
+            return
+        models: list[tuple[LLMModel, Path]] = []
+        problems: list[str] = []
+        for path, index, raw in self._cache.entries():
+            if isinstance(raw, str):
+                problems.append(f"{path}: {raw}")
+                continue
+            try:
+                models.append((parse_llmmodel(raw), path))
+            except InvalidModel as exc:
+                problems.append(f"{path}: {object_label(raw, index)}: {exc}")
+        for line in problems:
+            if line not in self.problems:
+                log.warning("skipped %s", line)
+        self.problems = problems
+        files = {model.name: path for model, path in models}
+        arrangement = arrange([m for m, _ in models], self.machine, self.options.env.keys())
+        wanted = {d.model.name: d for d in arrangement.decisions}
+        for name in [n for n in self.entries if n not in wanted]:
+            await self._remove(name)
+        for name, decision in wanted.items():
+            file = files[name]
+            key = _runtime_key(decision, file)
+            entry = self.entries.get(name)
+            if entry is not None and entry.key == key and entry.file == file:
+                entry.decision = decision
+                continue
+            if entry is not None:
+                await self._remove(name)
+            self._add(decision, file, key)
+        self._scanned = True
+        self._reroute()
+        self._touch()
+
+    def _add(self, decision: Decision, file: Path, key: str) -> None:
+        entry = Entry(decision, file, key)
+        name = decision.model.name
+        self.entries[name] = entry
+        if isinstance(decision, LocalServe):
+            entry.port = free_port()
+            entry.task = asyncio.create_task(self._serve(entry), name=f"serve {name}")
+            log.info("%s: serving %s from %s", name, decision.model.spec.model_id, file)
+        elif isinstance(decision, RemoteProxy):
+            entry.phase, entry.detail = "Proxying", f"key from ${decision.key_env}"
+        else:
+            entry.phase = "Skipped" if decision.kind == "skipped" else "Unplaceable"
+            entry.detail = decision.reason
+            log.info("%s: %s: %s", name, entry.phase.lower(), decision.reason)
+
+    async def _remove(self, name: str) -> None:
+        entry = self.entries.pop(name)
+        self.gateway.set_unavailable(name, None)
+        if entry.task is not None:
+            entry.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await entry.task
+            log.info("%s: stopped", name)
+
+    async def _stop_all(self) -> None:
+        tasks = [e.task for e in self.entries.values() if e.task is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _reroute(self) -> None:
+        """The gateway's routes: every served and proxied model; loading ones answer 503."""
+        routes: list[dict[str, Any]] = []
+        for name, entry in self.entries.items():
+            decision = entry.decision
+            if isinstance(decision, LocalServe) and entry.port is not None:
+                routes.append(decision.route(entry.port))
+                self._mark(name, entry)
+            elif isinstance(decision, RemoteProxy):
+                routes.append(decision.route())
+        try:
+            self.gateway.reconfigure(parse_config({"routes": routes}, empty_ok=True))
+        except ConfigError as exc:  # the API's own validation makes this unexpected
+            log.error("gateway routes rejected, keeping the previous ones: %s", exc)
+
+    def _mark(self, name: str, entry: Entry) -> None:
+        phase, detail, _ = entry.current()
+        self.gateway.set_unavailable(name, None if phase == "Ready" else
+                                     f"it is {phase.lower()} on this machine ({detail})")
+
+    async def _serve(self, entry: Entry) -> None:
+        """Find the model file, then keep its llama.cpp server running."""
+        name, decision = entry.model.name, entry.decision
+        assert isinstance(decision, LocalServe) and entry.port is not None
+
+        def changed(phase: str, detail: str) -> None:
+            entry.phase, entry.detail = phase, detail
+            self._mark(name, entry)
+            self._touch()
+
+        if importlib.util.find_spec("llama_cpp") is None:
+            changed("Failed", "llama-cpp-python is not installed: pip install "
+                    "'llm-operator[local]' (`make up` does it)")
+            return
+
+        def progress(done: int, total: int | None) -> None:
+            entry.progress = (done, total)
+            self._touch()
+
+        changed("Downloading", "locating the model file")
+        try:
+            path = await locate(entry.model, entry.file.parent, self.options.cache_dir,
+                                progress)
+        except WeightsError as exc:
+            log.error("%s: %s", name, exc)
+            changed("Failed", str(exc))
+            return
+        entry.progress = None
+        argv = [self.options.python, "-m", ENGINE_MODULE,
+                *decision.server_args(str(path), entry.port), "--verbose", "false"]
+        secrets = {d.key_env for d in (e.decision for e in self.entries.values())
+                   if isinstance(d, RemoteProxy)}
+        env = {k: v for k, v in self.options.env.items() if k not in secrets}
+        entry.supervised = Supervised(
+            name, argv, health_url=f"http://{LOOPBACK}:{entry.port}/v1/models",
+            log_path=self.options.state.model_log(name),
+            on_change=lambda: changed(*entry.current()[:2]), timing=self.options.timing,
+            env=env)
+        await entry.supervised.run()
+
