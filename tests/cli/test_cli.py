@@ -103,7 +103,7 @@ def test_no_documents_is_a_usage_error(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("command", ["validate", "plan", "render", "crd", "models", "gateway",
-                                     "operator"])
+                                     "operator", "mcp", "up", "status", "down"])
 def test_every_command_has_help(command: str) -> None:
     code, out, _ = run(command, "--help")
     assert code == 0 and "Usage:" in out and len(out) > 200
@@ -112,6 +112,8 @@ def test_every_command_has_help(command: str) -> None:
 def test_readme_quick_start_commands_exist() -> None:
     readme = (REPO / "README.md").read_text()
     assert "make up" in readme and "make test" in readme
+    makefile = (REPO / "Makefile").read_text()
+    assert "\nup: $(STAMP)\n\t$(BIN)/llmop up examples/local $(UP_ARGS)\n" in makefile
 
 
 @pytest.mark.parametrize("command", [[], *[[name] for name in sorted(cli.commands)]],

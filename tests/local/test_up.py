@@ -1,0 +1,186 @@
+"""`llmop up`'s runtime with the real Gemma 3 270M on llama.cpp: what a newcomer relies on."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+from dataclasses import replace
+from pathlib import Path
+
+import aiohttp
+import pytest
+import yaml
+from mcp.client import Client
+
+from llm_operator.local.state import alive
+
+from localstack import QUICK, example_dir, gemma, options, row, running, write_model
+
+CHAT = {"model": "gemma-3-270m-it", "max_tokens": 16, "temperature": 0,
+        "messages": [{"role": "user", "content": "Say hello in one short sentence."}]}
+
+
+async def test_the_example_serves_chat_plain_and_streamed_through_one_gateway(
+        tmp_path: Path, model_cache: Path) -> None:
+    models = example_dir(tmp_path / "models")
+    async with running(options(models, tmp_path / "state", model_cache)) as up:
+        snap = up.snapshot()
+        assert [(r["name"], r["phase"]) for r in snap["models"]] == [
+            ("gemma3-270m", "Ready"), ("gpt55-remote", "Skipped")]
+        assert row(snap, "gpt55-remote")["detail"] == \
+            "set OPENAI_API_KEY to proxy it through the gateway"
+        async with aiohttp.ClientSession() as http:
+            async with http.post(f"{up.gateway_url}/chat/completions", json=CHAT) as resp:
+                assert resp.status == 200
+                body = await resp.json()
+            assert body["choices"][0]["message"]["content"].strip()
+            assert body["usage"]["completion_tokens"] > 0
+            chunks = []
+            async with http.post(f"{up.gateway_url}/chat/completions",
+                                 json={**CHAT, "stream": True}) as resp:
+                assert resp.status == 200
+                assert resp.headers["Content-Type"].startswith("text/event-stream")
+                async for line in resp.content:
+                    if line.startswith(b"data: {"):
+                        chunks.append(json.loads(line[6:]))
+            text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks
+                           if c["choices"])
+            assert len(chunks) > 2 and text.strip()
+            async with http.get(f"{up.gateway_url}/models") as resp:
+                assert [m["id"] for m in (await resp.json())["data"]] == ["gemma-3-270m-it"]
+
+
+async def test_an_mcp_client_lists_and_calls_the_model(tmp_path: Path,
+                                                       model_cache: Path) -> None:
+    models = example_dir(tmp_path / "models")
+    async with running(options(models, tmp_path / "state", model_cache)) as up, \
+            Client(up.mcp_url, mode="legacy") as client:
+        await _until_tool(client, "gemma3_270m_local")
+        tools = await client.list_tools()
+        assert [t.name for t in tools.tools] == ["list_available_models", "gemma3_270m_local"]
+        result = await client.call_tool("gemma3_270m_local", {
+            "messages": CHAT["messages"], "max_tokens": 16})
+        assert not result.is_error
+        assert result.structured_content is not None
+        assert result.structured_content["text"].strip()
+        assert result.structured_content["usage"]["completionTokens"] > 0
+
+
+async def _until_tool(client: Client, name: str, present: bool = True) -> None:
+    """The files source polls the status file; wait for its next scan."""
+    async with asyncio.timeout(10):
+        while (name in {t.name for t in (await client.list_tools()).tools}) != present:
+            await asyncio.sleep(0.1)
+
+
+async def test_editing_a_yaml_updates_the_tools_without_restarting_the_model(
+        tmp_path: Path, model_cache: Path) -> None:
+    models = example_dir(tmp_path / "models")
+    async with running(options(models, tmp_path / "state", model_cache)) as up:
+        pid = row(up.snapshot(), "gemma3-270m")["pid"]
+        async with Client(up.mcp_url, mode="legacy") as client:
+            await _until_tool(client, "gemma3_270m_local")
+            doc = gemma()
+            doc["spec"]["mcpExposure"]["toolName"] = "tiny_gemma"
+            write_model(models, doc)
+            await _until_tool(client, "tiny_gemma")
+            await _until_tool(client, "gemma3_270m_local", present=False)
+        after = row(up.snapshot(), "gemma3-270m")
+        assert (after["pid"], after["restarts"], after["tool"]) == (pid, 0, "tiny_gemma")
+
+
+async def test_a_changed_engine_setting_restarts_the_model_and_a_removed_file_stops_it(
+        tmp_path: Path, model_cache: Path) -> None:
+    models = example_dir(tmp_path / "models")
+    async with running(options(models, tmp_path / "state", model_cache)) as up:
+        first = row(up.snapshot(), "gemma3-270m")["pid"]
+        write_model(models, gemma(engineArgs={"ctx-size": "2048", "chat-template": "gemma"}))
+        snap = await up.until(lambda s: row(s, "gemma3-270m")["pid"] not in (None, first)
+                              and row(s, "gemma3-270m")["phase"] == "Ready", 60)
+        assert not alive(first)
+        second = row(snap, "gemma3-270m")["pid"]
+        (models / "gemma3-270m.yaml").unlink()
+        await up.until(lambda s: [r["name"] for r in s["models"]] == ["gpt55-remote"], 30)
+        assert not alive(second)
+
+
+async def test_a_killed_model_process_is_restarted_and_shown_as_such(
+        tmp_path: Path, model_cache: Path, caplog: pytest.LogCaptureFixture) -> None:
+    models = example_dir(tmp_path / "models")
+    async with running(options(models, tmp_path / "state", model_cache)) as up:
+        pid = row(up.snapshot(), "gemma3-270m")["pid"]
+        os.kill(pid, signal.SIGKILL)
+        back = await up.until(lambda s: row(s, "gemma3-270m")["restarts"] == 1
+                              and row(s, "gemma3-270m")["phase"] == "Ready", 60)
+        assert row(back, "gemma3-270m")["pid"] not in (None, pid)
+        assert "gemma3-270m: killed by SIGKILL (exit -9); restarting" in caplog.text
+        async with aiohttp.ClientSession() as http, \
+                http.post(f"{up.gateway_url}/chat/completions", json=CHAT) as resp:
+            assert resp.status == 200
+        log = (tmp_path / "state" / "logs" / "gemma3-270m.log").read_text()
+        assert log.count(" start: ") == 2
+
+
+async def test_a_model_that_is_down_answers_503_with_the_reason(tmp_path: Path,
+                                                                model_cache: Path) -> None:
+    models = example_dir(tmp_path / "models")
+    slow_restart = replace(QUICK, backoff_initial=30.0)
+    async with running(options(models, tmp_path / "state", model_cache,
+                               timing=slow_restart)) as up:
+        os.kill(row(up.snapshot(), "gemma3-270m")["pid"], signal.SIGKILL)
+        down = await up.until(lambda s: row(s, "gemma3-270m")["phase"] == "Failed", 30)
+        assert row(down, "gemma3-270m")["detail"].startswith("killed by SIGKILL; restart in 30s")
+        async with aiohttp.ClientSession() as http, \
+                http.post(f"{up.gateway_url}/chat/completions", json=CHAT) as resp:
+            assert resp.status == 503
+            assert resp.headers["Retry-After"] == "5"
+            error = (await resp.json())["error"]
+        assert error["code"] == "model_unavailable"
+        assert error["message"].startswith("'gemma-3-270m-it' cannot serve right now: it is "
+                                           "failed on this machine (killed by SIGKILL")
+
+
+async def test_bad_files_are_reported_with_file_and_field_and_the_rest_still_run(
+        tmp_path: Path, model_cache: Path) -> None:
+    models = example_dir(tmp_path / "models")
+    (models / "broken.yaml").write_text("kind: LLMModel\nmetadata: {name: [\n")
+    bad = gemma(contextWindowK=0)
+    bad["metadata"]["name"] = "bad-context"
+    write_model(models, bad)
+    async with running(options(models, tmp_path / "state", model_cache)) as up:
+        snap = up.snapshot()
+        assert row(snap, "gemma3-270m")["phase"] == "Ready"
+        problems = snap["problems"]
+        assert len(problems) == 2
+        assert problems[0].startswith(f"{models / 'bad-context.yaml'}: LLMModel "
+                                      "ai-models/bad-context: spec.contextWindowK")
+        assert problems[1].startswith(f"{models / 'broken.yaml'}: not readable YAML")
+
+
+async def test_a_missing_model_file_fails_that_model_with_what_to_fix(
+        tmp_path: Path, model_cache: Path) -> None:
+    models = tmp_path / "models"
+    models.mkdir()
+    write_model(models, gemma(modelSource={"type": "file", "path": "weights/missing.gguf"}))
+    async with running(options(models, tmp_path / "state", model_cache)) as up:
+        failed = row(up.snapshot(), "gemma3-270m")
+        assert failed["phase"] == "Failed"
+        assert failed["detail"] == (f"modelSource.path {models / 'weights/missing.gguf'} does "
+                                    "not exist or is not a file")
+
+
+async def test_stopping_leaves_no_process_and_no_state(tmp_path: Path,
+                                                       model_cache: Path) -> None:
+    models = example_dir(tmp_path / "models")
+    state = tmp_path / "state"
+    async with running(options(models, state, model_cache)) as up:
+        pid = row(up.snapshot(), "gemma3-270m")["pid"]
+        written = json.loads((state / "up.json").read_text())
+        assert written["gateway"] == up.gateway_url
+        statuses = yaml.safe_load((state / "status.yaml").read_text())
+        assert statuses["gemma3-270m"] == {"phase": "Ready", "endpoint": up.gateway_url}
+        assert statuses["gpt55-remote"] == {"phase": "Pending"}
+    assert not alive(pid)
+    assert not (state / "up.json").exists()

