@@ -12,19 +12,17 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
 from rich.live import Live
 
-from llm_operator.api.validation import InvalidModel, parse_llmmodel
 from llm_operator.local.display import event_line, view
-from llm_operator.local.machine import detect
-from llm_operator.local.placement import LocalServe, RemoteProxy, arrange
-from llm_operator.local.runtime import Options, Runtime, StartError
 from llm_operator.local.state import StateDir, alive, default_cache_dir, default_state_dir
-from llm_operator.mcp_server.sources import DirectoryCache
+
+if TYPE_CHECKING:
+    from llm_operator.local.runtime import Runtime
 
 DEFAULT_DIR = Path("examples/local")
 DETACH_WAIT_SECONDS = 600.0
@@ -94,6 +92,9 @@ def up(directory: Path | None, *, port: int, mcp_port: int, state_dir: Path, cac
       OPENAI_API_KEY=sk-... llmop up         the remote example is proxied too
       llmop up --dry-run                     what would run here, and why not the rest
     """
+    # The runtime (MCP SDK, gateway, uvicorn) loads only for this command: ~1 s of imports.
+    from llm_operator.local.runtime import Options, Runtime, StartError  # noqa: PLC0415
+
     folder = _directory(directory).resolve()
     state = StateDir(state_dir.resolve())
     console = Console()
@@ -158,6 +159,11 @@ async def _print_events(runtime: Runtime, task: asyncio.Task[None], console: Con
 
 
 def _dry_run(folder: Path, console: Console) -> None:
+    from llm_operator.api.validation import InvalidModel, parse_llmmodel  # noqa: PLC0415
+    from llm_operator.local.machine import detect  # noqa: PLC0415
+    from llm_operator.local.placement import LocalServe, RemoteProxy, arrange  # noqa: PLC0415
+    from llm_operator.mcp_server.sources import DirectoryCache  # noqa: PLC0415
+
     cache = DirectoryCache(folder)
     cache.refresh()
     models = []
