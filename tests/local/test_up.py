@@ -16,7 +16,9 @@ from mcp.client import Client
 
 from llm_operator.local.state import alive
 
+from fake_upstream import FakeUpstream
 from localstack import QUICK, example_dir, gemma, options, row, running, write_model
+from samples import local_doc
 
 CHAT = {"model": "gemma-3-270m-it", "max_tokens": 16, "temperature": 0,
         "messages": [{"role": "user", "content": "Say hello in one short sentence."}]}
@@ -184,3 +186,28 @@ async def test_stopping_leaves_no_process_and_no_state(tmp_path: Path,
         assert statuses["gpt55-remote"] == {"phase": "Pending"}
     assert not alive(pid)
     assert not (state / "up.json").exists()
+
+
+async def test_a_remote_model_is_proxied_with_its_key_from_the_environment(
+        tmp_path: Path, model_cache: Path, upstream: tuple[FakeUpstream, str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    fake, base_url = upstream
+    models = tmp_path / "models"
+    models.mkdir()
+    doc = local_doc("gpt55-remote")
+    doc["spec"]["remoteApi"] = {"baseUrl": base_url, "apiKeySecret": "frontier-api-key"}
+    write_model(models, doc)
+    monkeypatch.setenv("FRONTIER_API_KEY", "sk-local-secret")
+    state = tmp_path / "state"
+    async with running(options(models, state, model_cache,
+                               env={"FRONTIER_API_KEY": "sk-local-secret"})) as up:
+        assert row(up.snapshot(), "gpt55-remote")["phase"] == "Proxying"
+        async with aiohttp.ClientSession() as http, \
+                http.post(f"{up.gateway_url}/chat/completions",
+                          json={**CHAT, "model": "gpt-5.5"}) as resp:
+            assert resp.status == 200
+        assert fake.requests[0]["headers"]["Authorization"] == "Bearer sk-local-secret"
+        written = (state / "up.json").read_text() + (state / "status.yaml").read_text()
+        assert "sk-local-secret" not in written
+        assert yaml.safe_load((state / "status.yaml").read_text())["gpt55-remote"] == {
+            "phase": "Proxying", "endpoint": up.gateway_url}

@@ -21,22 +21,31 @@ def _detail(row: dict[str, Any]) -> RenderableType:
         done, total = progress
         label = f"{done / MIB:.0f}" + (f"/{total / MIB:.0f} MiB" if total else " MiB")
         bar = ProgressBar(total=float(total) if total else None, completed=float(done),
-                          width=30)
+                          width=16)
         grid = Table.grid(padding=(0, 1))
         grid.add_row(bar, Text(label))
         return grid
+    if row["phase"] in ("Ready", "Proxying") and row["where"] != "-":
+        return Text(f"{row['where']}, {row['detail']}" if row["detail"] else row["where"])
     return Text(row["detail"])
 
 
+def _status(row: dict[str, Any]) -> Text:
+    text = Text(row["phase"], style=STYLES.get(row["phase"], ""))
+    if row["restarts"]:
+        text.append(f" (restarts: {row['restarts']})", style="yellow")
+    return text
+
+
 def models_table(snapshot: dict[str, Any]) -> Table:
-    table = Table(title="llmop up", title_justify="left", expand=False)
-    for column in ("MODEL", "SEND AS (model)", "MCP TOOL", "WHERE", "STATUS", "RESTARTS",
-                   "DETAIL"):
-        table.add_column(column, overflow="fold")
+    table = Table(title="llmop up", title_justify="left")
+    table.add_column("MODEL", overflow="fold")
+    table.add_column("MODEL ID", overflow="fold")
+    table.add_column("MCP TOOL", overflow="fold")
+    table.add_column("STATUS", no_wrap=True)
+    table.add_column("DETAIL", overflow="fold", ratio=1)
     for row in snapshot["models"]:
-        phase = row["phase"]
-        table.add_row(row["name"], row["modelId"], row.get("tool") or "-", row["where"],
-                      Text(phase, style=STYLES.get(phase, "")), str(row["restarts"]),
+        table.add_row(row["name"], row["modelId"], row.get("tool") or "-", _status(row),
                       _detail(row))
     return table
 
@@ -58,6 +67,7 @@ def first_serving_local(snapshot: dict[str, Any]) -> str | None:
 
 
 def endpoints_text(snapshot: dict[str, Any], *, detached: bool = False) -> Text:
+    """Where to send requests, and a curl command that copies as one (short lines)."""
     text = Text()
     text.append("Gateway (OpenAI API)  ", style="bold")
     text.append(f"{snapshot['gateway']}\n")
@@ -68,10 +78,11 @@ def endpoints_text(snapshot: dict[str, Any], *, detached: bool = False) -> Text:
     model = first_serving_local(snapshot)
     if model is not None:
         body = json.dumps({"model": model, "messages": [
-            {"role": "user", "content": "Say hello in one sentence."}]})
+            {"role": "user", "content": "Say hello"}]})
         text.append("Try:  ", style="bold")
-        text.append(f"curl -s {snapshot['gateway']}/chat/completions "
-                    f"-H 'Content-Type: application/json' -d '{body}'\n")
+        text.append(f"curl -s {snapshot['gateway']}/chat/completions \\\n"
+                    "        -H 'Content-Type: application/json' \\\n"
+                    f"        -d '{body}'\n")
     text.append("Stop: ", style="bold")
     text.append("llmop down\n" if detached else "Ctrl-C\n")
     return text

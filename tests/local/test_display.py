@@ -1,0 +1,61 @@
+"""What `llmop up` and `llmop status` print for a snapshot (pure rendering)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from llm_operator.local.display import event_line, view
+
+SNAPSHOT: dict[str, Any] = {
+    "gateway": "http://127.0.0.1:8000/v1", "mcp": "http://127.0.0.1:3000/mcp",
+    "logs": "/state/logs", "problems": ["models/broken.yaml: not readable YAML"],
+    "models": [
+        {"name": "gemma3-270m", "modelId": "gemma-3-270m-it", "tool": "gemma3_270m_local",
+         "where": "llama.cpp :41233", "phase": "Ready", "restarts": 1, "detail": "pid 12",
+         "progress": None},
+        {"name": "gpt55-remote", "modelId": "gpt-5.5", "tool": None, "where": "-",
+         "phase": "Skipped", "restarts": 0, "detail": "set OPENAI_API_KEY", "progress": None},
+    ]}
+
+
+def render(snapshot: dict[str, Any], **options: bool) -> str:
+    console = Console(width=100, record=True, file=None, force_terminal=False)
+    with console.capture() as capture:
+        console.print(view(snapshot, **options))
+    return capture.get()
+
+
+def test_the_table_problems_and_endpoints_are_shown() -> None:
+    out = render(SNAPSHOT)
+    assert "│ gemma3-270m " in out and "│ Ready (restarts: 1) " in out
+    assert "│ llama.cpp :41233, pid" in out
+    assert "Files with problems (the other models still run):\n  models/broken.yaml" in out
+    assert "Gateway (OpenAI API)  http://127.0.0.1:8000/v1\n" in out
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("Try:"))
+    assert lines[start:start + 3] == [
+        "Try:  curl -s http://127.0.0.1:8000/v1/chat/completions \\",
+        "        -H 'Content-Type: application/json' \\",
+        "        -d '{\"model\": \"gemma-3-270m-it\", \"messages\": [{\"role\": \"user\", "
+        "\"content\": \"Say hello\"}]}'"]
+    assert out.rstrip().endswith("Stop: Ctrl-C")
+    assert render(SNAPSHOT, detached=True).rstrip().endswith("Stop: llmop down")
+
+
+def test_a_file_being_assembled_shows_its_progress() -> None:
+    assembling = {**SNAPSHOT, "models": [{**SNAPSHOT["models"][0], "phase": "Downloading",
+                                          "progress": [120 * 2**20, 241 * 2**20]}]}
+    out = render(assembling)
+    assert "120/241" in out
+    assert "Try:" not in out  # nothing serves yet
+
+
+@pytest.mark.parametrize(("row", "line"), [
+    (SNAPSHOT["models"][0], "gemma3-270m: Ready (restarts: 1): pid 12"),
+    (SNAPSHOT["models"][1], "gpt55-remote: Skipped: set OPENAI_API_KEY"),
+])
+def test_event_lines(row: dict[str, Any], line: str) -> None:
+    assert event_line(row) == line
