@@ -4,8 +4,8 @@ Runs the real stack (`llmop up examples/local`, its own processes) and measures,
 same Gemma 3 270M file with the same settings:
 
 - generation speed: completion tokens per second of one chat completion (temperature 0,
-  fixed prompt, --max-tokens), through the gateway (plain and streamed), straight to the
-  llama.cpp server process (no gateway), and with llama-cpp-python in this process (the
+  fixed prompt, --max-tokens), through the gateway and straight to the llama.cpp server
+  process (each plain and streamed), and with llama-cpp-python in this process (the
   baseline: no HTTP at all). Rounds alternate between the paths so drift hits each alike;
   medians are compared;
 - time to first token from launching `llmop up` (virtualenv ready): process start, model
@@ -13,7 +13,7 @@ same Gemma 3 270M file with the same settings:
   gateway — against the floor of a fresh Python process that loads llama-cpp-python and
   the model and generates one token.
 
-    python bench/local/run.py [--rounds 7] [--max-tokens 64] [--starts 3]
+    python bench/local/run.py [--rounds 15] [--max-tokens 64] [--starts 3]
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -113,17 +114,24 @@ async def speed(args: argparse.Namespace, cache: Path, work: Path) -> dict[str, 
         gguf = next(cache.rglob("*.gguf"))
         llm = Llama(str(gguf), verbose=False, **SETTINGS)
         results: dict[str, list[float]] = {"in-process": [], "server": [], "gateway": [],
-                                           "gateway-stream": []}
+                                           "server-stream": [], "gateway-stream": []}
         async with aiohttp.ClientSession() as http:
             await via_http(http, gateway, 8)  # warm both paths
-            in_process(llm, 8)
+            # In a thread, so the event loop keeps seeing the servers close idle connections.
+            await asyncio.to_thread(in_process, llm, 8)
+            paths: dict[str, Callable[[], Awaitable[float]]] = {
+                "in-process": lambda: asyncio.to_thread(in_process, llm, args.max_tokens),
+                "server": lambda: via_http(http, server, args.max_tokens),
+                "gateway": lambda: via_http(http, gateway, args.max_tokens),
+                "server-stream": lambda: via_stream(http, server, args.max_tokens),
+                "gateway-stream": lambda: via_stream(http, gateway, args.max_tokens),
+            }
             for _ in range(args.rounds):
-                results["in-process"].append(in_process(llm, args.max_tokens))
-                results["server"].append(await via_http(http, server, args.max_tokens))
-                results["gateway"].append(await via_http(http, gateway, args.max_tokens))
-                results["gateway-stream"].append(await via_stream(http, gateway,
-                                                                  args.max_tokens))
-        del llm
+                for name, measure in paths.items():
+                    # llama.cpp's threads spin for a while after a generation: let the
+                    # previous path's process go idle so it does not slow the next one.
+                    await asyncio.sleep(args.gap)
+                    results[name].append(await measure())
         return results
     finally:
         subprocess.run(llmop("down", "--state-dir", str(state)), check=False,
@@ -175,9 +183,11 @@ def floor(cache: Path) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--starts", type=int, default=3)
+    parser.add_argument("--gap", type=float, default=1.0,
+                        help="Idle seconds before each measurement.")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="llmop-bench-"))
     cache = work / "cache"
@@ -186,18 +196,22 @@ def main() -> None:
         warm = [startup(cache, work, i + 1) for i in range(args.starts)]
         floors = [floor(cache) for _ in range(args.starts)]
         results = asyncio.run(speed(args, cache, work))
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    except BaseException:
+        print(f"failed; logs kept in {work}", file=sys.stderr)
+        raise
+    shutil.rmtree(work, ignore_errors=True)
     base = statistics.median(results["in-process"])
     print(f"\nGeneration speed, {args.max_tokens} tokens, {args.rounds} alternating rounds "
           f"(medians; baseline: llama-cpp-python in-process)")
-    print(f"{'path':<34}{'tokens/s':>10}{'vs baseline':>13}")
+    print(f"{'path':<34}{'tokens/s':>10}{'vs baseline':>13}{'p25-p75':>14}")
     for name, label in (("in-process", "llama-cpp-python in-process"),
                         ("server", "llama.cpp server, direct HTTP"),
                         ("gateway", "llmop up gateway"),
+                        ("server-stream", "llama.cpp server, streamed"),
                         ("gateway-stream", "llmop up gateway, streamed")):
         median = statistics.median(results[name])
-        print(f"{label:<34}{median:>10.1f}{median / base:>12.3f}x")
+        q1, _, q3 = statistics.quantiles(results[name], n=4)
+        print(f"{label:<34}{median:>10.1f}{median / base:>12.3f}x{q1:>8.1f}-{q3:<5.1f}")
     print(f"\nTime to first token from launching `llmop up` (baseline: fresh process loading "
           f"llama-cpp-python + model, 1 token; median of {args.starts})")
     print(f"{'case':<34}{'seconds':>10}{'vs baseline':>13}")

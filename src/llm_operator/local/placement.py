@@ -61,12 +61,13 @@ class LocalServe:
     def route(self, port: int) -> dict[str, Any]:
         """The gateway route to this process.
 
-        No key and no retries (a dead process is marked unavailable instead); a short
-        circuit so that a restarted process is used at once.
+        No key; one quick retry, for a kept-alive connection the server closed as the
+        request went out (a dead process is marked unavailable instead); a short circuit so
+        that a restarted process is used at once.
         """
         return {"name": self.model.name, "models": [self.model.spec.model_id],
                 "upstream": {"baseUrl": f"http://{LOOPBACK}:{port}/v1", "auth": "none"},
-                "retry": {"attempts": 1},
+                "retry": {"attempts": 2, "backoffInitialSeconds": 0.05},
                 "circuitBreaker": {"failureThreshold": 5, "openSeconds": 1}}
 
 
