@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import copy
 import os
+import select
 import shutil
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
@@ -75,3 +76,16 @@ async def running(opts: Options) -> AsyncIterator[Runtime]:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+def exits_within(pid: int, timeout: float) -> bool:
+    """Wait for any process (not only a child) to exit: its pidfd turns readable."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        readable, _, _ = select.select([fd], [], [], timeout)
+        return bool(readable)
+    finally:
+        os.close(fd)

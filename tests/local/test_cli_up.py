@@ -12,7 +12,7 @@ from pathlib import Path
 
 from llm_operator.local.state import alive
 
-from localstack import SETTLE_SECONDS, example_dir
+from localstack import SETTLE_SECONDS, example_dir, exits_within
 
 LLMOP = [sys.executable, "-m", "llm_operator"]
 
@@ -92,3 +92,16 @@ async def test_ctrl_c_stops_the_foreground_stack_cleanly(tmp_path: Path, model_c
     assert "stopped: every model process has exited" in rest
     assert not alive(server)
     assert not (state / "up.json").exists()
+
+
+def test_model_servers_die_with_llmop_up_even_when_it_is_killed(tmp_path: Path,
+                                                                model_cache: Path) -> None:
+    state = tmp_path / "state"
+    started = llmop("up", str(example_dir(tmp_path / "models")), "--detach", "--port", "0",
+                    "--mcp-port", "0", "--state-dir", str(state), "--cache-dir",
+                    str(model_cache))
+    assert started.returncode == 0, started.stdout + started.stderr
+    snapshot = json.loads((state / "up.json").read_text())
+    server = next(r["pid"] for r in snapshot["models"] if r["pid"])
+    os.kill(snapshot["pid"], signal.SIGKILL)  # no chance to clean up
+    assert exits_within(server, 15), "the llama.cpp server outlived llmop up"
