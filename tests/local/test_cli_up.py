@@ -87,7 +87,7 @@ async def test_ctrl_c_stops_the_foreground_stack_cleanly(tmp_path: Path, model_c
         if proc.returncode is None:
             proc.kill()
     out = "".join(seen)
-    assert "gemma3-270m: Downloading" in out and "gemma3-270m: Ready" in out
+    assert "gemma3-270m: Starting: loading (pid " in out and "gemma3-270m: Ready" in out
     assert "gpt55-remote: Skipped: set OPENAI_API_KEY to proxy it through the gateway" in out
     assert "stopped: every model process has exited" in rest
     assert not alive(server)
