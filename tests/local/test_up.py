@@ -211,3 +211,16 @@ async def test_a_remote_model_is_proxied_with_its_key_from_the_environment(
         assert "sk-local-secret" not in written
         assert yaml.safe_load((state / "status.yaml").read_text())["gpt55-remote"] == {
             "phase": "Proxying", "endpoint": up.gateway_url}
+
+
+async def test_an_engine_that_cannot_start_is_retried_and_says_why(
+        tmp_path: Path, model_cache: Path) -> None:
+    models = example_dir(tmp_path / "models")
+    opts = replace(options(models, tmp_path / "state", model_cache),
+                   python=str(tmp_path / "no-such-python"))
+    async with running(opts) as up:
+        snap = await up.until(lambda s: row(s, "gemma3-270m")["restarts"] >= 2, 30)
+    failed = row(snap, "gemma3-270m")
+    assert failed["phase"] == "Failed"
+    assert failed["detail"].startswith(f"cannot start {tmp_path / 'no-such-python'}: No such "
+                                       "file or directory; restart in")

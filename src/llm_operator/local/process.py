@@ -113,10 +113,13 @@ class Supervised:
             out.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%S')} start: "
                       f"{' '.join(self.argv)}\n".encode())
             out.flush()
-            self._proc = await asyncio.create_subprocess_exec(
-                *self.argv, stdin=asyncio.subprocess.DEVNULL, stdout=out,
-                stderr=asyncio.subprocess.STDOUT, start_new_session=True, env=self.env,
-                preexec_fn=_die_with_parent)
+            try:
+                self._proc = await asyncio.create_subprocess_exec(
+                    *self.argv, stdin=asyncio.subprocess.DEVNULL, stdout=out,
+                    stderr=asyncio.subprocess.STDOUT, start_new_session=True, env=self.env,
+                    preexec_fn=_die_with_parent)
+            except OSError as exc:
+                return None, f"cannot start {self.argv[0]}: {exc.strerror or exc}"
         proc = self._proc
         self._set("Starting", f"loading (pid {proc.pid})")
         exited = asyncio.create_task(proc.wait())
