@@ -4,10 +4,10 @@ Runs the real stack (`llmop up examples/local`, its own processes) and measures,
 same Gemma 3 270M file with the same settings:
 
 - generation speed: completion tokens per second of one chat completion (temperature 0,
-  fixed prompt, --max-tokens), through the gateway and straight to the llama.cpp server
-  process (each plain and streamed), and with llama-cpp-python in this process (the
-  baseline: no HTTP at all). Rounds alternate between the paths so drift hits each alike;
-  medians are compared;
+  fixed prompt, --max-tokens), through the gateway and straight to the model's engine
+  process (llm_operator.local.engine; each plain and streamed), and with llama-cpp-python
+  in this process (the baseline: no HTTP at all). Rounds alternate between the paths so
+  drift hits each alike; medians are compared;
 - time to first token from launching `llmop up` (virtualenv ready): process start, model
   file located (assembled on the cold run), llama.cpp loaded, first streamed token at the
   gateway — against the floor of a fresh Python process that loads llama-cpp-python and
@@ -205,9 +205,9 @@ def main() -> None:
           f"(medians; baseline: llama-cpp-python in-process)")
     print(f"{'path':<34}{'tokens/s':>10}{'vs baseline':>13}{'p25-p75':>14}")
     for name, label in (("in-process", "llama-cpp-python in-process"),
-                        ("server", "llama.cpp server, direct HTTP"),
+                        ("server", "engine process, direct HTTP"),
                         ("gateway", "llmop up gateway"),
-                        ("server-stream", "llama.cpp server, streamed"),
+                        ("server-stream", "engine process, streamed"),
                         ("gateway-stream", "llmop up gateway, streamed")):
         median = statistics.median(results[name])
         q1, _, q3 = statistics.quantiles(results[name], n=4)

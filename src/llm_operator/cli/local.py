@@ -280,5 +280,5 @@ def _is_model_server(pid: int) -> bool:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
-    return b"llama_cpp.server" in cmdline
+    return b"llm_operator.local.engine" in cmdline
 

@@ -51,7 +51,7 @@ class LocalServe:
     estimated_gib: float = 0.0
 
     def server_args(self, model_path: str, port: int) -> list[str]:
-        """``python -m llama_cpp.server`` arguments: the file, loopback port, served name."""
+        """Engine arguments (llama_cpp.server's flags): the file, loopback port, served name."""
         args = ["--model", model_path, "--model_alias", self.model.spec.model_id,
                 "--host", LOOPBACK, "--port", str(port)]
         for key, value in self.settings:

@@ -45,7 +45,7 @@ log = logging.getLogger("llm_operator.local")
 UNSETTLED = frozenset({"Pending", "Downloading", "Starting"})
 SERVING = frozenset({"Ready", "Proxying"})
 API_PHASE = {"Skipped": "Pending", "Unplaceable": "Failed"}
-ENGINE_MODULE = "llama_cpp.server"
+ENGINE_MODULE = "llm_operator.local.engine"
 
 
 class _Embedded(uvicorn.Server):

@@ -1,0 +1,238 @@
+"""A lean OpenAI-compatible server around one llama-cpp-python model (`llmop up`'s engine).
+
+Run as ``python -m llm_operator.local.engine --model FILE --model_alias ID --port N ...``
+(the same flags as ``llama_cpp.server``). llama-cpp-python's own server spent ~10% of the
+generation time per token on its request machinery; this one generates in one worker
+thread and only relays (bench/local, docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from aiohttp import web
+
+MAX_BODY = 32 * 1024 * 1024
+CHAT_KEYS = ("messages", "temperature", "top_p", "top_k", "min_p", "stop", "seed",
+             "presence_penalty", "frequency_penalty", "repeat_penalty", "logit_bias",
+             "response_format", "tools", "tool_choice")
+COMPLETION_KEYS = ("prompt", "temperature", "top_p", "top_k", "min_p", "stop", "seed",
+                   "presence_penalty", "frequency_penalty", "repeat_penalty", "logit_bias",
+                   "suffix", "echo")
+DONE = object()
+
+
+class BadRequest(ValueError):
+    """A request the model cannot take; the message names the field."""
+
+
+def _error(status: int, message: str, kind: str = "invalid_request_error") -> web.Response:
+    return web.json_response({"error": {"message": message, "type": kind, "param": None,
+                                        "code": None}}, status=status)
+
+
+def _flag(value: str) -> bool:
+    lowered = value.lower()
+    if lowered in {"1", "true", "yes", "on"}:
+        return True
+    if lowered in {"0", "false", "no", "off"}:
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m llm_operator.local.engine",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True, help="GGUF file")
+    parser.add_argument("--model_alias", required=True, help="the model id clients send")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    for name in ("n_ctx", "n_threads", "n_threads_batch", "n_batch", "n_ubatch",
+                 "n_gpu_layers", "seed"):
+        parser.add_argument(f"--{name}", type=int)
+    for name in ("rope_freq_base", "rope_freq_scale"):
+        parser.add_argument(f"--{name}", type=float)
+    for name in ("flash_attn", "use_mlock", "use_mmap", "verbose"):
+        parser.add_argument(f"--{name}", type=_flag)
+    parser.add_argument("--chat_format")
+    return parser.parse_args(argv)
+
+
+def _max_tokens(body: dict[str, Any]) -> int | None:
+    value = body.get("max_completion_tokens", body.get("max_tokens"))
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise BadRequest("max_tokens must be a positive integer")
+    return value
+
+
+def request_kwargs(body: Any, chat: bool) -> dict[str, Any]:
+    """The model call's keyword arguments from an OpenAI request body (unknown keys ignored)."""
+    if not isinstance(body, dict):
+        raise BadRequest("the body must be a JSON object")
+    if chat:
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise BadRequest("messages must be a non-empty list of {role, content}")
+    elif not isinstance(body.get("prompt"), str):
+        raise BadRequest("prompt must be a string")
+    for key in ("temperature", "top_p"):
+        value = body.get(key)
+        if value is not None and (not isinstance(value, int | float) or isinstance(value, bool)):
+            raise BadRequest(f"{key} must be a number")
+    keys = CHAT_KEYS if chat else COMPLETION_KEYS
+    kwargs = {k: body[k] for k in keys if body.get(k) is not None}
+    limit = _max_tokens(body)
+    if limit is not None:
+        kwargs["max_tokens"] = limit
+    return kwargs
+
+
+class Engine:
+    """One loaded model; requests take turns on one worker thread."""
+
+    def __init__(self, llm: Any, alias: str) -> None:
+        self.llm, self.alias = llm, alias
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="generate")
+        self._turn = asyncio.Lock()
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=MAX_BODY)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/health", self.health)
+        app.router.add_post("/v1/chat/completions", self.chat)
+        app.router.add_post("/v1/completions", self.completions)
+        app.on_cleanup.append(self._close)
+        return app
+
+    async def _close(self, _: web.Application) -> None:
+        self._worker.shutdown(wait=True, cancel_futures=True)
+
+    async def models(self, _: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [
+            {"id": self.alias, "object": "model", "created": 0, "owned_by": "llmop"}]})
+
+    async def health(self, _: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, self.llm.create_chat_completion, chat=True)
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, self.llm.create_completion, chat=False)
+
+    async def _serve(self, request: web.Request, call: Callable[..., Any], *, chat: bool
+                     ) -> web.StreamResponse:
+        try:
+            body = await request.json()
+            kwargs = request_kwargs(body, chat)
+        except (ValueError, json.JSONDecodeError) as exc:
+            return _error(400, str(exc))
+        stream = body.get("stream") is True
+        usage = stream and bool((body.get("stream_options") or {}).get("include_usage"))
+        loop = asyncio.get_running_loop()
+        async with self._turn:
+            if not stream:
+                try:
+                    result = await loop.run_in_executor(self._worker,
+                                                        lambda: call(**kwargs))
+                except ValueError as exc:  # e.g. the prompt exceeds the context
+                    return _error(400, str(exc))
+                result["model"] = self.alias
+                return web.json_response(result)
+            return await self._stream(request, call, kwargs, usage)
+
+    async def _stream(self, request: web.Request, call: Callable[..., Any],
+                      kwargs: dict[str, Any], usage: bool) -> web.StreamResponse:
+        """Relay chunks as they are generated; a client that leaves stops the generation."""
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        stop = threading.Event()
+
+        def generate() -> None:
+            chunks: Iterator[Any] | None = None
+            try:
+                chunks = call(stream=True, **kwargs)
+                for chunk in chunks:
+                    loop.call_soon_threadsafe(queue.put_nowait, chunk)
+                    if stop.is_set():
+                        break
+            except ValueError as exc:
+                loop.call_soon_threadsafe(queue.put_nowait, exc)
+            finally:
+                if chunks is not None and hasattr(chunks, "close"):
+                    chunks.close()
+                loop.call_soon_threadsafe(queue.put_nowait, DONE)
+
+        produced = loop.run_in_executor(self._worker, generate)
+        first = await queue.get()
+        if isinstance(first, ValueError):
+            await queue.get()
+            return _error(400, str(first))
+        out = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                          "Cache-Control": "no-cache"})
+        completion = 0
+        last: dict[str, Any] = {}
+        try:
+            await out.prepare(request)
+            item = first
+            while item is not DONE:
+                if isinstance(item, dict):
+                    item["model"] = self.alias
+                    last = item
+                    completion += 1 if _has_text(item) else 0
+                    await out.write(b"data: " + json.dumps(item).encode() + b"\n\n")
+                item = await queue.get()
+            if usage and last:
+                prompt = max(0, int(self.llm.n_tokens) - completion)
+                await out.write(b"data: " + json.dumps({
+                    **{k: last[k] for k in ("id", "object", "created", "model") if k in last},
+                    "choices": [], "usage": {"prompt_tokens": prompt,
+                                             "completion_tokens": completion,
+                                             "total_tokens": prompt + completion}}).encode()
+                                + b"\n\n")
+            await out.write(b"data: [DONE]\n\n")
+            await out.write_eof()
+        except (ConnectionResetError, asyncio.CancelledError):
+            stop.set()
+            raise
+        finally:
+            stop.set()
+            await asyncio.shield(produced)
+        return out
+
+
+def _has_text(chunk: dict[str, Any]) -> bool:
+    for choice in chunk.get("choices") or []:
+        if (choice.get("delta") or {}).get("content") or choice.get("text"):
+            return True
+    return False
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    from llama_cpp import Llama  # noqa: PLC0415 - the heavy import, after the flags parse
+
+    settings = {k: v for k, v in vars(args).items()
+                if v is not None and k not in {"model", "model_alias", "host", "port"}}
+    settings.setdefault("verbose", False)
+    started = time.monotonic()
+    llm = Llama(model_path=args.model, **settings)
+    print(f"loaded {args.model} as {args.model_alias} in {time.monotonic() - started:.1f}s",
+          flush=True)
+    with contextlib.suppress(KeyboardInterrupt):
+        web.run_app(Engine(llm, args.model_alias).app(), host=args.host, port=args.port,
+                    print=lambda line: print(line, flush=True), access_log=None)
+
+
+if __name__ == "__main__":
+    main()
