@@ -64,7 +64,16 @@ async def test_the_engine_streams_with_usage_completes_and_refuses_bad_bodies(
             usage = chunks[-1]["usage"]
             assert chunks[-1]["choices"] == []
             assert usage["completion_tokens"] == len(texts) > 0
-            assert usage["prompt_tokens"] > 0
+            for ending, limits in (("length", {"max_tokens": 12}),
+                                   ("stop", {"max_tokens": 200, "stop": [" "]})):
+                body = {"messages": MESSAGES, "temperature": 0, **limits}
+                async with http.post(f"{base}/chat/completions", json=body) as resp:
+                    plain = await resp.json()
+                assert plain["choices"][0]["finish_reason"] == ending
+                streamed = await _streamed_usage(http, base, body)
+                assert streamed["prompt_tokens"] == plain["usage"]["prompt_tokens"], ending
+                if ending == "length":  # a stop string's own token is counted, never sent
+                    assert streamed == plain["usage"]
             assert {c["model"] for c in chunks} == {"gemma-3-270m-it"}
             async with http.post(f"{base}/completions", json={
                     "prompt": "The capital of France is", "max_tokens": 4}) as resp:
@@ -74,6 +83,17 @@ async def test_the_engine_streams_with_usage_completes_and_refuses_bad_bodies(
                 assert resp.status == 400
                 assert (await resp.json())["error"]["message"] == \
                     "messages must be a non-empty list of {role, content}"
+
+
+async def _streamed_usage(http: aiohttp.ClientSession, base: str, body: dict[str, Any]
+                          ) -> dict[str, int]:
+    usage: dict[str, int] = {}
+    async with http.post(f"{base}/chat/completions", json={
+            **body, "stream": True, "stream_options": {"include_usage": True}}) as resp:
+        async for line in resp.content:
+            if line.startswith(b"data: {"):
+                usage = json.loads(line[6:]).get("usage") or usage
+    return usage
 
 
 async def test_a_client_that_leaves_mid_stream_stops_the_generation(

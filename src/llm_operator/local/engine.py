@@ -193,7 +193,10 @@ class Engine:
                     await out.write(b"data: " + json.dumps(item).encode() + b"\n\n")
                 item = await queue.get()
             if usage and last:
-                prompt = max(0, int(self.llm.n_tokens) - completion)
+                # The context holds the prompt and every generated token but the last one
+                # when generation hit max_tokens (it was sampled, never evaluated).
+                cut = (last.get("choices") or [{}])[0].get("finish_reason") == "length"
+                prompt = max(0, int(self.llm.n_tokens) - completion + int(cut))
                 await out.write(b"data: " + json.dumps({
                     **{k: last[k] for k in ("id", "object", "created", "model") if k in last},
                     "choices": [], "usage": {"prompt_tokens": prompt,
