@@ -159,26 +159,20 @@ async def _print_events(runtime: Runtime, task: asyncio.Task[None], console: Con
 
 
 def _dry_run(folder: Path, console: Console) -> None:
-    from llm_operator.api.validation import InvalidModel, parse_llmmodel  # noqa: PLC0415
     from llm_operator.local.machine import detect  # noqa: PLC0415
     from llm_operator.local.placement import LocalServe, RemoteProxy, arrange  # noqa: PLC0415
+    from llm_operator.local.runtime import read_models  # noqa: PLC0415
     from llm_operator.mcp_server.sources import DirectoryCache  # noqa: PLC0415
 
     cache = DirectoryCache(folder)
     cache.refresh()
-    models = []
-    for path, _, raw in cache.entries():
-        if isinstance(raw, str):
-            console.print(f"[red]problem[/] {path}: {raw}", highlight=False)
-            continue
-        try:
-            models.append(parse_llmmodel(raw))
-        except InvalidModel as exc:
-            console.print(f"[red]problem[/] {path}: {exc}", highlight=False)
+    models, problems = read_models(cache)
+    for line in problems:
+        console.print(f"[red]problem[/] {line}", highlight=False)
     machine = detect()
     console.print(f"This machine: {machine.cpus} CPUs, {machine.memory_gib:.1f} GiB RAM, "
                   f"accelerators: {', '.join(sorted(machine.accelerators)) or 'none'}")
-    for decision in arrange(models, machine, os.environ.keys()).decisions:
+    for decision in arrange([m for m, _ in models], machine, os.environ.keys()).decisions:
         name = decision.model.name
         if isinstance(decision, LocalServe):
             ignored = f"; engineArgs ignored here: {', '.join(decision.ignored)}" \

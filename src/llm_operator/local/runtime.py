@@ -138,6 +138,21 @@ def free_port() -> int:
         return port
 
 
+def read_models(cache: DirectoryCache) -> tuple[list[tuple[LLMModel, Path]], list[str]]:
+    """The valid models with their files, and one line per unreadable file or bad model."""
+    models: list[tuple[LLMModel, Path]] = []
+    problems: list[str] = []
+    for path, index, raw in cache.entries():
+        if isinstance(raw, str):
+            problems.append(f"{path}: {raw}")
+            continue
+        try:
+            models.append((parse_llmmodel(raw), path))
+        except InvalidModel as exc:
+            problems.append(f"{path}: {object_label(raw, index)}: {exc}")
+    return models, problems
+
+
 class Runtime:
     """Serve a directory of LLMModel YAML on this machine until cancelled."""
 
@@ -287,16 +302,7 @@ class Runtime:
         changed = await asyncio.to_thread(self._cache.refresh)
         if not changed and self._scanned:
             return
-        models: list[tuple[LLMModel, Path]] = []
-        problems: list[str] = []
-        for path, index, raw in self._cache.entries():
-            if isinstance(raw, str):
-                problems.append(f"{path}: {raw}")
-                continue
-            try:
-                models.append((parse_llmmodel(raw), path))
-            except InvalidModel as exc:
-                problems.append(f"{path}: {object_label(raw, index)}: {exc}")
+        models, problems = read_models(self._cache)
         for line in problems:
             if line not in self.problems:
                 log.warning("skipped %s", line)
