@@ -224,3 +224,17 @@ async def test_an_engine_that_cannot_start_is_retried_and_says_why(
     assert failed["phase"] == "Failed"
     assert failed["detail"].startswith(f"cannot start {tmp_path / 'no-such-python'}: No such "
                                        "file or directory; restart in")
+
+
+async def test_a_second_model_with_the_same_name_is_a_problem_not_a_replacement(
+        tmp_path: Path, model_cache: Path) -> None:
+    models = example_dir(tmp_path / "models")
+    copy = gemma(modelId="another-id")
+    write_model(models, copy, name="zz-copy")  # read after gemma3-270m.yaml
+    async with running(options(models, tmp_path / "state", model_cache)) as up:
+        snap = up.snapshot()
+        assert row(snap, "gemma3-270m")["phase"] == "Ready"
+        assert row(snap, "gemma3-270m")["modelId"] == "gemma-3-270m-it"
+        assert snap["problems"] == [
+            f"{models / 'zz-copy.yaml'}: metadata.name gemma3-270m is used by an earlier "
+            "model; names must be unique"]

@@ -29,6 +29,7 @@ from llm_operator.local.placement import (
     Decision,
     LocalServe,
     Machine,
+    NotServed,
     RemoteProxy,
     arrange,
 )
@@ -303,17 +304,21 @@ class Runtime:
         if not changed and self._scanned:
             return
         models, problems = read_models(self._cache)
+        arrangement = arrange([m for m, _ in models], self.machine, self.options.env.keys())
+        wanted: dict[str, tuple[Decision, Path]] = {}
+        for decision, (_, path) in zip(arrangement.decisions, models, strict=True):
+            if decision.model.name in wanted:  # a name clash: the earlier model keeps it
+                assert isinstance(decision, NotServed)
+                problems.append(f"{path}: {decision.reason}")
+            else:
+                wanted[decision.model.name] = (decision, path)
         for line in problems:
             if line not in self.problems:
                 log.warning("skipped %s", line)
         self.problems = problems
-        files = {model.name: path for model, path in models}
-        arrangement = arrange([m for m, _ in models], self.machine, self.options.env.keys())
-        wanted = {d.model.name: d for d in arrangement.decisions}
         for name in [n for n in self.entries if n not in wanted]:
             await self._remove(name)
-        for name, decision in wanted.items():
-            file = files[name]
+        for name, (decision, file) in wanted.items():
             key = _runtime_key(decision, file)
             entry = self.entries.get(name)
             if entry is not None and entry.key == key and entry.file == file:
