@@ -386,10 +386,13 @@ class Runtime:
         name, decision = entry.model.name, entry.decision
         assert isinstance(decision, LocalServe) and entry.port is not None
 
-        def changed(phase: str, detail: str) -> None:
-            entry.phase, entry.detail = phase, detail
+        def refresh() -> None:  # the gateway and the state files follow the new phase
             self._mark(name, entry)
             self._touch()
+
+        def changed(phase: str, detail: str) -> None:
+            entry.phase, entry.detail = phase, detail
+            refresh()
 
         if importlib.util.find_spec("llama_cpp") is None:
             changed("Failed", "llama-cpp-python is not installed: pip install "
@@ -410,14 +413,14 @@ class Runtime:
             return
         entry.progress = None
         argv = [self.options.python, "-m", ENGINE_MODULE,
-                *decision.server_args(str(path), entry.port), "--verbose", "false"]
+                *decision.server_args(str(path), entry.port)]
         secrets = {d.key_env for d in (e.decision for e in self.entries.values())
                    if isinstance(d, RemoteProxy)}
         env = {k: v for k, v in self.options.env.items() if k not in secrets}
         entry.supervised = Supervised(
             name, argv, health_url=f"http://{LOOPBACK}:{entry.port}/v1/models",
             log_path=self.options.state.model_log(name),
-            on_change=lambda: changed(*entry.current()[:2]), timing=self.options.timing,
+            on_change=refresh, timing=self.options.timing,
             env=env)
         await entry.supervised.run()
 
