@@ -126,6 +126,7 @@ class Gateway:
         self._session: aiohttp.ClientSession | None = None
         self._unrouted = RouteMetrics(self.metrics, NO_ROUTE)
         self._unavailable: dict[str, str] = {}  # route label -> why it cannot serve now
+        self._breakers: dict[str, Breaker] = {}  # host -> breaker, for the circuit gauge
         self.reconfigure(config)
 
     def reconfigure(self, config: GatewayConfig) -> None:
@@ -134,7 +135,7 @@ class Gateway:
         A route whose upstream host is unchanged keeps its circuit breaker; limits start
         afresh. The local runtime calls this when a model YAML is added, edited or removed.
         """
-        old = getattr(self, "_breakers", {})
+        old = self._breakers
         breakers: dict[str, Breaker] = {}
         routes: dict[str, RouteState] = {}
         for route in config.routes:
@@ -160,7 +161,7 @@ class Gateway:
         for host in set(old) - set(breakers):
             self.metrics.circuit.remove(host)
         self.config, self.routes = config, routes
-        self._breakers = breakers  # host -> breaker, for the circuit-state gauge
+        self._breakers = breakers
         self._models_body = json.dumps({"object": "list", "data": [
             {"id": name, "object": "model", "created": 0,
              "owned_by": urlsplit(state.url_base).netloc}
