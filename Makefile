@@ -39,13 +39,17 @@ plan: $(STAMP)
 
 test: tools lint typecheck importlint unit
 
-# Debian's prometheus package provides promtool and the Prometheus server the tests run.
+# Debian's prometheus (promtool and the Prometheus server the tests run) and etcd-server
+# (for the real control plane); the kube-apiserver and kube-controller-manager of
+# ../shared/k8s unpacked into .cache/k8s/bin (hash-checked).
+APT_TOOLS := $(if $(shell command -v promtool),,prometheus) $(if $(shell command -v etcd),,etcd-server)
 tools:
-	@command -v promtool >/dev/null || { \
+	@if [ -n "$(strip $(APT_TOOLS))" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
-	    echo ">> installing Debian's prometheus (promtool, prometheus)"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null; \
-	  else echo "promtool is missing: sudo apt-get install prometheus" >&2; exit 1; fi; }
+	    echo ">> installing Debian's $(strip $(APT_TOOLS))"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_TOOLS) >/dev/null; \
+	  else echo "missing: sudo apt-get install $(APT_TOOLS)" >&2; exit 1; fi; fi
+	@$(PYTHON) tools/k8s_binaries.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests tools $(wildcard bench)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import kmock
@@ -10,7 +10,10 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from cluster import Cluster
+from controlplane import ControlPlane, control_plane, missing
 from fake_upstream import FakeUpstream
+from k8s_schemas import schemas_dir
+from samples import REPO
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -55,3 +58,23 @@ async def cluster() -> AsyncIterator[Cluster]:
     async with Cluster() as c, kmock.Server(c):
         c.register_operator_kinds()
         yield c
+
+
+@pytest.fixture(scope="session")
+def apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """A real control plane for the session, installed as a user would.
+
+    The third-party CRDs (KEDA, Prometheus-Operator, Gateway API, InferencePool), then
+    `kubectl apply -k config/default`, then the controller manager (its garbage collector
+    then knows every kind from the start). Its files (logs, audit log) stay in pytest's
+    temporary directory.
+    """
+    reason = missing()
+    if reason:
+        pytest.fail(f"the real control plane cannot start: {reason}")
+    with control_plane(tmp_path_factory.mktemp("controlplane"), controllers=False) as plane:
+        plane.kubectl("apply", "-f", str(schemas_dir()))
+        plane.kubectl("apply", "-k", str(REPO / "config" / "default"))
+        plane.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+        plane.start_controller_manager()
+        yield plane

@@ -11,6 +11,7 @@ import pytest
 from llm_operator.api.rules import RULES
 from llm_operator.api.validation import InvalidModel, parse_llmmodel
 
+from controlplane import ControlPlane
 from k8s_schemas import cel_failures
 from samples import EDGE_SAMPLES, GUIDE_SAMPLES, load_yaml
 
@@ -100,6 +101,39 @@ def test_rule_in_types(base_local: dict[str, Any], case: str, patch: dict[str, A
 def test_rule_in_cel(base_local: dict[str, Any], case: str, patch: dict[str, Any],
                      expected: set[str]) -> None:
     assert _cel_broken(_patch(base_local, patch)) == expected
+
+
+def _apiserver_rejects(apiserver: ControlPlane, doc: dict[str, Any]) -> tuple[int, str]:
+    """Create ``doc`` on the real API server as a dry run: (status, message)."""
+    status, body = apiserver.request(
+        "POST", "/apis/ai.example.io/v1alpha1/namespaces/default/llmmodels?dryRun=All",
+        {**doc, "metadata": {**doc["metadata"], "namespace": "default"}})
+    return status, str((body or {}).get("message", ""))
+
+
+@pytest.mark.parametrize(("case", "patch", "expected"), CASES, ids=[c[0] for c in CASES])
+def test_rule_in_the_real_apiserver(apiserver: ControlPlane, base_local: dict[str, Any],
+                                    case: str, patch: dict[str, Any],
+                                    expected: set[str]) -> None:
+    """The API server itself (CEL on defaulted objects) admits or refuses with our words."""
+    status, message = _apiserver_rejects(apiserver, _patch(base_local, patch))
+    if not expected:
+        assert status == 201, message
+        return
+    assert status == 422
+    by_id = {r.id: r for r in RULES}
+    for rule_id in expected:
+        assert f"{by_id[rule_id].path}: Invalid value" in message \
+            or f"{by_id[rule_id].path}: Required value" in message, message
+        assert by_id[rule_id].message in message
+    assert sum(r.message in message for r in RULES) == len(expected)
+
+
+@pytest.mark.parametrize("name", ["9starts-with-digit", "a" * 64])
+def test_name_format_rule_in_the_real_apiserver(apiserver: ControlPlane,
+                                                base_local: dict[str, Any], name: str) -> None:
+    status, message = _apiserver_rejects(apiserver, _patch(base_local, {}, name=name))
+    assert status == 422 and RULES[0].message in message
 
 
 @pytest.mark.parametrize("name", ["UPPER", "9starts-with-digit", "ends-", "a" * 64])

@@ -10,6 +10,10 @@ from typing import Any
 from llm_operator.api.v1alpha1 import LLMModel, LLMModelSpec
 
 HF_REPO = r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9._-]+$"
+# The CRD has no default for these two (remote models have neither): CEL reads the default
+# the types apply to local models.
+VENDOR = "(has(self.acceleratorVendor) ? self.acceleratorVendor : 'nvidia')"
+ENGINE = "(has(self.inferenceEngine) ? self.inferenceEngine : 'vllm')"
 
 
 @dataclass(frozen=True)
@@ -82,8 +86,7 @@ RULES: tuple[Rule, ...] = (
         id="vllm-not-on-cpu",
         location="spec",
         field=".inferenceEngine",
-        cel="self.deploymentMode != 'local' || self.acceleratorVendor != 'cpu' || "
-        "self.inferenceEngine != 'vllm'",
+        cel=f"self.deploymentMode != 'local' || {VENDOR} != 'cpu' || {ENGINE} != 'vllm'",
         message="vLLM is not supported for acceleratorVendor cpu: use inferenceEngine "
         "llamacpp or ollama",
         holds=lambda s: not (
@@ -94,8 +97,8 @@ RULES: tuple[Rule, ...] = (
         id="gguf-engines-not-on-gaudi",
         location="spec",
         field=".inferenceEngine",
-        cel="self.deploymentMode != 'local' || self.acceleratorVendor != 'intel-gaudi' || "
-        "self.inferenceEngine == 'vllm'",
+        cel=f"self.deploymentMode != 'local' || {VENDOR} != 'intel-gaudi' || "
+        f"{ENGINE} == 'vllm'",
         message="llama.cpp and Ollama do not support acceleratorVendor intel-gaudi: use "
         "inferenceEngine vllm",
         holds=lambda s: not (
@@ -106,7 +109,7 @@ RULES: tuple[Rule, ...] = (
         id="llamacpp-needs-gguf",
         location="spec",
         field=".quantization",
-        cel="self.deploymentMode != 'local' || self.inferenceEngine != 'llamacpp' || "
+        cel=f"self.deploymentMode != 'local' || {ENGINE} != 'llamacpp' || "
         "self.quantization.startsWith('GGUF-')",
         message="llama.cpp serves GGUF files only: set quantization to GGUF-Q4_K_M or GGUF-Q8_0",
         holds=lambda s: not (
@@ -118,7 +121,7 @@ RULES: tuple[Rule, ...] = (
         id="accelerator-count-zero-only-for-cpu",
         location="spec",
         field=".resources.acceleratorCount",
-        cel="self.deploymentMode != 'local' || self.acceleratorVendor == 'cpu' || "
+        cel=f"self.deploymentMode != 'local' || {VENDOR} == 'cpu' || "
         "self.resources.acceleratorCount >= 1",
         message="resources.acceleratorCount must be at least 1 for an accelerator vendor; "
         "0 is only valid for acceleratorVendor cpu",

