@@ -1,0 +1,70 @@
+"""Installing as a user would, with kubectl on a real API server: CRD, kustomizations, columns."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+from controlplane import ControlPlane
+from samples import REPO, sample_doc
+
+LLMOP = str(Path(sys.executable).parent / "llmop")
+
+
+def test_llmop_crd_pipes_into_kubectl_apply(apiserver: ControlPlane) -> None:
+    crd = subprocess.run([LLMOP, "crd"], capture_output=True, text=True, check=True).stdout
+    out = apiserver.kubectl("apply", "-f", "-", stdin=crd).stdout
+    assert out.strip() in {"customresourcedefinition.apiextensions.k8s.io/"
+                           f"llmmodels.ai.example.io {word}" for word in ("unchanged",
+                                                                           "configured")}
+
+
+def test_the_default_kustomization_installed_the_operator(apiserver: ControlPlane) -> None:
+    """The session fixture ran `kubectl apply -k config/default`; it is all there."""
+    found = apiserver.kubectl(
+        "get", "deployment/llm-operator", "serviceaccount/llm-operator",
+        "configmap/llm-operator-settings", "role/llm-operator-leader-election",
+        "-n", "llm-operator-system", "-o", "name").stdout.split()
+    assert len(found) == 4
+    assert apiserver.kubectl("get", "clusterrole/llm-operator", "clusterrolebinding/"
+                             "llm-operator", "-o", "name").stdout.split()
+
+
+def test_kubectl_get_shows_vendor_and_engine_only_for_local_models(
+        apiserver: ControlPlane) -> None:
+    namespace = f"t-{uuid.uuid4().hex[:8]}"
+    apiserver.kubectl("create", "namespace", namespace)
+    local = sample_doc("gemma4-31b-nvidia")
+    del local["spec"]["acceleratorVendor"]  # the default still applies to a local model
+    docs = [sample_doc("gpt55-remote"), local, sample_doc("qwen35-9b-cpu")]
+    for doc in docs:
+        doc["metadata"]["namespace"] = namespace
+    apiserver.kubectl("apply", "-n", namespace, "-f", "-", stdin=yaml.safe_dump_all(docs))
+    rows = apiserver.kubectl("get", "lm", "-n", namespace, "-o",
+                             "custom-columns=NAME:.metadata.name,VENDOR:.spec.acceleratorVendor,"
+                             "ENGINE:.spec.inferenceEngine", "--no-headers",
+                             "--sort-by=.metadata.name").stdout.split("\n")
+    assert [row.split() for row in rows if row] == [
+        ["gemma4-31b-nvidia", "<none>", "vllm"],
+        ["gpt55-remote", "<none>", "<none>"],
+        ["qwen35-9b-cpu", "cpu", "ollama"],
+    ]
+    table = apiserver.kubectl("get", "lm", "gpt55-remote", "-n", namespace).stdout
+    assert "nvidia" not in table and "vllm" not in table
+
+
+def test_the_monitoring_kustomization_brings_its_namespace(apiserver: ControlPlane) -> None:
+    """It used to fail with `namespaces "monitoring" not found` on a cluster without one."""
+    if apiserver.kubectl("get", "namespace", "monitoring", check=False).returncode == 0:
+        pytest.skip("namespace monitoring exists already in this control plane")
+    apiserver.kubectl("apply", "-k", str(REPO / "config" / "monitoring"))
+    found = apiserver.kubectl("get", "prometheusrules,configmaps", "-n", "monitoring",
+                              "-l", "app.kubernetes.io/part-of=llm-operator",
+                              "-o", "name").stdout.split()
+    assert "configmap/llm-operator-dashboards" in found
+    assert any(name.startswith("prometheusrule") for name in found)
