@@ -9,7 +9,8 @@ store with Kubernetes semantics:
 - the status subresource: the main resource ignores ``status``, ``/status`` changes only it;
 - JSON merge, strategic merge (as merge) and JSON patches, PUT, and server-side apply
   (``application/apply-patch+yaml``): creates, merges, and removes the fields a field
-  manager applied before and no longer applies;
+  manager applied before and no longer applies; records the applier in ``managedFields``
+  (simplified: every list is atomic);
 - no-op writes change nothing: no new resourceVersion, no watch event;
 - label selectors on list and watch; watch resumes after a ``resourceVersion``;
 - finalizers (deletionTimestamp first), and garbage collection of owned objects;
@@ -100,6 +101,23 @@ def drop_path(node: dict[str, Any], path: tuple[str, ...]) -> None:
 SELECTOR = re.compile(
     r"\s*(?:(?P<not>!)(?P<nkey>[\w./-]+)|(?P<key>[\w./-]+)\s*(?:(?P<op>==|!=|=)\s*(?P<val>[\w./-]*)"
     r"|\s+(?P<setop>in|notin)\s*\((?P<vals>[^)]*)\))?)\s*(?:,|$)")
+
+
+def fields_v1(node: Any, path: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A simplified managedFields ``fieldsV1`` of an applied object: every list is atomic."""
+    if not isinstance(node, dict):
+        return {}
+    skip = {(): {"apiVersion", "kind"}, ("metadata",): {"name", "namespace"}}.get(path, set())
+    return {f"f:{k}": fields_v1(v, (*path, k)) for k, v in node.items() if k not in skip}
+
+
+def with_owner(obj: dict[str, Any], manager: str, body: dict[str, Any]) -> None:
+    """Record ``manager`` as the Apply owner of ``body``'s fields in ``obj``."""
+    meta = obj.setdefault("metadata", {})
+    entries = [e for e in meta.get("managedFields") or [] if e.get("manager") != manager]
+    meta["managedFields"] = [*entries, {"manager": manager, "operation": "Apply",
+                                        "apiVersion": body.get("apiVersion"),
+                                        "fieldsType": "FieldsV1", "fieldsV1": fields_v1(body)}]
 
 
 def selector_matches(selector: str | None, labels: dict[str, str]) -> bool:
@@ -355,8 +373,10 @@ class Cluster(kmock.KubernetesEmulator):
             if "apply-patch" not in ctype:
                 raise kmock.KubernetesObjectNotFoundError()
             manager = request.params.get("fieldManager", "")
+            applied = copy.deepcopy(body)
+            with_owner(body, manager, applied)
             created = self._create(rid, request.namespace, body)
-            self._applied[(key, manager)] = copy.deepcopy(body)
+            self._applied[(key, manager)] = applied
             return created
         sent_rv = (body.get("metadata") or {}).get("resourceVersion") \
             if isinstance(body, dict) else None
@@ -379,6 +399,7 @@ class Cluster(kmock.KubernetesEmulator):
             new = merge(old, body)
             for path in set(leaf_paths(previous)) - set(leaf_paths(body)):
                 drop_path(new, path)
+            with_owner(new, manager, body)
             self._applied[(key, manager)] = copy.deepcopy(body)
         elif request.method == enums.method.PUT:
             new = copy.deepcopy(body)

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from llm_operator.kube import Connection
-from llm_operator.operator.handlers import run_operator
+from llm_operator.operator.run import run_operator
 from llm_operator.profiles.settings import Settings
 
 from cluster import Cluster
@@ -25,7 +25,7 @@ async def running_operator(conn: Connection, settings: Settings | None = None, *
     stop, ready = asyncio.Event(), asyncio.Event()
     task = asyncio.create_task(run_operator(
         conn, settings or Settings(), stop=stop, ready=ready,
-        **{"resync_seconds": 3600, "idle_seconds": 0.2, **options}))
+        **{"resync_seconds": 3600, **options}))
     await asyncio.wait_for(ready.wait(), timeout)
     try:
         yield

@@ -238,14 +238,18 @@ class Kube:
         items: list[dict[str, Any]] = result.get("items", [])
         return items
 
-    async def list_versioned(self, api_version: str, plural: str, namespace: str | None
+    async def list_versioned(self, api_version: str, plural: str, namespace: str | None,
+                             label_selector: str | None = None
                              ) -> tuple[builtins.list[dict[str, Any]], str]:
         """Every object plus the list's resourceVersion (where a watch resumes)."""
-        result = await self.request("GET", path_of(api_version, plural, namespace))
+        params = {"labelSelector": label_selector} if label_selector else None
+        result = await self.request("GET", path_of(api_version, plural, namespace),
+                                    params=params)
         return result.get("items", []), str(result.get("metadata", {}).get("resourceVersion", ""))
 
     async def watch(self, api_version: str, plural: str, namespace: str | None, *,
-                    resource_version: str, timeout_seconds: int = 300
+                    resource_version: str, timeout_seconds: int = 300,
+                    label_selector: str | None = None
                     ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
         """(type, object) events after ``resource_version`` until the server ends the watch.
 
@@ -255,6 +259,8 @@ class Kube:
         assert self._session is not None, "use `async with Kube(...)`"
         params = {"watch": "true", "resourceVersion": resource_version,
                   "allowWatchBookmarks": "true", "timeoutSeconds": str(timeout_seconds)}
+        if label_selector:
+            params["labelSelector"] = label_selector
         async with self._session.get(path_of(api_version, plural, namespace), params=params,
                                      timeout=aiohttp.ClientTimeout(
                                          total=None, sock_read=timeout_seconds + 30)) as r:

@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from llm_operator.kube import Kube
-from llm_operator.operator.handlers import run_operator
 from llm_operator.operator.leader import LeaderElector, LeaseTerms, holder, lease_body
+from llm_operator.operator.run import run_operator
 from llm_operator.profiles.settings import Settings
 
 from cluster import Cluster, allowed, needed
@@ -144,7 +144,7 @@ class Replica:
         self._started.set()
         try:
             await run_operator(self._conn, Settings(), stop=self._stop, ready=ready,
-                               resync_seconds=3600, idle_seconds=0.2, leader=self._terms,
+                               resync_seconds=3600, leader=self._terms,
                                liveness=self._liveness)
         finally:
             watcher.cancel()
@@ -189,24 +189,13 @@ async def test_only_the_leader_reconciles_and_the_standby_takes_over(cluster: Cl
                                "llm-operator")
             assert held is not None and held["spec"]["holderIdentity"] == "b"
             assert held["spec"]["leaseTransitions"] == 1
-            # kopf binds the freed port for its own endpoint (it starts it after `ready`).
-            assert await eventually_up(probe)
+            assert await probe_status(probe) == (200, {"status": "ok"})
 
 
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-async def eventually_up(url: str, timeout: float = 10) -> bool:
-    """Poll from outside, as a kubelet does (there is no event to wait on)."""
-    async with asyncio.timeout(timeout):
-        while True:
-            with contextlib.suppress(aiohttp.ClientConnectionError):
-                if (await probe_status(url))[0] == 200:
-                    return True
-            await asyncio.sleep(0.1)
 
 
 async def probe_status(url: str) -> tuple[int, Any]:

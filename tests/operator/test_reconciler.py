@@ -165,17 +165,3 @@ async def test_transient_api_errors_are_retried(cluster: Cluster, kube: Kube) ->
     outcome = await reconcile(kube, doc, Settings())
     assert "Deployment/gpt55-remote" in outcome.applied
     assert cluster.get("apps/v1", "deployments", "ai-models", "gpt55-remote") is not None
-
-
-async def test_a_pod_change_refreshes_status_without_touching_children(
-        cluster: Cluster, kube: Kube) -> None:
-    await add_secret(kube, "hf-token", "token")
-    await add_model(kube, "gemma4-31b-nvidia")
-    await reconcile(kube, await current(kube, "gemma4-31b-nvidia"), Settings())
-    await kube.delete("v1", "services", "ai-models", "gemma4-31b-nvidia")  # drift, not ours now
-    await kube.merge_patch("apps/v1", "deployments", "ai-models", "gemma4-31b-nvidia",
-                           body={"status": {"readyReplicas": 1}}, subresource="status")
-    outcome = await reconcile(kube, await current(kube, "gemma4-31b-nvidia"), Settings(),
-                              children=False)
-    assert outcome.phase == "Ready" and outcome.applied == [] and outcome.pruned == []
-    assert cluster.get("v1", "services", "ai-models", "gemma4-31b-nvidia") is None

@@ -330,7 +330,10 @@ def gateway(config_path: str, host: str | None, port: int | None, log_level: str
 @click.option("-A", "--all-namespaces", is_flag=True, help="Watch every namespace (default).")
 @settings_option
 @click.option("--resync", type=float, default=60.0, show_default=True, metavar="SECONDS",
-              help="Re-reconcile every model this often, repairing drift.")
+              help="Re-reconcile every model this often, repairing drift. Changes to a "
+              "model, its children or its Pods are reconciled as they happen.")
+@click.option("--workers", type=click.IntRange(1, 64), default=4, show_default=True,
+              help="Models reconciled at once (never two reconciles of one model).")
 @click.option("--liveness", metavar="URL",
               help="Serve a health endpoint, e.g. http://0.0.0.0:8080/healthz (for probes).")
 @click.option("--metrics-port", type=int, metavar="PORT",
@@ -344,7 +347,7 @@ def gateway(config_path: str, host: str | None, port: int | None, log_level: str
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
               default="info", show_default=True)
 def operator(namespaces: tuple[str, ...], *, all_namespaces: bool, settings_path: str | None,
-             resync: float, liveness: str | None, metrics_port: int | None,
+             resync: float, workers: int, liveness: str | None, metrics_port: int | None,
              leader_elect: bool, lease_namespace: str, lease_name: str,
              log_level: str) -> None:
     """Run the operator: reconcile LLMModels into running, observed workloads.
@@ -352,15 +355,16 @@ def operator(namespaces: tuple[str, ...], *, all_namespaces: bool, settings_path
     Uses in-cluster credentials inside a pod and your kubeconfig elsewhere. For each
     LLMModel it checks placement and Secrets, applies the rendered children with server-side
     apply, prunes the ones no longer wanted, keeps discovery labels exact, and writes the
-    status observed from the model's Deployment and Pods.
+    status observed from the model's Deployment and Pods. It reads the cluster from watches
+    (models, their children, their Pods) and writes only what differs from what it owns.
     """
     import asyncio  # noqa: PLC0415 - the operator's dependencies only for this command
     import os  # noqa: PLC0415
     import socket  # noqa: PLC0415
 
     from llm_operator.kube import connection  # noqa: PLC0415
-    from llm_operator.operator.handlers import LeadershipLost, run_operator  # noqa: PLC0415
     from llm_operator.operator.leader import LeaseTerms  # noqa: PLC0415
+    from llm_operator.operator.run import LeadershipLost, run_operator  # noqa: PLC0415
 
     if namespaces and all_namespaces:
         raise click.UsageError("use either --namespace or --all-namespaces")
@@ -372,8 +376,8 @@ def operator(namespaces: tuple[str, ...], *, all_namespaces: bool, settings_path
         if leader_elect else None
     try:
         asyncio.run(run_operator(connection(), settings, namespaces=namespaces,
-                                 clusterwide=not namespaces, resync_seconds=resync,
-                                 liveness=liveness, metrics_port=metrics_port, leader=leader))
+                                 resync_seconds=resync, workers=workers, liveness=liveness,
+                                 metrics_port=metrics_port, leader=leader))
     except LeadershipLost as exc:
         raise click.ClickException(str(exc)) from None
 

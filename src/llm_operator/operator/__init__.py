@@ -1,1 +1,1 @@
-"""The Kubernetes operator: kopf handlers, applying children, observing status (I/O)."""
+"""The Kubernetes operator: watch caches, a reconcile queue, applying children, status (I/O)."""

@@ -6,14 +6,15 @@ import datetime
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from llm_operator.api import labels as L
 from llm_operator.api.v1alpha1 import API_VERSION, LLMModel
 from llm_operator.api.validation import Problem, parse_llmmodel
-from llm_operator.kube import PLURALS, ApiError, Kube, plural_of
+from llm_operator.kube import FIELD_MANAGER, PLURALS, ApiError, Kube
 from llm_operator.profiles.planner import plan
 from llm_operator.profiles.settings import Settings
+from llm_operator.reconcile.ownership import drift
 from llm_operator.reconcile.status import Blocker, Event, Observation, compute_status
 from llm_operator.render import placement_problems, render
 from llm_operator.render.networking import endpoint
@@ -28,32 +29,72 @@ CHILD_KINDS = (
 )
 
 
+
+
+class ClusterView(Protocol):
+    """Where a reconcile reads the cluster from: the operator's watch caches, or the API.
+
+    ``children`` answers None when the kind is not served (its CRD is not installed).
+    ``stored`` hands back what a write returned, ``removed`` what a delete removed, so a
+    cache is current before the watch event arrives.
+    """
+
+    async def child(self, api_version: str, kind: str, namespace: str, name: str
+                    ) -> dict[str, Any] | None: ...
+
+    async def children(self, api_version: str, kind: str, namespace: str,
+                       labels: dict[str, str]) -> list[dict[str, Any]] | None: ...
+
+    def stored(self, obj: dict[str, Any]) -> None: ...
+
+    def removed(self, api_version: str, kind: str, namespace: str, name: str) -> None: ...
+
+
+@dataclass
+class DirectView:
+    """A ClusterView that asks the API server every time (tests, one-off reconciles)."""
+
+    kube: Kube
+
+    async def child(self, api_version: str, kind: str, namespace: str, name: str
+                    ) -> dict[str, Any] | None:
+        return await self.kube.get(api_version, PLURALS[(api_version, kind)], namespace, name)
+
+    async def children(self, api_version: str, kind: str, namespace: str,
+                       labels: dict[str, str]) -> list[dict[str, Any]] | None:
+        selector = ",".join(f"{k}={v}" for k, v in labels.items())
+        try:
+            return await self.kube.list(api_version, PLURALS[(api_version, kind)], namespace,
+                                        selector)
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def stored(self, obj: dict[str, Any]) -> None:
+        return None
+
+    def removed(self, api_version: str, kind: str, namespace: str, name: str) -> None:
+        return None
+
+
 @dataclass
 class Outcome:
     """What one reconcile did (for logs, metrics and tests)."""
 
     applied: list[str] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)  # why each child was applied
     pruned: list[str] = field(default_factory=list)
     phase: str | None = None
     events: list[Event] = field(default_factory=list)
     status_written: bool = False
+    waiting_for_secret: bool = False  # a Secret it needs is missing: look again soon
     labels_written: bool = False
     model: LLMModel | None = None  # the model with its new status
 
 
 def now() -> str:
     return datetime.datetime.now(tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def subset(desired: Any, current: Any) -> bool:
-    """Whether ``current`` already holds everything ``desired`` says (server defaults aside)."""
-    if isinstance(desired, dict):
-        return isinstance(current, dict) and all(
-            k in current and subset(v, current[k]) for k, v in desired.items())
-    if isinstance(desired, list):
-        return isinstance(current, list) and len(desired) == len(current) and all(
-            subset(d, c) for d, c in zip(desired, current, strict=True))
-    return bool(desired == current)
 
 
 def required_secrets(model: LLMModel) -> list[tuple[str, str, str]]:
@@ -72,8 +113,8 @@ def required_secrets(model: LLMModel) -> list[tuple[str, str, str]]:
     return out
 
 
-def owner_selector(model: LLMModel) -> str:
-    return f"{L.MODEL_NAME}={model.name},{L.K8S_MANAGED_BY}={L.MANAGED_BY_VALUE}"
+def owner_labels(model: LLMModel) -> dict[str, str]:
+    return {L.MODEL_NAME: model.name, L.K8S_MANAGED_BY: L.MANAGED_BY_VALUE}
 
 
 async def _blockers(kube: Kube, model: LLMModel, problems: list[Problem]) -> list[Blocker]:
@@ -85,41 +126,38 @@ async def _blockers(kube: Kube, model: LLMModel, problems: list[Problem]) -> lis
     return blockers
 
 
-async def _apply_children(kube: Kube, model: LLMModel, desired: list[dict[str, Any]],
+async def _apply_children(kube: Kube, view: ClusterView, desired: list[dict[str, Any]],
                           outcome: Outcome) -> None:
     for obj in desired:
         meta = obj["metadata"]
-        current = await kube.get(obj["apiVersion"], plural_of(obj), meta["namespace"],
-                                 meta["name"])
-        if current is not None and subset(obj, current):
-            continue  # already as desired: no write
-        await kube.apply(obj)
+        current = await view.child(obj["apiVersion"], obj["kind"], meta["namespace"],
+                                   meta["name"])
+        reason = "it does not exist" if current is None else drift(obj, current, FIELD_MANAGER)
+        if reason is None:
+            continue  # every field we render is ours and as rendered: no write
+        view.stored(await kube.apply(obj))
         outcome.applied.append(f"{obj['kind']}/{meta['name']}")
+        outcome.reasons.append(f"{obj['kind']}/{meta['name']}: {reason}")
 
 
-async def _prune(kube: Kube, model: LLMModel, desired: list[dict[str, Any]],
+async def _prune(kube: Kube, view: ClusterView, model: LLMModel, desired: list[dict[str, Any]],
                  outcome: Outcome) -> None:
     wanted = {(o["apiVersion"], o["kind"], o["metadata"]["name"]) for o in desired}
     for api, kind in CHILD_KINDS:
-        plural = PLURALS[(api, kind)]
-        try:
-            existing = await kube.list(api, plural, model.namespace, owner_selector(model))
-        except ApiError as exc:
-            if exc.status == 404:  # the kind is not installed (e.g. no KEDA): nothing to prune
-                continue
-            raise
-        for obj in existing:
+        existing = await view.children(api, kind, model.namespace, owner_labels(model))
+        for obj in existing or ():  # None: the kind is not installed (e.g. no KEDA)
             name = obj["metadata"]["name"]
             if (api, kind, name) not in wanted:
-                await kube.delete(api, plural, model.namespace, name)
+                await kube.delete(api, PLURALS[(api, kind)], model.namespace, name)
+                view.removed(api, kind, model.namespace, name)
                 outcome.pruned.append(f"{kind}/{name}")
 
 
-async def _observe(kube: Kube, model: LLMModel) -> tuple[dict[str, Any] | None,
-                                                          list[dict[str, Any]]]:
-    deployment = await kube.get("apps/v1", "deployments", model.namespace, model.name)
-    pods = await kube.list("v1", "pods", model.namespace, f"{L.MODEL_NAME}={model.name}")
-    return deployment, pods
+async def _observe(view: ClusterView, model: LLMModel) -> tuple[dict[str, Any] | None,
+                                                                list[dict[str, Any]]]:
+    deployment = await view.child("apps/v1", "Deployment", model.namespace, model.name)
+    pods = await view.children("v1", "Pod", model.namespace, {L.MODEL_NAME: model.name})
+    return deployment, pods or []
 
 
 async def record_events(kube: Kube, model: LLMModel, events: list[Event]) -> None:
@@ -142,31 +180,33 @@ Usage = tuple[int | None, int | None]  # (requestsPerMinute, averageLatencyMs)
 
 
 async def reconcile(kube: Kube, doc: dict[str, Any], settings: Settings, *,
-                    usage: Callable[[LLMModel], Awaitable[Usage]] | None = None,
-                    children: bool = True) -> Outcome:
+                    view: ClusterView | None = None,
+                    usage: Callable[[LLMModel], Awaitable[Usage]] | None = None) -> Outcome:
     """Bring one model's children, labels and status in line with its spec.
 
     A model that cannot be placed gets phase Failed with the reasons and no new workload
-    (existing children are left as they are). Unchanged state costs reads only. With
-    ``children=False`` only the status is refreshed (a Pod changed: nothing to apply). A
-    document the CRD should have refused raises InvalidModel (the caller reports it).
+    (existing children are left as they are). Reads come from ``view`` (the API itself when
+    None); unchanged state costs no write. A document the CRD should have refused raises
+    InvalidModel (the caller reports it).
     """
+    view = view or DirectView(kube)
     outcome = Outcome()
     model = parse_llmmodel(doc)
     meta = doc["metadata"]
     patch = L.reconcile_labels(meta.get("labels") or {}, model.spec)
     if patch:
-        await kube.merge_patch(API_VERSION, "llmmodels", model.namespace, model.name,
-                               body={"metadata": {"labels": patch}})
+        view.stored(await kube.merge_patch(API_VERSION, "llmmodels", model.namespace,
+                                           model.name, body={"metadata": {"labels": patch}}))
         outcome.labels_written = True
 
     model_plan = plan(model, settings.storage.min_size_gi_b)
     blockers = await _blockers(kube, model, placement_problems(model, settings, model_plan))
-    if not blockers and children:
+    outcome.waiting_for_secret = any(b.reason == "SecretMissing" for b in blockers)
+    if not blockers:
         desired = render(model, settings, owner_uid=meta.get("uid"))
-        await _apply_children(kube, model, desired, outcome)
-        await _prune(kube, model, desired, outcome)
-    deployment, pods = (None, []) if blockers else await _observe(kube, model)
+        await _apply_children(kube, view, desired, outcome)
+        await _prune(kube, view, model, desired, outcome)
+    deployment, pods = (None, []) if blockers else await _observe(view, model)
     metrics = await usage(model) if usage is not None else (None, None)
     observation = Observation(
         deployment=deployment, pods=pods, blockers=blockers, plan_verdict=model_plan.verdict,
@@ -177,8 +217,9 @@ async def reconcile(kube: Kube, doc: dict[str, Any], settings: Settings, *,
     outcome.phase = update.status.phase
     outcome.model = model.model_copy(update={"status": update.status})
     if update.changed:
-        await kube.merge_patch(API_VERSION, "llmmodels", model.namespace, model.name,
-                               body={"status": update.patch()}, subresource="status")
+        view.stored(await kube.merge_patch(API_VERSION, "llmmodels", model.namespace,
+                                           model.name, body={"status": update.patch()},
+                                           subresource="status"))
         outcome.status_written = True
     if update.events:
         await record_events(kube, model, update.events)

@@ -1,0 +1,331 @@
+"""The controller: watch caches, what to reconcile when, workers, resync and the MCP finalizer."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from llm_operator.api import labels as L
+from llm_operator.api.v1alpha1 import API_VERSION, LLMModel
+from llm_operator.api.validation import InvalidModel, parse_llmmodel
+from llm_operator.informer import Informer, Key, key_of
+from llm_operator.kube import PLURALS, ApiError, Kube
+from llm_operator.operator import mcp_push
+from llm_operator.operator.metrics import OperatorMetrics
+from llm_operator.operator.prometheus import status_metrics
+from llm_operator.operator.reconciler import CHILD_KINDS, Outcome, reconcile, record_events
+from llm_operator.operator.workqueue import WorkQueue
+from llm_operator.profiles.settings import McpPush, Settings
+from llm_operator.reconcile.status import Event
+
+log = logging.getLogger("llm_operator.operator")
+FINALIZER = L.MCP_CLEANUP_FINALIZER
+MODEL_KIND = (API_VERSION, "LLMModel")
+POD_KIND = ("v1", "Pod")
+SECRET_RECHECK_SECONDS = 10.0  # a model waiting for its Secret looks again this often
+# What a model's own change must touch to be reconciled: not its status (we write that).
+_VOLATILE_META = ("resourceVersion", "managedFields")
+
+
+def _identity(obj: dict[str, Any]) -> dict[str, Any]:
+    meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k not in _VOLATILE_META}
+    return {**{k: v for k, v in obj.items() if k not in {"status", "metadata"}}, "metadata": meta}
+
+
+@dataclass
+class Caches:
+    """The operator's watch caches, by kind and namespace (None: all namespaces).
+
+    Implements the reconciler's ClusterView: reads never reach the API server, and what a
+    write returned is stored at once.
+    """
+
+    namespaces: list[str | None]
+    informers: dict[tuple[str, str], dict[str | None, Informer]] = field(default_factory=dict)
+
+    def add(self, kind: tuple[str, str], make: functools.partial[Informer]) -> None:
+        self.informers[kind] = {ns: make(namespace=ns) for ns in self.namespaces}
+
+    def _for(self, kind: tuple[str, str], namespace: str) -> Informer | None:
+        by_ns = self.informers.get(kind, {})
+        return by_ns.get(namespace) or by_ns.get(None)
+
+    def all(self) -> list[Informer]:
+        return [i for by_ns in self.informers.values() for i in by_ns.values()]
+
+    def models(self) -> list[dict[str, Any]]:
+        return [o for i in self.informers[MODEL_KIND].values() for o in i.objects.values()]
+
+    def model(self, namespace: str, name: str) -> dict[str, Any] | None:
+        informer = self._for(MODEL_KIND, namespace)
+        return informer.get(namespace, name) if informer else None
+
+    async def child(self, api_version: str, kind: str, namespace: str, name: str
+                    ) -> dict[str, Any] | None:
+        informer = self._for((api_version, kind), namespace)
+        return informer.get(namespace, name) if informer else None
+
+    async def children(self, api_version: str, kind: str, namespace: str,
+                       labels: dict[str, str]) -> list[dict[str, Any]] | None:
+        informer = self._for((api_version, kind), namespace)
+        if informer is None or informer.absent:
+            return None
+        return informer.select(namespace, labels)
+
+    def stored(self, obj: dict[str, Any]) -> None:
+        informer = self._for((obj.get("apiVersion", ""), obj.get("kind", "")),
+                             key_of(obj)[0])
+        if informer is not None:
+            informer.store(obj)
+
+    def removed(self, api_version: str, kind: str, namespace: str, name: str) -> None:
+        informer = self._for((api_version, kind), namespace)
+        if informer is not None:
+            informer.forget(namespace, name)
+
+
+class Controller:
+    """Reconciles every LLMModel in ``namespaces`` (empty: all) from watch caches.
+
+    A model is queued when it appears, when anything but its status changes, when one of
+    its children or Pods changes, every ``resync_seconds``, and after a failure (with
+    backoff). ``workers`` reconciles run at once, never two for one model. A finalizer is
+    set only where there is something to clean up on delete (MCP pushes configured and the
+    model exposed); models never wait for the operator to be deleted otherwise.
+    """
+
+    def __init__(self, kube: Kube, settings: Settings, *, namespaces: Collection[str] = (),
+                 resync_seconds: float = 60.0, workers: int = 4,
+                 metrics: OperatorMetrics | None = None,
+                 on_reconcile: Callable[[Key, Outcome], None] | None = None) -> None:
+        self.kube, self.settings = kube, settings
+        self.on_reconcile = on_reconcile  # told of every finished reconcile (tests, benches)
+        self.resync_seconds, self.workers = resync_seconds, workers
+        self.metrics = metrics or OperatorMetrics()
+        self.queue: WorkQueue[Key] = WorkQueue()
+        self.metrics.queued.set_function(lambda: len(self.queue))
+        self.metrics.in_flight.set_function(lambda: self.queue.in_flight)
+        self.caches = Caches(list(namespaces) or [None])
+        self.prometheus: aiohttp.ClientSession | None = None
+        self.http: aiohttp.ClientSession | None = None
+        self.pushed: dict[Key, dict[str, Any]] = {}
+        self.deregister_attempts: dict[Key, int] = {}
+        informer = functools.partial(Informer, kube)
+        self.caches.add(MODEL_KIND, functools.partial(
+            informer, API_VERSION, "llmmodels", on_change=self._model_changed))
+        managed = f"{L.K8S_MANAGED_BY}={L.MANAGED_BY_VALUE}"
+        for kind in CHILD_KINDS:
+            self.caches.add(kind, functools.partial(
+                informer, kind[0], PLURALS[kind], label_selector=managed,
+                on_change=self._child_changed))
+        self.caches.add(POD_KIND, functools.partial(
+            informer, "v1", "pods", label_selector=L.MODEL_NAME, on_change=self._child_changed))
+
+    @property
+    def push(self) -> McpPush | None:
+        return self.settings.mcp if self.settings.mcp.admin_url else None
+
+    # --- triggers ---------------------------------------------------------------------
+
+    def _model_changed(self, kind: str, obj: dict[str, Any], previous: dict[str, Any] | None
+                       ) -> None:
+        key = key_of(obj)
+        if kind == "DELETED":
+            self.queue.drop(key)
+            self.metrics.forget(*key)
+            self.pushed.pop(key, None)
+            self.deregister_attempts.pop(key, None)
+        elif previous is None or _identity(obj) != _identity(previous):
+            self.queue.add(key)
+
+    def _child_changed(self, kind: str, obj: dict[str, Any], previous: dict[str, Any] | None
+                       ) -> None:
+        namespace = key_of(obj)[0]
+        name = ((obj.get("metadata") or {}).get("labels") or {}).get(L.MODEL_NAME)
+        if name and self.caches.model(namespace, name) is not None:
+            self.queue.add((namespace, name))
+
+    # --- running ----------------------------------------------------------------------
+
+    async def run(self, ready: asyncio.Event | None = None) -> None:
+        """Watch, reconcile and resync until cancelled."""
+        if self.settings.status_metrics:
+            self.prometheus = aiohttp.ClientSession()
+        if self.push is not None:
+            self.http = aiohttp.ClientSession()
+        tasks = [asyncio.create_task(i.run()) for i in self.caches.all()]
+        try:
+            await _first_of(asyncio.gather(*(i.synced.wait() for i in self.caches.all())),
+                            tasks)
+            tasks += [asyncio.create_task(self._worker()) for _ in range(self.workers)]
+            tasks.append(asyncio.create_task(self._resync()))
+            if ready is not None:
+                ready.set()
+            await _first_of(asyncio.Event().wait(), tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            self.queue.close()
+            for session in (self.prometheus, self.http):
+                if session is not None:
+                    await session.close()
+
+    async def _resync(self) -> None:
+        """Queue every model now (the start-up pass), then every ``resync_seconds``."""
+        while True:
+            for obj in self.caches.models():
+                self.queue.add(key_of(obj))
+            await asyncio.sleep(self.resync_seconds)
+
+    async def _worker(self) -> None:
+        while True:
+            key = await self.queue.get()
+            try:
+                await self._handle(key)
+                self.queue.forget(key)
+            except Exception as exc:
+                delay = self.queue.retry(key)
+                log.warning("%s/%s: %s: %s; retrying in %.0f s", *key, type(exc).__name__,
+                            exc, delay)
+            finally:
+                self.queue.done(key)
+
+    async def _handle(self, key: Key) -> None:
+        doc = self.caches.model(*key)
+        if doc is None:
+            return
+        finalizers = doc["metadata"].get("finalizers") or []
+        if doc["metadata"].get("deletionTimestamp"):
+            if FINALIZER in finalizers:
+                await self._deregister(doc)
+                await self._set_finalizer(doc, wanted=False)
+            return
+        wanted = self._wants_finalizer(doc)
+        if wanted != (FINALIZER in finalizers):
+            doc = await self._set_finalizer(doc, wanted=wanted)
+        await self._reconcile(doc)
+
+    async def _reconcile(self, doc: dict[str, Any]) -> None:
+        metrics, key = self.metrics, key_of(doc)
+        usage = None
+        if self.prometheus is not None:
+            usage = functools.partial(status_metrics, self.prometheus,
+                                      self.settings.prometheus_address)
+        started = time.monotonic()
+        try:
+            outcome = await reconcile(self.kube, doc, self.settings, view=self.caches,
+                                      usage=usage)
+        except InvalidModel as exc:  # the CRD's validation should have refused it
+            metrics.reconciles.labels("invalid").inc()
+            log.error("%s/%s: invalid LLMModel, not reconciled: %s", *key, exc)
+            return
+        except Exception:
+            metrics.errors.inc()
+            metrics.reconciles.labels("error").inc()
+            raise
+        finally:
+            metrics.duration.observe(time.monotonic() - started)
+        metrics.reconciles.labels("ok").inc()
+        metrics.applied.inc(len(outcome.applied))
+        metrics.pruned.inc(len(outcome.pruned))
+        if outcome.phase:
+            metrics.set_phase(*key, outcome.phase)
+        if outcome.applied or outcome.pruned:
+            log.info("%s/%s: applied %s, pruned %s, phase %s", *key, outcome.reasons,
+                     outcome.pruned, outcome.phase)
+        if outcome.waiting_for_secret:
+            self.queue.add_after(key, SECRET_RECHECK_SECONDS)
+        if self.on_reconcile is not None:
+            self.on_reconcile(key, outcome)
+        if self.push is not None and outcome.model is not None:
+            await self._push_registration(outcome.model)
+
+    # --- MCP pushes and the finalizer ---------------------------------------------------
+
+    def _wants_finalizer(self, doc: dict[str, Any]) -> bool:
+        exposure = (doc.get("spec") or {}).get("mcpExposure") or {}
+        return self.push is not None and bool(exposure.get("enabled"))
+
+    async def _set_finalizer(self, doc: dict[str, Any], *, wanted: bool) -> dict[str, Any]:
+        """Add or remove our finalizer with a JSON patch that fails on a concurrent change."""
+        meta = doc["metadata"]
+        finalizers = list(meta.get("finalizers") or [])
+        guard = {"op": "test", "path": "/metadata/resourceVersion",
+                 "value": meta["resourceVersion"]}
+        if wanted:
+            change = ({"op": "add", "path": "/metadata/finalizers/-", "value": FINALIZER}
+                      if finalizers else
+                      {"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER]})
+        else:
+            change = {"op": "remove", "path": f"/metadata/finalizers/{finalizers.index(FINALIZER)}"}
+        namespace, name = key_of(doc)
+        path = f"/apis/{API_VERSION}/namespaces/{namespace}/llmmodels/{name}"
+        try:
+            result: dict[str, Any] = await self.kube.request(
+                "PATCH", path, body=[guard, change], content_type="application/json-patch+json")
+        except ApiError as exc:
+            if exc.status == 404:
+                return doc
+            raise
+        self.caches.stored(result)
+        return result
+
+    async def _push_registration(self, model: LLMModel) -> None:
+        """Tell the MCP server about a serving model once (its watch would find it anyway)."""
+        assert self.http is not None and self.push is not None
+        body = mcp_push.payload(model)
+        key = (model.namespace, model.name)
+        if body is None or self.pushed.get(key) == body:
+            return
+        try:
+            await mcp_push.register(self.http, self.push, body)
+            self.pushed[key] = body
+        except mcp_push.PushError as exc:
+            log.warning("%s/%s: %s; the MCP server's watch will pick the model up", *key, exc)
+
+    async def _deregister(self, doc: dict[str, Any]) -> None:
+        """Remove a deleted model's tool: bounded attempts, then a Warning event and release."""
+        push, key = self.push, key_of(doc)
+        exposure = (doc.get("spec") or {}).get("mcpExposure") or {}
+        tool = exposure.get("toolName")
+        self.pushed.pop(key, None)
+        if push is None or not exposure.get("enabled") or not tool:
+            return
+        assert self.http is not None
+        try:
+            await mcp_push.deregister(self.http, push, tool)
+        except mcp_push.PushError as exc:
+            attempts = self.deregister_attempts[key] = self.deregister_attempts.get(key, 0) + 1
+            if attempts < push.attempts:
+                raise
+            model = parse_llmmodel({k: v for k, v in doc.items() if k != "status"})
+            await record_events(self.kube, model, [Event(
+                "Warning", "MCPDeregistrationFailed",
+                f"could not remove tool {tool} from the MCP server after {push.attempts} "
+                f"attempts ({exc}); deleting anyway, its watch drops the tool")])
+            log.warning("%s/%s: giving up MCP deregistration of %s: %s", *key, tool, exc)
+
+
+async def _first_of(awaitable: Any, tasks: list[asyncio.Task[Any]]) -> None:
+    """Wait for ``awaitable``; a background task that ends first re-raises its error."""
+    waiting = asyncio.ensure_future(awaitable)
+    try:
+        done, _ = await asyncio.wait({waiting, *tasks}, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            if task is not waiting:
+                task.result()
+                raise RuntimeError("a background task of the operator stopped")
+    finally:
+        if not waiting.done():
+            waiting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await waiting

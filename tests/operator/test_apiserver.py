@@ -1,0 +1,462 @@
+"""The operator against a real kube-apiserver and controller manager, as its ServiceAccount.
+
+Every test runs the operator in-process with the token of `config/rbac`'s ServiceAccount
+(a 403 anywhere fails it), in a namespace of its own, and waits on watch events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import copy
+import json
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from llm_operator.api import labels as L
+from llm_operator.api.validation import parse_llmmodel
+from llm_operator.kube import RETRYABLE, ApiError, Connection, Kube
+from llm_operator.operator.reconciler import Outcome, required_secrets
+from llm_operator.profiles.settings import Settings
+from llm_operator.render import render
+
+from controlplane import ControlPlane
+from operators import running_operator
+from samples import EDGE_SAMPLES, GUIDE_SAMPLES, load_yaml
+
+API = "ai.example.io/v1alpha1"
+OPERATOR_USER = "system:serviceaccount:llm-operator-system:llm-operator"
+SAMPLES = [p for p in GUIDE_SAMPLES + EDGE_SAMPLES]
+
+
+def admin(apiserver: ControlPlane) -> Connection:
+    from llm_operator.kube import from_kubeconfig  # noqa: PLC0415
+
+    return from_kubeconfig(str(apiserver.kubeconfig))
+
+
+def operator_connection(apiserver: ControlPlane) -> Connection:
+    """The operator's own identity: a token of its ServiceAccount (config/rbac)."""
+    token = apiserver.kubectl("create", "token", "llm-operator", "-n", "llm-operator-system",
+                              "--duration=2h").stdout.strip()
+    return Connection(server=apiserver.server, token=token, ca_file=str(apiserver.ca_file))
+
+
+@pytest.fixture
+def namespace(apiserver: ControlPlane) -> str:
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    apiserver.kubectl("create", "namespace", name)
+    return name
+
+
+@pytest.fixture
+async def kube(apiserver: ControlPlane) -> AsyncIterator[Kube]:
+    async with Kube(admin(apiserver)) as client:
+        yield client
+
+
+async def until(kube: Kube, api: str, plural: str, namespace: str, name: str,
+                check: Callable[[dict[str, Any] | None], bool], timeout: float = 30
+                ) -> dict[str, Any] | None:
+    """The object once ``check`` holds for it (None: it is gone), waiting on watch events."""
+    async with asyncio.timeout(timeout):
+        while True:
+            items, version = await kube.list_versioned(api, plural, namespace)
+            obj = next((o for o in items if o["metadata"]["name"] == name), None)
+            if check(obj):
+                return obj
+            try:
+                async with contextlib.aclosing(kube.watch(
+                        api, plural, namespace, resource_version=version,
+                        timeout_seconds=60)) as events:
+                    async for kind, event in events:
+                        if (event.get("metadata") or {}).get("name") != name:
+                            continue
+                        obj = None if kind == "DELETED" else event
+                        if check(obj):
+                            return obj
+            except ApiError as exc:  # a restarted API server's watch cache is warming up
+                if exc.status not in RETRYABLE:
+                    raise
+                await asyncio.sleep(0.2)  # back off before listing again
+
+
+def phase_is(*phases: str) -> Callable[[dict[str, Any] | None], bool]:
+    return lambda obj: bool(obj and (obj.get("status") or {}).get("phase") in phases)
+
+
+def exists(obj: dict[str, Any] | None) -> bool:
+    return obj is not None
+
+
+def gone(obj: dict[str, Any] | None) -> bool:
+    return obj is None
+
+
+async def add_secrets(kube: Kube, doc: dict[str, Any], namespace: str) -> None:
+    for name, key, _ in required_secrets(parse_llmmodel(doc)):
+        await kube.apply({"apiVersion": "v1", "kind": "Secret",
+                          "metadata": {"name": name, "namespace": namespace},
+                          "data": {key: base64.b64encode(b"not-a-real-secret").decode()}})
+
+
+async def create(kube: Kube, doc: dict[str, Any], namespace: str) -> dict[str, Any]:
+    doc = copy.deepcopy(doc)
+    doc["metadata"]["namespace"] = namespace
+    await add_secrets(kube, doc, namespace)
+    created: dict[str, Any] = await kube.request(
+        "POST", f"/apis/{API}/namespaces/{namespace}/llmmodels", body=doc)
+    return created
+
+
+@contextlib.asynccontextmanager
+async def operating(apiserver: ControlPlane, namespace: str, settings: Settings | None = None,
+                    **options: Any) -> AsyncIterator[None]:
+    async with running_operator(operator_connection(apiserver), settings,
+                                namespaces=[namespace], timeout=30, **options):
+        yield
+
+
+def operator_requests(apiserver: ControlPlane, since: int) -> list[dict[str, Any]]:
+    return [e for e in apiserver.requests(since=since, user=OPERATOR_USER)
+            if e.get("verb") != "watch"]
+
+
+def writes_of(entries: list[dict[str, Any]]) -> list[str]:
+    return sorted(f"{e['verb']} {e['objectRef'].get('resource')}/"
+                  f"{e['objectRef'].get('name', '')}"
+                  for e in entries if e.get("verb") in {"create", "patch", "update", "delete"})
+
+
+async def children(apiserver: ControlPlane, namespace: str, model: str
+                   ) -> set[tuple[str, str]]:
+    kinds = "deployments,services,persistentvolumeclaims,configmaps,scaledobjects," \
+        "httpscaledobjects,servicemonitors,podmonitors"
+    out = await apiserver.akubectl("get", kinds, "-n", namespace, "-l",
+                            f"{L.MODEL_NAME}={model}", "-o",
+                            "jsonpath={range .items[*]}{.kind}/{.metadata.name}{'\\n'}{end}")
+    return {tuple(line.split("/", 1)) for line in out.stdout.split()}  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.stem)
+async def test_each_sample_becomes_exactly_its_rendered_children(
+        apiserver: ControlPlane, kube: Kube, namespace: str, path: Any) -> None:
+    doc = load_yaml(path)
+    name = doc["metadata"]["name"]
+    async with operating(apiserver, namespace):
+        created = await create(kube, doc, namespace)
+        model = await until(kube, API, "llmmodels", namespace, name, lambda o: bool(
+            o and (o.get("status") or {}).get("observedGeneration") == 1))
+    assert model is not None
+    parsed = parse_llmmodel(model)
+    expected = {(o["kind"], o["metadata"]["name"])
+                for o in render(parsed, Settings(), owner_uid=created["metadata"]["uid"])}
+    assert await children(apiserver, namespace, name) == expected
+    assert model["metadata"]["labels"] == \
+        (doc["metadata"].get("labels") or {}) | L.discovery_labels(parsed.spec)
+    assert "finalizers" not in model["metadata"]  # nothing to clean up: never held up
+
+
+async def first_pod(kube: Kube, namespace: str, model: str, timeout: float = 30
+                    ) -> dict[str, Any]:
+    """The model's first Pod (made by the real ReplicaSet controller), waiting on the watch."""
+    selector = f"{L.MODEL_NAME}={model}"
+    async with asyncio.timeout(timeout):
+        items, version = await kube.list_versioned("v1", "pods", namespace, selector)
+        if items:
+            return items[0]
+        async with contextlib.aclosing(kube.watch(
+                "v1", "pods", namespace, resource_version=version,
+                label_selector=selector)) as events:
+            async for kind, pod in events:
+                if kind == "ADDED":
+                    return pod
+    raise AssertionError("unreachable")
+
+
+async def bind(kube: Kube, namespace: str, pod: str, node: str) -> None:
+    """What the scheduler does: bind the Pod to a Node."""
+    await kube.request("POST", f"/api/v1/namespaces/{namespace}/pods/{pod}/binding", body={
+        "apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node}})
+
+
+async def set_pod(kube: Kube, pod: dict[str, Any], *, ready: bool,
+                  waiting: str | None = None) -> None:
+    """What the kubelet does: report the containers' state and the Ready condition."""
+    stamp = "2026-11-23T00:00:00Z"
+    state = {"waiting": {"reason": waiting}} if waiting else {"running": {"startedAt": stamp}}
+    body = {"status": {
+        "phase": "Running",
+        "conditions": [{"type": "Ready", "status": "True" if ready else "False",
+                        "lastTransitionTime": stamp}],
+        "containerStatuses": [{"name": c["name"], "ready": ready, "restartCount": 0,
+                               "image": c["image"], "imageID": "", "state": state}
+                              for c in pod["spec"]["containers"]]}}
+    await kube.merge_patch("v1", "pods", pod["metadata"]["namespace"], pod["metadata"]["name"],
+                           body=body, subresource="status")
+
+
+async def test_status_follows_the_pods_the_controller_manager_creates(
+        apiserver: ControlPlane, kube: Kube, namespace: str) -> None:
+    """Real Deployment/ReplicaSet controllers make the Pod; the test plays scheduler and kubelet."""
+    doc = load_yaml(next(p for p in SAMPLES if p.stem == "qwen35-9b-cpu"))
+    doc["spec"]["scaling"] = {"minReplicas": 1, "maxReplicas": 1}  # no KEDA: a fixed replica
+    name, node = doc["metadata"]["name"], f"node-{namespace}"
+    await apiserver.akubectl("create", "-f", "-", stdin=json.dumps(
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}))
+    async with operating(apiserver, namespace):
+        await create(kube, doc, namespace)
+        await until(kube, API, "llmmodels", namespace, name, phase_is("Pending"))
+        pod = await first_pod(kube, namespace, name)
+        await bind(kube, namespace, pod["metadata"]["name"], node)
+        await until(kube, API, "llmmodels", namespace, name, phase_is("Starting"))
+        await set_pod(kube, pod, ready=True)
+        ready = await until(kube, API, "llmmodels", namespace, name, phase_is("Ready"))
+        assert ready is not None
+        assert ready["status"]["currentReplicas"] == 1
+        assert ready["status"]["acceleratorNodes"] == [node]
+        await set_pod(kube, pod, ready=False, waiting="CrashLoopBackOff")
+        degraded = await until(kube, API, "llmmodels", namespace, name, phase_is("Degraded"))
+        assert degraded is not None
+        assert "CrashLoopBackOff" in str(degraded["status"]["conditions"])
+    await apiserver.akubectl("delete", "node", node)
+
+
+class Reconciles:
+    """Every finished reconcile, as an event to wait on (the operator's on_reconcile hook)."""
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[tuple[tuple[str, str], Outcome]] = asyncio.Queue()
+        self.total = 0
+
+    def __call__(self, key: tuple[str, str], outcome: Outcome) -> None:
+        self.total += 1
+        self.queue.put_nowait((key, outcome))
+
+    async def applying(self, name: str, timeout: float = 30) -> Outcome:
+        """The next reconcile of ``name`` that applied something."""
+        async with asyncio.timeout(timeout):
+            while True:
+                key, outcome = await self.queue.get()
+                if key[1] == name and outcome.applied:
+                    return outcome
+
+    async def quiet(self, names: list[str], timeout: float = 30) -> None:
+        """Until each of ``names`` had a reconcile that wrote nothing (needs a short resync)."""
+        waiting = set(names)
+        async with asyncio.timeout(timeout):
+            while waiting:
+                key, o = await self.queue.get()
+                if not (o.applied or o.pruned or o.status_written or o.labels_written
+                        or o.events):
+                    waiting.discard(key[1])
+
+    def drain(self) -> None:
+        """Forget the reconciles so far."""
+        while not self.queue.empty():
+            self.queue.get_nowait()
+
+    async def next(self, count: int, name: str | None = None, timeout: float = 30
+                   ) -> list[Outcome]:
+        """The next ``count`` reconciles (of model ``name`` when given)."""
+        out: list[Outcome] = []
+        async with asyncio.timeout(timeout):
+            while len(out) < count:
+                key, outcome = await self.queue.get()
+                if name is None or key[1] == name:
+                    out.append(outcome)
+        return out
+
+
+def deployment_image(obj: dict[str, Any] | None) -> str:
+    return str(((obj or {}).get("spec") or {}).get("template", {}).get("spec", {})
+               .get("containers", [{}])[0].get("image"))
+
+
+async def converged(apiserver: ControlPlane, kube: Kube, namespace: str, stem: str,
+                    **options: Any) -> tuple[dict[str, Any], Reconciles]:
+    """A sample created and reconciled once, with the operator still running (see callers)."""
+    doc = load_yaml(next(p for p in SAMPLES if p.stem == stem))
+    await create(kube, doc, namespace)
+    model = await until(kube, API, "llmmodels", namespace, doc["metadata"]["name"],
+                        lambda o: bool(o and (o.get("status") or {}).get("phase")))
+    assert model is not None
+    return model, options["reconciles"]
+
+
+async def test_a_field_another_manager_adds_is_left_alone_and_never_reapplied(
+        apiserver: ControlPlane, kube: Kube, namespace: str) -> None:
+    """`kubectl set env` adds an env entry: apply would never remove it, so never loop."""
+    seen = Reconciles()
+    async with operating(apiserver, namespace, resync_seconds=0.2, on_reconcile=seen):
+        model, _ = await converged(apiserver, kube, namespace, "gemma4-31b-nvidia",
+                                   reconciles=seen)
+        name = model["metadata"]["name"]
+        await seen.next(1, name)  # settled: a resync with nothing to do
+        mark = apiserver.audit_mark()
+        await apiserver.akubectl("set", "env", f"deploy/{name}", "-n", namespace, "EXTRA=1")
+        outcomes = await seen.next(5, name)  # the Deployment event, then resyncs
+    assert [o.applied for o in outcomes] == [[]] * 5
+    assert writes_of(operator_requests(apiserver, mark)) == []
+    env = (await apiserver.akubectl(
+        "get", f"deploy/{name}", "-n", namespace, "-o",
+        "jsonpath={.spec.template.spec.containers[0].env[*].name}")).stdout
+    assert "EXTRA" in env.split()
+
+
+@pytest.mark.parametrize(("case", "change"), [
+    ("image set by hand", lambda n, ns: ("set", "image", f"deploy/{n}", "-n", ns, "*=evil:1")),
+    ("Service deleted", lambda n, ns: ("delete", "service", n, "-n", ns)),
+    ("replicas scaled by hand", lambda n, ns: ("scale", f"deploy/{n}", "-n", ns,
+                                               "--replicas=7")),
+])
+async def test_drift_of_what_we_own_is_repaired(
+        apiserver: ControlPlane, kube: Kube, namespace: str, case: str,
+        change: Callable[[str, str], tuple[str, ...]]) -> None:
+    seen = Reconciles()
+    async with operating(apiserver, namespace, on_reconcile=seen):
+        model, _ = await converged(apiserver, kube, namespace, "qwen35-9b-cpu",
+                                   reconciles=seen)
+        name = model["metadata"]["name"]
+        # A fixed replica count (no KEDA): replicas are the operator's to keep.
+        await kube.merge_patch(API, "llmmodels", namespace, name,
+                               body={"spec": {"scaling": {"minReplicas": 1, "maxReplicas": 1}}})
+        await until(kube, "apps/v1", "deployments", namespace, name,
+                    lambda o: bool(o and o["spec"].get("replicas") == 1))
+        before = {
+            "deploy": await kube.get("apps/v1", "deployments", namespace, name),
+            "service": await kube.get("v1", "services", namespace, name)}
+        seen.drain()
+        await apiserver.akubectl(*change(name, namespace))
+        outcome = await seen.applying(name)
+        assert outcome.reasons, case
+        repaired = await until(kube, "apps/v1", "deployments", namespace, name, lambda o: bool(
+            o and deployment_image(o) == deployment_image(before["deploy"])
+            and o["spec"]["replicas"] == 1))
+        service = await until(kube, "v1", "services", namespace, name, exists)
+    assert repaired is not None and service is not None
+    assert service["spec"]["ports"] == before["service"]["spec"]["ports"]
+
+
+async def test_a_restart_with_nothing_changed_writes_nothing_and_reads_from_watches(
+        apiserver: ControlPlane, kube: Kube, namespace: str) -> None:
+    seen = Reconciles()
+    stems = ["gemma4-31b-nvidia", "gpt55-remote", "qwen35-9b-cpu"]
+    async with operating(apiserver, namespace, resync_seconds=0.3, on_reconcile=seen):
+        names = [(await converged(apiserver, kube, namespace, stem, reconciles=seen))[0]
+                 ["metadata"]["name"] for stem in stems]
+        await seen.quiet(names)
+    mark = apiserver.audit_mark()
+    seen = Reconciles()
+    async with operating(apiserver, namespace, resync_seconds=0.3, on_reconcile=seen):
+        first = await seen.next(len(stems))
+        resync = await seen.next(2 * len(stems))
+    requests = operator_requests(apiserver, mark)
+    assert writes_of(requests) == []
+    assert [o.applied for o in first + resync] == [[]] * len(first + resync)
+    counts = ControlPlane.count(requests)
+    # Reads: one list per watched kind at start (10), then at most one GET per reconcile:
+    # the Secret a model needs (each of these needs one); the rest comes from the watches.
+    assert counts["reads"] - counts["get secrets"] == counts["list"] == 10
+    assert counts["get secrets"] <= seen.total
+
+
+async def test_deleting_a_model_waits_for_nothing_and_its_children_are_collected(
+        apiserver: ControlPlane, kube: Kube, namespace: str) -> None:
+    seen = Reconciles()
+    async with operating(apiserver, namespace, on_reconcile=seen):
+        model, _ = await converged(apiserver, kube, namespace, "gpt55-remote", reconciles=seen)
+    name = model["metadata"]["name"]
+    assert await children(apiserver, namespace, name)
+    # The operator is down: the delete must not hang on a finalizer.
+    await apiserver.akubectl("delete", "llmmodel", name, "-n", namespace, "--timeout=15s")
+    for kind in ("deployments", "services", "configmaps"):
+        plural_api = "apps/v1" if kind == "deployments" else "v1"
+        await until(kube, plural_api, kind, namespace, name, gone)  # the real garbage collector
+
+
+async def test_the_finalizer_is_set_only_when_mcp_pushes_need_it(
+        apiserver: ControlPlane, kube: Kube, namespace: str) -> None:
+    """Pushes configured: exposed models get it and keep it until deregistration gave up."""
+    push = Settings.model_validate({"mcp": {"adminUrl": "http://127.0.0.1:9", "attempts": 1,
+                                            "tokenFile": "/nonexistent"}})
+    doc = load_yaml(next(p for p in SAMPLES if p.stem == "gpt55-remote"))
+    assert doc["spec"]["mcpExposure"]["enabled"]
+    name = doc["metadata"]["name"]
+    finalized = lambda o: bool(o and L.MCP_CLEANUP_FINALIZER in  # noqa: E731
+                               (o["metadata"].get("finalizers") or []))
+    async with operating(apiserver, namespace, push):
+        await create(kube, doc, namespace)
+        await until(kube, API, "llmmodels", namespace, name, finalized)
+        await apiserver.akubectl("delete", "llmmodel", name, "-n", namespace, "--timeout=20s")
+    events = (await apiserver.akubectl("get", "events", "-n", namespace, "-o",
+                                       "jsonpath={.items[*].reason}")).stdout.split()
+    assert "MCPDeregistrationFailed" in events
+    # Without pushes, a finalizer left by an earlier operator version is taken off.
+    doc["metadata"]["finalizers"] = [L.MCP_CLEANUP_FINALIZER]
+    async with operating(apiserver, namespace):
+        await create(kube, doc, namespace)
+        await until(kube, API, "llmmodels", namespace, name, lambda o: bool(
+            o and not o["metadata"].get("finalizers")))
+
+
+async def test_the_operator_rides_out_an_apiserver_restart(
+        apiserver: ControlPlane, kube: Kube, namespace: str) -> None:
+    seen = Reconciles()
+    async with operating(apiserver, namespace, on_reconcile=seen):
+        await converged(apiserver, kube, namespace, "gpt55-remote", reconciles=seen)
+        apiserver.stop_apiserver()
+        apiserver.start_apiserver()
+        doc = load_yaml(next(p for p in SAMPLES if p.stem == "gemini31-remote"))
+        await create(kube, doc, namespace)
+        await until(kube, API, "llmmodels", namespace, doc["metadata"]["name"],
+                    phase_is("Pending", "Proxying"), timeout=60)
+    assert await children(apiserver, namespace, doc["metadata"]["name"])
+
+
+def test_the_operator_was_never_refused(apiserver: ControlPlane) -> None:
+    """Least privilege is enough: no request of the operator's ServiceAccount got a 403."""
+    refused = [f"{e['verb']} {e['objectRef']}" for e in apiserver.requests(user=OPERATOR_USER)
+               if (e.get("responseStatus") or {}).get("code") == 403]
+    assert apiserver.requests(user=OPERATOR_USER), "run with the other tests of this module"
+    assert refused == []
+
+
+async def test_status_carries_prometheus_metrics_when_enabled(
+        apiserver: ControlPlane, kube: Kube, namespace: str) -> None:
+    """Prometheus's HTTP API (fake, on loopback) answers the status queries."""
+    asked: list[str] = []
+
+    async def query(request: web.Request) -> web.Response:
+        promql = request.query["query"]
+        asked.append(promql)
+        value = "120" if promql.endswith("* 60") else "850"
+        return web.json_response({"status": "success", "data": {
+            "resultType": "vector", "result": [{"metric": {}, "value": [0, value]}]}})
+
+    app = web.Application()
+    app.router.add_get("/api/v1/query", query)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    settings = Settings.model_validate({"statusMetrics": True,
+                                        "prometheusAddress": str(server.make_url("/"))})
+    try:
+        async with operating(apiserver, namespace, settings):
+            doc = load_yaml(next(p for p in SAMPLES if p.stem == "gemma4-31b-nvidia"))
+            await create(kube, doc, namespace)
+            model = await until(kube, API, "llmmodels", namespace, doc["metadata"]["name"],
+                                lambda o: bool(o and (o.get("status") or {}).get(
+                                    "requestsPerMinute")))
+    finally:
+        await server.close()
+    assert model is not None
+    status = model["status"]
+    assert (status["requestsPerMinute"], status["averageLatencyMs"]) == (120, 850)
+    assert any("vllm:e2e_request_latency_seconds_count" in q for q in asked)
