@@ -64,6 +64,23 @@ async def test_lists_then_follows_changes_by_label(kube: Kube) -> None:
             == ["after"]
 
 
+async def test_the_label_index_follows_relabels_and_deletes(kube: Kube) -> None:
+    async with watching(kube, index_label="owner") as (informer, _):
+        informer.store(await kube.apply(config_map("a")))
+        informer.store(await kube.apply({**config_map("b"), "metadata": {
+            "name": "b", "namespace": "ns", "labels": {"owner": "them"}}}))
+        assert [o["metadata"]["name"] for o in informer.select("ns", {"owner": "us"})] == ["a"]
+        informer.store(await kube.apply({**config_map("a"), "metadata": {
+            "name": "a", "namespace": "ns", "labels": {"owner": "them"}}}))
+        assert informer.select("ns", {"owner": "us"}) == []
+        assert sorted(o["metadata"]["name"] for o in informer.select(
+            "ns", {"owner": "them"})) == ["a", "b"]
+        informer.forget("ns", "b")
+        assert [o["metadata"]["name"] for o in informer.select(
+            "ns", {"owner": "them"})] == ["a"]
+        assert informer.select("elsewhere", {"owner": "them"}) == []
+
+
 async def test_a_write_stored_at_once_is_not_announced_again_by_its_watch_event(
         kube: Kube) -> None:
     async with watching(kube) as (informer, changes):

@@ -125,9 +125,10 @@ class Controller:
         for kind in CHILD_KINDS:
             self.caches.add(kind, functools.partial(
                 informer, kind[0], PLURALS[kind], label_selector=managed,
-                on_change=self._child_changed))
+                on_change=self._child_changed, index_label=L.MODEL_NAME))
         self.caches.add(POD_KIND, functools.partial(
-            informer, "v1", "pods", label_selector=L.MODEL_NAME, on_change=self._child_changed))
+            informer, "v1", "pods", label_selector=L.MODEL_NAME, on_change=self._child_changed,
+            index_label=L.MODEL_NAME))
 
     @property
     def push(self) -> McpPush | None:
