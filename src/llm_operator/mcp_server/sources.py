@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,7 +13,8 @@ from typing import Any
 import yaml
 
 from llm_operator.api.validation import InvalidModel, parse_llmmodel
-from llm_operator.kube import ApiError, Kube
+from llm_operator.informer import Informer
+from llm_operator.kube import Kube
 from llm_operator.registry.catalog import ToolRecord, from_model
 
 log = logging.getLogger(__name__)
@@ -33,10 +34,11 @@ def _record(obj: dict[str, Any], where: str) -> ToolRecord | None:
 
 @dataclass
 class KubernetesSource:
-    """List, then watch, LLMModels in one namespace (None: all); relist on 410 or error.
+    """LLMModels in one namespace (None: all) from a watch cache (llm_operator.informer).
 
-    Reconnects with jittered exponential backoff (0.5 s doubling to 30 s) and resumes
-    from the last resourceVersion it saw, so a dropped watch replays nothing twice.
+    The informer lists, watches, resumes from the last resourceVersion (jittered backoff
+    on errors) and relists on 410. Changes are published coalesced: a relist of a
+    thousand models is one publish, not a thousand.
     """
 
     kube: Kube
@@ -45,59 +47,33 @@ class KubernetesSource:
     synced: asyncio.Event = field(default_factory=asyncio.Event)
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     objects: dict[str, ToolRecord] = field(default_factory=dict)
+    _dirty: asyncio.Event = field(default_factory=asyncio.Event)
 
-    async def _emit(self) -> None:
-        await self.publish(list(self.objects.values()))
-
-    def _upsert(self, obj: dict[str, Any]) -> None:
+    def _changed(self, kind: str, obj: dict[str, Any], _: dict[str, Any] | None) -> None:
         meta = obj.get("metadata", {})
         key = f"{meta.get('namespace')}/{meta.get('name')}"
-        record = _record(obj, f"LLMModel {key}")
+        record = None if kind == "DELETED" else _record(obj, f"LLMModel {key}")
         if record is None:
             self.objects.pop(key, None)
         else:
             self.objects[key] = record
+        self._dirty.set()
 
     async def run(self) -> None:
-        failures = 0
-        version = ""
-        while True:
-            try:
-                if not version:
-                    items, version = await self.kube.list_versioned(API, PLURAL, self.namespace)
-                    self.objects.clear()
-                    for obj in items:
-                        self._upsert(obj)
-                    await self._emit()
-                    self.synced.set()
-                    failures = 0
-                async for kind, obj in self.kube.watch(API, PLURAL, self.namespace,
-                                                       resource_version=version):
-                    version = obj.get("metadata", {}).get("resourceVersion") or version
-                    if kind == "BOOKMARK":
-                        continue
-                    meta = obj.get("metadata", {})
-                    if kind == "DELETED":
-                        self.objects.pop(f"{meta.get('namespace')}/{meta.get('name')}", None)
-                    else:
-                        self._upsert(obj)
-                    await self._emit()
-                    failures = 0
-            except asyncio.CancelledError:
-                raise
-            except ApiError as exc:
-                if exc.status == 410:
-                    version = ""  # too old: relist
-                    continue
-                failures += 1
-                log.warning("LLMModel watch failed (%s); retrying", exc)
-            except Exception as exc:  # connection loss and anything else: back off, resume
-                failures += 1
-                log.warning("LLMModel watch interrupted (%s: %s); retrying",
-                            type(exc).__name__, exc)
-            if failures:
-                delay = min(30.0, 0.5 * 2 ** (failures - 1))
-                await self.sleep(delay * (0.5 + random.random() / 2))
+        informer = Informer(self.kube, API, PLURAL, self.namespace, on_change=self._changed,
+                            sleep=self.sleep)
+        watching = asyncio.create_task(informer.run())
+        try:
+            await informer.synced.wait()
+            while True:
+                self._dirty.clear()
+                await self.publish(list(self.objects.values()))
+                self.synced.set()
+                await self._dirty.wait()
+        finally:
+            watching.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watching
 
 
 LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: ~30x faster when present
