@@ -390,7 +390,7 @@ class Cluster(kmock.KubernetesEmulator):
             try:
                 new = jsonpatch.apply_patch(old, body)
             except (jsonpatch.JsonPatchTestFailed, jsonpatch.JsonPatchConflict) as exc:
-                # As the API server: a failed "test" (kopf's optimistic concurrency) is 422.
+                # As the API server: a failed "test" (a guarded JSON patch) is 422.
                 raise kmock.KubernetesError(status=422, reason="Invalid",
                                             message=str(exc)) from None
         elif "apply-patch" in ctype:

@@ -39,6 +39,8 @@ from cryptography.x509.oid import NameOID
 
 REPO = Path(__file__).resolve().parents[1]
 ADMIN_TOKEN = "llmop-test-admin-token"
+# A second superuser, so a benchmark can tell the operator's requests from its own.
+OPERATOR_USER, OPERATOR_TOKEN = "bench-operator", "llmop-test-operator-token"
 WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 READ_VERBS = frozenset({"get", "list"})
 
@@ -150,7 +152,9 @@ class ControlPlane:
         references to them are followed from the first second.
         """
         write_pki(self.root / "pki")
-        (self.root / "tokens.csv").write_text(f"{ADMIN_TOKEN},admin,admin,system:masters\n")
+        (self.root / "tokens.csv").write_text(
+            f"{ADMIN_TOKEN},admin,admin,system:masters\n"
+            f"{OPERATOR_TOKEN},{OPERATOR_USER},{OPERATOR_USER},system:masters\n")
         (self.root / "audit-policy.yaml").write_text(AUDIT_POLICY)
         self.write_kubeconfig(self.kubeconfig, ADMIN_TOKEN, "admin")
         self._start_etcd()

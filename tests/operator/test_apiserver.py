@@ -275,9 +275,10 @@ class Reconciles:
         return out
 
 
-def deployment_image(obj: dict[str, Any] | None) -> str:
-    return str(((obj or {}).get("spec") or {}).get("template", {}).get("spec", {})
-               .get("containers", [{}])[0].get("image"))
+def containers(obj: dict[str, Any] | None) -> list[tuple[str, str, Any]]:
+    """Each container's name, image and env."""
+    pod = ((obj or {}).get("spec") or {}).get("template", {}).get("spec", {})
+    return [(c["name"], c["image"], c.get("env")) for c in pod.get("containers", [])]
 
 
 async def converged(apiserver: ControlPlane, kube: Kube, namespace: str, stem: str,
@@ -316,6 +317,8 @@ async def test_a_field_another_manager_adds_is_left_alone_and_never_reapplied(
     ("Service deleted", lambda n, ns: ("delete", "service", n, "-n", ns)),
     ("replicas scaled by hand", lambda n, ns: ("scale", f"deploy/{n}", "-n", ns,
                                                "--replicas=7")),
+    ("an env var we set changed by hand", lambda n, ns: ("set", "env", f"deploy/{n}", "-n",
+                                                         ns, "HOME=/elsewhere")),
 ])
 async def test_drift_of_what_we_own_is_repaired(
         apiserver: ControlPlane, kube: Kube, namespace: str, case: str,
@@ -338,8 +341,7 @@ async def test_drift_of_what_we_own_is_repaired(
         outcome = await seen.applying(name)
         assert outcome.reasons, case
         repaired = await until(kube, "apps/v1", "deployments", namespace, name, lambda o: bool(
-            o and deployment_image(o) == deployment_image(before["deploy"])
-            and o["spec"]["replicas"] == 1))
+            o and containers(o) == containers(before["deploy"]) and o["spec"]["replicas"] == 1))
         service = await until(kube, "v1", "services", namespace, name, exists)
     assert repaired is not None and service is not None
     assert service["spec"]["ports"] == before["service"]["spec"]["ports"]
@@ -368,18 +370,25 @@ async def test_a_restart_with_nothing_changed_writes_nothing_and_reads_from_watc
     assert counts["get secrets"] <= seen.total
 
 
-async def test_deleting_a_model_waits_for_nothing_and_its_children_are_collected(
-        apiserver: ControlPlane, kube: Kube, namespace: str) -> None:
+@pytest.mark.parametrize("operator_runs", [False, True],
+                         ids=["operator down", "operator resyncing every 0.1 s"])
+async def test_deleting_models_waits_for_nothing_and_their_children_are_collected(
+        apiserver: ControlPlane, kube: Kube, namespace: str, operator_runs: bool) -> None:
     seen = Reconciles()
-    async with operating(apiserver, namespace, on_reconcile=seen):
-        model, _ = await converged(apiserver, kube, namespace, "gpt55-remote", reconciles=seen)
-    name = model["metadata"]["name"]
-    assert await children(apiserver, namespace, name)
-    # The operator is down: the delete must not hang on a finalizer.
-    await apiserver.akubectl("delete", "llmmodel", name, "-n", namespace, "--timeout=15s")
-    for kind in ("deployments", "services", "configmaps"):
-        plural_api = "apps/v1" if kind == "deployments" else "v1"
-        await until(kube, plural_api, kind, namespace, name, gone)  # the real garbage collector
+    stems = ["gpt55-remote", "gemini31-remote", "claude-opus47-remote"]
+    async with operating(apiserver, namespace, resync_seconds=0.1, on_reconcile=seen):
+        names = [(await converged(apiserver, kube, namespace, stem, reconciles=seen))[0]
+                 ["metadata"]["name"] for stem in stems]
+        if operator_runs:  # a delete meeting a resync used to wait a whole interval
+            await apiserver.akubectl("delete", "llmmodels", "--all", "-n", namespace,
+                                     "--timeout=10s")
+    if not operator_runs:  # nothing may hold the delete up
+        await apiserver.akubectl("delete", "llmmodels", "--all", "-n", namespace,
+                                 "--timeout=10s")
+    for name in names:  # the real garbage collector
+        await until(kube, "apps/v1", "deployments", namespace, name, gone)
+        await until(kube, "v1", "services", namespace, name, gone)
+    assert not await children(apiserver, namespace, names[0])
 
 
 async def test_the_finalizer_is_set_only_when_mcp_pushes_need_it(

@@ -114,8 +114,8 @@ async def test_the_leader_stops_when_it_cannot_renew(cluster: Cluster) -> None:
 class Replica:
     """An operator replica with leader election in its own thread and event loop.
 
-    Separate loops keep the replicas apart as separate pods are: kopf cancels the tasks it
-    finds started in its loop when it stops.
+    Separate loops keep the replicas apart as separate pods are: nothing one replica
+    starts or cancels can touch the other.
     """
 
     def __init__(self, cluster: Cluster, identity: str, liveness: str | None = None) -> None:
