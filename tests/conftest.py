@@ -46,7 +46,7 @@ def base_local() -> dict[str, Any]:
 @pytest.fixture
 async def upstream() -> AsyncIterator[tuple[FakeUpstream, str]]:
     fake = FakeUpstream()
-    server = TestServer(fake.app, host="127.0.0.1")
+    server = TestServer(fake.app, host="127.0.0.1", handler_cancellation=True)
     await server.start_server()
     yield fake, f"http://127.0.0.1:{server.port}/v1"
     await server.close()

@@ -55,6 +55,8 @@ class FakeUpstream:
         self.script: deque[Reply] = deque()
         self.requests: list[dict[str, Any]] = []
         self.stream_cancelled = asyncio.Event()
+        self.cancelled = asyncio.Event()  # a delayed answer's client (the gateway) went away
+        self.received = asyncio.Event()  # set on every request
         self.app = web.Application()
         self.app.router.add_post("/v1/{tail:.*}", self.handle)
 
@@ -66,9 +68,14 @@ class FakeUpstream:
         body = await request.json()
         self.requests.append({"path": request.path, "headers": dict(request.headers),
                               "body": body})
+        self.received.set()
         reply = self.script.popleft() if self.script else Reply(body=completion(body["model"]))
         if reply.delay:
-            await asyncio.sleep(reply.delay)
+            try:
+                await asyncio.sleep(reply.delay)
+            except asyncio.CancelledError:
+                self.cancelled.set()
+                raise
         if reply.chunks is None:
             return web.json_response(reply.body, status=reply.status, headers=reply.headers)
         response = web.StreamResponse(status=reply.status, headers={

@@ -84,6 +84,12 @@ CASES: list[tuple[str, dict[str, Any], set[str]]] = [
                                         "pythonPackage": "x"}}, {"file-needs-one-location"}),
     ("mcp without tool name", {"mcpExposure": {"enabled": True}}, {"mcp-needs-tool-name"}),
     ("mcp disabled without tool name", {"mcpExposure": {"enabled": False}}, set()),
+    ("Gemini's native base URL", {**REMOTE, "remoteApi": {
+        "baseUrl": "https://generativelanguage.googleapis.com/v1beta", "apiKeySecret": "k"}},
+     {"gemini-openai-endpoint"}),
+    ("Gemini's OpenAI base URL", {**REMOTE, "remoteApi": {
+        "baseUrl": "https://generativelanguage.googleapis.com/v1beta/openai/",
+        "apiKeySecret": "k"}}, set()),
     ("remote ignores local rules", {**REMOTE, "acceleratorVendor": "cpu",
                                     "resources": {"acceleratorCount": 0}}, set()),
     ("two rules at once", {"acceleratorVendor": "cpu", "scaling": {"minReplicas": 9}},

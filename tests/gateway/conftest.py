@@ -44,7 +44,8 @@ async def gateway(upstream: tuple[FakeUpstream, str], key_file: Path
         if time is not None:
             kwargs = {"clock": time.clock, "sleep": time.sleep, "jitter": lambda: 1.0}
         gw = Gateway(parse_config(doc), **kwargs)
-        client: TestClient[Any, Any] = TestClient(TestServer(gw.app(), host="127.0.0.1"))
+        client: TestClient[Any, Any] = TestClient(TestServer(
+            gw.app(), host="127.0.0.1", handler_cancellation=True))  # as `llmop gateway`
         await client.start_server()
         started.append(client)
         return client, gw

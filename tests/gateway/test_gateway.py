@@ -70,7 +70,8 @@ async def test_streaming_is_relayed_chunk_by_chunk_with_usage(gateway: GatewayFa
     fake, _ = upstream
     fake.then(Reply(chunks=sse_chunks("gpt-5.5", ["Hel", "lo", "!"], usage=(7, 4))))
     client, gw = await gateway()
-    resp = await client.post("/v1/chat/completions", json={**CHAT, "stream": True})
+    resp = await client.post("/v1/chat/completions", json={
+        **CHAT, "stream": True, "stream_options": {"include_usage": True}})
     assert resp.status == 200 and resp.headers["Content-Type"] == "text/event-stream"
     events = [line for line in (await resp.text()).split("\n") if line.startswith("data:")]
     assert len(events) == 5 and events[-1] == "data: [DONE]"
@@ -212,7 +213,7 @@ async def test_unreachable_upstream_opens_the_circuit(gateway: GatewayFactory) -
     assert fast.status == 503 and fast.headers["Retry-After"] == "30"
     assert (await fast.json())["error"]["code"] == "circuit_open"
     metrics = await (await client.get("/metrics")).text()
-    assert 'llmop_gateway_circuit_state{upstream="127.0.0.1:9"} 2.0' in metrics
+    assert 'llmop_gateway_circuit_state{route="gpt-5.5",upstream="127.0.0.1:9"} 2.0' in metrics
     time.now += 31  # half-open: one trial goes through (and fails again)
     trial = await client.post("/v1/chat/completions", json=CHAT)
     assert trial.status == 502
@@ -372,3 +373,123 @@ async def test_an_unavailable_route_answers_503_with_the_reason(
     assert fake.requests == []
     gw.set_unavailable("gpt", None)
     assert (await client.post("/v1/chat/completions", json=CHAT)).status == 200
+
+
+async def cancelled_by_client(client: Any, fake: FakeUpstream, body: dict[str, Any]) -> None:
+    """Send ``body``, then go away once the upstream has it; return when the gateway let go."""
+    fake.cancelled.clear()
+    fake.received.clear()
+    sent = asyncio.create_task(client.post("/v1/chat/completions", json=body))
+    await asyncio.wait_for(fake.received.wait(), 5)
+    sent.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await sent
+    await asyncio.wait_for(fake.cancelled.wait(), 5)
+
+
+async def test_a_trial_cancelled_by_its_client_does_not_wedge_the_circuit(
+        gateway: GatewayFactory, upstream: Upstream) -> None:
+    """Half-open lets one trial through; if its client goes away, the next one may try."""
+    fake, _ = upstream
+    time = FakeTime()
+    client, _ = await gateway({"retry": {"attempts": 1},
+                               "circuitBreaker": {"failureThreshold": 1, "openSeconds": 30}},
+                              time=time)
+    fake.then(Reply(status=500, body={"error": {"message": "boom"}}))
+    assert (await client.post("/v1/chat/completions", json=CHAT)).status == 500
+    time.now += 31  # half-open
+    fake.then(Reply(body=completion("m"), delay=30))
+    await cancelled_by_client(client, fake, {**CHAT, "tag": "trial"})
+    after = await client.post("/v1/chat/completions", json=CHAT)
+    assert after.status == 200  # was 503 circuit_open for good
+
+
+async def test_a_failing_model_does_not_open_the_circuit_of_another_on_the_same_host(
+        gateway: GatewayFactory, upstream: Upstream, key_file: Path) -> None:
+    fake, base_url = upstream
+    other = {"name": "other", "models": ["other"],
+             "upstream": {"baseUrl": base_url, "apiKey": {"file": str(key_file)}},
+             "circuitBreaker": {"failureThreshold": 5}}
+    client, _ = await gateway(config={"routes": [
+        {"models": ["gpt-5.5"], "upstream": {"baseUrl": base_url}, "retry": {"attempts": 1},
+         "circuitBreaker": {"failureThreshold": 1}}, other]})
+    fake.then(Reply(status=500, body={}))
+    assert (await client.post("/v1/chat/completions", json=CHAT)).status == 500
+    shut = await client.post("/v1/chat/completions", json=CHAT)
+    assert (await shut.json())["error"]["code"] == "circuit_open"
+    fine = await client.post("/v1/chat/completions", json={**CHAT, "model": "other"})
+    assert fine.status == 200
+    metrics = await (await client.get("/metrics")).text()
+    host = base_url.split("/")[2]
+    assert f'llmop_gateway_circuit_state{{route="gpt-5.5",upstream="{host}"}} 2.0' in metrics
+    assert f'llmop_gateway_circuit_state{{route="other",upstream="{host}"}} 0.0' in metrics
+
+
+@pytest.mark.parametrize(("method", "path", "body", "status", "code"), [
+    ("POST", "/v1/chat/completions", b"[" * 100_000, 400, "invalid_json"),
+    ("GET", "/v1/chat/completions", None, 405, "method_not_allowed"),
+    ("POST", "/v1/messages", b"{}", 404, "unknown_endpoint"),
+    ("GET", "/nowhere", None, 404, "unknown_endpoint"),
+])
+async def test_every_error_is_openai_shaped(gateway: GatewayFactory, method: str, path: str,
+                                           body: bytes | None, status: int, code: str) -> None:
+    client, _ = await gateway()
+    resp = await client.request(method, path, data=body,
+                                headers={"Content-Type": "application/json"})
+    assert resp.status == status
+    assert resp.headers["Content-Type"].startswith("application/json")
+    error = (await resp.json())["error"]
+    assert error["code"] == code and error["message"]
+
+
+async def test_a_request_its_client_abandons_is_counted(gateway: GatewayFactory,
+                                                        upstream: Upstream) -> None:
+    fake, _ = upstream
+    client, gw = await gateway()
+    fake.then(Reply(body=completion("m"), delay=30))
+    await cancelled_by_client(client, fake, {**CHAT, "tag": "gone"})
+    assert metric(gw, "llmop_gateway_requests_total", route="gpt-5.5", status="499") == 1
+
+
+async def test_tokens_are_reserved_before_the_request_so_a_burst_cannot_overrun(
+        gateway: GatewayFactory, upstream: Upstream) -> None:
+    """10 concurrent requests of 1 + 5 tokens each against 20 TPM: at most 3 may go."""
+    fake, _ = upstream
+    for _ in range(10):
+        fake.then(Reply(body=completion("m", prompt=1, completion_tokens=5), delay=0.05))
+    client, _ = await gateway({"rateLimit": {"tokensPerMinute": 20}})
+    body = {"model": "gpt-5.5", "max_tokens": 5, "messages": [{"role": "user",
+                                                               "content": "hi"}]}
+    statuses = await asyncio.gather(*(client.post("/v1/chat/completions", json=body)
+                                      for _ in range(10)))
+    assert sorted(r.status for r in statuses) == [200] * 3 + [429] * 7
+
+
+async def test_an_unsettled_reservation_is_given_back(gateway: GatewayFactory,
+                                                      upstream: Upstream) -> None:
+    fake, _ = upstream
+    time = FakeTime()
+    client, _ = await gateway({"rateLimit": {"tokensPerMinute": 20}, "retry": {"attempts": 1}},
+                              time=time)
+    body = {"model": "gpt-5.5", "max_tokens": 15, "messages": [{"role": "user",
+                                                                "content": "hi"}]}
+    fake.then(Reply(status=400, body={"error": {"message": "bad"}}))
+    assert (await client.post("/v1/chat/completions", json=body)).status == 400
+    assert (await client.post("/v1/chat/completions", json=body)).status == 200
+
+
+@pytest.mark.parametrize("client_asks", [False, True])
+async def test_streams_always_count_usage_and_show_it_only_when_asked(
+        gateway: GatewayFactory, upstream: Upstream, client_asks: bool) -> None:
+    fake, _ = upstream
+    fake.then(Reply(chunks=sse_chunks("gpt-5.5", ["Hel", "lo"], usage=(7, 4))))
+    client, gw = await gateway()
+    body: dict[str, Any] = {**CHAT, "stream": True}
+    if client_asks:
+        body["stream_options"] = {"include_usage": True}
+    resp = await client.post("/v1/chat/completions", json=body)
+    events = [line for line in (await resp.text()).split("\n") if line.startswith("data:")]
+    assert fake.requests[0]["body"]["stream_options"] == {"include_usage": True}
+    assert any('"usage"' in e for e in events) == client_asks
+    assert events[-1] == "data: [DONE]" and len(events) == (4 if client_asks else 3)
+    assert metric(gw, "llmop_gateway_tokens_total", kind="completion", route="gpt-5.5") == 4

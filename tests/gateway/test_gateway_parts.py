@@ -33,6 +33,10 @@ ROUTE = {"models": ["m"], "upstream": {"baseUrl": "https://api.example.com/v1"}}
      "routes.0.upstream.apiKey: set exactly one of file or env"),
     ({"routes": [ROUTE, ROUTE]}, "model 'm' is already routed"),
     ({"routes": [{**ROUTE, "retries": 3}]}, "routes.0.retries: unknown field"),
+    ({"routes": [{**ROUTE, "upstream": {
+        "baseUrl": "https://generativelanguage.googleapis.com/v1beta"}}]},
+     "routes.0.upstream.baseUrl: Gemini's OpenAI-compatible API is "
+     "https://generativelanguage.googleapis.com/v1beta/openai"),
 ])
 def test_invalid_config_names_the_field(doc: dict[str, Any], words: str) -> None:
     with pytest.raises(ConfigError, match=words.replace("(", r"\(")):

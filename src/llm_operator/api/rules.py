@@ -40,6 +40,21 @@ class Rule:
         return ".".join(p for p in (self.location, self.field.lstrip(".")) if p)
 
 
+GEMINI_HOST = "https://generativelanguage.googleapis.com"
+GEMINI_OPENAI_PATH = r"/openai/?$"
+
+
+def gemini_url_is_openai(url: str) -> bool:
+    """A Gemini base URL must be its OpenAI-compatible one (the gateway speaks OpenAI)."""
+    return not url.startswith(GEMINI_HOST) or re.search(GEMINI_OPENAI_PATH, url) is not None
+
+
+GEMINI_MESSAGE = (
+    "remoteApi.baseUrl: Gemini's OpenAI-compatible API is "
+    "https://generativelanguage.googleapis.com/v1beta/openai; the gateway speaks OpenAI's "
+    "protocol, and .../v1beta alone serves only Google's native API")
+
+
 def _local(spec: LLMModelSpec) -> bool:
     return spec.deployment_mode == "local"
 
@@ -192,6 +207,15 @@ RULES: tuple[Rule, ...] = (
         reason="FieldValueRequired",
     ),
     Rule(
+        id="gemini-openai-endpoint",
+        location="spec.remoteApi",
+        field=".baseUrl",
+        cel=f"!self.baseUrl.startsWith('{GEMINI_HOST}') || "
+        f"self.baseUrl.matches('{GEMINI_OPENAI_PATH}')",
+        message=GEMINI_MESSAGE,
+        holds=lambda api: gemini_url_is_openai(api.base_url),
+    ),
+    Rule(
         id="s3-needs-bucket",
         location="spec.modelSource",
         field=".s3Bucket",
@@ -207,7 +231,7 @@ def _at(model: LLMModel, location: str) -> Any:
     """The object at a rule's location, or None when an optional parent is absent."""
     node: Any = model
     attrs = {"spec": "spec", "scaling": "scaling", "mcpExposure": "mcp_exposure",
-             "modelSource": "model_source"}
+             "modelSource": "model_source", "remoteApi": "remote_api"}
     for part in filter(None, location.split(".")):
         node = getattr(node, attrs[part])
         if node is None:

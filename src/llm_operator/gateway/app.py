@@ -7,6 +7,7 @@ import contextlib
 import json
 import logging
 import random
+import re
 import signal
 import time
 from collections.abc import Awaitable, Callable
@@ -21,7 +22,12 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from llm_operator.gateway.breaker import Breaker, State
 from llm_operator.gateway.config import GatewayConfig, Route
 from llm_operator.gateway.keys import KeySource, KeyUnavailable
-from llm_operator.gateway.limits import TokenBucket, retry_after_header
+from llm_operator.gateway.limits import (
+    Reservation,
+    TokenBucket,
+    estimate_tokens,
+    retry_after_header,
+)
 from llm_operator.gateway.metrics import NO_ROUTE, GatewayMetrics, RouteMetrics
 
 log = logging.getLogger("llm_operator.gateway")
@@ -32,6 +38,7 @@ PASSED_HEADERS = ("content-type", "x-request-id", "request-id", "openai-processi
                   "retry-after")
 USAGE_TAIL_BYTES = 16384
 UNAVAILABLE_RETRY_AFTER = "5"
+CLIENT_CLOSED = 499  # nginx's status for a client that closed the request (metrics only)
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
@@ -42,6 +49,37 @@ def error_response(status: int, message: str, kind: str, code: str | None = None
     """An error in the OpenAI shape, so every OpenAI client shows the message."""
     body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
     return web.json_response(body, status=status, headers=headers)
+
+
+STREAM_STARTED = web.RequestKey("stream_started", bool)
+ENDPOINTS = ", ".join(f"POST {p}" for p in PROXIED_PATHS) + ", GET /v1/models"
+
+
+@web.middleware
+async def openai_errors(request: web.Request, handler: Callable[[web.Request], Awaitable[
+        web.StreamResponse]]) -> web.StreamResponse:
+    """Every error in the OpenAI shape: unknown paths, wrong methods, the gateway's own bugs."""
+    try:
+        return await handler(request)
+    except web.HTTPMethodNotAllowed as exc:
+        return error_response(405, f"{request.method} is not allowed on {request.path}; use "
+                              f"{', '.join(sorted(exc.allowed_methods))}",
+                              "invalid_request_error", "method_not_allowed",
+                              headers={"Allow": ", ".join(sorted(exc.allowed_methods))})
+    except web.HTTPNotFound:
+        return error_response(404, f"no endpoint {request.method} {request.path} here; the "
+                              f"gateway serves {ENDPOINTS}", "invalid_request_error",
+                              "unknown_endpoint")
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return error_response(exc.status, exc.reason, "invalid_request_error")
+    except Exception:
+        if request.get(STREAM_STARTED):
+            raise  # the answer is under way: aiohttp cuts the connection, the client sees it
+        log.exception("internal error serving %s %s", request.method, request.path)
+        return error_response(500, "the gateway failed on this request (see its log)",
+                              "server_error", "internal_error")
 
 
 @dataclass
@@ -71,6 +109,9 @@ class RouteState:
         return headers
 
 
+ROUTE_KEY = web.RequestKey("route", RouteState)  # the route a request resolved to
+
+
 def _usage_tokens(usage: Any) -> tuple[int, int]:
     """(prompt, completion) tokens from Chat/Completions or Responses API usage."""
     if not isinstance(usage, dict):
@@ -96,6 +137,39 @@ def usage_from_body(body: bytes) -> tuple[int, int]:
     except (ValueError, UnicodeDecodeError):
         return 0, 0
     return _usage_tokens(usage)
+
+
+USAGE_OPTION_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
+EVENT_END = re.compile(rb"\r?\n\r?\n")
+
+
+def _asks_usage(body: dict[str, Any]) -> bool:
+    options = body.get("stream_options")
+    return isinstance(options, dict) and options.get("include_usage") is True
+
+
+def split_events(data: bytes) -> tuple[list[bytes], bytes]:
+    """Complete SSE events (each with its blank line) and the incomplete rest."""
+    events, start = [], 0
+    for end in EVENT_END.finditer(data):
+        events.append(data[start:end.end()])
+        start = end.end()
+    return events, data[start:]
+
+
+def usage_only(event: bytes) -> bool:
+    """The event include_usage adds at the end: no choices, only usage."""
+    if b'"usage"' not in event:
+        return False
+    for line in event.splitlines():
+        if line.startswith(b"data:"):
+            try:
+                data = json.loads(line[5:])
+            except ValueError:
+                return False
+            return isinstance(data, dict) and not data.get("choices") \
+                and isinstance(data.get("usage"), dict)
+    return False
 
 
 def usage_from_sse(tail: bytes) -> tuple[int, int]:
@@ -126,24 +200,28 @@ class Gateway:
         self._session: aiohttp.ClientSession | None = None
         self._unrouted = RouteMetrics(self.metrics, NO_ROUTE)
         self._unavailable: dict[str, str] = {}  # route label -> why it cannot serve now
-        self._breakers: dict[str, Breaker] = {}  # host -> breaker, for the circuit gauge
+        # (route label, upstream host) -> breaker: one model's failures never cut off
+        # another model on the same provider, and each route keeps its own settings.
+        self._breakers: dict[tuple[str, str], Breaker] = {}
         self.reconfigure(config)
 
     def reconfigure(self, config: GatewayConfig) -> None:
         """Serve ``config``'s routes from the next request on (requests in flight finish).
 
-        A route whose upstream host is unchanged keeps its circuit breaker; limits start
-        afresh. The local runtime calls this when a model YAML is added, edited or removed.
+        A route whose upstream host is unchanged keeps its circuit breaker's state (with the
+        new settings); limits start afresh. The local runtime calls this when a model YAML
+        is added, edited or removed.
         """
         old = self._breakers
-        breakers: dict[str, Breaker] = {}
+        breakers: dict[tuple[str, str], Breaker] = {}
         routes: dict[str, RouteState] = {}
         for route in config.routes:
             base = route.upstream.base_url.rstrip("/")
-            host = urlsplit(base).netloc
+            where = (route.label, urlsplit(base).netloc)
             cb = route.circuit_breaker
-            breaker = breakers.setdefault(host, old.get(host) or Breaker(
-                cb.failure_threshold, cb.open_seconds, self._clock))
+            breaker = breakers[where] = old.get(where) or Breaker(
+                cb.failure_threshold, cb.open_seconds, self._clock)
+            breaker.threshold, breaker.open_seconds = cb.failure_threshold, cb.open_seconds
             limit = route.rate_limit
             state = RouteState(
                 route=route, url_base=base, breaker=breaker,
@@ -157,9 +235,9 @@ class Gateway:
             )
             for name in route.models:
                 routes[name] = state
-            self.metrics.circuit.labels(host).set(int(breaker.state))
-        for host in set(old) - set(breakers):
-            self.metrics.circuit.remove(host)
+            self.metrics.circuit.labels(*where).set(int(breaker.state))
+        for gone in set(old) - set(breakers):
+            self.metrics.circuit.remove(*gone)
         self.config, self.routes = config, routes
         self._breakers = breakers
         self._models_body = json.dumps({"object": "list", "data": [
@@ -181,7 +259,8 @@ class Gateway:
     # --- application -------------------------------------------------------------------
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=self.config.max_request_bytes)
+        app = web.Application(client_max_size=self.config.max_request_bytes,
+                              middlewares=[openai_errors])
         for path in PROXIED_PATHS:
             app.router.add_post(path, self.proxy)
         app.router.add_get("/v1/models", self.models)
@@ -221,8 +300,8 @@ class Gateway:
         return web.json_response({"status": "ready", "routes": len(self.config.routes)})
 
     async def prometheus(self, _: web.Request) -> web.Response:
-        for host, breaker in self._breakers.items():
-            self.metrics.circuit.labels(host).set(int(breaker.state))
+        for where, breaker in self._breakers.items():
+            self.metrics.circuit.labels(*where).set(int(breaker.state))
         return web.Response(body=generate_latest(self.metrics.registry),
                             headers={"Content-Type": CONTENT_TYPE_LATEST})
 
@@ -230,7 +309,13 @@ class Gateway:
 
     async def proxy(self, request: web.Request) -> web.StreamResponse:
         started = self._clock()
-        response, state = await self._proxy(request, started)
+        try:
+            response, state = await self._proxy(request, started)
+        except asyncio.CancelledError:  # the client went away before the answer
+            routed = request.get(ROUTE_KEY)
+            (routed.metrics if routed else self._unrouted).request(
+                CLIENT_CLOSED, self._clock() - started)
+            raise
         if not isinstance(response, _Streamed):
             metrics = state.metrics if state is not None else self._unrouted
             metrics.request(response.status, self._clock() - started)
@@ -250,6 +335,9 @@ class Gateway:
         except ValueError as exc:
             return error_response(400, f"request body is not valid JSON: {exc}",
                                   "invalid_request_error", "invalid_json"), None
+        except RecursionError:
+            return error_response(400, "request body nests JSON too deeply",
+                                  "invalid_request_error", "invalid_json"), None
         model = body.get("model") if isinstance(body, dict) else None
         if not isinstance(model, str):
             return error_response(400, "the request needs a string field 'model'",
@@ -260,6 +348,7 @@ class Gateway:
             return error_response(404, f"The model {model!r} does not exist here; available "
                                   f"models: {known}", "invalid_request_error",
                                   "model_not_found"), None
+        request[ROUTE_KEY] = state
         reason = self._unavailable.get(state.route.label)
         if reason is not None:
             return error_response(503, f"{model!r} cannot serve right now: {reason}",
@@ -272,29 +361,48 @@ class Gateway:
             return error_response(503, f"the gateway has no credentials for {model!r}; "
                                   "its operator must provide the API key",
                                   "server_error", "credentials_unavailable"), state
-        refused = self._rate_limited(state)  # only requests that can be sent count
+        reservation = Reservation(state.tpm)
+        refused = self._rate_limited(state, body, reservation)  # only sendable ones count
         if refused is not None:
             return refused, state
         upstream_model = state.route.upstream_model
-        if upstream_model != model:
+        stream = body.get("stream") is True
+        # Usage is what limits and cost are counted from: ask for it on every stream, and
+        # keep the usage event from clients that did not ask.
+        hide_usage = stream and request.path in USAGE_OPTION_PATHS and not _asks_usage(body)
+        if hide_usage:
+            options = body.get("stream_options")
+            body["stream_options"] = {**(options if isinstance(options, dict) else {}),
+                                      "include_usage": True}
+        if upstream_model != model or hide_usage:
             body["model"] = upstream_model
             raw = json.dumps(body, separators=(",", ":")).encode()
-        stream = body.get("stream") is True
         url = state.url_base + request.path.removeprefix("/v1")
-        return await self._forward(request, state, url=url, payload=raw, headers=headers,
-                                   stream=stream, started=started), state
+        try:
+            return await self._forward(request, state, url=url, payload=raw, headers=headers,
+                                       stream=stream, started=started,
+                                       reservation=reservation, hide_usage=hide_usage), state
+        finally:
+            reservation.settle()  # no usage came back (an error, a cancel): give it back
 
     def _too_large(self) -> web.Response:
         return error_response(413, f"request body exceeds {self.config.max_request_bytes} "
                               "bytes", "invalid_request_error", "request_too_large")
 
-    def _rate_limited(self, state: RouteState) -> web.Response | None:
-        waits = []
-        if state.tpm is not None:
-            waits.append(state.tpm.wait_seconds(1))
-        if state.rpm is not None and not any(waits):
-            waits.append(state.rpm.take())
-        wait = max(waits, default=0.0)
+    def _rate_limited(self, state: RouteState, body: dict[str, Any],
+                      reservation: Reservation) -> web.Response | None:
+        """None when the request may go (its tokens reserved), else the 429 to answer."""
+        wait = 0.0
+        if state.tpm is not None:  # reserve before, settle after: bursts cannot overrun
+            units = min(float(estimate_tokens(body)), state.tpm.capacity)
+            wait = state.tpm.wait_seconds(units)
+            if wait == 0.0 and state.rpm is not None:
+                wait = state.rpm.take()
+            if wait == 0.0:
+                state.tpm.spend(units)
+                reservation.units = units
+        elif state.rpm is not None:
+            wait = state.rpm.take()
         if wait <= 0:
             return None
         state.metrics.rate_limited.inc()
@@ -320,8 +428,8 @@ class Gateway:
                 and state.breaker.state is State.CLOSED)
 
     async def _forward(self, request: web.Request, state: RouteState, *, url: str,
-                       payload: bytes, headers: dict[str, str], stream: bool, started: float
-                       ) -> web.StreamResponse:
+                       payload: bytes, headers: dict[str, str], stream: bool, started: float,
+                       reservation: Reservation, hide_usage: bool) -> web.StreamResponse:
         assert self._session is not None
         route, label = state.route, state.route.label
         deadline = started + route.timeouts.request_seconds
@@ -341,6 +449,9 @@ class Gateway:
             try:
                 upstream = await self._session.post(url, data=payload, headers=headers,
                                                     timeout=timeout)
+            except asyncio.CancelledError:  # the client went away: no verdict on the upstream
+                state.breaker.release()
+                raise
             except (aiohttp.ClientError, TimeoutError) as exc:
                 reason = "timeout" if isinstance(exc, TimeoutError) else "connect"
                 state.breaker.failure()
@@ -374,8 +485,9 @@ class Gateway:
             else:
                 state.breaker.success()
             if stream and status == 200:
-                return await self._relay_stream(request, state, upstream, started)
-            return await self._relay(state, upstream)
+                return await self._relay_stream(request, state, upstream, started,
+                                                reservation, hide_usage=hide_usage)
+            return await self._relay(state, upstream, reservation)
 
     def _headers_from(self, upstream: aiohttp.ClientResponse) -> dict[str, str]:
         out = {k: v for k in PASSED_HEADERS if (v := upstream.headers.get(k)) is not None}
@@ -383,9 +495,11 @@ class Gateway:
                     if k.lower().startswith("x-ratelimit-")})
         return out
 
-    def _account(self, state: RouteState, prompt: int, completion: int) -> None:
+    def _account(self, state: RouteState, prompt: int, completion: int,
+                 reservation: Reservation) -> None:
         if not prompt and not completion:
             return
+        reservation.settle(prompt + completion)
         state.metrics.prompt_tokens.inc(prompt)
         state.metrics.completion_tokens.inc(completion)
         if state.route.pricing:
@@ -393,35 +507,44 @@ class Gateway:
             state.metrics.cost.inc(
                 prompt * price.input_per_million / 1e6
                 + completion * price.output_per_million / 1e6)
-        if state.tpm is not None:
-            state.tpm.spend(prompt + completion)
 
-    async def _relay(self, state: RouteState, upstream: aiohttp.ClientResponse) -> web.Response:
+    async def _relay(self, state: RouteState, upstream: aiohttp.ClientResponse,
+                     reservation: Reservation) -> web.Response:
         try:
             body = await upstream.read()
         finally:
             upstream.release()
         if upstream.status == 200:
-            self._account(state, *usage_from_body(body))
+            self._account(state, *usage_from_body(body), reservation)
         return web.Response(body=body, status=upstream.status, headers=self._headers_from(upstream))
 
     async def _relay_stream(self, request: web.Request, state: RouteState,
-                            upstream: aiohttp.ClientResponse, started: float
+                            upstream: aiohttp.ClientResponse, started: float,
+                            reservation: Reservation, *, hide_usage: bool
                             ) -> web.StreamResponse:
+        """Relay as it arrives; with ``hide_usage``, whole events minus the usage-only one."""
         label = state.route.label
         out = _Streamed(status=200, headers={**self._headers_from(upstream),
                                              "Cache-Control": "no-cache"})
-        tail = b""
+        tail = pending = b""
         first = True
         completed = False
         try:
             await out.prepare(request)
+            request[STREAM_STARTED] = True
             async for chunk in upstream.content.iter_any():
                 if first:
                     state.metrics.ttft.observe(self._clock() - started)
                     first = False
-                await out.write(chunk)
                 tail = (tail + chunk)[-USAGE_TAIL_BYTES:]
+                send = chunk
+                if hide_usage:
+                    events, pending = split_events(pending + chunk)
+                    send = b"".join(e for e in events if not usage_only(e))
+                if send:
+                    await out.write(send)
+            if pending:
+                await out.write(pending)
             await out.write_eof()
             completed = True
         except (ConnectionResetError, aiohttp.ClientConnectionResetError):
@@ -431,9 +554,9 @@ class Gateway:
                 upstream.release()
             else:
                 upstream.close()  # tear the connection down: the upstream stops generating
-            state.metrics.request(200 if completed else 499, self._clock() - started)
+            state.metrics.request(200 if completed else CLIENT_CLOSED, self._clock() - started)
         if completed:
-            self._account(state, *usage_from_sse(tail))
+            self._account(state, *usage_from_sse(tail), reservation)
         return out
 
 

@@ -1,4 +1,4 @@
-"""A per-upstream circuit breaker: fail fast while an upstream keeps failing."""
+"""A circuit breaker per route and upstream: fail fast while an upstream keeps failing."""
 
 from __future__ import annotations
 
@@ -53,6 +53,14 @@ class Breaker:
             self._trial_in_flight = True
             return True
         return False
+
+    def release(self) -> None:
+        """End a trial without a verdict (its client went away): the next request tries.
+
+        Without this a cancelled trial left the circuit half-open with its one trial slot
+        taken, and every later request was refused as circuit_open for good.
+        """
+        self._trial_in_flight = False
 
     def success(self) -> None:
         self._failures = 0

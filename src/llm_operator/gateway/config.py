@@ -6,8 +6,17 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
+
+from llm_operator.api.rules import GEMINI_MESSAGE, gemini_url_is_openai
 
 
 class _Config(BaseModel):
@@ -45,12 +54,20 @@ class Upstream(_Config):
     api_key: ApiKeySource | None = None
     auth: AuthStyle = Field(
         "bearer",
-        description="How the key is sent: bearer (OpenAI, Anthropic's and Gemini's OpenAI-"
-        "compatible endpoints), x-api-key (Anthropic native), x-goog-api-key (Gemini native).",
+        description="How the key is sent: bearer (OpenAI, and Anthropic's and Gemini's "
+        "OpenAI-compatible endpoints), x-api-key or x-goog-api-key (an OpenAI-compatible "
+        "server behind a gateway that wants the key in that header), none (local engines).",
     )
     headers: dict[str, str] = Field(
         default_factory=dict, description="Extra static headers, e.g. anthropic-version."
     )
+
+    @field_validator("base_url")
+    @classmethod
+    def _openai_shaped(cls, url: str) -> str:
+        if not gemini_url_is_openai(url):
+            raise ValueError(GEMINI_MESSAGE.removeprefix("remoteApi.baseUrl: "))
+        return url
 
 
 class RateLimit(_Config):

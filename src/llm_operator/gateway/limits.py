@@ -1,10 +1,15 @@
-"""Token-bucket rate limits for requests and (after the fact) tokens per minute."""
+"""Token-bucket rate limits: requests per minute, and tokens reserved before and settled after."""
 
 from __future__ import annotations
 
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+CHARS_PER_TOKEN = 4  # the usual estimate for English text with BPE tokenizers
+MAX_TOKEN_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
 
 
 class TokenBucket:
@@ -41,8 +46,50 @@ class TokenBucket:
         return wait
 
     def spend(self, units: float) -> None:
+        """Charge ``units`` (negative: give back, never above the burst)."""
         self._refill()
-        self._level -= units
+        self._level = min(self.capacity, self._level - units)
+
+
+def _text_length(value: Any) -> int:
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, list):
+        return sum(_text_length(v) for v in value)
+    if isinstance(value, dict):
+        return sum(_text_length(v) for k, v in value.items() if k in {"content", "text"})
+    return 0
+
+
+def estimate_tokens(body: dict[str, Any]) -> int:
+    """Tokens a request may use: its text (chars / 4) plus the output it asks for at most.
+
+    What a tokens-per-minute limit reserves before sending; the response's usage settles
+    it. Without a max-tokens field only the prompt is reserved.
+    """
+    text = sum(_text_length(body.get(k)) for k in ("messages", "prompt", "input"))
+    prompt = max(1, math.ceil(text / CHARS_PER_TOKEN))
+    asked = next((v for k in MAX_TOKEN_FIELDS if isinstance(v := body.get(k), int)
+                  and v > 0), 0)
+    return prompt + asked
+
+
+@dataclass
+class Reservation:
+    """Tokens taken from a bucket before a request; ``settle`` charges the real count once.
+
+    Unsettled (an error, a cancelled client) it gives everything back.
+    """
+
+    bucket: TokenBucket | None
+    units: float = 0.0
+    settled: bool = False
+
+    def settle(self, used: float = 0.0) -> None:
+        if self.settled or self.bucket is None:
+            return
+        self.settled = True
+        self.bucket.spend(used - self.units)
 
 
 def retry_after_header(seconds: float) -> str:

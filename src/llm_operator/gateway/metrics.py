@@ -37,8 +37,8 @@ class GatewayMetrics:
                                        "Upstream failures by kind (status code, connect, "
                                        "timeout, circuit_open).", ["route", "reason"], registry=r)
         self.circuit = Gauge("llmop_gateway_circuit_state",
-                             "Circuit per upstream host: 0 closed, 1 half-open, 2 open.",
-                             ["upstream"], registry=r)
+                             "Circuit per route and upstream host: 0 closed, 1 half-open, "
+                             "2 open.", ["route", "upstream"], registry=r)
 
 
 class RouteMetrics:
