@@ -153,6 +153,21 @@ async def test_admin_rejects_bad_payloads_with_what_to_fix(start: Start, token_f
     assert status == 400 and message in answer["error"]
 
 
+@pytest.mark.parametrize(("name", "owner"), [
+    ("list_available_models", "the server's own tool"),
+    ("qwen35_9b_cpu", "already served from files"),  # a model file has that tool
+])
+async def test_admin_refuses_names_it_could_not_serve(start: Start, token_file: Path,
+                                                      name: str, owner: str) -> None:
+    """It used to answer 200 "registered" for a tool nobody would ever see."""
+    async with start(admin_token_file=token_file) as running:
+        status, answer = await admin(running, "PUT", name, {
+            **ADMIN_PAYLOAD, "name": name, "endpoint": "http://127.0.0.1:9/v1"})
+        listed = [t["toolName"] for t in (await admin(running, "GET"))[1]]
+    assert status == 409 and owner in answer["error"]
+    assert listed.count(name) <= 1
+
+
 async def test_the_token_file_is_reread_after_rotation(start: Start, token_file: Path) -> None:
     async with start(admin_token_file=token_file) as running:
         assert (await admin(running, "GET"))[0] == 200

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
@@ -112,7 +113,6 @@ async def test_thinking_is_switched_on_the_family_way(running: Running, tool: st
 
 @pytest.mark.parametrize("era", ERAS)
 @pytest.mark.parametrize(("tool", "arguments", "message"), [
-    ("no_such_tool", {"messages": MERGE_SORT}, "Unknown tool: no_such_tool"),
     ("qwen35_9b_cpu", {}, "messages must be a non-empty list"),
     ("qwen35_9b_cpu", {"messages": MERGE_SORT, "temperature": 3}, "temperature must be between"),
     ("qwen35_9b_cpu", {"messages": MERGE_SORT, "max_tokens": 0}, "max_tokens must be greater"),
@@ -120,14 +120,24 @@ async def test_thinking_is_switched_on_the_family_way(running: Running, tool: st
     ("qwen35_9b_cpu", {"messages": MERGE_SORT, "stream": True}, "unknown argument(s) stream"),
     ("list_available_models", {"vendor": "tpu"}, "vendor must be one of"),
 ])
-async def test_bad_calls_are_invalid_params(running: Running, era: str, tool: str,
-                                            arguments: dict[str, Any], message: str) -> None:
+async def test_bad_arguments_are_tool_errors_the_model_can_correct(
+        running: Running, era: str, tool: str, arguments: dict[str, Any], message: str) -> None:
+    """SEP-1303 (2025-11-25): input validation errors are tool results with isError."""
+    async with Client(running.mcp, mode=era) as client:
+        result = await client.call_tool(tool, arguments)
+    assert result.is_error
+    assert isinstance(result.content[0], types.TextContent)
+    assert message in result.content[0].text
+    assert running.upstream.requests == []
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_an_unknown_tool_is_a_protocol_error(running: Running, era: str) -> None:
     async with Client(running.mcp, mode=era) as client:
         with pytest.raises(MCPError) as caught:
-            await client.call_tool(tool, arguments)
+            await client.call_tool("no_such_tool", {"messages": MERGE_SORT})
     assert caught.value.code == types.INVALID_PARAMS
-    assert message in caught.value.message
-    assert running.upstream.requests == []
+    assert "Unknown tool: no_such_tool" in caught.value.message
 
 
 @pytest.mark.parametrize(("reply", "message"), [
@@ -189,11 +199,15 @@ async def test_pages_cover_every_tool_once_in_order(start: Start, page_size: int
             cursor = page.next_cursor
             if cursor is None:
                 break
-        with pytest.raises(MCPError) as caught:
-            await client.list_tools(cursor="not base64!")
+        refused = []
+        for garbage in ("not base64!", "Z2FyYmFnZQ==", "", base64.urlsafe_b64encode(
+                b"after:zzz").decode() + "=="):
+            with pytest.raises(MCPError) as caught:
+                await client.list_tools(cursor=garbage)
+            refused.append(caught.value.code)
     assert names == ["list_available_models", *GUIDE_TOOLS]
     assert pages == -(-8 // page_size)
-    assert caught.value.code == types.INVALID_PARAMS
+    assert refused == [types.INVALID_PARAMS] * 4
 
 
 async def test_health_reports_the_model_count(running: Running) -> None:

@@ -98,16 +98,23 @@ def service_hosts(service: str, namespaces: Sequence[str], cluster_domain: str =
     return names
 
 
+CURSOR_PREFIX = "after:"  # what a cursor we issued decodes to, before the last name served
+
+
 def _cursor(name: str) -> str:
-    return base64.urlsafe_b64encode(name.encode()).decode()
+    return base64.urlsafe_b64encode(f"{CURSOR_PREFIX}{name}".encode()).decode()
 
 
 def _after(cursor: str) -> str:
+    """The last name a cursor we issued had served; anything else is -32602."""
     try:
-        return base64.urlsafe_b64decode(cursor.encode()).decode()
+        text = base64.urlsafe_b64decode(cursor.encode()).decode()
     except (binascii.Error, UnicodeDecodeError, ValueError):
+        text = ""
+    if not text.startswith(CURSOR_PREFIX) or _cursor(text[len(CURSOR_PREFIX):]) != cursor:
         raise MCPError(types.INVALID_PARAMS, "invalid cursor: pass nextCursor from the "
-                       "previous tools/list result unchanged") from None
+                       "previous tools/list result unchanged")
+    return text[len(CURSOR_PREFIX):]
 
 
 def _safe_detail(payload: Any) -> str:
@@ -224,12 +231,11 @@ class McpService:
                     content=[types.TextContent(type="text", text=json.dumps(result, indent=2))],
                     structured_content=result)
             record = self.catalog.get(params.name)
-            if record is None:
+            if record is None:  # a protocol error: the tool does not exist
                 raise MCPError(types.INVALID_PARAMS, self._unknown(params.name))
             return await self._call_model(record, params.arguments)
-        except ArgumentError as exc:
-            raise MCPError(types.INVALID_PARAMS, f"invalid arguments for {params.name}: {exc}"
-                           ) from None
+        except ArgumentError as exc:  # a tool error the model can read and correct (SEP-1303)
+            return _failure(f"invalid arguments for {params.name}: {exc}")
 
     def _unknown(self, name: str) -> str:
         known = self.catalog.not_callable(name)
@@ -316,6 +322,15 @@ class McpService:
             return JSONResponse({"error": "body must be JSON"}, 400)
         except AdminPayloadError as exc:
             return JSONResponse({"error": str(exc), "toolName": name}, 400)
+        if record.tool_name == LIST_TOOL:
+            return JSONResponse({"error": f"{LIST_TOOL} is the server's own tool; choose "
+                                 "another name", "toolName": name}, 409)
+        owner = self.catalog.outranked(record.tool_name, "admin")
+        if owner is not None:
+            return JSONResponse({"error": f"tool {record.tool_name} is already served from "
+                                 f"{owner.source} ({owner.key}), which takes precedence: "
+                                 "choose another name or change it there",
+                                 "toolName": name}, 409)
         async with self._lock:
             records = [r for r in self.catalog.records("admin") if r.key != name]
         await self.publish("admin", [*records, record])

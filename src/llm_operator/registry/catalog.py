@@ -187,6 +187,14 @@ class Catalog:
                     return record
         return None
 
+    def outranked(self, tool_name: str, source: Source) -> ToolRecord | None:
+        """A record of a source that takes precedence over ``source`` under this name."""
+        for higher in PRECEDENCE[:PRECEDENCE.index(source)]:
+            for record in self._records[higher].values():
+                if record.tool_name == tool_name:
+                    return record
+        return None
+
     def find(self, query: Query) -> list[ToolRecord]:
         return [r for r in self.tools() if accepts(query, r.facets)]
 
