@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import re
 from pathlib import Path
@@ -73,6 +74,37 @@ async def test_host_and_origin_are_checked(start: Start, headers: dict[str, str]
     async with start(allowed_hosts=hosts) as running, aiohttp.ClientSession() as http, \
             http.post(running.mcp, json=body, headers=headers) as r:
         assert r.status == status
+
+
+@pytest.mark.parametrize(("body", "code", "words"), [
+    (b"{}", -32600, '"jsonrpc": "2.0"'),
+    (b"[]", -32600, "batches are not supported"),
+    (b'[{"jsonrpc": "2.0", "id": 1, "method": "ping"}]', -32600, "batches are not supported"),
+    (b'{"jsonrpc": "2.0", "id": null, "method": "ping"}', -32600, "MCP forbids null"),
+    (b'{"jsonrpc": "2.0", "id": 1.5, "method": "ping"}', -32600, "string or an integer"),
+    (b'{"jsonrpc": "2.0", "id": 1, "method": 7}', -32600, "method must be"),
+    (b'{"jsonrpc": "2.0", "id": 1}', -32600, "neither a request"),
+    (b"{not json", -32700, "Parse error"),
+    (b"[" * 100_000, -32700, "Parse error"),
+])
+async def test_malformed_json_rpc_gets_a_short_invalid_request(
+        running: Running, body: bytes, code: int, words: str) -> None:
+    """The SDK answered -32602 naming pydantic internals and URLs, or a silent 202."""
+    async with aiohttp.ClientSession() as http, http.post(
+            running.mcp, data=body, headers={"Content-Type": "application/json",
+                                             "Accept": "application/json, text/event-stream"}
+    ) as r:
+        answer = await r.json()
+    assert r.status == 400
+    assert answer["error"]["code"] == code and words in answer["error"]["message"]
+    assert "pydantic" not in answer["error"]["message"] and "http" not in json.dumps(answer)
+
+
+async def test_a_forged_host_is_refused_before_the_body_is_read(running: Running) -> None:
+    async with aiohttp.ClientSession() as http, http.post(
+            running.mcp, data=io.BytesIO(b"x" * 5_000_000),
+            headers={"Host": "evil.example.com", "Content-Type": "application/json"}) as r:
+        assert r.status == 421
 
 
 async def test_an_official_client_through_a_service_name_is_rejected_unless_allowed(

@@ -24,7 +24,11 @@ from mcp.server import InitializationOptions, NotificationOptions, Server, Serve
 from mcp.server.context import CallNext, HandlerResult
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.subscriptions import ListenHandler
-from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE, TransportSecuritySettings
+from mcp.server.transport_security import (
+    DEFAULT_MAX_REQUEST_BODY_SIZE,
+    TransportSecurityMiddleware,
+    TransportSecuritySettings,
+)
 from mcp.shared.exceptions import MCPError
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -355,19 +359,32 @@ class McpService:
         single = StreamableHTTPSessionManager(self.server, stateless=True, json_response=True,
                                               security_settings=security)
         tracked = self.broadcaster.track_streams(sessions.handle_request)
+        guard = TransportSecurityMiddleware(security)
 
         class Endpoint:
             async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-                headers = dict(scope["headers"])
-                if scope["method"] != "POST" or b"mcp-session-id" in headers \
-                        or b"mcp-protocol-version" in headers:
+                if scope["method"] != "POST":
                     await tracked(scope, receive, send)
+                    return
+                # Host and Origin before the body: a forged Host never costs a 5 MB read.
+                refused = await guard.validate_request(Request(scope), is_post=False)
+                if refused is not None:
+                    await refused(scope, receive, send)
                     return
                 body = await _read_body(receive)
                 if body is None:
                     await Response("Request body too large", 413)(scope, receive, send)
                     return
+                problem = envelope_problem(body)
+                if problem is not None:
+                    await JSONResponse({"jsonrpc": "2.0", "id": None, "error": {
+                        "code": problem[0], "message": problem[1]}}, 400)(scope, receive, send)
+                    return
                 replay = _replaying(body, receive)
+                headers = dict(scope["headers"])
+                if b"mcp-session-id" in headers or b"mcp-protocol-version" in headers:
+                    await tracked(scope, replay, send)
+                    return
                 target = sessions if _method(body) == "initialize" else single
                 await target.handle_request(scope, replay, send)
 
@@ -405,6 +422,35 @@ def _failure(message: str) -> types.CallToolResult:
     log.warning("tool call failed: %s", message)
     return types.CallToolResult(content=[types.TextContent(type="text", text=message)],
                                 is_error=True)
+
+
+def envelope_problem(body: bytes) -> tuple[int, str] | None:
+    """Why a POSTed body is not one JSON-RPC message (code, short message); None if it is.
+
+    Checked before the SDK sees it: its own answers to ``{}`` or a batch named pydantic
+    internals, and a request with ``"id": null`` got a silent 202.
+    """
+    try:
+        message = json.loads(body)
+    except (ValueError, RecursionError):
+        return types.PARSE_ERROR, "Parse error: the body is not JSON"
+    if isinstance(message, list):
+        return types.INVALID_REQUEST, ("JSON-RPC batches are not supported (MCP removed them "
+                                       "in 2025-06-18): send one message per request")
+    if not isinstance(message, dict):
+        return types.INVALID_REQUEST, "a JSON-RPC message must be a JSON object"
+    if message.get("jsonrpc") != "2.0":
+        return types.INVALID_REQUEST, 'the message needs "jsonrpc": "2.0"'
+    if "id" in message and (isinstance(message["id"], bool)
+                            or not isinstance(message["id"], str | int)):
+        return types.INVALID_REQUEST, "id must be a string or an integer (MCP forbids null)"
+    if "method" in message:
+        if not isinstance(message["method"], str) or not message["method"]:
+            return types.INVALID_REQUEST, "method must be a non-empty string"
+    elif "id" not in message or not ("result" in message or "error" in message):
+        return types.INVALID_REQUEST, ("the message is neither a request (method), a "
+                                       "notification, nor a response (id with result or error)")
+    return None
 
 
 def _method(body: bytes) -> str | None:
