@@ -176,6 +176,10 @@ async def test_admin_push_registers_and_removes_a_tool(start: Start, token_file:
     ("pushed_model", {**ADMIN_PAYLOAD, "endpoint": "ftp://x"}, "endpoint must be an http(s)"),
     ("pushed_model", {**ADMIN_PAYLOAD, "modelId": ""}, "modelId must be a non-empty string"),
     ("pushed_model", [1, 2], "body must be a JSON object"),
+    ("pushed_model", {**ADMIN_PAYLOAD, "endpoint": "http://169.254.169.254/latest"},
+     "link-local or a cloud metadata service"),
+    ("pushed_model", {**ADMIN_PAYLOAD, "endpoint": "https://evil.example.com/v1"},
+     "outside the cluster"),
 ])
 async def test_admin_rejects_bad_payloads_with_what_to_fix(start: Start, token_file: Path,
                                                            name: str, body: Any,
@@ -198,6 +202,16 @@ async def test_admin_refuses_names_it_could_not_serve(start: Start, token_file: 
         listed = [t["toolName"] for t in (await admin(running, "GET"))[1]]
     assert status == 409 and owner in answer["error"]
     assert listed.count(name) <= 1
+
+
+async def test_admin_caps_bodies_and_checks_the_host(start: Start, token_file: Path) -> None:
+    async with start(admin_token_file=token_file) as running:
+        big = {**ADMIN_PAYLOAD, "description": "x" * 100_000}
+        assert (await admin(running, "PUT", "pushed_model", big))[0] == 413
+        async with aiohttp.ClientSession() as http, http.get(
+                f"{running.url}/admin/tools", headers={
+                    "Authorization": f"Bearer {TOKEN}", "Host": "evil.example.com"}) as r:
+            assert r.status == 421
 
 
 async def test_the_token_file_is_reread_after_rotation(start: Start, token_file: Path) -> None:

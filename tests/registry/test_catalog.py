@@ -12,6 +12,7 @@ from llm_operator.registry.catalog import (
     AdminPayloadError,
     Catalog,
     ToolRecord,
+    endpoint_problem,
     from_admin,
     from_model,
     thinking_style,
@@ -156,3 +157,30 @@ def test_the_same_tool_in_two_namespaces_resolves_deterministically() -> None:
 def test_admin_payload_errors_say_what_to_fix(name: str, body: Any, message: str) -> None:
     with pytest.raises(AdminPayloadError, match=message):
         from_admin(name, body)
+
+
+@pytest.mark.parametrize(("url", "allowed", "refused"), [
+    ("http://vllm.ai-models.svc:8000/v1", (), None),
+    ("http://vllm.ai-models.svc.cluster.local:8000/v1", (), None),
+    ("http://vllm:8000/v1", (), None),
+    ("http://127.0.0.1:8000/v1", (), None),
+    ("http://localhost:8000/v1", (), None),
+    ("http://[::1]:8000/v1", (), None),
+    ("http://169.254.169.254/latest/meta-data", (), "link-local or a cloud metadata"),
+    ("http://169.254.169.254/", ("169.254.169.254",), "link-local or a cloud metadata"),
+    ("http://metadata.google.internal/", (), "link-local or a cloud metadata"),
+    ("http://metadata/computeMetadata/v1", (), "link-local or a cloud metadata"),
+    ("http://[fe80::1]/", (), "link-local or a cloud metadata"),
+    ("http://0.0.0.0:8000/v1", (), "link-local or a cloud metadata"),
+    ("https://api.example.com/v1", (), "outside the cluster"),
+    ("http://10.0.0.7:8000/v1", (), "outside the cluster"),
+    ("https://api.example.com/v1", ("api.example.com",), None),
+    ("https://eu.api.example.com/v1", (".example.com",), None),
+    ("ftp://vllm/v1", (), "http(s) URL"),
+    ("http:///v1", (), "http(s) URL"),
+])
+def test_admin_endpoints_stay_inside_the_cluster(url: str, allowed: tuple[str, ...],
+                                                 refused: str | None) -> None:
+    problem = endpoint_problem(url, allowed)
+    assert (problem is None) == (refused is None)
+    assert refused is None or refused in str(problem)

@@ -405,6 +405,10 @@ def operator(namespaces: tuple[str, ...], *, all_namespaces: bool, settings_path
               envvar="LLMOP_MCP_ADMIN_TOKEN_FILE", metavar="FILE",
               help="Enable the /admin/tools API, authenticated by the bearer token in FILE "
               "(re-read on every request, so rotation needs no restart).")
+@click.option("--admin-endpoint-host", "admin_endpoint_hosts", multiple=True, metavar="HOST",
+              help="A host outside the cluster that admin pushes may point at (repeatable; "
+              "'.example.com' allows a suffix). Service names and loopback are always "
+              "allowed; link-local and cloud metadata addresses never are.")
 @click.option("--page-size", type=click.IntRange(1, 1000), default=100, show_default=True,
               help="Tools per tools/list page.")
 @click.option("--call-timeout", type=float, default=300.0, show_default=True, metavar="SECONDS",
@@ -413,8 +417,9 @@ def operator(namespaces: tuple[str, ...], *, all_namespaces: bool, settings_path
               default="info", show_default=True)
 def mcp(namespaces: tuple[str, ...], *, all_namespaces: bool, files_dir: Path | None,
         status_file: Path | None, host: str, port: int, services: tuple[str, ...],
-        allowed_hosts: tuple[str, ...], admin_token_file: Path | None, page_size: int,
-        call_timeout: float, log_level: str) -> None:
+        allowed_hosts: tuple[str, ...], admin_token_file: Path | None,
+        admin_endpoint_hosts: tuple[str, ...], page_size: int, call_timeout: float,
+        log_level: str) -> None:
     """Serve every exposed model as an MCP tool (Streamable HTTP at /mcp).
 
     A model is a tool when spec.mcpExposure.enabled is true and its phase is Ready or
@@ -447,7 +452,8 @@ def mcp(namespaces: tuple[str, ...], *, all_namespaces: bool, files_dir: Path | 
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = McpSettings(host=host, port=port, allowed_hosts=tuple(names),
                            page_size=page_size, call_timeout=call_timeout,
-                           admin_token_file=admin_token_file)
+                           admin_token_file=admin_token_file,
+                           admin_endpoint_hosts=admin_endpoint_hosts)
     use_kube = bool(namespaces or all_namespaces)
 
     async def run() -> None:

@@ -82,6 +82,7 @@ class McpSettings:
     page_size: int = 100
     call_timeout: float = 300.0
     admin_token_file: Path | None = None
+    admin_endpoint_hosts: Sequence[str] = ()  # hosts (".suffix" too) pushes may point at
 
     def transport_security(self) -> TransportSecuritySettings:
         """DNS-rebinding protection: only these Host and Origin values reach /mcp."""
@@ -102,6 +103,7 @@ def service_hosts(service: str, namespaces: Sequence[str], cluster_domain: str =
     return names
 
 
+ADMIN_MAX_BODY = 64 * 1024  # one tool's registration
 CURSOR_PREFIX = "after:"  # what a cursor we issued decodes to, before the last name served
 
 
@@ -153,6 +155,7 @@ class McpService:
         self._published = asyncio.Condition()
         self._listing: tuple[int, list[tuple[str, types.Tool]]] = (-1, [])
         self._pages: dict[tuple[int, str, str | None], HandlerResult] = {}
+        self._guard = TransportSecurityMiddleware(self.settings.transport_security())
 
     # --- the registry ---
 
@@ -291,7 +294,10 @@ class McpService:
             return JSONResponse({"status": "syncing", "sourcesWaiting": waiting}, 503)
         return JSONResponse({"status": "ready", "models": len(self.catalog)})
 
-    def _admin_denied(self, request: Request) -> Response | None:
+    async def _admin_denied(self, request: Request) -> Response | None:
+        refused = await self._guard.validate_request(request, is_post=False)
+        if refused is not None:  # the admin API is no less exposed to DNS rebinding
+            return refused
         path = self.settings.admin_token_file
         if path is None:
             return JSONResponse({"error": "the admin API is disabled; start llmop mcp with "
@@ -310,20 +316,26 @@ class McpService:
         return None
 
     async def _admin_list(self, request: Request) -> Response:
-        if (denied := self._admin_denied(request)) is not None:
+        if (denied := await self._admin_denied(request)) is not None:
             return denied
         return JSONResponse([{"toolName": r.tool_name, "modelId": r.model_id,
                               "endpoint": r.endpoint, "phase": r.facets.phase,
                               "source": r.source} for r in self.catalog.tools()])
 
     async def _admin_put(self, request: Request) -> Response:
-        if (denied := self._admin_denied(request)) is not None:
+        if (denied := await self._admin_denied(request)) is not None:
             return denied
         name = request.path_params["name"]
+        body = await _read_limited(request, ADMIN_MAX_BODY)
+        if body is None:
+            return JSONResponse({"error": f"body exceeds {ADMIN_MAX_BODY} bytes",
+                                 "toolName": name}, 413)
         try:
-            record = from_admin(name, await request.json())
-        except json.JSONDecodeError:
+            payload = json.loads(body)
+        except (ValueError, RecursionError):
             return JSONResponse({"error": "body must be JSON"}, 400)
+        try:
+            record = from_admin(name, payload, self.settings.admin_endpoint_hosts)
         except AdminPayloadError as exc:
             return JSONResponse({"error": str(exc), "toolName": name}, 400)
         if record.tool_name == LIST_TOOL:
@@ -341,7 +353,7 @@ class McpService:
         return JSONResponse({"status": "registered", "toolName": name})
 
     async def _admin_delete(self, request: Request) -> Response:
-        if (denied := self._admin_denied(request)) is not None:
+        if (denied := await self._admin_denied(request)) is not None:
             return denied
         name = request.path_params["name"]
         records = self.catalog.records("admin")
@@ -359,7 +371,7 @@ class McpService:
         single = StreamableHTTPSessionManager(self.server, stateless=True, json_response=True,
                                               security_settings=security)
         tracked = self.broadcaster.track_streams(sessions.handle_request)
-        guard = TransportSecurityMiddleware(security)
+        guard = self._guard
 
         class Endpoint:
             async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -461,7 +473,9 @@ def _method(body: bytes) -> str | None:
     return decoded.get("method") if isinstance(decoded, dict) else None
 
 
-async def _read_body(receive: Receive) -> bytes | None:
+async def _read_body(receive: Receive, limit: int = DEFAULT_MAX_REQUEST_BODY_SIZE
+                     ) -> bytes | None:
+    """The whole body, or None once it passes ``limit`` bytes (not read further)."""
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -470,11 +484,23 @@ async def _read_body(receive: Receive) -> bytes | None:
             break
         chunk = message.get("body", b"")
         size += len(chunk)
-        if size > DEFAULT_MAX_REQUEST_BODY_SIZE:
+        if size > limit:
             return None
         chunks.append(chunk)
         if not message.get("more_body", False):
             break
+    return b"".join(chunks)
+
+
+async def _read_limited(request: Request, limit: int) -> bytes | None:
+    """A Starlette request's body, or None once it passes ``limit`` bytes."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
     return b"".join(chunks)
 
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -81,7 +82,39 @@ class AdminPayloadError(ValueError):
     """An admin API body that cannot become a tool; the message says what to fix."""
 
 
-def from_admin(url_name: str, body: Any) -> ToolRecord:
+CLUSTER_SUFFIXES = (".svc", ".svc.cluster.local")
+METADATA_NAMES = frozenset({"metadata", "metadata.google.internal", "instance-data"})
+
+
+def endpoint_problem(url: str, allowed: Sequence[str] = ()) -> str | None:
+    """Why the admin API must not call ``url`` (None: it may).
+
+    Allowed: loopback, in-cluster Service names (one label, or ending in .svc /
+    .svc.cluster.local), and ``allowed`` hosts (an entry starting with "." is a suffix).
+    Never: link-local addresses and cloud metadata names, whatever the setting says.
+    """
+    parts = urlsplit(url)
+    host = (parts.hostname or "").lower().rstrip(".")
+    if parts.scheme not in ("http", "https") or not host:
+        return "endpoint must be an http(s) URL, e.g. http://svc.ns:8000/v1"
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        ip = None
+    if host in METADATA_NAMES or (ip is not None and (ip.is_link_local or ip.is_multicast
+                                                      or ip.is_unspecified)):
+        return f"endpoint host {host} is link-local or a cloud metadata service: refused"
+    if any(host == a.lower() or (a.startswith(".") and host.endswith(a.lower()))
+           for a in allowed):
+        return None
+    if (ip is not None and ip.is_loopback) or host == "localhost" or (ip is None and (
+            "." not in host or host.endswith(CLUSTER_SUFFIXES))):
+        return None
+    return (f"endpoint host {host} is outside the cluster: use a Service name "
+            "(name.namespace.svc), or allow it with llmop mcp --admin-endpoint-host")
+
+
+def from_admin(url_name: str, body: Any, allowed_hosts: Sequence[str] = ()) -> ToolRecord:
     """The guide's admin payload {name, description, endpoint, modelId, domains} as a tool."""
     if not isinstance(body, Mapping):
         raise AdminPayloadError("body must be a JSON object with name, description, endpoint, "
@@ -95,8 +128,8 @@ def from_admin(url_name: str, body: Any) -> ToolRecord:
     problems = [f"{k} must be a non-empty string" for k in ("endpoint", "modelId")
                 if not isinstance(body.get(k), str) or not body.get(k)]
     endpoint = str(body.get("endpoint") or "")
-    if endpoint and urlsplit(endpoint).scheme not in ("http", "https"):
-        problems.append("endpoint must be an http(s) URL, e.g. http://svc.ns:8000/v1")
+    if endpoint and (problem := endpoint_problem(endpoint, allowed_hosts)):
+        problems.append(problem)
     domains = body.get("domains", [])
     if not isinstance(domains, list) or not all(isinstance(d, str) for d in domains):
         problems.append("domains must be a list of strings")
