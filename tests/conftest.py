@@ -77,4 +77,6 @@ def apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane
         plane.kubectl("apply", "-k", str(REPO / "config" / "default"))
         plane.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
         plane.start_controller_manager()
+        plane.wait_allowed("system:serviceaccount:llm-operator-system:llm-operator",
+                           "watch", "llmmodels.ai.example.io")
         yield plane

@@ -221,6 +221,15 @@ class ControlPlane:
             f"--root-ca-file={pki / 'ca.crt'}", "--use-service-account-credentials=false",
             "--controllers=*"])
 
+    def wait_allowed(self, user: str, verb: str, resource: str, timeout: float = 30) -> None:
+        """Until RBAC lets ``user`` do it: new bindings reach the authorizer's cache late."""
+        deadline = time.monotonic() + timeout
+        while self.kubectl("auth", "can-i", verb, resource, "-A", f"--as={user}",
+                           check=False).stdout.strip() != "yes":
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"RBAC never allowed {user} to {verb} {resource}")
+            time.sleep(0.1)  # nothing to wait on: the authorizer's cache has no event
+
     def stop_apiserver(self) -> None:
         self._stop("kube-apiserver")
 

@@ -52,7 +52,27 @@ class ApiError(RuntimeError):
 def _api_error(status: int, reason: str | None, payload: Any) -> ApiError:
     """The error for a failed request, from the API's Status object when there is one."""
     info = payload if isinstance(payload, dict) else {}
-    return ApiError(status, str(info.get("reason", reason)), str(info.get("message", "")))
+    message = info.get("message", payload if isinstance(payload, str) else "")
+    return ApiError(status, str(info.get("reason", reason)), str(message).strip()[:500])
+
+
+async def _payload(r: aiohttp.ClientResponse) -> Any:
+    """The JSON body, or the text of one that is not JSON (None when empty).
+
+    The API server answers a group it does not serve at all (no KEDA installed) with a
+    plain-text "404 page not found", not a Status object.
+    """
+    if r.content_length == 0:
+        return None
+    text = await r.text()
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        if r.status < 400:
+            raise
+        return text
 
 
 @dataclass(frozen=True)
@@ -190,8 +210,7 @@ class Kube:
             try:
                 async with self._session.request(method, path, data=data, params=params,
                                                  headers={"Content-Type": content_type}) as r:
-                    payload = await r.json(content_type=None) if r.content_length != 0 \
-                        else None
+                    payload = await _payload(r)
                     if r.status < 400:
                         return payload
                     if r.status not in RETRYABLE or attempt == self.attempts:
@@ -265,7 +284,7 @@ class Kube:
                                      timeout=aiohttp.ClientTimeout(
                                          total=None, sock_read=timeout_seconds + 30)) as r:
             if r.status >= 400:
-                raise _api_error(r.status, r.reason, await r.json(content_type=None))
+                raise _api_error(r.status, r.reason, await _payload(r))
             async for line in r.content:
                 if not line.strip():
                     continue

@@ -7,9 +7,7 @@ Every test runs the operator in-process with the token of `config/rbac`'s Servic
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import copy
 import json
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -21,16 +19,25 @@ from aiohttp.test_utils import TestServer
 
 from llm_operator.api import labels as L
 from llm_operator.api.validation import parse_llmmodel
-from llm_operator.kube import RETRYABLE, ApiError, Connection, Kube
-from llm_operator.operator.reconciler import Outcome, required_secrets
+from llm_operator.informer import Informer
+from llm_operator.kube import ApiError, Connection, Kube
 from llm_operator.profiles.settings import Settings
 from llm_operator.render import render
 
+from apitools import (
+    API,
+    Reconciles,
+    children,
+    create,
+    exists,
+    gone,
+    phase_is,
+    until,
+)
 from controlplane import ControlPlane
 from operators import running_operator
 from samples import EDGE_SAMPLES, GUIDE_SAMPLES, load_yaml
 
-API = "ai.example.io/v1alpha1"
 OPERATOR_USER = "system:serviceaccount:llm-operator-system:llm-operator"
 SAMPLES = [p for p in GUIDE_SAMPLES + EDGE_SAMPLES]
 
@@ -61,60 +68,6 @@ async def kube(apiserver: ControlPlane) -> AsyncIterator[Kube]:
         yield client
 
 
-async def until(kube: Kube, api: str, plural: str, namespace: str, name: str,
-                check: Callable[[dict[str, Any] | None], bool], timeout: float = 30
-                ) -> dict[str, Any] | None:
-    """The object once ``check`` holds for it (None: it is gone), waiting on watch events."""
-    async with asyncio.timeout(timeout):
-        while True:
-            items, version = await kube.list_versioned(api, plural, namespace)
-            obj = next((o for o in items if o["metadata"]["name"] == name), None)
-            if check(obj):
-                return obj
-            try:
-                async with contextlib.aclosing(kube.watch(
-                        api, plural, namespace, resource_version=version,
-                        timeout_seconds=60)) as events:
-                    async for kind, event in events:
-                        if (event.get("metadata") or {}).get("name") != name:
-                            continue
-                        obj = None if kind == "DELETED" else event
-                        if check(obj):
-                            return obj
-            except ApiError as exc:  # a restarted API server's watch cache is warming up
-                if exc.status not in RETRYABLE:
-                    raise
-                await asyncio.sleep(0.2)  # back off before listing again
-
-
-def phase_is(*phases: str) -> Callable[[dict[str, Any] | None], bool]:
-    return lambda obj: bool(obj and (obj.get("status") or {}).get("phase") in phases)
-
-
-def exists(obj: dict[str, Any] | None) -> bool:
-    return obj is not None
-
-
-def gone(obj: dict[str, Any] | None) -> bool:
-    return obj is None
-
-
-async def add_secrets(kube: Kube, doc: dict[str, Any], namespace: str) -> None:
-    for name, key, _ in required_secrets(parse_llmmodel(doc)):
-        await kube.apply({"apiVersion": "v1", "kind": "Secret",
-                          "metadata": {"name": name, "namespace": namespace},
-                          "data": {key: base64.b64encode(b"not-a-real-secret").decode()}})
-
-
-async def create(kube: Kube, doc: dict[str, Any], namespace: str) -> dict[str, Any]:
-    doc = copy.deepcopy(doc)
-    doc["metadata"]["namespace"] = namespace
-    await add_secrets(kube, doc, namespace)
-    created: dict[str, Any] = await kube.request(
-        "POST", f"/apis/{API}/namespaces/{namespace}/llmmodels", body=doc)
-    return created
-
-
 @contextlib.asynccontextmanager
 async def operating(apiserver: ControlPlane, namespace: str, settings: Settings | None = None,
                     **options: Any) -> AsyncIterator[None]:
@@ -132,16 +85,6 @@ def writes_of(entries: list[dict[str, Any]]) -> list[str]:
     return sorted(f"{e['verb']} {e['objectRef'].get('resource')}/"
                   f"{e['objectRef'].get('name', '')}"
                   for e in entries if e.get("verb") in {"create", "patch", "update", "delete"})
-
-
-async def children(apiserver: ControlPlane, namespace: str, model: str
-                   ) -> set[tuple[str, str]]:
-    kinds = "deployments,services,persistentvolumeclaims,configmaps,scaledobjects," \
-        "httpscaledobjects,servicemonitors,podmonitors"
-    out = await apiserver.akubectl("get", kinds, "-n", namespace, "-l",
-                            f"{L.MODEL_NAME}={model}", "-o",
-                            "jsonpath={range .items[*]}{.kind}/{.metadata.name}{'\\n'}{end}")
-    return {tuple(line.split("/", 1)) for line in out.stdout.split()}  # type: ignore[misc]
 
 
 @pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.stem)
@@ -227,52 +170,6 @@ async def test_status_follows_the_pods_the_controller_manager_creates(
         assert degraded is not None
         assert "CrashLoopBackOff" in str(degraded["status"]["conditions"])
     await apiserver.akubectl("delete", "node", node)
-
-
-class Reconciles:
-    """Every finished reconcile, as an event to wait on (the operator's on_reconcile hook)."""
-
-    def __init__(self) -> None:
-        self.queue: asyncio.Queue[tuple[tuple[str, str], Outcome]] = asyncio.Queue()
-        self.total = 0
-
-    def __call__(self, key: tuple[str, str], outcome: Outcome) -> None:
-        self.total += 1
-        self.queue.put_nowait((key, outcome))
-
-    async def applying(self, name: str, timeout: float = 30) -> Outcome:
-        """The next reconcile of ``name`` that applied something."""
-        async with asyncio.timeout(timeout):
-            while True:
-                key, outcome = await self.queue.get()
-                if key[1] == name and outcome.applied:
-                    return outcome
-
-    async def quiet(self, names: list[str], timeout: float = 30) -> None:
-        """Until each of ``names`` had a reconcile that wrote nothing (needs a short resync)."""
-        waiting = set(names)
-        async with asyncio.timeout(timeout):
-            while waiting:
-                key, o = await self.queue.get()
-                if not (o.applied or o.pruned or o.status_written or o.labels_written
-                        or o.events):
-                    waiting.discard(key[1])
-
-    def drain(self) -> None:
-        """Forget the reconciles so far."""
-        while not self.queue.empty():
-            self.queue.get_nowait()
-
-    async def next(self, count: int, name: str | None = None, timeout: float = 30
-                   ) -> list[Outcome]:
-        """The next ``count`` reconciles (of model ``name`` when given)."""
-        out: list[Outcome] = []
-        async with asyncio.timeout(timeout):
-            while len(out) < count:
-                key, outcome = await self.queue.get()
-                if name is None or key[1] == name:
-                    out.append(outcome)
-        return out
 
 
 def containers(obj: dict[str, Any] | None) -> list[tuple[str, str, Any]]:
@@ -469,3 +366,20 @@ async def test_status_carries_prometheus_metrics_when_enabled(
     status = model["status"]
     assert (status["requestsPerMinute"], status["averageLatencyMs"]) == (120, 850)
     assert any("vllm:e2e_request_latency_seconds_count" in q for q in asked)
+
+
+async def test_a_kind_of_a_group_the_server_does_not_serve_is_absent_not_an_error(
+        kube: Kube) -> None:
+    """A cluster without KEDA answers its group with a text/plain 404, not a Status."""
+    informer = Informer(kube, "example.com/v1", "widgets", None, absent_retry=3600)
+    task = asyncio.create_task(informer.run())
+    try:
+        await asyncio.wait_for(informer.synced.wait(), 10)
+        assert informer.absent and informer.objects == {}
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    with pytest.raises(ApiError) as caught:
+        await kube.list("example.com/v1", "widgets", None)
+    assert caught.value.status == 404 and "not found" in caught.value.message

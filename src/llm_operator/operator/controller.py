@@ -80,6 +80,10 @@ class Caches:
             return None
         return informer.select(namespace, labels)
 
+    def serves(self, api_version: str, kind: str) -> bool:
+        by_ns = self.informers.get((api_version, kind))
+        return not by_ns or not any(i.absent for i in by_ns.values())
+
     def stored(self, obj: dict[str, Any]) -> None:
         informer = self._for((obj.get("apiVersion", ""), obj.get("kind", "")),
                              key_of(obj)[0])
@@ -243,6 +247,10 @@ class Controller:
         if outcome.applied or outcome.pruned:
             log.info("%s/%s: applied %s, pruned %s, phase %s", *key, outcome.reasons,
                      outcome.pruned, outcome.phase)
+            if outcome.skipped:
+                log.warning("%s/%s: not created, the cluster does not serve their kind "
+                            "(install KEDA / Prometheus-Operator to have them): %s", *key,
+                            outcome.skipped)
         if outcome.waiting_for_secret:
             self.queue.add_after(key, SECRET_RECHECK_SECONDS)
         if self.on_reconcile is not None:

@@ -34,7 +34,8 @@ CHILD_KINDS = (
 class ClusterView(Protocol):
     """Where a reconcile reads the cluster from: the operator's watch caches, or the API.
 
-    ``children`` answers None when the kind is not served (its CRD is not installed).
+    ``children`` answers None, and ``serves`` False, when the kind is not served (its CRD
+    is not installed: no KEDA, no Prometheus-Operator).
     ``stored`` hands back what a write returned, ``removed`` what a delete removed, so a
     cache is current before the watch event arrives.
     """
@@ -44,6 +45,8 @@ class ClusterView(Protocol):
 
     async def children(self, api_version: str, kind: str, namespace: str,
                        labels: dict[str, str]) -> list[dict[str, Any]] | None: ...
+
+    def serves(self, api_version: str, kind: str) -> bool: ...
 
     def stored(self, obj: dict[str, Any]) -> None: ...
 
@@ -71,6 +74,9 @@ class DirectView:
                 return None
             raise
 
+    def serves(self, api_version: str, kind: str) -> bool:
+        return True  # an apply of a kind that is not served answers 404: skipped then
+
     def stored(self, obj: dict[str, Any]) -> None:
         return None
 
@@ -84,6 +90,7 @@ class Outcome:
 
     applied: list[str] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)  # why each child was applied
+    skipped: list[str] = field(default_factory=list)  # children whose kind is not served
     pruned: list[str] = field(default_factory=list)
     phase: str | None = None
     events: list[Event] = field(default_factory=list)
@@ -129,14 +136,23 @@ async def _blockers(kube: Kube, model: LLMModel, problems: list[Problem]) -> lis
 async def _apply_children(kube: Kube, view: ClusterView, desired: list[dict[str, Any]],
                           outcome: Outcome) -> None:
     for obj in desired:
-        meta = obj["metadata"]
+        meta, what = obj["metadata"], f"{obj['kind']}/{obj['metadata']['name']}"
+        if not view.serves(obj["apiVersion"], obj["kind"]):
+            outcome.skipped.append(what)  # e.g. a ScaledObject on a cluster without KEDA
+            continue
         current = await view.child(obj["apiVersion"], obj["kind"], meta["namespace"],
                                    meta["name"])
         reason = "it does not exist" if current is None else drift(obj, current, FIELD_MANAGER)
         if reason is None:
             continue  # every field we render is ours and as rendered: no write
-        view.stored(await kube.apply(obj))
-        outcome.applied.append(f"{obj['kind']}/{meta['name']}")
+        try:
+            view.stored(await kube.apply(obj))
+        except ApiError as exc:
+            if exc.status != 404 or current is not None:
+                raise
+            outcome.skipped.append(what)  # the kind went away since the caches looked
+            continue
+        outcome.applied.append(what)
         outcome.reasons.append(f"{obj['kind']}/{meta['name']}: {reason}")
 
 

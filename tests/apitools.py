@@ -1,0 +1,131 @@
+"""A real API server as the tests' client sees it: watch-based waits, models, children."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import copy
+from collections.abc import Callable
+from typing import Any
+
+from llm_operator.api import labels as L
+from llm_operator.api.validation import parse_llmmodel
+from llm_operator.kube import RETRYABLE, ApiError, Kube
+from llm_operator.operator.reconciler import Outcome, required_secrets
+
+from controlplane import ControlPlane
+
+API = "ai.example.io/v1alpha1"
+
+
+async def until(kube: Kube, api: str, plural: str, namespace: str, name: str,
+                check: Callable[[dict[str, Any] | None], bool], timeout: float = 30
+                ) -> dict[str, Any] | None:
+    """The object once ``check`` holds for it (None: it is gone), waiting on watch events."""
+    async with asyncio.timeout(timeout):
+        while True:
+            items, version = await kube.list_versioned(api, plural, namespace)
+            obj = next((o for o in items if o["metadata"]["name"] == name), None)
+            if check(obj):
+                return obj
+            try:
+                async with contextlib.aclosing(kube.watch(
+                        api, plural, namespace, resource_version=version,
+                        timeout_seconds=60)) as events:
+                    async for kind, event in events:
+                        if (event.get("metadata") or {}).get("name") != name:
+                            continue
+                        obj = None if kind == "DELETED" else event
+                        if check(obj):
+                            return obj
+            except ApiError as exc:  # a restarted API server's watch cache is warming up
+                if exc.status not in RETRYABLE:
+                    raise
+                await asyncio.sleep(0.2)  # back off before listing again
+
+
+def phase_is(*phases: str) -> Callable[[dict[str, Any] | None], bool]:
+    return lambda obj: bool(obj and (obj.get("status") or {}).get("phase") in phases)
+
+
+def exists(obj: dict[str, Any] | None) -> bool:
+    return obj is not None
+
+
+def gone(obj: dict[str, Any] | None) -> bool:
+    return obj is None
+
+
+async def add_secrets(kube: Kube, doc: dict[str, Any], namespace: str) -> None:
+    for name, key, _ in required_secrets(parse_llmmodel(doc)):
+        await kube.apply({"apiVersion": "v1", "kind": "Secret",
+                          "metadata": {"name": name, "namespace": namespace},
+                          "data": {key: base64.b64encode(b"not-a-real-secret").decode()}})
+
+
+async def create(kube: Kube, doc: dict[str, Any], namespace: str) -> dict[str, Any]:
+    doc = copy.deepcopy(doc)
+    doc["metadata"]["namespace"] = namespace
+    await add_secrets(kube, doc, namespace)
+    created: dict[str, Any] = await kube.request(
+        "POST", f"/apis/{API}/namespaces/{namespace}/llmmodels", body=doc)
+    return created
+
+
+CORE_KINDS = "deployments,services,persistentvolumeclaims,configmaps"
+ALL_KINDS = f"{CORE_KINDS},scaledobjects,httpscaledobjects,servicemonitors,podmonitors"
+
+
+async def children(apiserver: ControlPlane, namespace: str, model: str,
+                   kinds: str = ALL_KINDS) -> set[tuple[str, str]]:
+    out = await apiserver.akubectl("get", kinds, "-n", namespace, "-l",
+                            f"{L.MODEL_NAME}={model}", "-o",
+                            "jsonpath={range .items[*]}{.kind}/{.metadata.name}{'\\n'}{end}")
+    return {tuple(line.split("/", 1)) for line in out.stdout.split()}  # type: ignore[misc]
+
+
+class Reconciles:
+    """Every finished reconcile, as an event to wait on (the operator's on_reconcile hook)."""
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[tuple[tuple[str, str], Outcome]] = asyncio.Queue()
+        self.total = 0
+
+    def __call__(self, key: tuple[str, str], outcome: Outcome) -> None:
+        self.total += 1
+        self.queue.put_nowait((key, outcome))
+
+    async def applying(self, name: str, timeout: float = 30) -> Outcome:
+        """The next reconcile of ``name`` that applied something."""
+        async with asyncio.timeout(timeout):
+            while True:
+                key, outcome = await self.queue.get()
+                if key[1] == name and outcome.applied:
+                    return outcome
+
+    async def quiet(self, names: list[str], timeout: float = 30) -> None:
+        """Until each of ``names`` had a reconcile that wrote nothing (needs a short resync)."""
+        waiting = set(names)
+        async with asyncio.timeout(timeout):
+            while waiting:
+                key, o = await self.queue.get()
+                if not (o.applied or o.pruned or o.status_written or o.labels_written
+                        or o.events):
+                    waiting.discard(key[1])
+
+    def drain(self) -> None:
+        """Forget the reconciles so far."""
+        while not self.queue.empty():
+            self.queue.get_nowait()
+
+    async def next(self, count: int, name: str | None = None, timeout: float = 30
+                   ) -> list[Outcome]:
+        """The next ``count`` reconciles (of model ``name`` when given)."""
+        out: list[Outcome] = []
+        async with asyncio.timeout(timeout):
+            while len(out) < count:
+                key, outcome = await self.queue.get()
+                if name is None or key[1] == name:
+                    out.append(outcome)
+        return out
