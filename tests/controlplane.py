@@ -221,6 +221,15 @@ class ControlPlane:
             f"--root-ca-file={pki / 'ca.crt'}", "--use-service-account-credentials=false",
             "--controllers=*"])
 
+    def wait_served(self, path: str, timeout: float = 60) -> None:
+        """Until ``path`` answers 200: after a restart, /readyz passes before the storage of
+        custom resources is back (429 "storage is (re)initializing")."""
+        deadline = time.monotonic() + timeout
+        while (status := self.request("GET", path)[0]) != 200:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{path} still answers {status} after {timeout} s")
+            time.sleep(0.1)  # a process we do not control: nothing to wait on
+
     def wait_allowed(self, user: str, verb: str, resource: str, timeout: float = 30) -> None:
         """Until RBAC lets ``user`` do it: new bindings reach the authorizer's cache late."""
         deadline = time.monotonic() + timeout
