@@ -30,7 +30,7 @@ class OperatorMetrics:
         self.pruned = Counter("llmop_operator_children_pruned", "Children deleted as stale.",
                               registry=r)
         self.queued = Gauge("llmop_operator_reconcile_queue_depth",
-                            "Reconciles waiting for the model's previous reconcile to finish.",
+                            "Models queued for a reconcile, waiting for a worker.",
                             registry=r)
         self.in_flight = Gauge("llmop_operator_reconciles_in_flight",
                                "Reconciles running right now.", registry=r)
