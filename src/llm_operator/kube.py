@@ -20,6 +20,8 @@ from typing import Any
 import aiohttp
 import yaml
 
+from llm_operator.connectors import tcp_connector
+
 FIELD_MANAGER = "llm-operator"
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
@@ -189,7 +191,7 @@ class Kube:
 
     async def __aenter__(self) -> Kube:
         headers = {"Authorization": f"Bearer {self.conn.token}"} if self.conn.token else {}
-        connector = aiohttp.TCPConnector(ssl=self.conn.ssl_context())
+        connector = tcp_connector(ssl=self.conn.ssl_context())
         self._session = aiohttp.ClientSession(self.conn.server, headers=headers,
                                               connector=connector,
                                               timeout=aiohttp.ClientTimeout(total=30))

@@ -19,6 +19,7 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from llm_operator.connectors import tcp_connector
 from llm_operator.gateway.breaker import Breaker, State
 from llm_operator.gateway.config import GatewayConfig, Route
 from llm_operator.gateway.keys import KeySource, KeyUnavailable
@@ -272,7 +273,7 @@ class Gateway:
         return app
 
     async def _open(self, _: web.Application) -> None:
-        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=60)
+        connector = tcp_connector(limit=0, ttl_dns_cache=300, keepalive_timeout=60)
         self._session = aiohttp.ClientSession(connector=connector, auto_decompress=True)
 
     async def _close(self, _: web.Application) -> None:

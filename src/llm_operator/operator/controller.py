@@ -16,6 +16,7 @@ import aiohttp
 from llm_operator.api import labels as L
 from llm_operator.api.v1alpha1 import API_VERSION, LLMModel
 from llm_operator.api.validation import InvalidModel, parse_llmmodel
+from llm_operator.connectors import tcp_connector
 from llm_operator.informer import Informer, Key, key_of
 from llm_operator.kube import PLURALS, ApiError, Kube
 from llm_operator.operator import mcp_push
@@ -163,9 +164,9 @@ class Controller:
     async def run(self, ready: asyncio.Event | None = None) -> None:
         """Watch, reconcile and resync until cancelled."""
         if self.settings.status_metrics:
-            self.prometheus = aiohttp.ClientSession()
+            self.prometheus = aiohttp.ClientSession(connector=tcp_connector())
         if self.push is not None:
-            self.http = aiohttp.ClientSession()
+            self.http = aiohttp.ClientSession(connector=tcp_connector())
         tasks = [asyncio.create_task(i.run()) for i in self.caches.all()]
         try:
             await _first_of(asyncio.gather(*(i.synced.wait() for i in self.caches.all())),
