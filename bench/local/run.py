@@ -38,7 +38,7 @@ import aiohttp
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "local"
-MODEL_ID = "gemma-3-270m-it"
+MODEL_ID = "gemma-3-270m"
 PROMPT = [{"role": "user", "content": "Write a short story about a lighthouse keeper."}]
 SETTINGS = {"n_ctx": 4096, "n_threads": 2, "chat_format": "gemma"}  # as examples/local
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -13,9 +14,9 @@ SNAPSHOT: dict[str, Any] = {
     "gateway": "http://127.0.0.1:8000/v1", "mcp": "http://127.0.0.1:3000/mcp",
     "logs": "/state/logs", "problems": ["models/broken.yaml: not readable YAML"],
     "models": [
-        {"name": "gemma3-270m", "modelId": "gemma-3-270m-it", "tool": "gemma3_270m_local",
+        {"name": "gemma3-270m", "modelId": "gemma-3-270m", "tool": "gemma3_270m_local",
          "where": "llama.cpp :41233", "phase": "Ready", "restarts": 1, "detail": "pid 12",
-         "progress": None},
+         "progress": None, "load": {"queued": 2, "generating": 1}},
         {"name": "gpt55-remote", "modelId": "gpt-5.5", "tool": None, "where": "-",
          "phase": "Skipped", "restarts": 0, "detail": "set OPENAI_API_KEY", "progress": None},
     ]}
@@ -28,19 +29,28 @@ def render(snapshot: dict[str, Any], **options: bool) -> str:
     return capture.get()
 
 
+def cells(line: str) -> list[str]:
+    """A borderless table row's cells (separated by two spaces or more)."""
+    return re.split(r"\s{2,}", line.strip())
+
+
 def test_the_table_problems_and_endpoints_are_shown() -> None:
     out = render(SNAPSHOT)
-    assert "│ gemma3-270m " in out and "│ Ready (restarts: 1) " in out
-    assert "│ llama.cpp :41233, pid" in out
+    lines = out.splitlines()
+    assert cells(lines[0]) == [
+        "MODEL", "MODEL ID", "MCP TOOL", "STATUS", "RESTARTS", "QUEUE", "DETAIL"]
+    assert cells(lines[1]) == ["gemma3-270m", "gemma-3-270m", "gemma3_270m_local", "Ready",
+                               "1", "2", "llama.cpp :41233, pid 12"]  # 2 requests wait
+    assert cells(lines[2])[3:] == ["Skipped", "0", "-", "set OPENAI_API_KEY"]
     assert "Files with problems (the other models still run):\n  models/broken.yaml" in out
     assert "Gateway (OpenAI API)  http://127.0.0.1:8000/v1\n" in out
     lines = out.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("Try:"))
-    assert lines[start:start + 3] == [
-        "Try:  curl -s http://127.0.0.1:8000/v1/chat/completions \\",
+    assert lines[start:start + 4] == [
+        "Try:  curl -s http://127.0.0.1:8000/v1/completions \\",
         "        -H 'Content-Type: application/json' \\",
-        "        -d '{\"model\": \"gemma-3-270m-it\", \"messages\": [{\"role\": \"user\", "
-        "\"content\": \"Say hello\"}]}'"]
+        "        -d '{\"model\": \"gemma-3-270m\", \"max_tokens\": 32, \"stop\": [\"\\n\"],",
+        "           \"prompt\": \"Q: What is the capital of France?\\nA:\"}'"]
     assert out.rstrip().endswith("Stop: Ctrl-C")
     assert render(SNAPSHOT, detached=True).rstrip().endswith("Stop: llmop down")
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +14,7 @@ import pytest
 
 from llm_operator.local.engine import BadRequest, request_kwargs
 
-from localstack import example_dir, options, row, running
+from localstack import example_dir, gemma, options, row, running, write_model
 
 MESSAGES = [{"role": "user", "content": "Count from one to five."}]
 
@@ -74,7 +76,7 @@ async def test_the_engine_streams_with_usage_completes_and_refuses_bad_bodies(
                 assert streamed["prompt_tokens"] == plain["usage"]["prompt_tokens"], ending
                 if ending == "length":  # a stop string's own token is counted, never sent
                     assert streamed == plain["usage"]
-            assert {c["model"] for c in chunks} == {"gemma-3-270m-it"}
+            assert {c["model"] for c in chunks} == {"gemma-3-270m"}
             async with http.post(f"{base}/completions", json={
                     "prompt": "The capital of France is", "max_tokens": 4}) as resp:
                 body = await resp.json()
@@ -112,3 +114,78 @@ async def test_a_client_that_leaves_mid_stream_stops_the_generation(
             async with asyncio.timeout(30), http.post(f"{base}/completions", json={
                     "prompt": "Hello", "max_tokens": 2}) as resp:
                 assert resp.status == 200
+
+
+ENDLESS = {"prompt": "1, 2, 3,", "max_tokens": 3000,
+           "logit_bias": {"1": -100, "106": -100}}  # Gemma's end tokens: never stop
+
+
+async def test_a_request_without_max_tokens_stops_at_the_models_default(
+        tmp_path: Path, model_cache: Path) -> None:
+    models = tmp_path / "models"
+    models.mkdir()
+    write_model(models, gemma(engineArgs={"ctx-size": "2048", "chat-template": "gemma",
+                                          "n-predict": "7"}))
+    async with running(options(models, tmp_path / "state", model_cache)) as up, \
+            aiohttp.ClientSession() as http:
+        for path, body in (("chat/completions", {"messages": MESSAGES}),
+                           ("completions", {"prompt": ENDLESS["prompt"]})):
+            async with http.post(f"{up.gateway_url}/{path}", json={
+                    "model": "gemma-3-270m", "logit_bias": ENDLESS["logit_bias"],
+                    **body}) as resp:
+                answer = await resp.json()
+            assert answer["usage"]["completion_tokens"] == 7, path
+            assert answer["choices"][0]["finish_reason"] == "length", path
+
+
+async def test_a_plain_request_abandoned_by_curl_stops_its_generation(
+        tmp_path: Path, model_cache: Path) -> None:
+    """The issue's reproduction: `curl --max-time 3`, then a 2-token request."""
+    models = example_dir(tmp_path / "models")
+    async with running(options(models, tmp_path / "state", model_cache)) as up:
+        body = json.dumps({"model": "gemma-3-270m", **ENDLESS})
+        curl = await asyncio.create_subprocess_exec(
+            "curl", "-s", "--max-time", "3", f"{up.gateway_url}/completions",
+            "-H", "Content-Type: application/json", "-d", body)
+        assert await curl.wait() == 28  # curl's "operation timed out"
+        # 3,000 tokens take ~60 s here; the next request runs as soon as they stopped.
+        async with aiohttp.ClientSession() as http, asyncio.timeout(20), http.post(
+                f"{up.gateway_url}/completions",
+                json={"model": "gemma-3-270m", "prompt": "Hello", "max_tokens": 2}) as resp:
+            assert resp.status == 200
+
+
+async def test_requests_wait_their_turn_in_a_bounded_queue_that_is_shown(
+        tmp_path: Path, model_cache: Path) -> None:
+    models = example_dir(tmp_path / "models")
+    opts = replace(options(models, tmp_path / "state", model_cache), max_queue=1)
+    async with running(opts) as up, aiohttp.ClientSession() as http:
+        port = row(up.snapshot(), "gemma3-270m")["where"].rsplit(":", 1)[1]
+        engine = f"http://127.0.0.1:{port}"
+        short = {"model": "gemma-3-270m", "prompt": "Hello", "max_tokens": 2}
+        async with http.post(f"{up.gateway_url}/completions",
+                             json={"model": "gemma-3-270m", "stream": True, **ENDLESS}
+                             ) as generating:
+            await generating.content.readline()  # it has the thread
+            waiting = asyncio.create_task(http.post(f"{up.gateway_url}/completions",
+                                                    json=short))
+            snap = await up.until(
+                lambda s: (row(s, "gemma3-270m")["load"] or {}).get("queued") == 1, 10)
+            assert row(snap, "gemma3-270m")["load"] == {"queued": 1, "generating": 1}
+            async with http.get(f"{engine}/metrics") as resp:
+                exposition = await resp.text()
+            assert 'llmop_engine_queue_depth{model="gemma-3-270m"} 1' in exposition
+            async with http.post(f"{up.gateway_url}/completions", json=short) as refused:
+                assert refused.status == 429
+                assert int(refused.headers["Retry-After"]) >= 1
+                error = (await refused.json())["error"]
+            assert error["type"] == "rate_limit_exceeded"
+            assert error["message"].startswith("1 requests are already waiting for this model")
+        # the stream's client left: its generation stops and the waiting request runs
+        async with asyncio.timeout(20), await waiting as resp:
+            assert resp.status == 200
+        async with http.get(f"{engine}/metrics") as resp:
+            rejected = re.search(r'^llmop_engine_requests_rejected_total\{model="gemma-3-270m"\} '
+                                 r"(\d+)$", await resp.text(), re.MULTILINE)
+        # the gateway honours Retry-After once (its local route allows 2 attempts)
+        assert rejected is not None and int(rejected[1]) == 2

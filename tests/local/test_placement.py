@@ -33,13 +33,13 @@ def gemma(**spec: Any) -> Any:
 def test_the_embedded_default_is_served_with_its_engine_args_translated() -> None:
     decision = decide(gemma(), LAPTOP, env=())
     assert isinstance(decision, LocalServe)
-    assert dict(decision.settings) == {"chat_format": "gemma", "n_ctx": "4096",
-                                       "n_gpu_layers": "0", "n_threads": "2"}
+    assert dict(decision.settings) == {"chat_format": "gemma", "default_max_tokens": "256",
+                                       "n_ctx": "4096", "n_gpu_layers": "0", "n_threads": "2"}
     assert decision.ignored == ()
     assert decision.server_args("/m.gguf", 4100) == [
-        "--model", "/m.gguf", "--model_alias", "gemma-3-270m-it", "--host", "127.0.0.1",
-        "--port", "4100", "--chat_format", "gemma", "--n_ctx", "4096", "--n_gpu_layers", "0",
-        "--n_threads", "2"]
+        "--model", "/m.gguf", "--model_alias", "gemma-3-270m", "--host", "127.0.0.1",
+        "--port", "4100", "--chat_format", "gemma", "--default_max_tokens", "256",
+        "--n_ctx", "4096", "--n_gpu_layers", "0", "--n_threads", "2"]
     assert decision.route(4100)["upstream"] == {"baseUrl": "http://127.0.0.1:4100/v1",
                                                 "auth": "none"}
 
@@ -50,6 +50,8 @@ def test_the_embedded_default_is_served_with_its_engine_args_translated() -> Non
      {"n_threads": "6", "flash_attn": "true"}, ()),
     ({"num-ctx": "8192", "num-parallel": "4"}, "ollama", {"n_ctx": "8192"}, ("num-parallel",)),
     ({"metrics": "true"}, "llamacpp", {}, ("metrics",)),
+    ({"n-predict": "64"}, "llamacpp", {"default_max_tokens": "64"}, ()),  # llama-server's
+    ({"num-predict": "32"}, "ollama", {"default_max_tokens": "32"}, ()),  # Ollama's
 ])
 def test_engine_args_map_to_llama_cpp_python_settings(
         engine_args: dict[str, str], engine: str, settings: dict[str, str],
@@ -138,7 +140,7 @@ def test_clashing_names_and_model_ids_leave_the_later_model_out() -> None:
     assert [type(d).__name__ for d in result.decisions] == ["LocalServe", "NotServed",
                                                            "NotServed"]
     reasons = [d.reason for d in result.decisions if isinstance(d, NotServed)]
-    assert reasons == ["modelId gemma-3-270m-it is served by gemma3-270m",
+    assert reasons == ["modelId gemma-3-270m is served by gemma3-270m",
                        "metadata.name gemma3-270m is used by an earlier model; names must be "
                        "unique"]
     assert [d.model.name for d in result.served] == ["gemma3-270m"]

@@ -8,19 +8,21 @@ import os
 import signal
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
 import yaml
 from mcp.client import Client
 
+from llm_operator.local.display import endpoints_text
 from llm_operator.local.state import alive
 
 from fake_upstream import FakeUpstream
 from localstack import QUICK, example_dir, gemma, options, row, running, write_model
-from samples import local_doc
+from samples import REPO, local_doc
 
-CHAT = {"model": "gemma-3-270m-it", "max_tokens": 16, "temperature": 0,
+CHAT = {"model": "gemma-3-270m", "max_tokens": 16, "temperature": 0,
         "messages": [{"role": "user", "content": "Say hello in one short sentence."}]}
 
 
@@ -51,7 +53,36 @@ async def test_the_example_serves_chat_plain_and_streamed_through_one_gateway(
                            if c["choices"])
             assert len(chunks) > 2 and text.strip()
             async with http.get(f"{up.gateway_url}/models") as resp:
-                assert [m["id"] for m in (await resp.json())["data"]] == ["gemma-3-270m-it"]
+                assert [m["id"] for m in (await resp.json())["data"]] == ["gemma-3-270m"]
+
+
+def readme_first_request() -> str:
+    """The README's first shell block after "When the table says `Ready`"."""
+    text = (REPO / "README.md").read_text()
+    block = text[text.index("When the table says `Ready`"):].split("```sh\n", 1)[1]
+    return block.split("```", 1)[0]
+
+
+def shown_first_request(snapshot: dict[str, Any]) -> str:
+    """The command after "Try:" in what `llmop up` prints."""
+    text = endpoints_text(snapshot).plain
+    return text[text.index("Try:") + 4:text.index("Stop:")].strip()
+
+
+@pytest.mark.parametrize("where", ["README", "llmop up's screen"])
+async def test_the_first_request_shown_answers_sensibly_with_curl(
+        where: str, tmp_path: Path, model_cache: Path) -> None:
+    models = example_dir(tmp_path / "models")
+    async with running(options(models, tmp_path / "state", model_cache)) as up:
+        command = readme_first_request().replace("http://127.0.0.1:8000/v1", up.gateway_url) \
+            if where == "README" else shown_first_request(up.snapshot())
+        assert command.startswith("curl ") and up.gateway_url in command
+        proc = await asyncio.create_subprocess_exec(
+            "bash", "-c", command, stdout=asyncio.subprocess.PIPE)
+        out, _ = await proc.communicate()
+    assert proc.returncode == 0
+    choice = json.loads(out)["choices"][0]
+    assert "Paris" in choice["text"] and choice["finish_reason"] == "stop"
 
 
 async def test_an_mcp_client_lists_and_calls_the_model(tmp_path: Path,
@@ -140,7 +171,7 @@ async def test_a_model_that_is_down_answers_503_with_the_reason(tmp_path: Path,
             assert resp.headers["Retry-After"] == "5"
             error = (await resp.json())["error"]
         assert error["code"] == "model_unavailable"
-        assert error["message"].startswith("'gemma-3-270m-it' cannot serve right now: it is "
+        assert error["message"].startswith("'gemma-3-270m' cannot serve right now: it is "
                                            "failed on this machine (killed by SIGKILL")
 
 
@@ -234,7 +265,7 @@ async def test_a_second_model_with_the_same_name_is_a_problem_not_a_replacement(
     async with running(options(models, tmp_path / "state", model_cache)) as up:
         snap = up.snapshot()
         assert row(snap, "gemma3-270m")["phase"] == "Ready"
-        assert row(snap, "gemma3-270m")["modelId"] == "gemma-3-270m-it"
+        assert row(snap, "gemma3-270m")["modelId"] == "gemma-3-270m"
         assert snap["problems"] == [
             f"{models / 'zz-copy.yaml'}: metadata.name gemma3-270m is used by an earlier "
             "model; names must be unique"]

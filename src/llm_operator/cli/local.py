@@ -65,6 +65,9 @@ def _log_to_file(state: StateDir, level: str) -> None:
               envvar="LLMOP_CACHE_DIR", default=default_cache_dir,
               show_default="$XDG_CACHE_HOME/llmop/models",
               help="Where model files assembled from Python packages are kept.")
+@click.option("--max-queue", type=click.IntRange(0, 10_000), default=8, show_default=True,
+              help="Requests that may wait per model while it generates; more are refused "
+              "with 429 and Retry-After.")
 @click.option("-d", "--detach", is_flag=True,
               help="Start in the background, print the table once every model has settled, "
               "and return. Stop it with `llmop down`.")
@@ -73,7 +76,7 @@ def _log_to_file(state: StateDir, level: str) -> None:
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
               default="info", show_default=True, help="Level of the log in the state directory.")
 def up(directory: Path | None, *, port: int, mcp_port: int, state_dir: Path, cache_dir: Path,
-       detach: bool, dry_run: bool, log_level: str) -> None:
+       max_queue: int, detach: bool, dry_run: bool, log_level: str) -> None:
     """Serve a directory of LLMModel YAML on this machine, no cluster needed.
 
     Local models (acceleratorVendor cpu, inferenceEngine llamacpp or ollama, modelSource
@@ -104,11 +107,12 @@ def up(directory: Path | None, *, port: int, mcp_port: int, state_dir: Path, cac
     if detach:
         _detach(folder, state, console, ["--port", str(port), "--mcp-port", str(mcp_port),
                                          "--cache-dir", str(cache_dir.resolve()),
+                                         "--max-queue", str(max_queue),
                                          "--log-level", log_level])
         return
     _log_to_file(state, log_level)
     options = Options(directory=folder, state=state, cache_dir=cache_dir.resolve(),
-                      gateway_port=port, mcp_port=mcp_port)
+                      gateway_port=port, mcp_port=mcp_port, max_queue=max_queue)
     try:
         asyncio.run(_foreground(Runtime(options), console))
     except StartError as exc:

@@ -13,6 +13,9 @@ from rich.text import Text
 STYLES = {"Ready": "green", "Proxying": "green", "Starting": "yellow", "Downloading": "yellow",
           "Pending": "yellow", "Failed": "red", "Skipped": "dim", "Unplaceable": "magenta"}
 MIB = 1024 * 1024
+# The first request shown (as in the README): a completion, which base models answer too.
+TRY = {"model": "", "max_tokens": 32, "stop": ["\n"],
+       "prompt": "Q: What is the capital of France?\nA:"}
 
 
 def _detail(row: dict[str, Any]) -> RenderableType:
@@ -31,22 +34,33 @@ def _detail(row: dict[str, Any]) -> RenderableType:
 
 
 def _status(row: dict[str, Any]) -> Text:
-    text = Text(row["phase"], style=STYLES.get(row["phase"], ""))
-    if row["restarts"]:
-        text.append(f" (restarts: {row['restarts']})", style="yellow")
-    return text
+    return Text(row["phase"], style=STYLES.get(row["phase"], ""))
+
+
+def _restarts(row: dict[str, Any]) -> Text:
+    return Text(str(row["restarts"]), style="yellow" if row["restarts"] else "")
+
+
+def _queue(row: dict[str, Any]) -> str:
+    """Requests waiting for a served model (a generating one counts as busy, not queued)."""
+    load = row.get("load")
+    if not load or row["phase"] != "Ready":
+        return "-"
+    return str(load["queued"])
 
 
 def models_table(snapshot: dict[str, Any]) -> Table:
-    table = Table(title="llmop up", title_justify="left")
+    table = Table(box=None, header_style="bold")  # kubectl's look: no borders
     table.add_column("MODEL", overflow="fold")
     table.add_column("MODEL ID", overflow="fold")
     table.add_column("MCP TOOL", overflow="fold")
     table.add_column("STATUS", no_wrap=True)
+    table.add_column("RESTARTS", justify="right", no_wrap=True)
+    table.add_column("QUEUE", justify="right", no_wrap=True)
     table.add_column("DETAIL", overflow="fold", ratio=1)
     for row in snapshot["models"]:
         table.add_row(row["name"], row["modelId"], row.get("tool") or "-", _status(row),
-                      _detail(row))
+                      _restarts(row), _queue(row), _detail(row))
     return table
 
 
@@ -77,10 +91,10 @@ def endpoints_text(snapshot: dict[str, Any], *, detached: bool = False) -> Text:
     text.append(f"{snapshot['logs']}\n")
     model = first_serving_local(snapshot)
     if model is not None:
-        body = json.dumps({"model": model, "messages": [
-            {"role": "user", "content": "Say hello"}]})
+        # JSON may break lines between its tokens, and so may a single-quoted shell word.
+        body = json.dumps(TRY | {"model": model}).replace(', "prompt"', ',\n           "prompt"')
         text.append("Try:  ", style="bold")
-        text.append(f"curl -s {snapshot['gateway']}/chat/completions \\\n"
+        text.append(f"curl -s {snapshot['gateway']}/completions \\\n"
                     "        -H 'Content-Type: application/json' \\\n"
                     f"        -d '{body}'\n")
     text.append("Stop: ", style="bold")

@@ -12,15 +12,18 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from aiohttp import web
 
 MAX_BODY = 32 * 1024 * 1024
+DEFAULT_MAX_TOKENS = 256
+DEFAULT_MAX_QUEUE = 8
 CHAT_KEYS = ("messages", "temperature", "top_p", "top_k", "min_p", "stop", "seed",
              "presence_penalty", "frequency_penalty", "repeat_penalty", "logit_bias",
              "response_format", "tools", "tool_choice")
@@ -63,6 +66,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for name in ("flash_attn", "use_mlock", "use_mmap", "verbose"):
         parser.add_argument(f"--{name}", type=_flag)
     parser.add_argument("--chat_format")
+    parser.add_argument("--default_max_tokens", type=int, default=DEFAULT_MAX_TOKENS,
+                        help="the cap on generated tokens when a request names none "
+                        f"(default {DEFAULT_MAX_TOKENS}; engineArgs n-predict)")
+    parser.add_argument("--max_queue", type=int, default=DEFAULT_MAX_QUEUE,
+                        help="requests that may wait for their turn; more get 429 "
+                        f"(default {DEFAULT_MAX_QUEUE})")
     return parser.parse_args(argv)
 
 
@@ -75,8 +84,13 @@ def _max_tokens(body: dict[str, Any]) -> int | None:
     return value
 
 
-def request_kwargs(body: Any, chat: bool) -> dict[str, Any]:
-    """The model call's keyword arguments from an OpenAI request body (unknown keys ignored)."""
+def request_kwargs(body: Any, chat: bool, default_max_tokens: int = DEFAULT_MAX_TOKENS
+                   ) -> dict[str, Any]:
+    """The model call's keyword arguments from an OpenAI request body (unknown keys ignored).
+
+    A request without max_tokens gets ``default_max_tokens``: a chat never runs on until
+    the context is full, and a completion is not cut at llama-cpp-python's 16 tokens.
+    """
     if not isinstance(body, dict):
         raise BadRequest("the body must be a JSON object")
     if chat:
@@ -92,23 +106,90 @@ def request_kwargs(body: Any, chat: bool) -> dict[str, Any]:
     keys = CHAT_KEYS if chat else COMPLETION_KEYS
     kwargs = {k: body[k] for k in keys if body.get(k) is not None}
     limit = _max_tokens(body)
-    if limit is not None:
-        kwargs["max_tokens"] = limit
+    kwargs["max_tokens"] = default_max_tokens if limit is None else limit
     return kwargs
 
 
-class Engine:
-    """One loaded model; requests take turns on one worker thread."""
+class QueueFull(Exception):
+    """More requests are waiting than the engine takes; says when to come back."""
 
-    def __init__(self, llm: Any, alias: str) -> None:
+    def __init__(self, waiting: int, retry_after: int) -> None:
+        super().__init__(f"{waiting} requests are already waiting for this model")
+        self.retry_after = retry_after
+
+
+class Turns:
+    """First come, first served turns on the one generation thread, with a bounded queue."""
+
+    def __init__(self, max_queue: int) -> None:
+        self.max_queue = max_queue
+        self.waiting = 0
+        self.generating = 0
+        self.rejected = 0
+        self.served = 0
+        self.seconds = 1.0  # moving average of a turn's length, for Retry-After
+        self._lock = asyncio.Lock()  # its waiters are woken in arrival order
+
+    def retry_after(self) -> int:
+        return max(1, math.ceil(self.seconds * (self.waiting + self.generating)))
+
+    @contextlib.asynccontextmanager
+    async def turn(self) -> AsyncIterator[None]:
+        """Wait for the thread (QueueFull if too many wait); a cancelled waiter leaves."""
+        if self._lock.locked() and self.waiting >= self.max_queue:
+            self.rejected += 1
+            raise QueueFull(self.waiting, self.retry_after())
+        self.waiting += 1
+        try:
+            await self._lock.acquire()
+        finally:
+            self.waiting -= 1
+        self.generating += 1
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.generating -= 1
+            self.served += 1
+            self.seconds = 0.8 * self.seconds + 0.2 * (time.monotonic() - started)
+            self._lock.release()
+
+    def metrics(self, alias: str) -> str:
+        """Prometheus text exposition of the queue."""
+        label = '{model="' + alias.replace("\\", "\\\\").replace('"', '\\"') + '"}'
+        return "".join(
+            f"# HELP {name} {text}\n# TYPE {name} {kind}\n{name}{label} {value}\n"
+            for name, kind, text, value in (
+                ("llmop_engine_queue_depth", "gauge",
+                 "Requests waiting for the generation thread.", self.waiting),
+                ("llmop_engine_generating", "gauge",
+                 "Requests generating now (0 or 1).", self.generating),
+                ("llmop_engine_requests_rejected_total", "counter",
+                 "Requests refused with 429 because the queue was full.", self.rejected),
+                ("llmop_engine_requests_served_total", "counter",
+                 "Requests that had their turn.", self.served)))
+
+
+class Engine:
+    """One loaded model; requests take turns on one worker thread.
+
+    A client that goes away (plain or streamed) stops its generation at the next token:
+    aiohttp cancels the handler, which sets the request's ``stop`` event, and ``llm`` (a
+    ``stoppable_llama()``) checks it after every token.
+    """
+
+    def __init__(self, llm: Any, alias: str, *, default_max_tokens: int = DEFAULT_MAX_TOKENS,
+                 max_queue: int = DEFAULT_MAX_QUEUE) -> None:
         self.llm, self.alias = llm, alias
+        self.default_max_tokens = default_max_tokens
+        self.turns = Turns(max_queue)
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="generate")
-        self._turn = asyncio.Lock()
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/health", self.health)
+        app.router.add_get("/metrics", self.metrics)
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_post("/v1/completions", self.completions)
         app.on_cleanup.append(self._close)
@@ -122,7 +203,12 @@ class Engine:
             {"id": self.alias, "object": "model", "created": 0, "owned_by": "llmop"}]})
 
     async def health(self, _: web.Request) -> web.Response:
-        return web.json_response({"status": "ok"})
+        return web.json_response({"status": "ok", "queued": self.turns.waiting,
+                                  "generating": self.turns.generating})
+
+    async def metrics(self, _: web.Request) -> web.Response:
+        return web.Response(text=self.turns.metrics(self.alias),
+                            content_type="text/plain", charset="utf-8")
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         return await self._serve(request, self.llm.create_chat_completion, chat=True)
@@ -134,32 +220,53 @@ class Engine:
                      ) -> web.StreamResponse:
         try:
             body = await request.json()
-            kwargs = request_kwargs(body, chat)
+            kwargs = request_kwargs(body, chat, self.default_max_tokens)
         except (ValueError, json.JSONDecodeError) as exc:
             return _error(400, str(exc))
         stream = body.get("stream") is True
         usage = stream and bool((body.get("stream_options") or {}).get("include_usage"))
-        loop = asyncio.get_running_loop()
-        async with self._turn:
-            if not stream:
-                try:
-                    result = await loop.run_in_executor(self._worker,
-                                                        lambda: call(**kwargs))
-                except ValueError as exc:  # e.g. the prompt exceeds the context
-                    return _error(400, str(exc))
-                result["model"] = self.alias
-                return web.json_response(result)
-            return await self._stream(request, call, kwargs, usage)
+        stop = threading.Event()
+        try:
+            async with self.turns.turn():
+                if stream:
+                    return await self._stream(request, call, kwargs, usage, stop)
+                return await self._plain(call, kwargs, stop)
+        except QueueFull as exc:
+            response = _error(429, f"{exc}; retry in {exc.retry_after}s",
+                              "rate_limit_exceeded")
+            response.headers["Retry-After"] = str(exc.retry_after)
+            return response
+
+    async def _plain(self, call: Callable[..., Any], kwargs: dict[str, Any],
+                     stop: threading.Event) -> web.Response:
+        """Generate the whole answer; a client that leaves stops it at the next token."""
+        def generate() -> Any:
+            self.llm.stop = stop
+            return call(**kwargs)
+
+        produced = asyncio.get_running_loop().run_in_executor(self._worker, generate)
+        try:
+            result = await asyncio.shield(produced)
+        except asyncio.CancelledError:
+            stop.set()
+            with contextlib.suppress(Exception):
+                await produced  # the thread is free again before the next turn
+            raise
+        except ValueError as exc:  # e.g. the prompt exceeds the context
+            return _error(400, str(exc))
+        result["model"] = self.alias
+        return web.json_response(result)
 
     async def _stream(self, request: web.Request, call: Callable[..., Any],
-                      kwargs: dict[str, Any], usage: bool) -> web.StreamResponse:
+                      kwargs: dict[str, Any], usage: bool, stop: threading.Event
+                      ) -> web.StreamResponse:
         """Relay chunks as they are generated; a client that leaves stops the generation."""
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Any] = asyncio.Queue()
-        stop = threading.Event()
 
         def generate() -> None:
             chunks: Iterator[Any] | None = None
+            self.llm.stop = stop
             try:
                 chunks = call(stream=True, **kwargs)
                 for chunk in chunks:
@@ -174,37 +281,15 @@ class Engine:
                 loop.call_soon_threadsafe(queue.put_nowait, DONE)
 
         produced = loop.run_in_executor(self._worker, generate)
-        first = await queue.get()
-        if isinstance(first, ValueError):
-            await queue.get()
-            return _error(400, str(first))
-        out = web.StreamResponse(headers={"Content-Type": "text/event-stream",
-                                          "Cache-Control": "no-cache"})
-        completion = 0
-        last: dict[str, Any] = {}
         try:
+            first = await queue.get()
+            if isinstance(first, ValueError):
+                await queue.get()
+                return _error(400, str(first))
+            out = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                              "Cache-Control": "no-cache"})
             await out.prepare(request)
-            item = first
-            while item is not DONE:
-                if isinstance(item, dict):
-                    item["model"] = self.alias
-                    last = item
-                    completion += 1 if _has_text(item) else 0
-                    await out.write(b"data: " + json.dumps(item).encode() + b"\n\n")
-                item = await queue.get()
-            if usage and last:
-                # The context holds the prompt and every generated token but the last one
-                # when generation hit max_tokens (it was sampled, never evaluated).
-                cut = (last.get("choices") or [{}])[0].get("finish_reason") == "length"
-                prompt = max(0, int(self.llm.n_tokens) - completion + int(cut))
-                await out.write(b"data: " + json.dumps({
-                    **{k: last[k] for k in ("id", "object", "created", "model") if k in last},
-                    "choices": [], "usage": {"prompt_tokens": prompt,
-                                             "completion_tokens": completion,
-                                             "total_tokens": prompt + completion}}).encode()
-                                + b"\n\n")
-            await out.write(b"data: [DONE]\n\n")
-            await out.write_eof()
+            await self._relay(out, first, queue, usage)
         except (ConnectionResetError, asyncio.CancelledError):
             stop.set()
             raise
@@ -212,6 +297,32 @@ class Engine:
             stop.set()
             await asyncio.shield(produced)
         return out
+
+    async def _relay(self, out: web.StreamResponse, first: Any, queue: asyncio.Queue[Any],
+                     usage: bool) -> None:
+        completion = 0
+        last: dict[str, Any] = {}
+        item = first
+        while item is not DONE:
+            if isinstance(item, dict):
+                item["model"] = self.alias
+                last = item
+                completion += 1 if _has_text(item) else 0
+                await out.write(b"data: " + json.dumps(item).encode() + b"\n\n")
+            item = await queue.get()
+        if usage and last:
+            # The context holds the prompt and every generated token but the last one
+            # when generation hit max_tokens (it was sampled, never evaluated).
+            cut = (last.get("choices") or [{}])[0].get("finish_reason") == "length"
+            prompt = max(0, int(self.llm.n_tokens) - completion + int(cut))
+            await out.write(b"data: " + json.dumps({
+                **{k: last[k] for k in ("id", "object", "created", "model") if k in last},
+                "choices": [], "usage": {"prompt_tokens": prompt,
+                                         "completion_tokens": completion,
+                                         "total_tokens": prompt + completion}}).encode()
+                            + b"\n\n")
+        await out.write(b"data: [DONE]\n\n")
+        await out.write_eof()
 
 
 def _has_text(chunk: dict[str, Any]) -> bool:
@@ -221,19 +332,45 @@ def _has_text(chunk: dict[str, Any]) -> bool:
     return False
 
 
+def stoppable_llama() -> Any:
+    """llama_cpp.Llama whose generations also end once its ``stop`` event is set.
+
+    Chat completions reach the model through ``create_completion`` (the chat handler calls
+    it), so one stopping criterion there covers both endpoints, plain and streamed.
+    """
+    from llama_cpp import Llama, StoppingCriteriaList  # noqa: PLC0415 - the heavy import
+
+    class StoppableLlama(Llama):
+        stop = threading.Event()
+
+        def _stopped(self, _ids: Any, _logits: Any) -> bool:
+            return self.stop.is_set()
+
+        def create_completion(self, *args: Any, stopping_criteria: Any = None,
+                              **kwargs: Any) -> Any:
+            kwargs["stopping_criteria"] = StoppingCriteriaList(
+                [self._stopped, *(stopping_criteria or [])])
+            return super().create_completion(*args, **kwargs)
+
+    return StoppableLlama
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    from llama_cpp import Llama  # noqa: PLC0415 - the heavy import, after the flags parse
+    llama = stoppable_llama()  # the heavy import, after the flags parse
 
     settings = {k: v for k, v in vars(args).items()
-                if v is not None and k not in {"model", "model_alias", "host", "port"}}
+                if v is not None and k not in {"model", "model_alias", "host", "port",
+                                               "default_max_tokens", "max_queue"}}
     settings.setdefault("verbose", False)
     started = time.monotonic()
-    llm = Llama(model_path=args.model, **settings)
+    llm = llama(model_path=args.model, **settings)
     print(f"loaded {args.model} as {args.model_alias} in {time.monotonic() - started:.1f}s",
           flush=True)
     with contextlib.suppress(KeyboardInterrupt):
-        web.run_app(Engine(llm, args.model_alias).app(), host=args.host, port=args.port,
+        engine = Engine(llm, args.model_alias, default_max_tokens=args.default_max_tokens,
+                        max_queue=args.max_queue)
+        web.run_app(engine.app(), host=args.host, port=args.port, handler_cancellation=True,
                     print=lambda line: print(line, flush=True), access_log=None)
 
 

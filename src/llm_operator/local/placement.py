@@ -23,9 +23,14 @@ LLAMACPP_SETTINGS: Mapping[str, str] = {
     "chat-template": "chat_format", "chat-format": "chat_format", "flash-attn": "flash_attn",
     "seed": "seed", "mlock": "use_mlock", "mmap": "use_mmap",
     "rope-freq-base": "rope_freq_base", "rope-freq-scale": "rope_freq_scale",
+    "n-predict": "default_max_tokens", "predict": "default_max_tokens",
 }
 # Ollama's engineArgs (environment settings in a cluster) with a llama.cpp equivalent.
-OLLAMA_SETTINGS: Mapping[str, str] = {"num-ctx": "n_ctx", "flash-attention": "flash_attn"}
+OLLAMA_SETTINGS: Mapping[str, str] = {"num-ctx": "n_ctx", "flash-attention": "flash_attn",
+                                      "num-predict": "default_max_tokens"}
+# Generated tokens when a request names no max_tokens (llama-server's n-predict, unlimited
+# there, would let a chat run until the context is full).
+DEFAULT_MAX_TOKENS = 256
 
 VENDOR_NAMES = {"nvidia": "NVIDIA GPU", "amd": "AMD GPU", "intel-gaudi": "Intel Gaudi card"}
 
@@ -120,6 +125,7 @@ def _settings(model: LLMModel, machine: Machine) -> tuple[dict[str, str], list[s
         wanted = math.ceil(spec.resources.cpu_millicores / 1000)
         settings["n_threads"] = str(max(1, min(machine.cpus, wanted)))
     settings.setdefault("n_gpu_layers", "0")
+    settings.setdefault("default_max_tokens", str(DEFAULT_MAX_TOKENS))
     return dict(sorted(settings.items())), ignored
 
 

@@ -41,6 +41,8 @@ class ProcessState:
     detail: str = ""
     restarts: int = 0
     pid: int | None = None
+    queued: int = 0  # requests waiting for their turn, from the health answer
+    generating: int = 0
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
@@ -62,8 +64,10 @@ def _exit_text(code: int) -> str:
 class Supervised:
     """Run ``argv`` until stopped, restarting it with exponential backoff when it dies.
 
-    It counts as Ready once ``health_url`` answers 200. Output goes to ``log_path``.
-    ``on_change`` is called after every state change (from the event loop).
+    It counts as Ready once ``health_url`` answers 200; while Ready it is asked again every
+    five ``poll_seconds`` and the ``queued`` and ``generating`` counts of its JSON answer are
+    kept. Output goes to ``log_path``. ``on_change`` is called after every state change
+    (from the event loop).
     """
 
     def __init__(self, name: str, argv: Sequence[str], *, health_url: str, log_path: Path,
@@ -128,6 +132,7 @@ class Supervised:
             if healthy:
                 self._set("Ready", f"pid {proc.pid}")
                 log.info("%s: ready (pid %d)", self.name, proc.pid)
+                await self._follow_load(session, exited)
                 code = await exited
             elif exited.done():
                 code = exited.result()
@@ -153,6 +158,21 @@ class Supervised:
                         return True
             await asyncio.wait({exited}, timeout=self.timing.poll_seconds)
         return False
+
+    async def _follow_load(self, session: aiohttp.ClientSession,
+                           exited: asyncio.Task[int]) -> None:
+        """Until the process exits: how many requests wait and generate (for the table)."""
+        timeout = aiohttp.ClientTimeout(total=2)
+        while not exited.done():
+            with contextlib.suppress(aiohttp.ClientError, TimeoutError, ValueError):
+                async with session.get(self.health_url, timeout=timeout) as resp:
+                    body = await resp.json()
+                load = (int(body.get("queued", 0)), int(body.get("generating", 0)))
+                if load != (self.state.queued, self.state.generating):
+                    self.state = ProcessState(self.state.phase, self.state.detail,
+                                              self.state.restarts, self.pid, *load)
+                    self.on_change()
+            await asyncio.wait({exited}, timeout=self.timing.poll_seconds * 5)
 
     async def _terminate(self, proc: asyncio.subprocess.Process) -> None:
         """SIGTERM the process group, SIGKILL it after the grace period."""

@@ -75,6 +75,7 @@ class Options:
     scan_seconds: float = 0.5
     python: str = sys.executable
     timing: Timing = field(default_factory=Timing)
+    max_queue: int = 8  # requests that may wait per model; more get 429 (engine --max_queue)
 
 
 @dataclass
@@ -101,6 +102,13 @@ class Entry:
             state = self.supervised.state
             return state.phase, state.detail, state.restarts
         return self.phase, self.detail, 0
+
+    def load(self) -> dict[str, int] | None:
+        """Requests waiting and generating in a served model's process (None elsewhere)."""
+        if self.supervised is None:
+            return None
+        state = self.supervised.state
+        return {"queued": state.queued, "generating": state.generating}
 
 
 def _runtime_key(decision: Decision, file: Path) -> str:
@@ -192,6 +200,7 @@ class Runtime:
                 "file": str(entry.file), "progress": entry.progress,
                 "tool": exposure.tool_name if exposure.enabled else None,
                 "pid": entry.supervised.pid if entry.supervised else None,
+                "load": entry.load(),
             })
         return {"pid": os.getpid(), "startedAt": self._started,
                 "directory": str(self.options.directory), "gateway": self.gateway_url,
@@ -413,12 +422,13 @@ class Runtime:
             return
         entry.progress = None
         argv = [self.options.python, "-m", ENGINE_MODULE,
-                *decision.server_args(str(path), entry.port)]
+                *decision.server_args(str(path), entry.port),
+                "--max_queue", str(self.options.max_queue)]
         secrets = {d.key_env for d in (e.decision for e in self.entries.values())
                    if isinstance(d, RemoteProxy)}
         env = {k: v for k, v in self.options.env.items() if k not in secrets}
         entry.supervised = Supervised(
-            name, argv, health_url=f"http://{LOOPBACK}:{entry.port}/v1/models",
+            name, argv, health_url=f"http://{LOOPBACK}:{entry.port}/health",
             log_path=self.options.state.model_log(name),
             on_change=refresh, timing=self.options.timing,
             env=env)
