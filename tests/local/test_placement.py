@@ -140,7 +140,8 @@ def test_clashing_names_and_model_ids_leave_the_later_model_out() -> None:
     assert [type(d).__name__ for d in result.decisions] == ["LocalServe", "NotServed",
                                                            "NotServed"]
     reasons = [d.reason for d in result.decisions if isinstance(d, NotServed)]
-    assert reasons == ["modelId gemma-3-270m is served by gemma3-270m",
-                       "metadata.name gemma3-270m is used by an earlier model; names must be "
-                       "unique"]
+    assert reasons == ["modelId gemma-3-270m is already served by gemma3-270m; give this "
+                       "model another modelId",
+                       "metadata.name gemma3-270m is already used by another model; names "
+                       "must be unique"]
     assert [d.model.name for d in result.served] == ["gemma3-270m"]

@@ -257,15 +257,39 @@ async def test_an_engine_that_cannot_start_is_retried_and_says_why(
                                        "file or directory; restart in")
 
 
-async def test_a_second_model_with_the_same_name_is_a_problem_not_a_replacement(
-        tmp_path: Path, model_cache: Path) -> None:
+def clashing(what: str) -> dict[str, Any]:
+    if what == "name":
+        return gemma(modelId="another-id")
+    doc = gemma()
+    doc["metadata"]["name"] = "gemma-copy"
+    return doc
+
+
+@pytest.mark.parametrize(("what", "problem"), [
+    ("name", "metadata.name gemma3-270m is already used by another model; names must be "
+     "unique"),
+    ("modelId", "modelId gemma-3-270m is already served by gemma3-270m; give this model "
+     "another modelId"),
+])
+async def test_a_new_file_that_clashes_with_a_running_model_is_the_problem(
+        what: str, problem: str, tmp_path: Path, model_cache: Path) -> None:
     models = example_dir(tmp_path / "models")
-    copy = gemma(modelId="another-id")
-    write_model(models, copy, name="zz-copy")  # read after gemma3-270m.yaml
     async with running(options(models, tmp_path / "state", model_cache)) as up:
-        snap = up.snapshot()
-        assert row(snap, "gemma3-270m")["phase"] == "Ready"
-        assert row(snap, "gemma3-270m")["modelId"] == "gemma-3-270m"
-        assert snap["problems"] == [
-            f"{models / 'zz-copy.yaml'}: metadata.name gemma3-270m is used by an earlier "
-            "model; names must be unique"]
+        pid = row(up.snapshot(), "gemma3-270m")["pid"]
+        seen: list[dict[str, Any]] = []
+
+        def noticed(snap: dict[str, Any]) -> bool:
+            seen.append(snap)
+            return bool(snap["problems"])
+
+        intruder = write_model(models, clashing(what), name="aa-copy")  # sorts first
+        snap = await up.until(noticed, 10)
+        assert snap["problems"] == [f"{intruder}: {problem}"]
+        assert {(row(s, "gemma3-270m")["phase"], row(s, "gemma3-270m")["pid"])
+                for s in seen} == {("Ready", pid)}  # not even for a moment
+        assert [(r["name"], r["phase"], r["pid"]) for r in snap["models"]
+                if r["modelId"] == "gemma-3-270m"] == [("gemma3-270m", "Ready", pid)]
+        async with aiohttp.ClientSession() as http, http.post(
+                f"{up.gateway_url}/completions",
+                json={"model": "gemma-3-270m", "prompt": "Hi", "max_tokens": 1}) as resp:
+            assert resp.status == 200

@@ -34,7 +34,7 @@ DEFAULT_MAX_TOKENS = 256
 
 VENDOR_NAMES = {"nvidia": "NVIDIA GPU", "amd": "AMD GPU", "intel-gaudi": "Intel Gaudi card"}
 
-Kind = Literal["skipped", "unplaceable"]
+Kind = Literal["skipped", "unplaceable", "clash"]
 
 
 @dataclass(frozen=True)
@@ -188,22 +188,24 @@ class Arrangement:
 def arrange(models: Sequence[LLMModel], machine: Machine, env: Collection[str]) -> Arrangement:
     """Decide for every model, leaving out clashes.
 
-    A model whose name or modelId an earlier one already uses is left out: the gateway
-    routes by modelId, the runtime keys processes by name.
+    A model whose name or modelId an earlier one already uses is left out (kind "clash"):
+    the gateway routes by modelId, the runtime keys processes by name. Callers put the
+    models already running first, so that a new file never takes over a running model.
     """
     out = Arrangement()
     names: set[str] = set()
     ids: dict[str, str] = {}  # modelId -> the model serving it
     for model in models:
         if model.name in names:
-            out.decisions.append(NotServed(model, "unplaceable", f"metadata.name {model.name} "
-                                           "is used by an earlier model; names must be unique"))
+            out.decisions.append(NotServed(model, "clash", f"metadata.name {model.name} is "
+                                           "already used by another model; names must be "
+                                           "unique"))
             continue
         names.add(model.name)
         if model.spec.model_id in ids:
-            out.decisions.append(NotServed(model, "unplaceable", f"modelId "
-                                           f"{model.spec.model_id} is served by "
-                                           f"{ids[model.spec.model_id]}"))
+            out.decisions.append(NotServed(model, "clash", f"modelId {model.spec.model_id} "
+                                           f"is already served by {ids[model.spec.model_id]};"
+                                           " give this model another modelId"))
             continue
         decision = decide(model, machine, env)
         out.decisions.append(decision)

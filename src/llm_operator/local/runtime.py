@@ -185,7 +185,7 @@ class Runtime:
     def snapshot(self) -> dict[str, Any]:
         """Everything `llmop status` shows: endpoints, one row per model, problems."""
         rows = []
-        for name, entry in self.entries.items():
+        for name, entry in sorted(self.entries.items()):  # rows keep their place
             phase, detail, restarts = entry.current()
             decision = entry.decision
             where = "-"
@@ -313,14 +313,16 @@ class Runtime:
         if not changed and self._scanned:
             return
         models, problems = read_models(self._cache)
+        # What runs keeps running: a new file that clashes with it is the problem.
+        models.sort(key=lambda m: not self._runs(m[0].name, m[1]))
         arrangement = arrange([m for m, _ in models], self.machine, self.options.env.keys())
         wanted: dict[str, tuple[Decision, Path]] = {}
         for decision, (_, path) in zip(arrangement.decisions, models, strict=True):
-            if decision.model.name in wanted:  # a name clash: the earlier model keeps it
-                assert isinstance(decision, NotServed)
+            if isinstance(decision, NotServed) and decision.kind == "clash":
                 problems.append(f"{path}: {decision.reason}")
             else:
                 wanted[decision.model.name] = (decision, path)
+        problems.sort()
         for line in problems:
             if line not in self.problems:
                 log.warning("skipped %s", line)
@@ -339,6 +341,10 @@ class Runtime:
         self._scanned = True
         self._reroute()
         self._touch()
+
+    def _runs(self, name: str, file: Path) -> bool:
+        entry = self.entries.get(name)
+        return entry is not None and entry.file == file
 
     def _add(self, decision: Decision, file: Path, key: str) -> None:
         entry = Entry(decision, file, key)
