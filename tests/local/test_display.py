@@ -12,7 +12,7 @@ from llm_operator.local.display import event_line, view
 
 SNAPSHOT: dict[str, Any] = {
     "gateway": "http://127.0.0.1:8000/v1", "mcp": "http://127.0.0.1:3000/mcp",
-    "logs": "/state/logs", "problems": ["models/broken.yaml: not readable YAML"],
+    "logs": "/state/logs", "problems": ["models/broken.yaml:3:1: not valid YAML: ..."],
     "models": [
         {"name": "gemma3-270m", "modelId": "gemma-3-270m", "tool": "gemma3_270m_local",
          "where": "llama.cpp :41233", "phase": "Ready", "restarts": 1, "detail": "pid 12",

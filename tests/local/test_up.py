@@ -189,7 +189,8 @@ async def test_bad_files_are_reported_with_file_and_field_and_the_rest_still_run
         assert len(problems) == 2
         assert problems[0].startswith(f"{models / 'bad-context.yaml'}: LLMModel "
                                       "ai-models/bad-context: spec.contextWindowK")
-        assert problems[1].startswith(f"{models / 'broken.yaml'}: not readable YAML")
+        assert problems[1] == f"{models / 'broken.yaml'}:3:1: not valid YAML: did not find " \
+            "expected node content (while parsing a flow node)"
 
 
 async def test_a_missing_model_file_fails_that_model_with_what_to_fix(

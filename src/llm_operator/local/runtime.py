@@ -153,7 +153,7 @@ def read_models(cache: DirectoryCache) -> tuple[list[tuple[LLMModel, Path]], lis
     problems: list[str] = []
     for path, index, raw in cache.entries():
         if isinstance(raw, str):
-            problems.append(f"{path}: {raw}")
+            problems.append(raw)
             continue
         try:
             models.append((parse_llmmodel(raw), path))

@@ -84,6 +84,19 @@ def _fingerprint(path: Path) -> int:
     return st.st_mtime_ns ^ st.st_size
 
 
+def yaml_problem(path: Path, exc: UnicodeDecodeError | yaml.YAMLError) -> str:
+    """A syntax error the way compilers say it: ``file:line:column: what is wrong``."""
+    if isinstance(exc, UnicodeDecodeError):
+        return f"{path}: not UTF-8 text (byte {exc.start})"
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc)
+    context = getattr(exc, "context", None)
+    what = f"{problem} ({context})" if context else problem
+    if mark is None:
+        return f"{path}: not valid YAML: {what}"
+    return f"{path}:{mark.line + 1}:{mark.column + 1}: not valid YAML: {what}"
+
+
 def _yaml_files(directory: Path) -> list[Path]:
     return sorted(p for p in directory.rglob("*") if p.suffix in YAML_SUFFIXES and p.is_file())
 
@@ -119,12 +132,17 @@ class DirectoryCache:
                                                    Loader=LOADER) if d is not None]
                 self._docs[path] = (mark, [d for d in loaded if isinstance(d, dict)
                                            and d.get("kind") == "LLMModel"])
-            except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-                self._docs[path] = (mark, f"not readable YAML: {exc}")
+            except OSError as exc:
+                self._docs[path] = (mark, f"{path}: cannot read: {exc.strerror or exc}")
+            except (UnicodeDecodeError, yaml.YAMLError) as exc:
+                self._docs[path] = (mark, yaml_problem(path, exc))
         return changed
 
     def entries(self) -> list[tuple[Path, int, dict[str, Any] | str]]:
-        """Every LLMModel document as (file, index, body), or (file, 0, why unreadable)."""
+        """Every LLMModel document as (file, index, body), or (file, 0, the problem line).
+
+        A problem line names the file (and, for YAML syntax, ``file:line:column: ...``).
+        """
         out: list[tuple[Path, int, dict[str, Any] | str]] = []
         for path in sorted(self._docs):
             docs = self._docs[path][1]
@@ -144,7 +162,7 @@ class DirectoryCache:
         problems: list[str] = []
         for path, index, raw in self.entries():
             if isinstance(raw, str):
-                problems.append(f"{path}: {raw}")
+                problems.append(raw)
                 continue
             meta = raw.get("metadata") or {}
             name = str(meta.get("name"))
