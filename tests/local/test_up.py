@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -15,8 +16,11 @@ import pytest
 import yaml
 from mcp.client import Client
 
+from llm_operator.api.validation import parse_llmmodel
 from llm_operator.local.display import endpoints_text
+from llm_operator.local.runtime import Runtime
 from llm_operator.local.state import alive
+from llm_operator.local.weights import locate
 
 from fake_upstream import FakeUpstream
 from localstack import QUICK, example_dir, gemma, options, row, running, write_model
@@ -294,3 +298,34 @@ async def test_a_new_file_that_clashes_with_a_running_model_is_the_problem(
                 f"{up.gateway_url}/completions",
                 json={"model": "gemma-3-270m", "prompt": "Hi", "max_tokens": 1}) as resp:
             assert resp.status == 200
+
+
+@pytest.mark.parametrize(("cache", "phases"), [
+    ("assembled before", ["Starting", "Ready"]),
+    ("empty", ["Starting", "Downloading", "Starting", "Ready"]),
+])
+async def test_downloading_is_shown_only_while_a_file_is_being_built(
+        cache: str, phases: list[str], tmp_path: Path, model_cache: Path) -> None:
+    """Phases seen by the state writer (which coalesces, so Pending may pass unseen)."""
+    models = example_dir(tmp_path / "models")
+    (models / "gpt55-remote.yaml").unlink()
+    cache_dir = model_cache if cache == "assembled before" else tmp_path / "cache"
+    if cache == "assembled before":
+        await locate(parse_llmmodel(gemma()), models, model_cache)
+    runtime = Runtime(options(models, tmp_path / "state", cache_dir))
+    seen: list[str] = []
+
+    def ready(snap: dict[str, Any]) -> bool:
+        phase = snap["models"][0]["phase"] if snap["models"] else None
+        if phase is not None and (not seen or seen[-1] != phase):
+            seen.append(phase)
+        return phase == "Ready"
+
+    task = asyncio.create_task(runtime.run())
+    try:
+        await runtime.until(ready, 120)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert [p for p in seen if p != "Pending"] == phases

