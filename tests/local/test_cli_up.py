@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -18,9 +19,10 @@ LLMOP = [sys.executable, "-m", "llm_operator"]
 
 
 def llmop(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run as a pipe would (no COLUMNS: piped output must not wrap at 80 columns)."""
+    environment = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
     return subprocess.run([*LLMOP, *args], capture_output=True, text=True, check=False,
-                          timeout=SETTLE_SECONDS, env={**os.environ, "COLUMNS": "200",
-                                                       **(env or {})})
+                          timeout=SETTLE_SECONDS, env={**environment, **(env or {})})
 
 
 def test_dry_run_says_what_would_run_here_and_why_not_the_rest(tmp_path: Path) -> None:
@@ -42,7 +44,7 @@ def test_detach_status_and_down_leave_nothing_running(tmp_path: Path, model_cach
                     state, "--cache-dir", str(model_cache))
     assert started.returncode == 0, started.stdout + started.stderr
     assert "gemma3-270m" in started.stdout and "Ready" in started.stdout
-    assert "Stop: llmop down" in started.stdout
+    stop = next(line for line in started.stdout.splitlines() if line.startswith("Stop: "))
     shown = llmop("status", "--state-dir", state, "-o", "json")
     snapshot = json.loads(shown.stdout)
     phases = {r["name"]: r["phase"] for r in snapshot["models"]}
@@ -52,7 +54,8 @@ def test_detach_status_and_down_leave_nothing_running(tmp_path: Path, model_cach
     again = llmop("up", models, "--detach", "--state-dir", state)
     assert again.returncode == 1
     assert f"llmop up is already running (pid {snapshot['pid']})" in again.stderr
-    stopped = llmop("down", "--state-dir", state)
+    stopped = subprocess.run(["bash", "-c", stop.removeprefix("Stop: ")], text=True, check=False,
+                             capture_output=True, timeout=SETTLE_SECONDS)  # as printed
     assert stopped.stdout.strip() == f"stopped llmop up (pid {snapshot['pid']}) and 1 model " \
         "process(es)"
     assert not any(alive(p) for p in pids)
@@ -105,3 +108,21 @@ def test_model_servers_die_with_llmop_up_even_when_it_is_killed(tmp_path: Path,
     server = next(r["pid"] for r in snapshot["models"] if r["pid"])
     os.kill(snapshot["pid"], signal.SIGKILL)  # no chance to clean up
     assert exits_within(server, 15), "the llama.cpp server outlived llmop up"
+
+
+def test_a_detached_start_that_fails_says_why_first(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    (state / "logs").mkdir(parents=True)
+    (state / "logs" / "up.console.log").write_text(  # an earlier run's screen
+        " MODEL        MODEL ID      STATUS\n gemma3-270m  gemma-3-270m  Ready\n")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = llmop("up", str(example_dir(tmp_path / "models")), "--detach", "--port",
+                       str(port), "--mcp-port", "0", "--state-dir", str(state))
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        f"Error: cannot listen on 127.0.0.1:{port} for the gateway: Address already in use; "
+        "pass --port with a free port (0 picks one)",
+        f"(llmop up exited while starting; its output: {state / 'logs' / 'up.console.log'})"]

@@ -22,7 +22,7 @@ SNAPSHOT: dict[str, Any] = {
     ]}
 
 
-def render(snapshot: dict[str, Any], **options: bool) -> str:
+def render(snapshot: dict[str, Any], **options: str) -> str:
     console = Console(width=100, record=True, file=None, force_terminal=False)
     with console.capture() as capture:
         console.print(view(snapshot, **options))
@@ -52,7 +52,8 @@ def test_the_table_problems_and_endpoints_are_shown() -> None:
         "        -d '{\"model\": \"gemma-3-270m\", \"max_tokens\": 32, \"stop\": [\"\\n\"],",
         "           \"prompt\": \"Q: What is the capital of France?\\nA:\"}'"]
     assert out.rstrip().endswith("Stop: Ctrl-C")
-    assert render(SNAPSHOT, detached=True).rstrip().endswith("Stop: llmop down")
+    assert render(SNAPSHOT, stop=".venv/bin/llmop down").rstrip().endswith(
+        "Stop: .venv/bin/llmop down")
 
 
 def test_a_file_being_assembled_shows_its_progress() -> None:

@@ -7,6 +7,8 @@ import contextlib
 import json
 import logging
 import os
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -26,6 +28,7 @@ if TYPE_CHECKING:
 
 DEFAULT_DIR = Path("examples/local")
 DETACH_WAIT_SECONDS = 600.0
+WIDE = 400  # columns for piped output: no line is cut or wrapped
 DOWN_WAIT_SECONDS = 30.0
 
 state_option = click.option(
@@ -42,6 +45,32 @@ def _directory(value: Path | None) -> Path:
         return DEFAULT_DIR
     raise click.UsageError(f"say which directory of LLMModel YAML to serve (no {DEFAULT_DIR} "
                            "here), e.g. llmop up ./models")
+
+
+def output_console() -> Console:
+    """Rich's console; piped output is not wrapped at 80 columns, so lines stay whole."""
+    console = Console()
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        return Console(width=WIDE)
+    return console
+
+
+def down_command(state_root: Path) -> str:
+    """`llmop down` as this shell can run it: the executable's path unless it is on PATH,
+    and the state directory unless it is the default."""
+    llmop = Path(sys.executable).with_name("llmop")
+    on_path = shutil.which("llmop")
+    if on_path is not None and Path(on_path).resolve() == llmop.resolve():
+        program = "llmop"
+    else:
+        try:
+            program = str(llmop.relative_to(Path.cwd()))
+        except ValueError:
+            program = str(llmop)
+    command = [program, "down"]
+    if state_root.resolve() != default_state_dir().resolve():
+        command += ["--state-dir", str(state_root)]
+    return shlex.join(command)
 
 
 def _log_to_file(state: StateDir, level: str) -> None:
@@ -100,7 +129,7 @@ def up(directory: Path | None, *, port: int, mcp_port: int, state_dir: Path, cac
 
     folder = _directory(directory).resolve()
     state = StateDir(state_dir.resolve())
-    console = Console()
+    console = output_console()
     if dry_run:
         _dry_run(folder, console)
         return
@@ -203,6 +232,7 @@ def _detach(folder: Path, state: StateDir, console: Console, args: list[str]) ->
     argv = [sys.executable, "-m", "llm_operator", "up", str(folder), "--state-dir",
             str(state.root), *args]
     with out_path.open("ab") as out:
+        offset = out.tell()  # what earlier runs left in the log is not this run's cause
         child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out,
                                  stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + DETACH_WAIT_SECONDS
@@ -210,8 +240,7 @@ def _detach(folder: Path, state: StateDir, console: Console, args: list[str]) ->
     with console.status("starting models..."):
         while time.monotonic() < deadline:
             if child.poll() is not None:
-                tail = out_path.read_text(errors="replace").splitlines()[-15:]
-                raise click.ClickException("llmop up exited during start:\n" + "\n".join(tail))
+                raise click.ClickException(_start_failure(out_path, offset))
             snap = state.read()
             if snap is not None and snap.get("settled"):
                 break
@@ -219,7 +248,17 @@ def _detach(folder: Path, state: StateDir, console: Console, args: list[str]) ->
     if snap is None or not snap.get("settled"):
         raise click.ClickException(f"models not settled after {DETACH_WAIT_SECONDS:.0f}s; "
                                    f"see {state.logs} (still running: `llmop down` stops it)")
-    console.print(view(snap, detached=True))
+    console.print(view(snap, stop=down_command(state.root)))
+
+
+def _start_failure(out_path: Path, offset: int) -> str:
+    """Why a detached `llmop up` exited: its error first, then where the rest is."""
+    with out_path.open("rb") as log_file:
+        log_file.seek(offset)
+        lines = log_file.read().decode(errors="replace").splitlines()
+    errors = [line.removeprefix("Error: ") for line in lines if line.startswith("Error: ")]
+    cause = errors[-1] if errors else "\n".join(lines[-15:]) or "it printed nothing"
+    return f"{cause}\n(llmop up exited while starting; its output: {out_path})"
 
 
 @click.command()
@@ -237,8 +276,8 @@ def status(state_dir: Path, output: str) -> None:
     if output == "json":
         click.echo(json.dumps(snap, indent=2))
         return
-    console = Console()
-    console.print(view(snap, detached=True))
+    console = output_console()
+    console.print(view(snap, stop=down_command(state_dir.resolve())))
 
 
 @click.command()

@@ -80,8 +80,9 @@ def first_serving_local(snapshot: dict[str, Any]) -> str | None:
     return None
 
 
-def endpoints_text(snapshot: dict[str, Any], *, detached: bool = False) -> Text:
-    """Where to send requests, and a curl command that copies as one (short lines)."""
+def endpoints_text(snapshot: dict[str, Any], *, stop: str | None = None) -> Text:
+    """Where to send requests, a curl command that copies as one (short lines), and how to
+    stop: ``stop`` is the command for a stack in the background (Ctrl-C otherwise)."""
     text = Text()
     text.append("Gateway (OpenAI API)  ", style="bold")
     text.append(f"{snapshot['gateway']}\n")
@@ -98,17 +99,17 @@ def endpoints_text(snapshot: dict[str, Any], *, detached: bool = False) -> Text:
                     "        -H 'Content-Type: application/json' \\\n"
                     f"        -d '{body}'\n")
     text.append("Stop: ", style="bold")
-    text.append("llmop down\n" if detached else "Ctrl-C\n")
+    text.append(f"{stop}\n" if stop else "Ctrl-C\n")
     return text
 
 
-def view(snapshot: dict[str, Any], *, detached: bool = False) -> Group:
+def view(snapshot: dict[str, Any], *, stop: str | None = None) -> Group:
     """The whole screen: table, problems, endpoints."""
     parts: list[RenderableType] = [models_table(snapshot)]
     problems = problems_text(snapshot)
     if problems is not None:
         parts.append(problems)
-    parts.append(endpoints_text(snapshot, detached=detached))
+    parts.append(endpoints_text(snapshot, stop=stop))
     return Group(*parts)
 
 
