@@ -56,8 +56,10 @@ def output_console() -> Console:
 
 
 def down_command(state_root: Path) -> str:
-    """`llmop down` as this shell can run it: the executable's path unless it is on PATH,
-    and the state directory unless it is the default."""
+    """`llmop down` as this shell can run it.
+
+    The executable's path unless it is on PATH; the state directory unless it is the default.
+    """
     llmop = Path(sys.executable).with_name("llmop")
     on_path = shutil.which("llmop")
     if on_path is not None and Path(on_path).resolve() == llmop.resolve():

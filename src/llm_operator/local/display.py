@@ -81,8 +81,10 @@ def first_serving_local(snapshot: dict[str, Any]) -> str | None:
 
 
 def endpoints_text(snapshot: dict[str, Any], *, stop: str | None = None) -> Text:
-    """Where to send requests, a curl command that copies as one (short lines), and how to
-    stop: ``stop`` is the command for a stack in the background (Ctrl-C otherwise)."""
+    """Where to send requests, a curl command that copies as one, and how to stop.
+
+    ``stop`` is the command that stops a stack in the background (Ctrl-C otherwise).
+    """
     text = Text()
     text.append("Gateway (OpenAI API)  ", style="bold")
     text.append(f"{snapshot['gateway']}\n")
