@@ -32,16 +32,24 @@ def test_openai_bodies_become_model_calls(body: dict[str, Any], chat: bool,
     assert request_kwargs(body, chat) == kwargs
 
 
-@pytest.mark.parametrize(("body", "chat", "message"), [
-    ([], True, "the body must be a JSON object"),
-    ({"messages": []}, True, "messages must be a non-empty list of {role, content}"),
-    ({"messages": MESSAGES, "max_tokens": 0}, True, "max_tokens must be a positive integer"),
-    ({"messages": MESSAGES, "temperature": "hot"}, True, "temperature must be a number"),
-    ({"prompt": 3}, False, "prompt must be a string"),
+@pytest.mark.parametrize(("body", "chat", "message", "param"), [
+    ([], True, "the body must be a JSON object", None),
+    ({"messages": []}, True, "messages must be a non-empty list of {role, content}",
+     "messages"),
+    ({"messages": MESSAGES, "max_tokens": 0}, True, "max_tokens must be a positive integer",
+     "max_tokens"),
+    ({"messages": MESSAGES, "max_completion_tokens": -1}, True,
+     "max_tokens must be a positive integer", "max_completion_tokens"),
+    ({"messages": MESSAGES, "temperature": "hot"}, True, "temperature must be a number",
+     "temperature"),
+    ({"prompt": 3}, False, "prompt must be a string", "prompt"),
 ])
-def test_bad_requests_name_the_field(body: Any, chat: bool, message: str) -> None:
-    with pytest.raises(BadRequest, match=message.replace("{", r"\{").replace("}", r"\}")):
+def test_bad_requests_name_the_field(body: Any, chat: bool, message: str,
+                                     param: str | None) -> None:
+    with pytest.raises(BadRequest, match=message.replace("{", r"\{").replace("}", r"\}")) \
+            as caught:
         request_kwargs(body, chat)
+    assert caught.value.param == param
 
 
 async def test_the_engine_streams_with_usage_completes_and_refuses_bad_bodies(

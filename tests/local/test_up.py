@@ -7,11 +7,13 @@ import contextlib
 import json
 import os
 import signal
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import openai
 import pytest
 import yaml
 from mcp.client import Client
@@ -329,3 +331,29 @@ async def test_downloading_is_shown_only_while_a_file_is_being_built(
         with contextlib.suppress(asyncio.CancelledError):
             await task
     assert [p for p in seen if p != "Pending"] == phases
+
+
+async def test_the_openai_sdk_lists_the_models_and_gets_errors_it_can_act_on(
+        tmp_path: Path, model_cache: Path) -> None:
+    models = example_dir(tmp_path / "models")
+    before = int(time.time())
+    async with running(options(models, tmp_path / "state", model_cache)) as up:
+        client = openai.AsyncOpenAI(base_url=up.gateway_url, api_key="unused", max_retries=0)
+        async with client:
+            listed = [m async for m in client.models.list()]
+            with pytest.raises(openai.NotFoundError) as skipped:
+                await client.completions.create(model="gpt-5.5", prompt="Hi", max_tokens=1)
+            with pytest.raises(openai.BadRequestError) as invalid:
+                await client.completions.create(model="gemma-3-270m", prompt="Hi",
+                                                max_tokens=0)
+            answer = await client.completions.create(
+                model="gemma-3-270m", prompt="Q: What is the capital of France?\nA:",
+                max_tokens=32, stop=["\n"])
+    assert [(m.id, m.owned_by) for m in listed] == [("gemma-3-270m", "google")]
+    assert before <= listed[0].created <= time.time()
+    assert (skipped.value.param, skipped.value.code) == ("model", "model_not_found")
+    assert skipped.value.message.endswith(
+        "The model 'gpt-5.5' is not served: llmop up skipped it: set OPENAI_API_KEY to proxy "
+        "it through the gateway; available models: gemma-3-270m")
+    assert invalid.value.param == "max_tokens"
+    assert "Paris" in answer.choices[0].text

@@ -46,9 +46,13 @@ Sleep = Callable[[float], Awaitable[None]]
 
 
 def error_response(status: int, message: str, kind: str, code: str | None = None,
-                   headers: dict[str, str] | None = None) -> web.Response:
-    """An error in the OpenAI shape, so every OpenAI client shows the message."""
-    body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
+                   headers: dict[str, str] | None = None, param: str | None = None
+                   ) -> web.Response:
+    """An error in the OpenAI shape, so every OpenAI client shows the message.
+
+    ``param`` names the request field at fault, as OpenAI's errors do.
+    """
+    body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
     return web.json_response(body, status=status, headers=headers)
 
 
@@ -201,6 +205,8 @@ class Gateway:
         self._session: aiohttp.ClientSession | None = None
         self._unrouted = RouteMetrics(self.metrics, NO_ROUTE)
         self._unavailable: dict[str, str] = {}  # route label -> why it cannot serve now
+        self._absent: dict[str, str] = {}  # model -> why it is known but not served here
+        self._created: dict[str, int] = {}  # model -> when it was first routed (Unix time)
         # (route label, upstream host) -> breaker: one model's failures never cut off
         # another model on the same provider, and each route keeps its own settings.
         self._breakers: dict[tuple[str, str], Breaker] = {}
@@ -241,10 +247,16 @@ class Gateway:
             self.metrics.circuit.remove(*gone)
         self.config, self.routes = config, routes
         self._breakers = breakers
+        now = int(time.time())
+        self._created = {name: self._created.get(name, now) for name in routes}
         self._models_body = json.dumps({"object": "list", "data": [
-            {"id": name, "object": "model", "created": 0,
-             "owned_by": urlsplit(state.url_base).netloc}
+            {"id": name, "object": "model", "created": self._created[name],
+             "owned_by": state.route.owned_by or urlsplit(state.url_base).netloc}
             for name, state in routes.items()]}).encode()
+
+    def set_absent(self, reasons: dict[str, str]) -> None:
+        """Models known but not served, with why: their requests get a 404 saying so."""
+        self._absent = dict(reasons)
 
     def set_unavailable(self, label: str, reason: str | None) -> None:
         """Answer the route's requests with 503 and ``reason`` until called with None.
@@ -342,13 +354,16 @@ class Gateway:
         model = body.get("model") if isinstance(body, dict) else None
         if not isinstance(model, str):
             return error_response(400, "the request needs a string field 'model'",
-                                  "invalid_request_error", "missing_model"), None
+                                  "invalid_request_error", "missing_model", param="model"), None
         state = self.routes.get(model)
         if state is None:
-            known = ", ".join(sorted(self.routes))
-            return error_response(404, f"The model {model!r} does not exist here; available "
-                                  f"models: {known}", "invalid_request_error",
-                                  "model_not_found"), None
+            known = ", ".join(sorted(self.routes)) or "none"
+            why = self._absent.get(model)
+            message = f"The model {model!r} is not served: {why}" if why else \
+                f"The model {model!r} does not exist here"
+            return error_response(404, f"{message}; available models: {known}",
+                                  "invalid_request_error", "model_not_found",
+                                  param="model"), None
         request[ROUTE_KEY] = state
         reason = self._unavailable.get(state.route.label)
         if reason is not None:

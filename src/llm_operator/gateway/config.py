@@ -112,6 +112,8 @@ class Route(_Config):
     retry: Retry = Field(default_factory=Retry)
     circuit_breaker: CircuitBreaker = Field(default_factory=CircuitBreaker)
     pricing: Pricing | None = None
+    owned_by: str | None = Field(None, min_length=1, max_length=253,
+                                 description="/v1/models owned_by; default the upstream host.")
 
     @property
     def label(self) -> str:

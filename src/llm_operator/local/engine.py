@@ -34,11 +34,16 @@ DONE = object()
 
 
 class BadRequest(ValueError):
-    """A request the model cannot take; the message names the field."""
+    """A request the model cannot take; the message and ``param`` name the field."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
 
 
-def _error(status: int, message: str, kind: str = "invalid_request_error") -> web.Response:
-    return web.json_response({"error": {"message": message, "type": kind, "param": None,
+def _error(status: int, message: str, kind: str = "invalid_request_error",
+           param: str | None = None) -> web.Response:
+    return web.json_response({"error": {"message": message, "type": kind, "param": param,
                                         "code": None}}, status=status)
 
 
@@ -80,7 +85,9 @@ def _max_tokens(body: dict[str, Any]) -> int | None:
     if value is None:
         return None
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise BadRequest("max_tokens must be a positive integer")
+        raise BadRequest("max_tokens must be a positive integer",
+                         "max_completion_tokens" if "max_completion_tokens" in body
+                         else "max_tokens")
     return value
 
 
@@ -96,13 +103,14 @@ def request_kwargs(body: Any, chat: bool, default_max_tokens: int = DEFAULT_MAX_
     if chat:
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
-            raise BadRequest("messages must be a non-empty list of {role, content}")
+            raise BadRequest("messages must be a non-empty list of {role, content}",
+                             "messages")
     elif not isinstance(body.get("prompt"), str):
-        raise BadRequest("prompt must be a string")
+        raise BadRequest("prompt must be a string", "prompt")
     for key in ("temperature", "top_p"):
         value = body.get(key)
         if value is not None and (not isinstance(value, int | float) or isinstance(value, bool)):
-            raise BadRequest(f"{key} must be a number")
+            raise BadRequest(f"{key} must be a number", key)
     keys = CHAT_KEYS if chat else COMPLETION_KEYS
     kwargs = {k: body[k] for k in keys if body.get(k) is not None}
     limit = _max_tokens(body)
@@ -183,6 +191,7 @@ class Engine:
         self.llm, self.alias = llm, alias
         self.default_max_tokens = default_max_tokens
         self.turns = Turns(max_queue)
+        self.created = int(time.time())
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="generate")
 
     def app(self) -> web.Application:
@@ -200,7 +209,8 @@ class Engine:
 
     async def models(self, _: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [
-            {"id": self.alias, "object": "model", "created": 0, "owned_by": "llmop"}]})
+            {"id": self.alias, "object": "model", "created": self.created,
+             "owned_by": "llmop"}]})
 
     async def health(self, _: web.Request) -> web.Response:
         return web.json_response({"status": "ok", "queued": self.turns.waiting,
@@ -221,8 +231,10 @@ class Engine:
         try:
             body = await request.json()
             kwargs = request_kwargs(body, chat, self.default_max_tokens)
-        except (ValueError, json.JSONDecodeError) as exc:
-            return _error(400, str(exc))
+        except BadRequest as exc:
+            return _error(400, str(exc), param=exc.param)
+        except ValueError as exc:  # not JSON
+            return _error(400, f"the body is not valid JSON: {exc}")
         stream = body.get("stream") is True
         usage = stream and bool((body.get("stream_options") or {}).get("include_usage"))
         stop = threading.Event()

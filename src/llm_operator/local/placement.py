@@ -10,7 +10,7 @@ from typing import Any, Literal
 from llm_operator.api.v1alpha1 import LLMModel
 from llm_operator.profiles.engines import engine
 from llm_operator.profiles.planner import plan
-from llm_operator.render.remote import gateway_route
+from llm_operator.render.remote import gateway_route, owned_by
 
 LOCAL_ENGINES = ("llamacpp", "ollama")
 LOOPBACK = "127.0.0.1"
@@ -73,7 +73,8 @@ class LocalServe:
         return {"name": self.model.name, "models": [self.model.spec.model_id],
                 "upstream": {"baseUrl": f"http://{LOOPBACK}:{port}/v1", "auth": "none"},
                 "retry": {"attempts": 2, "backoffInitialSeconds": 0.05},
-                "circuitBreaker": {"failureThreshold": 5, "openSeconds": 1}}
+                "circuitBreaker": {"failureThreshold": 5, "openSeconds": 1},
+                "ownedBy": owned_by(self.model) or "llmop"}
 
 
 @dataclass(frozen=True)

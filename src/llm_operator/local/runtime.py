@@ -390,6 +390,9 @@ class Runtime:
             self.gateway.reconfigure(parse_config({"routes": routes}, empty_ok=True))
         except ConfigError as exc:  # the API's own validation makes this unexpected
             log.error("gateway routes rejected, keeping the previous ones: %s", exc)
+        self.gateway.set_absent({
+            e.model.spec.model_id: f"llmop up {e.phase.lower()} it: {e.detail}"
+            for e in self.entries.values() if isinstance(e.decision, NotServed)})
 
     def _mark(self, name: str, entry: Entry) -> None:
         phase, detail, _ = entry.current()

@@ -46,7 +46,15 @@ def gateway_route(model: LLMModel, replicas: int, api_key: dict[str, str]) -> di
     known = price(model.spec.model_id)
     if known:
         route["pricing"] = {"inputPerMillion": known[0], "outputPerMillion": known[1]}
+    owner = owned_by(model)
+    if owner:
+        route["ownedBy"] = owner
     return route
+
+
+def owned_by(model: LLMModel) -> str | None:
+    """Who publishes the model, for /v1/models: its ai.example.io/vendor label."""
+    return (model.metadata.labels or {}).get(L.VENDOR)
 
 
 def gateway_config(model: LLMModel, replicas: int) -> dict[str, Any]:
