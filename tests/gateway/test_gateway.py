@@ -146,17 +146,22 @@ async def test_native_auth_headers(gateway: GatewayFactory, upstream: Upstream, 
     assert headers["anthropic-version"] == "2023-06-01"
 
 
-async def test_retries_429_honouring_retry_after(gateway: GatewayFactory,
-                                                 upstream: Upstream) -> None:
+@pytest.mark.parametrize(("retry", "status", "tries", "slept"), [
+    ({}, 200, 2, [2.0]),  # by default a 429 is retried after its Retry-After
+    ({"onRateLimit": False}, 429, 1, []),  # passed on at once (llmop up's local engines)
+])
+async def test_a_429_is_retried_after_its_retry_after_unless_the_route_says_not(
+        gateway: GatewayFactory, upstream: Upstream, retry: dict[str, Any], status: int,
+        tries: int, slept: list[float]) -> None:
     fake, _ = upstream
     fake.then(Reply(status=429, body={"error": {"message": "slow down"}},
                     headers={"Retry-After": "2"}))
     time = FakeTime()
-    client, gw = await gateway(time=time)
+    client, gw = await gateway({"retry": retry}, time=time)
     resp = await client.post("/v1/chat/completions", json=CHAT)
-    assert resp.status == 200 and len(fake.requests) == 2
-    assert time.slept == [2.0]
-    assert metric(gw, "llmop_gateway_retries_total", route="gpt-5.5") == 1
+    assert resp.status == status and len(fake.requests) == tries
+    assert time.slept == slept
+    assert metric(gw, "llmop_gateway_retries_total", route="gpt-5.5") == tries - 1
     assert metric(gw, "llmop_gateway_upstream_errors_total", route="gpt-5.5", reason="429") == 1
 
 
@@ -373,6 +378,26 @@ async def test_an_unavailable_route_answers_503_with_the_reason(
     assert fake.requests == []
     gw.set_unavailable("gpt", None)
     assert (await client.post("/v1/chat/completions", json=CHAT)).status == 200
+
+
+async def test_a_route_marked_unavailable_while_its_request_retries_answers_503_not_502(
+        gateway: GatewayFactory) -> None:
+    """`llmop up`: a model process dies, the request finds its port closed, and the
+    runtime marks it unavailable a moment later, while the gateway waits to retry."""
+    time = FakeTime()
+    client, gw = await gateway({"name": "gpt", "upstream": {"baseUrl": "http://127.0.0.1:9/v1"},
+                                "retry": {"attempts": 3}}, time=time)
+
+    async def meanwhile(seconds: float) -> None:
+        await FakeTime.sleep(time, seconds)
+        gw.set_unavailable("gpt", "it is failed on this machine (killed by SIGKILL)")
+
+    gw._sleep = meanwhile  # noqa: SLF001 - the runtime's mark lands during the backoff
+    resp = await client.post("/v1/chat/completions", json=CHAT)
+    error = (await resp.json())["error"]
+    assert (resp.status, error["code"]) == (503, "model_unavailable")
+    assert resp.headers["Retry-After"] == "5"
+    assert len(time.slept) == 1
 
 
 async def cancelled_by_client(client: Any, fake: FakeUpstream, body: dict[str, Any]) -> None:

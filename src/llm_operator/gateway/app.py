@@ -365,11 +365,9 @@ class Gateway:
                                   "invalid_request_error", "model_not_found",
                                   param="model"), None
         request[ROUTE_KEY] = state
-        reason = self._unavailable.get(state.route.label)
-        if reason is not None:
-            return error_response(503, f"{model!r} cannot serve right now: {reason}",
-                                  "server_error", "model_unavailable",
-                                  headers={"Retry-After": UNAVAILABLE_RETRY_AFTER}), state
+        unavailable = self._unavailable_error(state, model)
+        if unavailable is not None:
+            return unavailable, state
         try:
             headers = state.auth_headers()
         except KeyUnavailable as exc:
@@ -427,6 +425,16 @@ class Gateway:
             f"{retry_after_header(wait)}s", "rate_limit_error", "rate_limit_exceeded",
             headers={"Retry-After": retry_after_header(wait)})
 
+    def _unavailable_error(self, state: RouteState, model: str | None = None
+                           ) -> web.Response | None:
+        """The 503 for a route marked unavailable (set_unavailable), or None."""
+        reason = self._unavailable.get(state.route.label)
+        if reason is None:
+            return None
+        return error_response(503, f"{model or state.route.models[0]!r} cannot serve right "
+                              f"now: {reason}", "server_error", "model_unavailable",
+                              headers={"Retry-After": UNAVAILABLE_RETRY_AFTER})
+
     def _backoff(self, state: RouteState, attempt: int, retry_after: str | None) -> float:
         if retry_after is not None:
             try:
@@ -452,6 +460,11 @@ class Gateway:
         attempt = 0
         while True:
             attempt += 1
+            # A retry re-checks: the upstream may have been marked down meanwhile (a local
+            # model process that died as the first attempt went out).
+            unavailable = self._unavailable_error(state) if attempt > 1 else None
+            if unavailable is not None:
+                return unavailable
             if not state.breaker.allow():
                 state.metrics.upstream_error("circuit_open")
                 wait = retry_after_header(state.breaker.retry_in())
@@ -490,7 +503,8 @@ class Gateway:
                     state.breaker.failure()
                 state.metrics.upstream_error(str(status))
                 delay = self._backoff(state, attempt, upstream.headers.get("Retry-After"))
-                if self._may_retry(state, attempt, delay, deadline):
+                retry = status != 429 or state.route.retry.on_rate_limit
+                if retry and self._may_retry(state, attempt, delay, deadline):
                     upstream.release()
                     state.metrics.retries.inc()
                     await self._sleep(delay)

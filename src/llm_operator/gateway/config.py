@@ -88,6 +88,8 @@ class Retry(_Config):
     attempts: int = Field(3, ge=1, le=10, description="Total tries, the first included.")
     backoff_initial_seconds: float = Field(0.25, ge=0, le=60)
     backoff_max_seconds: float = Field(8.0, ge=0, le=600)
+    on_rate_limit: bool = Field(True, description="Retry an upstream 429 after its "
+                                "Retry-After; false passes it on at once.")
 
 
 class CircuitBreaker(_Config):

@@ -66,13 +66,15 @@ class LocalServe:
     def route(self, port: int) -> dict[str, Any]:
         """The gateway route to this process.
 
-        No key; one quick retry, for a kept-alive connection the server closed as the
-        request went out (a dead process is marked unavailable instead); a short circuit so
-        that a restarted process is used at once.
+        No key; quick retries, for a kept-alive connection the server closed as the request
+        went out, and to give the runtime a moment to mark a process that just died (the
+        retry then answers 503 model_unavailable, not a connection error); a short circuit
+        so that a restarted process is used at once.
         """
         return {"name": self.model.name, "models": [self.model.spec.model_id],
                 "upstream": {"baseUrl": f"http://{LOOPBACK}:{port}/v1", "auth": "none"},
-                "retry": {"attempts": 2, "backoffInitialSeconds": 0.05},
+                "retry": {"attempts": 3, "backoffInitialSeconds": 0.05,
+                          "onRateLimit": False},  # a full queue answers at once
                 "circuitBreaker": {"failureThreshold": 5, "openSeconds": 1},
                 "ownedBy": owned_by(self.model) or "llmop"}
 
