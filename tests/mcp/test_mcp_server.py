@@ -39,6 +39,8 @@ async def test_tools_list_is_the_meta_tool_then_every_model_by_name(running: Run
     assert qwen.description is not None and qwen.description.startswith("Qwen3.6-35B-A3B MoE")
     assert qwen.input_schema["required"] == ["messages"]
     assert by_name["list_available_models"].output_schema is not None
+    offers_thinking = {t.name for t in tools[1:] if "thinking" in t.input_schema["properties"]}
+    assert offers_thinking == {"claude_opus47", "qwen35_9b_cpu", "qwen36_reasoning_gaudi"}
 
 
 @pytest.mark.parametrize("era", ERAS)
@@ -118,6 +120,8 @@ async def test_thinking_is_switched_on_the_family_way(running: Running, tool: st
     ("qwen35_9b_cpu", {"messages": MERGE_SORT, "max_tokens": 0}, "max_tokens must be greater"),
     ("qwen35_9b_cpu", {"messages": [{"role": "tool", "content": "x"}]}, "messages[0].role"),
     ("qwen35_9b_cpu", {"messages": MERGE_SORT, "stream": True}, "unknown argument(s) stream"),
+    ("gemma4_31b_nvidia", {"messages": MERGE_SORT, "thinking": True},
+     "thinking: this model has no thinking mode (supportsThinking is false)"),
     ("list_available_models", {"vendor": "tpu"}, "vendor must be one of"),
 ])
 async def test_bad_arguments_are_tool_errors_the_model_can_correct(

@@ -87,7 +87,8 @@ def test_summary_is_what_an_agent_needs() -> None:
         "name": "qwen36-35b-gaudi", "namespace": "ai-models", "toolName": "qwen36_reasoning_gaudi",
         "modelId": "Qwen/Qwen3.6-35B-A3B",
         "domains": ["general", "reasoning", "math", "code", "multilingual", "agentic"],
-        "contextWindowK": 256, "supportsThinking": True, "vendor": "intel-gaudi",
+        "contextWindowK": 256, "servedContextTokens": 65536,  # engineArgs max-model-len
+        "supportsThinking": True, "vendor": "intel-gaudi",
         "mode": "local", "vramPerAcceleratorGiB": 24, "status": "Ready", "endpoint": None}
 
 

@@ -45,7 +45,7 @@ Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
 
 
-def error_response(status: int, message: str, kind: str, code: str | None = None,
+def error_response(status: int, message: str, kind: str, code: str | None = None, *,
                    headers: dict[str, str] | None = None, param: str | None = None
                    ) -> web.Response:
     """An error in the OpenAI shape, so every OpenAI client shows the message.

@@ -254,7 +254,7 @@ class McpService:
 
     async def _call_model(self, record: ToolRecord, arguments: dict[str, Any] | None
                           ) -> types.CallToolResult:
-        args = chat_arguments(arguments)
+        args = chat_arguments(arguments, thinking=record.facets.supports_thinking)
         body, thinking = chat_request(record, args)
         assert self._http is not None and record.endpoint
         url = record.endpoint.rstrip("/") + "/chat/completions"

@@ -8,6 +8,7 @@ from typing import Any
 
 from llm_operator.api import labels as L
 from llm_operator.api.v1alpha1 import LLMModel
+from llm_operator.profiles.engines import engine
 
 SERVING_PHASES = ("Ready", "Proxying")
 ANY_PHASE = "any"
@@ -88,6 +89,18 @@ def select(models: Iterable[LLMModel], query: Query) -> list[LLMModel]:
     return sorted(found, key=lambda m: (m.namespace, m.name))
 
 
+def served_context(model: LLMModel) -> int | None:
+    """The context, in tokens, the model is served with.
+
+    A self-hosted model's engine allocates what its engineArgs say (ctx-size), which may be
+    less than the model's contextWindowK.
+    """
+    spec = model.spec
+    if spec.is_remote:
+        return spec.context_window_k * 1024 if spec.context_window_k else None
+    return engine(spec.inference_engine).served_context_tokens(spec)
+
+
 def summary(model: LLMModel) -> dict[str, Any]:
     """What a caller needs to pick a model, as plain data (CLI output and MCP tool)."""
     spec, status = model.spec, model.status
@@ -98,6 +111,7 @@ def summary(model: LLMModel) -> dict[str, Any]:
         "modelId": spec.model_id,
         "domains": list(spec.domains or []),
         "contextWindowK": spec.context_window_k,
+        "servedContextTokens": served_context(model),
         "supportsThinking": spec.supports_thinking,
         "vendor": None if spec.is_remote else spec.accelerator_vendor,
         "mode": spec.deployment_mode,

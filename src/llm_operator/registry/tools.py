@@ -29,6 +29,9 @@ _MODEL_ENTRY = {
         "namespace": {"type": ["string", "null"]},
         "domains": {"type": "array", "items": {"type": "string"}},
         "contextWindowK": {"type": ["integer", "null"]},
+        "servedContextTokens": {"type": ["integer", "null"], "description":
+                                "The context the serving engine allocates (its ctx-size); "
+                                "prompt plus answer must fit in it."},
         "supportsThinking": {"type": "boolean"},
         "status": {"type": ["string", "null"]},
         "vendor": {"type": ["string", "null"]},
@@ -110,10 +113,19 @@ def list_tool() -> dict[str, Any]:
                             "openWorldHint": False}}
 
 
+def model_input_schema(thinking: bool) -> dict[str, Any]:
+    """The model tool's input; ``thinking`` is offered only by models that have the mode."""
+    if thinking:
+        return MODEL_INPUT_SCHEMA
+    properties = {k: v for k, v in MODEL_INPUT_SCHEMA["properties"].items() if k != "thinking"}
+    return {**MODEL_INPUT_SCHEMA, "properties": properties}
+
+
 def model_tool(record: ToolRecord) -> dict[str, Any]:
     """The tool for one model; remote models reach outside the cluster (openWorldHint)."""
-    return {"name": record.tool_name, "title": record.model_id,
-            "description": record.description, "inputSchema": MODEL_INPUT_SCHEMA,
+    return {"name": record.tool_name, "title": record.model_id, "description":
+            record.description,
+            "inputSchema": model_input_schema(record.facets.supports_thinking),
             "outputSchema": MODEL_OUTPUT_SCHEMA,
             "annotations": {"readOnlyHint": True, "destructiveHint": False,
                             "idempotentHint": False, "openWorldHint": record.remote}}
@@ -164,12 +176,21 @@ class ChatArguments:
     thinking: bool | None
 
 
-def chat_arguments(arguments: Mapping[str, Any] | None) -> ChatArguments:
+def chat_arguments(arguments: Mapping[str, Any] | None, *, thinking: bool = True
+                   ) -> ChatArguments:
+    """A model tool's arguments, checked against its input.
+
+    ``thinking`` says the model has a thinking mode, so the argument is offered.
+    """
     args = dict(arguments or {})
-    unknown = sorted(set(args) - set(MODEL_INPUT_SCHEMA["properties"]))
+    if "thinking" in args and not thinking:
+        raise ArgumentError("thinking: this model has no thinking mode (supportsThinking is "
+                            "false); leave the argument out")
+    expected = list(model_input_schema(thinking)["properties"])
+    unknown = sorted(set(args) - set(expected))
     if unknown:
-        raise ArgumentError(f"unknown argument(s) {', '.join(unknown)}; expected messages, "
-                            "temperature, max_tokens, thinking")
+        raise ArgumentError(f"unknown argument(s) {', '.join(unknown)}; expected "
+                            f"{', '.join(expected)}")
     messages = args.get("messages")
     if not isinstance(messages, list) or not messages:
         raise ArgumentError("messages must be a non-empty list of {role, content} objects")
@@ -190,10 +211,10 @@ def chat_arguments(arguments: Mapping[str, Any] | None) -> ChatArguments:
     _check_type("max_tokens", max_tokens, int, "an integer")
     if max_tokens <= 0:
         raise ArgumentError("max_tokens must be greater than 0")
-    thinking = args.get("thinking")
-    if thinking is not None:
-        _check_type("thinking", thinking, bool, "true or false")
-    return ChatArguments(clean, float(temperature), max_tokens, thinking)
+    switch = args.get("thinking")
+    if switch is not None:
+        _check_type("thinking", switch, bool, "true or false")
+    return ChatArguments(clean, float(temperature), max_tokens, switch)
 
 
 def _with_instruction(messages: list[dict[str, str]]) -> list[dict[str, str]]:
