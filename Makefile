@@ -39,10 +39,12 @@ plan: $(STAMP)
 
 test: tools lint typecheck importlint unit
 
-# Debian's prometheus (promtool and the Prometheus server the tests run) and etcd-server
-# (for the real control plane); the kube-apiserver and kube-controller-manager of
+# Debian's prometheus (promtool and the Prometheus server the tests run), etcd-server
+# (for the real control plane) and tmux (`llmop chat` tested at a terminal); the
+# kube-apiserver and kube-controller-manager of
 # ../shared/k8s unpacked into .cache/k8s/bin (hash-checked).
-APT_TOOLS := $(if $(shell command -v promtool),,prometheus) $(if $(shell command -v etcd),,etcd-server)
+APT_TOOLS := $(if $(shell command -v promtool),,prometheus) $(if $(shell command -v etcd),,etcd-server) \
+  $(if $(shell command -v tmux),,tmux)
 tools:
 	@if [ -n "$(strip $(APT_TOOLS))" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \

@@ -392,7 +392,7 @@ async def test_a_route_marked_unavailable_while_its_request_retries_answers_503_
         await FakeTime.sleep(time, seconds)
         gw.set_unavailable("gpt", "it is failed on this machine (killed by SIGKILL)")
 
-    gw._sleep = meanwhile  # noqa: SLF001 - the runtime's mark lands during the backoff
+    gw._sleep = meanwhile  # the runtime marks the route during the backoff
     resp = await client.post("/v1/chat/completions", json=CHAT)
     error = (await resp.json())["error"]
     assert (resp.status, error["code"]) == (503, "model_unavailable")

@@ -121,10 +121,11 @@ def up(directory: Path | None, *, port: int, mcp_port: int, state_dir: Path, cac
 
     \b
     Examples:
-      llmop up                               serve examples/local until Ctrl-C
-      llmop up ./models --port 8080 --detach     in the background; `llmop down` stops it
-      OPENAI_API_KEY=sk-... llmop up         the remote example is proxied too
-      llmop up --dry-run                     what would run here, and why not the rest
+      llmop up                                 serve examples/local until Ctrl-C
+      llmop up ./models --port 8080 --detach   in the background; `llmop down` stops it
+      OPENAI_API_KEY=sk-... llmop up           the remote example is proxied too
+      llmop up --dry-run                       what would run here, and why not the rest
+      llmop up --max-queue 32                  let more requests wait per model
     """
     # The runtime (MCP SDK, gateway, uvicorn) loads only for this command: ~1 s of imports.
     from llm_operator.local.runtime import Options, Runtime, StartError  # noqa: PLC0415

@@ -20,6 +20,7 @@ from llm_operator import __version__
 from llm_operator.api.crd import crd
 from llm_operator.api.v1alpha1 import LLMModel
 from llm_operator.api.validation import InvalidModel, Problem, parse_llmmodel
+from llm_operator.cli.chat import chat
 from llm_operator.cli.loading import Document, load_documents, load_settings
 from llm_operator.cli.local import down, status, up
 from llm_operator.profiles.planner import Plan, plan
@@ -91,13 +92,54 @@ def _run(paths: tuple[str, ...], each: Callable[[Outcome], None]) -> int:
     return 1 if failed else 0
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+# `llmop --help` lists commands in the order a newcomer needs them, each summary whole.
+COMMAND_ORDER = ("up", "chat", "status", "down", "validate", "plan", "render", "models", "crd",
+                 "operator", "gateway", "mcp")
+SUMMARIES = {
+    "up": "Serve a directory of LLMModel YAML on this machine.",
+    "chat": "Chat with a served model in the terminal.",
+    "status": "Show the models and endpoints of a running `llmop up`.",
+    "down": "Stop a running `llmop up`.",
+    "validate": "Check LLMModel documents: schema, rules, placement.",
+    "plan": "Estimate memory and check that each model fits.",
+    "render": "Print the Kubernetes objects that serve each model.",
+    "models": "Find models by capability.",
+    "crd": "Print the LLMModel CustomResourceDefinition.",
+    "operator": "Run the operator against a cluster (your kubeconfig).",
+    "gateway": "Run the OpenAI-compatible gateway.",
+    "mcp": "Serve every exposed model as an MCP tool.",
+}
+
+
+class Commands(click.Group):
+    """A group that lists its commands in COMMAND_ORDER with their SUMMARIES."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        names = super().list_commands(ctx)
+        return sorted(names, key=lambda n: (COMMAND_ORDER.index(n) if n in COMMAND_ORDER
+                                            else len(COMMAND_ORDER), n))
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, SUMMARIES.get(name) or (command.get_short_help_str(200)))
+                for name in self.list_commands(ctx)
+                if (command := self.get_command(ctx, name)) is not None and not command.hidden]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+@click.group(cls=Commands,
+             context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="llmop")
 def cli() -> None:
-    """llm-operator: run large language models as Kubernetes resources.
+    """llm-operator: large language models as Kubernetes resources, or on this machine.
 
     \b
-    Describe a model once as an LLMModel (ai.example.io/v1alpha1), then:
+    On this machine, no cluster needed:
+      llmop up                    serve examples/local (Gemma 3 270M) until Ctrl-C
+      llmop chat                  talk to it in the terminal
+    \b
+    For a cluster, describe a model once as an LLMModel (ai.example.io/v1alpha1), then:
       llmop validate -f config/samples/      check documents, with field paths
       llmop plan -f config/samples/          will it fit? memory and accelerators
       llmop render -f model.yaml | kubectl apply -f -
@@ -481,7 +523,7 @@ def _cluster_models(namespace: str | None, selector: str) -> list[dict[str, Any]
         raise click.ClickException(f"cannot list LLMModels: {exc}") from None
 
 
-for command in (up, status, down):
+for command in (up, chat, status, down):
     cli.add_command(command)
 
 

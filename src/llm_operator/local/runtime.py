@@ -47,6 +47,9 @@ UNSETTLED = frozenset({"Pending", "Downloading", "Starting"})
 SERVING = frozenset({"Ready", "Proxying"})
 API_PHASE = {"Skipped": "Pending", "Unplaceable": "Failed"}
 ENGINE_MODULE = "llm_operator.local.engine"
+# A pretrained model that continues text rather than following chat turns (`llmop chat`
+# then asks it with a Q/A transcript).
+BASE_MODEL = "ai.example.io/base-model"
 
 
 class _Embedded(uvicorn.Server):
@@ -199,6 +202,7 @@ class Runtime:
                 "detail": detail, "restarts": restarts, "where": where,
                 "file": str(entry.file), "progress": entry.progress,
                 "tool": exposure.tool_name if exposure.enabled else None,
+                "baseModel": (entry.model.metadata.annotations or {}).get(BASE_MODEL) == "true",
                 "pid": entry.supervised.pid if entry.supervised else None,
                 "load": entry.load(),
             })
