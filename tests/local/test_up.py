@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import signal
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -357,3 +358,18 @@ async def test_the_openai_sdk_lists_the_models_and_gets_errors_it_can_act_on(
         "it through the gateway; available models: gemma-3-270m")
     assert invalid.value.param == "max_tokens"
     assert "Paris" in answer.choices[0].text
+
+
+async def test_the_documented_python_mcp_client_runs(tmp_path: Path, model_cache: Path) -> None:
+    """examples/clients/mcp_tools.py, the mcp SDK's streamable_http_client (docs/local.md)."""
+    models = example_dir(tmp_path / "models")
+    async with running(options(models, tmp_path / "state", model_cache)) as up:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, str(REPO / "examples/clients/mcp_tools.py"), up.mcp_url,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        out, _ = await proc.communicate()
+    lines = out.decode().splitlines()
+    assert proc.returncode == 0, out.decode()
+    assert lines[:2] == ["tools: list_available_models, gemma3_270m_local",
+                         "  gemma3_270m_local: gemma-3-270m (Ready)"]
+    assert lines[2].startswith("gemma3_270m_local answered: ") and "Paris" in lines[2]

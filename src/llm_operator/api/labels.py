@@ -26,6 +26,9 @@ PROMETHEUS_SCRAPE = "prometheus.io/scrape"
 PROMETHEUS_PORT = "prometheus.io/port"
 PROMETHEUS_PATH = "prometheus.io/path"
 HTTP_ADDON_SKIP_SCALEDOBJECT = "httpscaledobject.keda.sh/skip-scaledobject-creation"
+# On an LLMModel: "true" for a pretrained model that continues text rather than following
+# chat turns; `llmop chat` and its MCP tool then ask it with a Q/A transcript.
+BASE_MODEL = f"{PREFIX}base-model"
 
 # --- finalizers ------------------------------------------------------------------------
 MCP_CLEANUP_FINALIZER = f"{PREFIX}mcp-cleanup"

@@ -15,6 +15,7 @@ import click
 
 from llm_operator.cli.local import state_option
 from llm_operator.local.state import StateDir
+from llm_operator.registry.tools import transcript_request
 
 HELP = ("Type a message and press Enter. /clear forgets the conversation, /bye (or Ctrl-D) "
         "leaves; Ctrl-C stops an answer.")
@@ -45,15 +46,13 @@ class Conversation:
                                 "max_tokens": self.max_tokens}
         if self.temperature is not None:
             body["temperature"] = self.temperature
-        if self.transcript:
-            past = "".join(f"Q: {q}\nA: {a}\n" for q, a in self.turns)
-            body |= {"prompt": f"{past}Q: {question}\nA:", "stop": ["\n"]}
-            return "completions", body
         messages: list[dict[str, str]] = []
         for q, a in self.turns:
             messages += [{"role": "user", "content": q}, {"role": "assistant", "content": a}]
-        body["messages"] = [*messages, {"role": "user", "content": question}]
-        return "chat/completions", body
+        messages.append({"role": "user", "content": question})
+        if self.transcript:
+            return "completions", body | transcript_request(messages)
+        return "chat/completions", body | {"messages": messages}
 
 
 def deltas(lines: Iterator[bytes]) -> Iterator[str]:

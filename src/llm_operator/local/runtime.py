@@ -39,6 +39,7 @@ from llm_operator.local.weights import WeightsError, locate
 from llm_operator.mcp_server.app import McpSettings
 from llm_operator.mcp_server.run import service
 from llm_operator.mcp_server.sources import DirectoryCache
+from llm_operator.registry.catalog import is_base_model
 
 log = logging.getLogger("llm_operator.local")
 
@@ -47,9 +48,6 @@ UNSETTLED = frozenset({"Pending", "Downloading", "Starting"})
 SERVING = frozenset({"Ready", "Proxying"})
 API_PHASE = {"Skipped": "Pending", "Unplaceable": "Failed"}
 ENGINE_MODULE = "llm_operator.local.engine"
-# A pretrained model that continues text rather than following chat turns (`llmop chat`
-# then asks it with a Q/A transcript).
-BASE_MODEL = "ai.example.io/base-model"
 
 
 class _Embedded(uvicorn.Server):
@@ -202,7 +200,7 @@ class Runtime:
                 "detail": detail, "restarts": restarts, "where": where,
                 "file": str(entry.file), "progress": entry.progress,
                 "tool": exposure.tool_name if exposure.enabled else None,
-                "baseModel": (entry.model.metadata.annotations or {}).get(BASE_MODEL) == "true",
+                "baseModel": is_base_model(entry.model),
                 "pid": entry.supervised.pid if entry.supervised else None,
                 "load": entry.load(),
             })

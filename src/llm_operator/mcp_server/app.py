@@ -257,7 +257,7 @@ class McpService:
         args = chat_arguments(arguments, thinking=record.facets.supports_thinking)
         body, thinking = chat_request(record, args)
         assert self._http is not None and record.endpoint
-        url = record.endpoint.rstrip("/") + "/chat/completions"
+        url = f"{record.endpoint.rstrip('/')}/{record.path}"
         who = f"model {record.model_id} ({record.tool_name})"
         try:
             async with self._http.post(url, json=body, timeout=aiohttp.ClientTimeout(

@@ -38,6 +38,12 @@ class ToolRecord:
     remote: bool
     thinking_style: ThinkingStyle
     info: dict[str, Any] = field(hash=False)  # list_available_models' entry
+    base_model: bool = False  # asked with a Q/A transcript on /completions
+
+    @property
+    def path(self) -> str:
+        """Where a call goes under the endpoint's OpenAI base URL."""
+        return "completions" if self.base_model else "chat/completions"
 
     @property
     def callable(self) -> bool:
@@ -61,6 +67,11 @@ def thinking_style(model: LLMModel) -> ThinkingStyle:
     return "system_prompt"
 
 
+def is_base_model(model: LLMModel) -> bool:
+    """Annotated as a pretrained model that continues text (labels.BASE_MODEL)."""
+    return (model.metadata.annotations or {}).get(L.BASE_MODEL) == "true"
+
+
 def from_model(model: LLMModel, source: Source, key: str | None = None) -> ToolRecord | None:
     """The model's tool, or None when it is not exposed over MCP."""
     exposure = model.spec.mcp_exposure
@@ -75,7 +86,7 @@ def from_model(model: LLMModel, source: Source, key: str | None = None) -> ToolR
         endpoint=model.status.endpoint if model.status else None,
         source=source, key=key or f"{model.namespace}/{model.name}",
         facets=facets(model), remote=model.spec.is_remote,
-        thinking_style=thinking_style(model), info=info)
+        thinking_style=thinking_style(model), info=info, base_model=is_base_model(model))
 
 
 class AdminPayloadError(ValueError):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -235,6 +235,9 @@ def chat_request(record: ToolRecord, args: ChatArguments) -> tuple[dict[str, Any
     """
     body: dict[str, Any] = {"model": record.model_id, "messages": args.messages,
                             "temperature": args.temperature, "max_tokens": args.max_tokens}
+    if record.base_model:  # record.path is completions
+        del body["messages"]
+        return body | transcript_request(args.messages), False
     if not record.facets.supports_thinking or args.thinking is None:
         return body, bool(record.facets.supports_thinking and args.thinking)
     on = args.thinking
@@ -256,13 +259,30 @@ def chat_request(record: ToolRecord, args: ChatArguments) -> tuple[dict[str, Any
     return body, on
 
 
+def transcript_request(messages: Sequence[Mapping[str, str]]) -> dict[str, Any]:
+    """A conversation as a Q/A transcript for a base model to continue (/v1/completions).
+
+    System text comes first; each user turn is a ``Q:`` line and each answer an ``A:`` line;
+    the prompt ends with ``A:`` and the answer stops at the end of its line.
+    """
+    lines = []
+    for m in messages:
+        content = " ".join(m["content"].split())  # one line each: the answer stops at "\n"
+        if m["role"] == "system":
+            lines.append(content)
+        else:
+            lines.append(f"{'Q' if m['role'] == 'user' else 'A'}: {content}")
+    return {"prompt": "\n".join(lines) + "\nA:", "stop": ["\n"]}
+
+
 def chat_result(record: ToolRecord, response: Any, thinking: bool) -> tuple[str, dict[str, Any]]:
-    """(text, structured content) from an OpenAI chat-completions response."""
+    """(text, structured content) from an OpenAI chat-completions (or completions) response."""
     if not isinstance(response, Mapping) or not response.get("choices"):
         raise ValueError("the response has no choices")
     choice = response["choices"][0]
     message = choice.get("message") or {}
-    text = message.get("content") or ""
+    text = (message.get("content") or choice.get("text") or "").strip() \
+        if record.base_model else message.get("content") or ""
     usage = response.get("usage") or {}
     structured = {
         "text": text, "model": str(response.get("model") or record.model_id),
