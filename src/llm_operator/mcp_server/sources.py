@@ -178,6 +178,18 @@ class DirectoryCache:
         return records, problems
 
 
+def status_file_problem(data: Any) -> str | None:
+    """Why parsed status-file content is not a complete map of model name -> status."""
+    if data is None:
+        return "it is empty"
+    if not isinstance(data, dict):
+        return f"it is a {type(data).__name__}, not a mapping of model names"
+    for name, status in data.items():
+        if not isinstance(status, dict) or not isinstance(status.get("phase"), str):
+            return f"{name}: a status needs a phase"
+    return None
+
+
 @dataclass
 class FileSource:
     """A directory of LLMModel YAML, rescanned when any file (or the status file) changes."""
@@ -194,19 +206,36 @@ class FileSource:
         self._statuses: dict[str, Any] = {}
 
     def _refresh_statuses(self) -> bool:
+        """Re-read the status file when it changed; True when the statuses changed.
+
+        Only a complete, valid file replaces the statuses: a torn or garbled one (a writer
+        that does not write atomically, a disk that filled up) keeps the last good state,
+        so tools do not vanish and list_changed does not fan out to every client. A
+        removed file means no statuses (each document's own status is used).
+        """
         path = self.status_file
         mark = _fingerprint(path) if path is not None and path.is_file() else None
         if mark == self._status_mark:
             return False
         self._status_mark = mark
-        self._statuses = {}
-        if path is not None and mark is not None:
-            try:
-                data = yaml.load(path.read_text(encoding="utf-8"), Loader=LOADER) or {}
-                self._statuses = data if isinstance(data, dict) else {}
-            except (OSError, yaml.YAMLError) as exc:
-                log.warning("status file %s unreadable (%s); using document status", path, exc)
-        return True
+        if path is None or mark is None:
+            had = bool(self._statuses)
+            self._statuses = {}
+            return had
+        try:
+            data = yaml.load(path.read_text(encoding="utf-8"), Loader=LOADER)
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+            log.warning("status file %s unreadable (%s); keeping the last good statuses",
+                        path, type(exc).__name__)
+            return False
+        problem = status_file_problem(data)
+        if problem is not None:
+            log.warning("status file %s is not valid (%s); keeping the last good statuses",
+                        path, problem)
+            return False
+        changed: bool = data != self._statuses
+        self._statuses = data
+        return changed
 
     def _scan(self) -> tuple[list[ToolRecord], list[str]] | None:
         """New records when a file or the status file changed (runs in a thread)."""
