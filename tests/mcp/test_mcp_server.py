@@ -144,19 +144,35 @@ async def test_an_unknown_tool_is_a_protocol_error(running: Running, era: str) -
     assert "Unknown tool: no_such_tool" in caught.value.message
 
 
+LEAKY = {"error": {"message": "auth failed for api_key=sk-live-0123456789abcdef\n"
+                            "Traceback (most recent call last):\n  File \"/srv/app/main.py\""}}
+
+
 @pytest.mark.parametrize(("reply", "message"), [
     (Reply(status=503, body={"error": {"message": "model is loading", "type": "x"}}),
-     "answered HTTP 503: model is loading"),
+     "answered HTTP 503: the model is unavailable (loading, scaling up or overloaded); "
+     "try again shortly"),
+    (Reply(status=500, body=LEAKY), "answered HTTP 500: the model's server failed"),
+    (Reply(status=401, body=LEAKY), "answered HTTP 401: the model's server refused the "
+     "gateway's credentials"),
     (Reply(status=200, body={"unexpected": True}), "not a chat completion"),
 ])
-async def test_upstream_failures_are_tool_errors(running: Running, reply: Reply,
-                                                 message: str) -> None:
+async def test_upstream_failures_are_tool_errors_that_leak_nothing(
+        running: Running, reply: Reply, message: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 14.5: a test upstream's key and traceback reached the agent verbatim."""
     running.upstream.then(reply)
     async with Client(running.mcp) as client:
         result = await client.call_tool("qwen35_9b_cpu", {"messages": MERGE_SORT})
     assert result.is_error
     assert isinstance(result.content[0], types.TextContent)
-    assert message in result.content[0].text
+    text = result.content[0].text
+    assert message in text
+    for leaked in ("sk-live", "Traceback", "/srv/app", "model is loading"):
+        assert leaked not in text
+    assert "sk-live-0123456789abcdef" not in caplog.text  # the log has the detail, redacted
+    if reply.body is LEAKY:
+        assert "api_key=[REDACTED] Traceback (most recent call last)" in caplog.text
 
 
 async def test_unreachable_model_is_a_tool_error(start: Start) -> None:
@@ -186,7 +202,8 @@ async def test_a_model_that_is_not_serving_explains_itself(start: Start) -> None
             with pytest.raises(MCPError) as caught:
                 await client.call_tool("qwen35_9b_cpu", {"messages": MERGE_SORT})
     assert "qwen35_9b_cpu" not in names
-    assert "is Downloading" in caught.value.message
+    assert "model Qwen/Qwen3.5-9B-GGUF is Downloading" in caught.value.message
+    assert str(running.models) not in caught.value.message  # no server file path
 
 
 @pytest.mark.parametrize("page_size", [1, 3, 100])

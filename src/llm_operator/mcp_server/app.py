@@ -37,6 +37,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from llm_operator import __version__
+from llm_operator.mcp_server import failures
 from llm_operator.mcp_server.notify import Broadcaster
 from llm_operator.registry.catalog import AdminPayloadError, Catalog, Source, ToolRecord, from_admin
 from llm_operator.registry.tools import (
@@ -56,7 +57,6 @@ LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 INSTRUCTIONS = ("Each tool but list_available_models is one language model. Call "
                 "list_available_models to compare them (domains, context window, thinking "
                 "support), then call the model's tool with OpenAI-style messages.")
-ERROR_DETAIL_LIMIT = 300
 MAX_CACHED_PAGES = 256  # cursors come from clients: bound what they can make us keep
 
 
@@ -121,16 +121,6 @@ def _after(cursor: str) -> str:
         raise MCPError(types.INVALID_PARAMS, "invalid cursor: pass nextCursor from the "
                        "previous tools/list result unchanged")
     return text[len(CURSOR_PREFIX):]
-
-
-def _safe_detail(payload: Any) -> str:
-    """The upstream's own error message (OpenAI shape), shortened; never headers or keys."""
-    if isinstance(payload, dict):
-        err = payload.get("error")
-        message = err.get("message") if isinstance(err, dict) else err or payload.get("message")
-        if isinstance(message, str) and message:
-            return message[:ERROR_DETAIL_LIMIT]
-    return ""
 
 
 @dataclass
@@ -249,8 +239,8 @@ class McpService:
         if known is None:
             return f"Unknown tool: {name}. Call tools/list (or {LIST_TOOL}) for the tools."
         phase = known.facets.phase or "not yet reported"
-        return (f"tool {name} is not callable now: model {known.key} is {phase}; it becomes "
-                "available when its phase is Ready or Proxying")
+        return (f"tool {name} is not callable now: model {known.model_id} is {phase}; it "
+                "becomes available when its phase is Ready or Proxying")
 
     async def _call_model(self, record: ToolRecord, arguments: dict[str, Any] | None
                           ) -> types.CallToolResult:
@@ -262,14 +252,15 @@ class McpService:
         try:
             async with self._http.post(url, json=body, timeout=aiohttp.ClientTimeout(
                     total=self.settings.call_timeout)) as r:
+                raw = await r.text(errors="replace")
                 try:
-                    payload = await r.json(content_type=None)
-                except (json.JSONDecodeError, aiohttp.ContentTypeError, UnicodeDecodeError):
+                    payload = json.loads(raw)
+                except ValueError:
                     payload = None
-                if r.status >= 400:
-                    detail = _safe_detail(payload)
-                    return _failure(f"{who} answered HTTP {r.status}"
-                                    + (f": {detail}" if detail else ""))
+                if r.status >= 400:  # the agent gets the meaning; the log, the detail
+                    log.warning("%s answered HTTP %d: %s", who, r.status,
+                                failures.detail(payload, raw))
+                    return _failure(failures.summary(who, r.status))
             text, structured = chat_result(record, payload, thinking)
         except TimeoutError:
             return _failure(f"{who} did not answer within {self.settings.call_timeout:g} s")
