@@ -455,13 +455,18 @@ def operator(namespaces: tuple[str, ...], *, all_namespaces: bool, settings_path
               help="Tools per tools/list page.")
 @click.option("--call-timeout", type=float, default=300.0, show_default=True, metavar="SECONDS",
               help="How long a tool call waits for the model.")
+@click.option("--sessions-per-client", type=click.IntRange(1), default=32, show_default=True,
+              help="Stateful (2025-11-25) sessions one client address may hold; more get 429.")
+@click.option("--session-idle-seconds", type=click.FloatRange(1), default=300.0,
+              show_default=True, metavar="SECONDS",
+              help="A session with no request in flight and no open stream this long ends.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
               default="info", show_default=True)
 def mcp(namespaces: tuple[str, ...], *, all_namespaces: bool, files_dir: Path | None,
         status_file: Path | None, host: str, port: int, services: tuple[str, ...],
         allowed_hosts: tuple[str, ...], admin_token_file: Path | None,
         admin_endpoint_hosts: tuple[str, ...], page_size: int, call_timeout: float,
-        log_level: str) -> None:
+        sessions_per_client: int, session_idle_seconds: float, log_level: str) -> None:
     """Serve every exposed model as an MCP tool (Streamable HTTP at /mcp).
 
     A model is a tool when spec.mcpExposure.enabled is true and its phase is Ready or
@@ -495,7 +500,9 @@ def mcp(namespaces: tuple[str, ...], *, all_namespaces: bool, files_dir: Path | 
     settings = McpSettings(host=host, port=port, allowed_hosts=tuple(names),
                            page_size=page_size, call_timeout=call_timeout,
                            admin_token_file=admin_token_file,
-                           admin_endpoint_hosts=admin_endpoint_hosts)
+                           admin_endpoint_hosts=admin_endpoint_hosts,
+                           sessions_per_client=sessions_per_client,
+                           session_idle_seconds=session_idle_seconds)
     use_kube = bool(namespaces or all_namespaces)
 
     async def run() -> None:

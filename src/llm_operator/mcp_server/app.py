@@ -10,8 +10,9 @@ import contextlib
 import hmac
 import json
 import logging
+import math
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,11 +35,16 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from llm_operator import __version__
 from llm_operator.mcp_server import failures
 from llm_operator.mcp_server.notify import Broadcaster
+from llm_operator.mcp_server.sessions import (
+    DEFAULT_IDLE_SECONDS,
+    DEFAULT_PER_CLIENT,
+    SessionLedger,
+)
 from llm_operator.registry.catalog import AdminPayloadError, Catalog, Source, ToolRecord, from_admin
 from llm_operator.registry.tools import (
     LIST_TOOL,
@@ -83,6 +89,8 @@ class McpSettings:
     call_timeout: float = 300.0
     admin_token_file: Path | None = None
     admin_endpoint_hosts: Sequence[str] = ()  # hosts (".suffix" too) pushes may point at
+    sessions_per_client: int = DEFAULT_PER_CLIENT  # 2025-era sessions one address may hold
+    session_idle_seconds: float = DEFAULT_IDLE_SECONDS  # no request, no open stream: ended
 
     def transport_security(self) -> TransportSecuritySettings:
         """DNS-rebinding protection: only these Host and Origin values reach /mcp."""
@@ -357,7 +365,15 @@ class McpService:
 
     def app(self) -> Starlette:
         security = self.settings.transport_security()
-        sessions = StreamableHTTPSessionManager(self.server, security_settings=security)
+        sessions = StreamableHTTPSessionManager(
+            self.server, security_settings=security,
+            session_idle_timeout=self.settings.session_idle_seconds)
+        ledger = SessionLedger(self.settings.sessions_per_client)
+        retry_after = str(math.ceil(self.settings.session_idle_seconds))
+
+        def live() -> Collection[str]:  # the SDK's open sessions (mcp 2.x keeps them here)
+            instances: Collection[str] = getattr(sessions, "_server_instances", {})
+            return instances
         # The guide's curl commands: bare JSON-RPC POSTs with no handshake and no headers.
         single = StreamableHTTPSessionManager(self.server, stateless=True, json_response=True,
                                               security_settings=security)
@@ -388,8 +404,38 @@ class McpService:
                 if b"mcp-session-id" in headers or b"mcp-protocol-version" in headers:
                     await tracked(scope, replay, send)
                     return
-                target = sessions if _method(body) == "initialize" else single
-                await target.handle_request(scope, replay, send)
+                if _method(body) != "initialize":
+                    await single.handle_request(scope, replay, send)
+                    return
+                client = str((scope.get("client") or ("unknown",))[0])
+                if not ledger.admit(client, live()):
+                    log.warning("refused a new MCP session: %s holds %d already", client,
+                                ledger.holding(client))
+                    await JSONResponse({"jsonrpc": "2.0", "id": None, "error": {
+                        "code": -32000, "message": f"this client holds {ledger.per_client} "
+                        "MCP sessions already (the limit per client): reuse one, or end one "
+                        "with DELETE /mcp"}}, 429, headers={"Retry-After": retry_after})(
+                            scope, receive, send)
+                    return
+
+                reserved = True
+
+                async def noting_send(message: Message) -> None:
+                    nonlocal reserved
+                    if message["type"] == "http.response.start" and reserved:
+                        reserved = False
+                        sid = dict(message.get("headers") or []).get(b"mcp-session-id")
+                        if sid:
+                            ledger.opened(client, sid.decode("latin-1"))
+                        else:
+                            ledger.release(client)
+                    await send(message)
+
+                try:
+                    await sessions.handle_request(scope, replay, noting_send)
+                finally:
+                    if reserved:  # no response started (the client left)
+                        ledger.release(client)
 
         @contextlib.asynccontextmanager
         async def lifespan(_: Starlette) -> AsyncIterator[None]:
