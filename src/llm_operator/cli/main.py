@@ -455,6 +455,9 @@ def operator(namespaces: tuple[str, ...], *, all_namespaces: bool, settings_path
               help="Tools per tools/list page.")
 @click.option("--call-timeout", type=float, default=300.0, show_default=True, metavar="SECONDS",
               help="How long a tool call waits for the model.")
+@click.option("--max-concurrent-calls", type=click.IntRange(1), default=256, show_default=True,
+              help="Calls one model tool answers at a time; more wait for a slot "
+              "(llmop_mcp_tool_calls_queued), within --call-timeout.")
 @click.option("--sessions-per-client", type=click.IntRange(1), default=32, show_default=True,
               help="Stateful (2025-11-25) sessions one client address may hold; more get 429.")
 @click.option("--session-idle-seconds", type=click.FloatRange(1), default=300.0,
@@ -466,7 +469,8 @@ def mcp(namespaces: tuple[str, ...], *, all_namespaces: bool, files_dir: Path | 
         status_file: Path | None, host: str, port: int, services: tuple[str, ...],
         allowed_hosts: tuple[str, ...], admin_token_file: Path | None,
         admin_endpoint_hosts: tuple[str, ...], page_size: int, call_timeout: float,
-        sessions_per_client: int, session_idle_seconds: float, log_level: str) -> None:
+        max_concurrent_calls: int, sessions_per_client: int, session_idle_seconds: float,
+        log_level: str) -> None:
     """Serve every exposed model as an MCP tool (Streamable HTTP at /mcp).
 
     A model is a tool when spec.mcpExposure.enabled is true and its phase is Ready or
@@ -501,6 +505,7 @@ def mcp(namespaces: tuple[str, ...], *, all_namespaces: bool, files_dir: Path | 
                            page_size=page_size, call_timeout=call_timeout,
                            admin_token_file=admin_token_file,
                            admin_endpoint_hosts=admin_endpoint_hosts,
+                           max_concurrent_calls=max_concurrent_calls,
                            sessions_per_client=sessions_per_client,
                            session_idle_seconds=session_idle_seconds)
     use_kube = bool(namespaces or all_namespaces)

@@ -12,6 +12,7 @@ import json
 import logging
 import math
 import socket
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,7 @@ from mcp.server.transport_security import (
     TransportSecuritySettings,
 )
 from mcp.shared.exceptions import MCPError
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -38,7 +40,9 @@ from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
 from llm_operator import __version__
+from llm_operator.connectors import tcp_connector
 from llm_operator.mcp_server import failures
+from llm_operator.mcp_server.metrics import McpMetrics
 from llm_operator.mcp_server.notify import Broadcaster
 from llm_operator.mcp_server.sessions import (
     DEFAULT_IDLE_SECONDS,
@@ -89,6 +93,7 @@ class McpSettings:
     call_timeout: float = 300.0
     admin_token_file: Path | None = None
     admin_endpoint_hosts: Sequence[str] = ()  # hosts (".suffix" too) pushes may point at
+    max_concurrent_calls: int = 256  # per model tool; more wait (llmop_mcp_tool_calls_queued)
     sessions_per_client: int = DEFAULT_PER_CLIENT  # 2025-era sessions one address may hold
     session_idle_seconds: float = DEFAULT_IDLE_SECONDS  # no request, no open stream: ended
 
@@ -149,6 +154,8 @@ class McpService:
             on_subscriptions_listen=ListenHandler(self.broadcaster.bus))
         self.server.middleware += [self.broadcaster.middleware, self._memoize_listing]
         self._http: aiohttp.ClientSession | None = None
+        self._slots: dict[str, asyncio.Semaphore] = {}  # per tool: --max-concurrent-calls
+        self.metrics = McpMetrics()
         self._lock = asyncio.Lock()
         self._published = asyncio.Condition()
         self._listing: tuple[int, list[tuple[str, types.Tool]]] = (-1, [])
@@ -240,6 +247,7 @@ class McpService:
                 raise MCPError(types.INVALID_PARAMS, self._unknown(params.name))
             return await self._call_model(record, params.arguments)
         except ArgumentError as exc:  # a tool error the model can read and correct (SEP-1303)
+            self.metrics.calls.labels(params.name, "invalid_arguments").inc()
             return _failure(f"invalid arguments for {params.name}: {exc}")
 
     def _unknown(self, name: str) -> str:
@@ -250,13 +258,53 @@ class McpService:
         return (f"tool {name} is not callable now: model {known.model_id} is {phase}; it "
                 "becomes available when its phase is Ready or Proxying")
 
+    def _slot(self, tool: str) -> asyncio.Semaphore:
+        slot = self._slots.get(tool)
+        if slot is None:
+            slot = self._slots[tool] = asyncio.Semaphore(self.settings.max_concurrent_calls)
+        return slot
+
     async def _call_model(self, record: ToolRecord, arguments: dict[str, Any] | None
                           ) -> types.CallToolResult:
+        """Wait for one of the model's slots (its own timeout), then call it (another)."""
         args = chat_arguments(arguments, thinking=record.facets.supports_thinking)
         body, thinking = chat_request(record, args)
+        tool, metrics = record.tool_name, self.metrics
+        who = f"model {record.model_id} ({tool})"
+        slot = self._slot(tool)
+        metrics.queued.labels(tool).inc()
+        waited = time.monotonic()
+        try:
+            async with asyncio.timeout(self.settings.call_timeout):
+                await slot.acquire()
+        except TimeoutError:
+            metrics.calls.labels(tool, "timeout").inc()
+            return _failure(f"{who} had no free slot within {self.settings.call_timeout:g} s: "
+                            f"{self.settings.max_concurrent_calls} calls to it are in flight; "
+                            "try again shortly")
+        finally:
+            metrics.queued.labels(tool).dec()
+        metrics.queue_wait.labels(tool).observe(time.monotonic() - waited)
+        metrics.in_flight.labels(tool).inc()
+        started = time.monotonic()
+        try:
+            result, outcome = await self._post(record, body, thinking, who)
+        finally:
+            slot.release()
+            metrics.in_flight.labels(tool).dec()
+            metrics.duration.labels(tool).observe(time.monotonic() - started)
+        metrics.calls.labels(tool, outcome).inc()
+        usage = (result.structured_content or {}).get("usage") or {}
+        for kind, key in (("prompt", "promptTokens"), ("completion", "completionTokens")):
+            if usage.get(key):
+                metrics.tokens.labels(tool, kind).inc(usage[key])
+        return result
+
+    async def _post(self, record: ToolRecord, body: dict[str, Any], thinking: bool, who: str
+                    ) -> tuple[types.CallToolResult, str]:
+        """One call to the model's endpoint: the tool result and its outcome label."""
         assert self._http is not None and record.endpoint
         url = f"{record.endpoint.rstrip('/')}/{record.path}"
-        who = f"model {record.model_id} ({record.tool_name})"
         try:
             async with self._http.post(url, json=body, timeout=aiohttp.ClientTimeout(
                     total=self.settings.call_timeout)) as r:
@@ -268,17 +316,19 @@ class McpService:
                 if r.status >= 400:  # the agent gets the meaning; the log, the detail
                     log.warning("%s answered HTTP %d: %s", who, r.status,
                                 failures.detail(payload, raw))
-                    return _failure(failures.summary(who, r.status))
+                    return _failure(failures.summary(who, r.status)), "upstream_error"
             text, structured = chat_result(record, payload, thinking)
         except TimeoutError:
-            return _failure(f"{who} did not answer within {self.settings.call_timeout:g} s")
+            return _failure(f"{who} did not answer within {self.settings.call_timeout:g} s"), \
+                "timeout"
         except aiohttp.ClientError as exc:
             return _failure(f"could not reach {who} ({type(exc).__name__}); it may be starting "
-                            "or scaling up, try again shortly")
+                            "or scaling up, try again shortly"), "unreachable"
         except ValueError:
-            return _failure(f"{who} returned a response that is not a chat completion")
+            return _failure(f"{who} returned a response that is not a chat completion"), \
+                "bad_response"
         return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
-                                    structured_content=structured)
+                                    structured_content=structured), "ok"
 
     # --- HTTP: health, readiness, admin ---
 
@@ -374,6 +424,12 @@ class McpService:
         def live() -> Collection[str]:  # the SDK's open sessions (mcp 2.x keeps them here)
             instances: Collection[str] = getattr(sessions, "_server_instances", {})
             return instances
+
+        async def metrics_endpoint(_: Request) -> Response:
+            self.metrics.sessions.set(len(live()))
+            self.metrics.listeners.set(self.broadcaster.legacy_listeners())
+            return Response(generate_latest(self.metrics.registry),
+                            media_type=CONTENT_TYPE_LATEST)
         # The guide's curl commands: bare JSON-RPC POSTs with no handshake and no headers.
         single = StreamableHTTPSessionManager(self.server, stateless=True, json_response=True,
                                               security_settings=security)
@@ -439,7 +495,10 @@ class McpService:
 
         @contextlib.asynccontextmanager
         async def lifespan(_: Starlette) -> AsyncIterator[None]:
-            async with aiohttp.ClientSession() as http, sessions.run(), single.run(), \
+            # No connection cap of its own (aiohttp's default is 100): the per-tool slots are
+            # the one, explicit limit.
+            async with aiohttp.ClientSession(connector=tcp_connector(limit=0)) as http, \
+                    sessions.run(), single.run(), \
                     anyio.create_task_group() as tg:
                 self._http = http
                 for job in self.background:
@@ -450,6 +509,7 @@ class McpService:
         return Starlette(routes=[
             Route("/mcp", Endpoint(), methods=["GET", "POST", "DELETE"]),
             Route("/health", self._health, methods=["GET"]),
+            Route("/metrics", metrics_endpoint, methods=["GET"]),
             Route("/ready", self._ready, methods=["GET"]),
             Route("/admin/tools", self._admin_list, methods=["GET"]),
             Route("/admin/tools/{name}", self._admin_put, methods=["PUT"]),
