@@ -451,6 +451,10 @@ def operator(namespaces: tuple[str, ...], *, all_namespaces: bool, settings_path
               help="A host outside the cluster that admin pushes may point at (repeatable; "
               "'.example.com' allows a suffix). Service names and loopback are always "
               "allowed; link-local and cloud metadata addresses never are.")
+@click.option("--admin-configmap", metavar="NAMESPACE/NAME",
+              help="Keep admin registrations in this ConfigMap (created on the first one), so "
+              "every replica serves them and they survive restarts. Needs --namespace or "
+              "--all-namespaces; without it they live in this process only.")
 @click.option("--page-size", type=click.IntRange(1, 1000), default=100, show_default=True,
               help="Tools per tools/list page.")
 @click.option("--call-timeout", type=float, default=300.0, show_default=True, metavar="SECONDS",
@@ -468,7 +472,8 @@ def operator(namespaces: tuple[str, ...], *, all_namespaces: bool, settings_path
 def mcp(namespaces: tuple[str, ...], *, all_namespaces: bool, files_dir: Path | None,
         status_file: Path | None, host: str, port: int, services: tuple[str, ...],
         allowed_hosts: tuple[str, ...], admin_token_file: Path | None,
-        admin_endpoint_hosts: tuple[str, ...], page_size: int, call_timeout: float,
+        admin_endpoint_hosts: tuple[str, ...], admin_configmap: str | None, page_size: int,
+        call_timeout: float,
         max_concurrent_calls: int, sessions_per_client: int, session_idle_seconds: float,
         log_level: str) -> None:
     """Serve every exposed model as an MCP tool (Streamable HTTP at /mcp).
@@ -509,11 +514,18 @@ def mcp(namespaces: tuple[str, ...], *, all_namespaces: bool, files_dir: Path | 
                            sessions_per_client=sessions_per_client,
                            session_idle_seconds=session_idle_seconds)
     use_kube = bool(namespaces or all_namespaces)
+    store: tuple[str, str] | None = None
+    if admin_configmap is not None:
+        store_ns, _, store_name = admin_configmap.partition("/")
+        if not (store_ns and store_name) or not use_kube:
+            raise click.UsageError("--admin-configmap takes NAMESPACE/NAME and needs "
+                                   "--namespace or --all-namespaces")
+        store = (store_ns, store_name)
 
     async def run() -> None:
         async with service(settings, kube=connection() if use_kube else None,
                            namespaces=list(namespaces), files=files_dir,
-                           status_file=status_file) as svc:
+                           status_file=status_file, admin_configmap=store) as svc:
             await svc.serve(log_level=log_level)
 
     asyncio.run(run())

@@ -41,7 +41,9 @@ from starlette.types import Message, Receive, Scope, Send
 
 from llm_operator import __version__
 from llm_operator.connectors import tcp_connector
+from llm_operator.kube import ApiError
 from llm_operator.mcp_server import failures
+from llm_operator.mcp_server.admin_store import ConfigMapStore
 from llm_operator.mcp_server.metrics import McpMetrics
 from llm_operator.mcp_server.notify import Broadcaster
 from llm_operator.mcp_server.sessions import (
@@ -155,6 +157,7 @@ class McpService:
         self.server.middleware += [self.broadcaster.middleware, self._memoize_listing]
         self._http: aiohttp.ClientSession | None = None
         self._slots: dict[str, asyncio.Semaphore] = {}  # per tool: --max-concurrent-calls
+        self.admin_store: ConfigMapStore | None = None  # where registrations are shared
         self.metrics = McpMetrics()
         self._lock = asyncio.Lock()
         self._published = asyncio.Condition()
@@ -396,10 +399,28 @@ class McpService:
                                  f"{owner.source} ({owner.key}), which takes precedence: "
                                  "choose another name or change it there",
                                  "toolName": name}, 409)
-        async with self._lock:
+        stored = await self._store(lambda store: store.put(name, payload), name)
+        if stored is not None:
+            return stored
+        async with self._lock:  # served here at once; other replicas follow the ConfigMap
             records = [r for r in self.catalog.records("admin") if r.key != name]
         await self.publish("admin", [*records, record])
         return JSONResponse({"status": "registered", "toolName": name})
+
+    async def _store(self, write: Callable[[ConfigMapStore], Awaitable[None]], name: str
+                     ) -> Response | None:
+        """Write through to the shared store, if there is one; a 503 saying why if it fails."""
+        if self.admin_store is None:
+            return None
+        try:
+            await write(self.admin_store)
+        except (ApiError, aiohttp.ClientError, TimeoutError) as exc:
+            log.error("admin store %s/%s: %s", self.admin_store.namespace,
+                      self.admin_store.name, exc)
+            return JSONResponse({"error": "the registration store (a ConfigMap) is "
+                                 "unavailable; nothing was changed, try again",
+                                 "toolName": name}, 503, headers={"Retry-After": "5"})
+        return None
 
     async def _admin_delete(self, request: Request) -> Response:
         if (denied := await self._admin_denied(request)) is not None:
@@ -408,6 +429,9 @@ class McpService:
         records = self.catalog.records("admin")
         if not any(r.key == name for r in records):
             return JSONResponse({"error": "tool not found", "toolName": name}, 404)
+        stored = await self._store(lambda store: store.delete(name), name)
+        if stored is not None:
+            return stored
         await self.publish("admin", [r for r in records if r.key != name])
         return JSONResponse({"status": "unregistered", "toolName": name})
 

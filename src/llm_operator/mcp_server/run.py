@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 
 from llm_operator.kube import Connection, Kube
+from llm_operator.mcp_server.admin_store import ConfigMapStore
 from llm_operator.mcp_server.app import McpService, McpSettings
 from llm_operator.mcp_server.sources import FileSource, KubernetesSource
 from llm_operator.registry.catalog import ToolRecord
@@ -15,12 +16,25 @@ from llm_operator.registry.catalog import ToolRecord
 @contextlib.asynccontextmanager
 async def service(settings: McpSettings, *, kube: Connection | None = None,
                   namespaces: Sequence[str | None] = (), files: Path | None = None,
-                  status_file: Path | None = None) -> AsyncIterator[McpService]:
-    """An McpService whose sources start with its app (Kubernetes and/or a directory)."""
+                  status_file: Path | None = None,
+                  admin_configmap: tuple[str, str] | None = None) -> AsyncIterator[McpService]:
+    """An McpService whose sources start with its app (Kubernetes and/or a directory).
+
+    With ``admin_configmap`` (namespace, name) admin registrations are kept in that
+    ConfigMap and shared by every replica; without it they live in this process only.
+    """
+    if admin_configmap is not None and kube is None:
+        raise ValueError("an admin ConfigMap needs a Kubernetes connection")
     svc = McpService(settings)
     async with contextlib.AsyncExitStack() as stack:
         if kube is not None:
             client = await stack.enter_async_context(Kube(kube))
+            if admin_configmap is not None:
+                store = ConfigMapStore(client, *admin_configmap, svc.publisher("admin"),
+                                       settings.admin_endpoint_hosts)
+                svc.admin_store = store
+                svc.background.append(store.run)
+                svc.readiness.append(store.synced)
             parts: dict[str | None, list[ToolRecord]] = {}
 
             def kube_publisher(ns: str | None) -> Callable[[list[ToolRecord]], Awaitable[None]]:
