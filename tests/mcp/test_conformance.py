@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from mcptools import Start
 from npmtools import NODE, env, installed
+
+from mcptools import Start
 
 EXPECTED = Path(__file__).with_name("conformance-expected-failures.yaml")
 

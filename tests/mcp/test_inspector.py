@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from mcptools import Start
 from npmtools import NODE, env, installed
+
+from mcptools import Start
 
 
 @pytest.fixture(scope="session")
