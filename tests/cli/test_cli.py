@@ -103,10 +103,19 @@ def test_no_documents_is_a_usage_error(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("command", ["validate", "plan", "render", "crd", "models", "gateway",
-                                     "operator", "mcp", "up", "status", "down"])
+                                     "operator", "mcp", "up", "chat", "status", "down"])
 def test_every_command_has_help(command: str) -> None:
     code, out, _ = run(command, "--help")
     assert code == 0 and "Usage:" in out and len(out) > 200
+
+
+def test_top_level_help_lists_up_and_chat_first_with_whole_summaries() -> None:
+    result = CliRunner().invoke(cli, ["--help"], terminal_width=80)
+    listing = result.output.split("Commands:\n", 1)[1]
+    names = [line.split()[0] for line in listing.splitlines() if line.startswith("  ")
+             and not line.startswith("   ")]
+    assert names[:2] == ["up", "chat"] and sorted(names) == sorted(cli.commands)
+    assert "..." not in listing  # click's truncation mark
 
 
 def test_readme_quick_start_commands_exist() -> None:

@@ -92,27 +92,13 @@ def _run(paths: tuple[str, ...], each: Callable[[Outcome], None]) -> int:
     return 1 if failed else 0
 
 
-# `llmop --help` lists commands in the order a newcomer needs them, each summary whole.
+# `llmop --help` lists commands in the order a newcomer needs them.
 COMMAND_ORDER = ("up", "chat", "status", "down", "validate", "plan", "render", "models", "crd",
                  "operator", "gateway", "mcp")
-SUMMARIES = {
-    "up": "Serve a directory of LLMModel YAML on this machine.",
-    "chat": "Chat with a served model in the terminal.",
-    "status": "Show the models and endpoints of a running `llmop up`.",
-    "down": "Stop a running `llmop up`.",
-    "validate": "Check LLMModel documents: schema, rules, placement.",
-    "plan": "Estimate memory and check that each model fits.",
-    "render": "Print the Kubernetes objects that serve each model.",
-    "models": "Find models by capability.",
-    "crd": "Print the LLMModel CustomResourceDefinition.",
-    "operator": "Run the operator against a cluster (your kubeconfig).",
-    "gateway": "Run the OpenAI-compatible gateway.",
-    "mcp": "Serve every exposed model as an MCP tool.",
-}
 
 
 class Commands(click.Group):
-    """A group that lists its commands in COMMAND_ORDER with their SUMMARIES."""
+    """A group that lists its commands in COMMAND_ORDER, each docstring's first sentence whole."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         names = super().list_commands(ctx)
@@ -120,7 +106,7 @@ class Commands(click.Group):
                                             else len(COMMAND_ORDER), n))
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        rows = [(name, SUMMARIES.get(name) or (command.get_short_help_str(200)))
+        rows = [(name, command.get_short_help_str(limit=200))
                 for name in self.list_commands(ctx)
                 if (command := self.get_command(ctx, name)) is not None and not command.hidden]
         if rows:
