@@ -12,7 +12,7 @@ from typing import Any
 
 from llm_operator.api import labels as L
 from llm_operator.informer import Informer
-from llm_operator.kube import ApiError, Kube
+from llm_operator.kube import ApiError, Kube, path_of
 from llm_operator.registry.catalog import AdminPayloadError, ToolRecord, from_admin
 
 log = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ class ConfigMapStore:
         except ApiError as exc:
             if exc.status != 404:
                 raise
-            await self.kube.request("POST", f"/api/v1/namespaces/{self.namespace}/configmaps",
+            await self.kube.request("POST", path_of("v1", "configmaps", self.namespace),
                                     body={"apiVersion": "v1", "kind": "ConfigMap",
                                           "metadata": {"name": self.name,
                                                        "labels": {STORE_LABEL: self.name}},
