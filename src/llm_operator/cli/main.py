@@ -21,6 +21,7 @@ from llm_operator.api.crd import crd
 from llm_operator.api.v1alpha1 import LLMModel
 from llm_operator.api.validation import InvalidModel, Problem, parse_llmmodel
 from llm_operator.cli.chat import chat
+from llm_operator.cli.keys import keys
 from llm_operator.cli.loading import Document, load_documents, load_settings
 from llm_operator.cli.local import down, status, up
 from llm_operator.profiles.planner import Plan, plan
@@ -94,7 +95,7 @@ def _run(paths: tuple[str, ...], each: Callable[[Outcome], None]) -> int:
 
 # `llmop --help` lists commands in the order a newcomer needs them.
 COMMAND_ORDER = ("up", "chat", "status", "down", "validate", "plan", "render", "models", "crd",
-                 "operator", "gateway", "mcp")
+                 "operator", "gateway", "mcp", "keys")
 
 
 class Commands(click.Group):
@@ -533,7 +534,7 @@ def _cluster_models(namespace: str | None, selector: str) -> list[dict[str, Any]
         raise click.ClickException(f"cannot list LLMModels: {exc}") from None
 
 
-for command in (up, chat, status, down):
+for command in (up, chat, status, down, keys):
     cli.add_command(command)
 
 

@@ -12,6 +12,7 @@ import signal
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -19,16 +20,15 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from llm_operator.access.keyfile import KeyringSource
+from llm_operator.access.spend import Ledger, MemoryLedger
 from llm_operator.connectors import tcp_connector
 from llm_operator.gateway.breaker import Breaker, State
+from llm_operator.gateway.clients import Client, ClientGate
 from llm_operator.gateway.config import GatewayConfig, Route
+from llm_operator.gateway.errors import Refusal, error_response
 from llm_operator.gateway.keys import KeySource, KeyUnavailable
-from llm_operator.gateway.limits import (
-    Reservation,
-    TokenBucket,
-    estimate_tokens,
-    retry_after_header,
-)
+from llm_operator.gateway.limits import Limits, Reservation, admit, buckets, retry_after_header
 from llm_operator.gateway.metrics import NO_ROUTE, GatewayMetrics, RouteMetrics
 
 log = logging.getLogger("llm_operator.gateway")
@@ -43,17 +43,6 @@ CLIENT_CLOSED = 499  # nginx's status for a client that closed the request (metr
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
-
-
-def error_response(status: int, message: str, kind: str, code: str | None = None, *,
-                   headers: dict[str, str] | None = None, param: str | None = None
-                   ) -> web.Response:
-    """An error in the OpenAI shape, so every OpenAI client shows the message.
-
-    ``param`` names the request field at fault, as OpenAI's errors do.
-    """
-    body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
-    return web.json_response(body, status=status, headers=headers)
 
 
 STREAM_STARTED = web.RequestKey("stream_started", bool)
@@ -96,8 +85,7 @@ class RouteState:
     key: KeySource | None
     breaker: Breaker
     metrics: RouteMetrics
-    rpm: TokenBucket | None = None
-    tpm: TokenBucket | None = None
+    limits: Limits
     extra_headers: dict[str, str] = field(default_factory=dict)
 
     def auth_headers(self) -> dict[str, str]:
@@ -115,6 +103,7 @@ class RouteState:
 
 
 ROUTE_KEY = web.RequestKey("route", RouteState)  # the route a request resolved to
+CLIENT_KEY = web.RequestKey("client", Client)  # the client key it came with
 
 
 def _usage_tokens(usage: Any) -> tuple[int, int]:
@@ -199,9 +188,12 @@ class Gateway:
     """Routes, limits and metrics behind an aiohttp application."""
 
     def __init__(self, config: GatewayConfig, clock: Clock = time.monotonic,
-                 sleep: Sleep = asyncio.sleep, jitter: Callable[[], float] = random.random) -> None:
+                 sleep: Sleep = asyncio.sleep, jitter: Callable[[], float] = random.random,
+                 ledger: Ledger | None = None) -> None:
         self.metrics = GatewayMetrics()
         self._clock, self._sleep, self._jitter = clock, sleep, jitter
+        self.ledger: Ledger = ledger or MemoryLedger()
+        self.gate: ClientGate | None = None  # with clientKeys: who may call, limits, spend
         self._session: aiohttp.ClientSession | None = None
         self._unrouted = RouteMetrics(self.metrics, NO_ROUTE)
         self._unavailable: dict[str, str] = {}  # route label -> why it cannot serve now
@@ -234,10 +226,8 @@ class Gateway:
                 route=route, url_base=base, breaker=breaker,
                 metrics=RouteMetrics(self.metrics, route.label),
                 key=KeySource(route.upstream.api_key) if route.upstream.api_key else None,
-                rpm=TokenBucket(limit.requests_per_minute, self._clock)
-                if limit.requests_per_minute else None,
-                tpm=TokenBucket(limit.tokens_per_minute, self._clock)
-                if limit.tokens_per_minute else None,
+                limits=Limits(f"route {route.label!r}", *buckets(
+                    limit.requests_per_minute, limit.tokens_per_minute, self._clock)),
                 extra_headers=dict(route.upstream.headers),
             )
             for name in route.models:
@@ -245,14 +235,21 @@ class Gateway:
             self.metrics.circuit.labels(*where).set(int(breaker.state))
         for gone in set(old) - set(breakers):
             self.metrics.circuit.remove(*gone)
+        keys = config.client_keys
+        if keys is None:
+            self.gate = None
+        elif self.gate is None or str(self.gate.source.path) != keys.file:
+            self.gate = ClientGate(KeyringSource(Path(keys.file)), self.ledger, self.metrics,
+                                   self._clock)
         self.config, self.routes = config, routes
         self._breakers = breakers
         now = int(time.time())
         self._created = {name: self._created.get(name, now) for name in routes}
-        self._models_body = json.dumps({"object": "list", "data": [
+        self._model_entries = [
             {"id": name, "object": "model", "created": self._created[name],
              "owned_by": state.route.owned_by or urlsplit(state.url_base).netloc}
-            for name, state in routes.items()]}).encode()
+            for name, state in routes.items()]
+        self._models_body = json.dumps({"object": "list", "data": self._model_entries}).encode()
 
     def set_absent(self, reasons: dict[str, str]) -> None:
         """Models known but not served, with why: their requests get a 404 saying so."""
@@ -294,8 +291,16 @@ class Gateway:
 
     # --- small endpoints ---------------------------------------------------------------
 
-    async def models(self, _: web.Request) -> web.Response:
-        return web.Response(body=self._models_body, content_type="application/json")
+    async def models(self, request: web.Request) -> web.Response:
+        """Every model, or with client keys the ones the caller's key may use."""
+        if self.gate is None:
+            return web.Response(body=self._models_body, content_type="application/json")
+        try:
+            client = self.gate.identify(request)
+        except Refusal as refused:
+            return refused.response
+        return web.json_response({"object": "list", "data": [
+            e for e in self._model_entries if client.key.may_use(str(e["id"]))]})
 
     async def health(self, _: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
@@ -310,7 +315,13 @@ class Gateway:
                     problems.append(f"route {state.route.label}: {exc}")
         if problems:
             return web.json_response({"status": "not ready", "problems": problems}, status=503)
-        return web.json_response({"status": "ready", "routes": len(self.config.routes)})
+        ready: dict[str, Any] = {"status": "ready", "routes": len(self.config.routes)}
+        if self.gate is not None:
+            self.gate.source.current()
+            ready["clientKeys"] = len(self.gate.source.keyring.keys)
+            if self.gate.source.problem:  # serving with the last good keys
+                ready["warnings"] = [self.gate.source.problem]
+        return web.json_response(ready)
 
     async def prometheus(self, _: web.Request) -> web.Response:
         for where, breaker in self._breakers.items():
@@ -328,57 +339,87 @@ class Gateway:
             routed = request.get(ROUTE_KEY)
             (routed.metrics if routed else self._unrouted).request(
                 CLIENT_CLOSED, self._clock() - started)
+            if (client := request.get(CLIENT_KEY)) is not None:
+                client.request(CLIENT_CLOSED)
             raise
         if not isinstance(response, _Streamed):
             metrics = state.metrics if state is not None else self._unrouted
             metrics.request(response.status, self._clock() - started)
+            if (client := request.get(CLIENT_KEY)) is not None:
+                client.request(response.status)
         return response
 
     async def _proxy(self, request: web.Request, started: float
                      ) -> tuple[web.StreamResponse, RouteState | None]:
+        try:
+            return await self._admit(request, started), request.get(ROUTE_KEY)
+        except Refusal as refused:
+            return refused.response, request.get(ROUTE_KEY)
+
+    async def _read_json(self, request: web.Request) -> tuple[bytes, dict[str, Any], str]:
+        """The raw body, its JSON and its model; Refusal (400, 413) when unusable."""
         limit = self.config.max_request_bytes
         if request.content_length is not None and request.content_length > limit:
-            return self._too_large(), None
+            raise Refusal(self._too_large())
         try:
             raw = await request.read()
         except web.HTTPRequestEntityTooLarge:
-            return self._too_large(), None
+            raise Refusal(self._too_large()) from None
         try:
             body = json.loads(raw)
         except ValueError as exc:
-            return error_response(400, f"request body is not valid JSON: {exc}",
-                                  "invalid_request_error", "invalid_json"), None
+            raise Refusal(error_response(400, f"request body is not valid JSON: {exc}",
+                                         "invalid_request_error", "invalid_json")) from None
         except RecursionError:
-            return error_response(400, "request body nests JSON too deeply",
-                                  "invalid_request_error", "invalid_json"), None
+            raise Refusal(error_response(400, "request body nests JSON too deeply",
+                                         "invalid_request_error", "invalid_json")) from None
         model = body.get("model") if isinstance(body, dict) else None
         if not isinstance(model, str):
-            return error_response(400, "the request needs a string field 'model'",
-                                  "invalid_request_error", "missing_model", param="model"), None
+            raise Refusal(error_response(400, "the request needs a string field 'model'",
+                                         "invalid_request_error", "missing_model",
+                                         param="model"))
+        return raw, body, model
+
+    def _resolve(self, model: str, client: Client | None) -> RouteState:
+        """The route serving ``model`` for this client; Refusal (403, 404) otherwise."""
         state = self.routes.get(model)
+        if state is not None and client is not None and not client.key.may_use(model):
+            assert self.gate is not None
+            raise Refusal(self.gate.forbidden(client, model))
         if state is None:
-            known = ", ".join(sorted(self.routes)) or "none"
+            known = ", ".join(sorted(m for m in self.routes
+                                     if client is None or client.key.may_use(m))) or "none"
             why = self._absent.get(model)
             message = f"The model {model!r} is not served: {why}" if why else \
                 f"The model {model!r} does not exist here"
-            return error_response(404, f"{message}; available models: {known}",
-                                  "invalid_request_error", "model_not_found",
-                                  param="model"), None
-        request[ROUTE_KEY] = state
+            raise Refusal(error_response(404, f"{message}; available models: {known}",
+                                         "invalid_request_error", "model_not_found",
+                                         param="model"))
+        return state
+
+    async def _admit(self, request: web.Request, started: float) -> web.StreamResponse:
+        client = None
+        if self.gate is not None:  # who is asking, before reading what they ask
+            client = request[CLIENT_KEY] = self.gate.identify(request)
+        raw, body, model = await self._read_json(request)
+        state = request[ROUTE_KEY] = self._resolve(model, client)
         unavailable = self._unavailable_error(state, model)
         if unavailable is not None:
-            return unavailable, state
+            return unavailable
         try:
             headers = state.auth_headers()
         except KeyUnavailable as exc:
             log.error("route %s: %s", state.route.label, exc)
             return error_response(503, f"the gateway has no credentials for {model!r}; "
                                   "its operator must provide the API key",
-                                  "server_error", "credentials_unavailable"), state
-        reservation = Reservation(state.tpm)
-        refused = self._rate_limited(state, body, reservation)  # only sendable ones count
+                                  "server_error", "credentials_unavailable")
+        if client is not None:
+            assert self.gate is not None
+            await self.gate.check_budget(client)
+        reservation = Reservation()
+        refused = self._rate_limited(state, client, body, reservation)  # only sendable ones
         if refused is not None:
-            return refused, state
+            return refused
         upstream_model = state.route.upstream_model
         stream = body.get("stream") is True
         # Usage is what limits and cost are counted from: ask for it on every stream, and
@@ -394,8 +435,8 @@ class Gateway:
         url = state.url_base + request.path.removeprefix("/v1")
         try:
             return await self._forward(request, state, url=url, payload=raw, headers=headers,
-                                       stream=stream, started=started,
-                                       reservation=reservation, hide_usage=hide_usage), state
+                                       stream=stream, started=started, client=client,
+                                       reservation=reservation, hide_usage=hide_usage)
         finally:
             reservation.settle()  # no usage came back (an error, a cancel): give it back
 
@@ -403,25 +444,22 @@ class Gateway:
         return error_response(413, f"request body exceeds {self.config.max_request_bytes} "
                               "bytes", "invalid_request_error", "request_too_large")
 
-    def _rate_limited(self, state: RouteState, body: dict[str, Any],
+    def _rate_limited(self, state: RouteState, client: Client | None, body: dict[str, Any],
                       reservation: Reservation) -> web.Response | None:
-        """None when the request may go (its tokens reserved), else the 429 to answer."""
-        wait = 0.0
-        if state.tpm is not None:  # reserve before, settle after: bursts cannot overrun
-            units = min(float(estimate_tokens(body)), state.tpm.capacity)
-            wait = state.tpm.wait_seconds(units)
-            if wait == 0.0 and state.rpm is not None:
-                wait = state.rpm.take()
-            if wait == 0.0:
-                state.tpm.spend(units)
-                reservation.units = units
-        elif state.rpm is not None:
-            wait = state.rpm.take()
-        if wait <= 0:
+        """None when the request may go (its tokens reserved), else the 429 to answer.
+
+        The route's and the client key's allowances are taken together or not at all.
+        """
+        parties = [state.limits] if client is None else [state.limits, client.limits]
+        refused = admit(parties, body, reservation)
+        if refused is None:
             return None
+        party, wait = refused
         state.metrics.rate_limited.inc()
+        if client is not None and party is client.limits:
+            client.refused("rate_limit")
         return error_response(
-            429, f"rate limit of route {state.route.label!r} reached; retry after "
+            429, f"rate limit of {party.name} reached; retry after "
             f"{retry_after_header(wait)}s", "rate_limit_error", "rate_limit_exceeded",
             headers={"Retry-After": retry_after_header(wait)})
 
@@ -453,7 +491,8 @@ class Gateway:
 
     async def _forward(self, request: web.Request, state: RouteState, *, url: str,
                        payload: bytes, headers: dict[str, str], stream: bool, started: float,
-                       reservation: Reservation, hide_usage: bool) -> web.StreamResponse:
+                       client: Client | None, reservation: Reservation, hide_usage: bool
+                       ) -> web.StreamResponse:
         assert self._session is not None
         route, label = state.route, state.route.label
         deadline = started + route.timeouts.request_seconds
@@ -516,8 +555,9 @@ class Gateway:
                 state.breaker.success()
             if stream and status == 200:
                 return await self._relay_stream(request, state, upstream, started,
-                                                reservation, hide_usage=hide_usage)
-            return await self._relay(state, upstream, reservation)
+                                                client=client, reservation=reservation,
+                                                hide_usage=hide_usage)
+            return await self._relay(state, upstream, client, reservation)
 
     def _headers_from(self, upstream: aiohttp.ClientResponse) -> dict[str, str]:
         out = {k: v for k in PASSED_HEADERS if (v := upstream.headers.get(k)) is not None}
@@ -525,32 +565,36 @@ class Gateway:
                     if k.lower().startswith("x-ratelimit-")})
         return out
 
-    def _account(self, state: RouteState, prompt: int, completion: int,
-                 reservation: Reservation) -> None:
+    async def _account(self, state: RouteState, client: Client | None, prompt: int,
+                       completion: int, reservation: Reservation) -> None:
         if not prompt and not completion:
             return
         reservation.settle(prompt + completion)
         state.metrics.prompt_tokens.inc(prompt)
         state.metrics.completion_tokens.inc(completion)
+        usd = 0.0
         if state.route.pricing:
             price = state.route.pricing
-            state.metrics.cost.inc(
-                prompt * price.input_per_million / 1e6
-                + completion * price.output_per_million / 1e6)
+            usd = (prompt * price.input_per_million / 1e6
+                   + completion * price.output_per_million / 1e6)
+            state.metrics.cost.inc(usd)
+        if client is not None and self.gate is not None:
+            await self.gate.charge(client, usd, prompt, completion)
 
     async def _relay(self, state: RouteState, upstream: aiohttp.ClientResponse,
-                     reservation: Reservation) -> web.Response:
+                     client: Client | None, reservation: Reservation) -> web.Response:
         try:
             body = await upstream.read()
         finally:
             upstream.release()
         if upstream.status == 200:
-            self._account(state, *usage_from_body(body), reservation)
+            await self._account(state, client, *usage_from_body(body), reservation)
         return web.Response(body=body, status=upstream.status, headers=self._headers_from(upstream))
 
     async def _relay_stream(self, request: web.Request, state: RouteState,
-                            upstream: aiohttp.ClientResponse, started: float,
-                            reservation: Reservation, *, hide_usage: bool
+                            upstream: aiohttp.ClientResponse, started: float, *,
+                            client: Client | None, reservation: Reservation,
+                            hide_usage: bool
                             ) -> web.StreamResponse:
         """Relay as it arrives; with ``hide_usage``, whole events minus the usage-only one."""
         label = state.route.label
@@ -585,8 +629,10 @@ class Gateway:
             else:
                 upstream.close()  # tear the connection down: the upstream stops generating
             state.metrics.request(200 if completed else CLIENT_CLOSED, self._clock() - started)
+            if client is not None:
+                client.request(200 if completed else CLIENT_CLOSED)
         if completed:
-            self._account(state, *usage_from_sse(tail), reservation)
+            await self._account(state, client, *usage_from_sse(tail), reservation)
         return out
 
 

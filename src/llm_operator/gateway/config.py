@@ -131,8 +131,18 @@ class Listen(_Config):
     port: int = Field(8000, ge=0, le=65535)
 
 
+class ClientKeys(_Config):
+    """Where the keys clients must present are listed (SHA-256 digests; docs/gateway.md)."""
+
+    file: str = Field(min_length=1, description="YAML keys file, e.g. a mounted Secret; "
+                      "re-read when it changes.")
+
+
 class GatewayConfig(_Config):
     listen: Listen = Field(default_factory=Listen)
+    client_keys: ClientKeys | None = Field(
+        None, description="Require a client key on every /v1 request; unset: no client "
+        "authentication (keep the gateway behind a NetworkPolicy).")
     max_request_bytes: int = Field(10 * 1024 * 1024, ge=1024)
     log_prompts: bool = Field(False, description="Never on by default: prompts are user data.")
     routes: list[Route] = Field(default_factory=list)

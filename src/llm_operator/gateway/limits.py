@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 CHARS_PER_TOKEN = 4  # the usual estimate for English text with BPE tokenizers
@@ -76,20 +76,67 @@ def estimate_tokens(body: dict[str, Any]) -> int:
 
 @dataclass
 class Reservation:
-    """Tokens taken from a bucket before a request; ``settle`` charges the real count once.
+    """Tokens taken from buckets before a request; ``settle`` charges the real count once.
 
     Unsettled (an error, a cancelled client) it gives everything back.
     """
 
-    bucket: TokenBucket | None
-    units: float = 0.0
+    taken: list[tuple[TokenBucket, float]] = field(default_factory=list)
     settled: bool = False
 
     def settle(self, used: float = 0.0) -> None:
-        if self.settled or self.bucket is None:
+        if self.settled:
             return
         self.settled = True
-        self.bucket.spend(used - self.units)
+        for bucket, units in self.taken:
+            bucket.spend(used - units)
+
+
+@dataclass
+class Limits:
+    """One party's allowance (a route, a client key): requests and tokens per minute."""
+
+    name: str  # in the 429's message: "route 'gpt-5.5'", "key 'search-team'"
+    rpm: TokenBucket | None = None
+    tpm: TokenBucket | None = None
+
+    def wait_seconds(self, tokens: float) -> float:
+        wait = self.rpm.wait_seconds() if self.rpm is not None else 0.0
+        if self.tpm is not None:
+            wait = max(wait, self.tpm.wait_seconds(min(tokens, self.tpm.capacity)))
+        return wait
+
+    def take(self, tokens: float, reservation: Reservation) -> None:
+        if self.rpm is not None:
+            self.rpm.spend(1.0)
+        if self.tpm is not None:
+            units = min(tokens, self.tpm.capacity)
+            self.tpm.spend(units)
+            reservation.taken.append((self.tpm, units))
+
+
+def admit(parties: list[Limits], body: dict[str, Any], reservation: Reservation
+          ) -> tuple[Limits, float] | None:
+    """Take one request (and its estimated tokens) from every party, or none of them.
+
+    None when the request may go; else the party that refuses it longest and the wait.
+    """
+    tokens = float(estimate_tokens(body)) if any(p.tpm for p in parties) else 0.0
+    worst: tuple[Limits, float] | None = None
+    for party in parties:
+        wait = party.wait_seconds(tokens)
+        if wait > 0 and (worst is None or wait > worst[1]):
+            worst = (party, wait)
+    if worst is not None:
+        return worst
+    for party in parties:
+        party.take(tokens, reservation)
+    return None
+
+
+def buckets(rpm: int | None, tpm: int | None, clock: Callable[[], float]
+            ) -> tuple[TokenBucket | None, TokenBucket | None]:
+    return (TokenBucket(rpm, clock) if rpm else None, TokenBucket(tpm, clock) if tpm else None)
 
 
 def retry_after_header(seconds: float) -> str:

@@ -1,4 +1,4 @@
-"""Prometheus metrics of the gateway, per route (never per client-supplied name or key)."""
+"""Prometheus metrics of the gateway: per route and client key id, never a key itself."""
 
 from __future__ import annotations
 
@@ -39,6 +39,22 @@ class GatewayMetrics:
         self.circuit = Gauge("llmop_gateway_circuit_state",
                              "Circuit per route and upstream host: 0 closed, 1 half-open, "
                              "2 open.", ["route", "upstream"], registry=r)
+        # Client keys (clientKeys configured): by the key's id from the keys file.
+        self.key_requests = Counter("llmop_gateway_key_requests",
+                                    "Requests by client key id and HTTP status.",
+                                    ["key", "status"], registry=r)
+        self.key_tokens = Counter("llmop_gateway_key_tokens", "Tokens used per client key.",
+                                  ["key", "kind"], registry=r)
+        self.key_cost = Counter("llmop_gateway_key_cost_usd", "Estimated cost per client key.",
+                                ["key"], registry=r)
+        self.key_spend = Gauge("llmop_gateway_key_spend_usd",
+                               "Spend of the key's current budget period.", ["key"], registry=r)
+        self.key_refused = Counter("llmop_gateway_key_refused",
+                                   "Requests refused for a key: model, rate_limit, budget.",
+                                   ["key", "reason"], registry=r)
+        self.auth_failures = Counter("llmop_gateway_auth_failures",
+                                     "Requests without a valid key: missing, invalid.",
+                                     ["reason"], registry=r)
 
 
 class RouteMetrics:

@@ -1,0 +1,130 @@
+"""Client keys at the gateway: who is calling, which models they may use, limits and spend."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from llm_operator.access.keyfile import KeyringSource
+from llm_operator.access.keyring import ClientKey, Keyring, period_of
+from llm_operator.access.spend import Ledger, over_budget
+from llm_operator.gateway.errors import Refusal, error_response
+from llm_operator.gateway.limits import Limits, buckets, retry_after_header
+from llm_operator.gateway.metrics import GatewayMetrics
+
+log = logging.getLogger("llm_operator.gateway")
+
+KEY_HELP = "send your key as Authorization: Bearer <key> (or x-api-key: <key>)"
+
+
+def presented_key(headers: Mapping[str, str]) -> str | None:
+    """The key a client sent: OpenAI's bearer token, or Anthropic's / Azure's header."""
+    auth = headers.get("Authorization")
+    if auth is not None:
+        scheme, _, token = auth.partition(" ")
+        return token.strip() or None if scheme.lower() == "bearer" else None
+    for name in ("x-api-key", "api-key"):
+        if given := headers.get(name, "").strip():
+            return given
+    return None
+
+
+@dataclass
+class Client:
+    """A key in use: its entry, live limits and metric series."""
+
+    key: ClientKey
+    limits: Limits
+    metrics: GatewayMetrics
+
+    def request(self, status: int) -> None:
+        self.metrics.key_requests.labels(self.key.id, str(status)).inc()
+
+    def refused(self, reason: str) -> None:
+        self.metrics.key_refused.labels(self.key.id, reason).inc()
+
+
+class ClientGate:
+    """Admits requests by client key; each key's limits and spend are held here."""
+
+    def __init__(self, source: KeyringSource, ledger: Ledger, metrics: GatewayMetrics,
+                 clock: Callable[[], float],
+                 now: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)) -> None:
+        self.source, self.ledger, self.metrics = source, ledger, metrics
+        self._clock, self.now = clock, now
+        self._keyring: Keyring | None = None
+        self._clients: dict[str, Client] = {}
+
+    def _current(self) -> dict[str, Client]:
+        keyring = self.source.current()
+        if keyring is not self._keyring:  # keep live buckets of keys whose limits are the same
+            old, self._clients = self._clients, {}
+            for key in keyring.keys:
+                prior = old.get(key.id)
+                same = prior is not None and \
+                    (prior.key.requests_per_minute, prior.key.tokens_per_minute) == \
+                    (key.requests_per_minute, key.tokens_per_minute)
+                limits = prior.limits if prior is not None and same else Limits(
+                    f"key {key.id!r}", *buckets(key.requests_per_minute,
+                                               key.tokens_per_minute, self._clock))
+                self._clients[key.id] = Client(key, limits, self.metrics)
+            self._keyring = keyring
+        return self._clients
+
+    def identify(self, request: web.Request) -> Client:
+        """The calling client, or Refusal with the 401 to answer."""
+        clients = self._current()
+        assert self._keyring is not None
+        given = presented_key(request.headers)
+        if given is None:
+            self.metrics.auth_failures.labels("missing").inc()
+            raise Refusal(error_response(
+                401, f"this gateway needs an API key: {KEY_HELP}", "invalid_request_error",
+                "missing_api_key", headers={"WWW-Authenticate": "Bearer"}))
+        key = self._keyring.find(given)
+        if key is None:
+            self.metrics.auth_failures.labels("invalid").inc()
+            raise Refusal(error_response(
+                401, "the API key is not valid (unknown, revoked or disabled); ask the "
+                "gateway's operator for a key", "invalid_request_error", "invalid_api_key",
+                headers={"WWW-Authenticate": "Bearer"}))
+        return clients[key.id]
+
+    @staticmethod
+    def forbidden(client: Client, model: str) -> web.Response:
+        client.refused("model")
+        return error_response(403, f"key {client.key.id!r} may not use model {model!r}; "
+                              "ask the gateway's operator to allow it", "permission_error",
+                              "model_not_allowed", param="model")
+
+    async def check_budget(self, client: Client) -> None:
+        """Refusal (429 insufficient_quota) when the key's budget for this period is spent."""
+        over = await over_budget(client.key, self.ledger, self.now())
+        if over is None:
+            return
+        client.refused("budget")
+        retry = {} if over.renews is None else {"Retry-After": retry_after_header(
+            (over.renews - self.now()).total_seconds())}
+        raise Refusal(error_response(429, over.message, "insufficient_quota",
+                                     "budget_exceeded", headers=retry))
+
+    async def charge(self, client: Client, usd: float, prompt: int, completion: int) -> None:
+        """Count a finished request's tokens and cost against the key."""
+        key = client.key
+        self.metrics.key_tokens.labels(key.id, "prompt").inc(prompt)
+        self.metrics.key_tokens.labels(key.id, "completion").inc(completion)
+        if usd <= 0:
+            return
+        self.metrics.key_cost.labels(key.id).inc(usd)
+        if key.budget is not None:
+            period, _ = period_of(key.budget.period, self.now())
+            total = await self.ledger.add(key.id, period, usd)
+            self.metrics.key_spend.labels(key.id).set(total)
+
+    def allowed_models(self, client: Client, models: list[str]) -> list[str]:
+        return [m for m in models if client.key.may_use(m)]
+
