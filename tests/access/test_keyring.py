@@ -15,7 +15,7 @@ from llm_operator.access.keyring import (
     parse_keyring,
     period_of,
 )
-from llm_operator.gateway.limits import Limits, Reservation, TokenBucket, admit
+from llm_operator.access.limits import Limits, Reservation, TokenBucket, admit
 
 DIGEST = digest("sk-llmop-test")
 

@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 import yaml
 
+from llm_operator.access.limits import TokenBucket, retry_after_header
 from llm_operator.api.validation import parse_llmmodel
 from llm_operator.gateway.app import usage_from_body, usage_from_sse
 from llm_operator.gateway.breaker import Breaker, State
 from llm_operator.gateway.config import ApiKeySource, ConfigError, load_config, parse_config
 from llm_operator.gateway.keys import KeySource, KeyUnavailable
-from llm_operator.gateway.limits import TokenBucket, retry_after_header
 from llm_operator.render import render
 
 from gwtools import FakeTime

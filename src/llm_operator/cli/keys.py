@@ -40,9 +40,9 @@ def keys() -> None:
               default="month", show_default=True, help="Budget period (UTC calendar).")
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text",
               show_default=True, help="json: {id, key, entry} for scripts.")
-def new(key_id: str, models: tuple[str, ...], tools: tuple[str, ...], rpm: int | None,
+def new(key_id: str, *, models: tuple[str, ...], tools: tuple[str, ...], rpm: int | None,
         tpm: int | None, budget_usd: float | None, period: str, output: str) -> None:
-    """Print a new random key (once) and the keys-file entry that admits it.
+    r"""Print a new random key (once) and the keys-file entry that admits it.
 
     Give the key to the client; add the entry under `keys:` in the keys file. The file
     holds only the key's digest, so a leaked keys file opens nothing.

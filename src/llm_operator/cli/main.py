@@ -350,7 +350,12 @@ def gateway(config_path: str, host: str | None, port: int | None, log_level: str
         config = load_config(config_path)
     except ConfigError as exc:
         raise click.ClickException(f"invalid gateway config:\n{exc}") from None
-    run(config, host, port)
+    from llm_operator.access.keyring import KeyringError  # noqa: PLC0415
+
+    try:
+        run(config, host, port)
+    except KeyringError as exc:
+        raise click.ClickException(f"invalid client keys file:\n{exc}") from None
 
 
 @cli.command()
@@ -442,6 +447,16 @@ def operator(namespaces: tuple[str, ...], *, all_namespaces: bool, settings_path
               help="Keep admin registrations in this ConfigMap (created on the first one), so "
               "every replica serves them and they survive restarts. Needs --namespace or "
               "--all-namespaces; without it they live in this process only.")
+@click.option("--client-keys", "client_keys_file", metavar="FILE", envvar="LLMOP_MCP_CLIENT_KEYS",
+              type=click.Path(dir_okay=False, path_type=Path),
+              help="Require a bearer token on /mcp: a keys file (`llmop keys`, the gateway's "
+              "format), re-read when it changes; each key's tools/models and "
+              "requestsPerMinute apply to its tool calls.")
+@click.option("--oauth-issuer", metavar="URL",
+              help="Also accept OAuth 2.1 access tokens (JWT) from this authorization "
+              "server, and publish RFC 9728 metadata naming it. Needs --resource-url.")
+@click.option("--resource-url", metavar="URL",
+              help="This server's public /mcp URL: the audience OAuth tokens must carry.")
 @click.option("--page-size", type=click.IntRange(1, 1000), default=100, show_default=True,
               help="Tools per tools/list page.")
 @click.option("--call-timeout", type=float, default=300.0, show_default=True, metavar="SECONDS",
@@ -459,8 +474,9 @@ def operator(namespaces: tuple[str, ...], *, all_namespaces: bool, settings_path
 def mcp(namespaces: tuple[str, ...], *, all_namespaces: bool, files_dir: Path | None,
         status_file: Path | None, host: str, port: int, services: tuple[str, ...],
         allowed_hosts: tuple[str, ...], admin_token_file: Path | None,
-        admin_endpoint_hosts: tuple[str, ...], admin_configmap: str | None, page_size: int,
-        call_timeout: float,
+        admin_endpoint_hosts: tuple[str, ...], admin_configmap: str | None,
+        client_keys_file: Path | None, oauth_issuer: str | None, resource_url: str | None,
+        page_size: int, call_timeout: float,
         max_concurrent_calls: int, sessions_per_client: int, session_idle_seconds: float,
         log_level: str) -> None:
     """Serve every exposed model as an MCP tool (Streamable HTTP at /mcp).
@@ -484,6 +500,9 @@ def mcp(namespaces: tuple[str, ...], *, all_namespaces: bool, files_dir: Path | 
 
     if namespaces and all_namespaces:
         raise click.UsageError("use either --namespace or --all-namespaces")
+    if oauth_issuer and not resource_url:
+        raise click.UsageError("--oauth-issuer needs --resource-url: this server's public "
+                               "/mcp URL, which the issuer's tokens must name as audience")
     if not (namespaces or all_namespaces or files_dir):
         raise click.UsageError("say where models come from: --namespace NS / --all-namespaces "
                                "(Kubernetes) and/or --files DIR")
@@ -499,7 +518,9 @@ def mcp(namespaces: tuple[str, ...], *, all_namespaces: bool, files_dir: Path | 
                            admin_endpoint_hosts=admin_endpoint_hosts,
                            max_concurrent_calls=max_concurrent_calls,
                            sessions_per_client=sessions_per_client,
-                           session_idle_seconds=session_idle_seconds)
+                           session_idle_seconds=session_idle_seconds,
+                           client_keys_file=client_keys_file, oauth_issuer=oauth_issuer,
+                           resource_url=resource_url)
     use_kube = bool(namespaces or all_namespaces)
     store: tuple[str, str] | None = None
     if admin_configmap is not None:
@@ -515,7 +536,12 @@ def mcp(namespaces: tuple[str, ...], *, all_namespaces: bool, files_dir: Path | 
                            status_file=status_file, admin_configmap=store) as svc:
             await svc.serve(log_level=log_level)
 
-    asyncio.run(run())
+    from llm_operator.access.keyring import KeyringError  # noqa: PLC0415
+
+    try:
+        asyncio.run(run())
+    except KeyringError as exc:
+        raise click.ClickException(f"invalid client keys file:\n{exc}") from None
 
 
 def _cluster_models(namespace: str | None, selector: str) -> list[dict[str, Any]]:

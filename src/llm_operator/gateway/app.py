@@ -21,6 +21,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from llm_operator.access.keyfile import KeyringSource
+from llm_operator.access.limits import Limits, Reservation, admit, buckets, retry_after_header
 from llm_operator.access.spend import Ledger, MemoryLedger
 from llm_operator.connectors import tcp_connector
 from llm_operator.gateway.breaker import Breaker, State
@@ -28,7 +29,6 @@ from llm_operator.gateway.clients import Client, ClientGate
 from llm_operator.gateway.config import GatewayConfig, Route
 from llm_operator.gateway.errors import Refusal, error_response
 from llm_operator.gateway.keys import KeySource, KeyUnavailable
-from llm_operator.gateway.limits import Limits, Reservation, admit, buckets, retry_after_header
 from llm_operator.gateway.metrics import NO_ROUTE, GatewayMetrics, RouteMetrics
 
 log = logging.getLogger("llm_operator.gateway")

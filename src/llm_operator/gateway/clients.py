@@ -11,9 +11,9 @@ from aiohttp import web
 
 from llm_operator.access.keyfile import KeyringSource
 from llm_operator.access.keyring import ClientKey, Keyring, period_of
+from llm_operator.access.limits import Limits, buckets, retry_after_header
 from llm_operator.access.spend import Ledger, over_budget
 from llm_operator.gateway.errors import Refusal, error_response
-from llm_operator.gateway.limits import Limits, buckets, retry_after_header
 from llm_operator.gateway.metrics import GatewayMetrics
 
 log = logging.getLogger("llm_operator.gateway")

@@ -23,6 +23,9 @@ import anyio
 import mcp_types as types
 import uvicorn
 from mcp.server import InitializationOptions, NotificationOptions, Server, ServerRequestContext
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
+from mcp.server.auth.routes import create_protected_resource_routes
 from mcp.server.context import CallNext, HandlerResult
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.subscriptions import ListenHandler
@@ -33,19 +36,25 @@ from mcp.server.transport_security import (
 )
 from mcp.shared.exceptions import MCPError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import AnyHttpUrl
 from starlette.applications import Starlette
+from starlette.authentication import AuthCredentials
+from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 from starlette.types import Message, Receive, Scope, Send
 
 from llm_operator import __version__
+from llm_operator.access.keyfile import KeyringSource
 from llm_operator.connectors import tcp_connector
 from llm_operator.kube import ApiError
 from llm_operator.mcp_server import failures
 from llm_operator.mcp_server.admin_store import ConfigMapStore
+from llm_operator.mcp_server.auth import CALLER, Caller, Denied, McpAuth
 from llm_operator.mcp_server.metrics import McpMetrics
 from llm_operator.mcp_server.notify import Broadcaster
+from llm_operator.mcp_server.oauth import TokenVerifier, resource_metadata_url
 from llm_operator.mcp_server.sessions import (
     DEFAULT_IDLE_SECONDS,
     DEFAULT_PER_CLIENT,
@@ -98,6 +107,9 @@ class McpSettings:
     max_concurrent_calls: int = 256  # per model tool; more wait (llmop_mcp_tool_calls_queued)
     sessions_per_client: int = DEFAULT_PER_CLIENT  # 2025-era sessions one address may hold
     session_idle_seconds: float = DEFAULT_IDLE_SECONDS  # no request, no open stream: ended
+    client_keys_file: Path | None = None  # bearer tokens (the gateway's keys file format)
+    oauth_issuer: str | None = None  # accept JWT access tokens from this issuer
+    resource_url: str | None = None  # this server's public /mcp URL (the tokens' audience)
 
     def transport_security(self) -> TransportSecuritySettings:
         """DNS-rebinding protection: only these Host and Origin values reach /mcp."""
@@ -162,8 +174,34 @@ class McpService:
         self._lock = asyncio.Lock()
         self._published = asyncio.Condition()
         self._listing: tuple[int, list[tuple[str, types.Tool]]] = (-1, [])
-        self._pages: dict[tuple[int, str, str | None], HandlerResult] = {}
+        self._listing_models: dict[str, str] = {}  # tool name -> model id, with _listing
+        self._pages: dict[tuple[int, str, str | None, object], HandlerResult] = {}
         self._guard = TransportSecurityMiddleware(self.settings.transport_security())
+        self.auth = self._auth()
+
+    def _auth(self) -> McpAuth | None:
+        """Bearer-token checks, when client keys or an OAuth issuer are configured."""
+        settings = self.settings
+        if settings.client_keys_file is None and settings.oauth_issuer is None:
+            return None
+        keys = KeyringSource(settings.client_keys_file) if settings.client_keys_file else None
+        if settings.oauth_issuer is None:
+            return McpAuth(keys)
+        if settings.resource_url is None:
+            raise ValueError("an OAuth issuer needs the resource URL: this server's public "
+                             "/mcp URL, which its tokens must name as audience")
+        verifier = TokenVerifier(settings.oauth_issuer, settings.resource_url, self._get_json)
+        return McpAuth(keys, verifier, resource_metadata_url(settings.resource_url))
+
+    async def _get_json(self, url: str) -> Any:
+        """GET a JSON document (the issuer's metadata and keys); OSError when it fails."""
+        assert self._http is not None
+        try:
+            async with self._http.get(url, timeout=aiohttp.ClientTimeout(total=10)) as r:
+                r.raise_for_status()
+                return await r.json(content_type=None)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise OSError(f"GET {url}: {exc}") from None
 
     # --- the registry ---
 
@@ -203,7 +241,11 @@ class McpService:
             return await call_next(ctx)
         cursor = (ctx.params or {}).get("cursor")
         version = self.catalog.version
-        key = (version, ctx.protocol_version, cursor if isinstance(cursor, str) else None)
+        caller = _caller(ctx)
+        allowed = None if caller is None or caller.key is None else \
+            (caller.key.models, caller.key.tools)  # pages differ by allowance, not by key
+        key = (version, ctx.protocol_version, cursor if isinstance(cursor, str) else None,
+               allowed)
         if key in self._pages:
             return self._pages[key]
         result = await call_next(ctx)
@@ -218,6 +260,10 @@ class McpService:
         # The meta-tool first, then models by name; a cursor is the last name served ("" for
         # the meta-tool), so pages stay consistent while models come and go.
         entries = self._entries()
+        caller = _caller(ctx)
+        if caller is not None and caller.key is not None:
+            models = self._listing_models
+            entries = [e for e in entries if not e[0] or caller.may_call(e[0], models.get(e[0]))]
         cursor = params.cursor if params is not None else None
         if cursor is not None:
             after = _after(cursor)
@@ -230,17 +276,20 @@ class McpService:
     def _entries(self) -> list[tuple[str, types.Tool]]:
         """(name, tool) in listing order, rebuilt only when the catalog changes."""
         if self._listing[0] != self.catalog.version:
+            records = [r for r in self.catalog.tools() if r.tool_name != LIST_TOOL]
             entries = [("", types.Tool.model_validate(list_tool()))]
-            entries += [(r.tool_name, types.Tool.model_validate(model_tool(r)))
-                        for r in self.catalog.tools() if r.tool_name != LIST_TOOL]
+            entries += [(r.tool_name, types.Tool.model_validate(model_tool(r))) for r in records]
             self._listing = (self.catalog.version, entries)
+            self._listing_models = {r.tool_name: r.model_id for r in records}
         return self._listing[1]
 
     async def _call_tool(self, ctx: ServerRequestContext[Any],
                          params: types.CallToolRequestParams) -> types.CallToolResult:
+        caller = _caller(ctx)
         try:
             if params.name == LIST_TOOL:
-                found = self.catalog.find(list_query(params.arguments))
+                found = [r for r in self.catalog.find(list_query(params.arguments))
+                         if caller is None or caller.may_call(r.tool_name, r.model_id)]
                 result = list_result(found)
                 return types.CallToolResult(
                     content=[types.TextContent(type="text", text=json.dumps(result, indent=2))],
@@ -248,10 +297,29 @@ class McpService:
             record = self.catalog.get(params.name)
             if record is None:  # a protocol error: the tool does not exist
                 raise MCPError(types.INVALID_PARAMS, self._unknown(params.name))
-            return await self._call_model(record, params.arguments)
+            if caller is None:
+                return await self._call_model(record, params.arguments)
+            return await self._call_as(caller, record, params.arguments)
         except ArgumentError as exc:  # a tool error the model can read and correct (SEP-1303)
             self.metrics.calls.labels(params.name, "invalid_arguments").inc()
             return _failure(f"invalid arguments for {params.name}: {exc}")
+
+    async def _call_as(self, caller: Caller, record: ToolRecord,
+                       arguments: dict[str, Any] | None) -> types.CallToolResult:
+        """A call by an authenticated client: its allow-list, then its calls per minute."""
+        assert self.auth is not None
+        if not caller.may_call(record.tool_name, record.model_id):
+            self.metrics.key_calls.labels(caller.id, "forbidden").inc()
+            raise MCPError(types.INVALID_PARAMS, f"key {caller.id!r} may not call tool "
+                           f"{record.tool_name}; ask the server's operator to allow it")
+        wait = self.auth.call_wait(caller)
+        if wait > 0:
+            self.metrics.key_calls.labels(caller.id, "rate_limited").inc()
+            return _failure(f"rate limit of key {caller.id!r} reached; retry after "
+                            f"{math.ceil(wait)} s")
+        result = await self._call_model(record, arguments)
+        self.metrics.key_calls.labels(caller.id, "error" if result.is_error else "ok").inc()
+        return result
 
     def _unknown(self, name: str) -> str:
         known = self.catalog.not_callable(name)
@@ -460,8 +528,25 @@ class McpService:
         tracked = self.broadcaster.track_streams(sessions.handle_request)
         guard = self._guard
 
+        auth, metrics = self.auth, self.metrics
+
         class Endpoint:
             async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+                if auth is not None:  # who is asking, before anything else
+                    try:
+                        caller = await auth.caller(Headers(scope=scope))
+                    except Denied as denied:
+                        metrics.auth_failures.labels(denied.error).inc()
+                        await JSONResponse(
+                            {"error": denied.error, "error_description": denied.description},
+                            401, headers={"WWW-Authenticate": auth.challenge(denied)})(
+                                scope, receive, send)
+                        return
+                    scope[CALLER] = caller
+                    # The SDK binds each session to the credential that opened it.
+                    scope["user"] = AuthenticatedUser(AccessToken(
+                        token="", client_id=caller.id, scopes=[]))
+                    scope["auth"] = AuthCredentials([])
                 if scope["method"] != "POST":
                     await tracked(scope, receive, send)
                     return
@@ -530,7 +615,13 @@ class McpService:
                 yield
                 tg.cancel_scope.cancel()
 
+        extra: Sequence[BaseRoute] = ()
+        if self.settings.oauth_issuer is not None and self.settings.resource_url is not None:
+            extra = create_protected_resource_routes(
+                AnyHttpUrl(self.settings.resource_url), [AnyHttpUrl(self.settings.oauth_issuer)],
+                resource_name="llm-operator models as MCP tools")
         return Starlette(routes=[
+            *extra,
             Route("/mcp", Endpoint(), methods=["GET", "POST", "DELETE"]),
             Route("/health", self._health, methods=["GET"]),
             Route("/metrics", metrics_endpoint, methods=["GET"]),
@@ -549,6 +640,14 @@ class McpService:
         """Serve until cancelled (on ``sock`` when given, e.g. a loopback port for tests)."""
         server = self.uvicorn_server(log_level)
         await server.serve(sockets=[sock] if sock is not None else None)
+
+
+def _caller(ctx: ServerRequestContext[Any]) -> Caller | None:
+    """The authenticated client of a request (None when /mcp needs no token)."""
+    request = ctx.request
+    scope = getattr(request, "scope", None)
+    caller = scope.get(CALLER) if isinstance(scope, dict) else None
+    return caller if isinstance(caller, Caller) else None
 
 
 def _failure(message: str) -> types.CallToolResult:

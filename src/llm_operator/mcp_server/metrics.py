@@ -31,6 +31,12 @@ class McpMetrics:
                               ["tool", "kind"], registry=r)
         self.sessions = Gauge("llmop_mcp_sessions",
                               "Open stateful (2025-11-25) sessions.", registry=r)
+        self.key_calls = Counter("llmop_mcp_key_tool_calls",
+                                 "Model tool calls by client key id and outcome (ok, error, "
+                                 "forbidden, rate_limited).", ["key", "outcome"], registry=r)
+        self.auth_failures = Counter("llmop_mcp_auth_failures",
+                                     "/mcp requests without a valid bearer token.",
+                                     ["reason"], registry=r)
         self.listeners = Gauge("llmop_mcp_legacy_streams",
                                "2025-era sessions with a GET stream open for notifications.",
                                registry=r)
