@@ -510,8 +510,9 @@ def mcp(namespaces: tuple[str, ...], *, all_namespaces: bool, files_dir: Path | 
     for svc in services:
         name, _, ns = svc.partition(".")
         names += service_hosts(name, [ns] if ns else [])
-    logging.basicConfig(level=log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from llm_operator.mcp_server.requestids import configure_logging  # noqa: PLC0415
+
+    configure_logging(log_level)
     settings = McpSettings(host=host, port=port, allowed_hosts=tuple(names),
                            page_size=page_size, call_timeout=call_timeout,
                            admin_token_file=admin_token_file,

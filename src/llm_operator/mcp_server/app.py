@@ -49,7 +49,7 @@ from llm_operator import __version__
 from llm_operator.access.keyfile import KeyringSource
 from llm_operator.connectors import tcp_connector
 from llm_operator.kube import ApiError
-from llm_operator.mcp_server import failures
+from llm_operator.mcp_server import failures, requestids
 from llm_operator.mcp_server.admin_store import ConfigMapStore
 from llm_operator.mcp_server.auth import CALLER, Caller, Denied, McpAuth
 from llm_operator.mcp_server.metrics import McpMetrics
@@ -166,7 +166,8 @@ class McpService:
             instructions=INSTRUCTIONS, on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
             on_subscriptions_listen=ListenHandler(self.broadcaster.bus))
-        self.server.middleware += [self.broadcaster.middleware, self._memoize_listing]
+        self.server.middleware += [_with_request_id, self.broadcaster.middleware,
+                                   self._memoize_listing]
         self._http: aiohttp.ClientSession | None = None
         self._slots: dict[str, asyncio.Semaphore] = {}  # per tool: --max-concurrent-calls
         self.admin_store: ConfigMapStore | None = None  # where registrations are shared
@@ -532,6 +533,18 @@ class McpService:
 
         class Endpoint:
             async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+                rid = scope[requestids.SCOPE_KEY] = requestids.request_id(Headers(scope=scope))
+                requestids.current.set(rid)
+
+                async def send_with_id(message: Message) -> None:
+                    if message["type"] == "http.response.start":
+                        message["headers"] = [*message.get("headers", []),
+                                              (b"x-request-id", rid.encode())]
+                    await send(message)
+
+                await self.serve(scope, receive, send_with_id)
+
+            async def serve(self, scope: Scope, receive: Receive, send: Send) -> None:
                 if auth is not None:  # who is asking, before anything else
                     try:
                         caller = await auth.caller(Headers(scope=scope))
@@ -640,6 +653,22 @@ class McpService:
         """Serve until cancelled (on ``sock`` when given, e.g. a loopback port for tests)."""
         server = self.uvicorn_server(log_level)
         await server.serve(sockets=[sock] if sock is not None else None)
+
+
+async def _with_request_id(ctx: ServerRequestContext[Any], call_next: CallNext
+                           ) -> HandlerResult:
+    """Server middleware: the handler's log lines carry its HTTP request's id.
+
+    A 2025-era session's handlers run in the session's task, not the request's, so the id
+    travels in the ASGI scope rather than the context the request arrived in.
+    """
+    scope = getattr(ctx.request, "scope", None)
+    rid = scope.get(requestids.SCOPE_KEY) if isinstance(scope, dict) else None
+    token = requestids.current.set(rid or requestids.NONE)
+    try:
+        return await call_next(ctx)
+    finally:
+        requestids.current.reset(token)
 
 
 def _caller(ctx: ServerRequestContext[Any]) -> Caller | None:
