@@ -239,7 +239,7 @@ async def test_a_rotated_issuer_key_is_fetched_once(start: Start, issuer: Issuer
         auth = {"Authorization": f"Bearer {issuer.token()}"}
         assert (await post(running.mcp, auth))[0] == 200
         issuer.add_key("k2")
-        running.service.auth.oauth._fetched_at = -1e9  # type: ignore[union-attr]  # noqa: SLF001
+        running.service.auth.oauth._fetched_at = -1e9  # type: ignore[union-attr]
         assert (await post(running.mcp, {"Authorization":
                                          f"Bearer {issuer.token('k2')}"}))[0] == 200
         assert issuer.fetches == 2

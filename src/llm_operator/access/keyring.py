@@ -44,6 +44,11 @@ class ClientKey(_Entry):
     budget: Budget | None = None
     disabled: bool = False
 
+    @property
+    def models_and_tools(self) -> tuple[tuple[str, ...] | None, tuple[str, ...] | None]:
+        """What decides which tools the key sees (keys with equal allowances share pages)."""
+        return self.models, self.tools
+
     def may_use(self, model: str) -> bool:
         return self.models is None or any(fnmatch.fnmatchcase(model, g) for g in self.models)
 

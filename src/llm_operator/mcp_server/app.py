@@ -52,6 +52,7 @@ from llm_operator.kube import ApiError
 from llm_operator.mcp_server import failures, requestids
 from llm_operator.mcp_server.admin_store import ConfigMapStore
 from llm_operator.mcp_server.auth import CALLER, Caller, Denied, McpAuth
+from llm_operator.mcp_server.listing_cache import ListingCache, listing_key
 from llm_operator.mcp_server.metrics import McpMetrics
 from llm_operator.mcp_server.notify import Broadcaster
 from llm_operator.mcp_server.oauth import TokenVerifier, resource_metadata_url
@@ -244,7 +245,7 @@ class McpService:
         version = self.catalog.version
         caller = _caller(ctx)
         allowed = None if caller is None or caller.key is None else \
-            (caller.key.models, caller.key.tools)  # pages differ by allowance, not by key
+            caller.key.models_and_tools  # pages differ by allowance, not by key
         key = (version, ctx.protocol_version, cursor if isinstance(cursor, str) else None,
                allowed)
         if key in self._pages:
@@ -509,7 +510,7 @@ class McpService:
     def app(self) -> Starlette:
         security = self.settings.transport_security()
         sessions = StreamableHTTPSessionManager(
-            self.server, security_settings=security,
+            self.server, security_settings=security, json_response=True,
             session_idle_timeout=self.settings.session_idle_seconds)
         ledger = SessionLedger(self.settings.sessions_per_client)
         retry_after = str(math.ceil(self.settings.session_idle_seconds))
@@ -528,6 +529,7 @@ class McpService:
                                               security_settings=security)
         tracked = self.broadcaster.track_streams(sessions.handle_request)
         guard = self._guard
+        listings = self.listings = ListingCache(lambda: self.catalog.version)
 
         auth, metrics = self.auth, self.metrics
 
@@ -544,22 +546,30 @@ class McpService:
 
                 await self.serve(scope, receive, send_with_id)
 
+            async def authenticated(self, scope: Scope, receive: Receive, send: Send
+                                    ) -> bool:
+                """With tokens configured: note the caller in the scope, or answer 401."""
+                if auth is None:
+                    return True
+                try:
+                    caller = await auth.caller(Headers(scope=scope))
+                except Denied as denied:
+                    metrics.auth_failures.labels(denied.error).inc()
+                    await JSONResponse(
+                        {"error": denied.error, "error_description": denied.description},
+                        401, headers={"WWW-Authenticate": auth.challenge(denied)})(
+                            scope, receive, send)
+                    return False
+                scope[CALLER] = caller
+                # The SDK binds each session to the credential that opened it.
+                scope["user"] = AuthenticatedUser(AccessToken(
+                    token="", client_id=caller.id, scopes=[]))
+                scope["auth"] = AuthCredentials([])
+                return True
+
             async def serve(self, scope: Scope, receive: Receive, send: Send) -> None:
-                if auth is not None:  # who is asking, before anything else
-                    try:
-                        caller = await auth.caller(Headers(scope=scope))
-                    except Denied as denied:
-                        metrics.auth_failures.labels(denied.error).inc()
-                        await JSONResponse(
-                            {"error": denied.error, "error_description": denied.description},
-                            401, headers={"WWW-Authenticate": auth.challenge(denied)})(
-                                scope, receive, send)
-                        return
-                    scope[CALLER] = caller
-                    # The SDK binds each session to the credential that opened it.
-                    scope["user"] = AuthenticatedUser(AccessToken(
-                        token="", client_id=caller.id, scopes=[]))
-                    scope["auth"] = AuthCredentials([])
+                if not await self.authenticated(scope, receive, send):
+                    return  # who is asking, before anything else
                 if scope["method"] != "POST":
                     await tracked(scope, receive, send)
                     return
@@ -578,13 +588,23 @@ class McpService:
                         "code": problem[0], "message": problem[1]}}, 400)(scope, receive, send)
                     return
                 replay = _replaying(body, receive)
-                headers = dict(scope["headers"])
-                if b"mcp-session-id" in headers or b"mcp-protocol-version" in headers:
+                message = json.loads(body)
+                modern = b"mcp-protocol-version" in dict(scope["headers"])
+                caller = scope.get(CALLER)
+                key = listing_key(scope, message, caller.key.models_and_tools
+                                  if isinstance(caller, Caller) and caller.key else None)
+                if key is not None:  # a stateless tools/list: replayed while nothing changed
+                    handler = tracked if modern else single.handle_request
+                    await listings.serve(key, message["id"], handler, (scope, replay, send))
+                elif b"mcp-session-id" in dict(scope["headers"]) or modern:
                     await tracked(scope, replay, send)
-                    return
-                if _method(body) != "initialize":
+                elif message.get("method") != "initialize":
                     await single.handle_request(scope, replay, send)
-                    return
+                else:
+                    await self.open_session(scope, replay, send)
+
+            async def open_session(self, scope: Scope, replay: Receive, send: Send) -> None:
+                """A 2025-era initialize: within the client's session budget, noted in it."""
                 client = str((scope.get("client") or ("unknown",))[0])
                 if not ledger.admit(client, live()):
                     log.warning("refused a new MCP session: %s holds %d already", client,
@@ -593,7 +613,7 @@ class McpService:
                         "code": -32000, "message": f"this client holds {ledger.per_client} "
                         "MCP sessions already (the limit per client): reuse one, or end one "
                         "with DELETE /mcp"}}, 429, headers={"Retry-After": retry_after})(
-                            scope, receive, send)
+                            scope, replay, send)
                     return
 
                 reserved = True
@@ -712,14 +732,6 @@ def envelope_problem(body: bytes) -> tuple[int, str] | None:
         return types.INVALID_REQUEST, ("the message is neither a request (method), a "
                                        "notification, nor a response (id with result or error)")
     return None
-
-
-def _method(body: bytes) -> str | None:
-    try:
-        decoded = json.loads(body)
-    except (ValueError, RecursionError):
-        return None
-    return decoded.get("method") if isinstance(decoded, dict) else None
 
 
 async def _read_body(receive: Receive, limit: int = DEFAULT_MAX_REQUEST_BODY_SIZE
