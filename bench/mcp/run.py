@@ -9,9 +9,12 @@ upstream (bench/gateway/upstream.py), then measures (needs `wrk`: apt install wr
 - list_changed propagation: admin-API push -> notification at a 2026-07-28 listen stream and
   at a 2025-11-25 GET stream; and a YAML file written -> notification (adds the poll);
 - tool-call overhead: tools/call through the server vs POSTing the same chat completion to
-  the upstream directly.
+  the upstream directly;
+- 200 concurrent tools/list at the largest size (wrk, 200 connections): plain JSON-RPC,
+  2026-07-28, and 2025-11-25 across 200 sessions; p50/p99 and req/s against the baseline of
+  the same server with `--sdk-baseline` (the SDK shaping every listing, SSE session answers).
 
-    python bench/mcp/run.py [--sizes 10,100,1000] [--repeat 50]
+    python bench/mcp/run.py [--sizes 10,100,1000] [--repeat 50] [--concurrency 200]
 """
 
 from __future__ import annotations
@@ -110,24 +113,96 @@ WRK_REQUESTS: list[tuple[str, str, dict[str, str], dict[str, Any] | None]] = [
 ]
 
 
-def wrk_median(url: str, method: str, headers: dict[str, str], body: Any,
-               seconds: int) -> float:
-    """Median latency in ms from wrk, one connection (server cost without Python clients)."""
+def wrk_script(method: str, headers: dict[str, str], body: Any) -> str:
     lines = [f'wrk.method = "{method}"', 'wrk.headers["Content-Type"] = "application/json"',
              'wrk.headers["Accept"] = "*/*"']  # as curl sends
     lines += [f'wrk.headers["{k}"] = "{v}"' for k, v in headers.items()]
     if body is not None:
         lines.append(f"wrk.body = [[{json.dumps(body)}]]")
-    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
-        script.write("\n".join(lines) + "\n")
-    out = subprocess.run(["wrk", "-t1", "-c1", f"-d{seconds}s", "--latency", "-s",
-                          script.name, url], capture_output=True, text=True, check=True).stdout
-    os.unlink(script.name)
-    if "Non-2xx" in out:
-        raise RuntimeError(f"wrk saw errors:\n{out}")
-    match = re.search(r"50%\s+([\d.]+)(us|ms|s)\b", out)
-    assert match, out
+    return "\n".join(lines) + "\n"
+
+
+def _ms(match: re.Match[str]) -> float:
     return float(match.group(1)) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[match.group(2)]
+
+
+def wrk_stats(url: str, script: str, seconds: int, connections: int) -> dict[str, float]:
+    """p50 and p99 in ms and requests per second from wrk; errors raise."""
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as file:
+        file.write(script)
+    try:
+        out = subprocess.run(["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency",
+                              "-s", file.name, url], capture_output=True, text=True,
+                             check=True).stdout
+    finally:
+        os.unlink(file.name)
+    if "Non-2xx" in out or "Socket errors" in out:
+        raise RuntimeError(f"wrk saw errors:\n{out}")
+    p50 = re.search(r"50%\s+([\d.]+)(us|ms|s)\b", out)
+    p99 = re.search(r"99%\s+([\d.]+)(us|ms|s)\b", out)
+    rps = re.search(r"Requests/sec:\s+([\d.]+)", out)
+    assert p50 and p99 and rps, out
+    return {"p50": _ms(p50), "p99": _ms(p99), "rps": float(rps.group(1))}
+
+
+def wrk_median(url: str, method: str, headers: dict[str, str], body: Any,
+               seconds: int) -> float:
+    """Median latency in ms from wrk, one connection (server cost without Python clients)."""
+    return wrk_stats(url, wrk_script(method, headers, body), seconds, 1)["p50"]
+
+
+LISTING = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+
+
+async def open_sessions(url: str, count: int) -> list[str]:
+    """``count`` initialized 2025-11-25 sessions."""
+    accept = {"Accept": "application/json, text/event-stream"}
+    sessions = []
+    async with aiohttp.ClientSession() as http:
+        for _ in range(count):
+            async with http.post(url, headers=accept, json={
+                    "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                        "protocolVersion": "2025-11-25", "capabilities": {},
+                        "clientInfo": {"name": "bench", "version": "1"}}}) as r:
+                assert r.status == 200, await r.text()
+                sid = r.headers["mcp-session-id"]
+            async with http.post(url, json={"jsonrpc": "2.0",
+                                            "method": "notifications/initialized"},
+                                 headers={**accept, "Mcp-Session-Id": sid,
+                                          "MCP-Protocol-Version": "2025-11-25"}) as r:
+                assert r.status == 202, await r.text()
+            sessions.append(sid)
+    return sessions
+
+
+def rotating_sessions_script(sessions: list[str]) -> str:
+    """A wrk Lua script sending each request in the next session (all at once with -c N)."""
+    ids = ", ".join(f'"{s}"' for s in sessions)
+    body = json.dumps({**LISTING, "id": 2})
+    return f"""local sids = {{{ids}}}
+local i = 0
+request = function()
+  i = i + 1
+  return wrk.format("POST", nil, {{["Content-Type"] = "application/json",
+    ["Accept"] = "application/json, text/event-stream", ["Mcp-Session-Id"] = sids[i % #sids + 1],
+    ["MCP-Protocol-Version"] = "2025-11-25"}}, [[{body}]])
+end
+"""
+
+
+async def concurrent_listing(base: str, seconds: int, connections: int
+                             ) -> dict[str, dict[str, float]]:
+    url = f"{base}/mcp"
+    scripts = {
+        "plain JSON-RPC": wrk_script("POST", {}, LISTING),
+        "2026-07-28": wrk_script("POST", {"MCP-Protocol-Version": "2026-07-28",
+                                          "Mcp-Method": "tools/list"},
+                                 {**LISTING, "params": {"_meta": META}}),
+        f"2025-11-25, {connections} sessions": rotating_sessions_script(
+            await open_sessions(url, connections)),
+    }
+    return {name: await asyncio.to_thread(wrk_stats, url, script, seconds, connections)
+            for name, script in scripts.items()}
 
 
 async def list_latency(base: str, repeat: int, seconds: int) -> dict[str, float]:
@@ -223,11 +298,14 @@ async def main() -> None:
     parser.add_argument("--repeat", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--seconds", type=int, default=5, help="wrk duration per request")
+    parser.add_argument("--concurrency", type=int, default=200,
+                        help="connections for the concurrent tools/list table")
     args = parser.parse_args()
     llmop = str(Path(sys.executable).parent / "llmop")
     up_port = free_port()
     upstream = f"http://127.0.0.1:{up_port}/v1"
     rows: list[tuple[str, str, float]] = []
+    concurrent: dict[str, dict[str, dict[str, float]]] = {}
     async with process([sys.executable, str(ROOT / "bench/gateway/upstream.py"), str(up_port)]):
         for size in [int(s) for s in args.sizes.split(",")]:
             with tempfile.TemporaryDirectory() as tmp:
@@ -240,7 +318,9 @@ async def main() -> None:
                 base = f"http://127.0.0.1:{port}"
                 cmd = [llmop, "mcp", "-f", str(models), "--status-file", str(status_file),
                        "--port", str(port), "--log-level", "warning",
-                       "--admin-token-file", str(token)]
+                       "--admin-token-file", str(token),
+                       "--sessions-per-client", str(args.concurrency + 10)]
+                largest = size == max(int(s) for s in args.sizes.split(","))
                 start = time.perf_counter()
                 async with process(cmd, f"{base}/ready"):
                     rows.append((f"{size} models", "startup to ready (process)",
@@ -248,19 +328,41 @@ async def main() -> None:
                     for name, ms in (await list_latency(base, args.repeat,
                                                         args.seconds)).items():
                         rows.append((f"{size} models", name, ms))
-                    if size == max(int(s) for s in args.sizes.split(",")):
+                    if largest:
+                        concurrent["ours"] = await concurrent_listing(
+                            base, args.seconds, args.concurrency)
                         for name, ms in (await propagation(f"{base}/mcp", models, base,
                                                            args.rounds)).items():
                             rows.append((f"{size} models", name, ms))
                         for name, ms in (await call_overhead(f"{base}/mcp", upstream,
                                                              args.repeat)).items():
                             rows.append((f"{size} models", name, ms))
+                if largest:
+                    port = free_port()
+                    base = f"http://127.0.0.1:{port}"
+                    baseline = [*cmd, "--sdk-baseline"]
+                    baseline[baseline.index("--port") + 1] = str(port)
+                    async with process(baseline, f"{base}/ready"):
+                        concurrent["baseline"] = await concurrent_listing(
+                            base, args.seconds, args.concurrency)
     print(f"\nMCP server benchmark (medians; python {sys.version.split()[0]}, "
           f"{os.cpu_count()} CPUs)\n")
     print(f"| {'registry':<12} | {'measurement':<50} | {'median ms':>9} |")
     print(f"|{'-' * 14}|{'-' * 52}|{'-' * 11}|")
     for group, name, ms in rows:
         print(f"| {group:<12} | {name:<50} | {ms:>9.2f} |")
+    if concurrent:
+        print(f"\n{args.concurrency} concurrent tools/list (first page) at "
+              f"{max(int(s) for s in args.sizes.split(','))} models, wrk {args.seconds} s; "
+              "baseline: --sdk-baseline\n")
+        print("| path | p50 ms | p99 ms | req/s | baseline p50 | baseline p99 | baseline "
+              "req/s | p99 ratio |")
+        print("|---|---|---|---|---|---|---|---|")
+        for name, ours in concurrent["ours"].items():
+            base_ = concurrent["baseline"][name]
+            print(f"| {name} | {ours['p50']:.0f} | {ours['p99']:.0f} | {ours['rps']:.0f} | "
+                  f"{base_['p50']:.0f} | {base_['p99']:.0f} | {base_['rps']:.0f} | "
+                  f"{base_['p99'] / ours['p99']:.1f}x |")
 
 
 if __name__ == "__main__":

@@ -459,6 +459,8 @@ def operator(namespaces: tuple[str, ...], *, all_namespaces: bool, settings_path
               help="This server's public /mcp URL: the audience OAuth tokens must carry.")
 @click.option("--page-size", type=click.IntRange(1, 1000), default=100, show_default=True,
               help="Tools per tools/list page.")
+@click.option("--sdk-baseline", is_flag=True, hidden=True,
+              help="bench/mcp's baseline: no listing replay, SSE answers in sessions.")
 @click.option("--call-timeout", type=float, default=300.0, show_default=True, metavar="SECONDS",
               help="How long a tool call waits for the model.")
 @click.option("--max-concurrent-calls", type=click.IntRange(1), default=256, show_default=True,
@@ -476,7 +478,7 @@ def mcp(namespaces: tuple[str, ...], *, all_namespaces: bool, files_dir: Path | 
         allowed_hosts: tuple[str, ...], admin_token_file: Path | None,
         admin_endpoint_hosts: tuple[str, ...], admin_configmap: str | None,
         client_keys_file: Path | None, oauth_issuer: str | None, resource_url: str | None,
-        page_size: int, call_timeout: float,
+        page_size: int, sdk_baseline: bool, call_timeout: float,
         max_concurrent_calls: int, sessions_per_client: int, session_idle_seconds: float,
         log_level: str) -> None:
     """Serve every exposed model as an MCP tool (Streamable HTTP at /mcp).
@@ -521,7 +523,8 @@ def mcp(namespaces: tuple[str, ...], *, all_namespaces: bool, files_dir: Path | 
                            sessions_per_client=sessions_per_client,
                            session_idle_seconds=session_idle_seconds,
                            client_keys_file=client_keys_file, oauth_issuer=oauth_issuer,
-                           resource_url=resource_url)
+                           resource_url=resource_url, listing_cache=not sdk_baseline,
+                           session_json=not sdk_baseline)
     use_kube = bool(namespaces or all_namespaces)
     store: tuple[str, str] | None = None
     if admin_configmap is not None:

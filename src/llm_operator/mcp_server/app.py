@@ -111,6 +111,9 @@ class McpSettings:
     client_keys_file: Path | None = None  # bearer tokens (the gateway's keys file format)
     oauth_issuer: str | None = None  # accept JWT access tokens from this issuer
     resource_url: str | None = None  # this server's public /mcp URL (the tokens' audience)
+    # Off only for bench/mcp's baseline: the SDK shaping every listing, SSE session answers.
+    listing_cache: bool = True
+    session_json: bool = True
 
     def transport_security(self) -> TransportSecuritySettings:
         """DNS-rebinding protection: only these Host and Origin values reach /mcp."""
@@ -510,7 +513,7 @@ class McpService:
     def app(self) -> Starlette:
         security = self.settings.transport_security()
         sessions = StreamableHTTPSessionManager(
-            self.server, security_settings=security, json_response=True,
+            self.server, security_settings=security, json_response=self.settings.session_json,
             session_idle_timeout=self.settings.session_idle_seconds)
         ledger = SessionLedger(self.settings.sessions_per_client)
         retry_after = str(math.ceil(self.settings.session_idle_seconds))
@@ -531,7 +534,7 @@ class McpService:
         guard = self._guard
         listings = self.listings = ListingCache(lambda: self.catalog.version)
 
-        auth, metrics = self.auth, self.metrics
+        auth, metrics, cache = self.auth, self.metrics, self.settings.listing_cache
 
         class Endpoint:
             async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -593,7 +596,7 @@ class McpService:
                 caller = scope.get(CALLER)
                 key = listing_key(scope, message, caller.key.models_and_tools
                                   if isinstance(caller, Caller) and caller.key else None)
-                if key is not None:  # a stateless tools/list: replayed while nothing changed
+                if key is not None and cache:  # stateless tools/list: replayed while unchanged
                     handler = tracked if modern else single.handle_request
                     await listings.serve(key, message["id"], handler, (scope, replay, send))
                 elif b"mcp-session-id" in dict(scope["headers"]) or modern:
