@@ -22,12 +22,16 @@ def env() -> dict[str, str]:
     return {**os.environ, "PATH": f"{NODE.parent}:{os.environ['PATH']}"}
 
 
-def installed(package: str, version: str) -> Path:
-    """The package's directory under .cache/npm, installed at ``version`` if it is not."""
-    where = PREFIX / "node_modules" / package
+def installed(package: str, version: str, alias: str | None = None) -> Path:
+    """The package's directory under .cache/npm, installed at ``version`` if it is not.
+
+    ``alias`` installs it under another name, so two versions of one package can coexist.
+    """
+    where = PREFIX / "node_modules" / (alias or package)
     manifest = where / "package.json"
     if not manifest.exists() or json.loads(manifest.read_text())["version"] != version:
+        spec = f"{alias}@npm:{package}@{version}" if alias else f"{package}@{version}"
         subprocess.run([str(NODE), str(NPM_CLI), "install", "--prefix", str(PREFIX),
-                        "--no-audit", "--no-fund", "--silent", f"{package}@{version}"],
+                        "--no-audit", "--no-fund", "--silent", spec],
                        check=True, timeout=600, env=env())
     return where

@@ -12,6 +12,8 @@ from npmtools import NODE, env, installed
 from mcptools import Start
 
 EXPECTED = Path(__file__).with_name("conformance-expected-failures.yaml")
+EXPECTED_2026 = Path(__file__).with_name("conformance-2026-07-28-expected-failures.yaml")
+ALPHA = "0.2.0-alpha.12"  # the first suite with the 2026-07-28 requirement set
 
 
 @pytest.fixture(scope="session")
@@ -20,18 +22,46 @@ def conformance() -> list[str]:
     return [str(NODE), str(suite / "dist" / "index.js")]
 
 
+@pytest.fixture(scope="session")
+def conformance_2026() -> list[str]:
+    suite = installed("@modelcontextprotocol/conformance", ALPHA, alias="conformance-2026")
+    return [str(NODE), str(suite / "dist" / "index.js")]
+
+
+async def run_suite(command: list[str], *args: str) -> tuple[int | None, str]:
+    proc = await asyncio.create_subprocess_exec(
+        *command, *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        env=env())
+    out, _ = await asyncio.wait_for(proc.communicate(), 300)
+    return proc.returncode, out.decode(errors="replace")
+
+
 async def test_every_scenario_that_applies_passes(start: Start, conformance: list[str],
                                                   tmp_path: Path) -> None:
     async with start() as running:
         url = running.mcp.replace("127.0.0.1", "localhost")  # as the suite's docs run it
-        proc = await asyncio.create_subprocess_exec(
-            *conformance, "server", "--url", url, "--expected-failures", str(EXPECTED),
-            "-o", str(tmp_path), stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT, env=env())
-        out, _ = await asyncio.wait_for(proc.communicate(), 300)
-    report = out.decode(errors="replace")
-    assert proc.returncode == 0, report[-4000:]
+        code, report = await run_suite(conformance, "server", "--url", url,
+                                       "--expected-failures", str(EXPECTED),
+                                       "-o", str(tmp_path))
+    assert code == 0, report[-4000:]
     summary = report[report.index("=== SUMMARY ==="):]
     for scenario in ("server-initialize", "ping", "tools-list", "server-sse-multiple-streams",
                      "dns-rebinding-protection"):
+        assert f"✓ {scenario}:" in summary, summary
+
+
+async def test_the_2026_07_28_requirements_that_apply_pass(start: Start,
+                                                         conformance_2026: list[str],
+                                                         tmp_path: Path) -> None:
+    """The 0.2 alpha's requirement set of the current spec; what cannot apply is listed."""
+    async with start() as running:
+        url = running.mcp.replace("127.0.0.1", "localhost")
+        code, report = await run_suite(conformance_2026, "server", "--url", url,
+                                       "--requirements", "2026-07-28", "--expected-failures",
+                                       str(EXPECTED_2026), "-o", str(tmp_path))
+    assert code == 0, report[-4000:]
+    summary = report[report.index("=== SUMMARY ==="):]
+    for scenario in ("tools-list", "server-sse-multiple-streams", "dns-rebinding-protection",
+                     "http-header-validation", "input-required-result-unsupported-methods",
+                     "input-required-result-validate-input"):
         assert f"✓ {scenario}:" in summary, summary
