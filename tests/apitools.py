@@ -73,7 +73,7 @@ async def create(kube: Kube, doc: dict[str, Any], namespace: str) -> dict[str, A
     return created
 
 
-CORE_KINDS = "deployments,services,persistentvolumeclaims,configmaps"
+CORE_KINDS = "deployments,services,persistentvolumeclaims,configmaps,networkpolicies"
 ALL_KINDS = f"{CORE_KINDS},scaledobjects,httpscaledobjects,servicemonitors,podmonitors"
 
 

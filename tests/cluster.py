@@ -49,6 +49,7 @@ OPERATOR_KINDS = (
     ("keda.sh/v1alpha1", "scaledobjects", "ScaledObject", True),
     ("http.keda.sh/v1alpha1", "httpscaledobjects", "HTTPScaledObject", True),
     ("monitoring.coreos.com/v1", "servicemonitors", "ServiceMonitor", False),
+    ("networking.k8s.io/v1", "networkpolicies", "NetworkPolicy", False),
     ("ai.example.io/v1alpha1", "llmmodels", "LLMModel", True),
     ("coordination.k8s.io/v1", "leases", "Lease", False),
 )

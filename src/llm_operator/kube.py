@@ -38,6 +38,7 @@ PLURALS: MappingProxyType[tuple[str, str], str] = MappingProxyType({
     ("http.keda.sh/v1alpha1", "HTTPScaledObject"): "httpscaledobjects",
     ("monitoring.coreos.com/v1", "ServiceMonitor"): "servicemonitors",
     ("monitoring.coreos.com/v1", "PodMonitor"): "podmonitors",
+    ("networking.k8s.io/v1", "NetworkPolicy"): "networkpolicies",
     ("ai.example.io/v1alpha1", "LLMModel"): "llmmodels",
 })
 RETRYABLE = frozenset({429, 500, 502, 503, 504})

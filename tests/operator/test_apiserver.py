@@ -261,9 +261,9 @@ async def test_a_restart_with_nothing_changed_writes_nothing_and_reads_from_watc
     assert writes_of(requests) == []
     assert [o.applied for o in first + resync] == [[]] * len(first + resync)
     counts = ControlPlane.count(requests)
-    # Reads: one list per watched kind at start (10), then at most one GET per reconcile:
+    # Reads: one list per watched kind at start (11), then at most one GET per reconcile:
     # the Secret a model needs (each of these needs one); the rest comes from the watches.
-    assert counts["reads"] - counts["get secrets"] == counts["list"] == 10
+    assert counts["reads"] - counts["get secrets"] == counts["list"] == 11
     assert counts["get secrets"] <= seen.total + len(stems)  # + those cut short by the stop
 
 

@@ -63,7 +63,8 @@ async def test_remote_model_gets_its_gateway_and_proxies_once_ready(
     doc = await add_model(kube, "gpt55-remote")
     outcome = await reconcile(kube, doc, Settings())
     assert kinds(cluster) == ["ConfigMap/gpt55-remote-proxy-config", "Deployment/gpt55-remote",
-                              "Service/gpt55-remote", "ServiceMonitor/gpt55-remote"]
+                              "NetworkPolicy/gpt55-remote-gateway", "Service/gpt55-remote",
+                              "ServiceMonitor/gpt55-remote"]
     assert outcome.phase == "Pending"
     deploy = cluster.get("apps/v1", "deployments", "ai-models", "gpt55-remote")
     assert deploy is not None

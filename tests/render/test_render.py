@@ -52,7 +52,8 @@ def test_every_object_validates_against_official_schemas(path: Path) -> None:
     ("gemma4-31b-nvidia", ["PersistentVolumeClaim", "Deployment", "Service", "ScaledObject",
                            "ServiceMonitor"]),
     ("qwen35-9b-cpu", ["PersistentVolumeClaim", "Deployment", "Service", "ScaledObject"]),
-    ("gpt55-remote", ["ConfigMap", "Deployment", "Service", "ServiceMonitor"]),
+    ("gpt55-remote", ["ConfigMap", "Deployment", "Service", "NetworkPolicy",
+                      "ServiceMonitor"]),
     ("llama-cpu-s3", ["PersistentVolumeClaim", "Deployment", "Service", "ServiceMonitor"]),
 ])
 def test_children_per_sample(sample: str, kinds: list[str]) -> None:
@@ -228,3 +229,24 @@ def test_unplaceable_models_render_nothing(base_local: dict[str, Any], case: str
 @pytest.mark.parametrize(("millicores", "quantity"), [(8000, "8"), (500, "500m"), (2500, "2500m")])
 def test_cpu_is_rendered_in_canonical_form(millicores: int, quantity: str) -> None:
     assert cpu_quantity(millicores) == quantity
+
+
+@pytest.mark.parametrize(("base_url", "port"), [
+    ("https://api.openai.com/v1", 443),
+    ("http://vllm.inference.svc:8080/v1", 8080),
+    ("http://proxy.example.com/v1", 80),
+])
+def test_the_gateway_may_only_reach_dns_and_its_providers_port(base_url: str,
+                                                               port: int) -> None:
+    doc = sample_doc("gpt55-remote")
+    doc["spec"]["remoteApi"]["baseUrl"] = base_url
+    policy = next(o for o in render(parse_llmmodel(doc)) if o["kind"] == "NetworkPolicy")
+    assert policy["spec"]["egress"][1] == {"ports": [{"protocol": "TCP", "port": port}]}
+    assert policy["spec"]["podSelector"]["matchLabels"]["ai.example.io/model-name"] == \
+        "gpt55-remote"
+
+
+def test_the_gateways_network_policy_can_be_left_to_the_cluster() -> None:
+    settings = Settings.model_validate({"gateway": {"networkPolicy": False}})
+    doc = sample_doc("gpt55-remote")
+    assert "NetworkPolicy" not in [o["kind"] for o in render(parse_llmmodel(doc), settings)]

@@ -25,7 +25,7 @@ CHILD_KINDS = (
     ("v1", "PersistentVolumeClaim"), ("v1", "ConfigMap"), ("apps/v1", "Deployment"),
     ("v1", "Service"), ("keda.sh/v1alpha1", "ScaledObject"),
     ("http.keda.sh/v1alpha1", "HTTPScaledObject"), ("monitoring.coreos.com/v1", "ServiceMonitor"),
-    ("monitoring.coreos.com/v1", "PodMonitor"),
+    ("monitoring.coreos.com/v1", "PodMonitor"), ("networking.k8s.io/v1", "NetworkPolicy"),
 )
 
 

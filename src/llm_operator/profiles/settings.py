@@ -79,6 +79,12 @@ class Monitoring(_Settings):
 
 class Gateway(_Settings):
     replicas: int = Field(2, ge=1, le=100)
+    network_policy: bool = Field(
+        True, description="Render a NetworkPolicy per remote model's gateway: ingress only "
+        "from LLM clients, the MCP server and Prometheus; egress only to DNS and the "
+        "provider's port.")
+    prometheus_namespace: str = Field(
+        "monitoring", description="Namespace whose pods may scrape the gateway's /metrics.")
 
 
 class McpPush(_Settings):

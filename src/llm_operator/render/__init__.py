@@ -76,6 +76,8 @@ def _render_remote(
         remote.gateway_deployment(model, config, settings, owner_uid),
         networking.service(model, remote.COMPONENT, owner_uid),
     ]
+    if settings.gateway.network_policy:
+        objects.append(remote.network_policy(model, owner_uid, settings))
     mon = monitoring.monitor(model, remote.COMPONENT, "/metrics", settings, owner_uid)
     return objects + ([mon] if mon else [])
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -134,5 +135,42 @@ def gateway_deployment(
                                              L.PROMETHEUS_PATH: "/metrics"}},
                 "spec": pod,
             },
+        },
+    }
+
+
+def network_policy(model: LLMModel, owner_uid: str | None, settings: Settings
+                   ) -> dict[str, Any]:
+    """Who may reach the gateway (it spends the provider key) and where it may connect.
+
+    Ingress: pods labelled as LLM clients in any namespace, the MCP server, and Prometheus.
+    Egress: DNS, and the provider's port (any address: provider IPs are not stable).
+    """
+    api = model.spec.remote_api
+    assert api is not None
+    parts = urlsplit(api.base_url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    http = [{"protocol": "TCP", "port": PORT}]
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": metadata(model, f"{model.name}-gateway", COMPONENT, owner_uid),
+        "spec": {
+            "podSelector": {"matchLabels": selector_labels(model)},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [
+                {"from": [{"namespaceSelector": {},
+                           "podSelector": {"matchLabels": {L.LLM_CLIENT: "true"}}},
+                          {"namespaceSelector": {},
+                           "podSelector": {"matchLabels": {"app": "mcp-server"}}},
+                          {"namespaceSelector": {"matchLabels": {
+                              "kubernetes.io/metadata.name":
+                                  settings.gateway.prometheus_namespace}}}],
+                 "ports": http},
+            ],
+            "egress": [
+                {"ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]},
+                {"ports": [{"protocol": "TCP", "port": port}]},
+            ],
         },
     }
