@@ -46,7 +46,7 @@ test: tools lint typecheck importlint unit
 # kube-apiserver and kube-controller-manager of
 # ../shared/k8s unpacked into .cache/k8s/bin (hash-checked).
 APT_TOOLS := $(if $(shell command -v promtool),,prometheus) $(if $(shell command -v etcd),,etcd-server) \
-  $(if $(shell command -v tmux),,tmux)
+  $(if $(shell command -v tmux),,tmux) $(if $(shell command -v redis-server),,redis-server)
 tools:
 	@if [ -n "$(strip $(APT_TOOLS))" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \

@@ -13,6 +13,7 @@ from cluster import Cluster
 from controlplane import ControlPlane, control_plane, missing
 from fake_upstream import FakeUpstream
 from k8s_schemas import schemas_dir
+from redisserver import redis_server
 from samples import REPO
 
 
@@ -80,3 +81,10 @@ def apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane
         plane.wait_allowed("system:serviceaccount:llm-operator-system:llm-operator",
                            "watch", "llmmodels.ai.example.io")
         yield plane
+
+
+@pytest.fixture
+async def redis_url(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[str]:
+    """A fresh real redis-server for one test."""
+    async with redis_server(tmp_path_factory.mktemp("redis")) as url:
+        yield url

@@ -69,3 +69,20 @@ def test_check_lists_allowances_or_names_the_bad_field(tmp_path: Path) -> None:
     bad.write_text("keys:\n  - {id: x, sha256: nope}\n")
     code, out = run("keys", "check", str(bad))
     assert code == 1 and f"{bad}: keys.0.sha256: String should match pattern" in out
+
+
+@pytest.mark.parametrize(("config", "message"), [
+    (None, "say which gateway: --config FILE"),
+    ({"routes": [{"models": ["m"], "upstream": {"baseUrl": "http://x/v1"}}]},
+     "this gateway keeps spend in each process (no redis section in its config)"),
+    ({"redis": {"url": "http://x"}, "routes": []}, "redis.url: String should match pattern"),
+])
+def test_gateway_spend_says_what_is_missing(tmp_path: Path, config: object,
+                                            message: str) -> None:
+    args = ["gateway", "spend"]
+    if config is not None:
+        path = tmp_path / "gateway.yaml"
+        path.write_text(yaml.safe_dump(config))
+        args += ["--config", str(path)]
+    code, out = run(*args)
+    assert code != 0 and message in out

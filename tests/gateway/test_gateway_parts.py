@@ -14,6 +14,7 @@ from llm_operator.gateway.app import usage_from_body, usage_from_sse
 from llm_operator.gateway.breaker import Breaker, State
 from llm_operator.gateway.config import ApiKeySource, ConfigError, load_config, parse_config
 from llm_operator.gateway.keys import KeySource, KeyUnavailable
+from llm_operator.profiles.settings import Settings
 from llm_operator.render import render
 
 from gwtools import FakeTime
@@ -52,13 +53,39 @@ def test_unreadable_config_file(tmp_path: Path) -> None:
         load_config(bad)
 
 
-def test_rendered_gateway_config_is_valid() -> None:
+@pytest.mark.parametrize(("gateway", "rpm", "redis"), [
+    ({}, 5000, None),  # 10,000 / 2 replicas, each on its own
+    ({"replicas": 4}, 2500, None),
+    ({"redisUrl": "redis://redis.llm-operator-system.svc:6379/0"}, 10000,
+     {"url": "redis://redis.llm-operator-system.svc:6379/0", "localShare": 0.5}),
+    ({"redisUrl": "redis://r:6379/0", "redisPasswordSecret": "redis-auth", "replicas": 3},
+     10000, {"url": "redis://r:6379/0", "localShare": 0.333333,
+             "passwordFile": "/var/run/secrets/llmop/redis/password"}),
+])
+def test_rendered_gateway_config_is_valid(gateway: dict[str, Any], rpm: int,
+                                          redis: dict[str, Any] | None) -> None:
     """What the renderer puts in the ConfigMap is what the gateway accepts."""
     doc = yaml.safe_load((REPO / "config/samples/gpt55-remote.yaml").read_text())
-    config_map = next(o for o in render(parse_llmmodel(doc)) if o["kind"] == "ConfigMap")
-    config = parse_config(yaml.safe_load(config_map["data"]["gateway.yaml"]))
+    doc["spec"]["remoteApi"]["rateLimitRpm"] = 10000
+    settings = Settings.model_validate({"gateway": gateway})
+    objects = render(parse_llmmodel(doc), settings)
+    config_map = next(o for o in objects if o["kind"] == "ConfigMap")
+    raw = yaml.safe_load(config_map["data"]["gateway.yaml"])
+    config = parse_config(raw)
     route = config.routes[0]
-    assert route.models == ["gpt-5.5"] and route.rate_limit.requests_per_minute == 5000
+    assert route.models == ["gpt-5.5"] and route.rate_limit.requests_per_minute == rpm
+    assert raw.get("redis") == redis
+    pod = next(o for o in objects if o["kind"] == "Deployment")["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    if "redisPasswordSecret" in gateway:
+        assert volumes["redis"]["secret"]["secretName"] == "redis-auth"
+    else:
+        assert "redis" not in volumes
+
+
+def test_a_redis_url_with_a_password_is_refused_in_settings() -> None:
+    with pytest.raises(ValueError, match="String should match pattern"):
+        Settings.model_validate({"gateway": {"redisUrl": "redis://:hunter2@r:6379/0"}})
 
 
 def test_token_bucket_refills_over_time() -> None:

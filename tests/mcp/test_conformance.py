@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from npmtools import NODE, env, installed
-
 from mcptools import Start
+from npmtools import NODE, env, installed
 
 EXPECTED = Path(__file__).with_name("conformance-expected-failures.yaml")
 EXPECTED_2026 = Path(__file__).with_name("conformance-2026-07-28-expected-failures.yaml")

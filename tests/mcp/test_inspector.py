@@ -8,9 +8,8 @@ from typing import Any
 
 import pytest
 
-from npmtools import NODE, env, installed
-
 from mcptools import Start
+from npmtools import NODE, env, installed
 
 
 @pytest.fixture(scope="session")

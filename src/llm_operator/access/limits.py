@@ -6,7 +6,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 CHARS_PER_TOKEN = 4  # the usual estimate for English text with BPE tokenizers
 MAX_TOKEN_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
@@ -81,7 +81,7 @@ class Reservation:
     Unsettled (an error, a cancelled client) it gives everything back.
     """
 
-    taken: list[tuple[TokenBucket, float]] = field(default_factory=list)
+    taken: list[tuple[Spendable, float]] = field(default_factory=list)
     settled: bool = False
 
     def settle(self, used: float = 0.0) -> None:
@@ -92,6 +92,12 @@ class Reservation:
             bucket.spend(used - units)
 
 
+class Spendable(Protocol):
+    """What a reservation gives back to: a local bucket, or a shared one (Redis)."""
+
+    def spend(self, units: float) -> None: ...
+
+
 @dataclass
 class Limits:
     """One party's allowance (a route, a client key): requests and tokens per minute."""
@@ -99,6 +105,8 @@ class Limits:
     name: str  # in the 429's message: "route 'gpt-5.5'", "key 'search-team'"
     rpm: TokenBucket | None = None
     tpm: TokenBucket | None = None
+    ident: str = ""  # stable id of the party where limits are shared: "route:gpt-5.5"
+    totals: tuple[int | None, int | None] = (None, None)  # configured rpm, tpm (all replicas)
 
     def wait_seconds(self, tokens: float) -> float:
         wait = self.rpm.wait_seconds() if self.rpm is not None else 0.0
@@ -134,9 +142,17 @@ def admit(parties: list[Limits], body: dict[str, Any], reservation: Reservation
     return None
 
 
-def buckets(rpm: int | None, tpm: int | None, clock: Callable[[], float]
-            ) -> tuple[TokenBucket | None, TokenBucket | None]:
-    return (TokenBucket(rpm, clock) if rpm else None, TokenBucket(tpm, clock) if tpm else None)
+def limits(name: str, ident: str, *, rpm: int | None, tpm: int | None,
+           clock: Callable[[], float], share: float = 1.0) -> Limits:
+    """A party's limits; this process's buckets hold ``share`` of each (at least 1).
+
+    With limits shared in Redis the local buckets are the fallback while it is down, and
+    ``share`` is this replica's part of the whole.
+    """
+    def bucket(per_minute: int | None) -> TokenBucket | None:
+        return TokenBucket(max(1, math.floor(per_minute * share)), clock) if per_minute \
+            else None
+    return Limits(name, bucket(rpm), bucket(tpm), ident, (rpm, tpm))
 
 
 def retry_after_header(seconds: float) -> str:

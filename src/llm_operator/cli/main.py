@@ -21,6 +21,7 @@ from llm_operator.api.crd import crd
 from llm_operator.api.v1alpha1 import LLMModel
 from llm_operator.api.validation import InvalidModel, Problem, parse_llmmodel
 from llm_operator.cli.chat import chat
+from llm_operator.cli.gateway import gateway
 from llm_operator.cli.keys import keys
 from llm_operator.cli.loading import Document, load_documents, load_settings
 from llm_operator.cli.local import down, status, up
@@ -326,39 +327,6 @@ def models(paths: tuple[str, ...], *, namespace: str | None, all_namespaces: boo
 
 
 @cli.command()
-@click.option("--config", "config_path", required=True, metavar="FILE",
-              envvar="LLMOP_GATEWAY_CONFIG",
-              help="Gateway YAML: routes from model names to upstream APIs (docs/gateway.md).")
-@click.option("--host", help="Listen address (default: listen.host from the config).")
-@click.option("--port", type=int, help="Listen port (default: listen.port, 8000).")
-@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
-              default="info", show_default=True)
-def gateway(config_path: str, host: str | None, port: int | None, log_level: str) -> None:
-    """Run the OpenAI-compatible gateway in front of local or frontier models.
-
-    Serves /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/responses and
-    /v1/models, plus /health, /ready and /metrics. Injects each route's API key, applies its
-    rate limits, retries transient upstream failures and relays streams chunk by chunk.
-    Prompts and keys are never logged.
-    """
-    from llm_operator.gateway.app import run  # noqa: PLC0415 - aiohttp only for this command
-    from llm_operator.gateway.config import ConfigError, load_config  # noqa: PLC0415
-
-    logging.basicConfig(level=log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        config = load_config(config_path)
-    except ConfigError as exc:
-        raise click.ClickException(f"invalid gateway config:\n{exc}") from None
-    from llm_operator.access.keyring import KeyringError  # noqa: PLC0415
-
-    try:
-        run(config, host, port)
-    except KeyringError as exc:
-        raise click.ClickException(f"invalid client keys file:\n{exc}") from None
-
-
-@cli.command()
 @click.option("-n", "--namespace", "namespaces", multiple=True, metavar="NS",
               help="Watch only these namespaces (repeatable).")
 @click.option("-A", "--all-namespaces", is_flag=True, help="Watch every namespace (default).")
@@ -564,7 +532,7 @@ def _cluster_models(namespace: str | None, selector: str) -> list[dict[str, Any]
         raise click.ClickException(f"cannot list LLMModels: {exc}") from None
 
 
-for command in (up, chat, status, down, keys):
+for command in (up, chat, status, down, gateway, keys):
     cli.add_command(command)
 
 

@@ -17,11 +17,13 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
+import redis.asyncio as aioredis
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from llm_operator.access.keyfile import KeyringSource
-from llm_operator.access.limits import Limits, Reservation, admit, buckets, retry_after_header
+from llm_operator.access.limits import Limits, Reservation, admit, limits, retry_after_header
+from llm_operator.access.shared import TIMEOUT_SECONDS, RedisLedger, SharedLimits
 from llm_operator.access.spend import Ledger, MemoryLedger
 from llm_operator.connectors import tcp_connector
 from llm_operator.gateway.breaker import Breaker, State
@@ -192,7 +194,10 @@ class Gateway:
                  ledger: Ledger | None = None) -> None:
         self.metrics = GatewayMetrics()
         self._clock, self._sleep, self._jitter = clock, sleep, jitter
-        self.ledger: Ledger = ledger or MemoryLedger()
+        self.shared = self._shared(config)
+        self._local_share = config.redis.local_share if config.redis else 1.0
+        self.ledger: Ledger = ledger or (RedisLedger(self.shared) if self.shared
+                                         else MemoryLedger())
         self.gate: ClientGate | None = None  # with clientKeys: who may call, limits, spend
         self._session: aiohttp.ClientSession | None = None
         self._unrouted = RouteMetrics(self.metrics, NO_ROUTE)
@@ -203,6 +208,20 @@ class Gateway:
         # another model on the same provider, and each route keeps its own settings.
         self._breakers: dict[tuple[str, str], Breaker] = {}
         self.reconfigure(config)
+
+    def _shared(self, config: GatewayConfig) -> SharedLimits | None:
+        """Limits in Redis when configured (its client connects on first use)."""
+        if config.redis is None:
+            return None
+        settings = config.redis
+        password = Path(settings.password_file).read_text(encoding="utf-8").strip() \
+            if settings.password_file else None
+        client = aioredis.from_url(settings.url, password=password,
+                                   socket_timeout=TIMEOUT_SECONDS,
+                                   socket_connect_timeout=TIMEOUT_SECONDS)
+        self.metrics.shared_up.set(1)
+        return SharedLimits(client, settings.key_prefix, clock=self._clock,
+                            on_state=lambda up: self.metrics.shared_up.set(int(up)))
 
     def reconfigure(self, config: GatewayConfig) -> None:
         """Serve ``config``'s routes from the next request on (requests in flight finish).
@@ -226,8 +245,9 @@ class Gateway:
                 route=route, url_base=base, breaker=breaker,
                 metrics=RouteMetrics(self.metrics, route.label),
                 key=KeySource(route.upstream.api_key) if route.upstream.api_key else None,
-                limits=Limits(f"route {route.label!r}", *buckets(
-                    limit.requests_per_minute, limit.tokens_per_minute, self._clock)),
+                limits=limits(f"route {route.label!r}", f"route:{route.label}",
+                              rpm=limit.requests_per_minute, tpm=limit.tokens_per_minute,
+                              clock=self._clock, share=self._local_share),
                 extra_headers=dict(route.upstream.headers),
             )
             for name in route.models:
@@ -240,7 +260,7 @@ class Gateway:
             self.gate = None
         elif self.gate is None or str(self.gate.source.path) != keys.file:
             self.gate = ClientGate(KeyringSource(Path(keys.file)), self.ledger, self.metrics,
-                                   self._clock)
+                                   self._clock, local_share=self._local_share)
         self.config, self.routes = config, routes
         self._breakers = breakers
         now = int(time.time())
@@ -288,6 +308,8 @@ class Gateway:
     async def _close(self, _: web.Application) -> None:
         if self._session is not None:
             await self._session.close()
+        if self.shared is not None:
+            await self.shared.client.aclose()
 
     # --- small endpoints ---------------------------------------------------------------
 
@@ -417,7 +439,7 @@ class Gateway:
             assert self.gate is not None
             await self.gate.check_budget(client)
         reservation = Reservation()
-        refused = self._rate_limited(state, client, body, reservation)  # only sendable ones
+        refused = await self._rate_limited(state, client, body, reservation)  # sendable
         if refused is not None:
             return refused
         upstream_model = state.route.upstream_model
@@ -444,14 +466,16 @@ class Gateway:
         return error_response(413, f"request body exceeds {self.config.max_request_bytes} "
                               "bytes", "invalid_request_error", "request_too_large")
 
-    def _rate_limited(self, state: RouteState, client: Client | None, body: dict[str, Any],
-                      reservation: Reservation) -> web.Response | None:
+    async def _rate_limited(self, state: RouteState, client: Client | None,
+                            body: dict[str, Any], reservation: Reservation
+                            ) -> web.Response | None:
         """None when the request may go (its tokens reserved), else the 429 to answer.
 
         The route's and the client key's allowances are taken together or not at all.
         """
         parties = [state.limits] if client is None else [state.limits, client.limits]
-        refused = admit(parties, body, reservation)
+        refused = await self.shared.admit(parties, body, reservation) if self.shared \
+            else admit(parties, body, reservation)
         if refused is None:
             return None
         party, wait = refused

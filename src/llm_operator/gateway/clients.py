@@ -11,7 +11,8 @@ from aiohttp import web
 
 from llm_operator.access.keyfile import KeyringSource
 from llm_operator.access.keyring import ClientKey, Keyring, period_of
-from llm_operator.access.limits import Limits, buckets, retry_after_header
+from llm_operator.access.limits import Limits, retry_after_header
+from llm_operator.access.limits import limits as build_limits
 from llm_operator.access.spend import Ledger, over_budget
 from llm_operator.gateway.errors import Refusal, error_response
 from llm_operator.gateway.metrics import GatewayMetrics
@@ -53,8 +54,10 @@ class ClientGate:
 
     def __init__(self, source: KeyringSource, ledger: Ledger, metrics: GatewayMetrics,
                  clock: Callable[[], float],
-                 now: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)) -> None:
+                 now: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC), *,
+                 local_share: float = 1.0) -> None:
         self.source, self.ledger, self.metrics = source, ledger, metrics
+        self.local_share = local_share  # of each key's limit, while limits are not shared
         self._clock, self.now = clock, now
         self._keyring: Keyring | None = None
         self._clients: dict[str, Client] = {}
@@ -68,9 +71,9 @@ class ClientGate:
                 same = prior is not None and \
                     (prior.key.requests_per_minute, prior.key.tokens_per_minute) == \
                     (key.requests_per_minute, key.tokens_per_minute)
-                limits = prior.limits if prior is not None and same else Limits(
-                    f"key {key.id!r}", *buckets(key.requests_per_minute,
-                                               key.tokens_per_minute, self._clock))
+                limits = prior.limits if prior is not None and same else build_limits(
+                    f"key {key.id!r}", f"key:{key.id}", rpm=key.requests_per_minute,
+                    tpm=key.tokens_per_minute, clock=self._clock, share=self.local_share)
                 self._clients[key.id] = Client(key, limits, self.metrics)
             self._keyring = keyring
         return self._clients

@@ -138,8 +138,23 @@ class ClientKeys(_Config):
                       "re-read when it changes.")
 
 
+class SharedState(_Config):
+    """Redis, where every replica keeps the rate limits and spend (docs/gateway.md)."""
+
+    url: str = Field(pattern=r"^(redis|rediss|unix)://\S+$",
+                     description="e.g. redis://redis.llm-operator-system.svc:6379/0")
+    password_file: str | None = Field(None, min_length=1,
+                                      description="The password, e.g. a mounted Secret.")
+    key_prefix: str = Field("llmop", pattern=r"^[A-Za-z0-9:_.-]{1,64}$")
+    local_share: float = Field(
+        1.0, gt=0, le=1, description="The part of each limit this replica enforces on its "
+        "own while Redis is down (1 / replicas keeps the whole within the limit).")
+
+
 class GatewayConfig(_Config):
     listen: Listen = Field(default_factory=Listen)
+    redis: SharedState | None = Field(
+        None, description="Share limits and spend across replicas; unset: per process.")
     client_keys: ClientKeys | None = Field(
         None, description="Require a client key on every /v1 request; unset: no client "
         "authentication (keep the gateway behind a NetworkPolicy).")

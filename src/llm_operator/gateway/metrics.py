@@ -52,6 +52,10 @@ class GatewayMetrics:
         self.key_refused = Counter("llmop_gateway_key_refused",
                                    "Requests refused for a key: model, rate_limit, budget.",
                                    ["key", "reason"], registry=r)
+        self.shared_up = Gauge("llmop_gateway_shared_limits_up",
+                               "1 while limits and spend are shared in Redis, 0 while this "
+                               "process falls back to its own (redis configured).",
+                               registry=r)
         self.auth_failures = Counter("llmop_gateway_auth_failures",
                                      "Requests without a valid key: missing, invalid.",
                                      ["reason"], registry=r)

@@ -85,6 +85,14 @@ class Gateway(_Settings):
         "provider's port.")
     prometheus_namespace: str = Field(
         "monitoring", description="Namespace whose pods may scrape the gateway's /metrics.")
+    redis_url: str | None = Field(
+        None, pattern=r"^(redis|rediss)://[^@\s]+$",
+        description="Share each remote model's rate limit across its gateway replicas in this "
+        "Redis (no password in the URL: use redisPasswordSecret); unset: each replica "
+        "enforces limit / replicas.")
+    redis_password_secret: str | None = Field(
+        None, description="Secret (key 'password') in the model's namespace with the Redis "
+        "password.")
 
 
 class McpPush(_Settings):

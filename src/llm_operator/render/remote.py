@@ -32,8 +32,8 @@ KEY_FILE = "apiKey"
 def gateway_route(model: LLMModel, replicas: int, api_key: dict[str, str]) -> dict[str, Any]:
     """The gateway route of a remote model: its id -> its upstream, with ``api_key``'s source.
 
-    The rate limit is the model's limit split across the gateway replicas, so the whole
-    service honours rateLimitRpm.
+    The rate limit is the model's limit split across ``replicas`` gateways, so the whole
+    service honours rateLimitRpm (1 when the replicas share it in Redis).
     """
     api = model.spec.remote_api
     assert api is not None
@@ -58,14 +58,29 @@ def owned_by(model: LLMModel) -> str | None:
     return (model.metadata.labels or {}).get(L.VENDOR)
 
 
-def gateway_config(model: LLMModel, replicas: int) -> dict[str, Any]:
-    """One route, its key read from the mounted Secret file."""
-    route = gateway_route(model, replicas, {"file": f"{KEY_DIR}/{KEY_FILE}"})
-    return {"listen": {"host": "0.0.0.0", "port": PORT}, "routes": [route]}
+REDIS_DIR = "/var/run/secrets/llmop/redis"
+
+
+def gateway_config(model: LLMModel, settings: Settings) -> dict[str, Any]:
+    """One route, its key read from the mounted Secret file; limits in Redis if configured.
+
+    With Redis the whole limit is shared; each replica falls back to its part of it while
+    Redis is down.
+    """
+    gw = settings.gateway
+    shared = gw.redis_url is not None
+    route = gateway_route(model, 1 if shared else gw.replicas,
+                          {"file": f"{KEY_DIR}/{KEY_FILE}"})
+    config: dict[str, Any] = {"listen": {"host": "0.0.0.0", "port": PORT}}
+    if gw.redis_url is not None:
+        config["redis"] = {"url": gw.redis_url, "localShare": round(1 / gw.replicas, 6),
+                           **({"passwordFile": f"{REDIS_DIR}/password"}
+                              if gw.redis_password_secret else {})}
+    return {**config, "routes": [route]}
 
 
 def config_map(model: LLMModel, settings: Settings, owner_uid: str | None) -> dict[str, Any]:
-    text = yaml.safe_dump(gateway_config(model, settings.gateway.replicas), sort_keys=False)
+    text = yaml.safe_dump(gateway_config(model, settings), sort_keys=False)
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -92,6 +107,8 @@ def gateway_deployment(
         "volumeMounts": [
             {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
             {"name": "api-key", "mountPath": KEY_DIR, "readOnly": True},
+            *([{"name": "redis", "mountPath": REDIS_DIR, "readOnly": True}]
+              if settings.gateway.redis_password_secret else []),
         ],
         "readinessProbe": {"httpGet": {"path": "/ready", "port": "http"},
                            "periodSeconds": 5, "failureThreshold": 3, "timeoutSeconds": 2},
@@ -115,6 +132,10 @@ def gateway_deployment(
             {"name": "config", "configMap": {"name": config_map_name(model)}},
             {"name": "api-key", "secret": {"secretName": api.api_key_secret,
                                            "items": [{"key": "apiKey", "path": KEY_FILE}]}},
+            *([{"name": "redis", "secret": {
+                "secretName": settings.gateway.redis_password_secret,
+                "items": [{"key": "password", "path": "password"}]}}]
+              if settings.gateway.redis_password_secret else []),
         ],
     }
     if settings.images.pull_secrets:

@@ -1,0 +1,185 @@
+"""Limits and spend shared in Redis: two gateway processes hold one limit; Redis down, each
+falls back to its own share and says so."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import json
+import logging
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import yaml
+
+from llm_operator.access.keyring import digest
+
+from fake_upstream import FakeUpstream, Reply, completion
+from gwtools import GatewayFactory, metric
+from redisserver import free_port
+
+Upstream = tuple[FakeUpstream, str]
+CHAT = {"model": "gpt-5.5", "messages": [{"role": "user", "content": "Say hello"}]}
+LLMOP = str(Path(sys.executable).parent / "llmop")
+KEY = "sk-llmop-shared-budget"
+
+
+@contextlib.asynccontextmanager
+async def gateway_process(config: dict[str, Any], tmp_path: Path) -> AsyncIterator[str]:
+    """`llmop gateway` as its own process; its base URL once /ready answers."""
+    port = free_port()
+    path = tmp_path / f"gateway-{port}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    log = (tmp_path / f"gateway-{port}.log").open("w")
+    proc = subprocess.Popen([LLMOP, "gateway", "--config", str(path), "--host", "127.0.0.1",
+                             "--port", str(port)], stdout=log, stderr=subprocess.STDOUT,
+                            env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        async with asyncio.timeout(20), aiohttp.ClientSession() as http:
+            while True:
+                with contextlib.suppress(aiohttp.ClientError):
+                    async with http.get(f"{url}/ready") as r:
+                        if r.status == 200:
+                            break
+                assert proc.poll() is None, (tmp_path / f"gateway-{port}.log").read_text()
+                await asyncio.sleep(0.05)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        log.close()
+
+
+def route(upstream: str, **extra: Any) -> dict[str, Any]:
+    return {"models": ["gpt-5.5"], "upstream": {"baseUrl": upstream, "auth": "none"},
+            "retry": {"attempts": 1}, **extra}
+
+
+async def test_two_gateway_processes_hold_one_limit(upstream: Upstream, redis_url: str,
+                                                    tmp_path: Path) -> None:
+    _, base = upstream
+    config = {"redis": {"url": redis_url, "localShare": 0.5},
+              "routes": [route(base, rateLimit={"requestsPerMinute": 60})]}
+    async with gateway_process(config, tmp_path) as first, \
+            gateway_process(config, tmp_path) as second, aiohttp.ClientSession() as http:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        statuses = []
+        for i in range(120):  # alternating, as a load balancer would
+            async with http.post(f"{(first, second)[i % 2]}/v1/chat/completions",
+                                 json=CHAT) as r:
+                statuses.append(r.status)
+        elapsed = loop.time() - started
+    allowed = statuses.count(200)
+    assert set(statuses) == {200, 429}
+    # 60 a minute with a burst of 60: the burst plus what refilled while the test ran.
+    assert 60 <= allowed <= 60 + elapsed + 1
+    assert allowed <= 63, f"{allowed} of 120 passed a shared limit of 60 (more than 5 % over)"
+
+
+async def test_budgets_are_spent_once_across_gateways_and_restarts(
+        gateway: GatewayFactory, upstream: Upstream, redis_url: str, tmp_path: Path) -> None:
+    fake, _ = upstream
+    keys = tmp_path / "keys.yaml"
+    keys.write_text(yaml.safe_dump({"keys": [{"id": "team", "sha256": digest(KEY),
+                                              "budget": {"usd": 0.05, "period": "day"}}]}))
+    config = {"redis": {"url": redis_url}, "clientKeys": {"file": str(keys)}}
+    auth = {"Authorization": f"Bearer {KEY}"}
+    a, gw_a = await gateway(config=config)
+    b, gw_b = await gateway(config=config)
+    # $5 / $30 per million: each request costs $0.035.
+    fake.then(Reply(body=completion("gpt-5.5", prompt=1000, completion_tokens=1000)),
+              Reply(body=completion("gpt-5.5", prompt=1000, completion_tokens=1000)))
+    assert (await a.post("/v1/chat/completions", json=CHAT, headers=auth)).status == 200
+    assert (await b.post("/v1/chat/completions", json=CHAT, headers=auth)).status == 200
+    refused = await a.post("/v1/chat/completions", json=CHAT, headers=auth)
+    assert refused.status == 429
+    assert "has spent $0.0700 of its $0.05 budget" in (await refused.json())["error"]["message"]
+    later, _ = await gateway(config=config)  # a new process would read the same
+    assert (await later.post("/v1/chat/completions", json=CHAT, headers=auth)).status == 429
+    assert metric(gw_b, "llmop_gateway_key_spend_usd", key="team") == pytest.approx(0.07)
+    assert gw_a.shared is not None and gw_a.shared.up
+
+
+async def test_without_redis_each_gateway_keeps_its_share_and_says_so(
+        gateway: GatewayFactory, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    closed = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    client, gw = await gateway({"rateLimit": {"requestsPerMinute": 4}},
+                               config={"redis": {"url": closed, "localShare": 0.5}})
+    statuses = [(await client.post("/v1/chat/completions", json=CHAT)).status
+                for _ in range(3)]
+    assert statuses == [200, 200, 429]  # half of 4 while Redis is away
+    assert metric(gw, "llmop_gateway_shared_limits_up") == 0
+    warnings = [r for r in caplog.records if "Redis unreachable" in r.getMessage()]
+    assert len(warnings) == 1 and "per gateway process" in warnings[0].getMessage()
+
+
+async def test_redis_returning_shares_limits_again(gateway: GatewayFactory,
+                                                   redis_url: str) -> None:
+    client, gw = await gateway({"rateLimit": {"requestsPerMinute": 3}},
+                               config={"redis": {"url": redis_url}})
+    assert gw.shared is not None
+    gw.shared.failed(ConnectionError("simulated"))
+    assert metric(gw, "llmop_gateway_shared_limits_up") == 0
+    gw.shared._retry_at = 0
+    assert (await client.post("/v1/chat/completions", json=CHAT)).status == 200
+    assert metric(gw, "llmop_gateway_shared_limits_up") == 1
+
+
+async def test_shared_token_reservations_are_settled(gateway: GatewayFactory,
+                                                     upstream: Upstream,
+                                                     redis_url: str) -> None:
+    fake, _ = upstream
+    # 100 TPM; a request reserves 50 (1 prompt token + max_tokens 49) and uses 20, so 30
+    # come back each time: three fit (100 -> 80 -> 60 -> 40), a fourth does not. Without
+    # the settlement only two would.
+    client, gw = await gateway({"rateLimit": {"tokensPerMinute": 100}},
+                               config={"redis": {"url": redis_url}})
+    assert gw.shared is not None
+    body = {**CHAT, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 49}
+    statuses = []
+    for _ in range(4):
+        fake.then(Reply(body=completion("gpt-5.5", prompt=10, completion_tokens=10)))
+        statuses.append((await client.post("/v1/chat/completions", json=body)).status)
+        await asyncio.gather(*gw.shared._pending)
+    assert statuses == [200, 200, 200, 429]
+
+
+async def test_llmop_gateway_spend_prints_each_keys_spend(
+        gateway: GatewayFactory, upstream: Upstream, redis_url: str, tmp_path: Path) -> None:
+    fake, base = upstream
+    keys = tmp_path / "keys.yaml"
+    keys.write_text(yaml.safe_dump({"keys": [{"id": "team", "sha256": digest(KEY),
+                                              "budget": {"usd": 5, "period": "month"}}]}))
+    config = {"redis": {"url": redis_url}, "clientKeys": {"file": str(keys)}}
+    client, _ = await gateway(config=config)
+    fake.then(Reply(body=completion("gpt-5.5", prompt=1000, completion_tokens=1000)))
+    assert (await client.post("/v1/chat/completions", json=CHAT,
+                              headers={"Authorization": f"Bearer {KEY}"})).status == 200
+    path = tmp_path / "gateway.yaml"
+    path.write_text(yaml.safe_dump({**config, "routes": [route(base)]}))
+
+    async def spend(*args: str) -> str:
+        proc = await asyncio.create_subprocess_exec(
+            LLMOP, "gateway", "spend", "--config", str(path), *args,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        out, _ = await asyncio.wait_for(proc.communicate(), 30)
+        assert proc.returncode == 0, out.decode()
+        return out.decode()
+
+    period = dt.datetime.now(dt.UTC).strftime("%Y-%m")
+    assert json.loads(await spend("-o", "json")) == [
+        {"key": "team", "period": period, "spentUsd": 0.035, "budgetUsd": 5}]
+    table = (await spend()).splitlines()
+    assert table[0].split() == ["KEY", "PERIOD", "SPENT", "USD", "BUDGET", "USD"]
+    assert table[1].split() == ["team", period, "0.0350", "5"]
+    assert KEY not in "\n".join(table)
