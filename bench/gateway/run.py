@@ -7,15 +7,17 @@ Run from the repository root with the project's virtualenv (needs `wrk`: apt-get
 One fake upstream (bench/gateway/upstream.py) and one bounded load generator (wrk, fixed
 duration) serve every path in the same run. The proxy under test is pinned to CPU 0, the
 upstream and wrk to CPU 1, so each proxy gets one core and the upstream side is identical for
-every path. Two "stack floor" prototypes (the bare hot path on aiohttp, and on Starlette +
-uvicorn + httpx) show what each HTTP stack costs before any gateway feature. Prints a
-Markdown table; the figures in docs/benchmarks.md come from it.
+every path. The gateway runs twice: plain, and with client keys and limits and spend in
+Redis (Debian's redis-server, on the load CPU). Two "stack floor" prototypes (the bare hot
+path on aiohttp, and on Starlette + uvicorn + httpx) show what each HTTP stack costs before
+any gateway feature. Prints a Markdown table; the figures in docs/benchmarks.md come from it.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import os
 import re
@@ -43,6 +45,7 @@ CONCURRENCY = (1, 50, 200)
 MASTER_KEY = "sk-bench-master-key-0123456789abcdef"  # LiteLLM refuses to start without one
 HEADERS = {"Content-Type": "application/json", "Authorization": f"Bearer {MASTER_KEY}"}
 PROXY_CPU, LOAD_CPU = "0", "1"
+KEYED = "gateway + client keys + Redis limits"
 
 
 def free_port() -> int:
@@ -220,6 +223,12 @@ def report(targets: list[Target], latency: float, seconds: int) -> None:
     print(f"Upstream latency {latency:g} ms. {os.cpu_count()} CPUs; proxy on CPU {PROXY_CPU}, "
           f"upstream + wrk on CPU {LOAD_CPU}; wrk -t1, {seconds}s per level.")
     print(table(targets, "LiteLLM proxy"))
+    plain = next(t for t in targets if t.name == "llm-operator gateway")
+    keyed = next((t for t in targets if t.name == KEYED), None)
+    if keyed is not None:
+        print("\nclient keys + Redis vs the plain gateway: " + ", ".join(
+            f"c={c} {keyed.results[c]['rps'] / plain.results[c]['rps']:.2f}x req/s"
+            for c in CONCURRENCY))
 
 
 def run_suite(latency: float, seconds: int, stacks_python: Path,
@@ -228,27 +237,46 @@ def run_suite(latency: float, seconds: int, stacks_python: Path,
     upstream_url = f"http://127.0.0.1:{up_port}/v1/chat/completions"
     workdir = Path(tempfile.mkdtemp(prefix="llmop-bench-"))
     gw_config = workdir / "gateway.yaml"
-    gw_port, aio_port, star_port, lite_port = (free_port() for _ in range(4))
-    gw_config.write_text(json.dumps({
-        "listen": {"host": "127.0.0.1", "port": gw_port},
-        "routes": [{"models": ["bench"], "upstream": {
-            "baseUrl": f"http://127.0.0.1:{up_port}/v1", "model": "bench-upstream",
-            "apiKey": {"env": "BENCH_KEY"}},
-            "rateLimit": {"requestsPerMinute": 100_000_000},
-            "pricing": {"inputPerMillion": 5, "outputPerMillion": 30}}]}))
+    gw_port, aio_port, star_port, lite_port, keyed_port, redis_port = (
+        free_port() for _ in range(6))
+    routes = [{"models": ["bench"], "upstream": {
+        "baseUrl": f"http://127.0.0.1:{up_port}/v1", "model": "bench-upstream",
+        "apiKey": {"env": "BENCH_KEY"}},
+        "rateLimit": {"requestsPerMinute": 100_000_000, "tokensPerMinute": 10_000_000_000},
+        "pricing": {"inputPerMillion": 5, "outputPerMillion": 30}}]
+    gw_config.write_text(json.dumps({"listen": {"host": "127.0.0.1", "port": gw_port},
+                                     "routes": routes}))
+    # The same gateway with what a shared deployment turns on: client keys (the wrk key,
+    # with its own limits and a budget) and limits and spend in Redis.
+    keys_file = workdir / "keys.yaml"
+    keys_file.write_text(json.dumps({"keys": [{
+        "id": "bench", "sha256": hashlib.sha256(MASTER_KEY.encode()).hexdigest(),
+        "requestsPerMinute": 100_000_000, "tokensPerMinute": 10_000_000_000,
+        "budget": {"usd": 1_000_000, "period": "month"}}]}))
+    keyed_config = workdir / "gateway-keyed.yaml"
+    keyed_config.write_text(json.dumps({
+        "listen": {"host": "127.0.0.1", "port": keyed_port}, "routes": routes,
+        "clientKeys": {"file": str(keys_file)},
+        "redis": {"url": f"redis://127.0.0.1:{redis_port}/0"}}))
     lite_config = workdir / "litellm.yaml"
     lite_config.write_text(json.dumps({"model_list": [{"model_name": "bench", "litellm_params": {
         "model": "openai/bench-upstream", "api_base": f"http://127.0.0.1:{up_port}/v1",
         "api_key": "sk-bench"}}], "litellm_settings": {"telemetry": False}}))
 
     targets = [Target("direct (no proxy)", upstream_url)]
+    redis = shutil.which("redis-server")
     with started(pinned(LOAD_CPU, [sys.executable, str(HERE / "upstream.py"), str(up_port),
-                                       str(latency)])):
+                                       str(latency)])), \
+            started(pinned(LOAD_CPU, [redis or "true", "--port", str(redis_port), "--bind",
+                                      "127.0.0.1", "--save", "", "--appendonly", "no"])):
         wait_ready(upstream_url, 10)
         runs = [
             ("llm-operator gateway", gw_port,
              [str(REPO / ".venv/bin/llmop"), "gateway", "--config", str(gw_config),
               "--log-level", "warning"], {"BENCH_KEY": "sk-bench"}),
+            *([(KEYED, keyed_port,
+                [str(REPO / ".venv/bin/llmop"), "gateway", "--config", str(keyed_config),
+                 "--log-level", "warning"], {"BENCH_KEY": "sk-bench"})] if redis else []),
             ("stack floor: aiohttp", aio_port,
              [sys.executable, str(HERE / "minimal_aiohttp.py"), str(aio_port), upstream_url], {}),
             ("stack floor: starlette+uvicorn+httpx", star_port,

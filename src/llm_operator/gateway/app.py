@@ -11,7 +11,7 @@ import re
 import signal
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -28,7 +28,7 @@ from llm_operator.access.spend import Ledger, MemoryLedger
 from llm_operator.connectors import tcp_connector
 from llm_operator.gateway.breaker import Breaker, State
 from llm_operator.gateway.clients import Client, ClientGate
-from llm_operator.gateway.config import GatewayConfig, Route
+from llm_operator.gateway.config import GatewayConfig, Route, Upstream
 from llm_operator.gateway.errors import Refusal, error_response
 from llm_operator.gateway.keys import KeySource, KeyUnavailable
 from llm_operator.gateway.metrics import NO_ROUTE, GatewayMetrics, RouteMetrics
@@ -79,29 +79,58 @@ async def openai_errors(request: web.Request, handler: Callable[[web.Request], A
 
 
 @dataclass
-class RouteState:
-    """A route with its live parts: key, limits and the upstream's breaker."""
+class Deployment:
+    """One upstream of a route, with its key and its circuit breaker."""
 
-    route: Route
+    upstream: Upstream
     url_base: str
     key: KeySource | None
     breaker: Breaker
-    metrics: RouteMetrics
-    limits: Limits
-    extra_headers: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return self.upstream.label
 
     def auth_headers(self) -> dict[str, str]:
         """Headers for the upstream request; KeyUnavailable if the key cannot be read."""
-        headers = {"Content-Type": "application/json", **self.extra_headers}
-        if self.key is None or self.route.upstream.auth == "none":
+        headers = {"Content-Type": "application/json", **self.upstream.headers}
+        if self.key is None or self.upstream.auth == "none":
             return headers
         key = self.key.get()
-        style = self.route.upstream.auth
+        style = self.upstream.auth
         if style == "bearer":
             headers["Authorization"] = f"Bearer {key}"
         else:
             headers[style] = key
         return headers
+
+
+@dataclass
+class RouteState:
+    """A route with its live parts: its deployments, limits and metrics."""
+
+    route: Route
+    deployments: list[Deployment]
+    metrics: RouteMetrics
+    limits: Limits
+
+    def order(self, pick: float) -> list[Deployment]:
+        """The deployments in the order to try.
+
+        First one drawn by weight (``pick`` in [0, 1)), then the others, heaviest first.
+        """
+        if len(self.deployments) == 1:
+            return self.deployments
+        total = sum(d.upstream.weight for d in self.deployments)
+        point, first = pick * total, self.deployments[-1]
+        for deployment in self.deployments:
+            point -= deployment.upstream.weight
+            if point < 0:
+                first = deployment
+                break
+        rest = sorted((d for d in self.deployments if d is not first),
+                      key=lambda d: -d.upstream.weight)
+        return [first, *rest]
 
 
 ROUTE_KEY = web.RequestKey("route", RouteState)  # the route a request resolved to
@@ -191,9 +220,11 @@ class Gateway:
 
     def __init__(self, config: GatewayConfig, clock: Clock = time.monotonic,
                  sleep: Sleep = asyncio.sleep, jitter: Callable[[], float] = random.random,
-                 ledger: Ledger | None = None) -> None:
+                 ledger: Ledger | None = None,
+                 pick: Callable[[], float] = random.random) -> None:
         self.metrics = GatewayMetrics()
         self._clock, self._sleep, self._jitter = clock, sleep, jitter
+        self._pick = pick  # draws the first deployment of each request, by weight
         self.shared = self._shared(config)
         self._local_share = config.redis.local_share if config.redis else 1.0
         self.ledger: Ledger = ledger or (RedisLedger(self.shared) if self.shared
@@ -234,25 +265,27 @@ class Gateway:
         breakers: dict[tuple[str, str], Breaker] = {}
         routes: dict[str, RouteState] = {}
         for route in config.routes:
-            base = route.upstream.base_url.rstrip("/")
-            where = (route.label, urlsplit(base).netloc)
             cb = route.circuit_breaker
-            breaker = breakers[where] = old.get(where) or Breaker(
-                cb.failure_threshold, cb.open_seconds, self._clock)
-            breaker.threshold, breaker.open_seconds = cb.failure_threshold, cb.open_seconds
+            deployments = []
+            for upstream in route.deployments:
+                where = (route.label, upstream.label)
+                breaker = breakers[where] = old.get(where) or Breaker(
+                    cb.failure_threshold, cb.open_seconds, self._clock)
+                breaker.threshold, breaker.open_seconds = cb.failure_threshold, cb.open_seconds
+                deployments.append(Deployment(
+                    upstream, upstream.base_url.rstrip("/"),
+                    KeySource(upstream.api_key) if upstream.api_key else None, breaker))
+                self.metrics.circuit.labels(*where).set(int(breaker.state))
             limit = route.rate_limit
             state = RouteState(
-                route=route, url_base=base, breaker=breaker,
+                route=route, deployments=deployments,
                 metrics=RouteMetrics(self.metrics, route.label),
-                key=KeySource(route.upstream.api_key) if route.upstream.api_key else None,
                 limits=limits(f"route {route.label!r}", f"route:{route.label}",
                               rpm=limit.requests_per_minute, tpm=limit.tokens_per_minute,
                               clock=self._clock, share=self._local_share),
-                extra_headers=dict(route.upstream.headers),
             )
             for name in route.models:
                 routes[name] = state
-            self.metrics.circuit.labels(*where).set(int(breaker.state))
         for gone in set(old) - set(breakers):
             self.metrics.circuit.remove(*gone)
         keys = config.client_keys
@@ -267,7 +300,8 @@ class Gateway:
         self._created = {name: self._created.get(name, now) for name in routes}
         self._model_entries = [
             {"id": name, "object": "model", "created": self._created[name],
-             "owned_by": state.route.owned_by or urlsplit(state.url_base).netloc}
+             "owned_by": state.route.owned_by
+             or urlsplit(state.deployments[0].url_base).netloc}
             for name, state in routes.items()]
         self._models_body = json.dumps({"object": "list", "data": self._model_entries}).encode()
 
@@ -330,11 +364,14 @@ class Gateway:
     async def ready(self, _: web.Request) -> web.Response:
         problems = []
         for state in {id(s): s for s in self.routes.values()}.values():
-            if state.key is not None:
-                try:
-                    state.key.get()
-                except KeyUnavailable as exc:
-                    problems.append(f"route {state.route.label}: {exc}")
+            for deployment in state.deployments:
+                if deployment.key is not None:
+                    try:
+                        deployment.key.get()
+                    except KeyUnavailable as exc:
+                        where = state.route.label if len(state.deployments) == 1 else \
+                            f"{state.route.label} upstream {deployment.label}"
+                        problems.append(f"route {where}: {exc}")
         if problems:
             return web.json_response({"status": "not ready", "problems": problems}, status=503)
         ready: dict[str, Any] = {"status": "ready", "routes": len(self.config.routes)}
@@ -428,13 +465,6 @@ class Gateway:
         unavailable = self._unavailable_error(state, model)
         if unavailable is not None:
             return unavailable
-        try:
-            headers = state.auth_headers()
-        except KeyUnavailable as exc:
-            log.error("route %s: %s", state.route.label, exc)
-            return error_response(503, f"the gateway has no credentials for {model!r}; "
-                                  "its operator must provide the API key",
-                                  "server_error", "credentials_unavailable")
         if client is not None:
             assert self.gate is not None
             await self.gate.check_budget(client)
@@ -442,7 +472,6 @@ class Gateway:
         refused = await self._rate_limited(state, client, body, reservation)  # sendable
         if refused is not None:
             return refused
-        upstream_model = state.route.upstream_model
         stream = body.get("stream") is True
         # Usage is what limits and cost are counted from: ask for it on every stream, and
         # keep the usage event from clients that did not ask.
@@ -451,13 +480,21 @@ class Gateway:
             options = body.get("stream_options")
             body["stream_options"] = {**(options if isinstance(options, dict) else {}),
                                       "include_usage": True}
-        if upstream_model != model or hide_usage:
-            body["model"] = upstream_model
-            raw = json.dumps(body, separators=(",", ":")).encode()
-        url = state.url_base + request.path.removeprefix("/v1")
+        payloads: dict[str, bytes] = {}
+
+        def payload(deployment: Deployment) -> bytes:
+            """The body for one deployment: the client's bytes unless its model id differs."""
+            upstream_model = state.route.upstream_model(deployment.upstream)
+            if upstream_model == model and not hide_usage:
+                return raw
+            if upstream_model not in payloads:
+                payloads[upstream_model] = json.dumps(
+                    {**body, "model": upstream_model}, separators=(",", ":")).encode()
+            return payloads[upstream_model]
+
         try:
-            return await self._forward(request, state, url=url, payload=raw, headers=headers,
-                                       stream=stream, started=started, client=client,
+            return await self._forward(request, state, payload=payload, stream=stream,
+                                       started=started, client=client,
                                        reservation=reservation, hide_usage=hide_usage)
         finally:
             reservation.settle()  # no usage came back (an error, a cancel): give it back
@@ -508,80 +545,118 @@ class Gateway:
                       policy.backoff_initial_seconds * 2.0 ** (attempt - 1))
         return ceiling * (0.5 + 0.5 * self._jitter())
 
-    def _may_retry(self, state: RouteState, attempt: int, delay: float, deadline: float) -> bool:
-        """Another try fits the policy and the deadline, and the circuit is still closed."""
-        return (attempt < state.route.retry.attempts and self._clock() + delay < deadline
-                and state.breaker.state is State.CLOSED)
-
-    async def _forward(self, request: web.Request, state: RouteState, *, url: str,
-                       payload: bytes, headers: dict[str, str], stream: bool, started: float,
+    async def _forward(self, request: web.Request, state: RouteState, *,
+                       payload: Callable[[Deployment], bytes], stream: bool, started: float,
                        client: Client | None, reservation: Reservation, hide_usage: bool
                        ) -> web.StreamResponse:
-        assert self._session is not None
+        """Try the route's deployments in order (failover), then again after a backoff.
+
+        A deployment whose circuit is open is skipped; a failure (429, 502-504, connection
+        error, timeout) moves on to the next deployment at once, and back to the first after
+        the backoff, while ``retry.attempts`` and the request's deadline allow. Nothing is
+        retried once a stream has started.
+        """
         route, label = state.route, state.route.label
         deadline = started + route.timeouts.request_seconds
-        attempt = 0
+        order = state.order(self._pick())
+        path = request.path.removeprefix("/v1")
+        attempt = position = skipped = 0
         while True:
-            attempt += 1
+            deployment = order[position % len(order)]
+            position += 1
             # A retry re-checks: the upstream may have been marked down meanwhile (a local
             # model process that died as the first attempt went out).
-            unavailable = self._unavailable_error(state) if attempt > 1 else None
+            unavailable = self._unavailable_error(state) if attempt else None
             if unavailable is not None:
                 return unavailable
-            if not state.breaker.allow():
+            if not deployment.breaker.allow():
                 state.metrics.upstream_error("circuit_open")
-                wait = retry_after_header(state.breaker.retry_in())
+                skipped += 1
+                if skipped < len(order):
+                    continue
+                wait = retry_after_header(min(d.breaker.retry_in() for d in order))
                 return error_response(503, f"upstream of {label!r} is failing; the gateway "
                                       f"stops calling it for {wait}s", "server_error",
                                       "circuit_open", headers={"Retry-After": wait})
-            remaining = deadline - self._clock()
-            timeout = aiohttp.ClientTimeout(
-                total=None if stream else remaining, connect=route.timeouts.connect_seconds,
-                sock_read=route.timeouts.request_seconds if stream else None)
-            try:
-                upstream = await self._session.post(url, data=payload, headers=headers,
-                                                    timeout=timeout)
-            except asyncio.CancelledError:  # the client went away: no verdict on the upstream
-                state.breaker.release()
-                raise
-            except (aiohttp.ClientError, TimeoutError) as exc:
-                reason = "timeout" if isinstance(exc, TimeoutError) else "connect"
-                state.breaker.failure()
-                state.metrics.upstream_error(reason)
-                delay = self._backoff(state, attempt, None)
-                if self._may_retry(state, attempt, delay, deadline):
-                    state.metrics.retries.inc()
+            skipped = 0
+            attempt += 1
+            tried = {"x-llmop-upstream": deployment.label, "x-llmop-attempts": str(attempt)}
+            outcome = await self._attempt(deployment, state, f"{deployment.url_base}{path}",
+                                          payload(deployment), stream=stream,
+                                          deadline=deadline)
+            if isinstance(outcome, aiohttp.ClientResponse) and outcome.status not in RETRYABLE:
+                if stream and outcome.status == 200:
+                    return await self._relay_stream(request, state, outcome, started,
+                                                    client=client, reservation=reservation,
+                                                    hide_usage=hide_usage, extra=tried)
+                return await self._relay(state, outcome, client, reservation, tried)
+            failover = len(order) > 1 and position % len(order) != 0
+            retry_after = outcome.headers.get("Retry-After") \
+                if isinstance(outcome, aiohttp.ClientResponse) else None
+            delay = 0.0 if failover else self._backoff(state, attempt, retry_after)
+            rate_limited = isinstance(outcome, aiohttp.ClientResponse) and outcome.status == 429
+            may = (attempt < route.retry.attempts and self._clock() + delay < deadline
+                   and (len(order) > 1 or deployment.breaker.state is State.CLOSED)
+                   and (failover or not rate_limited or route.retry.on_rate_limit))
+            if may:
+                if isinstance(outcome, aiohttp.ClientResponse):
+                    outcome.release()
+                (state.metrics.failovers if failover else state.metrics.retries).inc()
+                if delay:
                     await self._sleep(delay)
-                    continue
-                log.warning("route %s: upstream %s after %d attempts", label, reason, attempt)
-                status = 504 if reason == "timeout" else 502
-                return error_response(status, f"upstream of {label!r} did not answer "
-                                      f"({reason}) after {attempt} attempt(s)", "server_error",
-                                      f"upstream_{reason}")
-            status = upstream.status
-            if status in RETRYABLE:
-                if status == 429:
-                    state.breaker.success()
-                else:
-                    state.breaker.failure()
-                state.metrics.upstream_error(str(status))
-                delay = self._backoff(state, attempt, upstream.headers.get("Retry-After"))
-                retry = status != 429 or state.route.retry.on_rate_limit
-                if retry and self._may_retry(state, attempt, delay, deadline):
-                    upstream.release()
-                    state.metrics.retries.inc()
-                    await self._sleep(delay)
-                    continue
-            elif status >= 500:
-                state.breaker.failure()
-                state.metrics.upstream_error(str(status))
-            else:
-                state.breaker.success()
-            if stream and status == 200:
-                return await self._relay_stream(request, state, upstream, started,
-                                                client=client, reservation=reservation,
-                                                hide_usage=hide_usage)
-            return await self._relay(state, upstream, client, reservation)
+                continue
+            if isinstance(outcome, aiohttp.ClientResponse):
+                return await self._relay(state, outcome, client, reservation, tried)
+            log.warning("route %s: upstream %s after %d attempts", label, outcome, attempt)
+            status = {"timeout": 504, "credentials": 503}.get(outcome, 502)
+            if outcome == "credentials":
+                return error_response(503, f"the gateway has no credentials for {label!r}; "
+                                      "its operator must provide the API key", "server_error",
+                                      "credentials_unavailable", headers=tried)
+            return error_response(status, f"upstream of {label!r} did not answer ({outcome}) "
+                                  f"after {attempt} attempt(s)", "server_error",
+                                  f"upstream_{outcome}", headers=tried)
+
+    async def _attempt(self, deployment: Deployment, state: RouteState, url: str,
+                       payload: bytes, *, stream: bool, deadline: float
+                       ) -> aiohttp.ClientResponse | str:
+        """One call to one deployment, its verdict recorded on the deployment's breaker.
+
+        The upstream's response, or why there was none: connect, timeout, credentials.
+        """
+        assert self._session is not None
+        try:
+            headers = deployment.auth_headers()
+        except KeyUnavailable as exc:
+            log.error("route %s upstream %s: %s", state.route.label, deployment.label, exc)
+            deployment.breaker.release()
+            return "credentials"
+        timeouts = state.route.timeouts
+        timeout = aiohttp.ClientTimeout(
+            total=None if stream else deadline - self._clock(),
+            connect=timeouts.connect_seconds,
+            sock_read=timeouts.request_seconds if stream else None)
+        try:
+            upstream = await self._session.post(url, data=payload, headers=headers,
+                                                timeout=timeout)
+        except asyncio.CancelledError:  # the client went away: no verdict on the upstream
+            deployment.breaker.release()
+            raise
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            reason = "timeout" if isinstance(exc, TimeoutError) else "connect"
+            deployment.breaker.failure()
+            state.metrics.upstream_error(reason)
+            return reason
+        status = upstream.status
+        if status == 429:
+            deployment.breaker.success()  # alive, only busy
+        elif status >= 500:
+            deployment.breaker.failure()
+        else:
+            deployment.breaker.success()
+        if status in RETRYABLE or status >= 500:
+            state.metrics.upstream_error(str(status))
+        return upstream
 
     def _headers_from(self, upstream: aiohttp.ClientResponse) -> dict[str, str]:
         out = {k: v for k in PASSED_HEADERS if (v := upstream.headers.get(k)) is not None}
@@ -606,24 +681,26 @@ class Gateway:
             await self.gate.charge(client, usd, prompt, completion)
 
     async def _relay(self, state: RouteState, upstream: aiohttp.ClientResponse,
-                     client: Client | None, reservation: Reservation) -> web.Response:
+                     client: Client | None, reservation: Reservation,
+                     extra: dict[str, str]) -> web.Response:
         try:
             body = await upstream.read()
         finally:
             upstream.release()
         if upstream.status == 200:
             await self._account(state, client, *usage_from_body(body), reservation)
-        return web.Response(body=body, status=upstream.status, headers=self._headers_from(upstream))
+        return web.Response(body=body, status=upstream.status,
+                            headers={**self._headers_from(upstream), **extra})
 
     async def _relay_stream(self, request: web.Request, state: RouteState,
                             upstream: aiohttp.ClientResponse, started: float, *,
                             client: Client | None, reservation: Reservation,
-                            hide_usage: bool
+                            hide_usage: bool, extra: dict[str, str]
                             ) -> web.StreamResponse:
         """Relay as it arrives; with ``hide_usage``, whole events minus the usage-only one."""
         label = state.route.label
         out = _Streamed(status=200, headers={**self._headers_from(upstream),
-                                             "Cache-Control": "no-cache"})
+                                             "Cache-Control": "no-cache", **extra})
         tail = pending = b""
         first = True
         completed = False

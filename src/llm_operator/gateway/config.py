@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
@@ -45,7 +46,12 @@ AuthStyle = Literal["bearer", "x-api-key", "x-goog-api-key", "none"]
 
 
 class Upstream(_Config):
-    """An OpenAI-compatible API."""
+    """An OpenAI-compatible API: one deployment of a route's model."""
+
+    name: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,62}$",
+                             description="In x-llmop-upstream and metrics; default: its host.")
+    weight: float = Field(1.0, gt=0, le=1000,
+                          description="Share of the route's traffic (several upstreams).")
 
     base_url: str = Field(pattern=r"^https?://\S+$",
                           description="Base URL including /v1 (or the provider's OpenAI path).")
@@ -68,6 +74,10 @@ class Upstream(_Config):
         if not gemini_url_is_openai(url):
             raise ValueError(GEMINI_MESSAGE.removeprefix("remoteApi.baseUrl: "))
         return url
+
+    @property
+    def label(self) -> str:
+        return self.name or urlsplit(self.base_url).netloc
 
 
 class RateLimit(_Config):
@@ -108,7 +118,11 @@ class Route(_Config):
 
     name: str | None = Field(None, min_length=1, description="Metrics label; default models[0].")
     models: list[str] = Field(min_length=1)
-    upstream: Upstream
+    upstream: Upstream | None = Field(None, description="The API serving these models.")
+    upstreams: list[Upstream] | None = Field(
+        None, min_length=1, description="Several deployments instead (keys, regions, "
+        "providers): traffic split by weight, failover on 429, 5xx, timeouts and open "
+        "circuits within the request's deadline.")
     rate_limit: RateLimit = Field(default_factory=RateLimit)
     timeouts: Timeouts = Field(default_factory=Timeouts)
     retry: Retry = Field(default_factory=Retry)
@@ -117,13 +131,27 @@ class Route(_Config):
     owned_by: str | None = Field(None, min_length=1, max_length=253,
                                  description="/v1/models owned_by; default the upstream host.")
 
+    @model_validator(mode="after")
+    def _one_upstream_field(self) -> Route:
+        if (self.upstream is None) == (self.upstreams is None):
+            raise ValueError("set exactly one of upstream or upstreams")
+        labels = [u.label for u in self.deployments]
+        if len(set(labels)) != len(labels):
+            raise ValueError("upstreams: two share a name (default: the host); give each a "
+                             "distinct name")
+        return self
+
+    @property
+    def deployments(self) -> list[Upstream]:
+        """Every upstream of the route (one for ``upstream``)."""
+        return [self.upstream] if self.upstream is not None else list(self.upstreams or [])
+
     @property
     def label(self) -> str:
         return self.name or self.models[0]
 
-    @property
-    def upstream_model(self) -> str:
-        return self.upstream.model or self.models[0]
+    def upstream_model(self, upstream: Upstream) -> str:
+        return upstream.model or self.models[0]
 
 
 class Listen(_Config):

@@ -33,6 +33,9 @@ class GatewayMetrics:
                                     registry=r)
         self.retries = Counter("llmop_gateway_retries", "Upstream retries.", ["route"],
                                registry=r)
+        self.failovers = Counter("llmop_gateway_failovers",
+                                 "Requests moved to the route's next upstream after a "
+                                 "failure.", ["route"], registry=r)
         self.upstream_errors = Counter("llmop_gateway_upstream_errors",
                                        "Upstream failures by kind (status code, connect, "
                                        "timeout, circuit_open).", ["route", "reason"], registry=r)
@@ -72,6 +75,7 @@ class RouteMetrics:
         self.cost = metrics.cost.labels(route)
         self.rate_limited = metrics.rate_limited.labels(route)
         self.retries = metrics.retries.labels(route)
+        self.failovers = metrics.failovers.labels(route)
         self._metrics, self._route = metrics, route
         self._by_status: dict[int, Any] = {}
         self._errors: dict[str, Any] = {}

@@ -1,0 +1,142 @@
+"""Several upstreams per route: traffic by weight, failover within the deadline, never after
+a stream started; the answer says which upstream served it and after how many attempts."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from llm_operator.gateway.app import Gateway
+from llm_operator.gateway.config import parse_config
+
+from fake_upstream import FakeUpstream, Reply, sse_chunks
+from gwtools import FakeTime, GatewayFactory, metric
+from redisserver import free_port
+
+CHAT = {"model": "gpt-5.5", "messages": [{"role": "user", "content": "Say hello"}]}
+Upstream = tuple[FakeUpstream, str]
+
+
+@pytest.fixture
+async def backup() -> AsyncIterator[Upstream]:
+    fake = FakeUpstream()
+    server = TestServer(fake.app, host="127.0.0.1")
+    await server.start_server()
+    yield fake, f"http://127.0.0.1:{server.port}/v1"
+    await server.close()
+
+
+def two(primary: str, secondary: str, **route: Any) -> dict[str, Any]:
+    """A route over two deployments; the primary is drawn first (weight 1000 to 1)."""
+    return {"upstream": None, "upstreams": [
+        {"name": "primary", "baseUrl": primary, "weight": 1000, "model": "gpt-5.5-primary"},
+        {"name": "backup", "baseUrl": secondary, "weight": 0.001,
+         "model": "gpt-5.5-backup"}], **route}
+
+
+@pytest.mark.parametrize("failure", [
+    Reply(status=503, body={"error": {"message": "overloaded"}}),
+    Reply(status=429, body={"error": {"message": "slow down"}}, headers={"Retry-After": "30"}),
+    Reply(status=502, body={}),
+])
+async def test_a_failing_upstream_hands_the_request_to_the_next_at_once(
+        gateway: GatewayFactory, upstream: Upstream, backup: Upstream, failure: Reply) -> None:
+    (first, primary), (second, secondary) = upstream, backup
+    first.then(failure)
+    time = FakeTime()
+    client, gw = await gateway(two(primary, secondary, retry={"onRateLimit": False}),
+                               time=time)
+    resp = await client.post("/v1/chat/completions", json=CHAT)
+    assert resp.status == 200
+    assert (resp.headers["x-llmop-upstream"], resp.headers["x-llmop-attempts"]) == \
+        ("backup", "2")
+    assert [r["body"]["model"] for r in first.requests + second.requests] == \
+        ["gpt-5.5-primary", "gpt-5.5-backup"]  # each deployment gets its own model id
+    assert time.slept == []  # no backoff between deployments
+    assert metric(gw, "llmop_gateway_failovers_total", route="gpt-5.5") == 1
+
+
+async def test_an_unreachable_upstream_is_skipped(gateway: GatewayFactory,
+                                                  backup: Upstream) -> None:
+    second, secondary = backup
+    client, _ = await gateway(two(f"http://127.0.0.1:{free_port()}/v1", secondary))
+    resp = await client.post("/v1/chat/completions", json=CHAT)
+    assert resp.status == 200 and resp.headers["x-llmop-upstream"] == "backup"
+    assert len(second.requests) == 1
+
+
+async def test_an_open_circuit_is_passed_over_without_a_call(
+        gateway: GatewayFactory, upstream: Upstream, backup: Upstream) -> None:
+    (first, primary), (second, secondary) = upstream, backup
+    first.then(Reply(status=500, body={}))
+    client, _ = await gateway(two(primary, secondary,
+                                  circuitBreaker={"failureThreshold": 1, "openSeconds": 60}))
+    assert (await client.post("/v1/chat/completions", json=CHAT)).status == 500  # not retried
+    resp = await client.post("/v1/chat/completions", json=CHAT)
+    assert resp.status == 200
+    assert (resp.headers["x-llmop-upstream"], resp.headers["x-llmop-attempts"]) == \
+        ("backup", "1")
+    assert len(first.requests) == 1 and len(second.requests) == 1
+
+
+async def test_when_every_upstream_fails_the_last_answer_is_relayed(
+        gateway: GatewayFactory, upstream: Upstream, backup: Upstream) -> None:
+    (first, primary), (second, secondary) = upstream, backup
+    first.then(*[Reply(status=503, body={"error": {"message": "down"}})] * 3)
+    second.then(*[Reply(status=503, body={"error": {"message": "down"}})] * 3)
+    time = FakeTime()
+    client, _ = await gateway(two(primary, secondary, retry={"attempts": 3}), time=time)
+    resp = await client.post("/v1/chat/completions", json=CHAT)
+    assert resp.status == 503 and resp.headers["x-llmop-attempts"] == "3"
+    assert (len(first.requests), len(second.requests)) == (2, 1)  # primary, backup, primary
+    assert len(time.slept) == 1  # one backoff: on coming back round to the primary
+
+
+async def test_a_started_stream_is_never_moved(gateway: GatewayFactory, upstream: Upstream,
+                                               backup: Upstream) -> None:
+    (first, primary), (second, secondary) = upstream, backup
+    first.then(Reply(chunks=sse_chunks("gpt-5.5", ["a", "b", "c"]), drop_after=2))
+    client, _ = await gateway(two(primary, secondary))
+    resp = await client.post("/v1/chat/completions", json={**CHAT, "stream": True})
+    assert resp.status == 200 and resp.headers["x-llmop-upstream"] == "primary"
+    with pytest.raises(aiohttp.ClientPayloadError):  # cut, as the upstream cut it
+        await resp.read()
+    assert second.requests == []
+
+
+async def test_traffic_splits_by_weight(upstream: Upstream, backup: Upstream) -> None:
+    (first, primary), (second, secondary) = upstream, backup
+    config = parse_config({"routes": [{"models": ["gpt-5.5"], "upstreams": [
+        {"name": "a", "baseUrl": primary, "weight": 3},
+        {"name": "b", "baseUrl": secondary, "weight": 1}]}]})
+    gw = Gateway(config, pick=random.Random(7).random)
+    client: TestClient[Any, Any] = TestClient(TestServer(gw.app(), host="127.0.0.1"))
+    await client.start_server()
+    try:
+        served = Counter([(await client.post("/v1/chat/completions", json=CHAT))
+                          .headers["x-llmop-upstream"] for _ in range(400)])
+    finally:
+        await client.close()
+    assert 270 <= served["a"] <= 330 and served["a"] + served["b"] == 400
+    assert (len(first.requests), len(second.requests)) == (served["a"], served["b"])
+
+
+@pytest.mark.parametrize(("route", "message"), [
+    ({"upstreams": [{"baseUrl": "http://a/v1"}, {"baseUrl": "http://a/v1"}]},
+     "two share a name"),
+    ({"upstreams": [{"baseUrl": "http://a/v1"}], "upstream": {"baseUrl": "http://b/v1"}},
+     "set exactly one of upstream or upstreams"),
+    ({"upstreams": []}, "List should have at least 1 item"),
+    ({"upstreams": [{"baseUrl": "http://a/v1", "weight": 0}]}, "greater than 0"),
+])
+def test_bad_upstream_lists_name_the_problem(route: dict[str, Any], message: str) -> None:
+    from llm_operator.gateway.config import ConfigError  # noqa: PLC0415
+
+    with pytest.raises(ConfigError, match=message):
+        parse_config({"routes": [{"models": ["m"], **route}]})
