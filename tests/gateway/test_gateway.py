@@ -453,7 +453,7 @@ async def test_a_failing_model_does_not_open_the_circuit_of_another_on_the_same_
 @pytest.mark.parametrize(("method", "path", "body", "status", "code"), [
     ("POST", "/v1/chat/completions", b"[" * 100_000, 400, "invalid_json"),
     ("GET", "/v1/chat/completions", None, 405, "method_not_allowed"),
-    ("POST", "/v1/messages", b"{}", 404, "unknown_endpoint"),
+    ("POST", "/v1/audio/speech", b"{}", 404, "unknown_endpoint"),
     ("GET", "/nowhere", None, 404, "unknown_endpoint"),
 ])
 async def test_every_error_is_openai_shaped(gateway: GatewayFactory, method: str, path: str,

@@ -26,6 +26,13 @@ from llm_operator.access.limits import Limits, Reservation, admit, limits, retry
 from llm_operator.access.shared import TIMEOUT_SECONDS, RedisLedger, SharedLimits
 from llm_operator.access.spend import Ledger, MemoryLedger
 from llm_operator.connectors import tcp_connector
+from llm_operator.gateway.anthropic import (
+    MessagesError,
+    StreamTranslator,
+    error_body,
+    from_openai,
+    to_openai,
+)
 from llm_operator.gateway.breaker import Breaker, State
 from llm_operator.gateway.clients import Client, ClientGate
 from llm_operator.gateway.config import GatewayConfig, Route, Upstream
@@ -48,7 +55,9 @@ Sleep = Callable[[float], Awaitable[None]]
 
 
 STREAM_STARTED = web.RequestKey("stream_started", bool)
-ENDPOINTS = ", ".join(f"POST {p}" for p in PROXIED_PATHS) + ", GET /v1/models"
+MESSAGES_PATH = "/v1/messages"  # Anthropic-shaped clients, translated for any model
+ENDPOINTS = ", ".join(f"POST {p}" for p in (*PROXIED_PATHS, MESSAGES_PATH)) + ", GET /v1/models"
+ANTHROPIC = web.RequestKey("anthropic", bool)  # the request came to /v1/messages
 
 
 @web.middleware
@@ -197,6 +206,44 @@ def usage_only(event: bytes) -> bool:
     return False
 
 
+def sse_data(event: bytes) -> dict[str, Any] | None:
+    """The JSON object of an SSE event's data line (None for [DONE], comments, junk)."""
+    for line in event.splitlines():
+        if line.startswith(b"data:"):
+            try:
+                data = json.loads(line[5:])
+            except ValueError:
+                return None
+            return data if isinstance(data, dict) else None
+    return None
+
+
+ANTHROPIC_ERRORS = {400: "invalid_request_error", 401: "authentication_error",
+                    403: "permission_error", 404: "not_found_error",
+                    413: "request_too_large", 429: "rate_limit_error",
+                    503: "overloaded_error", 529: "overloaded_error"}
+
+
+def _as_anthropic_error(response: web.Response) -> web.Response:
+    """An error answer re-shaped as Anthropic's, status and headers kept."""
+    message = f"HTTP {response.status}"
+    try:
+        decoded = json.loads(response.body) if isinstance(response.body, bytes) else None
+    except ValueError:
+        decoded = None
+    if isinstance(decoded, dict):
+        error = decoded.get("error")
+        if isinstance(error, dict) and error.get("message"):
+            message = str(error["message"])
+        elif isinstance(error, str):
+            message = error
+    kind = ANTHROPIC_ERRORS.get(response.status, "api_error")
+    headers = {k: v for k, v in response.headers.items()
+               if k.lower() not in {"content-type", "content-length"}}
+    return web.json_response(error_body(kind, message), status=response.status,
+                             headers=headers)
+
+
 def usage_from_sse(tail: bytes) -> tuple[int, int]:
     """Usage from the last SSE event that carries it (stream_options.include_usage)."""
     for raw in reversed(tail.split(b"\n")):
@@ -218,7 +265,7 @@ def usage_from_sse(tail: bytes) -> tuple[int, int]:
 class Gateway:
     """Routes, limits and metrics behind an aiohttp application."""
 
-    def __init__(self, config: GatewayConfig, clock: Clock = time.monotonic,
+    def __init__(self, config: GatewayConfig, *, clock: Clock = time.monotonic,
                  sleep: Sleep = asyncio.sleep, jitter: Callable[[], float] = random.random,
                  ledger: Ledger | None = None,
                  pick: Callable[[], float] = random.random) -> None:
@@ -327,6 +374,7 @@ class Gateway:
                               middlewares=[openai_errors])
         for path in PROXIED_PATHS:
             app.router.add_post(path, self.proxy)
+        app.router.add_post(MESSAGES_PATH, self.messages)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/health", self.health)
         app.router.add_get("/ready", self.ready)
@@ -390,6 +438,18 @@ class Gateway:
 
     # --- the proxy ---------------------------------------------------------------------
 
+    async def messages(self, request: web.Request) -> web.StreamResponse:
+        """POST /v1/messages: Anthropic's Messages API in front of any routed model.
+
+        The request is translated to an OpenAI chat completion, the answer (plain or
+        streamed) back; the gateway's own errors and the upstream's get Anthropic's shape.
+        """
+        request[ANTHROPIC] = True
+        response = await self.proxy(request)
+        if isinstance(response, web.Response) and response.status >= 400:
+            return _as_anthropic_error(response)
+        return response
+
     async def proxy(self, request: web.Request) -> web.StreamResponse:
         started = self._clock()
         try:
@@ -432,6 +492,12 @@ class Gateway:
         except RecursionError:
             raise Refusal(error_response(400, "request body nests JSON too deeply",
                                          "invalid_request_error", "invalid_json")) from None
+        if request.get(ANTHROPIC) and isinstance(body, dict):
+            try:
+                body = to_openai(body)
+            except MessagesError as exc:
+                raise Refusal(error_response(400, str(exc), "invalid_request_error")) from None
+            raw = json.dumps(body, separators=(",", ":")).encode()
         model = body.get("model") if isinstance(body, dict) else None
         if not isinstance(model, str):
             raise Refusal(error_response(400, "the request needs a string field 'model'",
@@ -559,7 +625,8 @@ class Gateway:
         route, label = state.route, state.route.label
         deadline = started + route.timeouts.request_seconds
         order = state.order(self._pick())
-        path = request.path.removeprefix("/v1")
+        path = "/chat/completions" if request.get(ANTHROPIC) else \
+            request.path.removeprefix("/v1")
         attempt = position = skipped = 0
         while True:
             deployment = order[position % len(order)]
@@ -589,7 +656,8 @@ class Gateway:
                     return await self._relay_stream(request, state, outcome, started,
                                                     client=client, reservation=reservation,
                                                     hide_usage=hide_usage, extra=tried)
-                return await self._relay(state, outcome, client, reservation, tried)
+                return await self._relay(request, state, outcome, client=client,
+                                         reservation=reservation, extra=tried)
             failover = len(order) > 1 and position % len(order) != 0
             retry_after = outcome.headers.get("Retry-After") \
                 if isinstance(outcome, aiohttp.ClientResponse) else None
@@ -606,7 +674,8 @@ class Gateway:
                     await self._sleep(delay)
                 continue
             if isinstance(outcome, aiohttp.ClientResponse):
-                return await self._relay(state, outcome, client, reservation, tried)
+                return await self._relay(request, state, outcome, client=client,
+                                         reservation=reservation, extra=tried)
             log.warning("route %s: upstream %s after %d attempts", label, outcome, attempt)
             status = {"timeout": 504, "credentials": 503}.get(outcome, 502)
             if outcome == "credentials":
@@ -680,15 +749,23 @@ class Gateway:
         if client is not None and self.gate is not None:
             await self.gate.charge(client, usd, prompt, completion)
 
-    async def _relay(self, state: RouteState, upstream: aiohttp.ClientResponse,
-                     client: Client | None, reservation: Reservation,
-                     extra: dict[str, str]) -> web.Response:
+    async def _relay(self, request: web.Request, state: RouteState,
+                     upstream: aiohttp.ClientResponse, *, client: Client | None,
+                     reservation: Reservation, extra: dict[str, str]) -> web.Response:
         try:
             body = await upstream.read()
         finally:
             upstream.release()
         if upstream.status == 200:
             await self._account(state, client, *usage_from_body(body), reservation)
+            if request.get(ANTHROPIC):
+                try:
+                    answer = json.loads(body)
+                except ValueError:
+                    answer = None
+                if isinstance(answer, dict):
+                    message = from_openai(answer, state.route.models[0])
+                    return web.json_response(message, headers=extra)
         return web.Response(body=body, status=upstream.status,
                             headers={**self._headers_from(upstream), **extra})
 
@@ -704,6 +781,8 @@ class Gateway:
         tail = pending = b""
         first = True
         completed = False
+        translator = StreamTranslator(state.route.models[0]) if request.get(ANTHROPIC) \
+            else None
         try:
             await out.prepare(request)
             request[STREAM_STARTED] = True
@@ -713,12 +792,18 @@ class Gateway:
                     first = False
                 tail = (tail + chunk)[-USAGE_TAIL_BYTES:]
                 send = chunk
-                if hide_usage:
+                if translator is not None:
+                    events, pending = split_events(pending + chunk)
+                    send = b"".join(b"".join(translator.chunk(d)) for e in events
+                                    if (d := sse_data(e)) is not None)
+                elif hide_usage:
                     events, pending = split_events(pending + chunk)
                     send = b"".join(e for e in events if not usage_only(e))
                 if send:
                     await out.write(send)
-            if pending:
+            if translator is not None:
+                await out.write(b"".join(translator.finish()))
+            elif pending:
                 await out.write(pending)
             await out.write_eof()
             completed = True
