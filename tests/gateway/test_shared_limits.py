@@ -183,3 +183,17 @@ async def test_llmop_gateway_spend_prints_each_keys_spend(
     assert table[0].split() == ["KEY", "PERIOD", "SPENT", "USD", "BUDGET", "USD"]
     assert table[1].split() == ["team", period, "0.0350", "5"]
     assert KEY not in "\n".join(table)
+
+
+async def test_a_burst_keeps_limits_shared(gateway: GatewayFactory, upstream: Upstream,
+                                           redis_url: str) -> None:
+    """150 requests at once: calls wait for a pooled connection instead of failing over to
+    local limits (the default pool raised MaxConnectionsError past 100 calls in flight)."""
+    client, gw = await gateway({"rateLimit": {"requestsPerMinute": 1_000_000,
+                                              "tokensPerMinute": 1_000_000_000}},
+                               config={"redis": {"url": redis_url}})
+    statuses = await asyncio.gather(*(
+        client.post("/v1/chat/completions", json=CHAT) for _ in range(150)))
+    assert {r.status for r in statuses} == {200}
+    assert gw.shared is not None and gw.shared.up
+    assert metric(gw, "llmop_gateway_shared_limits_up") == 1

@@ -61,6 +61,22 @@ return tostring(level)
 """
 
 
+POOL_SIZE = 32  # connections to Redis per gateway process; more requests wait their turn
+
+
+def redis_client(url: str, password: str | None = None) -> aioredis.Redis:
+    """A client whose calls wait for one of POOL_SIZE connections, up to TIMEOUT_SECONDS.
+
+    The default pool raises MaxConnectionsError once 100 calls are in flight, which under
+    load (requests plus their background settlements) silently sent every gateway to its
+    local fallback: bench/gateway found it.
+    """
+    pool = aioredis.BlockingConnectionPool.from_url(
+        url, password=password, max_connections=POOL_SIZE, timeout=TIMEOUT_SECONDS,
+        socket_timeout=TIMEOUT_SECONDS, socket_connect_timeout=TIMEOUT_SECONDS)
+    return aioredis.Redis(connection_pool=pool)
+
+
 @dataclass
 class SharedLimits:
     """Admits requests against buckets in Redis; while Redis is down, against local ones.
@@ -181,7 +197,7 @@ class RedisLedger(Ledger):
         if self.shared.usable():
             try:
                 async with asyncio.timeout(TIMEOUT_SECONDS):
-                    pipe = self.shared.client.pipeline()
+                    pipe = self.shared.client.pipeline(transaction=False)
                     pipe.incrbyfloat(self._key(key_id, period), usd)
                     pipe.expire(self._key(key_id, period), SPEND_TTL_SECONDS)
                     total, _ = await pipe.execute()

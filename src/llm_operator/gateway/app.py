@@ -17,13 +17,12 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
-import redis.asyncio as aioredis
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from llm_operator.access.keyfile import KeyringSource
 from llm_operator.access.limits import Limits, Reservation, admit, limits, retry_after_header
-from llm_operator.access.shared import TIMEOUT_SECONDS, RedisLedger, SharedLimits
+from llm_operator.access.shared import RedisLedger, SharedLimits, redis_client
 from llm_operator.access.spend import Ledger, MemoryLedger
 from llm_operator.connectors import tcp_connector
 from llm_operator.gateway.anthropic import (
@@ -294,9 +293,7 @@ class Gateway:
         settings = config.redis
         password = Path(settings.password_file).read_text(encoding="utf-8").strip() \
             if settings.password_file else None
-        client = aioredis.from_url(settings.url, password=password,
-                                   socket_timeout=TIMEOUT_SECONDS,
-                                   socket_connect_timeout=TIMEOUT_SECONDS)
+        client = redis_client(settings.url, password)
         self.metrics.shared_up.set(1)
         return SharedLimits(client, settings.key_prefix, clock=self._clock,
                             on_state=lambda up: self.metrics.shared_up.set(int(up)))
