@@ -91,7 +91,8 @@ async def test_budgets_are_spent_once_across_gateways_and_restarts(
     keys = tmp_path / "keys.yaml"
     keys.write_text(yaml.safe_dump({"keys": [{"id": "team", "sha256": digest(KEY),
                                               "budget": {"usd": 0.05, "period": "day"}}]}))
-    config = {"redis": {"url": redis_url}, "clientKeys": {"file": str(keys)}}
+    config = {"redis": {"url": redis_url, "spendFlushSeconds": 0},
+              "clientKeys": {"file": str(keys)}}
     auth = {"Authorization": f"Bearer {KEY}"}
     a, gw_a = await gateway(config=config)
     b, gw_b = await gateway(config=config)
@@ -140,8 +141,8 @@ async def test_shared_token_reservations_are_settled(gateway: GatewayFactory,
                                                      redis_url: str) -> None:
     fake, _ = upstream
     # 100 TPM; a request reserves 50 (1 prompt token + max_tokens 49) and uses 20, so 30
-    # come back each time: three fit (100 -> 80 -> 60 -> 40), a fourth does not. Without
-    # the settlement only two would.
+    # come back each time (to this gateway's lease): three fit (100 -> 80 -> 60 -> 40), a
+    # fourth does not. Without the settlement only two would.
     client, gw = await gateway({"rateLimit": {"tokensPerMinute": 100}},
                                config={"redis": {"url": redis_url}})
     assert gw.shared is not None
@@ -150,7 +151,6 @@ async def test_shared_token_reservations_are_settled(gateway: GatewayFactory,
     for _ in range(4):
         fake.then(Reply(body=completion("gpt-5.5", prompt=10, completion_tokens=10)))
         statuses.append((await client.post("/v1/chat/completions", json=body)).status)
-        await asyncio.gather(*gw.shared._pending)
     assert statuses == [200, 200, 200, 429]
 
 
@@ -161,10 +161,11 @@ async def test_llmop_gateway_spend_prints_each_keys_spend(
     keys.write_text(yaml.safe_dump({"keys": [{"id": "team", "sha256": digest(KEY),
                                               "budget": {"usd": 5, "period": "month"}}]}))
     config = {"redis": {"url": redis_url}, "clientKeys": {"file": str(keys)}}
-    client, _ = await gateway(config=config)
+    client, gw = await gateway(config=config)
     fake.then(Reply(body=completion("gpt-5.5", prompt=1000, completion_tokens=1000)))
     assert (await client.post("/v1/chat/completions", json=CHAT,
                               headers={"Authorization": f"Bearer {KEY}"})).status == 200
+    await gw.ledger.flush()  # type: ignore[attr-defined]  # else within 0.25 s
     path = tmp_path / "gateway.yaml"
     path.write_text(yaml.safe_dump({**config, "routes": [route(base)]}))
 
@@ -197,3 +198,50 @@ async def test_a_burst_keeps_limits_shared(gateway: GatewayFactory, upstream: Up
     assert {r.status for r in statuses} == {200}
     assert gw.shared is not None and gw.shared.up
     assert metric(gw, "llmop_gateway_shared_limits_up") == 1
+
+
+async def evalsha_calls(url: str) -> int:
+    import redis.asyncio as aioredis  # noqa: PLC0415
+
+    client = aioredis.from_url(url)
+    try:
+        stats = await client.info("commandstats")
+    finally:
+        await client.aclose()
+    return int(stats.get("cmdstat_evalsha", {}).get("calls", 0))
+
+
+async def test_leases_hold_a_high_limit_with_few_redis_calls(gateway: GatewayFactory,
+                                                             redis_url: str) -> None:
+    """1,000 RPM over two gateways: slices of 10 leased at a time, the whole within 5 %."""
+    config = {"redis": {"url": redis_url}}
+    limit = {"rateLimit": {"requestsPerMinute": 1000}}
+    (a, _), (b, _) = await gateway(limit, config=config), await gateway(limit, config=config)
+    statuses = []
+    for i in range(1100):
+        statuses.append((await (a, b)[i % 2].post("/v1/chat/completions", json=CHAT)).status)
+    allowed = statuses.count(200)
+    assert 1000 <= allowed <= 1050, allowed
+    assert await evalsha_calls(redis_url) < 1100 / 5  # most requests never call Redis
+
+
+async def test_spend_reaches_redis_within_the_flush_interval(
+        gateway: GatewayFactory, upstream: Upstream, redis_url: str, tmp_path: Path) -> None:
+    import redis.asyncio as aioredis  # noqa: PLC0415
+
+    fake, _ = upstream
+    keys = tmp_path / "keys.yaml"
+    keys.write_text(yaml.safe_dump({"keys": [{"id": "team", "sha256": digest(KEY),
+                                              "budget": {"usd": 5, "period": "total"}}]}))
+    client, gw = await gateway(config={"redis": {"url": redis_url, "spendFlushSeconds": 0.05},
+                                       "clientKeys": {"file": str(keys)}})
+    fake.then(Reply(body=completion("gpt-5.5", prompt=1000, completion_tokens=1000)))
+    assert (await client.post("/v1/chat/completions", json=CHAT,
+                              headers={"Authorization": f"Bearer {KEY}"})).status == 200
+    flusher = gw.ledger._flusher  # type: ignore[attr-defined]
+    await asyncio.wait_for(flusher, 5)
+    reader = aioredis.from_url(redis_url)
+    try:
+        assert float(await reader.get("llmop:spend:team:total")) == pytest.approx(0.035)
+    finally:
+        await reader.aclose()

@@ -273,8 +273,9 @@ class Gateway:
         self._pick = pick  # draws the first deployment of each request, by weight
         self.shared = self._shared(config)
         self._local_share = config.redis.local_share if config.redis else 1.0
-        self.ledger: Ledger = ledger or (RedisLedger(self.shared) if self.shared
-                                         else MemoryLedger())
+        self.ledger: Ledger = ledger or (
+            RedisLedger(self.shared, config.redis.spend_flush_seconds)
+            if self.shared and config.redis else MemoryLedger())
         self.gate: ClientGate | None = None  # with clientKeys: who may call, limits, spend
         self._session: aiohttp.ClientSession | None = None
         self._unrouted = RouteMetrics(self.metrics, NO_ROUTE)
@@ -387,6 +388,8 @@ class Gateway:
     async def _close(self, _: web.Application) -> None:
         if self._session is not None:
             await self._session.close()
+        if isinstance(self.ledger, RedisLedger):
+            await self.ledger.close()  # what was spent since the last flush
         if self.shared is not None:
             await self.shared.client.aclose()
 

@@ -177,6 +177,9 @@ class SharedState(_Config):
     local_share: float = Field(
         1.0, gt=0, le=1, description="The part of each limit this replica enforces on its "
         "own while Redis is down (1 / replicas keeps the whole within the limit).")
+    spend_flush_seconds: float = Field(
+        0.25, ge=0, le=60, description="Spend is written to Redis this often (0: with every "
+        "request); another replica's spend is seen at most this late.")
 
 
 class GatewayConfig(_Config):
