@@ -40,7 +40,7 @@ def _load(config_path: str | None) -> Any:
 @click.pass_context
 def gateway(ctx: click.Context, config_path: str | None, host: str | None, port: int | None,
             log_level: str) -> None:
-    r"""Run the OpenAI-compatible gateway in front of local or frontier models.
+    """Run the OpenAI-compatible gateway in front of local or frontier models.
 
     Serves /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/responses and
     /v1/models, plus /health, /ready and /metrics. Injects each route's API key, applies its

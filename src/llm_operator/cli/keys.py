@@ -42,7 +42,7 @@ def keys() -> None:
               show_default=True, help="json: {id, key, entry} for scripts.")
 def new(key_id: str, *, models: tuple[str, ...], tools: tuple[str, ...], rpm: int | None,
         tpm: int | None, budget_usd: float | None, period: str, output: str) -> None:
-    r"""Print a new random key (once) and the keys-file entry that admits it.
+    """Print a new random key (once) and the keys-file entry that admits it.
 
     Give the key to the client; add the entry under `keys:` in the keys file. The file
     holds only the key's digest, so a leaked keys file opens nothing.
