@@ -58,6 +58,14 @@ async def gateway_process(config: dict[str, Any], tmp_path: Path) -> AsyncIterat
         log.close()
 
 
+def budget_keys(tmp_path: Path, usd: float, period: str) -> Path:
+    """A keys file with KEY as "team", with a budget of ``usd`` per ``period``."""
+    keys = tmp_path / "keys.yaml"
+    keys.write_text(yaml.safe_dump({"keys": [{"id": "team", "sha256": digest(KEY),
+                                              "budget": {"usd": usd, "period": period}}]}))
+    return keys
+
+
 def route(upstream: str, **extra: Any) -> dict[str, Any]:
     return {"models": ["gpt-5.5"], "upstream": {"baseUrl": upstream, "auth": "none"},
             "retry": {"attempts": 1}, **extra}
@@ -88,9 +96,7 @@ async def test_two_gateway_processes_hold_one_limit(upstream: Upstream, redis_ur
 async def test_budgets_are_spent_once_across_gateways_and_restarts(
         gateway: GatewayFactory, upstream: Upstream, redis_url: str, tmp_path: Path) -> None:
     fake, _ = upstream
-    keys = tmp_path / "keys.yaml"
-    keys.write_text(yaml.safe_dump({"keys": [{"id": "team", "sha256": digest(KEY),
-                                              "budget": {"usd": 0.05, "period": "day"}}]}))
+    keys = budget_keys(tmp_path, 0.05, "day")
     config = {"redis": {"url": redis_url, "spendFlushSeconds": 0},
               "clientKeys": {"file": str(keys)}}
     auth = {"Authorization": f"Bearer {KEY}"}
@@ -157,9 +163,7 @@ async def test_shared_token_reservations_are_settled(gateway: GatewayFactory,
 async def test_llmop_gateway_spend_prints_each_keys_spend(
         gateway: GatewayFactory, upstream: Upstream, redis_url: str, tmp_path: Path) -> None:
     fake, base = upstream
-    keys = tmp_path / "keys.yaml"
-    keys.write_text(yaml.safe_dump({"keys": [{"id": "team", "sha256": digest(KEY),
-                                              "budget": {"usd": 5, "period": "month"}}]}))
+    keys = budget_keys(tmp_path, 5, "month")
     config = {"redis": {"url": redis_url}, "clientKeys": {"file": str(keys)}}
     client, gw = await gateway(config=config)
     fake.then(Reply(body=completion("gpt-5.5", prompt=1000, completion_tokens=1000)))
@@ -230,9 +234,7 @@ async def test_spend_reaches_redis_within_the_flush_interval(
     import redis.asyncio as aioredis  # noqa: PLC0415
 
     fake, _ = upstream
-    keys = tmp_path / "keys.yaml"
-    keys.write_text(yaml.safe_dump({"keys": [{"id": "team", "sha256": digest(KEY),
-                                              "budget": {"usd": 5, "period": "total"}}]}))
+    keys = budget_keys(tmp_path, 5, "total")
     client, gw = await gateway(config={"redis": {"url": redis_url, "spendFlushSeconds": 0.05},
                                        "clientKeys": {"file": str(keys)}})
     fake.then(Reply(body=completion("gpt-5.5", prompt=1000, completion_tokens=1000)))

@@ -12,6 +12,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
+from llm_operator.api.validation import field_errors
+
 KEY_PREFIX = "sk-llmop-"
 Period = Literal["day", "week", "month", "total"]
 
@@ -109,14 +111,7 @@ def parse_keyring(data: object, source: str = "<keys>") -> Keyring:
     try:
         parsed = KeyringFile.model_validate(data)
     except ValidationError as exc:
-        lines = []
-        for err in exc.errors():
-            path = ".".join(str(p) for p in err["loc"]) or "<root>"
-            msg = str(err["msg"]).removeprefix("Value error, ")
-            if err["type"] == "extra_forbidden":
-                msg = "unknown field"
-            lines.append(f"{source}: {path}: {msg}")
-        raise KeyringError("\n".join(lines)) from None
+        raise KeyringError(field_errors(exc, source)) from None
     return Keyring(parsed.keys)
 
 

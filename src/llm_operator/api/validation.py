@@ -118,3 +118,15 @@ def object_label(doc: Any, index: int) -> str:
             kind = doc.get("kind", "object")
             return f"{kind} {ns}/{meta['name']}" if ns else f"{kind} {meta['name']}"
     return f"document #{index + 1}"
+
+
+def field_errors(exc: ValidationError, source: str) -> str:
+    """One line per bad field of a config file: ``source: path.to.field: what is wrong``."""
+    lines = []
+    for err in exc.errors():
+        path = ".".join(str(p) for p in err["loc"]) or "<root>"
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field"
+        lines.append(f"{source}: {path}: {msg}")
+    return "\n".join(lines)

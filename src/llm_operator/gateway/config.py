@@ -18,6 +18,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from llm_operator.api.rules import GEMINI_MESSAGE, gemini_url_is_openai
+from llm_operator.api.validation import field_errors
 
 
 class _Config(BaseModel):
@@ -218,14 +219,7 @@ def parse_config(data: object, source: str = "<config>", *, empty_ok: bool = Fal
     try:
         config = GatewayConfig.model_validate(data)
     except ValidationError as exc:
-        lines = []
-        for err in exc.errors():
-            path = ".".join(str(p) for p in err["loc"]) or "<root>"
-            msg = str(err["msg"]).removeprefix("Value error, ")
-            if err["type"] == "extra_forbidden":
-                msg = "unknown field"
-            lines.append(f"{source}: {path}: {msg}")
-        raise ConfigError("\n".join(lines)) from None
+        raise ConfigError(field_errors(exc, source)) from None
     if not config.routes and not empty_ok:
         raise ConfigError(f"{source}: routes: add at least one route")
     return config
