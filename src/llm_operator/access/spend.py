@@ -30,9 +30,6 @@ class MemoryLedger:
         total = self._spent[key_id, period] = self._spent.get((key_id, period), 0.0) + usd
         return total
 
-    def entries(self) -> dict[tuple[str, str], float]:
-        return dict(self._spent)
-
 
 @dataclass(frozen=True)
 class Overspent:
