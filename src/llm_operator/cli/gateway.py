@@ -93,12 +93,10 @@ def spend(config_path: str | None, output: str) -> None:
         except KeyringError as exc:
             raise click.ClickException(str(exc)) from None
     settings = config.redis
-    password = Path(settings.password_file).read_text(encoding="utf-8").strip() \
-        if settings.password_file else None
 
     async def read() -> dict[tuple[str, str], float]:
-        client = aioredis.from_url(settings.url, password=password, socket_timeout=5,
-                                   socket_connect_timeout=5)
+        client = aioredis.from_url(settings.url, password=settings.password(),
+                                   socket_timeout=5, socket_connect_timeout=5)
         try:
             return await spend_entries(client, settings.key_prefix)
         finally:

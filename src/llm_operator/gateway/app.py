@@ -292,9 +292,7 @@ class Gateway:
         if config.redis is None:
             return None
         settings = config.redis
-        password = Path(settings.password_file).read_text(encoding="utf-8").strip() \
-            if settings.password_file else None
-        client = redis_client(settings.url, password)
+        client = redis_client(settings.url, settings.password())
         self.metrics.shared_up.set(1)
         return SharedLimits(client, settings.key_prefix, clock=self._clock,
                             on_state=lambda up: self.metrics.shared_up.set(int(up)))
@@ -677,11 +675,11 @@ class Gateway:
                 return await self._relay(request, state, outcome, client=client,
                                          reservation=reservation, extra=tried)
             log.warning("route %s: upstream %s after %d attempts", label, outcome, attempt)
-            status = {"timeout": 504, "credentials": 503}.get(outcome, 502)
             if outcome == "credentials":
                 return error_response(503, f"the gateway has no credentials for {label!r}; "
                                       "its operator must provide the API key", "server_error",
                                       "credentials_unavailable", headers=tried)
+            status = 504 if outcome == "timeout" else 502
             return error_response(status, f"upstream of {label!r} did not answer ({outcome}) "
                                   f"after {attempt} attempt(s)", "server_error",
                                   f"upstream_{outcome}", headers=tried)
@@ -717,13 +715,11 @@ class Gateway:
             state.metrics.upstream_error(reason)
             return reason
         status = upstream.status
-        if status == 429:
-            deployment.breaker.success()  # alive, only busy
-        elif status >= 500:
+        if status >= 500:
             deployment.breaker.failure()
         else:
-            deployment.breaker.success()
-        if status in RETRYABLE or status >= 500:
+            deployment.breaker.success()  # a 429 too: alive, only busy
+        if status == 429 or status >= 500:
             state.metrics.upstream_error(str(status))
         return upstream
 

@@ -127,7 +127,3 @@ class ClientGate:
             period, _ = period_of(key.budget.period, self.now())
             total = await self.ledger.add(key.id, period, usd)
             self.metrics.key_spend.labels(key.id).set(total)
-
-    def allowed_models(self, client: Client, models: list[str]) -> list[str]:
-        return [m for m in models if client.key.may_use(m)]
-

@@ -182,6 +182,12 @@ class SharedState(_Config):
         0.25, ge=0, le=60, description="Spend is written to Redis this often (0: with every "
         "request); another replica's spend is seen at most this late.")
 
+    def password(self) -> str | None:
+        """The password from ``password_file`` (read when called: a mounted Secret)."""
+        if self.password_file is None:
+            return None
+        return Path(self.password_file).read_text(encoding="utf-8").strip()
+
 
 class GatewayConfig(_Config):
     listen: Listen = Field(default_factory=Listen)
