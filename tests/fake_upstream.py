@@ -66,10 +66,11 @@ class FakeUpstream:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
-        self.requests.append({"path": request.path, "headers": dict(request.headers),
-                              "body": body})
+        self.requests.append({"path": request.path, "query": dict(request.query),
+                              "headers": dict(request.headers), "body": body})
         self.received.set()
-        reply = self.script.popleft() if self.script else Reply(body=completion(body["model"]))
+        reply = self.script.popleft() if self.script else Reply(body=completion(
+            body.get("model", "")))
         if reply.delay:
             try:
                 await asyncio.sleep(reply.delay)

@@ -90,6 +90,15 @@ CASES: list[tuple[str, dict[str, Any], set[str]]] = [
     ("Gemini's OpenAI base URL", {**REMOTE, "remoteApi": {
         "baseUrl": "https://generativelanguage.googleapis.com/v1beta/openai/",
         "apiKeySecret": "k"}}, set()),
+    ("Gemini's native API", {**REMOTE, "remoteApi": {
+        "api": "gemini", "baseUrl": "https://generativelanguage.googleapis.com/v1beta",
+        "apiKeySecret": "k"}}, set()),
+    ("Gemini's OpenAI URL for the native API", {**REMOTE, "remoteApi": {
+        "api": "gemini", "baseUrl": "https://generativelanguage.googleapis.com/v1beta/openai",
+        "apiKeySecret": "k"}}, {"gemini-native-endpoint"}),
+    ("Anthropic's native API", {**REMOTE, "remoteApi": {
+        "api": "anthropic", "baseUrl": "https://api.anthropic.com/v1", "apiKeySecret": "k"}},
+     set()),
     ("remote ignores local rules", {**REMOTE, "acceleratorVendor": "cpu",
                                     "resources": {"acceleratorCount": 0}}, set()),
     ("two rules at once", {"acceleratorVendor": "cpu", "scaling": {"minReplicas": 9}},

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -10,10 +11,10 @@ import yaml
 
 from llm_operator.access.limits import TokenBucket, retry_after_header
 from llm_operator.api.validation import parse_llmmodel
-from llm_operator.gateway.app import usage_from_body, usage_from_sse
 from llm_operator.gateway.breaker import Breaker, State
 from llm_operator.gateway.config import ApiKeySource, ConfigError, load_config, parse_config
 from llm_operator.gateway.keys import KeySource, KeyUnavailable
+from llm_operator.gateway.sse import usage_from_body, usage_from_sse
 from llm_operator.profiles.settings import Settings
 from llm_operator.render import render
 
@@ -36,11 +37,17 @@ ROUTE = {"models": ["m"], "upstream": {"baseUrl": "https://api.example.com/v1"}}
     ({"routes": [{**ROUTE, "retries": 3}]}, "routes.0.retries: unknown field"),
     ({"routes": [{**ROUTE, "upstream": {
         "baseUrl": "https://generativelanguage.googleapis.com/v1beta"}}]},
-     "routes.0.upstream.baseUrl: Gemini's OpenAI-compatible API is "
-     "https://generativelanguage.googleapis.com/v1beta/openai"),
+     "routes.0.upstream: baseUrl: Gemini's OpenAI-compatible API is "
+     "https://generativelanguage.googleapis.com/v1beta/openai; for Google's native API "
+     "(.../v1beta) set api to gemini"),
+    ({"routes": [{**ROUTE, "upstream": {
+        "api": "gemini", "baseUrl": "https://generativelanguage.googleapis.com/v1beta/openai"}}]},
+     "routes.0.upstream: baseUrl: with api gemini, use Google's native API"),
+    ({"routes": [{**ROUTE, "upstream": {"api": "bedrock", "baseUrl": "https://a/v1"}}]},
+     "routes.0.upstream.api: Input should be 'openai', 'anthropic' or 'gemini'"),
 ])
 def test_invalid_config_names_the_field(doc: dict[str, Any], words: str) -> None:
-    with pytest.raises(ConfigError, match=words.replace("(", r"\(")):
+    with pytest.raises(ConfigError, match=re.escape(words)):
         parse_config(doc)
 
 
@@ -81,6 +88,25 @@ def test_rendered_gateway_config_is_valid(gateway: dict[str, Any], rpm: int,
         assert volumes["redis"]["secret"]["secretName"] == "redis-auth"
     else:
         assert "redis" not in volumes
+
+
+@pytest.mark.parametrize(("sample", "remote_api", "api", "key_style"), [
+    ("gpt55-remote", {}, "openai", "bearer"),
+    ("claude-opus47-remote", {"api": "anthropic", "baseUrl": "https://api.anthropic.com/v1"},
+     "anthropic", "x-api-key"),
+    ("gemini31-remote", {"api": "gemini",
+                         "baseUrl": "https://generativelanguage.googleapis.com/v1beta"},
+     "gemini", "x-goog-api-key"),
+])
+def test_a_native_remote_api_reaches_the_gateway_config(
+        sample: str, remote_api: dict[str, str], api: str, key_style: str) -> None:
+    doc = yaml.safe_load((REPO / f"config/samples/{sample}.yaml").read_text())
+    doc["spec"]["remoteApi"].update(remote_api)
+    objects = render(parse_llmmodel(doc), Settings())
+    config_map = next(o for o in objects if o["kind"] == "ConfigMap")
+    upstream = parse_config(yaml.safe_load(config_map["data"]["gateway.yaml"])).routes[0] \
+        .deployments[0]
+    assert (upstream.api, upstream.key_style) == (api, key_style)
 
 
 def test_a_redis_url_with_a_password_is_refused_in_settings() -> None:

@@ -44,15 +44,21 @@ GEMINI_HOST = "https://generativelanguage.googleapis.com"
 GEMINI_OPENAI_PATH = r"/openai/?$"
 
 
-def gemini_url_is_openai(url: str) -> bool:
-    """A Gemini base URL must be its OpenAI-compatible one (the gateway speaks OpenAI)."""
-    return not url.startswith(GEMINI_HOST) or re.search(GEMINI_OPENAI_PATH, url) is not None
+def gemini_url_fits(url: str, api: str) -> bool:
+    """A Gemini base URL matches the API spoken: /openai for openai, the native one else."""
+    if not url.startswith(GEMINI_HOST):
+        return True
+    return (re.search(GEMINI_OPENAI_PATH, url) is not None) == (api != "gemini")
 
 
 GEMINI_MESSAGE = (
     "remoteApi.baseUrl: Gemini's OpenAI-compatible API is "
-    "https://generativelanguage.googleapis.com/v1beta/openai; the gateway speaks OpenAI's "
-    "protocol, and .../v1beta alone serves only Google's native API")
+    "https://generativelanguage.googleapis.com/v1beta/openai; for Google's native API "
+    "(.../v1beta) set remoteApi.api to gemini")
+
+GEMINI_NATIVE_MESSAGE = (
+    "remoteApi.baseUrl: with remoteApi.api gemini, use Google's native API "
+    "https://generativelanguage.googleapis.com/v1beta, not its OpenAI-compatible /openai path")
 
 
 def _local(spec: LLMModelSpec) -> bool:
@@ -210,10 +216,20 @@ RULES: tuple[Rule, ...] = (
         id="gemini-openai-endpoint",
         location="spec.remoteApi",
         field=".baseUrl",
-        cel=f"!self.baseUrl.startsWith('{GEMINI_HOST}') || "
+        cel=f"(has(self.api) && self.api == 'gemini') || "
+        f"!self.baseUrl.startsWith('{GEMINI_HOST}') || "
         f"self.baseUrl.matches('{GEMINI_OPENAI_PATH}')",
         message=GEMINI_MESSAGE,
-        holds=lambda api: gemini_url_is_openai(api.base_url),
+        holds=lambda api: api.api == "gemini" or gemini_url_fits(api.base_url, api.api),
+    ),
+    Rule(
+        id="gemini-native-endpoint",
+        location="spec.remoteApi",
+        field=".baseUrl",
+        cel=f"!(has(self.api) && self.api == 'gemini') || "
+        f"!self.baseUrl.matches('{GEMINI_OPENAI_PATH}')",
+        message=GEMINI_NATIVE_MESSAGE,
+        holds=lambda api: api.api != "gemini" or gemini_url_fits(api.base_url, api.api),
     ),
     Rule(
         id="s3-needs-bucket",

@@ -160,11 +160,17 @@ class ScalingSpec(_Wire):
 
 
 class RemoteApiSpec(_Wire):
-    """The upstream OpenAI-compatible API a remote model proxies to."""
+    """The upstream API a remote model proxies to."""
 
+    api: Literal["openai", "anthropic", "gemini"] = Field(
+        "openai", description="What the API speaks: openai (OpenAI-compatible, passed "
+        "through), anthropic (Messages API) or gemini (generateContent); the gateway "
+        "translates OpenAI chat completions to the last two.",
+    )
     base_url: str = Field(
         alias="baseUrl", min_length=8, max_length=2048, pattern=HTTP_URL,
-        description="Base URL of the OpenAI-compatible API, e.g. https://api.openai.com/v1.",
+        description="Base URL including the version, e.g. https://api.openai.com/v1, "
+        "https://api.anthropic.com/v1, https://generativelanguage.googleapis.com/v1beta.",
     )
     api_key_secret: SecretName = Field(
         description="Secret holding the upstream API key under the key `apiKey`."

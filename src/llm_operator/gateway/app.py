@@ -7,7 +7,6 @@ import contextlib
 import json
 import logging
 import random
-import re
 import signal
 import time
 from collections.abc import Awaitable, Callable
@@ -38,11 +37,20 @@ from llm_operator.gateway.config import GatewayConfig, Route, Upstream
 from llm_operator.gateway.errors import Refusal, error_response
 from llm_operator.gateway.keys import KeySource, KeyUnavailable
 from llm_operator.gateway.metrics import NO_ROUTE, GatewayMetrics, RouteMetrics
+from llm_operator.gateway.sse import (
+    split_events,
+    sse_data,
+    usage_from_body,
+    usage_from_sse,
+    usage_only,
+)
+from llm_operator.gateway.upstreams import NATIVE, NativeApi, Untranslatable
+from llm_operator.gateway.upstreams.anthropic import VERSION as ANTHROPIC_VERSION
 
 log = logging.getLogger("llm_operator.gateway")
 
 PROXIED_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses")
-RETRYABLE = frozenset({429, 502, 503, 504})
+RETRYABLE = frozenset({429, 502, 503, 504, 529})  # 529: Anthropic overloaded
 PASSED_HEADERS = ("content-type", "x-request-id", "request-id", "openai-processing-ms",
                   "retry-after")
 USAGE_TAIL_BYTES = 16384
@@ -86,6 +94,18 @@ async def openai_errors(request: web.Request, handler: Callable[[web.Request], A
                               "server_error", "internal_error")
 
 
+@dataclass(frozen=True)
+class Outbound:
+    """What goes to one deployment: where, the body, and the parameters left out."""
+
+    url: str
+    body: bytes
+    dropped: tuple[str, ...] = ()
+
+
+CHAT_PATH = "/chat/completions"  # the one path a native (translated) upstream serves
+
+
 @dataclass
 class Deployment:
     """One upstream of a route, with its key and its circuit breaker."""
@@ -94,18 +114,35 @@ class Deployment:
     url_base: str
     key: KeySource | None
     breaker: Breaker
+    native: NativeApi | None = None  # a provider's own API, spoken by translation
 
     @property
     def label(self) -> str:
         return self.upstream.label
 
+    def translate(self, body: dict[str, Any], model: str, *, path: str, stream: bool
+                  ) -> Outbound:
+        """The native API's request for an OpenAI one; Untranslatable if it has none."""
+        assert self.native is not None
+        if path != CHAT_PATH:
+            raise Untranslatable(f"{path}: a native {self.native.name} upstream serves chat "
+                                 "completions only (/v1/chat/completions, /v1/messages)")
+        request = self.native.translate(body, model, stream=stream,
+                                        max_tokens=self.upstream.default_max_tokens)
+        return Outbound(f"{self.url_base}{request.path}",
+                        json.dumps(request.body, separators=(",", ":")).encode(),
+                        request.dropped)
+
     def auth_headers(self) -> dict[str, str]:
         """Headers for the upstream request; KeyUnavailable if the key cannot be read."""
         headers = {"Content-Type": "application/json", **self.upstream.headers}
-        if self.key is None or self.upstream.auth == "none":
+        if self.upstream.api == "anthropic" and not any(
+                k.lower() == "anthropic-version" for k in headers):
+            headers["anthropic-version"] = ANTHROPIC_VERSION
+        style = self.upstream.key_style
+        if self.key is None or style == "none":
             return headers
         key = self.key.get()
-        style = self.upstream.auth
         if style == "bearer":
             headers["Authorization"] = f"Bearer {key}"
         else:
@@ -145,76 +182,12 @@ ROUTE_KEY = web.RequestKey("route", RouteState)  # the route a request resolved 
 CLIENT_KEY = web.RequestKey("client", Client)  # the client key it came with
 
 
-def _usage_tokens(usage: Any) -> tuple[int, int]:
-    """(prompt, completion) tokens from Chat/Completions or Responses API usage."""
-    if not isinstance(usage, dict):
-        return 0, 0
-    prompt = usage.get("prompt_tokens", usage.get("input_tokens", 0))
-    completion = usage.get("completion_tokens", usage.get("output_tokens", 0))
-    return (prompt if isinstance(prompt, int) else 0,
-            completion if isinstance(completion, int) else 0)
-
-
-_DECODER = json.JSONDecoder()
-
-
-def usage_from_body(body: bytes) -> tuple[int, int]:
-    """Usage of a JSON response, decoding only the "usage" object (bodies can be large)."""
-    at = body.rfind(b'"usage"')
-    if at < 0:
-        return 0, 0
-    colon = body.find(b":", at + 7)
-    try:
-        text = body[colon + 1:].decode()
-        usage, _ = _DECODER.raw_decode(text, len(text) - len(text.lstrip()))
-    except (ValueError, UnicodeDecodeError):
-        return 0, 0
-    return _usage_tokens(usage)
-
-
 USAGE_OPTION_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
-EVENT_END = re.compile(rb"\r?\n\r?\n")
 
 
 def _asks_usage(body: dict[str, Any]) -> bool:
     options = body.get("stream_options")
     return isinstance(options, dict) and options.get("include_usage") is True
-
-
-def split_events(data: bytes) -> tuple[list[bytes], bytes]:
-    """Complete SSE events (each with its blank line) and the incomplete rest."""
-    events, start = [], 0
-    for end in EVENT_END.finditer(data):
-        events.append(data[start:end.end()])
-        start = end.end()
-    return events, data[start:]
-
-
-def usage_only(event: bytes) -> bool:
-    """The event include_usage adds at the end: no choices, only usage."""
-    if b'"usage"' not in event:
-        return False
-    for line in event.splitlines():
-        if line.startswith(b"data:"):
-            try:
-                data = json.loads(line[5:])
-            except ValueError:
-                return False
-            return isinstance(data, dict) and not data.get("choices") \
-                and isinstance(data.get("usage"), dict)
-    return False
-
-
-def sse_data(event: bytes) -> dict[str, Any] | None:
-    """The JSON object of an SSE event's data line (None for [DONE], comments, junk)."""
-    for line in event.splitlines():
-        if line.startswith(b"data:"):
-            try:
-                data = json.loads(line[5:])
-            except ValueError:
-                return None
-            return data if isinstance(data, dict) else None
-    return None
 
 
 ANTHROPIC_ERRORS = {400: "invalid_request_error", 401: "authentication_error",
@@ -241,24 +214,6 @@ def _as_anthropic_error(response: web.Response) -> web.Response:
                if k.lower() not in {"content-type", "content-length"}}
     return web.json_response(error_body(kind, message), status=response.status,
                              headers=headers)
-
-
-def usage_from_sse(tail: bytes) -> tuple[int, int]:
-    """Usage from the last SSE event that carries it (stream_options.include_usage)."""
-    for raw in reversed(tail.split(b"\n")):
-        line = raw.strip()
-        if not line.startswith(b"data:") or b'"usage"' not in line:
-            continue
-        try:
-            event = json.loads(line[5:])
-        except ValueError:
-            continue
-        if isinstance(event, dict):
-            usage = event.get("usage") or (event.get("response") or {}).get("usage")
-            tokens = _usage_tokens(usage)
-            if tokens != (0, 0):
-                return tokens
-    return 0, 0
 
 
 class Gateway:
@@ -317,7 +272,8 @@ class Gateway:
                 breaker.threshold, breaker.open_seconds = cb.failure_threshold, cb.open_seconds
                 deployments.append(Deployment(
                     upstream, upstream.base_url.rstrip("/"),
-                    KeySource(upstream.api_key) if upstream.api_key else None, breaker))
+                    KeySource(upstream.api_key) if upstream.api_key else None, breaker,
+                    NATIVE.get(upstream.api)))
                 self.metrics.circuit.labels(*where).set(int(breaker.state))
             limit = route.rate_limit
             state = RouteState(
@@ -544,20 +500,31 @@ class Gateway:
             options = body.get("stream_options")
             body["stream_options"] = {**(options if isinstance(options, dict) else {}),
                                       "include_usage": True}
+        path = CHAT_PATH if request.get(ANTHROPIC) else request.path.removeprefix("/v1")
         payloads: dict[str, bytes] = {}
+        translated: dict[str, Outbound] = {}
 
-        def payload(deployment: Deployment) -> bytes:
-            """The body for one deployment: the client's bytes unless its model id differs."""
+        def outbound(deployment: Deployment) -> Outbound:
+            """The request for one deployment: the client's bytes unless its model id differs.
+
+            A native API gets a translation (Untranslatable if there is none).
+            """
             upstream_model = state.route.upstream_model(deployment.upstream)
+            if deployment.native is not None:
+                if deployment.label not in translated:
+                    translated[deployment.label] = deployment.translate(
+                        body, upstream_model, path=path, stream=stream)
+                return translated[deployment.label]
+            url = f"{deployment.url_base}{path}"
             if upstream_model == model and not hide_usage:
-                return raw
+                return Outbound(url, raw)
             if upstream_model not in payloads:
                 payloads[upstream_model] = json.dumps(
                     {**body, "model": upstream_model}, separators=(",", ":")).encode()
-            return payloads[upstream_model]
+            return Outbound(url, payloads[upstream_model])
 
         try:
-            return await self._forward(request, state, payload=payload, stream=stream,
+            return await self._forward(request, state, outbound=outbound, stream=stream,
                                        started=started, client=client,
                                        reservation=reservation, hide_usage=hide_usage)
         finally:
@@ -610,7 +577,8 @@ class Gateway:
         return ceiling * (0.5 + 0.5 * self._jitter())
 
     async def _forward(self, request: web.Request, state: RouteState, *,
-                       payload: Callable[[Deployment], bytes], stream: bool, started: float,
+                       outbound: Callable[[Deployment], Outbound], stream: bool,
+                       started: float,
                        client: Client | None, reservation: Reservation, hide_usage: bool
                        ) -> web.StreamResponse:
         """Try the route's deployments in order (failover), then again after a backoff.
@@ -623,12 +591,17 @@ class Gateway:
         route, label = state.route, state.route.label
         deadline = started + route.timeouts.request_seconds
         order = state.order(self._pick())
-        path = "/chat/completions" if request.get(ANTHROPIC) else \
-            request.path.removeprefix("/v1")
         attempt = position = skipped = 0
         while True:
             deployment = order[position % len(order)]
             position += 1
+            try:
+                sending = outbound(deployment)
+            except Untranslatable as exc:
+                return error_response(400, f"{exc} (upstream {deployment.label} of "
+                                      f"{label!r})", "invalid_request_error",
+                                      "unsupported_by_upstream", param=exc.param,
+                                      headers={"x-llmop-upstream": deployment.label})
             # A retry re-checks: the upstream may have been marked down meanwhile (a local
             # model process that died as the first attempt went out).
             unavailable = self._unavailable_error(state) if attempt else None
@@ -646,16 +619,19 @@ class Gateway:
             skipped = 0
             attempt += 1
             tried = {"x-llmop-upstream": deployment.label, "x-llmop-attempts": str(attempt)}
-            outcome = await self._attempt(deployment, state, f"{deployment.url_base}{path}",
-                                          payload(deployment), stream=stream,
-                                          deadline=deadline)
+            if sending.dropped:
+                tried["x-llmop-dropped-params"] = ",".join(sending.dropped)
+            outcome = await self._attempt(deployment, state, sending.url, sending.body,
+                                          stream=stream, deadline=deadline)
             if isinstance(outcome, aiohttp.ClientResponse) and outcome.status not in RETRYABLE:
                 if stream and outcome.status == 200:
                     return await self._relay_stream(request, state, outcome, started,
                                                     client=client, reservation=reservation,
-                                                    hide_usage=hide_usage, extra=tried)
+                                                    hide_usage=hide_usage, extra=tried,
+                                                    native=deployment.native)
                 return await self._relay(request, state, outcome, client=client,
-                                         reservation=reservation, extra=tried)
+                                         reservation=reservation, extra=tried,
+                                         native=deployment.native)
             failover = len(order) > 1 and position % len(order) != 0
             retry_after = outcome.headers.get("Retry-After") \
                 if isinstance(outcome, aiohttp.ClientResponse) else None
@@ -673,7 +649,8 @@ class Gateway:
                 continue
             if isinstance(outcome, aiohttp.ClientResponse):
                 return await self._relay(request, state, outcome, client=client,
-                                         reservation=reservation, extra=tried)
+                                         reservation=reservation, extra=tried,
+                                         native=deployment.native)
             log.warning("route %s: upstream %s after %d attempts", label, outcome, attempt)
             if outcome == "credentials":
                 return error_response(503, f"the gateway has no credentials for {label!r}; "
@@ -747,11 +724,14 @@ class Gateway:
 
     async def _relay(self, request: web.Request, state: RouteState,
                      upstream: aiohttp.ClientResponse, *, client: Client | None,
-                     reservation: Reservation, extra: dict[str, str]) -> web.Response:
+                     reservation: Reservation, extra: dict[str, str],
+                     native: NativeApi | None) -> web.Response:
         try:
             body = await upstream.read()
         finally:
             upstream.release()
+        if native is not None:
+            body = self._from_native(native, upstream.status, body)
         if upstream.status == 200:
             await self._account(state, client, *usage_from_body(body), reservation)
             if request.get(ANTHROPIC):
@@ -765,12 +745,30 @@ class Gateway:
         return web.Response(body=body, status=upstream.status,
                             headers={**self._headers_from(upstream), **extra})
 
+    def _from_native(self, native: NativeApi, status: int, body: bytes) -> bytes:
+        """A native answer or error in OpenAI's shape (which the rest of the path reads)."""
+        try:
+            decoded = json.loads(body)
+        except ValueError:
+            decoded = None
+        if status == 200 and isinstance(decoded, dict):
+            shaped = native.answer(decoded, int(time.time()))
+        elif status == 200:
+            shaped = {"error": {"message": f"{native.name}: the answer is not a JSON object",
+                                "type": "server_error", "param": None, "code": None}}
+        else:
+            shaped = native.error(status, decoded)
+        return json.dumps(shaped, separators=(",", ":")).encode()
+
     async def _relay_stream(self, request: web.Request, state: RouteState,
                             upstream: aiohttp.ClientResponse, started: float, *,
                             client: Client | None, reservation: Reservation,
-                            hide_usage: bool, extra: dict[str, str]
-                            ) -> web.StreamResponse:
-        """Relay as it arrives; with ``hide_usage``, whole events minus the usage-only one."""
+                            hide_usage: bool, extra: dict[str, str],
+                            native: NativeApi | None) -> web.StreamResponse:
+        """Relay as it arrives; with ``hide_usage``, whole events minus the usage-only one.
+
+        A native upstream's events are first translated to OpenAI chunks.
+        """
         label = state.route.label
         out = _Streamed(status=200, headers={**self._headers_from(upstream),
                                              "Cache-Control": "no-cache", **extra})
@@ -779,6 +777,22 @@ class Gateway:
         completed = False
         translator = StreamTranslator(state.route.models[0]) if request.get(ANTHROPIC) \
             else None
+        adapter = native.stream(int(time.time())) if native is not None else None
+
+        async def relay(chunk: bytes) -> None:
+            nonlocal tail, pending
+            tail = (tail + chunk)[-USAGE_TAIL_BYTES:]
+            send = chunk
+            if translator is not None:
+                events, pending = split_events(pending + chunk)
+                send = b"".join(b"".join(translator.chunk(d)) for e in events
+                                if (d := sse_data(e)) is not None)
+            elif hide_usage:
+                events, pending = split_events(pending + chunk)
+                send = b"".join(e for e in events if not usage_only(e))
+            if send:
+                await out.write(send)
+
         try:
             await out.prepare(request)
             request[STREAM_STARTED] = True
@@ -786,17 +800,9 @@ class Gateway:
                 if first:
                     state.metrics.ttft.observe(self._clock() - started)
                     first = False
-                tail = (tail + chunk)[-USAGE_TAIL_BYTES:]
-                send = chunk
-                if translator is not None:
-                    events, pending = split_events(pending + chunk)
-                    send = b"".join(b"".join(translator.chunk(d)) for e in events
-                                    if (d := sse_data(e)) is not None)
-                elif hide_usage:
-                    events, pending = split_events(pending + chunk)
-                    send = b"".join(e for e in events if not usage_only(e))
-                if send:
-                    await out.write(send)
+                await relay(adapter.feed(chunk) if adapter is not None else chunk)
+            if adapter is not None:
+                await relay(adapter.close())
             if translator is not None:
                 await out.write(b"".join(translator.finish()))
             elif pending:

@@ -12,12 +12,11 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
-    field_validator,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
 
-from llm_operator.api.rules import GEMINI_MESSAGE, gemini_url_is_openai
+from llm_operator.api.rules import GEMINI_MESSAGE, GEMINI_NATIVE_MESSAGE, gemini_url_fits
 from llm_operator.api.validation import field_errors
 
 
@@ -44,37 +43,50 @@ class ApiKeySource(_Config):
 
 
 AuthStyle = Literal["bearer", "x-api-key", "x-goog-api-key", "none"]
+UpstreamApi = Literal["openai", "anthropic", "gemini"]
+DEFAULT_AUTH: dict[str, AuthStyle] = {"openai": "bearer", "anthropic": "x-api-key",
+                                      "gemini": "x-goog-api-key"}
 
 
 class Upstream(_Config):
-    """An OpenAI-compatible API: one deployment of a route's model."""
+    """One deployment of a route's model: an OpenAI-compatible API or a native one."""
 
     name: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,62}$",
                              description="In x-llmop-upstream and metrics; default: its host.")
     weight: float = Field(1.0, gt=0, le=1000,
                           description="Share of the route's traffic (several upstreams).")
-
+    api: UpstreamApi = Field(
+        "openai", description="What the upstream speaks: openai (passed through), anthropic "
+        "(Messages API) or gemini (generateContent); chat completions are translated.")
     base_url: str = Field(pattern=r"^https?://\S+$",
-                          description="Base URL including /v1 (or the provider's OpenAI path).")
+                          description="Base URL including the version: .../v1, or "
+                          "https://generativelanguage.googleapis.com/v1beta for gemini.")
     model: str | None = Field(None, min_length=1,
                               description="Upstream model id; default: the route's first name.")
     api_key: ApiKeySource | None = None
-    auth: AuthStyle = Field(
-        "bearer",
-        description="How the key is sent: bearer (OpenAI, and Anthropic's and Gemini's "
-        "OpenAI-compatible endpoints), x-api-key or x-goog-api-key (an OpenAI-compatible "
-        "server behind a gateway that wants the key in that header), none (local engines).",
+    auth: AuthStyle | None = Field(
+        None,
+        description="How the key is sent; default: the api's own (bearer for openai, "
+        "x-api-key for anthropic, x-goog-api-key for gemini). none: local engines.",
     )
     headers: dict[str, str] = Field(
-        default_factory=dict, description="Extra static headers, e.g. anthropic-version."
-    )
+        default_factory=dict, description="Extra static headers (anthropic-version is set "
+        "for anthropic unless given here).")
+    default_max_tokens: int = Field(
+        4096, ge=1, le=1_000_000, description="max_tokens for an anthropic upstream when the "
+        "client sets none (its API requires one).")
 
-    @field_validator("base_url")
-    @classmethod
-    def _openai_shaped(cls, url: str) -> str:
-        if not gemini_url_is_openai(url):
-            raise ValueError(GEMINI_MESSAGE.removeprefix("remoteApi.baseUrl: "))
-        return url
+    @model_validator(mode="after")
+    def _url_fits_api(self) -> Upstream:
+        if not gemini_url_fits(self.base_url, self.api):
+            message = GEMINI_NATIVE_MESSAGE if self.api == "gemini" else GEMINI_MESSAGE
+            raise ValueError(message.removeprefix("remoteApi.")
+                             .replace("remoteApi.api", "api"))
+        return self
+
+    @property
+    def key_style(self) -> AuthStyle:
+        return self.auth or DEFAULT_AUTH[self.api]
 
     @property
     def label(self) -> str:

@@ -39,7 +39,8 @@ def gateway_route(model: LLMModel, replicas: int, api_key: dict[str, str]) -> di
     assert api is not None
     route: dict[str, Any] = {
         "models": [model.spec.model_id],
-        "upstream": {"baseUrl": api.base_url, "model": model.spec.model_id, "apiKey": api_key},
+        "upstream": {"baseUrl": api.base_url, "model": model.spec.model_id, "apiKey": api_key,
+                     **({"api": api.api} if api.api != "openai" else {})},
     }
     if api.rate_limit_rpm:
         per_replica = max(1, math.floor(api.rate_limit_rpm / replicas))

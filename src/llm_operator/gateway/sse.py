@@ -1,0 +1,91 @@
+"""Server-sent events and usage in OpenAI-shaped answers: splitting, decoding, counting."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+
+def _usage_tokens(usage: Any) -> tuple[int, int]:
+    """(prompt, completion) tokens from Chat/Completions or Responses API usage."""
+    if not isinstance(usage, dict):
+        return 0, 0
+    prompt = usage.get("prompt_tokens", usage.get("input_tokens", 0))
+    completion = usage.get("completion_tokens", usage.get("output_tokens", 0))
+    return (prompt if isinstance(prompt, int) else 0,
+            completion if isinstance(completion, int) else 0)
+
+
+_DECODER = json.JSONDecoder()
+
+
+def usage_from_body(body: bytes) -> tuple[int, int]:
+    """Usage of a JSON response, decoding only the "usage" object (bodies can be large)."""
+    at = body.rfind(b'"usage"')
+    if at < 0:
+        return 0, 0
+    colon = body.find(b":", at + 7)
+    try:
+        text = body[colon + 1:].decode()
+        usage, _ = _DECODER.raw_decode(text, len(text) - len(text.lstrip()))
+    except (ValueError, UnicodeDecodeError):
+        return 0, 0
+    return _usage_tokens(usage)
+
+
+EVENT_END = re.compile(rb"\r?\n\r?\n")
+
+
+def split_events(data: bytes) -> tuple[list[bytes], bytes]:
+    """Complete SSE events (each with its blank line) and the incomplete rest."""
+    events, start = [], 0
+    for end in EVENT_END.finditer(data):
+        events.append(data[start:end.end()])
+        start = end.end()
+    return events, data[start:]
+
+
+def usage_only(event: bytes) -> bool:
+    """The event include_usage adds at the end: no choices, only usage."""
+    if b'"usage"' not in event:
+        return False
+    for line in event.splitlines():
+        if line.startswith(b"data:"):
+            try:
+                data = json.loads(line[5:])
+            except ValueError:
+                return False
+            return isinstance(data, dict) and not data.get("choices") \
+                and isinstance(data.get("usage"), dict)
+    return False
+
+
+def sse_data(event: bytes) -> dict[str, Any] | None:
+    """The JSON object of an SSE event's data line (None for [DONE], comments, junk)."""
+    for line in event.splitlines():
+        if line.startswith(b"data:"):
+            try:
+                data = json.loads(line[5:])
+            except ValueError:
+                return None
+            return data if isinstance(data, dict) else None
+    return None
+
+
+def usage_from_sse(tail: bytes) -> tuple[int, int]:
+    """Usage from the last SSE event that carries it (stream_options.include_usage)."""
+    for raw in reversed(tail.split(b"\n")):
+        line = raw.strip()
+        if not line.startswith(b"data:") or b'"usage"' not in line:
+            continue
+        try:
+            event = json.loads(line[5:])
+        except ValueError:
+            continue
+        if isinstance(event, dict):
+            usage = event.get("usage") or (event.get("response") or {}).get("usage")
+            tokens = _usage_tokens(usage)
+            if tokens != (0, 0):
+                return tokens
+    return 0, 0
