@@ -68,3 +68,19 @@ def test_the_monitoring_kustomization_brings_its_namespace(apiserver: ControlPla
                               "-o", "name").stdout.split()
     assert "configmap/llm-operator-dashboards" in found
     assert any(name.startswith("prometheusrule") for name in found)
+
+
+def test_the_redis_kustomization_applies_as_documented(apiserver: ControlPlane) -> None:
+    """The commands in config/redis/kustomization.yaml, on a real API server (no kubelet:
+    the pod itself is not started here; the gateway's Redis path is tested against Debian's
+    redis-server in tests/gateway)."""
+    if apiserver.kubectl("get", "namespace", "ai-models", check=False).returncode != 0:
+        apiserver.kubectl("create", "namespace", "ai-models")
+    apiserver.kubectl("-n", "ai-models", "create", "secret", "generic", "llmop-redis",
+                      "--from-literal=password=" + uuid.uuid4().hex)
+    apiserver.kubectl("apply", "-k", str(REPO / "config" / "redis"))
+    found = apiserver.kubectl("get", "statefulset,service,networkpolicy", "-n", "ai-models",
+                              "-l", "app.kubernetes.io/name=llmop-redis", "-o",
+                              "name").stdout.split()
+    assert sorted(found) == ["networkpolicy.networking.k8s.io/llmop-redis",
+                             "service/llmop-redis", "statefulset.apps/llmop-redis"]

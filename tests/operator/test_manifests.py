@@ -11,13 +11,15 @@ import yaml
 
 from llm_operator.api import labels as L
 from llm_operator.cli.main import cli
+from llm_operator.api.validation import parse_llmmodel
 from llm_operator.profiles.settings import Settings
+from llm_operator.render import render
 
 from k8s_schemas import validate_object
-from samples import REPO
+from samples import REPO, sample_doc
 
 CONFIG = REPO / "config"
-MANIFESTS = sorted(p for d in ("rbac", "manager", "default", "security", "mcp")
+MANIFESTS = sorted(p for d in ("rbac", "manager", "default", "security", "mcp", "redis")
                    for p in (CONFIG / d).glob("*.yaml")
                    if p.name not in {"kustomization.yaml", "settings.yaml"})
 
@@ -82,10 +84,43 @@ def test_mcp_role_only_reads_llmmodels() -> None:
                               "verbs": ["get", "list", "watch"]}]
 
 
-def test_every_image_in_config_is_the_project_image() -> None:
-    images = {line.split("image:", 1)[1].strip() for p in CONFIG.rglob("*.yaml")
+REDIS_IMAGE = "docker.io/library/redis:7.4.2-alpine"  # config/redis: the official image
+
+
+def test_every_image_in_config_is_the_project_image_or_redis() -> None:
+    images = {(p.parent.name, line.split("image:", 1)[1].strip()) for p in CONFIG.rglob("*.yaml")
               for line in p.read_text().splitlines() if line.strip().startswith("image:")}
-    assert images == {Settings().images.operator}
+    assert {image for d, image in images if d != "redis"} == {Settings().images.operator}
+    assert {image for d, image in images if d == "redis"} == {REDIS_IMAGE}
+
+
+def test_config_redis_serves_the_gateways_the_operator_renders() -> None:
+    """The URL its kustomization tells you to set reaches its Service; its policy admits the
+    rendered gateway pods, and their policy lets them out to it."""
+    kustomization = (CONFIG / "redis" / "kustomization.yaml").read_text()
+    url = next(line.split("redisUrl:", 1)[1].strip() for line in kustomization.splitlines()
+               if "redisUrl:" in line)
+    service = docs(CONFIG / "redis" / "service.yaml")[0]
+    meta, port = service["metadata"], service["spec"]["ports"][0]["port"]
+    assert url == f"redis://{meta['name']}.{meta['namespace']}.svc:{port}/0"
+    redis = docs(CONFIG / "redis" / "statefulset.yaml")[0]
+    assert redis["spec"]["template"]["metadata"]["labels"].items() >= \
+        service["spec"]["selector"].items()
+    secret = redis["spec"]["template"]["spec"]["containers"][0]["env"][0]["valueFrom"]
+    settings = Settings.model_validate({"gateway": {
+        "redisUrl": url, "redisPasswordSecret": secret["secretKeyRef"]["name"]}})
+    model = sample_doc("gpt55-remote")
+    model["metadata"]["namespace"] = meta["namespace"]
+    objects = render(parse_llmmodel(model), settings)
+    pod = next(o for o in objects if o["kind"] == "Deployment")["spec"]["template"]
+    policy = docs(CONFIG / "redis" / "network-policy.yaml")[0]
+    admitted = policy["spec"]["ingress"][0]["from"][0]["podSelector"]["matchLabels"]
+    assert admitted.items() <= pod["metadata"]["labels"].items()
+    assert policy["spec"]["ingress"][0]["ports"] == [{"protocol": "TCP", "port": port}]
+    egress = next(o for o in objects if o["kind"] == "NetworkPolicy")["spec"]["egress"]
+    assert {"protocol": "TCP", "port": port} in egress[1]["ports"]
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    assert volumes["redis"]["secret"]["secretName"] == "llmop-redis"
 
 
 def test_settings_file_is_valid() -> None:

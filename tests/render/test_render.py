@@ -231,17 +231,24 @@ def test_cpu_is_rendered_in_canonical_form(millicores: int, quantity: str) -> No
     assert cpu_quantity(millicores) == quantity
 
 
-@pytest.mark.parametrize(("base_url", "port"), [
-    ("https://api.openai.com/v1", 443),
-    ("http://vllm.inference.svc:8080/v1", 8080),
-    ("http://proxy.example.com/v1", 80),
+@pytest.mark.parametrize(("base_url", "redis_url", "ports"), [
+    ("https://api.openai.com/v1", None, [443]),
+    ("http://vllm.inference.svc:8080/v1", None, [8080]),
+    ("http://proxy.example.com/v1", None, [80]),
+    # limits shared in Redis: its port too, or every replica falls back to local limits
+    ("https://api.openai.com/v1", "redis://llmop-redis.ai-models.svc:6379/0", [443, 6379]),
+    ("https://api.openai.com/v1", "rediss://redis.example.com:6380/0", [443, 6380]),
+    ("https://api.openai.com/v1", "redis://redis.infra.svc/0", [443, 6379]),
 ])
-def test_the_gateway_may_only_reach_dns_and_its_providers_port(base_url: str,
-                                                               port: int) -> None:
+def test_the_gateway_may_only_reach_dns_its_providers_port_and_redis(
+        base_url: str, redis_url: str | None, ports: list[int]) -> None:
     doc = sample_doc("gpt55-remote")
     doc["spec"]["remoteApi"]["baseUrl"] = base_url
-    policy = next(o for o in render(parse_llmmodel(doc)) if o["kind"] == "NetworkPolicy")
-    assert policy["spec"]["egress"][1] == {"ports": [{"protocol": "TCP", "port": port}]}
+    settings = Settings.model_validate({"gateway": {"redisUrl": redis_url}})
+    policy = next(o for o in render(parse_llmmodel(doc), settings)
+                  if o["kind"] == "NetworkPolicy")
+    assert policy["spec"]["egress"][1] == {"ports": [{"protocol": "TCP", "port": p}
+                                                     for p in ports]}
     assert policy["spec"]["podSelector"]["matchLabels"]["ai.example.io/model-name"] == \
         "gpt55-remote"
 

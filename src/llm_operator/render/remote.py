@@ -60,6 +60,7 @@ def owned_by(model: LLMModel) -> str | None:
 
 
 REDIS_DIR = "/var/run/secrets/llmop/redis"
+REDIS_PORT = 6379
 
 
 def gateway_config(model: LLMModel, settings: Settings) -> dict[str, Any]:
@@ -166,12 +167,15 @@ def network_policy(model: LLMModel, owner_uid: str | None, settings: Settings
     """Who may reach the gateway (it spends the provider key) and where it may connect.
 
     Ingress: pods labelled as LLM clients in any namespace, the MCP server, and Prometheus.
-    Egress: DNS, and the provider's port (any address: provider IPs are not stable).
+    Egress: DNS, the provider's port (any address: provider IPs are not stable), and
+    Redis's port when limits are shared there.
     """
     api = model.spec.remote_api
     assert api is not None
     parts = urlsplit(api.base_url)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
+    ports = [parts.port or (443 if parts.scheme == "https" else 80)]
+    if settings.gateway.redis_url is not None:
+        ports.append(urlsplit(settings.gateway.redis_url).port or REDIS_PORT)
     http = [{"protocol": "TCP", "port": PORT}]
     return {
         "apiVersion": "networking.k8s.io/v1",
@@ -192,7 +196,7 @@ def network_policy(model: LLMModel, owner_uid: str | None, settings: Settings
             ],
             "egress": [
                 {"ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]},
-                {"ports": [{"protocol": "TCP", "port": port}]},
+                {"ports": [{"protocol": "TCP", "port": p} for p in sorted(set(ports))]},
             ],
         },
     }
