@@ -82,6 +82,12 @@ CASES: list[tuple[str, dict[str, Any], set[str]]] = [
     ("file with neither", {"modelSource": {"type": "file"}}, {"file-needs-one-location"}),
     ("file with both", {"modelSource": {"type": "file", "path": "a.gguf",
                                         "pythonPackage": "x"}}, {"file-needs-one-location"}),
+    ("sha256 on a GGUF model", {"inferenceEngine": "llamacpp", "acceleratorVendor": "cpu",
+                                "resources": {"acceleratorCount": 0},
+                                "quantization": "GGUF-Q4_K_M", "modelSource": {
+                                    "type": "huggingface", "sha256": "ab" * 32}}, set()),
+    ("sha256 on safetensors", {"modelSource": {"type": "huggingface", "sha256": "ab" * 32}},
+     {"sha256-needs-gguf"}),
     ("mcp without tool name", {"mcpExposure": {"enabled": True}}, {"mcp-needs-tool-name"}),
     ("mcp disabled without tool name", {"mcpExposure": {"enabled": False}}, set()),
     ("Gemini's native base URL", {**REMOTE, "remoteApi": {

@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from llm_operator.api import labels as L
-from llm_operator.cli.main import cli
 from llm_operator.api.validation import parse_llmmodel
+from llm_operator.cli.main import cli
 from llm_operator.profiles.settings import Settings
 from llm_operator.render import render
 

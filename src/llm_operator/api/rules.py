@@ -139,6 +139,17 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
+        id="sha256-needs-gguf",
+        location="spec",
+        field=".modelSource.sha256",
+        cel=f"!has(self.modelSource) || !has(self.modelSource.sha256) || "
+        f"{ENGINE} in ['llamacpp', 'ollama'] || self.quantization.startsWith('GGUF-')",
+        message="modelSource.sha256 checks one GGUF file: use it with inferenceEngine llamacpp "
+        "or ollama, or a GGUF-* quantization",
+        holds=lambda s: s.model_source is None or s.model_source.sha256 is None
+        or s.inference_engine in {"llamacpp", "ollama"} or s.quantization.startswith("GGUF-"),
+    ),
+    Rule(
         id="accelerator-count-zero-only-for-cpu",
         location="spec",
         field=".resources.acceleratorCount",

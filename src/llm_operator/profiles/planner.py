@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from llm_operator.api.v1alpha1 import LLMModel, LLMModelSpec
+from llm_operator.api.v1alpha1 import LLMModel, LLMModelSpec, ModelFileStatus
 from llm_operator.profiles.engines import engine
 from llm_operator.profiles.vendors import VENDORS, Accelerator, vendor
 
@@ -64,6 +64,25 @@ def estimate_memory(
     attention_params = active_params_b or total_params_b
     kv_per_token = KV_KIB_PER_TOKEN_COEFF * attention_params**KV_KIB_PER_TOKEN_EXP * 1024
     kv = kv_per_token * context_tokens / GIB
+    overhead = 1.0 + 0.05 * weights if on_accelerator else 0.5 + 0.02 * weights
+    return Estimate(weights, kv, overhead, context_tokens)
+
+
+def estimate_from_file(model: ModelFileStatus, context_tokens: int,
+                       on_accelerator: bool = False) -> Estimate | None:
+    """The memory estimate from a GGUF file's real numbers instead of the parameter count.
+
+    Its size for the weights; its layers, key/value heads and head widths for the KV cache
+    (16-bit K and V). None when the header lacks what the KV cache needs (then the
+    parameter count decides).
+    """
+    layers, heads, width = model.layers, model.head_count, model.embedding_length
+    if not (layers and heads and width):
+        return None
+    key = model.key_length or width / heads
+    value = model.value_length or key
+    kv = layers * (model.head_count_kv or heads) * (key + value) * 2 * context_tokens / GIB
+    weights = model.size_bytes / GIB
     overhead = 1.0 + 0.05 * weights if on_accelerator else 0.5 + 0.02 * weights
     return Estimate(weights, kv, overhead, context_tokens)
 

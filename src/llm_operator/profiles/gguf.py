@@ -1,0 +1,148 @@
+"""GGUF file headers: what a model file says about itself (architecture, layers, context).
+
+Pure parsing of the GGUF v2/v3 header from any binary stream (llama.cpp's gguf.md): the
+magic, the version, the tensor and key-value counts, then the key-value pairs. Arrays (the
+tokenizer's vocabulary) are skipped, not decoded; tensors are never read.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import IO, Any
+
+from llm_operator.api.v1alpha1 import ModelFileStatus
+
+MAGIC = b"GGUF"
+MAX_STRING = 1 << 24  # a key or string value longer than 16 MiB means a corrupt header
+MAX_KEYS = 1 << 16
+
+# value type -> struct format of a scalar (llama.cpp's gguf_type)
+SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
+           10: "<Q", 11: "<q", 12: "<d"}
+STRING, ARRAY = 8, 9
+
+# general.file_type (llama.cpp's llama_ftype) -> the quantization's usual name
+FILE_TYPES = {
+    0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K",
+    11: "Q3_K_S", 12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S",
+    17: "Q5_K_M", 18: "Q6_K", 19: "IQ2_XXS", 20: "IQ2_XS", 21: "Q2_K_S", 22: "IQ3_XS",
+    23: "IQ3_XXS", 24: "IQ1_S", 25: "IQ4_NL", 26: "IQ3_S", 27: "IQ3_M", 28: "IQ2_S",
+    29: "IQ2_M", 30: "IQ4_XS", 31: "IQ1_M", 32: "BF16", 36: "TQ1_0", 37: "TQ2_0",
+    38: "MXFP4_MOE",
+}
+
+
+class GgufError(ValueError):
+    """Not a GGUF file, or a header that ends early or contradicts itself."""
+
+
+@dataclass(frozen=True)
+class GgufHeader:
+    """The header's scalar metadata (arrays only by length) and its counts."""
+
+    version: int
+    tensor_count: int
+    metadata: dict[str, Any]
+
+    @property
+    def architecture(self) -> str | None:
+        value = self.metadata.get("general.architecture")
+        return value if isinstance(value, str) else None
+
+    def arch_value(self, key: str) -> int | None:
+        """``{architecture}.{key}`` as an int, e.g. ``block_count``."""
+        value = self.metadata.get(f"{self.architecture}.{key}")
+        if isinstance(value, list):  # per-layer head counts: take the largest
+            value = max((v for v in value if isinstance(v, int)), default=None)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    @property
+    def quantization(self) -> str | None:
+        value = self.metadata.get("general.file_type")
+        return FILE_TYPES.get(value, f"type {value}") if isinstance(value, int) else None
+
+
+class _Reader:
+    def __init__(self, stream: IO[bytes]) -> None:
+        self.stream = stream
+
+    def take(self, size: int) -> bytes:
+        data = self.stream.read(size)
+        if len(data) != size:
+            raise GgufError("the GGUF header ends early (a truncated or partial download?)")
+        return data
+
+    def unpack(self, fmt: str) -> Any:
+        return struct.unpack(fmt, self.take(struct.calcsize(fmt)))[0]
+
+    def string(self) -> str:
+        size = self.unpack("<Q")
+        if size > MAX_STRING:
+            raise GgufError(f"a GGUF string claims {size} bytes: the header is corrupt")
+        return self.take(size).decode("utf-8", errors="replace")
+
+    def skip(self, size: int) -> None:
+        self.take(size)  # streams here are files: reading keeps it simple and bounded
+
+    def value(self, kind: int) -> Any:
+        if kind in SCALARS:
+            return self.unpack(SCALARS[kind])
+        if kind == STRING:
+            return self.string()
+        if kind == ARRAY:
+            item, count = self.unpack("<I"), self.unpack("<Q")
+            if item in SCALARS and item not in {6, 12} and count <= 4096:
+                return [self.unpack(SCALARS[item]) for _ in range(count)]  # per-layer ints
+            for _ in range(count):
+                if item == STRING:
+                    self.skip(self.unpack("<Q"))
+                elif item in SCALARS:
+                    self.skip(struct.calcsize(SCALARS[item]))
+                else:
+                    raise GgufError(f"a GGUF array of type {item} is not supported")
+            return ArrayOf(item, count)
+        raise GgufError(f"unknown GGUF value type {kind}")
+
+
+@dataclass(frozen=True)
+class ArrayOf:
+    """An array that was skipped: its item type and length."""
+
+    item_type: int
+    length: int
+
+
+def read_header(stream: IO[bytes]) -> GgufHeader:
+    """The header of the GGUF file ``stream`` is positioned at the start of."""
+    reader = _Reader(stream)
+    if reader.take(4) != MAGIC:
+        raise GgufError("not a GGUF file (the first bytes are not 'GGUF')")
+    version = reader.unpack("<I")
+    if version not in {2, 3}:
+        raise GgufError(f"GGUF version {version} is not supported (2 and 3 are)")
+    tensors, keys = reader.unpack("<Q"), reader.unpack("<Q")
+    if keys > MAX_KEYS:
+        raise GgufError(f"the GGUF header claims {keys} keys: it is corrupt")
+    metadata = {}
+    for _ in range(keys):
+        key = reader.string()
+        metadata[key] = reader.value(reader.unpack("<I"))
+    return GgufHeader(version, tensors, metadata)
+
+
+def describe(header: GgufHeader, *, file: str, size_bytes: int, sha256: str | None = None
+             ) -> ModelFileStatus:
+    """``status.model`` for a file with this header."""
+    name = header.metadata.get("general.name")
+    return ModelFileStatus(
+        file=file, size_bytes=size_bytes, sha256=sha256, architecture=header.architecture,
+        name=name[:512] if isinstance(name, str) else None,
+        quantization=header.quantization, layers=header.arch_value("block_count"),
+        context_length=header.arch_value("context_length"),
+        embedding_length=header.arch_value("embedding_length"),
+        head_count=header.arch_value("attention.head_count"),
+        head_count_kv=header.arch_value("attention.head_count_kv"),
+        key_length=header.arch_value("attention.key_length"),
+        value_length=header.arch_value("attention.value_length"),
+    )

@@ -1,0 +1,120 @@
+"""GGUF headers, read by our pure reader from files written by llama.cpp's own `gguf` package."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import gguf
+import numpy as np
+import pytest
+
+from llm_operator.profiles.gguf import ArrayOf, GgufError, describe, read_header
+from llm_operator.profiles.planner import estimate_from_file
+
+Writer = Callable[[gguf.GGUFWriter], None]
+
+
+def llama_8b(w: gguf.GGUFWriter) -> None:
+    """The shape of a Llama 3 8B: 32 layers, 32 heads, 8 key/value heads, 4096 wide."""
+    w.add_name("Llama 3 8B Instruct")
+    w.add_block_count(32)
+    w.add_context_length(8192)
+    w.add_embedding_length(4096)
+    w.add_head_count(32)
+    w.add_head_count_kv(8)
+    w.add_file_type(15)
+    w.add_token_list([f"tok{i}" for i in range(5000)])
+    w.add_token_scores([0.5] * 5000)
+
+
+def gemma3_like(w: gguf.GGUFWriter) -> None:
+    """Heads wider than embedding/heads (Gemma 3 declares key and value lengths)."""
+    w.add_block_count(18)
+    w.add_context_length(32768)
+    w.add_embedding_length(640)
+    w.add_head_count(4)
+    w.add_head_count_kv(1)
+    w.add_key_length(256)
+    w.add_value_length(256)
+    w.add_file_type(7)
+
+
+def per_layer_kv_heads(w: gguf.GGUFWriter) -> None:
+    """Some architectures give head counts per layer, as an array."""
+    w.add_block_count(4)
+    w.add_embedding_length(1024)
+    w.add_head_count(16)
+    w.add_head_count_kv([2, 4, 4, 8])
+
+
+def write(tmp_path: Path, arch: str, fill: Writer) -> Path:
+    path = tmp_path / "model.gguf"
+    writer = gguf.GGUFWriter(str(path), arch)
+    fill(writer)
+    writer.add_tensor("token_embd.weight", np.zeros((8, 4), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+@pytest.mark.parametrize(("arch", "fill", "expected"), [
+    ("llama", llama_8b, {
+        "architecture": "llama", "name": "Llama 3 8B Instruct", "quantization": "Q4_K_M",
+        "layers": 32, "context_length": 8192, "embedding_length": 4096, "head_count": 32,
+        "head_count_kv": 8, "key_length": None}),
+    ("gemma3", gemma3_like, {
+        "architecture": "gemma3", "name": None, "quantization": "Q8_0", "layers": 18,
+        "context_length": 32768, "head_count_kv": 1, "key_length": 256, "value_length": 256}),
+    ("openelm", per_layer_kv_heads, {"layers": 4, "head_count_kv": 8, "quantization": None}),
+], ids=["llama-8b", "gemma3", "per-layer-heads"])
+def test_the_header_says_what_the_writer_wrote(tmp_path: Path, arch: str, fill: Writer,
+                                               expected: dict[str, Any]) -> None:
+    path = write(tmp_path, arch, fill)
+    with path.open("rb") as stream:
+        header = read_header(stream)
+    status = describe(header, file=path.name, size_bytes=path.stat().st_size)
+    assert {k: getattr(status, k) for k in expected} == expected
+    assert header.version == 3 and header.tensor_count == 1
+
+
+def test_arrays_are_skipped_with_their_length(tmp_path: Path) -> None:
+    with write(tmp_path, "llama", llama_8b).open("rb") as stream:
+        metadata = read_header(stream).metadata
+    assert metadata["tokenizer.ggml.tokens"] == ArrayOf(8, 5000)
+    assert metadata["tokenizer.ggml.scores"] == ArrayOf(6, 5000)
+
+
+def test_the_kv_cache_of_a_llama_8b_is_128_kib_per_token(tmp_path: Path) -> None:
+    """32 layers x 8 KV heads x (128 + 128) x 2 bytes: the planner's fitted curve agrees."""
+    with write(tmp_path, "llama", llama_8b).open("rb") as stream:
+        status = describe(read_header(stream), file="m", size_bytes=4_920_000_000)
+    estimate = estimate_from_file(status, context_tokens=8192)
+    assert estimate is not None
+    assert estimate.kv_cache_gib == pytest.approx(1.0)  # 128 KiB x 8192 tokens
+    assert estimate.weights_gib == pytest.approx(4.582, abs=1e-3)
+
+
+def test_without_head_counts_the_parameter_count_decides(tmp_path: Path) -> None:
+    with write(tmp_path, "llama", lambda w: None).open("rb") as stream:
+        status = describe(read_header(stream), file="m", size_bytes=1)
+    assert estimate_from_file(status, 4096) is None
+
+
+@pytest.mark.parametrize(("cut", "message"), [
+    (lambda data: b"GGML" + data[4:], "not a GGUF file"),
+    (lambda data: data[:4] + (9).to_bytes(4, "little") + data[8:], "GGUF version 9"),
+    (lambda data: data[:200], "the GGUF header ends early"),
+    (lambda data: data[:24] + (1 << 40).to_bytes(8, "little") + data[32:],
+     "claims 1099511627776 bytes"),
+    (lambda data: data[:16] + (1 << 20).to_bytes(8, "little") + data[24:], "claims 1048576 keys"),
+], ids=["magic", "version", "truncated", "huge-string", "huge-key-count"])
+def test_a_broken_header_is_refused_with_why(tmp_path: Path, cut: Callable[[bytes], bytes],
+                                             message: str) -> None:
+    path = write(tmp_path, "llama", llama_8b)
+    path.write_bytes(cut(path.read_bytes()))
+    with path.open("rb") as stream, pytest.raises(GgufError, match=message):
+        read_header(stream)
