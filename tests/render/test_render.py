@@ -6,10 +6,12 @@ import copy
 from pathlib import Path
 from typing import Any
 
+import click
 import pytest
 import yaml
 
 from llm_operator.api.validation import parse_llmmodel
+from llm_operator.cli.main import cli
 from llm_operator.profiles.settings import Settings
 from llm_operator.render import RenderError, render
 from llm_operator.render.workload import cpu_quantity
@@ -257,3 +259,27 @@ def test_the_gateways_network_policy_can_be_left_to_the_cluster() -> None:
     settings = Settings.model_validate({"gateway": {"networkPolicy": False}})
     doc = sample_doc("gpt55-remote")
     assert "NetworkPolicy" not in [o["kind"] for o in render(parse_llmmodel(doc), settings)]
+
+
+@pytest.mark.parametrize(("sample", "sha256", "init"), [
+    ("qwen35-9b-cpu", "ab" * 32, ["model-fetch", "model-verify", "model-prepare"]),
+    ("qwen35-9b-cpu", None, ["model-fetch", "model-verify", "model-prepare"]),
+    ("gemma4-31b-nvidia", None, ["model-fetch"]),  # safetensors for vLLM: no GGUF to check
+])
+def test_gguf_models_are_checked_between_download_and_serving(
+        sample: str, sha256: str | None, init: list[str]) -> None:
+    doc = sample_doc(sample)
+    if sha256:
+        doc["spec"].setdefault("modelSource", {"type": "huggingface"})["sha256"] = sha256
+    pod = next(o for o in render(parse_llmmodel(doc)) if o["kind"] == "Deployment")[
+        "spec"]["template"]["spec"]
+    assert [c["name"] for c in pod["initContainers"]] == init
+    if "model-verify" not in init:
+        return
+    verify = pod["initContainers"][1]
+    assert verify["image"] == Settings().images.operator
+    assert ("--sha256" in verify["command"]) is (sha256 is not None)
+    # the command is one `llmop model-verify` accepts (click raises on anything else)
+    command = cli.get_command(click.Context(cli), "model-verify")
+    assert command is not None and verify["command"][:2] == ["llmop", "model-verify"]
+    command.make_context("model-verify", verify["command"][2:])

@@ -25,6 +25,7 @@ from llm_operator.cli.gateway import gateway
 from llm_operator.cli.keys import keys
 from llm_operator.cli.loading import Document, load_documents, load_settings
 from llm_operator.cli.local import down, status, up
+from llm_operator.cli.verify import model_verify
 from llm_operator.profiles.planner import Plan, plan
 from llm_operator.profiles.settings import Settings
 from llm_operator.registry.query import ANY_PHASE, SERVING_PHASES, Query, select, summary
@@ -96,7 +97,7 @@ def _run(paths: tuple[str, ...], each: Callable[[Outcome], None]) -> int:
 
 # `llmop --help` lists commands in the order a newcomer needs them.
 COMMAND_ORDER = ("up", "chat", "status", "down", "validate", "plan", "render", "models", "crd",
-                 "operator", "gateway", "mcp", "keys")
+                 "operator", "gateway", "mcp", "keys", "model-verify")
 
 
 class Commands(click.Group):
@@ -532,7 +533,7 @@ def _cluster_models(namespace: str | None, selector: str) -> list[dict[str, Any]
         raise click.ClickException(f"cannot list LLMModels: {exc}") from None
 
 
-for command in (up, chat, status, down, gateway, keys):
+for command in (up, chat, status, down, gateway, keys, model_verify):
     cli.add_command(command)
 
 

@@ -7,9 +7,14 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from llm_operator.api.v1alpha1 import LLMModel
+from llm_operator.api.v1alpha1 import LLMModel, ModelFileStatus
 from llm_operator.profiles.engines import engine
-from llm_operator.profiles.planner import plan
+from llm_operator.profiles.planner import (
+    DEFAULT_CONTEXT_TOKENS,
+    GIB,
+    estimate_from_file,
+    plan,
+)
 from llm_operator.render.remote import gateway_route, owned_by
 
 LOCAL_ENGINES = ("llamacpp", "ollama")
@@ -171,6 +176,23 @@ def decide(model: LLMModel, machine: Machine, env: Collection[str]) -> Decision:
                          "(engineArgs ctx-size) or pick a smaller quantization")
     settings, ignored = _settings(model, machine)
     return LocalServe(model, tuple(settings.items()), tuple(ignored), round(need, 1))
+
+
+def file_does_not_fit(model: LLMModel, file: ModelFileStatus, machine: Machine) -> str | None:
+    """Why the model file itself is too big for this machine's RAM (None: it fits).
+
+    The same context as the planner, with the KV cache from the file's own header; the
+    parameter count in the spec may be wrong or absent.
+    """
+    verdict = plan(model)
+    context = verdict.estimate.context_tokens if verdict.estimate else DEFAULT_CONTEXT_TOKENS
+    need = estimate_from_file(file, context, on_accelerator=False)
+    if need is None or need.total_gib <= machine.memory_gib:
+        return None
+    return (f"{file.file} needs ~{need.total_gib:.1f} GiB of RAM at {context} tokens of "
+            f"context (from its header: {file.layers} layers, {file.size_bytes / GIB:.1f} GiB "
+            f"of weights) and this machine has {machine.memory_gib:.1f} GiB: lower the "
+            "context (engineArgs ctx-size) or pick a smaller quantization")
 
 
 @dataclass

@@ -19,11 +19,12 @@ from typing import Any
 import uvicorn
 from aiohttp import web
 
-from llm_operator.api.v1alpha1 import LLMModel
+from llm_operator.api.v1alpha1 import LLMModel, ModelFileStatus
 from llm_operator.api.validation import InvalidModel, object_label, parse_llmmodel
 from llm_operator.gateway.app import Gateway
 from llm_operator.gateway.config import ConfigError, parse_config
 from llm_operator.local.machine import detect
+from llm_operator.local.modelfile import ModelFileError, inspect
 from llm_operator.local.placement import (
     LOOPBACK,
     Decision,
@@ -32,6 +33,7 @@ from llm_operator.local.placement import (
     NotServed,
     RemoteProxy,
     arrange,
+    file_does_not_fit,
 )
 from llm_operator.local.process import Supervised, Timing
 from llm_operator.local.state import StateDir
@@ -90,6 +92,7 @@ class Entry:
     phase: str = "Pending"
     detail: str = ""
     progress: tuple[int, int | None] | None = None
+    model_file: ModelFileStatus | None = None  # what the GGUF header says, once checked
     supervised: Supervised | None = None
     task: asyncio.Task[None] | None = None
 
@@ -203,6 +206,8 @@ class Runtime:
                 "baseModel": is_base_model(entry.model),
                 "pid": entry.supervised.pid if entry.supervised else None,
                 "load": entry.load(),
+                "modelFile": entry.model_file.model_dump(by_alias=True, exclude_none=True)
+                if entry.model_file else None,
             })
         return {"pid": os.getpid(), "startedAt": self._started,
                 "directory": str(self.options.directory), "gateway": self.gateway_url,
@@ -425,17 +430,29 @@ class Runtime:
             entry.progress = (done, total)
             refresh()
 
-        source = entry.model.spec.model_source.python_package \
-            if entry.model.spec.model_source else None
+        source_spec = entry.model.spec.model_source
+        source = source_spec.python_package if source_spec else None
         changed("Starting", "locating the model file")
         try:
             path = await locate(entry.model, entry.file.parent, self.options.cache_dir,
                                 progress)
+            entry.progress = None
+            if source_spec and source_spec.sha256:
+                changed("Starting", f"checking {path.name} against modelSource.sha256")
+            entry.model_file = await asyncio.to_thread(
+                inspect, path, source_spec.sha256 if source_spec else None)
         except WeightsError as exc:
             log.error("%s: %s", name, exc)
             changed("Failed", str(exc))
             return
-        entry.progress = None
+        except ModelFileError as exc:
+            log.error("%s: %s: %s", name, exc.reason, exc)
+            changed("Failed", f"{exc.reason}: {exc}")
+            return
+        too_big = file_does_not_fit(entry.model, entry.model_file, self.machine)
+        if too_big is not None:
+            changed("Failed", too_big)
+            return
         argv = [self.options.python, "-m", ENGINE_MODULE,
                 *decision.server_args(str(path), entry.port),
                 "--max_queue", str(self.options.max_queue)]

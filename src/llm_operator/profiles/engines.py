@@ -12,6 +12,7 @@ PORT = 8000  # every engine serves its OpenAI-compatible API here
 CACHE_DIR = "/model-cache"
 SOURCE_DIR = f"{CACHE_DIR}/source"  # where the fetch step puts the weights
 GGUF_LINK = f"{CACHE_DIR}/model.gguf"  # the one GGUF file llama.cpp loads
+CHOSEN_GGUF = f"{CACHE_DIR}/.llmop-gguf"  # its path, written by the model-verify step
 OLLAMA_MODELS_DIR = f"{CACHE_DIR}/ollama"
 NON_ROOT_UID = 65532
 
@@ -164,13 +165,17 @@ def engine_arg_problems(spec: LLMModelSpec) -> list[str]:
 
 
 def prepare_script(spec: LLMModelSpec) -> str | None:
-    """Shell run in the engine image after the fetch: pick the GGUF / import it into Ollama."""
+    """Shell run in the engine image after the fetch and the check.
+
+    It serves the GGUF file the model-verify step chose (and checked), or imports it into
+    Ollama.
+    """
     if spec.inference_engine == "vllm":
         return None
     pick = (
         "set -eu\n"
-        f"f=$(find {SOURCE_DIR} -name '*.gguf' ! -name 'mmproj*' | sort | head -n 1)\n"
-        f'[ -n "$f" ] || {{ echo "no .gguf file was downloaded to {SOURCE_DIR}" >&2; exit 1; }}\n'
+        f"f=$(cat {CHOSEN_GGUF})\n"
+        f'[ -f "$f" ] || {{ echo "the checked GGUF file $f is gone" >&2; exit 1; }}\n'
     )
     if spec.inference_engine == "llamacpp":
         return pick + f'ln -sfn "$f" {GGUF_LINK}\necho "serving $f"\n'

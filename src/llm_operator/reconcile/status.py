@@ -9,7 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from llm_operator.api.v1alpha1 import Condition, LLMModel, LLMModelStatus, Phase
+from pydantic import ValidationError
+
+from llm_operator.api.v1alpha1 import Condition, LLMModel, LLMModelStatus, ModelFileStatus, Phase
 from llm_operator.api.validation import Problem
 
 # Container waiting reasons that mean "this replica is broken", not "still starting".
@@ -18,6 +20,9 @@ FAILING_WAITING = frozenset({
     "CreateContainerError", "InvalidImageName", "RunContainerError",
 })
 FETCH_CONTAINER = "model-fetch"
+VERIFY_CONTAINER = "model-verify"  # its termination message: status.model, or why not
+# model-verify's reasons: the file must never be served (-> phase Failed, not Degraded)
+FILE_REJECTED = frozenset({"ChecksumMismatch", "NotGGUF", "NoModelFile"})
 TIMEOUT_EXIT_CODE = 124  # coreutils timeout: the download exceeded downloadTimeoutSeconds
 SERVING_PHASES = frozenset({"Ready", "Proxying", "Degraded"})
 
@@ -82,15 +87,37 @@ class PodIssue:
             f" ({self.message})" if self.message else "")
 
 
+def merge_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """The JSON merge patch (RFC 7386) that turns ``old`` into ``new``.
+
+    Fields ``new`` lacks are sent as null, or a merge patch would leave them in place (a
+    model that stopped serving kept its endpoint).
+    """
+    patch: dict[str, Any] = {k: None for k in old if k not in new}
+    for key, value in new.items():
+        before = old.get(key)
+        if isinstance(value, dict) and isinstance(before, dict):
+            if before != value:
+                patch[key] = merge_patch(before, value)
+        elif value != before:
+            patch[key] = value
+    return patch
+
+
 @dataclass(frozen=True)
 class StatusUpdate:
     status: LLMModelStatus
     events: list[Event]
     changed: bool
+    previous: LLMModelStatus = field(default_factory=LLMModelStatus)
 
     def patch(self) -> dict[str, Any]:
         """The `status` body for a merge patch of the status subresource."""
-        return self.status.model_dump(by_alias=True, exclude_none=True, mode="json")
+        return merge_patch(self._wire(self.previous), self._wire(self.status))
+
+    @staticmethod
+    def _wire(status: LLMModelStatus) -> dict[str, Any]:
+        return status.model_dump(by_alias=True, exclude_none=True, mode="json")
 
 
 # --- reading pods ---------------------------------------------------------------------------
@@ -111,6 +138,12 @@ def _issue(pod: dict[str, Any], cs: dict[str, Any]) -> PodIssue | None:
     if terminated.get("reason") == "OOMKilled":
         return PodIssue(_name(pod), container, "OOMKilled",
                         "out of memory: raise resources.memoryGiB or lower the context")
+    if container == VERIFY_CONTAINER and terminated.get("exitCode") not in (None, 0):
+        reason, _, text = str(terminated.get("message", "")).strip().partition(": ")
+        if reason in FILE_REJECTED:
+            return PodIssue(_name(pod), container, reason, text[:600])
+        return PodIssue(_name(pod), container, "ModelCheckFailed",
+                        str(terminated.get("message", ""))[:300])
     if container == FETCH_CONTAINER and terminated.get("exitCode") == TIMEOUT_EXIT_CODE:
         return PodIssue(_name(pod), container, "DownloadTimedOut",
                         "the weights did not download within the operator's "
@@ -136,6 +169,22 @@ def pod_issues(pods: list[dict[str, Any]]) -> list[PodIssue]:
 def _downloading(pod: dict[str, Any]) -> bool:
     return any(cs.get("name") == FETCH_CONTAINER and "running" in (cs.get("state") or {})
                for cs in _statuses(pod, "initContainerStatuses"))
+
+
+def model_file(pods: list[dict[str, Any]]) -> ModelFileStatus | None:
+    """What model-verify read from the GGUF header (its termination message), if it ran."""
+    for pod in pods:
+        for cs in _statuses(pod, "initContainerStatuses"):
+            if cs.get("name") != VERIFY_CONTAINER:
+                continue
+            for state in (cs.get("state") or {}, cs.get("lastState") or {}):
+                terminated = state.get("terminated") or {}
+                if terminated.get("exitCode") == 0 and terminated.get("message"):
+                    try:
+                        return ModelFileStatus.model_validate_json(terminated["message"])
+                    except ValidationError:
+                        continue
+    return None
 
 
 def _unschedulable(pod: dict[str, Any]) -> str | None:
@@ -191,6 +240,8 @@ def _facts(model: LLMModel, obs: Observation) -> _Facts:
     elif ready >= 1:
         phase = "Degraded" if issues else serving
         message = f"{ready}/{desired} replicas ready" + (f"; failing: {summary}" if issues else "")
+    elif rejected := [i for i in issues if i.reason in FILE_REJECTED]:
+        phase, message = "Failed", f"the model file is not served: {rejected[0].message}"
     elif issues:
         phase, message = "Degraded", f"no replica ready; failing: {summary}"
     elif any(_downloading(p) for p in pods):
@@ -271,6 +322,7 @@ def compute_status(model: LLMModel, obs: Observation, endpoint: str, now: str) -
         requests_per_minute=obs.requests_per_minute,
         average_latency_ms=obs.average_latency_ms,
         observed_generation=generation,
+        model=model_file(obs.pods) or (old.model if facts.phase != "Failed" else None),
     )
     events: list[Event] = []
     if facts.phase != old.phase:
@@ -279,4 +331,4 @@ def compute_status(model: LLMModel, obs: Observation, endpoint: str, now: str) -
         events.append(Event(severity, facts.phase,
                             f"{old.phase or 'new'} -> {facts.phase}: {facts.message}"))
     changed = status.model_dump(mode="json") != old.model_dump(mode="json")
-    return StatusUpdate(status, events, changed)
+    return StatusUpdate(status, events, changed, old)

@@ -8,6 +8,7 @@ from llm_operator.api import labels as L
 from llm_operator.api.v1alpha1 import LLMModel, LLMModelSpec
 from llm_operator.profiles.engines import (
     CACHE_DIR,
+    CHOSEN_GGUF,
     NON_ROOT_UID,
     OLLAMA_MODELS_DIR,
     PORT,
@@ -27,6 +28,7 @@ from llm_operator.render.meta import (
 )
 
 COMPONENT = "inference"
+TERMINATION_LOG = "/dev/termination-log"
 SHM_SINGLE, SHM_MULTI = "16Gi", "64Gi"
 
 
@@ -107,6 +109,31 @@ def fetch_container(spec: LLMModelSpec, eng: EngineProfile, settings: Settings) 
     if env_from:
         container["envFrom"] = env_from
     return container
+
+
+VERIFY_CONTAINER = "model-verify"
+
+
+def verify_container(spec: LLMModelSpec, settings: Settings) -> dict[str, Any]:
+    """Init container (the operator's image) that checks the downloaded GGUF file.
+
+    It picks the file, checks it against modelSource.sha256 and reads its header; the
+    operator reads the result from the container's termination message into status.model.
+    """
+    sha = spec.model_source.sha256 if spec.model_source else None
+    return {
+        "name": VERIFY_CONTAINER,
+        "image": settings.images.operator,
+        "imagePullPolicy": settings.images.pull_policy,
+        "command": ["llmop", "model-verify", "--dir", SOURCE_DIR, "--choose", CHOSEN_GGUF,
+                    "--termination-log", TERMINATION_LOG, *(["--sha256", sha] if sha else [])],
+        "env": [{"name": "HOME", "value": "/tmp"}],
+        "terminationMessagePath": TERMINATION_LOG,
+        "resources": {"requests": {"cpu": "250m", "memory": "128Mi"},
+                      "limits": {"memory": "256Mi"}},
+        "volumeMounts": [{"name": "model-cache", "mountPath": CACHE_DIR}],
+        "securityContext": restricted_container_security(non_root=True),
+    }
 
 
 def prepare_container(spec: LLMModelSpec, image: str, settings: Settings) -> dict[str, Any] | None:
@@ -208,6 +235,8 @@ def inference_deployment(
             non_root=eng.runs_as_non_root, add=vp.capabilities_add if on_accel else ()),
     }
     init = [fetch_container(spec, eng, settings)]
+    if _wants_gguf(spec, eng):
+        init.append(verify_container(spec, settings))
     prepare = prepare_container(spec, image, settings)
     if prepare:
         init.append(prepare)

@@ -1,0 +1,89 @@
+"""`llmop model-verify`: what the model-verify init container does, on real GGUF files."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+from click.testing import CliRunner, Result
+
+from llm_operator.cli.main import cli
+from llm_operator.local.modelfile import MARKER_SUFFIX
+
+
+def gguf_file(path: Path, layers: int = 4) -> Path:
+    """A small GGUF written by llama.cpp's own gguf package."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_name("tiny")
+    writer.add_block_count(layers)
+    writer.add_embedding_length(64)
+    writer.add_head_count(4)
+    writer.add_head_count_kv(2)
+    writer.add_file_type(7)
+    writer.add_tensor("token_embd.weight", np.ones((16, 4), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def run(*args: str) -> Result:
+    return CliRunner().invoke(cli, ["model-verify", *args])
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_file_that_matches_prints_its_facts_and_reports_them(tmp_path: Path) -> None:
+    model = gguf_file(tmp_path / "source" / "tiny-Q8_0.gguf")
+    gguf_file(tmp_path / "source" / "mmproj-tiny.gguf")  # a projector is never the model
+    log, chosen = tmp_path / "termination-log", tmp_path / "chosen"
+    result = run("--dir", str(tmp_path / "source"), "--sha256", sha(model).upper(),
+                 "--choose", str(chosen), "--termination-log", str(log))
+    assert result.exit_code == 0, result.output
+    facts = json.loads(result.output)
+    assert facts == json.loads(log.read_text())
+    assert (facts["file"], facts["layers"], facts["headCountKV"], facts["quantization"]) == \
+        ("tiny-Q8_0.gguf", 4, 2, "Q8_0")
+    assert facts["sha256"] == sha(model) and chosen.read_text() == str(model)
+
+
+def test_a_mismatch_exits_1_and_says_why_in_the_termination_message(tmp_path: Path) -> None:
+    model = gguf_file(tmp_path / "m.gguf")
+    log = tmp_path / "termination-log"
+    result = run(str(model), "--sha256", "0" * 64, "--termination-log", str(log))
+    assert result.exit_code == 1
+    assert log.read_text().startswith(f"ChecksumMismatch: m.gguf has SHA-256 {sha(model)}; "
+                                      f"modelSource.sha256 expects {'0' * 64}")
+
+
+def test_a_checked_file_is_not_hashed_again_until_it_changes(tmp_path: Path) -> None:
+    model = gguf_file(tmp_path / "m.gguf")
+    assert run(str(model), "--sha256", sha(model)).exit_code == 0
+    marker = model.with_name(model.name + MARKER_SUFFIX)
+    assert marker.read_text().endswith(sha(model))
+    marker.write_text(marker.read_text().rsplit(" ", 1)[0] + " " + "f" * 64)  # a forged digest
+    assert run(str(model), "--sha256", "f" * 64).exit_code == 0  # trusted: the file is as hashed
+    gguf_file(model, layers=5)  # rewritten: the marker no longer describes it
+    assert run(str(model), "--sha256", "f" * 64).exit_code == 1
+
+
+@pytest.mark.parametrize(("setup", "args", "message"), [
+    (lambda d: (d / "source").mkdir(), ["--dir", "{d}/source"], "NoModelFile: no .gguf file"),
+    (lambda d: (d / "x.gguf").write_bytes(b"GGML" + bytes(64)), ["{d}/x.gguf"],
+     "NotGGUF: x.gguf: not a GGUF file"),
+    (lambda d: None, ["{d}/absent.gguf"], "NoModelFile: {d}/absent.gguf does not exist"),
+])
+def test_what_must_not_be_served_is_named(tmp_path: Path, setup: object, args: list[str],
+                                          message: str) -> None:
+    setup(tmp_path)  # type: ignore[operator]
+    result = run(*[a.format(d=tmp_path) for a in args])
+    assert result.exit_code == 1
+    assert message.format(d=tmp_path) in result.output
