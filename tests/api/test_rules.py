@@ -45,6 +45,8 @@ def _patch(doc: dict[str, Any], spec: dict[str, Any], name: str | None = None) -
     return out
 
 
+LLAMA_CPU = {"acceleratorVendor": "cpu", "inferenceEngine": "llamacpp",
+             "quantization": "GGUF-Q4_K_M", "resources": {"acceleratorCount": 0}}
 REMOTE = {"deploymentMode": "remote", "modelId": "gpt-5.5", "totalParametersBillions": None,
           "remoteApi": {"baseUrl": "https://api.openai.com/v1", "apiKeySecret": "k"}}
 
@@ -105,6 +107,25 @@ CASES: list[tuple[str, dict[str, Any], set[str]]] = [
     ("Anthropic's native API", {**REMOTE, "remoteApi": {
         "api": "anthropic", "baseUrl": "https://api.anthropic.com/v1", "apiKeySecret": "k"}},
      set()),
+    ("llama.cpp settings", {**LLAMA_CPU, "llamaCpp": {
+        "parallelSlots": 4, "flashAttention": True, "mlock": True}}, set()),
+    ("llama.cpp settings on vLLM", {"llamaCpp": {"mlock": True}},
+     {"llamacpp-settings-need-llamacpp"}),
+    ("llama.cpp settings twice", {**LLAMA_CPU, "llamaCpp": {"flashAttention": True},
+                                  "engineArgs": {"flash-attn": "on"}},
+     {"llamacpp-settings-not-in-engine-args"}),
+    ("pod labels and annotations", {
+        "podLabels": {"team": "search", "cost.example.com/center": "c-42"},
+        "podAnnotations": {"prometheus.io/scrape": "false", "example.com/owner": "a b"},
+        "runtimeClassName": "nvidia"}, set()),
+    ("a pod label the operator sets", {"podLabels": {"app.kubernetes.io/name": "x"}},
+     {"pod-label-keys"}),
+    ("a pod label key with a space", {"podLabels": {"my team": "x"}}, {"pod-label-keys"}),
+    ("a pod label name over 63", {"podLabels": {"a" * 64: "x"}}, {"pod-label-keys"}),
+    ("a pod annotation the operator sets", {"podAnnotations": {"ai.example.io/vendor": "x"}},
+     {"pod-annotation-keys"}),
+    ("runtime class on a remote model", {**REMOTE, "runtimeClassName": "nvidia"},
+     {"runtime-class-for-local-models"}),
     ("remote ignores local rules", {**REMOTE, "acceleratorVendor": "cpu",
                                     "resources": {"acceleratorCount": 0}}, set()),
     ("two rules at once", {"acceleratorVendor": "cpu", "scaling": {"minReplicas": 9}},

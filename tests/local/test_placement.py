@@ -50,8 +50,9 @@ def test_the_embedded_default_is_served_with_its_engine_args_translated() -> Non
     ({}, "llamacpp", {"n_ctx": "32768"}, ()),  # the context window, as in a cluster
     ({"threads": "6", "flash-attn": "true"}, "llamacpp",
      {"n_threads": "6", "flash_attn": "true"}, ()),
-    ({"num-ctx": "8192", "num-parallel": "4"}, "ollama", {"n_ctx": "8192"}, ("num-parallel",)),
-    ({"metrics": "true"}, "llamacpp", {}, ("metrics",)),
+    ({"num-ctx": "8192", "num-parallel": "4"}, "ollama", {"n_ctx": "8192"},
+     ("engineArgs.num-parallel",)),
+    ({"metrics": "true"}, "llamacpp", {}, ("engineArgs.metrics",)),
     ({"n-predict": "64"}, "llamacpp", {"default_max_tokens": "64"}, ()),  # llama-server's
     ({"num-predict": "32"}, "ollama", {"default_max_tokens": "32"}, ()),  # Ollama's
 ])
@@ -171,3 +172,18 @@ def test_the_file_itself_must_fit_the_machine(file: ModelFileStatus, memory_gib:
     assert (reason is None) is (words is None)
     if words is not None:
         assert reason is not None and reason.startswith(words)
+
+
+@pytest.mark.parametrize(("llama_cpp", "settings", "ignored"), [
+    ({"flashAttention": True, "mlock": True}, {"flash_attn": "true", "use_mlock": "true"}, ()),
+    ({"flashAttention": False}, {"flash_attn": "false"}, ()),
+    ({"parallelSlots": 4}, {}, ("llamaCpp.parallelSlots",)),  # one request at a time here
+    ({"parallelSlots": 1}, {}, ()),
+])
+def test_llama_cpp_settings_map_to_the_engine(llama_cpp: dict[str, Any],
+                                              settings: dict[str, str],
+                                              ignored: tuple[str, ...]) -> None:
+    decision = decide(gemma(llamaCpp=llama_cpp), LAPTOP, env=())
+    assert isinstance(decision, LocalServe)
+    assert dict(decision.settings).items() >= settings.items()
+    assert decision.ignored == ignored

@@ -123,6 +123,14 @@ VERDICTS = [
     ("tp larger than count", {"engineArgs": {"tensor-parallel-size": "2"},
                               "resources": {"vramPerAcceleratorGiB": 80}},
      "does-not-fit", 1, "tensor-parallel-size 2"),
+    ("mlock with too little RAM for the weights", {
+        "inferenceEngine": "llamacpp", "quantization": "GGUF-Q8_0", "llamaCpp": {"mlock": True},
+        "resources": {"vramPerAcceleratorGiB": 80, "memoryGiB": 8}},
+     "does-not-fit", 1, "llamaCpp.mlock pins the ~8.9 GiB of weights in RAM but "
+     "resources.memoryGiB is 8: raise it to 11 or turn mlock off"),
+    ("mlock with room for the weights", {
+        "inferenceEngine": "llamacpp", "quantization": "GGUF-Q8_0", "llamaCpp": {"mlock": True},
+        "resources": {"vramPerAcceleratorGiB": 80, "memoryGiB": 48}}, "fits", 1, "usable"),
 ]
 
 
@@ -166,3 +174,14 @@ def test_plan_json_has_the_documented_fields(base_local: dict[str, Any]) -> None
     out = plan(_model(base_local)).to_dict()
     assert {"name", "estimatedMemoryGiB", "acceleratorCount", "tensorParallelSize", "verdict",
             "reason"} <= set(out)
+
+
+@pytest.mark.parametrize(("slots", "tokens"), [(None, 16384), (1, 16384), (4, 65536)])
+def test_each_llama_cpp_slot_holds_a_full_context(base_local: dict[str, Any],
+                                                   slots: int | None, tokens: int) -> None:
+    model = _model(base_local, acceleratorVendor="cpu", inferenceEngine="llamacpp",
+                   quantization="GGUF-Q4_K_M", contextWindowK=16,
+                   llamaCpp={"parallelSlots": slots} if slots else None,
+                   resources={"acceleratorCount": 0, "memoryGiB": 64})
+    estimate = plan(model).estimate
+    assert estimate is not None and estimate.context_tokens == tokens

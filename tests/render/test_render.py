@@ -283,3 +283,51 @@ def test_gguf_models_are_checked_between_download_and_serving(
     command = cli.get_command(click.Context(cli), "model-verify")
     assert command is not None and verify["command"][:2] == ["llmop", "model-verify"]
     command.make_context("model-verify", verify["command"][2:])
+
+
+def _pod_template(doc: dict[str, Any]) -> dict[str, Any]:
+    template: dict[str, Any] = next(o for o in render(parse_llmmodel(doc))
+                                    if o["kind"] == "Deployment")["spec"]["template"]
+    return template
+
+
+@pytest.mark.parametrize(("llama_cpp", "engine_args", "flags"), [
+    ({"parallelSlots": 4}, None, ["--ctx-size", "131072", "--parallel", "4"]),  # 4 x 32K
+    ({"parallelSlots": 2}, {"ctx-size": "4096"}, ["--ctx-size", "8192", "--parallel", "2"]),
+    ({"flashAttention": True, "mlock": True}, None,
+     ["--ctx-size", "32768", "--flash-attn", "on", "--mlock"]),
+    ({"flashAttention": False}, None, ["--ctx-size", "32768", "--flash-attn", "off"]),
+    (None, {"ctx-size": "4096"}, ["--ctx-size", "4096"]),
+])
+def test_llama_cpp_settings_become_server_flags(llama_cpp: dict[str, Any] | None,
+                                                engine_args: dict[str, str] | None,
+                                                flags: list[str]) -> None:
+    doc = sample_doc("llama-cpu-s3")
+    doc["spec"]["engineArgs"] = engine_args
+    doc["spec"]["llamaCpp"] = llama_cpp
+    doc["spec"]["resources"]["memoryGiB"] = 64  # four slots of 32K need the room
+    args = _pod_template(doc)["spec"]["containers"][0]["args"]
+    picked = [a for i, a in enumerate(args) if a in {
+        "--ctx-size", "--parallel", "--flash-attn", "--mlock"} or (
+        i and args[i - 1] in {"--ctx-size", "--parallel", "--flash-attn"})]
+    assert picked == flags
+
+
+@pytest.mark.parametrize("sample", ["llama-cpu-s3", "gpt55-remote"])
+def test_pod_labels_and_annotations_join_ours_and_ours_win(sample: str) -> None:
+    doc = sample_doc(sample)
+    doc["spec"]["podLabels"] = {"team": "search"}
+    doc["spec"]["podAnnotations"] = {"example.com/owner": "me", "prometheus.io/scrape": "false"}
+    template = _pod_template(doc)
+    assert template["metadata"]["labels"]["team"] == "search"
+    assert template["metadata"]["annotations"]["example.com/owner"] == "me"
+    assert template["metadata"]["annotations"]["prometheus.io/scrape"] == "true"  # ours
+    assert "runtimeClassName" not in template["spec"]
+    for obj in render(parse_llmmodel(doc)):
+        assert validate_object(obj) == []
+
+
+def test_runtime_class_reaches_the_inference_pods() -> None:
+    doc = sample_doc("gemma4-31b-nvidia")
+    doc["spec"]["runtimeClassName"] = "nvidia"
+    assert _pod_template(doc)["spec"]["runtimeClassName"] == "nvidia"

@@ -7,7 +7,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from llm_operator.api.v1alpha1 import LLMModel, LLMModelSpec
+from llm_operator.api.v1alpha1 import (
+    LABEL_KEY,
+    RESERVED_POD_KEY_PREFIXES,
+    LLMModel,
+    LLMModelSpec,
+)
 
 HF_REPO = r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9._-]+$"
 # The CRD has no default for these two (remote models have neither): CEL reads the default
@@ -59,6 +64,13 @@ GEMINI_MESSAGE = (
 GEMINI_NATIVE_MESSAGE = (
     "remoteApi.baseUrl: with remoteApi.api gemini, use Google's native API "
     "https://generativelanguage.googleapis.com/v1beta, not its OpenAI-compatible /openai path")
+
+
+LLAMACPP_FLAGS = ("parallel", "np", "flash-attn", "fa", "mlock", "no-mlock")
+
+
+def _pod_key(key: str, reserved: tuple[str, ...]) -> bool:
+    return re.match(LABEL_KEY, key) is not None and not key.startswith(reserved)
 
 
 def _local(spec: LLMModelSpec) -> bool:
@@ -148,6 +160,58 @@ RULES: tuple[Rule, ...] = (
         "or ollama, or a GGUF-* quantization",
         holds=lambda s: s.model_source is None or s.model_source.sha256 is None
         or s.inference_engine in {"llamacpp", "ollama"} or s.quantization.startswith("GGUF-"),
+    ),
+    Rule(
+        id="llamacpp-settings-need-llamacpp",
+        location="spec",
+        field=".llamaCpp",
+        cel=f"!has(self.llamaCpp) || (self.deploymentMode == 'local' && {ENGINE} == 'llamacpp')",
+        message="llamaCpp settings apply to inferenceEngine llamacpp only: remove llamaCpp or "
+        "use the llamacpp engine",
+        holds=lambda s: s.llama_cpp is None or (_local(s) and s.inference_engine == "llamacpp"),
+    ),
+    Rule(
+        id="llamacpp-settings-not-in-engine-args",
+        location="spec",
+        field=".engineArgs",
+        cel="!has(self.llamaCpp) || !has(self.engineArgs) || "
+        f"!{list(LLAMACPP_FLAGS)}.exists(k, k in self.engineArgs)",
+        message="with llamaCpp set, engineArgs must not also set "
+        f"{', '.join(LLAMACPP_FLAGS)}: use llamaCpp.parallelSlots, flashAttention and mlock",
+        holds=lambda s: s.llama_cpp is None
+        or not set(LLAMACPP_FLAGS) & set(s.engine_args or {}),
+    ),
+    Rule(
+        id="pod-label-keys",
+        location="spec",
+        field=".podLabels",
+        cel="!has(self.podLabels) || self.podLabels.all(k, k.matches('" + LABEL_KEY
+        + "') && !k.startsWith('ai.example.io/') && !k.startsWith('app.kubernetes.io/'))",
+        message="podLabels: each key must be a label key (an optional DNS prefix and /, then "
+        "up to 63 letters, digits, - _ .) outside ai.example.io/ and app.kubernetes.io/, "
+        "which the operator sets",
+        holds=lambda s: all(_pod_key(k, RESERVED_POD_KEY_PREFIXES)
+                            for k in s.pod_labels or {}),
+    ),
+    Rule(
+        id="pod-annotation-keys",
+        location="spec",
+        field=".podAnnotations",
+        cel="!has(self.podAnnotations) || self.podAnnotations.all(k, k.matches('"
+        + LABEL_KEY + "') && !k.startsWith('ai.example.io/'))",
+        message="podAnnotations: each key must be an annotation key (an optional DNS prefix "
+        "and /, then up to 63 letters, digits, - _ .) outside ai.example.io/, which the "
+        "operator sets",
+        holds=lambda s: all(_pod_key(k, ("ai.example.io/",)) for k in s.pod_annotations or {}),
+    ),
+    Rule(
+        id="runtime-class-for-local-models",
+        location="spec",
+        field=".runtimeClassName",
+        cel="!has(self.runtimeClassName) || self.deploymentMode == 'local'",
+        message="runtimeClassName applies to the inference pods of local models; a remote "
+        "model's gateway runs in the default runtime",
+        holds=lambda s: s.runtime_class_name is None or _local(s),
     ),
     Rule(
         id="accelerator-count-zero-only-for-cpu",

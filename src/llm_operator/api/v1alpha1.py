@@ -54,6 +54,13 @@ PYPI_NAME = r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$"  # PEP 508 distributio
 S3_BUCKET = r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"
 NO_WHITESPACE = r"^\S+$"
 SHA256_HEX = r"^[a-f0-9]{64}$"
+# Kubernetes label keys (optional DNS-subdomain prefix, name of 63) and label values;
+# [.] rather than \. so that the pattern can sit in a CEL string literal as it is.
+LABEL_KEY = (r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+             r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
+# Keys the operator sets on pods itself: not for podLabels / podAnnotations.
+RESERVED_POD_KEY_PREFIXES = ("ai.example.io/", "app.kubernetes.io/")
 
 SecretName = Annotated[
     str, Field(min_length=1, max_length=253, pattern=DNS1123_SUBDOMAIN,
@@ -219,6 +226,20 @@ def _defaults(section: type[_Wire]) -> dict[str, Any]:
     return section().model_dump(by_alias=True, exclude_none=True, mode="json")
 
 
+class LlamaCppSpec(_Wire):
+    """llama.cpp server settings (inferenceEngine llamacpp), instead of their engineArgs."""
+
+    parallel_slots: int | None = Field(
+        None, ge=1, le=64, description="Requests served at once (llama-server --parallel). "
+        "Each slot gets the full context, so the KV cache (and the planner's estimate) grows "
+        "with the slots.")
+    flash_attention: bool | None = Field(
+        None, description="Flash attention (--flash-attn on/off); unset: llama.cpp decides.")
+    mlock: bool | None = Field(
+        None, description="Pin the weights in RAM (--mlock): no swapping, but memoryGiB must "
+        "hold them (the planner checks).")
+
+
 class LLMModelSpec(_Wire):
     """Desired state of an LLMModel."""
 
@@ -305,6 +326,21 @@ class LLMModelSpec(_Wire):
         description="MCP tool publication.",
         json_schema_extra={"default": _defaults(McpExposureSpec)},
     )
+    llama_cpp: LlamaCppSpec | None = Field(
+        None, alias="llamaCpp", description="llama.cpp settings (inferenceEngine llamacpp).")
+    pod_labels: dict[Annotated[str, Field(max_length=317)],
+                     Annotated[str, Field(max_length=63, pattern=LABEL_VALUE)]] | None = Field(
+        None, max_length=64, description="Extra labels on the model's pods (inference or "
+        "gateway), e.g. for cost allocation. Keys under ai.example.io/ and app.kubernetes.io/ "
+        "are the operator's.")
+    pod_annotations: dict[Annotated[str, Field(max_length=317)],
+                          Annotated[str, Field(max_length=4096)]] | None = Field(
+        None, max_length=64, description="Extra annotations on the model's pods; where the "
+        "operator sets the same key (prometheus.io/*) its value wins. Keys under "
+        "ai.example.io/ are the operator's.")
+    runtime_class_name: str | None = Field(
+        None, max_length=253, pattern=DNS1123_SUBDOMAIN,
+        description="RuntimeClass of the inference pods, e.g. nvidia (local models).")
 
     @field_validator("domains")
     @classmethod

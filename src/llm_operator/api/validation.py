@@ -15,6 +15,7 @@ from llm_operator.api.v1alpha1 import (
     DNS1123_SUBDOMAIN,
     HTTP_URL,
     KIND,
+    LABEL_VALUE,
     MCP_TOOL_NAME,
     NO_WHITESPACE,
     S3_BUCKET,
@@ -29,6 +30,8 @@ PATTERN_HINTS = {
     HTTP_URL: "an http:// or https:// URL",
     S3_BUCKET: "an S3 bucket name (3-63 lowercase letters, digits, '.' and '-')",
     NO_WHITESPACE: "a single word without spaces",
+    LABEL_VALUE: "a label value (up to 63 letters, digits, '-', '_' and '.', starting and "
+    "ending with a letter or digit)",
 }
 
 

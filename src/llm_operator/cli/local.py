@@ -211,7 +211,7 @@ def _dry_run(folder: Path, console: Console) -> None:
     for decision in arrange([m for m, _ in models], machine, os.environ.keys()).decisions:
         name = decision.model.name
         if isinstance(decision, LocalServe):
-            ignored = f"; engineArgs ignored here: {', '.join(decision.ignored)}" \
+            ignored = f"; ignored here: {', '.join(decision.ignored)}" \
                 if decision.ignored else ""
             settings = " ".join(f"{k}={v}" for k, v in decision.settings)
             console.print(f"[green]serve[/]   {name}: llama.cpp, ~{decision.estimated_gib} GiB "

@@ -125,7 +125,14 @@ def _settings(model: LLMModel, machine: Machine) -> tuple[dict[str, str], list[s
         if key in table:
             settings[table[key]] = value
         else:
-            ignored.append(key)
+            ignored.append(f"engineArgs.{key}")
+    if spec.llama_cpp is not None:
+        if spec.llama_cpp.flash_attention is not None:
+            settings["flash_attn"] = str(spec.llama_cpp.flash_attention).lower()
+        if spec.llama_cpp.mlock is not None:
+            settings["use_mlock"] = str(spec.llama_cpp.mlock).lower()
+        if spec.llama_cpp.parallel_slots not in (None, 1):
+            ignored.append("llamaCpp.parallelSlots")  # the engine answers one at a time
     context = engine(spec.inference_engine).served_context_tokens(spec)
     if "n_ctx" not in settings and context:
         settings["n_ctx"] = str(context)

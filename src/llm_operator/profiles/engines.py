@@ -106,6 +106,27 @@ def engine(name: str) -> EngineProfile:
         raise KeyError(f"unknown inferenceEngine {name!r}; valid values: {valid}") from None
 
 
+def parallel_slots(spec: LLMModelSpec) -> int:
+    """Requests llama.cpp serves at once; each holds a full context in the KV cache."""
+    slots = spec.llama_cpp.parallel_slots if spec.llama_cpp else None
+    return slots or 1
+
+
+def _llamacpp_settings(spec: LLMModelSpec) -> list[str]:
+    """spec.llamaCpp as llama-server flags."""
+    settings = spec.llama_cpp
+    if settings is None:
+        return []
+    out = []
+    if settings.parallel_slots:
+        out += ["--parallel", str(settings.parallel_slots)]
+    if settings.flash_attention is not None:
+        out += ["--flash-attn", "on" if settings.flash_attention else "off"]
+    if settings.mlock:
+        out.append("--mlock")
+    return out
+
+
 def serve(spec: LLMModelSpec, on_accelerator: bool) -> Serve:
     """The serving container for a local model whose weights are already in the cache."""
     args = spec.engine_args or {}
@@ -122,14 +143,19 @@ def serve(spec: LLMModelSpec, on_accelerator: bool) -> Serve:
         )
     if spec.inference_engine == "llamacpp":
         extra = []
-        if "ctx-size" not in args and spec.context_window_k:
-            extra += ["--ctx-size", str(spec.context_window_k * 1024)]
+        context = LLAMACPP.served_context_tokens(spec)
+        slots = parallel_slots(spec)
+        if context and (slots > 1 or "ctx-size" not in args):
+            # llama.cpp splits --ctx-size among the slots: give each one the whole context
+            extra += ["--ctx-size", str(context * slots)]
+            args = {k: v for k, v in args.items() if k != "ctx-size"}
         if on_accelerator and "n-gpu-layers" not in args:
             extra += ["--n-gpu-layers", "999"]
         return Serve(
             command=("/app/llama-server",),
             args=("--model", GGUF_LINK, "--alias", spec.model_id, "--host", "0.0.0.0",
-                  "--port", str(PORT), "--metrics", *extra, *flag_args(args)),
+                  "--port", str(PORT), "--metrics", *extra, *_llamacpp_settings(spec),
+                  *flag_args(args)),
             env=(("HOME", "/tmp"),),
         )
     env = [("OLLAMA_HOST", f"0.0.0.0:{PORT}"), ("OLLAMA_MODELS", OLLAMA_MODELS_DIR),

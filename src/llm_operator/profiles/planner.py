@@ -8,7 +8,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from llm_operator.api.v1alpha1 import LLMModel, LLMModelSpec, ModelFileStatus
-from llm_operator.profiles.engines import engine
+from llm_operator.profiles.engines import engine, parallel_slots
 from llm_operator.profiles.vendors import VENDORS, Accelerator, vendor
 
 GIB = 1024**3
@@ -162,7 +162,8 @@ def plan(model: LLMModel, min_cache_gib: int = 20) -> Plan:
         return Plan(name, "remote", "fits",
                     f"remote model served by {host}: no accelerator memory needed")
     eng = engine(spec.inference_engine)
-    context = eng.served_context_tokens(spec) or DEFAULT_CONTEXT_TOKENS
+    # KV cache for every llama.cpp slot: each holds a full context
+    context = (eng.served_context_tokens(spec) or DEFAULT_CONTEXT_TOKENS) * parallel_slots(spec)
     vp = vendor(spec.accelerator_vendor)
     on_accel = vp.resource_key is not None
     est = estimate_memory(spec.total_parameters_billions or 0.0, spec.active_parameters_billions,
@@ -179,6 +180,11 @@ def plan(model: LLMModel, min_cache_gib: int = 20) -> Plan:
     card = vp.find_accelerator(preferred)
     base = Plan(name, "local", "fits", "", estimate=est, cache_size_gib=cache,
                 accelerator_count=count)
+    if spec.llama_cpp and spec.llama_cpp.mlock and est.weights_gib > spec.resources.memory_gi_b:
+        return replace(base, verdict="does-not-fit", reason=(
+            f"llamaCpp.mlock pins the ~{est.weights_gib:.1f} GiB of weights in RAM but "
+            f"resources.memoryGiB is {spec.resources.memory_gi_b}: raise it to "
+            f"{math.ceil(est.weights_gib / HEADROOM)} or turn mlock off"))
 
     other = _card_of_other_vendor(preferred, vp.name) if card is None else None
     if other is not None:

@@ -38,6 +38,20 @@ def child_labels(model: LLMModel, component: str) -> dict[str, str]:
     }
 
 
+def pod_metadata(model: LLMModel, labels: dict[str, str], annotations: dict[str, str]
+                 ) -> dict[str, Any]:
+    """A pod template's metadata: the spec's podLabels and podAnnotations under ours.
+
+    On a shared key the operator's value wins (its selectors and scrape settings must hold).
+    """
+    merged_labels = {**(model.spec.pod_labels or {}), **labels}
+    merged_annotations = {**(model.spec.pod_annotations or {}), **annotations}
+    meta: dict[str, Any] = {"labels": merged_labels}
+    if merged_annotations:
+        meta["annotations"] = merged_annotations
+    return meta
+
+
 def metadata(
     model: LLMModel,
     name: str,

@@ -18,6 +18,7 @@ from llm_operator.render.meta import (
     config_map_name,
     content_hash,
     metadata,
+    pod_metadata,
     restricted_container_security,
     selector_labels,
 )
@@ -151,11 +152,9 @@ def gateway_deployment(
             "revisionHistoryLimit": 3,
             "selector": {"matchLabels": selector_labels(model)},
             "template": {
-                "metadata": {"labels": template_labels,
-                             "annotations": {L.CONFIG_HASH: content_hash(config["data"]),
-                                             L.PROMETHEUS_SCRAPE: "true",
-                                             L.PROMETHEUS_PORT: str(PORT),
-                                             L.PROMETHEUS_PATH: "/metrics"}},
+                "metadata": pod_metadata(model, template_labels, {
+                    L.CONFIG_HASH: content_hash(config["data"]), L.PROMETHEUS_SCRAPE: "true",
+                    L.PROMETHEUS_PORT: str(PORT), L.PROMETHEUS_PATH: "/metrics"}),
                 "spec": pod,
             },
         },

@@ -22,6 +22,7 @@ from llm_operator.profiles.vendors import VendorProfile
 from llm_operator.render.meta import (
     child_labels,
     metadata,
+    pod_metadata,
     pvc_name,
     restricted_container_security,
     selector_labels,
@@ -265,9 +266,10 @@ def inference_deployment(
         pod_annotations = {L.PROMETHEUS_SCRAPE: "true", L.PROMETHEUS_PORT: str(PORT),
                            L.PROMETHEUS_PATH: eng.metrics_path}
     extra: dict[str, str] = {L.ENGINE: spec.inference_engine, L.VENDOR: spec.accelerator_vendor}
-    template_meta: dict[str, Any] = {"labels": {**child_labels(model, COMPONENT), **extra}}
-    if pod_annotations:
-        template_meta["annotations"] = pod_annotations
+    template_meta = pod_metadata(model, {**child_labels(model, COMPONENT), **extra},
+                                 pod_annotations)
+    if spec.runtime_class_name:
+        pod["runtimeClassName"] = spec.runtime_class_name
     deploy_spec: dict[str, Any] = {
         "revisionHistoryLimit": 3,
         "selector": {"matchLabels": selector_labels(model)},
