@@ -48,7 +48,7 @@ def test_malformed_yaml_names_the_line() -> None:
 def test_samples_validate_cleanly() -> None:
     code, out, err = run("validate", "-f", str(SAMPLES))
     assert (code, err) == (0, "")
-    assert out.count("ok ") == 11
+    assert out.count("ok ") == 12
 
 
 def test_render_outputs_valid_models_and_fails_for_the_rest() -> None:

@@ -166,7 +166,9 @@ async def test_status_follows_the_pods_the_controller_manager_creates(
         assert ready["status"]["currentReplicas"] == 1
         assert ready["status"]["acceleratorNodes"] == [node]
         await set_pod(kube, pod, ready=False, waiting="CrashLoopBackOff")
-        degraded = await until(kube, API, "llmmodels", namespace, name, phase_is("Degraded"))
+        degraded = await until(kube, API, "llmmodels", namespace, name, lambda o: bool(
+            o and (o.get("status") or {}).get("phase") == "Degraded"
+            and o["status"].get("currentReplicas") == 0))  # once the ReplicaSet counts it
         assert degraded is not None
         assert "CrashLoopBackOff" in str(degraded["status"]["conditions"])
         assert "endpoint" not in degraded["status"]  # no replica serves: no endpoint
