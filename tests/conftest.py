@@ -80,7 +80,19 @@ def apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane
         plane.start_controller_manager()
         plane.wait_allowed("system:serviceaccount:llm-operator-system:llm-operator",
                            "watch", "llmmodels.ai.example.io")
+        for name, labels, resource in ACCELERATOR_NODES:  # room for every sample at once
+            plane.add_node(name, labels, {resource: "64", "cpu": "256", "memory": "2Ti"})
         yield plane
+
+
+# One large node per accelerator vendor in the session's control plane, labelled as the
+# vendors' device plugins and feature discovery label theirs: the GPU queue admits samples.
+ACCELERATOR_NODES = (
+    ("accel-nvidia", {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.memory": "196608",
+                      "nvidia.com/gpu.product": "NVIDIA-B200"}, "nvidia.com/gpu"),
+    ("accel-amd", {"amd.com/gpu.present": "true"}, "amd.com/gpu"),
+    ("accel-gaudi", {"habana.ai/gaudi": "true"}, "habana.ai/gaudi"),
+)
 
 
 @pytest.fixture

@@ -296,6 +296,21 @@ class ControlPlane:
             raise AssertionError(f"kubectl {' '.join(args)} failed:\n{result.stderr}")
         return result
 
+    def add_node(self, name: str, labels: dict[str, str], allocatable: dict[str, str]
+                 ) -> None:
+        """A Node as a kubelet would register it: its labels and what it can allocate.
+
+        No kubelet runs here: the node never runs pods, it only offers capacity to read.
+        """
+        self.kubectl("create", "-f", "-", stdin=json.dumps({
+            "apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}}))
+        self.set_node_allocatable(name, allocatable)
+
+    def set_node_allocatable(self, name: str, allocatable: dict[str, str]) -> None:
+        self.kubectl("patch", "node", name, "--subresource=status", "--type=merge", "-p",
+                     json.dumps({"status": {"capacity": allocatable,
+                                            "allocatable": allocatable}}))
+
     async def akubectl(self, *args: str, **options: Any) -> subprocess.CompletedProcess[str]:
         """kubectl from a thread: an operator in this event loop keeps running meanwhile."""
         return await asyncio.to_thread(self.kubectl, *args, **options)

@@ -16,7 +16,8 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 K8S_VERSION = "1.33.0"
 CORE_GROUPS = {"v1", "apps/v1", "networking.k8s.io/v1", "rbac.authorization.k8s.io/v1",
-               "apiextensions.k8s.io/v1", "policy/v1", "coordination.k8s.io/v1"}
+               "apiextensions.k8s.io/v1", "policy/v1", "coordination.k8s.io/v1",
+               "scheduling.k8s.io/v1", "discovery.k8s.io/v1"}
 
 
 def schemas_dir() -> Path:

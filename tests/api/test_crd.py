@@ -56,10 +56,11 @@ def test_schema_is_structural() -> None:
     assert _walk(schema) == []
 
 
-def test_status_phase_lists_the_idle_addition() -> None:
+def test_status_phase_lists_the_additions_idle_and_waiting_for_gpu() -> None:
     status = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
     assert status["properties"]["phase"]["enum"] == [
-        "Pending", "Downloading", "Starting", "Ready", "Degraded", "Failed", "Proxying", "Idle"]
+        "Pending", "Downloading", "Starting", "Ready", "Degraded", "Failed", "Proxying", "Idle",
+        "WaitingForGPU"]
     assert status["properties"]["conditions"]["x-kubernetes-list-type"] == "map"
 
 

@@ -320,9 +320,10 @@ async def test_a_restart_with_nothing_changed_writes_nothing_and_reads_from_watc
     assert writes_of(requests) == []
     assert [o.applied for o in first + resync] == [[]] * len(first + resync)
     counts = ControlPlane.count(requests)
-    # Reads: one list per watched kind at start (11), then at most one GET per reconcile:
-    # the Secret a model needs (each of these needs one); the rest comes from the watches.
-    assert counts["reads"] - counts["get secrets"] == counts["list"] == 11
+    # Reads: one list per watched kind at start (12, Nodes for the GPU queue included),
+    # then at most one GET per reconcile: the Secret a model needs (each of these needs
+    # one); the rest comes from the watches.
+    assert counts["reads"] - counts["get secrets"] == counts["list"] == 12
     assert counts["get secrets"] <= seen.total + len(stems)  # + those cut short by the stop
 
 
@@ -452,3 +453,60 @@ async def test_a_kind_of_a_group_the_server_does_not_serve_is_absent_not_an_erro
     with pytest.raises(ApiError) as caught:
         await kube.list("example.com/v1", "widgets", None)
     assert caught.value.status == 404 and "not found" in caught.value.message
+
+
+async def test_models_wait_for_gpus_in_priority_order_and_start_as_they_free(
+        apiserver: ControlPlane, kube: Kube, namespace: str) -> None:
+    """A node with 2 GPUs (capacity the test writes), four models of 2 GPUs each: the
+    first starts, the others wait (WaitingForGPU, by priority, then age), and each starts
+    when the one holding the GPUs goes or the node grows; no pod is ever left Pending."""
+    node = f"gpu-{namespace}"
+    pool = {"nvidia.com/gpu.present": "true", "pool": namespace}  # only this test's node
+    apiserver.add_node(node, {**pool, "nvidia.com/gpu.memory": "81559"},
+                       {"nvidia.com/gpu": "2", "cpu": "64", "memory": "512Gi"})
+    settings = Settings.model_validate({"vendors": {"nvidia": {"nodeSelector": pool}}})
+
+    def model(name: str, priority: str) -> dict[str, Any]:
+        doc = load_yaml(next(p for p in SAMPLES if p.stem == "gemma4-31b-nvidia"))
+        doc["metadata"]["name"] = name
+        doc["spec"].update(priority=priority, scaling={"minReplicas": 1, "maxReplicas": 1},
+                           mcpExposure={"enabled": False})
+        doc["spec"]["resources"]["acceleratorCount"] = 2
+        return doc
+
+    def waiting(position: int) -> Callable[[dict[str, Any] | None], bool]:
+        return lambda o: bool(o and (o.get("status") or {}).get("phase") == "WaitingForGPU"
+                              and o["status"].get("queuePosition") == position)
+
+    async def deployment(name: str) -> dict[str, Any] | None:
+        return await until(kube, "apps/v1", "deployments", namespace, name, exists)
+
+    async with operating(apiserver, namespace, settings):
+        await create(kube, model("holder", "batch"), namespace)
+        held = await deployment("holder")
+        assert held is not None
+        assert held["spec"]["template"]["spec"]["priorityClassName"] == "llmop-batch"
+        await create(kube, model("normal", "normal"), namespace)
+        queued = await until(kube, API, "llmmodels", namespace, "normal", waiting(1))
+        assert queued is not None
+        placed = next(c for c in queued["status"]["conditions"] if c["type"] == "Placed")
+        assert (placed["status"], placed["reason"]) == ("False", "WaitingForGPU")
+        assert "needs 1 x 2 nvidia.com/gpu; 0 free on matching nodes" in placed["message"]
+        await create(kube, model("urgent", "high"), namespace)
+        await until(kube, API, "llmmodels", namespace, "urgent", waiting(1))
+        await until(kube, API, "llmmodels", namespace, "normal", waiting(2))  # moved back
+        kinds = {kind for kind, _ in await children(apiserver, namespace, "normal")}
+        assert kinds == {"PersistentVolumeClaim", "Service", "ServiceMonitor"}  # no workload
+        await kube.delete(API, "llmmodels", namespace, "holder")
+        started = await deployment("urgent")  # the GPUs freed: the head of the queue
+        assert started is not None
+        assert started["spec"]["template"]["spec"]["priorityClassName"] == "llmop-high"
+        await until(kube, API, "llmmodels", namespace, "normal", waiting(1))
+        await apiserver.akubectl("patch", "node", node, "--subresource=status",
+                                 "--type=merge", "-p", json.dumps({"status": {
+                                     "allocatable": {"nvidia.com/gpu": "4"}}}))
+        assert await deployment("normal") is not None  # the node grew
+        events = await kube.list("v1", "events", namespace)
+        assert any(e["reason"] == "WaitingForGPU" and e["involvedObject"]["name"] == "normal"
+                   for e in events)
+    await apiserver.akubectl("delete", "node", node)

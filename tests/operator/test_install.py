@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 import sys
 import uuid
@@ -84,3 +86,32 @@ def test_the_redis_kustomization_applies_as_documented(apiserver: ControlPlane) 
                               "name").stdout.split()
     assert sorted(found) == ["networkpolicy.networking.k8s.io/llmop-redis",
                              "service/llmop-redis", "statefulset.apps/llmop-redis"]
+
+
+def test_llmop_plan_cluster_shows_the_gpu_queue(apiserver: ControlPlane, tmp_path: Path) -> None:
+    """Read from the cluster as kubectl would: nodes, models, which run and which wait."""
+    namespace = f"t-{uuid.uuid4().hex[:8]}"
+    apiserver.kubectl("create", "namespace", namespace)
+    pool = {"nvidia.com/gpu.present": "true", "pool": namespace}
+    apiserver.add_node(f"gpu-{namespace}", {**pool, "nvidia.com/gpu.memory": "81559"},
+                       {"nvidia.com/gpu": "2"})
+    settings = tmp_path / "settings.yaml"
+    settings.write_text(yaml.safe_dump({"vendors": {"nvidia": {"nodeSelector": pool}}}))
+    docs = []
+    for name, priority in (("first", "normal"), ("second", "high"), ("third", "low")):
+        doc = sample_doc("gemma4-31b-nvidia")
+        doc["metadata"].update(name=name, namespace=namespace)
+        doc["spec"].update(priority=priority, scaling={"minReplicas": 1, "maxReplicas": 1})
+        doc["spec"]["resources"]["acceleratorCount"] = 2
+        docs.append(doc)
+    apiserver.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(docs))
+    out = subprocess.run(
+        [LLMOP, "plan", "--cluster", "-n", namespace, "--settings", str(settings)],
+        capture_output=True, text=True, check=True, timeout=60,
+        env={**os.environ, "KUBECONFIG": str(apiserver.kubeconfig), "COLUMNS": "200"}).stdout
+    rows = {m.group(1): line for line in out.splitlines()
+            if (m := re.search(rf"{namespace}/(\w+)", line))}
+    assert "starts now" in rows["second"], out  # high priority first
+    assert "waiting #1" in rows["first"] and "waiting #2" in rows["third"]
+    assert f"gpu-{namespace}" in out and "2 nvidia.com/gpu" in out
+    apiserver.kubectl("delete", "node", f"gpu-{namespace}")

@@ -19,7 +19,7 @@ from k8s_schemas import validate_object
 from samples import REPO, sample_doc
 
 CONFIG = REPO / "config"
-MANIFESTS = sorted(p for d in ("rbac", "manager", "default", "security", "mcp", "redis")
+MANIFESTS = sorted(p for d in ("rbac", "manager", "default", "security", "mcp", "redis", "priority")
                    for p in (CONFIG / d).glob("*.yaml")
                    if p.name not in {"kustomization.yaml", "settings.yaml"})
 

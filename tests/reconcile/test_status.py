@@ -9,6 +9,7 @@ import pytest
 
 from llm_operator.api.v1alpha1 import LLMModel
 from llm_operator.api.validation import Problem, parse_llmmodel
+from llm_operator.reconcile.queue import Admission
 from llm_operator.reconcile.status import Blocker, Observation, compute_status, merge_patch
 
 from samples import sample_doc
@@ -303,3 +304,28 @@ def test_a_model_that_stops_serving_loses_its_endpoint() -> None:
         deployment=deployment(), pods=[pod(containers=[oom("inference-server")])]),
         ENDPOINT, LATER)
     assert broken.patch()["endpoint"] is None
+
+
+@pytest.mark.parametrize(("admission", "position", "placed", "message"), [
+    (Admission(False, 2, "waiting for accelerators: needs 1 x 8 nvidia.com/gpu; 4 free"), 2,
+     "WaitingForGPU", "queue position 2: waiting for accelerators: needs 1 x 8"),
+    (Admission(False, None, "needs 1 x 16 nvidia.com/gpu, and no set of matching nodes"),
+     None, "InsufficientCapacity", "needs 1 x 16 nvidia.com/gpu"),
+])
+def test_a_queued_model_waits_for_gpus_and_says_where_it_stands(
+        admission: Admission, position: int | None, placed: str, message: str) -> None:
+    update = compute_status(local(), Observation(queued=admission), ENDPOINT, NOW)
+    status = update.status
+    assert (status.phase, status.queue_position, status.endpoint) == \
+        ("WaitingForGPU", position, None)
+    conditions = {c.type: c for c in status.conditions or []}
+    assert (conditions["Placed"].status, conditions["Placed"].reason) == ("False", placed)
+    assert conditions["Placed"].message.startswith(message)
+    assert conditions["Progressing"].reason == "WaitingForGPU"
+    assert [(e.type, e.reason) for e in update.events] == [("Normal", "WaitingForGPU")]
+    # admitted later: the position goes with the phase
+    started = compute_status(local(status=update.patch()), Observation(
+        deployment=deployment(), pods=[pod(init=[running("model-fetch")])]), ENDPOINT, LATER)
+    assert started.status.phase == "Downloading" and started.status.queue_position is None
+    if position:
+        assert started.patch()["queuePosition"] is None

@@ -30,7 +30,9 @@ Domain = Literal[
 ModelSourceType = Literal["huggingface", "oci", "s3", "file"]
 Phase = Literal[
     "Pending", "Downloading", "Starting", "Ready", "Degraded", "Failed", "Proxying", "Idle",
+    "WaitingForGPU",
 ]
+Priority = Literal["batch", "low", "normal", "high", "critical"]
 ConditionStatus = Literal["True", "False", "Unknown"]
 
 DEPLOYMENT_MODES: tuple[str, ...] = get_args(DeploymentMode)
@@ -326,6 +328,10 @@ class LLMModelSpec(_Wire):
         description="MCP tool publication.",
         json_schema_extra={"default": _defaults(McpExposureSpec)},
     )
+    priority: Priority | None = Field(
+        None, description="Place in the GPU queue and the pods' PriorityClass (llmop-<name>): "
+        "batch, low, normal, high or critical. Unset means normal. Accelerator models that do "
+        "not fit now wait (phase WaitingForGPU) in priority, then creation, order.")
     llama_cpp: LlamaCppSpec | None = Field(
         None, alias="llamaCpp", description="llama.cpp settings (inferenceEngine llamacpp).")
     pod_labels: dict[Annotated[str, Field(max_length=317)],
@@ -408,7 +414,8 @@ class LLMModelStatus(_Wire):
     phase: Phase | None = Field(
         None,
         description="Pending, Downloading, Starting, Ready, Degraded, Failed, Proxying (remote "
-        "gateway ready) or Idle (scaled to zero by design).",
+        "gateway ready), Idle (scaled to zero by design) or WaitingForGPU (queued until "
+        "accelerators free up).",
     )
     endpoint: str | None = Field(
         None, max_length=2048, description="OpenAI-compatible base URL, set once serving."
@@ -436,6 +443,8 @@ class LLMModelStatus(_Wire):
     )
     model: ModelFileStatus | None = Field(
         None, description="The GGUF file being served, from its header (GGUF models only).")
+    queue_position: int | None = Field(
+        None, ge=1, description="Place in the GPU queue while WaitingForGPU (1: next to start).")
 
 
 class ObjectMeta(BaseModel):
@@ -449,6 +458,7 @@ class ObjectMeta(BaseModel):
     annotations: dict[str, str] | None = None
     uid: str | None = None
     generation: int | None = None
+    creation_timestamp: str | None = Field(None, alias="creationTimestamp")
     resource_version: str | None = Field(None, alias="resourceVersion")
 
 

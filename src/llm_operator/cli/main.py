@@ -174,18 +174,33 @@ def validate(paths: tuple[str, ...], settings_path: str | None) -> None:
 
 
 @cli.command(name="plan")
-@files_option
+@click.option("-f", "--filename", "paths", multiple=True, metavar="FILE|DIR|-",
+              help="LLMModel YAML file, directory (searched recursively) or - for stdin. "
+              "Repeatable.")
+@click.option("--cluster", is_flag=True, help="Instead: the GPU queue of the cluster in "
+              "$KUBECONFIG (what runs, starts now, waits, and the nodes' accelerators).")
+@click.option("-n", "--namespace", metavar="NS", help="With --cluster: one namespace "
+              "(default: all).")
 @click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table",
               show_default=True)
 @settings_option
-def plan_cmd(paths: tuple[str, ...], output: str, settings_path: str | None) -> None:
+def plan_cmd(paths: tuple[str, ...], cluster: bool, namespace: str | None, output: str,
+             settings_path: str | None) -> None:
     """Estimate each model's memory and check that it fits its accelerators.
 
     Memory = weights (total parameters x bytes per parameter) + KV cache for the served
     context + runtime overhead. Verdicts: fits | tight | does-not-fit, with the reason and
-    the accelerator count and tensor-parallel size to use.
+    the accelerator count and tensor-parallel size to use. With --cluster, the GPU queue:
+    which accelerator models run, start now or wait for GPUs, in priority order.
     """
     settings = _settings(settings_path)
+    if cluster:
+        from llm_operator.cli.queue import cluster_queue  # noqa: PLC0415 - the client only here
+
+        cluster_queue(namespace, settings)
+        return
+    if not paths:
+        raise click.UsageError("give -f FILE|DIR, or --cluster")
     err = Console(stderr=True, highlight=False)
     plans: list[Plan] = []
 

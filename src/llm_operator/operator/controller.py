@@ -20,6 +20,7 @@ from llm_operator.connectors import tcp_connector
 from llm_operator.informer import Informer, Key, key_of
 from llm_operator.kube import PLURALS, ApiError, Kube
 from llm_operator.operator import mcp_push
+from llm_operator.operator.gpu_queue import GpuQueue
 from llm_operator.operator.metrics import OperatorMetrics
 from llm_operator.operator.prometheus import status_metrics
 from llm_operator.operator.reconciler import CHILD_KINDS, Outcome, reconcile, record_events
@@ -31,6 +32,8 @@ log = logging.getLogger("llm_operator.operator")
 FINALIZER = L.MCP_CLEANUP_FINALIZER
 MODEL_KIND = (API_VERSION, "LLMModel")
 POD_KIND = ("v1", "Pod")
+NODE_KIND = ("v1", "Node")
+DEPLOYMENT_KIND = ("apps/v1", "Deployment")
 SECRET_RECHECK_SECONDS = 10.0  # a model waiting for its Secret looks again this often
 # What a model's own change must touch to be reconciled: not its status (we write that).
 _VOLATILE_META = ("resourceVersion", "managedFields")
@@ -58,6 +61,10 @@ class Caches:
     def _for(self, kind: tuple[str, str], namespace: str) -> Informer | None:
         by_ns = self.informers.get(kind, {})
         return by_ns.get(namespace) or by_ns.get(None)
+
+    def get(self, kind: tuple[str, str], namespace: str, name: str) -> dict[str, Any] | None:
+        informer = self._for(kind, namespace)
+        return informer.get(namespace, name) if informer else None
 
     def all(self) -> list[Informer]:
         return [i for by_ns in self.informers.values() for i in by_ns.values()]
@@ -134,6 +141,17 @@ class Controller:
         self.caches.add(POD_KIND, functools.partial(
             informer, "v1", "pods", label_selector=L.MODEL_NAME, on_change=self._child_changed,
             index_label=L.MODEL_NAME))
+        self.gpu_queue: GpuQueue | None = None
+        if settings.scheduling.gpu_queue:
+            nodes = informer("v1", "nodes", on_change=self._nodes_changed)
+            self.caches.informers[NODE_KIND] = {None: nodes}
+
+            def cached_nodes() -> list[dict[str, Any]]:
+                return list(nodes.objects.values())  # a relist replaces the dict
+
+            self.gpu_queue = GpuQueue(settings, self.caches.models,
+                                      functools.partial(self.caches.get, DEPLOYMENT_KIND),
+                                      cached_nodes)
 
     @property
     def push(self) -> McpPush | None:
@@ -149,6 +167,7 @@ class Controller:
             self.metrics.forget(*key)
             self.pushed.pop(key, None)
             self.deregister_attempts.pop(key, None)
+            self._admissions_changed()  # its accelerators are free for the next in line
         elif previous is None or _identity(obj) != _identity(previous):
             self.queue.add(key)
 
@@ -158,6 +177,27 @@ class Controller:
         name = ((obj.get("metadata") or {}).get("labels") or {}).get(L.MODEL_NAME)
         if name and self.caches.model(namespace, name) is not None:
             self.queue.add((namespace, name))
+
+    def _nodes_changed(self, kind: str, obj: dict[str, Any], previous: dict[str, Any] | None
+                       ) -> None:
+        if kind == "DELETED" or previous is None or (obj.get("status") or {}).get(
+                "allocatable") != (previous.get("status") or {}).get("allocatable") or (
+                obj.get("spec") or {}).get("unschedulable") != (
+                previous.get("spec") or {}).get("unschedulable") or (
+                obj.get("metadata") or {}).get("labels") != (
+                previous.get("metadata") or {}).get("labels"):
+            self._admissions_changed()
+
+    def _admissions_changed(self, *, besides: Key | None = None) -> None:
+        """Reconcile the models whose place in the GPU queue changed.
+
+        Capacity freed or a higher priority arrived: they start, or their position moves.
+        """
+        if self.gpu_queue is None or not all(i.synced.is_set() for i in self.caches.all()):
+            return
+        for key in self.gpu_queue.changed():
+            if key != besides:
+                self.queue.add(key)
 
     # --- running ----------------------------------------------------------------------
 
@@ -228,8 +268,9 @@ class Controller:
                                       self.settings.prometheus_address)
         started = time.monotonic()
         try:
-            outcome = await reconcile(self.kube, doc, self.settings, view=self.caches,
-                                      usage=usage)
+            outcome = await reconcile(
+                self.kube, doc, self.settings, view=self.caches, usage=usage,
+                admission=self.gpu_queue.admission if self.gpu_queue else None)
         except InvalidModel as exc:  # the CRD's validation should have refused it
             metrics.reconciles.labels("invalid").inc()
             log.error("%s/%s: invalid LLMModel, not reconciled: %s", *key, exc)
@@ -254,6 +295,7 @@ class Controller:
                             outcome.skipped)
         if outcome.waiting_for_secret:
             self.queue.add_after(key, SECRET_RECHECK_SECONDS)
+        self._admissions_changed(besides=key)
         if self.on_reconcile is not None:
             self.on_reconcile(key, outcome)
         if self.push is not None and outcome.model is not None:

@@ -15,6 +15,7 @@ from llm_operator.kube import FIELD_MANAGER, PLURALS, ApiError, Kube
 from llm_operator.profiles.planner import plan
 from llm_operator.profiles.settings import Settings
 from llm_operator.reconcile.ownership import drift
+from llm_operator.reconcile.queue import Admission
 from llm_operator.reconcile.status import Blocker, Event, Observation, compute_status
 from llm_operator.render import placement_problems, render
 from llm_operator.render.networking import endpoint
@@ -193,17 +194,22 @@ async def record_events(kube: Kube, model: LLMModel, events: list[Event]) -> Non
 
 
 Usage = tuple[int | None, int | None]  # (requestsPerMinute, averageLatencyMs)
+# What a queued model does not get until the GPU queue admits it (no pod waits Pending).
+WORKLOAD_KINDS = frozenset({"Deployment", "ScaledObject", "HTTPScaledObject"})
 
 
 async def reconcile(kube: Kube, doc: dict[str, Any], settings: Settings, *,
                     view: ClusterView | None = None,
-                    usage: Callable[[LLMModel], Awaitable[Usage]] | None = None) -> Outcome:
+                    usage: Callable[[LLMModel], Awaitable[Usage]] | None = None,
+                    admission: Callable[[LLMModel], Admission | None] | None = None
+                    ) -> Outcome:
     """Bring one model's children, labels and status in line with its spec.
 
     A model that cannot be placed gets phase Failed with the reasons and no new workload
-    (existing children are left as they are). Reads come from ``view`` (the API itself when
-    None); unchanged state costs no write. A document the CRD should have refused raises
-    InvalidModel (the caller reports it).
+    (existing children are left as they are). A model the GPU queue (``admission``) does not
+    admit yet gets everything but its workload, and phase WaitingForGPU. Reads come from
+    ``view`` (the API itself when None); unchanged state costs no write. A document the CRD
+    should have refused raises InvalidModel (the caller reports it).
     """
     view = view or DirectView(kube)
     outcome = Outcome()
@@ -218,8 +224,15 @@ async def reconcile(kube: Kube, doc: dict[str, Any], settings: Settings, *,
     model_plan = plan(model, settings.storage.min_size_gi_b)
     blockers = await _blockers(kube, model, placement_problems(model, settings, model_plan))
     outcome.waiting_for_secret = any(b.reason == "SecretMissing" for b in blockers)
+    queued = None
+    if not blockers and admission is not None and await view.child(
+            "apps/v1", "Deployment", model.namespace, model.name) is None:
+        verdict = admission(model)  # a model with a Deployment holds its place: never queued
+        queued = verdict if verdict is not None and not verdict.admitted else None
     if not blockers:
         desired = render(model, settings, owner_uid=meta.get("uid"))
+        if queued is not None:
+            desired = [o for o in desired if o["kind"] not in WORKLOAD_KINDS]
         await _apply_children(kube, view, desired, outcome)
         await _prune(kube, view, model, desired, outcome)
     deployment, pods = (None, []) if blockers else await _observe(view, model)
@@ -228,7 +241,7 @@ async def reconcile(kube: Kube, doc: dict[str, Any], settings: Settings, *,
         deployment=deployment, pods=pods, blockers=blockers, plan_verdict=model_plan.verdict,
         plan_reason=model_plan.reason,
         scaled_to_zero_allowed=autoscaled(model) and model.spec.scaling.min_replicas == 0,
-        requests_per_minute=metrics[0], average_latency_ms=metrics[1])
+        requests_per_minute=metrics[0], average_latency_ms=metrics[1], queued=queued)
     update = compute_status(model, observation, endpoint(model, settings), now())
     outcome.phase = update.status.phase
     outcome.model = model.model_copy(update={"status": update.status})

@@ -108,6 +108,18 @@ class McpPush(_Settings):
     timeout_seconds: float = Field(5.0, gt=0, le=60)
 
 
+class Scheduling(_Settings):
+    """The GPU queue and priorities (docs/scheduling.md)."""
+
+    gpu_queue: bool = Field(
+        True, description="Hold accelerator models that no node can take now (phase "
+        "WaitingForGPU) instead of creating pods that stay Pending. Turn off with a cluster "
+        "autoscaler that adds GPU nodes for Pending pods.")
+    priority_classes: bool = Field(
+        True, description="Give inference pods the PriorityClass llmop-<spec.priority> "
+        "(config/default installs them).")
+
+
 class Settings(_Settings):
     """Everything an operator administrator can change without touching code."""
 
@@ -128,6 +140,7 @@ class Settings(_Settings):
     monitoring: Monitoring = Field(default_factory=Monitoring)
     gateway: Gateway = Field(default_factory=Gateway)
     mcp: McpPush = Field(default_factory=McpPush)
+    scheduling: Scheduling = Field(default_factory=Scheduling)
     cluster_domain: str = "cluster.local"
 
 

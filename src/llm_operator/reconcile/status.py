@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from llm_operator.api.v1alpha1 import Condition, LLMModel, LLMModelStatus, ModelFileStatus, Phase
 from llm_operator.api.validation import Problem
+from llm_operator.reconcile.queue import Admission
 
 # Container waiting reasons that mean "this replica is broken", not "still starting".
 FAILING_WAITING = frozenset({
@@ -64,6 +65,7 @@ class Observation:
     scaled_to_zero_allowed: bool = False  # minReplicas 0 with KEDA in charge
     requests_per_minute: int | None = None
     average_latency_ms: int | None = None
+    queued: Admission | None = None  # not admitted by the GPU queue: no workload yet
 
 
 @dataclass(frozen=True)
@@ -235,6 +237,9 @@ def _facts(model: LLMModel, obs: Observation) -> _Facts:
     phase: Phase
     if obs.blockers:
         phase, message = "Failed", "; ".join(b.message for b in obs.blockers)
+    elif obs.queued is not None and deploy is None:
+        where = f"queue position {obs.queued.position}: " if obs.queued.position else ""
+        phase, message = "WaitingForGPU", where + obs.queued.reason
     elif deploy is None:
         phase, message = "Pending", "waiting for the workload to be created"
     elif ready >= 1:
@@ -264,6 +269,10 @@ def _conditions(model: LLMModel, obs: Observation, facts: _Facts) -> list[tuple[
     phase = facts.phase
     if obs.blockers:
         placed = (False, obs.blockers[0].reason, "; ".join(b.message for b in obs.blockers))
+    elif phase == "WaitingForGPU":
+        reason = "WaitingForGPU" if obs.queued and obs.queued.position else \
+            "InsufficientCapacity"
+        placed = (False, reason, facts.message)
     elif facts.unschedulable and facts.ready == 0:
         placed = (False, "Unschedulable", facts.unschedulable)
     else:
@@ -279,7 +288,7 @@ def _conditions(model: LLMModel, obs: Observation, facts: _Facts) -> list[tuple[
         available = (False, "MinimumReplicasUnavailable", facts.message)
     if facts.deadline_exceeded:
         progressing = (False, "ProgressDeadlineExceeded", facts.deadline_exceeded)
-    elif phase in {"Pending", "Downloading", "Starting"} and not obs.blockers:
+    elif phase in {"Pending", "Downloading", "Starting", "WaitingForGPU"} and not obs.blockers:
         progressing = (True, phase, facts.message)
     elif facts.rolling:
         progressing = (True, "RollingOut", "replacing replicas with the current spec")
@@ -323,6 +332,8 @@ def compute_status(model: LLMModel, obs: Observation, endpoint: str, now: str) -
         average_latency_ms=obs.average_latency_ms,
         observed_generation=generation,
         model=model_file(obs.pods) or (old.model if facts.phase != "Failed" else None),
+        queue_position=obs.queued.position if facts.phase == "WaitingForGPU" and obs.queued
+        else None,
     )
     events: list[Event] = []
     if facts.phase != old.phase:

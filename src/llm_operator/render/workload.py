@@ -30,6 +30,7 @@ from llm_operator.render.meta import (
 
 COMPONENT = "inference"
 TERMINATION_LOG = "/dev/termination-log"
+PRIORITY_CLASS_PREFIX = "llmop-"  # config/priority ships llmop-batch ... llmop-critical
 SHM_SINGLE, SHM_MULTI = "16Gi", "64Gi"
 
 
@@ -259,6 +260,8 @@ def inference_deployment(
         pod["affinity"] = affinity
     if vp.host_ipc(spec.resources.accelerator_count):
         pod["hostIPC"] = True
+    if settings.scheduling.priority_classes:
+        pod["priorityClassName"] = f"{PRIORITY_CLASS_PREFIX}{spec.priority or 'normal'}"
     if settings.images.pull_secrets:
         pod["imagePullSecrets"] = [{"name": n} for n in settings.images.pull_secrets]
     pod_annotations = {}

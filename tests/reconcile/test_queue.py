@@ -1,0 +1,99 @@
+"""The GPU queue, pure: who starts now, who waits and in what order, on what the nodes offer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from llm_operator.reconcile.queue import Admission, Claim, Node, admit, node_of
+
+GPU = "nvidia.com/gpu"
+NVIDIA = {"nvidia.com/gpu.present": "true"}
+
+
+def node(name: str, gpus: int, labels: dict[str, str] | None = None,
+         schedulable: bool = True) -> Node:
+    return Node(name, {GPU: gpus}, {**NVIDIA, **(labels or {})}, schedulable)
+
+
+def claim(name: str, count: int = 1, replicas: int = 1, priority: str = "normal",
+          created: str = "2026-11-23T10:00:00Z", running: bool = False,
+          **more: Any) -> Claim:
+    return Claim(("ai", name), GPU, count, replicas, priority, created, running,
+                 more.pop("node_selector", NVIDIA), **more)
+
+
+def outcome(result: dict[tuple[str, str], Admission]) -> dict[str, tuple[bool, int | None]]:
+    return {k[1]: (a.admitted, a.position) for k, a in sorted(result.items())}
+
+
+CASES: list[tuple[str, list[Node], list[Claim], dict[str, tuple[bool, int | None]]]] = [
+    ("room for both", [node("n1", 4)], [claim("a", 2), claim("b", 2)],
+     {"a": (True, None), "b": (True, None)}),
+    ("running models keep what they hold", [node("n1", 4)],
+     [claim("old", 4, running=True), claim("new", 1)],
+     {"new": (False, 1), "old": (True, None)}),
+    ("priority first, then creation time", [node("n1", 2)],
+     [claim("early-normal", 2, created="2026-11-23T09:00:00Z"),
+      claim("late-high", 2, priority="high", created="2026-11-23T11:00:00Z"),
+      claim("late-normal", 2, created="2026-11-23T10:00:00Z")],
+     {"early-normal": (False, 1), "late-high": (True, None), "late-normal": (False, 2)}),
+    ("the head of a queue goes first: nothing smaller overtakes it", [node("n1", 3)],
+     [claim("big", 4, created="2026-11-23T09:00:00Z"),
+      claim("small", 1, created="2026-11-23T10:00:00Z")],
+     {"big": (False, None), "small": (True, None)}),  # big can never fit: not a head
+    ("a head that could fit later blocks its queue", [node("n1", 4)],
+     [claim("holder", 2, running=True), claim("big", 4, created="2026-11-23T09:00:00Z"),
+      claim("small", 1, created="2026-11-23T10:00:00Z")],
+     {"big": (False, 1), "holder": (True, None), "small": (False, 2)}),
+    ("replicas need a node each with room: tensor parallel stays on one node",
+     [node("n1", 4), node("n2", 4)],
+     [claim("tp4x2", 4, replicas=2, created="2026-11-23T09:00:00Z"), claim("one", 1)],
+     {"one": (False, 1), "tp4x2": (True, None)}),
+    ("node selectors and required affinity", [
+        node("h100", 8, {"nvidia.com/gpu.memory": "81559"}),
+        node("l4", 8, {"nvidia.com/gpu.memory": "23034"})],
+     [claim("needs-80g", 8, replicas=1, affinity=((
+         {"key": "nvidia.com/gpu.memory", "operator": "Gt", "values": ["40000"]},),)),
+      claim("second-80g", 1, created="2026-11-23T11:00:00Z", affinity=((
+          {"key": "nvidia.com/gpu.memory", "operator": "Gt", "values": ["40000"]},),))],
+     {"needs-80g": (True, None), "second-80g": (False, 1)}),
+    ("cordoned nodes give nothing", [node("n1", 8, schedulable=False)], [claim("a", 1)],
+     {"a": (False, None)}),
+    ("another vendor's queue is separate", [
+        node("n1", 1), Node("m1", {"amd.com/gpu": 2}, {"amd.com/gpu.present": "true"})],
+     [claim("nv-holder", 1, running=True), claim("nv", 1),
+      Claim(("ai", "amd"), "amd.com/gpu", 2, 1, node_selector={"amd.com/gpu.present": "true"})],
+     {"amd": (True, None), "nv": (False, 1), "nv-holder": (True, None)}),
+]
+
+
+@pytest.mark.parametrize(("case", "nodes", "claims", "expected"), CASES,
+                         ids=[c[0] for c in CASES])
+def test_who_starts_and_who_waits(case: str, nodes: list[Node], claims: list[Claim],
+                                  expected: dict[str, tuple[bool, int | None]]) -> None:
+    assert outcome(admit(claims, nodes)) == expected
+
+
+def test_reasons_say_what_is_needed_and_what_is_free() -> None:
+    result = admit([claim("holder", 3, running=True), claim("head", 2, priority="high"),
+                    claim("next", 1)], [node("n1", 4)])
+    assert result[("ai", "head")].reason == \
+        "waiting for accelerators: needs 1 x 2 nvidia.com/gpu; 1 free on matching nodes"
+    assert result[("ai", "next")].reason == ("waiting for accelerators: needs 1 x 1 "
+                                             "nvidia.com/gpu; 1 free on matching nodes, "
+                                             "behind ai/head (high)")
+    never = admit([claim("huge", 16)], [node("n1", 8)])[("ai", "huge")]
+    assert never.reason.startswith("needs 1 x 16 nvidia.com/gpu, and no set of matching "
+                                   "schedulable nodes could ever hold it (the largest offers 8)")
+
+
+def test_a_node_object_becomes_its_capacity() -> None:
+    obj = {"metadata": {"name": "gpu-1", "labels": NVIDIA},
+           "spec": {"unschedulable": True},
+           "status": {"allocatable": {GPU: "8", "cpu": "7500m", "memory": "31Gi",
+                                      "pods": "110"}}}
+    parsed = node_of(obj)
+    assert (parsed.name, parsed.allocatable[GPU], parsed.schedulable) == ("gpu-1", 8, False)
+    assert "cpu" not in parsed.allocatable
