@@ -143,6 +143,7 @@ async def one_run(count: int, src: Path | None, *, port: int, resync: float, log
     with control_plane(controllers=False) as plane:
         plane.kubectl("apply", "-f", str(SCHEMAS))
         plane.kubectl("apply", "-f", str(ROOT / "config/crd/bases"))
+        plane.kubectl("apply", "-k", str(ROOT / "config/priority"))  # the pods name llmop-normal
         plane.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
         plane.start_controller_manager()
         plane.kubectl("create", "namespace", NS)

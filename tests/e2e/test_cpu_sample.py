@@ -49,6 +49,10 @@ async def test_the_cpu_sample_on_a_real_cluster() -> None:
     async with Kube(conn) as kube:
         await apply_raw(kube, path_of("apiextensions.k8s.io/v1", "customresourcedefinitions",
                                       None, crd["metadata"]["name"]), crd)
+        for priority_class in yaml.safe_load_all(
+                (REPO / "config/priority/priority-classes.yaml").read_text()):
+            await apply_raw(kube, path_of("scheduling.k8s.io/v1", "priorityclasses", None,
+                                          priority_class["metadata"]["name"]), priority_class)
         await apply_raw(kube, path_of("v1", "namespaces", None, NS),
                         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
         await apply_raw(kube, path_of("v1", "secrets", NS, "hf-token"), {
