@@ -7,30 +7,27 @@ import json
 from pathlib import Path
 
 import gguf
-import numpy as np
 import pytest
 from click.testing import CliRunner, Result
 
 from llm_operator.cli.main import cli
 from llm_operator.local.modelfile import MARKER_SUFFIX
 
+from ggufs import write_gguf
+
 
 def gguf_file(path: Path, layers: int = 4) -> Path:
     """A small GGUF written by llama.cpp's own gguf package."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_name("tiny")
-    writer.add_block_count(layers)
-    writer.add_embedding_length(64)
-    writer.add_head_count(4)
-    writer.add_head_count_kv(2)
-    writer.add_file_type(7)
-    writer.add_tensor("token_embd.weight", np.ones((16, 4), dtype=np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
+
+    def fill(writer: gguf.GGUFWriter) -> None:
+        writer.add_name("tiny")
+        writer.add_block_count(layers)
+        writer.add_embedding_length(64)
+        writer.add_head_count(4)
+        writer.add_head_count_kv(2)
+        writer.add_file_type(7)
+
+    return write_gguf(path, "llama", fill)
 
 
 def run(*args: str) -> Result:

@@ -7,11 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import gguf
-import numpy as np
 import pytest
 
 from llm_operator.profiles.gguf import ArrayOf, GgufError, describe, read_header
 from llm_operator.profiles.planner import estimate_from_file
+
+from ggufs import write_gguf
 
 Writer = Callable[[gguf.GGUFWriter], None]
 
@@ -50,15 +51,7 @@ def per_layer_kv_heads(w: gguf.GGUFWriter) -> None:
 
 
 def write(tmp_path: Path, arch: str, fill: Writer) -> Path:
-    path = tmp_path / "model.gguf"
-    writer = gguf.GGUFWriter(str(path), arch)
-    fill(writer)
-    writer.add_tensor("token_embd.weight", np.zeros((8, 4), dtype=np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
+    return write_gguf(tmp_path / "model.gguf", arch, fill)
 
 
 @pytest.mark.parametrize(("arch", "fill", "expected"), [

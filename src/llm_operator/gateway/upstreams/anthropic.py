@@ -10,16 +10,17 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from llm_operator.gateway.sse import split_events, sse_data
 from llm_operator.gateway.upstreams.shapes import (
     DONE,
     ChunkWriter,
+    EventStream,
     Image,
     Translated,
     Untranslatable,
     arguments_of,
     choice,
     completion,
+    count_of,
     error_body,
     function_tools,
     max_tokens_of,
@@ -172,30 +173,19 @@ class AnthropicApi:
 
 def _usage(raw: Any) -> dict[str, Any]:
     """OpenAI usage for Anthropic's: cache reads and writes are prompt tokens too."""
-    raw = raw if isinstance(raw, dict) else {}
-
-    def count(name: str) -> int:
-        value = raw.get(name)
-        return value if isinstance(value, int) else 0
-
-    cached = count("cache_read_input_tokens")
-    prompt = count("input_tokens") + count("cache_creation_input_tokens") + cached
-    return usage(prompt, count("output_tokens"), cached)
+    cached = count_of(raw, "cache_read_input_tokens")
+    prompt = count_of(raw, "input_tokens") + count_of(raw, "cache_creation_input_tokens") \
+        + cached
+    return usage(prompt, count_of(raw, "output_tokens"), cached)
 
 
 @dataclass
-class AnthropicStream:
+class AnthropicStream(EventStream):
     """Anthropic's stream events in, OpenAI chunks out (text, tool calls, finish, usage)."""
 
-    out: ChunkWriter
-    _pending: bytes = b""
     _usage: dict[str, Any] = field(default_factory=dict)
     _tools: dict[int, int] = field(default_factory=dict)  # content block -> tool call index
     _done: bool = False
-
-    def feed(self, data: bytes) -> bytes:
-        events, self._pending = split_events(self._pending + data)
-        return b"".join(self._event(d) for e in events if (d := sse_data(e)) is not None)
 
     def _event(self, event: dict[str, Any]) -> bytes:
         if self._done:

@@ -14,16 +14,17 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from llm_operator.gateway.sse import split_events, sse_data
 from llm_operator.gateway.upstreams.shapes import (
     DONE,
     ChunkWriter,
+    EventStream,
     Image,
     Translated,
     Untranslatable,
     arguments_of,
     choice,
     completion,
+    count_of,
     error_body,
     function_tools,
     max_tokens_of,
@@ -268,32 +269,20 @@ def _finish(reason: Any, called: bool) -> str:
 
 def _usage(raw: Any) -> dict[str, Any]:
     """OpenAI usage for usageMetadata: thoughts are billed as output."""
-    raw = raw if isinstance(raw, dict) else {}
-
-    def count(name: str) -> int:
-        value = raw.get(name)
-        return value if isinstance(value, int) else 0
-
-    return usage(count("promptTokenCount"),
-                 count("candidatesTokenCount") + count("thoughtsTokenCount"),
-                 count("cachedContentTokenCount"))
+    return usage(count_of(raw, "promptTokenCount"),
+                 count_of(raw, "candidatesTokenCount") + count_of(raw, "thoughtsTokenCount"),
+                 count_of(raw, "cachedContentTokenCount"))
 
 
 @dataclass
-class GeminiStream:
+class GeminiStream(EventStream):
     """streamGenerateContent (alt=sse) in: each event a partial answer; OpenAI chunks out."""
 
-    out: ChunkWriter
-    _pending: bytes = b""
     _usage: Any = None
     _started: bool = False
     _calls: dict[int, int] = field(default_factory=dict)  # candidate -> tool calls so far
     _finished: bool = False
     _failed: bool = False
-
-    def feed(self, data: bytes) -> bytes:
-        events, self._pending = split_events(self._pending + data)
-        return b"".join(self._event(d) for e in events if (d := sse_data(e)) is not None)
 
     def _event(self, event: dict[str, Any]) -> bytes:
         if self._failed:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from llm_operator.gateway.sse import split_events, sse_data
 
 
 class Untranslatable(ValueError):
@@ -244,6 +246,27 @@ def tool_choice_of(body: dict[str, Any]) -> tuple[str, str | None] | None:
         return "function", function["name"]
     raise Untranslatable("tool_choice: auto, required, none or {type: function, function: "
                          "{name}}")
+
+
+def count_of(usage: Any, name: str) -> int:
+    """One token count from a provider's usage object (0 when absent or not an integer)."""
+    value = usage.get(name) if isinstance(usage, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+@dataclass
+class EventStream:
+    """A provider's SSE stream, decoded event by event (``_event`` makes the OpenAI chunks)."""
+
+    out: ChunkWriter
+    _pending: bytes = field(default=b"", init=False)
+
+    def feed(self, data: bytes) -> bytes:
+        events, self._pending = split_events(self._pending + data)
+        return b"".join(self._event(d) for e in events if (d := sse_data(e)) is not None)
+
+    def _event(self, event: dict[str, Any]) -> bytes:
+        raise NotImplementedError
 
 
 # --- OpenAI's side ---------------------------------------------------------------------
