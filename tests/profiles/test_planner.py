@@ -185,3 +185,22 @@ def test_each_llama_cpp_slot_holds_a_full_context(base_local: dict[str, Any],
                    resources={"acceleratorCount": 0, "memoryGiB": 64})
     estimate = plan(model).estimate
     assert estimate is not None and estimate.context_tokens == tokens
+
+
+def test_once_the_file_is_known_its_header_decides(base_local: dict[str, Any]) -> None:
+    """The spec says 9B at Q4 (fits 8 GiB of RAM); the file says it is a 70B: does not fit.
+
+    The cache volume keeps its spec-based size: it is not resized under a running model.
+    """
+    spec = {"acceleratorVendor": "cpu", "inferenceEngine": "llamacpp", "contextWindowK": 4,
+            "quantization": "GGUF-Q4_K_M", "resources": {"acceleratorCount": 0, "memoryGiB": 8}}
+    before = plan(_model(base_local, **spec))
+    assert before.verdict == "fits"
+    doc = copy.deepcopy(base_local)
+    doc["spec"].update(spec)
+    doc["status"] = {"model": {"file": "big.gguf", "sizeBytes": 42_500_000_000, "layers": 80,
+                               "embeddingLength": 8192, "headCount": 64, "headCountKV": 8}}
+    after = plan(parse_llmmodel(doc))
+    assert after.verdict == "does-not-fit"
+    assert after.reason.endswith("(sized from big.gguf's header)")
+    assert after.cache_size_gib == before.cache_size_gib

@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 
 from llm_operator.api.v1alpha1 import LLMModel, LLMModelSpec, ModelFileStatus
 from llm_operator.profiles.engines import engine, parallel_slots
-from llm_operator.profiles.vendors import VENDORS, Accelerator, vendor
+from llm_operator.profiles.vendors import VENDORS, Accelerator, VendorProfile, vendor
 
 GIB = 1024**3
 Verdict = Literal["fits", "tight", "does-not-fit"]
@@ -155,7 +155,12 @@ def _needed_count(total: float, per_card: float, util: float) -> int | None:
 
 
 def plan(model: LLMModel, min_cache_gib: int = 20) -> Plan:
-    """Plan one model: its memory estimate against what its spec asks for."""
+    """Plan one model: its memory estimate against what its spec asks for.
+
+    Once the model file's header is known (``status.model``, GGUF models), the verdict uses
+    the file's real size and shape; the cache volume keeps its size from the spec (a
+    volume is not resized under a running model).
+    """
     spec, name = model.spec, model.name
     if spec.is_remote:
         host = urlsplit(spec.remote_api.base_url).hostname if spec.remote_api else "?"
@@ -169,6 +174,17 @@ def plan(model: LLMModel, min_cache_gib: int = 20) -> Plan:
     est = estimate_memory(spec.total_parameters_billions or 0.0, spec.active_parameters_billions,
                           spec.quantization, context, on_accelerator=on_accel)
     cache = cache_size_gib(est, min_cache_gib)
+    file = model.status.model if model.status else None
+    measured = estimate_from_file(file, context, on_accelerator=on_accel) if file else None
+    result = _plan_local(model, measured or est, cache, vp, on_accel)
+    if measured is None or file is None:
+        return result
+    return replace(result, reason=f"{result.reason} (sized from {file.file}'s header)")
+
+
+def _plan_local(model: LLMModel, est: Estimate, cache: int, vp: VendorProfile,
+                on_accel: bool) -> Plan:
+    spec, name = model.spec, model.name
     need = est.total_gib
     if not on_accel:
         return _plan_cpu(name, spec, est, cache)
