@@ -39,6 +39,8 @@ PLURALS: MappingProxyType[tuple[str, str], str] = MappingProxyType({
     ("monitoring.coreos.com/v1", "ServiceMonitor"): "servicemonitors",
     ("monitoring.coreos.com/v1", "PodMonitor"): "podmonitors",
     ("networking.k8s.io/v1", "NetworkPolicy"): "networkpolicies",
+    ("inference.networking.k8s.io/v1", "InferencePool"): "inferencepools",
+    ("gateway.networking.k8s.io/v1", "HTTPRoute"): "httproutes",
     ("ai.example.io/v1alpha1", "LLMModel"): "llmmodels",
 })
 RETRYABLE = frozenset({429, 500, 502, 503, 504})

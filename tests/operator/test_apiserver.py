@@ -320,10 +320,10 @@ async def test_a_restart_with_nothing_changed_writes_nothing_and_reads_from_watc
     assert writes_of(requests) == []
     assert [o.applied for o in first + resync] == [[]] * len(first + resync)
     counts = ControlPlane.count(requests)
-    # Reads: one list per watched kind at start (12, Nodes for the GPU queue included),
-    # then at most one GET per reconcile: the Secret a model needs (each of these needs
-    # one); the rest comes from the watches.
-    assert counts["reads"] - counts["get secrets"] == counts["list"] == 12
+    # Reads: one list per watched kind at start (14: the models, 11 kinds of children
+    # and Pods, and Nodes for the GPU queue), then at most one GET per reconcile: the
+    # Secret a model needs (each of these needs one); the rest comes from the watches.
+    assert counts["reads"] - counts["get secrets"] == counts["list"] == 14
     assert counts["get secrets"] <= seen.total + len(stems)  # + those cut short by the stop
 
 
@@ -510,3 +510,25 @@ async def test_models_wait_for_gpus_in_priority_order_and_start_as_they_free(
         assert any(e["reason"] == "WaitingForGPU" and e["involvedObject"]["name"] == "normal"
                    for e in events)
     await apiserver.akubectl("delete", "node", node)
+
+
+async def test_an_inference_pool_and_route_for_a_vllm_model_when_enabled(
+        apiserver: ControlPlane, kube: Kube, namespace: str) -> None:
+    """Accepted by the real API server with the upstream InferencePool and Gateway API CRDs
+    (their CEL rules included), applied as the operator's ServiceAccount, collected with
+    the model."""
+    settings = Settings.model_validate({"inferencePool": {"enabled": True}})
+    doc = load_yaml(next(p for p in SAMPLES if p.stem == "gemma4-31b-nvidia"))
+    name = doc["metadata"]["name"]
+    async with operating(apiserver, namespace, settings):
+        await create(kube, doc, namespace)
+        pool = await until(kube, "inference.networking.k8s.io/v1", "inferencepools",
+                           namespace, name, exists)
+        route = await until(kube, "gateway.networking.k8s.io/v1", "httproutes", namespace,
+                            name, exists)
+        assert pool is not None and route is not None
+        assert pool["spec"]["endpointPickerRef"]["name"] == f"{name}-epp"
+        assert route["spec"]["rules"][0]["backendRefs"][0]["kind"] == "InferencePool"
+        await kube.delete(API, "llmmodels", namespace, name)
+        assert await until(kube, "inference.networking.k8s.io/v1", "inferencepools",
+                           namespace, name, gone, timeout=60) is None

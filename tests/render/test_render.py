@@ -331,3 +331,33 @@ def test_runtime_class_reaches_the_inference_pods() -> None:
     doc = sample_doc("gemma4-31b-nvidia")
     doc["spec"]["runtimeClassName"] = "nvidia"
     assert _pod_template(doc)["spec"]["runtimeClassName"] == "nvidia"
+
+
+@pytest.mark.parametrize(("sample", "pooled"), [
+    ("gemma4-31b-nvidia", True), ("qwen36-35b-gaudi", True),  # vLLM
+    ("qwen35-9b-cpu", False), ("llama-cpu-s3", False), ("gpt55-remote", False),
+])
+def test_vllm_models_become_inference_pools_when_enabled(sample: str, pooled: bool) -> None:
+    settings = Settings.model_validate({"inferencePool": {
+        "enabled": True, "gateway": {"name": "llm-d-gateway", "namespace": "llm-d"},
+        "endpointPicker": {"service": "{name}-epp", "port": 9002}}})
+    model = parse_llmmodel(sample_doc(sample))
+    objects = render(model, settings, owner_uid="uid-1")
+    kinds = {o["kind"]: o for o in objects}
+    assert ("InferencePool" in kinds and "HTTPRoute" in kinds) is pooled
+    assert not {"InferencePool", "HTTPRoute"} & {o["kind"] for o in render(model)}  # off
+    if not pooled:
+        return
+    pool, route = kinds["InferencePool"], kinds["HTTPRoute"]
+    pod_labels = kinds["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    assert pool["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    assert pool["spec"]["endpointPickerRef"] == {
+        "name": f"{model.name}-epp", "port": {"number": 9002}, "failureMode": "FailClose"}
+    assert route["spec"]["parentRefs"] == [{"group": "gateway.networking.k8s.io",
+                                            "kind": "Gateway", "name": "llm-d-gateway",
+                                            "namespace": "llm-d"}]
+    rule = route["spec"]["rules"][0]
+    assert rule["matches"][0]["headers"][0]["value"] == model.spec.model_id
+    assert rule["backendRefs"][0]["name"] == pool["metadata"]["name"]
+    for obj in (pool, route):
+        assert validate_object(obj) == []  # the upstream CRDs' schemas

@@ -20,7 +20,7 @@ from llm_operator.connectors import tcp_connector
 from llm_operator.informer import Informer, Key, key_of
 from llm_operator.kube import PLURALS, ApiError, Kube
 from llm_operator.operator import mcp_push
-from llm_operator.operator.gpu_queue import GpuQueue
+from llm_operator.operator.gpu_queue import GpuQueue, wants_accelerators
 from llm_operator.operator.metrics import OperatorMetrics
 from llm_operator.operator.prometheus import status_metrics
 from llm_operator.operator.reconciler import CHILD_KINDS, Outcome, reconcile, record_events
@@ -142,6 +142,7 @@ class Controller:
             informer, "v1", "pods", label_selector=L.MODEL_NAME, on_change=self._child_changed,
             index_label=L.MODEL_NAME))
         self.gpu_queue: GpuQueue | None = None
+        self.accelerator_keys: set[Key] = set()  # the models the GPU queue looks at
         if settings.scheduling.gpu_queue:
             nodes = informer("v1", "nodes", on_change=self._nodes_changed)
             self.caches.informers[NODE_KIND] = {None: nodes}
@@ -149,7 +150,7 @@ class Controller:
             def cached_nodes() -> list[dict[str, Any]]:
                 return list(nodes.objects.values())  # a relist replaces the dict
 
-            self.gpu_queue = GpuQueue(settings, self.caches.models,
+            self.gpu_queue = GpuQueue(settings, self._accelerator_models,
                                       functools.partial(self.caches.get, DEPLOYMENT_KIND),
                                       cached_nodes)
 
@@ -162,6 +163,10 @@ class Controller:
     def _model_changed(self, kind: str, obj: dict[str, Any], previous: dict[str, Any] | None
                        ) -> None:
         key = key_of(obj)
+        if kind != "DELETED" and wants_accelerators(obj):
+            self.accelerator_keys.add(key)
+        else:
+            self.accelerator_keys.discard(key)
         if kind == "DELETED":
             self.queue.drop(key)
             self.metrics.forget(*key)
@@ -178,6 +183,9 @@ class Controller:
         if name and self.caches.model(namespace, name) is not None:
             self.queue.add((namespace, name))
 
+    def _accelerator_models(self) -> list[dict[str, Any]]:
+        return [d for k in self.accelerator_keys if (d := self.caches.model(*k)) is not None]
+
     def _nodes_changed(self, kind: str, obj: dict[str, Any], previous: dict[str, Any] | None
                        ) -> None:
         if kind == "DELETED" or previous is None or (obj.get("status") or {}).get(
@@ -193,7 +201,8 @@ class Controller:
 
         Capacity freed or a higher priority arrived: they start, or their position moves.
         """
-        if self.gpu_queue is None or not all(i.synced.is_set() for i in self.caches.all()):
+        if self.gpu_queue is None or not self.accelerator_keys \
+                or not all(i.synced.is_set() for i in self.caches.all()):
             return
         for key in self.gpu_queue.changed():
             if key != besides:

@@ -55,7 +55,7 @@ class GpuQueue:
         return claim
 
     def admissions(self) -> dict[Key, Admission]:
-        docs = [d for d in self.models() if _wants_accelerators(d)
+        docs = [d for d in self.models() if wants_accelerators(d)
                 and not d["metadata"].get("deletionTimestamp")]
         alive = {key_of(d) for d in docs}
         for gone in set(self._claims) - alive:
@@ -74,7 +74,7 @@ class GpuQueue:
         return changed
 
 
-def _wants_accelerators(doc: dict[str, Any]) -> bool:
+def wants_accelerators(doc: dict[str, Any]) -> bool:
     """A cheap look at the raw spec: CPU and remote models never claim (most of them)."""
     spec = doc.get("spec") or {}
     return spec.get("deploymentMode") == "local" and spec.get("acceleratorVendor") != "cpu"

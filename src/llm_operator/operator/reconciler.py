@@ -27,6 +27,8 @@ CHILD_KINDS = (
     ("v1", "Service"), ("keda.sh/v1alpha1", "ScaledObject"),
     ("http.keda.sh/v1alpha1", "HTTPScaledObject"), ("monitoring.coreos.com/v1", "ServiceMonitor"),
     ("monitoring.coreos.com/v1", "PodMonitor"), ("networking.k8s.io/v1", "NetworkPolicy"),
+    ("inference.networking.k8s.io/v1", "InferencePool"),
+    ("gateway.networking.k8s.io/v1", "HTTPRoute"),
 )
 
 
@@ -225,7 +227,10 @@ async def reconcile(kube: Kube, doc: dict[str, Any], settings: Settings, *,
     blockers = await _blockers(kube, model, placement_problems(model, settings, model_plan))
     outcome.waiting_for_secret = any(b.reason == "SecretMissing" for b in blockers)
     queued = None
-    if not blockers and admission is not None and await view.child(
+    spec = model.spec
+    claims = not spec.is_remote and spec.accelerator_vendor != "cpu" \
+        and spec.resources.accelerator_count > 0
+    if claims and not blockers and admission is not None and await view.child(
             "apps/v1", "Deployment", model.namespace, model.name) is None:
         verdict = admission(model)  # a model with a Deployment holds its place: never queued
         queued = verdict if verdict is not None and not verdict.admitted else None

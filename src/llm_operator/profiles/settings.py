@@ -108,6 +108,36 @@ class McpPush(_Settings):
     timeout_seconds: float = Field(5.0, gt=0, le=60)
 
 
+class EndpointPicker(_Settings):
+    """The Gateway API Inference Extension's endpoint picker (EPP) each pool names."""
+
+    service: str = Field(
+        "{name}-epp", min_length=1, max_length=253,
+        description="Its Service in the model's namespace; {name} is the model's name "
+        "(llm-d deploys one picker per pool).")
+    port: int = Field(9002, ge=1, le=65535, description="The picker's gRPC (ext-proc) port.")
+    failure_mode: Literal["FailOpen", "FailClose"] = Field(
+        "FailClose", description="What the gateway does when the picker does not answer.")
+
+
+class ParentGateway(_Settings):
+    """The Gateway the HTTPRoutes attach to."""
+
+    name: str = Field("inference-gateway", min_length=1, max_length=253)
+    namespace: str | None = Field(None, max_length=63,
+                                  description="Default: the model's namespace.")
+
+
+class InferencePool(_Settings):
+    """Render an InferencePool and an HTTPRoute per vLLM model (docs/routing.md)."""
+
+    enabled: bool = Field(
+        False, description="For clusters that run llm-d or another Gateway API Inference "
+        "Extension gateway: it routes to the vLLM pods through its endpoint picker.")
+    endpoint_picker: EndpointPicker = Field(default_factory=EndpointPicker)
+    gateway: ParentGateway = Field(default_factory=ParentGateway)
+
+
 class Scheduling(_Settings):
     """The GPU queue and priorities (docs/scheduling.md)."""
 
@@ -141,6 +171,7 @@ class Settings(_Settings):
     gateway: Gateway = Field(default_factory=Gateway)
     mcp: McpPush = Field(default_factory=McpPush)
     scheduling: Scheduling = Field(default_factory=Scheduling)
+    inference_pool: InferencePool = Field(default_factory=InferencePool)
     cluster_domain: str = "cluster.local"
 
 

@@ -10,7 +10,7 @@ from llm_operator.profiles.engines import engine, engine_arg_problems
 from llm_operator.profiles.planner import Plan, plan
 from llm_operator.profiles.settings import DEFAULT_SETTINGS, Settings
 from llm_operator.profiles.vendors import VendorProfile, vendor
-from llm_operator.render import monitoring, networking, remote, scaling, workload
+from llm_operator.render import monitoring, networking, pools, remote, scaling, workload
 
 
 class RenderError(ValueError):
@@ -115,4 +115,7 @@ def _render_local(
         mon = monitoring.monitor(model, workload.COMPONENT, eng.metrics_path, settings, owner_uid)
         if mon:
             objects.append(mon)
+    if settings.inference_pool.enabled and eng.name == "vllm":
+        objects += [pools.inference_pool(model, settings, owner_uid),
+                    pools.http_route(model, settings, owner_uid)]
     return objects

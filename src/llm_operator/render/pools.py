@@ -1,0 +1,63 @@
+"""vLLM models as Gateway API Inference Extension pools: an InferencePool and its HTTPRoute.
+
+For clusters that run llm-d or another inference gateway: the gateway picks a replica
+through the endpoint picker (queue depth, KV cache, prefix affinity) instead of the
+Service's round robin. Shapes follow inference.networking.k8s.io/v1 and
+gateway.networking.k8s.io/v1 (the CRDs in the tests' schemas).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llm_operator.api.v1alpha1 import LLMModel
+from llm_operator.profiles.engines import PORT
+from llm_operator.profiles.settings import Settings
+from llm_operator.render.meta import metadata, selector_labels
+
+COMPONENT = "inference"
+MODEL_HEADER = "X-Gateway-Model-Name"  # set from the body's "model" by the gateway
+
+
+def inference_pool(model: LLMModel, settings: Settings, owner_uid: str | None
+                   ) -> dict[str, Any]:
+    """The pool of the model's pods, with the configured endpoint picker."""
+    picker = settings.inference_pool.endpoint_picker
+    return {
+        "apiVersion": "inference.networking.k8s.io/v1",
+        "kind": "InferencePool",
+        "metadata": metadata(model, model.name, COMPONENT, owner_uid),
+        "spec": {
+            "selector": {"matchLabels": selector_labels(model)},
+            "targetPorts": [{"number": PORT}],
+            "endpointPickerRef": {
+                "name": picker.service.replace("{name}", model.name),
+                "port": {"number": picker.port},
+                "failureMode": picker.failure_mode,
+            },
+        },
+    }
+
+
+def http_route(model: LLMModel, settings: Settings, owner_uid: str | None) -> dict[str, Any]:
+    """Requests for the model's id, on the configured Gateway, to its pool."""
+    parent = settings.inference_pool.gateway
+    ref: dict[str, Any] = {"group": "gateway.networking.k8s.io", "kind": "Gateway",
+                           "name": parent.name}
+    if parent.namespace:
+        ref["namespace"] = parent.namespace
+    return {
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "HTTPRoute",
+        "metadata": metadata(model, model.name, COMPONENT, owner_uid),
+        "spec": {
+            "parentRefs": [ref],
+            "rules": [{
+                "matches": [{"path": {"type": "PathPrefix", "value": "/v1"},
+                             "headers": [{"type": "Exact", "name": MODEL_HEADER,
+                                          "value": model.spec.model_id}]}],
+                "backendRefs": [{"group": "inference.networking.k8s.io",
+                                 "kind": "InferencePool", "name": model.name}],
+            }],
+        },
+    }
