@@ -111,3 +111,13 @@ def test_a_broken_header_is_refused_with_why(tmp_path: Path, cut: Callable[[byte
     path.write_bytes(cut(path.read_bytes()))
     with path.open("rb") as stream, pytest.raises(GgufError, match=message):
         read_header(stream)
+
+
+def test_items_that_straddle_the_read_buffer_are_read_whole(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write(tmp_path, "llama", llama_8b)
+    with path.open("rb") as stream:
+        whole = read_header(stream).metadata
+    monkeypatch.setattr("llm_operator.profiles.gguf._Reader.CHUNK", 7)  # every item crosses
+    with path.open("rb") as stream:
+        assert read_header(stream).metadata == whole

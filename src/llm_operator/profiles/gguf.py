@@ -64,17 +64,40 @@ class GgufHeader:
 
 
 class _Reader:
+    """The header, read through an in-memory buffer a megabyte at a time.
+
+    Parsing a 262k-token vocabulary with a file read per item took 0.3 s.
+    """
+
+    CHUNK = 1 << 20
+
     def __init__(self, stream: IO[bytes]) -> None:
         self.stream = stream
+        self.buffer = b""
+        self.offset = 0
+
+    def _ensure(self, size: int) -> None:
+        missing = self.offset + size - len(self.buffer)
+        if missing <= 0:
+            return
+        more = self.stream.read(max(missing, self.CHUNK))
+        self.buffer = self.buffer[self.offset:] + more
+        self.offset = 0
+        if len(self.buffer) < size:
+            raise GgufError("the GGUF header ends early (a truncated or partial download?)")
 
     def take(self, size: int) -> bytes:
-        data = self.stream.read(size)
-        if len(data) != size:
-            raise GgufError("the GGUF header ends early (a truncated or partial download?)")
+        self._ensure(size)
+        data = self.buffer[self.offset:self.offset + size]
+        self.offset += size
         return data
 
     def unpack(self, fmt: str) -> Any:
-        return struct.unpack(fmt, self.take(struct.calcsize(fmt)))[0]
+        size = struct.calcsize(fmt)
+        self._ensure(size)
+        value = struct.unpack_from(fmt, self.buffer, self.offset)[0]
+        self.offset += size
+        return value
 
     def string(self) -> str:
         size = self.unpack("<Q")
@@ -82,8 +105,23 @@ class _Reader:
             raise GgufError(f"a GGUF string claims {size} bytes: the header is corrupt")
         return self.take(size).decode("utf-8", errors="replace")
 
-    def skip(self, size: int) -> None:
-        self.take(size)  # streams here are files: reading keeps it simple and bounded
+    def skip_strings(self, count: int) -> None:
+        """Step over ``count`` strings (a vocabulary) without decoding them."""
+        length = struct.Struct("<Q").unpack_from
+        while count:
+            buffer, offset, end = self.buffer, self.offset, len(self.buffer)
+            while count and offset + 8 <= end:
+                size = length(buffer, offset)[0]
+                if size > MAX_STRING:
+                    raise GgufError(f"a GGUF string claims {size} bytes: the header is corrupt")
+                if offset + 8 + size > end:
+                    break
+                offset += 8 + size
+                count -= 1
+            self.offset = offset
+            if count:  # the next string crosses the buffer's end: read on
+                self._ensure(8)
+                self._ensure(8 + length(self.buffer, self.offset)[0])
 
     def value(self, kind: int) -> Any:
         if kind in SCALARS:
@@ -94,13 +132,12 @@ class _Reader:
             item, count = self.unpack("<I"), self.unpack("<Q")
             if item in SCALARS and item not in {6, 12} and count <= 4096:
                 return [self.unpack(SCALARS[item]) for _ in range(count)]  # per-layer ints
-            for _ in range(count):
-                if item == STRING:
-                    self.skip(self.unpack("<Q"))
-                elif item in SCALARS:
-                    self.skip(struct.calcsize(SCALARS[item]))
-                else:
-                    raise GgufError(f"a GGUF array of type {item} is not supported")
+            if item == STRING:
+                self.skip_strings(count)
+            elif item in SCALARS:
+                self.take(struct.calcsize(SCALARS[item]) * count)
+            else:
+                raise GgufError(f"a GGUF array of type {item} is not supported")
             return ArrayOf(item, count)
         raise GgufError(f"unknown GGUF value type {kind}")
 
