@@ -42,6 +42,7 @@ PLURALS: MappingProxyType[tuple[str, str], str] = MappingProxyType({
     ("inference.networking.k8s.io/v1", "InferencePool"): "inferencepools",
     ("gateway.networking.k8s.io/v1", "HTTPRoute"): "httproutes",
     ("ai.example.io/v1alpha1", "LLMModel"): "llmmodels",
+    ("coordination.k8s.io/v1", "Lease"): "leases",
 })
 RETRYABLE = frozenset({429, 500, 502, 503, 504})
 
@@ -226,8 +227,9 @@ class Kube:
             await self._sleep(min(8.0, 0.2 * 2 ** (attempt - 1)) * (0.5 + random.random() / 2))
         raise AssertionError("unreachable")
 
-    async def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
-        """Server-side apply with the operator's field manager.
+    async def apply(self, obj: dict[str, Any], field_manager: str = FIELD_MANAGER
+                    ) -> dict[str, Any]:
+        """Server-side apply, by default with the operator's field manager.
 
         Forced: the operator owns the fields it renders on its children.
         """
@@ -235,7 +237,7 @@ class Kube:
         path = path_of(obj["apiVersion"], plural_of(obj), meta.get("namespace"), meta["name"])
         result: dict[str, Any] = await self.request(
             "PATCH", path, body=obj, content_type="application/apply-patch+yaml",
-            params={"fieldManager": FIELD_MANAGER, "force": "true"})
+            params={"fieldManager": field_manager, "force": "true"})
         return result
 
     async def _unless_missing(self, method: str, path: str,

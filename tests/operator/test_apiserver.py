@@ -36,7 +36,7 @@ from apitools import (
 )
 from controlplane import ControlPlane
 from operators import running_operator
-from samples import EDGE_SAMPLES, GUIDE_SAMPLES, load_yaml
+from samples import EDGE_SAMPLES, GUIDE_SAMPLES, LOCAL_EXAMPLES, load_yaml
 
 OPERATOR_USER = "system:serviceaccount:llm-operator-system:llm-operator"
 SAMPLES = [p for p in GUIDE_SAMPLES + EDGE_SAMPLES]
@@ -532,3 +532,45 @@ async def test_an_inference_pool_and_route_for_a_vllm_model_when_enabled(
         await kube.delete(API, "llmmodels", namespace, name)
         assert await until(kube, "inference.networking.k8s.io/v1", "inferencepools",
                            namespace, name, gone, timeout=60) is None
+
+
+async def test_a_registered_model_is_withdrawn_when_its_machine_stops_renewing(
+        apiserver: ControlPlane, kube: Kube, namespace: str) -> None:
+    """What `llmop up --register` publishes is served while its Lease is renewed: the
+    operator looks again when the Lease would lapse, fails the model then (no renewal
+    needed to notice), and serves it again once the machine renews."""
+    import datetime  # noqa: PLC0415
+
+    from llm_operator.render.registration import (  # noqa: PLC0415
+        key_secret,
+        lease_object,
+        registered_model,
+    )
+
+    lease = "llmop-up-laptop"
+    doc = registered_model(parse_llmmodel(load_yaml(next(
+        p for p in LOCAL_EXAMPLES.glob("gemma3-270m.yaml")))), namespace=namespace,
+        base_url="http://10.0.0.7:8000/v1", lease=lease)
+
+    async def renew(duration: int) -> None:
+        obj = lease_object(namespace, lease, lease, datetime.datetime.now(tz=datetime.UTC))
+        obj["spec"]["leaseDurationSeconds"] = duration
+        await kube.apply(obj, field_manager="llmop-up")
+
+    async with operating(apiserver, namespace):
+        await kube.apply(key_secret(namespace, lease), field_manager="llmop-up")
+        await renew(4)  # lapses in 4 s unless renewed
+        await kube.apply(doc, field_manager="llmop-up")
+        alive = await until(kube, API, "llmmodels", namespace, "gemma3-270m", lambda o: bool(
+            o and (o.get("status") or {}).get("phase") not in (None, "Failed")))
+        assert alive is not None
+        withdrawn = await until(kube, API, "llmmodels", namespace, "gemma3-270m",
+                                phase_is("Failed"), timeout=20)
+        assert withdrawn is not None
+        placed = next(c for c in withdrawn["status"]["conditions"] if c["type"] == "Placed")
+        assert placed["reason"] == "RegistrationExpired"
+        assert f"has not renewed its Lease {lease} since" in placed["message"]
+        await renew(30)
+        back = await until(kube, API, "llmmodels", namespace, "gemma3-270m", lambda o: bool(
+            o and (o.get("status") or {}).get("phase") not in (None, "Failed")), timeout=20)
+        assert back is not None

@@ -32,6 +32,8 @@ BASE_MODEL = f"{PREFIX}base-model"
 
 # --- finalizers ------------------------------------------------------------------------
 MCP_CLEANUP_FINALIZER = f"{PREFIX}mcp-cleanup"
+# On an LLMModel that `llmop up --register` published: the Lease its machine renews.
+REGISTERED_BY = f"{PREFIX}registered-by"
 
 # --- discovery labels on the LLMModel itself ------------------------------------------
 DOMAIN_PREFIX = f"{PREFIX}domain-"

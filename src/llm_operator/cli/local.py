@@ -24,6 +24,7 @@ from llm_operator.local.display import event_line, view
 from llm_operator.local.state import StateDir, alive, default_cache_dir, default_state_dir
 
 if TYPE_CHECKING:
+    from llm_operator.local.register import Registration
     from llm_operator.local.runtime import Runtime
 
 DEFAULT_DIR = Path("examples/local")
@@ -106,8 +107,19 @@ def _log_to_file(state: StateDir, level: str) -> None:
               help="Only say what would be served, proxied or left out, and why.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
               default="info", show_default=True, help="Level of the log in the state directory.")
+@click.option("--register", is_flag=True,
+              help="Also publish the models served here into a cluster (as remote LLMModels "
+              "pointing at this machine's gateway, kept alive by a Lease; withdrawn on stop). "
+              "The gateway then listens on all interfaces.")
+@click.option("--kubeconfig", type=click.Path(dir_okay=False, path_type=Path),
+              envvar="KUBECONFIG", help="With --register: the cluster [default: $KUBECONFIG].")
+@click.option("-n", "--namespace", default="ai-models", show_default=True,
+              help="With --register: the namespace to publish into.")
+@click.option("--advertise", metavar="HOST",
+              help="With --register: the address the cluster's pods reach this machine at.")
 def up(directory: Path | None, *, port: int, mcp_port: int, state_dir: Path, cache_dir: Path,
-       max_queue: int, detach: bool, dry_run: bool, log_level: str) -> None:
+       max_queue: int, detach: bool, dry_run: bool, log_level: str, register: bool,
+       kubeconfig: Path | None, namespace: str, advertise: str | None) -> None:
     """Serve a directory of LLMModel YAML on this machine, no cluster needed.
 
     Local models (acceleratorVendor cpu, inferenceEngine llamacpp or ollama, modelSource
@@ -126,6 +138,7 @@ def up(directory: Path | None, *, port: int, mcp_port: int, state_dir: Path, cac
       OPENAI_API_KEY=sk-... llmop up           the remote example is proxied too
       llmop up --dry-run                       what would run here, and why not the rest
       llmop up --max-queue 32                  let more requests wait per model
+      llmop up --register --advertise 10.0.0.7 publish them into the cluster in $KUBECONFIG
     """
     # The runtime (MCP SDK, gateway, uvicorn) loads only for this command: ~1 s of imports.
     from llm_operator.local.runtime import Options, Runtime, StartError  # noqa: PLC0415
@@ -136,19 +149,47 @@ def up(directory: Path | None, *, port: int, mcp_port: int, state_dir: Path, cac
     if dry_run:
         _dry_run(folder, console)
         return
+    registration = _registration(register, kubeconfig, namespace, advertise)
     if detach:
+        extra = ["--register", "--kubeconfig", str(kubeconfig), "--namespace", namespace,
+                 "--advertise", str(advertise)] if registration else []
         _detach(folder, state, console, ["--port", str(port), "--mcp-port", str(mcp_port),
                                          "--cache-dir", str(cache_dir.resolve()),
                                          "--max-queue", str(max_queue),
-                                         "--log-level", log_level])
+                                         "--log-level", log_level, *extra])
         return
     _log_to_file(state, log_level)
     options = Options(directory=folder, state=state, cache_dir=cache_dir.resolve(),
-                      gateway_port=port, mcp_port=mcp_port, max_queue=max_queue)
+                      gateway_port=port, mcp_port=mcp_port, max_queue=max_queue,
+                      register=registration,
+                      gateway_host="0.0.0.0" if registration else "127.0.0.1")
     try:
         asyncio.run(_foreground(Runtime(options), console))
     except StartError as exc:
         raise click.ClickException(str(exc)) from None
+
+
+def _registration(register: bool, kubeconfig: Path | None, namespace: str,
+                  advertise: str | None) -> Registration | None:
+    """--register's settings, checked before anything starts."""
+    if not register:
+        return None
+    if advertise is None:
+        raise click.UsageError("--register needs --advertise HOST: the address the cluster's "
+                               "pods reach this machine's gateway at")
+    if kubeconfig is None:
+        raise click.UsageError("--register needs a cluster: --kubeconfig FILE or $KUBECONFIG")
+    import socket  # noqa: PLC0415 - only with --register, like the cluster client
+
+    from llm_operator.kube import from_kubeconfig  # noqa: PLC0415
+    from llm_operator.local.register import Registration  # noqa: PLC0415
+    from llm_operator.render.registration import machine_name  # noqa: PLC0415
+
+    try:
+        connection = from_kubeconfig(str(kubeconfig))
+    except (OSError, ValueError) as exc:
+        raise click.UsageError(f"--kubeconfig {kubeconfig}: {exc}") from None
+    return Registration(connection, namespace, advertise, machine_name(socket.gethostname()))
 
 
 async def _foreground(runtime: Runtime, console: Console) -> None:

@@ -23,6 +23,7 @@ from llm_operator.api.v1alpha1 import LLMModel, ModelFileStatus
 from llm_operator.api.validation import InvalidModel, object_label, parse_llmmodel
 from llm_operator.gateway.app import Gateway
 from llm_operator.gateway.config import ConfigError, parse_config
+from llm_operator.kube import ApiError, Kube
 from llm_operator.local.machine import detect
 from llm_operator.local.modelfile import ModelFileError, inspect
 from llm_operator.local.placement import (
@@ -36,6 +37,7 @@ from llm_operator.local.placement import (
     file_does_not_fit,
 )
 from llm_operator.local.process import Supervised, Timing
+from llm_operator.local.register import Registrar, Registration
 from llm_operator.local.state import StateDir
 from llm_operator.local.weights import WeightsError, locate
 from llm_operator.mcp_server.app import McpSettings
@@ -79,6 +81,8 @@ class Options:
     python: str = sys.executable
     timing: Timing = field(default_factory=Timing)
     max_queue: int = 8  # requests that may wait per model; more get 429 (engine --max_queue)
+    gateway_host: str = LOOPBACK  # 0.0.0.0 when a cluster must reach it (--register)
+    register: Registration | None = None  # publish the served models into a cluster
 
 
 @dataclass
@@ -128,15 +132,15 @@ def _runtime_key(decision: Decision, file: Path) -> str:
     return json.dumps(parts, sort_keys=True, default=str)
 
 
-def listen(port: int, what: str, option: str) -> socket.socket:
-    """A listening loopback socket, or StartError saying which option picks another port."""
+def listen(port: int, what: str, option: str, host: str = LOOPBACK) -> socket.socket:
+    """A listening socket (loopback by default), or StartError naming the option to change."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        sock.bind((LOOPBACK, port))
+        sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        raise StartError(f"cannot listen on {LOOPBACK}:{port} for the {what}: "
+        raise StartError(f"cannot listen on {host}:{port} for the {what}: "
                          f"{exc.strerror or exc}; pass {option} with a free port (0 picks "
                          "one)") from None
     sock.listen(256)
@@ -183,6 +187,7 @@ class Runtime:
         self._cache = DirectoryCache(options.directory)
         self._scanned = False
         self._started = time.time()
+        self.registrar: Registrar | None = None
 
     # --- observing ----------------------------------------------------------------------
 
@@ -213,7 +218,12 @@ class Runtime:
                 "directory": str(self.options.directory), "gateway": self.gateway_url,
                 "mcp": self.mcp_url, "logs": str(self.options.state.logs),
                 "settled": self._scanned and all(r["phase"] not in UNSETTLED for r in rows),
-                "models": rows, "problems": list(self.problems)}
+                "models": rows, "problems": list(self.problems),
+                "registered": None if self.registrar is None else {
+                    "namespace": self.registrar.registration.namespace,
+                    "lease": self.registrar.registration.machine,
+                    "models": sorted(self.registrar.published),
+                    "problems": dict(self.registrar.problems)}}
 
     async def until(self, check: Callable[[dict[str, Any]], bool], timeout: float
                     ) -> dict[str, Any]:
@@ -240,14 +250,15 @@ class Runtime:
             raise StartError(f"llmop up is already running (pid {holder['pid']}) with state in "
                              f"{options.state.root}: run `llmop down` first, or pass another "
                              "--state-dir")
-        gateway_sock = listen(options.gateway_port, "gateway", "--port")
+        gateway_sock = listen(options.gateway_port, "gateway", "--port", options.gateway_host)
         mcp_sock = listen(options.mcp_port, "MCP server", "--mcp-port")
         self.gateway_url = f"http://{LOOPBACK}:{gateway_sock.getsockname()[1]}/v1"
         self.mcp_url = f"http://{LOOPBACK}:{mcp_sock.getsockname()[1]}/mcp"
         options.state.logs.mkdir(parents=True, exist_ok=True)
         options.state.write_statuses({})
         try:
-            async with self._gateway(gateway_sock), self._mcp(mcp_sock):
+            async with self._gateway(gateway_sock), self._mcp(mcp_sock), \
+                    self._registered(gateway_sock.getsockname()[1]):
                 writer = asyncio.create_task(self._write_state())
                 try:
                     while True:
@@ -273,6 +284,47 @@ class Runtime:
             yield
         finally:
             await runner.cleanup()
+
+    def serving(self) -> list[LLMModel]:
+        """The local models that are Ready now (what --register publishes)."""
+        return [e.model for e in self.entries.values()
+                if isinstance(e.decision, LocalServe) and e.current()[0] == "Ready"]
+
+    @contextlib.asynccontextmanager
+    async def _registered(self, gateway_port: int) -> AsyncIterator[None]:
+        """With --register: publish, heartbeat and, on the way out, withdraw."""
+        registration = self.options.register
+        if registration is None:
+            yield
+            return
+        async with Kube(registration.connection, attempts=2) as kube:
+            self.registrar = Registrar(kube, registration, gateway_port)
+            task = asyncio.create_task(self._keep_registered(self.registrar))
+            try:
+                yield
+            finally:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+                try:
+                    async with asyncio.timeout(10):
+                        await self.registrar.withdraw()
+                except (ApiError, OSError, TimeoutError) as exc:
+                    log.warning("could not withdraw the registered models: %s (the "
+                                "operator withdraws them once the Lease lapses)", exc)
+
+    async def _keep_registered(self, registrar: Registrar) -> None:
+        renewed = 0.0
+        while True:
+            try:
+                if time.monotonic() - renewed >= registrar.registration.renew_seconds:
+                    await registrar.heartbeat()
+                    renewed = time.monotonic()
+                await registrar.sync(self.serving())
+            except (ApiError, OSError) as exc:
+                log.warning("registering in the cluster failed: %s; trying again", exc)
+            self._touch()
+            await asyncio.sleep(min(1.0, registrar.registration.renew_seconds))
 
     @contextlib.asynccontextmanager
     async def _mcp(self, sock: socket.socket) -> AsyncIterator[None]:

@@ -304,6 +304,8 @@ class Controller:
                             outcome.skipped)
         if outcome.waiting_for_secret:
             self.queue.add_after(key, SECRET_RECHECK_SECONDS)
+        elif outcome.recheck_after is not None:
+            self.queue.add_after(key, outcome.recheck_after)
         self._admissions_changed(besides=key)
         if self.on_reconcile is not None:
             self.on_reconcile(key, outcome)

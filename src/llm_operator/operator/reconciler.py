@@ -19,6 +19,7 @@ from llm_operator.reconcile.queue import Admission
 from llm_operator.reconcile.status import Blocker, Event, Observation, compute_status
 from llm_operator.render import placement_problems, render
 from llm_operator.render.networking import endpoint
+from llm_operator.render.registration import lease_left
 from llm_operator.render.scaling import autoscaled
 
 # Kinds the operator may have created for a model, checked when pruning.
@@ -99,6 +100,7 @@ class Outcome:
     events: list[Event] = field(default_factory=list)
     status_written: bool = False
     waiting_for_secret: bool = False  # a Secret it needs is missing: look again soon
+    recheck_after: float | None = None  # look again then (a registration's Lease lapses)
     labels_written: bool = False
     model: LLMModel | None = None  # the model with its new status
 
@@ -125,6 +127,28 @@ def required_secrets(model: LLMModel) -> list[tuple[str, str, str]]:
 
 def owner_labels(model: LLMModel) -> dict[str, str]:
     return {L.MODEL_NAME: model.name, L.K8S_MANAGED_BY: L.MANAGED_BY_VALUE}
+
+
+async def _registration(kube: Kube, model: LLMModel, outcome: Outcome) -> Blocker | None:
+    """A model `llmop up --register` published is served while its machine renews its Lease.
+
+    Returns the blocker once the Lease has lapsed (or is gone), looking again every few
+    seconds; else schedules a look at the moment it would lapse.
+    """
+    lease = (model.metadata.labels or {}).get(L.REGISTERED_BY)
+    if not lease:
+        return None
+    found = await kube.get("coordination.k8s.io/v1", "leases", model.namespace, lease)
+    left = lease_left(found, datetime.datetime.now(tz=datetime.UTC))
+    if left is not None:
+        outcome.recheck_after = left + 1
+        return None
+    outcome.recheck_after = EXPIRED_RECHECK_SECONDS  # the machine may come back
+    renewed = ((found or {}).get("spec") or {}).get("renewTime")
+    since = f"has not renewed its Lease {lease} since {renewed}" if renewed else \
+        f"has no Lease {lease}"
+    return Blocker("RegistrationExpired", f"the machine that registered this model {since}: "
+                   "it is not served until `llmop up --register` runs there again")
 
 
 async def _blockers(kube: Kube, model: LLMModel, problems: list[Problem]) -> list[Blocker]:
@@ -196,6 +220,7 @@ async def record_events(kube: Kube, model: LLMModel, events: list[Event]) -> Non
 
 
 Usage = tuple[int | None, int | None]  # (requestsPerMinute, averageLatencyMs)
+EXPIRED_RECHECK_SECONDS = 5.0  # a withdrawn registration: is its machine back?
 # What a queued model does not get until the GPU queue admits it (no pod waits Pending).
 WORKLOAD_KINDS = frozenset({"Deployment", "ScaledObject", "HTTPScaledObject"})
 
@@ -225,6 +250,9 @@ async def reconcile(kube: Kube, doc: dict[str, Any], settings: Settings, *,
 
     model_plan = plan(model, settings.storage.min_size_gi_b)
     blockers = await _blockers(kube, model, placement_problems(model, settings, model_plan))
+    expired = await _registration(kube, model, outcome)
+    if expired is not None:
+        blockers.append(expired)
     outcome.waiting_for_secret = any(b.reason == "SecretMissing" for b in blockers)
     queued = None
     spec = model.spec
