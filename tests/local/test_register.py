@@ -61,5 +61,5 @@ async def _renewed(up: Runtime, kube: Kube, namespace: str, machine: str, before
         if await moved():
             return
         version = up.version
-        await up.until(lambda _: up.version > version, 5)  # the registration loop's next tick
+        await up.until(lambda _, seen=version: up.version > seen, 5)  # the loop's next tick
     raise AssertionError("the Lease was not renewed")

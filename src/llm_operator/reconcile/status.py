@@ -90,19 +90,18 @@ class PodIssue:
 
 
 def merge_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
-    """The JSON merge patch (RFC 7386) that turns ``old`` into ``new``.
+    """A JSON merge patch (RFC 7386) that makes ``old`` into ``new``.
 
-    Fields ``new`` lacks are sent as null, or a merge patch would leave them in place (a
-    model that stopped serving kept its endpoint).
+    All of ``new``, and null for each field ``old`` has and ``new`` lacks, at every depth.
+    Without the nulls a merge patch would leave those fields in place (a model that stopped
+    serving kept its endpoint). All of ``new`` is sent, not only what changed: the status
+    converges even if ``old`` (the watch cache) lags the server.
     """
     patch: dict[str, Any] = {k: None for k in old if k not in new}
     for key, value in new.items():
         before = old.get(key)
-        if isinstance(value, dict) and isinstance(before, dict):
-            if before != value:
-                patch[key] = merge_patch(before, value)
-        elif value != before:
-            patch[key] = value
+        patch[key] = merge_patch(before, value) if isinstance(value, dict) \
+            and isinstance(before, dict) else value
     return patch
 
 
