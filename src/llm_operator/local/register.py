@@ -6,6 +6,7 @@ few seconds, removes what is no longer served, and withdraws everything on stop.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import logging
 from dataclasses import dataclass, field
@@ -45,6 +46,7 @@ class Registrar:
     gateway_port: int
     published: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> applied
     problems: dict[str, str] = field(default_factory=dict)  # name -> why not published
+    renewed: asyncio.Event = field(default_factory=asyncio.Event)  # set at each renewal
 
     @property
     def _selector(self) -> str:
@@ -60,6 +62,7 @@ class Registrar:
         await self._apply(lease_object(reg.namespace, reg.machine, reg.machine, now))
         if not self.published and not self.problems:
             await self._apply(key_secret(reg.namespace, reg.machine))
+        self.renewed.set()
 
     async def sync(self, serving: list[LLMModel]) -> None:
         """Publish the models served now; withdraw the ones no longer served."""

@@ -316,6 +316,7 @@ class Runtime:
     async def _keep_registered(self, registrar: Registrar) -> None:
         renewed = 0.0
         while True:
+            before = (sorted(registrar.published), dict(registrar.problems))
             try:
                 if time.monotonic() - renewed >= registrar.registration.renew_seconds:
                     await registrar.heartbeat()
@@ -323,7 +324,8 @@ class Runtime:
                 await registrar.sync(self.serving())
             except (ApiError, OSError) as exc:
                 log.warning("registering in the cluster failed: %s; trying again", exc)
-            self._touch()
+            if (sorted(registrar.published), dict(registrar.problems)) != before:
+                self._touch()  # `llmop status` shows what is published
             await asyncio.sleep(min(1.0, registrar.registration.renew_seconds))
 
     @contextlib.asynccontextmanager
