@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -255,7 +256,7 @@ def count_of(usage: Any, name: str) -> int:
 
 
 @dataclass
-class EventStream:
+class EventStream(ABC):
     """A provider's SSE stream, decoded event by event (``_event`` makes the OpenAI chunks)."""
 
     out: ChunkWriter
@@ -265,8 +266,9 @@ class EventStream:
         events, self._pending = split_events(self._pending + data)
         return b"".join(self._event(d) for e in events if (d := sse_data(e)) is not None)
 
+    @abstractmethod
     def _event(self, event: dict[str, Any]) -> bytes:
-        raise NotImplementedError
+        """The OpenAI chunks (SSE bytes) for one decoded provider event."""
 
 
 # --- OpenAI's side ---------------------------------------------------------------------
