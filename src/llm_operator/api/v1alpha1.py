@@ -361,6 +361,12 @@ class LLMModelSpec(_Wire):
         return self.deployment_mode == "remote"
 
     @property
+    def needs_accelerators(self) -> bool:
+        """A local model on GPUs or Gaudi cards (what the GPU queue admits)."""
+        return not self.is_remote and self.accelerator_vendor != "cpu" \
+            and self.resources.accelerator_count > 0
+
+    @property
     def supports_thinking(self) -> bool:
         return self.model_type in THINKING_MODEL_TYPES
 

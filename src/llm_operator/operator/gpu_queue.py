@@ -45,7 +45,7 @@ class GpuQueue:
         claim = None
         try:
             model = parse_llmmodel({k: v for k, v in doc.items() if k != "status"})
-            if not model.spec.is_remote and model.spec.resources.accelerator_count:
+            if model.spec.needs_accelerators:
                 pod = next(o for o in render(model, self.settings) if o["kind"] ==
                            "Deployment")["spec"]["template"]["spec"]
                 claim = claim_of(model, pod, running_replicas=replicas)
@@ -75,6 +75,9 @@ class GpuQueue:
 
 
 def wants_accelerators(doc: dict[str, Any]) -> bool:
-    """A cheap look at the raw spec: CPU and remote models never claim (most of them)."""
+    """A cheap look at the raw document: CPU and remote models never claim.
+
+    spec.needs_accelerators decides for the rest, once parsed.
+    """
     spec = doc.get("spec") or {}
     return spec.get("deploymentMode") == "local" and spec.get("acceleratorVendor") != "cpu"

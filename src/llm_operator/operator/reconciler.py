@@ -105,6 +105,9 @@ class Outcome:
     model: LLMModel | None = None  # the model with its new status
 
 
+EXPIRED_RECHECK_SECONDS = 5.0  # a withdrawn registration: is its machine back?
+
+
 def now() -> str:
     return datetime.datetime.now(tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -220,7 +223,6 @@ async def record_events(kube: Kube, model: LLMModel, events: list[Event]) -> Non
 
 
 Usage = tuple[int | None, int | None]  # (requestsPerMinute, averageLatencyMs)
-EXPIRED_RECHECK_SECONDS = 5.0  # a withdrawn registration: is its machine back?
 # What a queued model does not get until the GPU queue admits it (no pod waits Pending).
 WORKLOAD_KINDS = frozenset({"Deployment", "ScaledObject", "HTTPScaledObject"})
 
@@ -255,10 +257,8 @@ async def reconcile(kube: Kube, doc: dict[str, Any], settings: Settings, *,
         blockers.append(expired)
     outcome.waiting_for_secret = any(b.reason == "SecretMissing" for b in blockers)
     queued = None
-    spec = model.spec
-    claims = not spec.is_remote and spec.accelerator_vendor != "cpu" \
-        and spec.resources.accelerator_count > 0
-    if claims and not blockers and admission is not None and await view.child(
+    if model.spec.needs_accelerators and not blockers and admission is not None \
+            and await view.child(
             "apps/v1", "Deployment", model.namespace, model.name) is None:
         verdict = admission(model)  # a model with a Deployment holds its place: never queued
         queued = verdict if verdict is not None and not verdict.admitted else None

@@ -169,15 +169,15 @@ def claim_of(model: LLMModel, pod: Mapping[str, Any], *, running_replicas: int |
     """
     spec = model.spec
     resource = vendor(spec.accelerator_vendor).resource_key
-    count = spec.resources.accelerator_count
-    if spec.is_remote or resource is None or count < 1:
+    if not spec.needs_accelerators or resource is None:
         return None
     running = running_replicas is not None
     replicas = running_replicas if running_replicas is not None else max(
         1, spec.scaling.min_replicas)
     terms = ((((pod.get("affinity") or {}).get("nodeAffinity") or {}).get(
         "requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or [])
-    return Claim((model.namespace, model.name), resource, count, replicas,
+    return Claim((model.namespace, model.name), resource, spec.resources.accelerator_count,
+                 replicas,
                  spec.priority or "normal", model.metadata.creation_timestamp or "", running,
                  dict(pod.get("nodeSelector") or {}),
                  tuple(tuple(t.get("matchExpressions") or ()) for t in terms))
