@@ -49,16 +49,9 @@ def split_events(data: bytes) -> tuple[list[bytes], bytes]:
 def usage_only(event: bytes) -> bool:
     """The event include_usage adds at the end: no choices, only usage."""
     if b'"usage"' not in event:
-        return False
-    for line in event.splitlines():
-        if line.startswith(b"data:"):
-            try:
-                data = json.loads(line[5:])
-            except ValueError:
-                return False
-            return isinstance(data, dict) and not data.get("choices") \
-                and isinstance(data.get("usage"), dict)
-    return False
+        return False  # most events: not decoded at all
+    data = sse_data(event)
+    return data is not None and not data.get("choices") and isinstance(data.get("usage"), dict)
 
 
 def sse_data(event: bytes) -> dict[str, Any] | None:
