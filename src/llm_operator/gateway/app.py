@@ -46,6 +46,7 @@ from llm_operator.gateway.sse import (
 )
 from llm_operator.gateway.upstreams import NATIVE, NativeApi, Untranslatable
 from llm_operator.gateway.upstreams.anthropic import VERSION as ANTHROPIC_VERSION
+from llm_operator.gateway.upstreams.shapes import error_body as openai_error_body
 
 log = logging.getLogger("llm_operator.gateway")
 
@@ -754,8 +755,8 @@ class Gateway:
         if status == 200 and isinstance(decoded, dict):
             shaped = native.answer(decoded, int(time.time()))
         elif status == 200:
-            shaped = {"error": {"message": f"{native.name}: the answer is not a JSON object",
-                                "type": "server_error", "param": None, "code": None}}
+            shaped = openai_error_body(f"{native.name}: the answer is not a JSON object",
+                                       "server_error")
         else:
             shaped = native.error(status, decoded)
         return json.dumps(shaped, separators=(",", ":")).encode()

@@ -17,6 +17,7 @@ from llm_operator.gateway.upstreams.shapes import (
     Image,
     Translated,
     Untranslatable,
+    add_turn,
     arguments_of,
     choice,
     completion,
@@ -128,10 +129,7 @@ class AnthropicApi:
             role, blocks = _blocks(message, where)
             if not blocks:
                 continue
-            if messages and messages[-1]["role"] == role:  # the API wants turns to alternate
-                messages[-1]["content"].extend(blocks)
-            else:
-                messages.append({"role": role, "content": blocks})
+            add_turn(messages, role, blocks, "content")
         if not messages:
             raise Untranslatable("messages: give at least one user message")
         out: dict[str, Any] = {"model": model, "max_tokens": max_tokens_of(body, max_tokens),

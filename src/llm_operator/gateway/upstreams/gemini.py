@@ -21,6 +21,7 @@ from llm_operator.gateway.upstreams.shapes import (
     Image,
     Translated,
     Untranslatable,
+    add_turn,
     arguments_of,
     choice,
     completion,
@@ -122,10 +123,7 @@ def _contents(body: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
                                  "or tool")
         if not parts:
             continue
-        if contents and contents[-1]["role"] == role:
-            contents[-1]["parts"].extend(parts)
-        else:
-            contents.append({"role": role, "parts": parts})
+        add_turn(contents, role, parts, "parts")
     if not contents:
         raise Untranslatable("messages: give at least one user message")
     return system, contents

@@ -220,6 +220,19 @@ def arguments_of(call: Any, where: str) -> dict[str, Any]:
     return arguments
 
 
+def add_turn(turns: list[dict[str, Any]], role: str, items: list[dict[str, Any]],
+             field: str) -> None:
+    """Append a turn, or extend the last one of the same role.
+
+    Both native APIs want user and assistant (model) turns to alternate, so consecutive
+    tool results join one turn.
+    """
+    if turns and turns[-1]["role"] == role:
+        turns[-1][field].extend(items)
+    else:
+        turns.append({"role": role, field: items})
+
+
 def function_tools(body: dict[str, Any]) -> list[dict[str, Any]]:
     """The ``function`` objects of the request's tools (name, description, parameters)."""
     tools = body.get("tools") or []
