@@ -13,7 +13,10 @@ from llm_operator.api import labels as L
 from llm_operator.kube import ApiError, Kube, connection
 from llm_operator.operator.gpu_queue import GpuQueue
 from llm_operator.profiles.settings import Settings
+from llm_operator.profiles.vendors import VENDORS
 from llm_operator.reconcile.queue import node_of
+
+ACCELERATOR_RESOURCES = frozenset(v.resource_key for v in VENDORS.values() if v.resource_key)
 
 
 async def _read(namespace: str | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]],
@@ -66,7 +69,7 @@ def cluster_queue(namespace: str | None, settings: Settings) -> None:
         capacity.add_column(column)
     for node in sorted((node_of(n) for n in nodes), key=lambda n: n.name):
         offered = ", ".join(f"{v} {k}" for k, v in sorted(node.allocatable.items())
-                            if k in {"nvidia.com/gpu", "amd.com/gpu", "habana.ai/gaudi"})
+                            if k in ACCELERATOR_RESOURCES)
         if offered:
             capacity.add_row(node.name, offered, "yes" if node.schedulable else "no")
     console.print(capacity)
