@@ -126,6 +126,36 @@ CASES: list[tuple[str, dict[str, Any], set[str]]] = [
      {"pod-annotation-keys"}),
     ("runtime class on a remote model", {**REMOTE, "runtimeClassName": "nvidia"},
      {"runtime-class-for-local-models"}),
+    ("LoRA adapters on vLLM", {"loraAdapters": [
+        {"name": "sql", "source": {"type": "huggingface", "repo": "acme/sql-lora"}, "rank": 8},
+        {"name": "docs", "source": {"type": "s3", "s3Bucket": "adapters", "s3Prefix": "d/"}},
+        {"name": "legal", "source": {"type": "oci", "ociImage": "ghcr.io/a/legal:1"}},
+        {"name": "chat.v2", "source": {"type": "pvc", "claimName": "loras", "path": "c"}}]},
+     set()),
+    ("a LoRA adapter on llama.cpp", {**LLAMA_CPU, "loraAdapters": [
+        {"name": "sql", "source": {"type": "file", "path": "sql.gguf"}}]}, set()),
+    ("a LoRA adapter on Ollama", {**LLAMA_CPU, "inferenceEngine": "ollama", "loraAdapters": [
+        {"name": "sql", "source": {"type": "file", "path": "sql.gguf"}}]},
+     {"lora-needs-adapter-engine"}),
+    ("a LoRA adapter on a remote model", {**REMOTE, "loraAdapters": [
+        {"name": "sql", "source": {"type": "huggingface", "repo": "acme/sql-lora"}}]},
+     {"lora-needs-adapter-engine"}),
+    ("a LoRA adapter named as the model", {"loraAdapters": [
+        {"name": "gemma", "source": {"type": "huggingface", "repo": "acme/sql-lora"}}],
+        "modelId": "gemma", "modelSource": {"type": "s3", "s3Bucket": "models"}},
+     {"lora-name-not-model-id"}),
+    ("LoRA sources without their location", {"loraAdapters": [
+        {"name": f"a{i}", "source": {"type": kind}}
+        for i, kind in enumerate(("huggingface", "s3", "oci", "pvc", "file"))]},
+     {"lora-source-location"}),
+    ("a LoRA adapter's default tool name over 128", {
+        "mcpExposure": {"enabled": True, "toolName": "t" * 100},
+        "loraAdapters": [{"name": "a" * 30, "source": {"type": "pvc", "claimName": "c"}}]},
+     {"lora-tool-name-length"}),
+    ("a LoRA adapter's own tool name", {
+        "mcpExposure": {"enabled": True, "toolName": "t" * 100},
+        "loraAdapters": [{"name": "a" * 30, "toolName": "short",
+                          "source": {"type": "pvc", "claimName": "c"}}]}, set()),
     ("remote ignores local rules", {**REMOTE, "acceleratorVendor": "cpu",
                                     "resources": {"acceleratorCount": 0}}, set()),
     ("two rules at once", {"acceleratorVendor": "cpu", "scaling": {"minReplicas": 9}},

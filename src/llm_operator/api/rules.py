@@ -77,6 +77,25 @@ def _local(spec: LLMModelSpec) -> bool:
     return spec.deployment_mode == "local"
 
 
+# What each adapter source type needs: the field in the CRD, the attribute in Python.
+LORA_SOURCE_FIELDS = (("huggingface", "repo", "repo"), ("s3", "s3Bucket", "s3_bucket"),
+                      ("oci", "ociImage", "oci_image"), ("pvc", "claimName", "claim_name"),
+                      ("file", "path", "path"))
+
+
+def _lora_source_complete(spec: LLMModelSpec) -> bool:
+    return all(getattr(a.source, attr) is not None
+               for a in spec.lora_adapters or () for kind, _, attr in LORA_SOURCE_FIELDS
+               if a.source.type == kind)
+
+
+def _default_tool_name_fits(spec: LLMModelSpec) -> bool:
+    tool = spec.mcp_exposure.tool_name
+    return not spec.mcp_exposure.enabled or tool is None or all(
+        a.tool_name is not None or len(tool) + len(a.name) < 128
+        for a in spec.lora_adapters or ())
+
+
 def _hf_source(spec: LLMModelSpec) -> bool:
     return spec.model_source is None or spec.model_source.type == "huggingface"
 
@@ -212,6 +231,49 @@ RULES: tuple[Rule, ...] = (
         message="runtimeClassName applies to the inference pods of local models; a remote "
         "model's gateway runs in the default runtime",
         holds=lambda s: s.runtime_class_name is None or _local(s),
+    ),
+    Rule(
+        id="lora-needs-adapter-engine",
+        location="spec",
+        field=".loraAdapters",
+        cel="!has(self.loraAdapters) || size(self.loraAdapters) == 0 || "
+        f"(self.deploymentMode == 'local' && {ENGINE} in ['vllm', 'llamacpp'])",
+        message="loraAdapters are served by inferenceEngine vllm or llamacpp on a local "
+        "model; Ollama and remote APIs cannot load them: remove loraAdapters or change engine",
+        holds=lambda s: not s.lora_adapters
+        or (_local(s) and s.inference_engine in {"vllm", "llamacpp"}),
+    ),
+    Rule(
+        id="lora-name-not-model-id",
+        location="spec",
+        field=".loraAdapters",
+        cel="!has(self.loraAdapters) || self.loraAdapters.all(a, a.name != self.modelId)",
+        message="loraAdapters[].name is the model name clients send for the adapter: it "
+        "must differ from modelId, which calls the model without one",
+        holds=lambda s: all(a.name != s.model_id for a in s.lora_adapters or ()),
+    ),
+    Rule(
+        id="lora-source-location",
+        location="spec",
+        field=".loraAdapters",
+        cel="!has(self.loraAdapters) || self.loraAdapters.all(a, "
+        + " && ".join(f"(a.source.type != '{kind}' || has(a.source.{field}))"
+                      for kind, field, _ in LORA_SOURCE_FIELDS) + ")",
+        message="each loraAdapters[].source needs the field of its type: repo "
+        "(huggingface), s3Bucket (s3), ociImage (oci), claimName (pvc), path (file)",
+        holds=_lora_source_complete,
+        reason="FieldValueRequired",
+    ),
+    Rule(
+        id="lora-tool-name-length",
+        location="spec",
+        field=".loraAdapters",
+        cel="!self.mcpExposure.enabled || !has(self.mcpExposure.toolName) || "
+        "!has(self.loraAdapters) || self.loraAdapters.all(a, has(a.toolName) || "
+        "size(self.mcpExposure.toolName) + size(a.name) < 128)",
+        message="an adapter's default MCP tool name (mcpExposure.toolName, a dot, its name) "
+        "would exceed 128 characters: set loraAdapters[].toolName or shorten the names",
+        holds=_default_tool_name_fits,
     ),
     Rule(
         id="accelerator-count-zero-only-for-cpu",

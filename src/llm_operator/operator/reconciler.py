@@ -125,6 +125,14 @@ def required_secrets(model: LLMModel) -> list[tuple[str, str, str]]:
         if source.s3_credentials_secret:
             out.append((source.s3_credentials_secret, "AWS_ACCESS_KEY_ID",
                         "spec.modelSource.s3CredentialsSecret"))
+    for i, adapter in enumerate(spec.lora_adapters or ()):
+        where = f"spec.loraAdapters[{i}].source"
+        if adapter.source.hugging_face_token_secret:
+            out.append((adapter.source.hugging_face_token_secret, "token",
+                        f"{where}.huggingFaceTokenSecret"))
+        if adapter.source.s3_credentials_secret:
+            out.append((adapter.source.s3_credentials_secret, "AWS_ACCESS_KEY_ID",
+                        f"{where}.s3CredentialsSecret"))
     return out
 
 

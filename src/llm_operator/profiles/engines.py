@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from llm_operator.api.v1alpha1 import LLMModelSpec
+from llm_operator.profiles import adapters
 
 PORT = 8000  # every engine serves its OpenAI-compatible API here
 CACHE_DIR = "/model-cache"
@@ -135,11 +136,15 @@ def serve(spec: LLMModelSpec, on_accelerator: bool) -> Serve:
         count = spec.resources.accelerator_count
         if count > 1 and "tensor-parallel-size" not in args:
             extra = ["--tensor-parallel-size", str(count)]
+        env = [("HF_HOME", f"{CACHE_DIR}/hf-home"), ("HF_HUB_OFFLINE", "1")]
+        if spec.lora_adapters:  # lora-sync loads and unloads them through the API
+            env.append(("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "True"))
         return Serve(
             command=("python3", "-m", "vllm.entrypoints.openai.api_server"),
             args=("--model", SOURCE_DIR, "--served-model-name", spec.model_id,
-                  "--host", "0.0.0.0", "--port", str(PORT), *extra, *flag_args(args)),
-            env=(("HF_HOME", f"{CACHE_DIR}/hf-home"), ("HF_HUB_OFFLINE", "1")),
+                  "--host", "0.0.0.0", "--port", str(PORT), *extra,
+                  *adapters.vllm_args(spec), *flag_args(args)),
+            env=tuple(env),
         )
     if spec.inference_engine == "llamacpp":
         extra = []
@@ -155,7 +160,7 @@ def serve(spec: LLMModelSpec, on_accelerator: bool) -> Serve:
             command=("/app/llama-server",),
             args=("--model", GGUF_LINK, "--alias", spec.model_id, "--host", "0.0.0.0",
                   "--port", str(PORT), "--metrics", *extra, *_llamacpp_settings(spec),
-                  *flag_args(args)),
+                  *adapters.llamacpp_args(spec), *flag_args(args)),
             env=(("HOME", "/tmp"),),
         )
     env = [("OLLAMA_HOST", f"0.0.0.0:{PORT}"), ("OLLAMA_MODELS", OLLAMA_MODELS_DIR),
@@ -190,6 +195,23 @@ def engine_arg_problems(spec: LLMModelSpec) -> list[str]:
     return problems
 
 
+def _link_adapters(spec: LLMModelSpec) -> str:
+    """Shell: link each fetched adapter's one GGUF file where --lora expects it."""
+    lines = []
+    for adapter in spec.lora_adapters or ():
+        if adapter.source.type == "pvc":
+            continue
+        folder = shlex.quote(adapters.download_dir(adapter))
+        target = shlex.quote(adapters.adapter_path(adapter, gguf=True))
+        name = adapter.name
+        lines.append(
+            f"n=$(find {folder} -name '*.gguf' | wc -l); "
+            f'[ "$n" -eq 1 ] || {{ echo "LoRA adapter {name}: expected one GGUF file in the '
+            f'download, found $n" >&2; exit 1; }}; '
+            f"ln -sfn \"$(find {folder} -name '*.gguf')\" {target}\n")
+    return "".join(lines)
+
+
 def prepare_script(spec: LLMModelSpec) -> str | None:
     """Shell run in the engine image after the fetch and the check.
 
@@ -204,7 +226,7 @@ def prepare_script(spec: LLMModelSpec) -> str | None:
         f'[ -f "$f" ] || {{ echo "the checked GGUF file $f is gone" >&2; exit 1; }}\n'
     )
     if spec.inference_engine == "llamacpp":
-        return pick + f'ln -sfn "$f" {GGUF_LINK}\necho "serving $f"\n'
+        return pick + f'ln -sfn "$f" {GGUF_LINK}\necho "serving $f"\n' + _link_adapters(spec)
     name = shlex.quote(spec.model_id)
     return pick + (
         "ollama serve >/tmp/ollama.log 2>&1 & pid=$!\n"

@@ -8,6 +8,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from llm_operator.api.v1alpha1 import LLMModel, LLMModelSpec, ModelFileStatus
+from llm_operator.profiles.adapters import adapter_memory
 from llm_operator.profiles.engines import engine, parallel_slots
 from llm_operator.profiles.vendors import VENDORS, Accelerator, VendorProfile, vendor
 
@@ -41,10 +42,11 @@ class Estimate:
     kv_cache_gib: float
     overhead_gib: float
     context_tokens: int
+    adapters_gib: float = 0.0  # LoRA adapter buffers (profiles.adapters)
 
     @property
     def total_gib(self) -> float:
-        return self.weights_gib + self.kv_cache_gib + self.overhead_gib
+        return self.weights_gib + self.kv_cache_gib + self.overhead_gib + self.adapters_gib
 
 
 def estimate_memory(
@@ -115,6 +117,7 @@ class Plan:
             "weightsGiB": round(est.weights_gib, 1) if est else 0.0,
             "kvCacheGiB": round(est.kv_cache_gib, 1) if est else 0.0,
             "overheadGiB": round(est.overhead_gib, 1) if est else 0.0,
+            "adaptersGiB": round(est.adapters_gib, 2) if est else 0.0,
             "contextTokens": est.context_tokens if est else 0,
             "capacityGiB": round(self.capacity_gib, 1) if self.capacity_gib else None,
             "accelerator": self.accelerator,
@@ -176,10 +179,16 @@ def plan(model: LLMModel, min_cache_gib: int = 20) -> Plan:
     cache = cache_size_gib(est, min_cache_gib)
     file = model.status.model if model.status else None
     measured = estimate_from_file(file, context, on_accelerator=on_accel) if file else None
-    result = _plan_local(model, measured or est, cache, vp, on_accel)
-    if measured is None or file is None:
-        return result
-    return replace(result, reason=f"{result.reason} (sized from {file.file}'s header)")
+    lora = adapter_memory(spec, file.embedding_length if measured and file else None,
+                          file.layers if measured and file else None)
+    chosen = replace(measured or est, adapters_gib=lora.gib if lora else 0.0)
+    result = _plan_local(model, chosen, cache, vp, on_accel)
+    notes = []
+    if lora is not None:
+        notes.append(f"LoRA adapters {lora.gib:.2f} GiB: {lora.slots} at rank {lora.rank}")
+    if measured is not None and file is not None:
+        notes.append(f"sized from {file.file}'s header")
+    return replace(result, reason=f"{result.reason} ({'; '.join(notes)})") if notes else result
 
 
 def _plan_local(model: LLMModel, est: Estimate, cache: int, vp: VendorProfile,

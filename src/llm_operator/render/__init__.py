@@ -10,7 +10,7 @@ from llm_operator.profiles.engines import engine, engine_arg_problems
 from llm_operator.profiles.planner import Plan, plan
 from llm_operator.profiles.settings import DEFAULT_SETTINGS, Settings
 from llm_operator.profiles.vendors import VendorProfile, vendor
-from llm_operator.render import monitoring, networking, pools, remote, scaling, workload
+from llm_operator.render import adapters, monitoring, networking, pools, remote, scaling, workload
 
 
 class RenderError(ValueError):
@@ -33,6 +33,10 @@ def placement_problems(model: LLMModel, settings: Settings, model_plan: Plan) ->
     if spec.is_remote:
         return []
     problems = [Problem("spec.engineArgs", msg) for msg in engine_arg_problems(spec)]
+    problems += [Problem("spec.loraAdapters", f"adapter {a.name}: source type file names "
+                         "an adapter on one machine, which a cluster cannot reach: serve it "
+                         "with `llmop up`, or use huggingface, s3, oci or pvc")
+                 for a in spec.lora_adapters or () if a.source.type == "file"]
     if spec.model_source is not None and spec.model_source.type == "file":
         problems.append(Problem(
             "spec.modelSource.type",
@@ -101,6 +105,8 @@ def _render_local(
     autoscaled = scaling.autoscaled(model)
     objects = [
         workload.model_cache_pvc(model, cache, settings, owner_uid),
+        *([adapters.config_map(model, workload.COMPONENT, owner_uid)]
+          if adapters.synced(spec) else []),
         workload.inference_deployment(
             model, vp=vp, eng=eng, image=image, settings=settings,
             replicas=None if autoscaled else spec.scaling.min_replicas,

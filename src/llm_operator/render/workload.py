@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from llm_operator.api import labels as L
-from llm_operator.api.v1alpha1 import LLMModel, LLMModelSpec
+from llm_operator.api.v1alpha1 import LLMModel, LLMModelSpec, LoraAdapterSpec
+from llm_operator.profiles import adapters
 from llm_operator.profiles.engines import (
     CACHE_DIR,
     CHOSEN_GGUF,
@@ -19,6 +21,7 @@ from llm_operator.profiles.engines import (
 )
 from llm_operator.profiles.settings import Settings
 from llm_operator.profiles.vendors import VendorProfile
+from llm_operator.render import adapters as lora
 from llm_operator.render.meta import (
     child_labels,
     metadata,
@@ -60,45 +63,78 @@ def _wants_gguf(spec: LLMModelSpec, eng: EngineProfile) -> bool:
     return eng.gguf_only or spec.quantization.startswith("GGUF-")
 
 
-def fetch_container(spec: LLMModelSpec, eng: EngineProfile, settings: Settings) -> dict[str, Any]:
-    """Init container that downloads the weights into the cache, bounded by a timeout.
+@dataclass(frozen=True)
+class Fetch:
+    """What one download step fetches, from where, to where (the model or an adapter)."""
+
+    kind: str  # huggingface, s3 or oci
+    dest: str
+    repo: str | None = None
+    token_secret: str | None = None
+    bucket: str | None = None
+    prefix: str | None = None
+    credentials_secret: str | None = None
+    oci_image: str | None = None
+    includes: tuple[str, ...] = ()  # only these files (GGUF); otherwise the whole source
+
+
+def _model_fetch(spec: LLMModelSpec, eng: EngineProfile) -> Fetch:
+    source = spec.model_source
+    includes = tuple(_gguf_patterns(spec)) if _wants_gguf(spec, eng) else ()
+    if source is None or source.type == "huggingface":
+        return Fetch("huggingface", SOURCE_DIR, repo=spec.model_id, includes=includes,
+                     token_secret=source.hugging_face_token_secret if source else None)
+    return Fetch(source.type, SOURCE_DIR, bucket=source.s3_bucket, prefix=source.s3_prefix,
+                 credentials_secret=source.s3_credentials_secret,
+                 oci_image=source.oci_image, includes=includes)
+
+
+def _adapter_fetch(adapter: LoraAdapterSpec, gguf: bool) -> Fetch:
+    source = adapter.source
+    return Fetch(source.type, adapters.download_dir(adapter), repo=source.repo,
+                 token_secret=source.hugging_face_token_secret, bucket=source.s3_bucket,
+                 prefix=source.s3_prefix, credentials_secret=source.s3_credentials_secret,
+                 oci_image=source.oci_image, includes=("*.gguf",) if gguf else ())
+
+
+def fetch_container(fetch: Fetch, settings: Settings, name: str = "model-fetch"
+                    ) -> dict[str, Any]:
+    """Init container that downloads into the cache, bounded by a timeout.
 
     Idempotent: every tool skips files that are already complete, so a restarted pod does
     not download again.
     """
-    source = spec.model_source
-    kind = source.type if source else "huggingface"
-    gguf = _wants_gguf(spec, eng)
     env: list[dict[str, Any]] = [{"name": "HOME", "value": "/tmp"}]
     env_from: list[dict[str, Any]] = []
-    if kind == "huggingface":
+    if fetch.kind == "huggingface":
+        assert fetch.repo is not None
         image = settings.images.operator
-        tool = ["hf", "download", spec.model_id, "--local-dir", SOURCE_DIR]
-        if gguf:
-            tool += ["--include", *_gguf_patterns(spec)]
-        else:
+        tool = ["hf", "download", fetch.repo, "--local-dir", fetch.dest]
+        if fetch.includes:
+            tool += ["--include", *fetch.includes]
+        elif fetch.dest == SOURCE_DIR:
             tool += ["--exclude", "original/*", "*.pth"]
         env += [{"name": "HF_HUB_DOWNLOAD_TIMEOUT", "value": "60"},
                 {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"}]
-        if source and source.hugging_face_token_secret:
+        if fetch.token_secret:
             env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
-                "name": source.hugging_face_token_secret, "key": "token"}}})
-    elif kind == "s3":
-        assert source is not None and source.s3_bucket is not None
+                "name": fetch.token_secret, "key": "token"}}})
+    elif fetch.kind == "s3":
+        assert fetch.bucket is not None
         image = settings.images.s3_downloader
-        prefix = (source.s3_prefix or "").strip("/")
-        url = f"s3://{source.s3_bucket}/{prefix}" if prefix else f"s3://{source.s3_bucket}"
-        tool = ["aws", "s3", "sync", url, SOURCE_DIR, "--only-show-errors"]
-        if gguf:
-            tool += ["--exclude", "*", *[a for p in _gguf_patterns(spec) for a in ("--include", p)]]
-        if source.s3_credentials_secret:
-            env_from.append({"secretRef": {"name": source.s3_credentials_secret}})
+        prefix = (fetch.prefix or "").strip("/")
+        url = f"s3://{fetch.bucket}/{prefix}" if prefix else f"s3://{fetch.bucket}"
+        tool = ["aws", "s3", "sync", url, fetch.dest, "--only-show-errors"]
+        if fetch.includes:
+            tool += ["--exclude", "*", *[a for p in fetch.includes for a in ("--include", p)]]
+        if fetch.credentials_secret:
+            env_from.append({"secretRef": {"name": fetch.credentials_secret}})
     else:
-        assert source is not None and source.oci_image is not None
+        assert fetch.oci_image is not None
         image = settings.images.oci_downloader
-        tool = ["oras", "pull", source.oci_image, "--output", SOURCE_DIR]
+        tool = ["oras", "pull", fetch.oci_image, "--output", fetch.dest]
     container: dict[str, Any] = {
-        "name": "model-fetch",
+        "name": name,
         "image": image,
         "imagePullPolicy": settings.images.pull_policy,
         "command": ["timeout", str(settings.download_timeout_seconds), *tool],
@@ -111,6 +147,19 @@ def fetch_container(spec: LLMModelSpec, eng: EngineProfile, settings: Settings) 
     if env_from:
         container["envFrom"] = env_from
     return container
+
+
+def adapter_fetch_containers(spec: LLMModelSpec, settings: Settings) -> list[dict[str, Any]]:
+    """Init containers for the adapters fetched at pod start.
+
+    llama.cpp loads every adapter at start, so all of them (but pvc ones, which are
+    mounted). vLLM's lora-sync downloads Hugging Face adapters while the pod runs; s3 and
+    oci ones are fetched here (so adding one restarts the pods).
+    """
+    gguf = spec.inference_engine == "llamacpp"
+    kinds = {"huggingface", "s3", "oci"} if gguf else {"s3", "oci"}
+    return [fetch_container(_adapter_fetch(a, gguf), settings, name=f"lora-fetch-{i}")
+            for i, a in enumerate(spec.lora_adapters or ()) if a.source.type in kinds]
 
 
 VERIFY_CONTAINER = "model-verify"
@@ -219,6 +268,9 @@ def inference_deployment(
         size = SHM_MULTI if spec.resources.accelerator_count > 1 else SHM_SINGLE
         mounts.append({"name": "shm", "mountPath": "/dev/shm"})
         volumes.append({"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": size}})
+    claim_volumes, claim_mounts = lora.claim_volumes(spec)
+    volumes += claim_volumes
+    mounts += claim_mounts
     startup_failures = max(1, settings.startup_timeout_seconds // 10)
     server: dict[str, Any] = {
         "name": "inference-server",
@@ -236,9 +288,10 @@ def inference_deployment(
         "securityContext": restricted_container_security(
             non_root=eng.runs_as_non_root, add=vp.capabilities_add if on_accel else ()),
     }
-    init = [fetch_container(spec, eng, settings)]
+    init = [fetch_container(_model_fetch(spec, eng), settings)]
     if _wants_gguf(spec, eng):
         init.append(verify_container(spec, settings))
+    init += adapter_fetch_containers(spec, settings)
     prepare = prepare_container(spec, image, settings)
     if prepare:
         init.append(prepare)
@@ -251,6 +304,10 @@ def inference_deployment(
         "containers": [server],
         "volumes": volumes,
     }
+    if lora.synced(spec):
+        container, volume = lora.sidecar(model, settings)
+        pod["containers"].append(container)
+        volumes.append(volume)
     if node_selector:
         pod["nodeSelector"] = dict(sorted(node_selector.items()))
     if tolerations:

@@ -1,0 +1,126 @@
+"""A loopback stand-in for vLLM's OpenAI server: its LoRA adapter API and real metric names.
+
+It answers like vLLM's documented endpoints: /v1/models lists the base model and each
+loaded adapter (``parent`` = the base, ``root`` = its path); /v1/load_lora_adapter and
+/v1/unload_lora_adapter take ``lora_name`` / ``lora_path`` and answer vLLM's messages and
+status codes (400 already loaded or no adapter at the path, 404 unknown); a chat
+completion names the adapter that served it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+ADAPTER_CONFIG = "adapter_config.json"  # what a PEFT adapter directory holds
+
+
+class FakeVllm:
+    def __init__(self, base_model: str) -> None:
+        self.base_model = base_model
+        self.adapters: dict[str, str] = {}  # name -> path
+        self.calls: list[tuple[str, str]] = []  # (action, name), in order
+        self.changed = asyncio.Event()  # set on every load or unload
+        self._seen = asyncio.Event()  # set on every request
+        self.app = web.Application(middlewares=[self._note])
+        self.app.router.add_get("/v1/models", self._models)
+        self.app.router.add_post("/v1/load_lora_adapter", self._load)
+        self.app.router.add_post("/v1/unload_lora_adapter", self._unload)
+        self.app.router.add_post("/v1/chat/completions", self._chat)
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    async def start(self, port: int = 0) -> None:
+        self._runner = web.AppRunner(self.app)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", port)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    @web.middleware
+    async def _note(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        try:
+            return await handler(request)  # type: ignore[no-any-return]
+        finally:
+            self._seen.set()
+
+    async def until(self, check: Callable[[], Awaitable[bool]], timeout: float = 30) -> None:
+        """Wait until ``check()`` holds; re-checked after every request the fake answers."""
+        async with asyncio.timeout(timeout):
+            while not await check():
+                self._seen.clear()
+                await self._seen.wait()
+
+    def restart(self) -> None:
+        """What a vLLM restart does to runtime-loaded adapters: they are gone."""
+        self.adapters.clear()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def _models(self, _: web.Request) -> web.Response:
+        cards: list[dict[str, Any]] = [{"id": self.base_model, "object": "model",
+                                        "root": self.base_model, "parent": None}]
+        cards += [{"id": name, "object": "model", "root": path, "parent": self.base_model}
+                  for name, path in self.adapters.items()]
+        return web.json_response({"object": "list", "data": cards})
+
+    @staticmethod
+    def _error(message: str, status: int, kind: str) -> web.Response:
+        return web.json_response({"object": "error", "message": message, "type": kind,
+                                  "param": None, "code": status}, status=status)
+
+    async def _load(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        name, path = body.get("lora_name"), body.get("lora_path")
+        if not name or not path:
+            return self._error("Both 'lora_name' and 'lora_path' must be provided.", 400,
+                               "InvalidUserInput")
+        if name in self.adapters:
+            return self._error(f"The lora adapter '{name}' has already been loaded. If you "
+                               "want to load the adapter in place, set 'load_inplace' to "
+                               "True.", 400, "InvalidUserInput")
+        if not (Path(path) / ADAPTER_CONFIG).is_file():
+            return self._error(f"Loading lora {name} failed: No adapter found for {path}",
+                               400, "BadRequestError")
+        self.adapters[name] = path
+        self.calls.append(("load", name))
+        self.changed.set()
+        return web.Response(text=f"Success: LoRA adapter '{name}' added successfully.")
+
+    async def _unload(self, request: web.Request) -> web.Response:
+        name = (await request.json()).get("lora_name")
+        if name not in self.adapters:
+            return self._error(f"The lora adapter '{name}' cannot be found.", 404,
+                               "NotFoundError")
+        del self.adapters[name]
+        self.calls.append(("unload", name))
+        self.changed.set()
+        return web.Response(text=f"Success: LoRA adapter '{name}' removed successfully.")
+
+    async def _chat(self, request: web.Request) -> web.Response:
+        model = (await request.json()).get("model")
+        if model != self.base_model and model not in self.adapters:
+            return self._error(f"The model `{model}` does not exist.", 404, "NotFoundError")
+        return web.json_response({
+            "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": model,
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {
+                "role": "assistant", "content": f"answered by {model}"}}],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}})
+
+
+def make_adapter(directory: Path) -> Path:
+    """A PEFT-shaped adapter directory (the fake only checks the config is there)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / ADAPTER_CONFIG).write_text('{"r": 8, "peft_type": "LORA"}\n')
+    return directory
