@@ -229,3 +229,15 @@ def test_rule_messages_say_what_to_change() -> None:
     for rule in RULES:
         assert len(rule.message) > 30, rule.id
         assert rule.path.startswith(("spec", "metadata")), rule.id
+
+
+def test_adapter_names_are_unique_in_types_and_in_the_real_apiserver(
+        apiserver: ControlPlane, base_local: dict[str, Any]) -> None:
+    twice = [{"name": "sql", "source": {"type": "huggingface", "repo": "acme/a"}},
+             {"name": "sql", "source": {"type": "huggingface", "repo": "acme/b"}}]
+    doc = _patch(base_local, {"loraAdapters": twice})
+    with pytest.raises(InvalidModel, match="duplicate loraAdapters names: sql"):
+        parse_llmmodel(doc)
+    status, message = _apiserver_rejects(apiserver, doc)
+    assert status == 422, message
+    assert 'spec.loraAdapters[1]: Duplicate value: {"name":"sql"}' in message

@@ -574,3 +574,43 @@ async def test_a_registered_model_is_withdrawn_when_its_machine_stops_renewing(
         back = await until(kube, API, "llmmodels", namespace, "gemma3-270m", lambda o: bool(
             o and (o.get("status") or {}).get("phase") not in (None, "Failed")), timeout=20)
         assert back is not None
+
+
+def _adapters_in(config_map: dict[str, Any] | None) -> list[str]:
+    data = json.loads(((config_map or {}).get("data") or {}).get("adapters.json", "[]"))
+    return [entry["name"] for entry in data]
+
+
+async def test_changing_vllm_adapters_rewrites_their_list_and_restarts_nothing(
+        apiserver: ControlPlane, kube: Kube, namespace: str) -> None:
+    """The adapter list is a ConfigMap the lora-sync sidecar follows, not part of the pod
+    template: swapping a Hugging Face adapter leaves the Deployment's generation (so its
+    pods) as it was. Removing every adapter drops LoRA from vLLM and prunes the list."""
+    doc = load_yaml(next(p for p in SAMPLES if p.stem == "llama32-3b-lora-nvidia"))
+    name = doc["metadata"]["name"]
+    list_name = f"{name}-lora-adapters"
+    adapters = doc["spec"]["loraAdapters"]
+    async with operating(apiserver, namespace):
+        await create(kube, doc, namespace)
+        first = await until(kube, "v1", "configmaps", namespace, list_name, exists)
+        assert _adapters_in(first) == ["text2sql", "support-tone", "legal-summaries"]
+        deploy = await until(kube, "apps/v1", "deployments", namespace, name, exists)
+        assert deploy is not None
+        swapped = [{"name": "text2sql-v2", "rank": 8, "source": {
+            "type": "huggingface", "repo": "acme/llama32-3b-text2sql-v2"}}, *adapters[1:]]
+        await kube.merge_patch(API, "llmmodels", namespace, name,
+                               body={"spec": {"loraAdapters": swapped}})
+        await until(kube, "v1", "configmaps", namespace, list_name, lambda o: _adapters_in(o)
+                    == ["text2sql-v2", "support-tone", "legal-summaries"])
+        after = await kube.get("apps/v1", "deployments", namespace, name)
+        assert after["metadata"]["generation"] == deploy["metadata"]["generation"]
+        assert after["spec"]["template"] == deploy["spec"]["template"]
+
+        await kube.merge_patch(API, "llmmodels", namespace, name,
+                               body={"spec": {"loraAdapters": None}})
+        assert await until(kube, "v1", "configmaps", namespace, list_name, gone) is None
+        plain = await until(kube, "apps/v1", "deployments", namespace, name, lambda o: bool(
+            o and "--enable-lora" not in o["spec"]["template"]["spec"]["containers"][0]["args"]))
+    assert plain is not None
+    assert [c["name"] for c in plain["spec"]["template"]["spec"]["containers"]] == \
+        ["inference-server"]
