@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from llm_operator.api.crd import crd
 from llm_operator.cli.main import cli
 
-from samples import REPO, SAMPLES
+from samples import EDGE_SAMPLES, GUIDE_SAMPLES, REPO, SAMPLES
 
 DATA = Path(__file__).parent / "testdata"
 
@@ -48,7 +48,7 @@ def test_malformed_yaml_names_the_line() -> None:
 def test_samples_validate_cleanly() -> None:
     code, out, err = run("validate", "-f", str(SAMPLES))
     assert (code, err) == (0, "")
-    assert out.count("ok ") == 12
+    assert out.count("ok ") == len(GUIDE_SAMPLES) + len(EDGE_SAMPLES)
 
 
 def test_render_outputs_valid_models_and_fails_for_the_rest() -> None:

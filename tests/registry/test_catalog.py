@@ -15,6 +15,7 @@ from llm_operator.registry.catalog import (
     endpoint_problem,
     from_admin,
     from_model,
+    records_of,
     thinking_style,
 )
 from llm_operator.registry.tools import ChatArguments, chat_request, chat_result, model_tool
@@ -184,3 +185,20 @@ def test_admin_endpoints_stay_inside_the_cluster(url: str, allowed: tuple[str, .
     problem = endpoint_problem(url, allowed)
     assert (problem is None) == (refused is None)
     assert refused is None or refused in str(problem)
+
+
+def test_each_adapter_is_a_record_of_its_own_and_only_when_the_model_is_exposed() -> None:
+    doc = sample_doc("llama32-3b-lora-nvidia")
+    records = records_of(parse_llmmodel(doc), "kubernetes")
+    assert [(r.tool_name, r.model_id, r.key) for r in records] == [
+        ("llama32_3b", "meta-llama/Llama-3.2-3B-Instruct", "ai-models/llama32-3b-lora"),
+        ("llama32_3b.text2sql", "text2sql", "ai-models/llama32-3b-lora#lora:text2sql"),
+        ("llama32_3b.support-tone", "support-tone",
+         "ai-models/llama32-3b-lora#lora:support-tone"),
+        ("llama32_3b.legal-summaries", "legal-summaries",
+         "ai-models/llama32-3b-lora#lora:legal-summaries")]
+    assert all(r.request == {} for r in records)  # vLLM: the adapter's name is the model
+    doc["spec"]["loraAdapters"][0]["toolName"] = "sql_writer"
+    assert records_of(parse_llmmodel(doc), "files")[1].tool_name == "sql_writer"
+    doc["spec"]["mcpExposure"]["enabled"] = False
+    assert records_of(parse_llmmodel(doc), "files") == []

@@ -47,7 +47,7 @@ QUERIES: list[tuple[str, Query, list[str]]] = [
     ("thinking models", Query(thinking=True),
      ["claude-opus47-remote", "qwen35-4b-llamacpp", "qwen35-9b-cpu", "qwen36-35b-gaudi"]),
     ("CPU only", Query(max_vram_gib=0),
-     ["llama32-3b-shaped", "qwen35-4b-llamacpp", "qwen35-9b-cpu"]),
+     ["llama32-3b-shaped", "qwen25-1b-lora", "qwen35-4b-llamacpp", "qwen35-9b-cpu"]),
     ("two domains at once", Query(domains=("code", "math")),
      ["gpt55-remote", "qwen36-35b-gaudi"]),
 ]

@@ -15,7 +15,7 @@ import yaml
 from llm_operator.api.validation import InvalidModel, parse_llmmodel
 from llm_operator.informer import Informer
 from llm_operator.kube import Kube
-from llm_operator.registry.catalog import ToolRecord, from_model
+from llm_operator.registry.catalog import ToolRecord, records_of
 
 log = logging.getLogger(__name__)
 API, PLURAL = "ai.example.io/v1alpha1", "llmmodels"
@@ -24,12 +24,12 @@ YAML_SUFFIXES = (".yaml", ".yml")
 Publish = Callable[[list[ToolRecord]], Awaitable[None]]
 
 
-def _record(obj: dict[str, Any], where: str) -> ToolRecord | None:
+def _records(obj: dict[str, Any], where: str) -> list[ToolRecord]:
     try:
-        return from_model(parse_llmmodel(obj), "kubernetes")
+        return records_of(parse_llmmodel(obj), "kubernetes")
     except InvalidModel as exc:
         log.warning("%s is not a valid LLMModel, skipped: %s", where, exc)
-        return None
+        return []
 
 
 @dataclass
@@ -46,17 +46,17 @@ class KubernetesSource:
     publish: Publish
     synced: asyncio.Event = field(default_factory=asyncio.Event)
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
-    objects: dict[str, ToolRecord] = field(default_factory=dict)
+    objects: dict[str, list[ToolRecord]] = field(default_factory=dict)
     _dirty: asyncio.Event = field(default_factory=asyncio.Event)
 
     def _changed(self, kind: str, obj: dict[str, Any], _: dict[str, Any] | None) -> None:
         meta = obj.get("metadata", {})
         key = f"{meta.get('namespace')}/{meta.get('name')}"
-        record = None if kind == "DELETED" else _record(obj, f"LLMModel {key}")
-        if record is None:
-            self.objects.pop(key, None)
+        records = [] if kind == "DELETED" else _records(obj, f"LLMModel {key}")
+        if records:
+            self.objects[key] = records
         else:
-            self.objects[key] = record
+            self.objects.pop(key, None)
         self._dirty.set()
 
     async def run(self) -> None:
@@ -67,7 +67,7 @@ class KubernetesSource:
             await informer.synced.wait()
             while True:
                 self._dirty.clear()
-                await self.publish(list(self.objects.values()))
+                await self.publish([r for rs in self.objects.values() for r in rs])
                 self.synced.set()
                 await self._dirty.wait()
         finally:
@@ -169,12 +169,9 @@ class DirectoryCache:
             status = statuses.get(f"{meta.get('namespace')}/{name}") or statuses.get(name)
             doc = raw if status is None else {**raw, "status": status}
             try:
-                record = from_model(parse_llmmodel(doc), "files", key=f"{path}#{index}")
+                records += records_of(parse_llmmodel(doc), "files", key=f"{path}#{index}")
             except InvalidModel as exc:
                 problems.append(f"{path}: {name}: {exc}")
-                continue
-            if record is not None:
-                records.append(record)
         return records, problems
 
 

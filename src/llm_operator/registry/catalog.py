@@ -5,12 +5,12 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from llm_operator.api import labels as L
-from llm_operator.api.v1alpha1 import MCP_TOOL_NAME, LLMModel
+from llm_operator.api.v1alpha1 import MCP_TOOL_NAME, LLMModel, LoraAdapterSpec
 from llm_operator.registry.query import SERVING_PHASES, Facets, Query, accepts, facets, summary
 
 Source = Literal["kubernetes", "files", "admin"]
@@ -39,6 +39,9 @@ class ToolRecord:
     thinking_style: ThinkingStyle
     info: dict[str, Any] = field(hash=False)  # list_available_models' entry
     base_model: bool = False  # asked with a Q/A transcript on /completions
+    # Body fields a call sets over the defaults: a llama.cpp adapter is asked for by id
+    # on the base model (llama-server's per-request `lora`).
+    request: dict[str, Any] = field(default_factory=dict, hash=False)
 
     @property
     def path(self) -> str:
@@ -87,6 +90,35 @@ def from_model(model: LLMModel, source: Source, key: str | None = None) -> ToolR
         source=source, key=key or f"{model.namespace}/{model.name}",
         facets=facets(model), remote=model.spec.is_remote,
         thinking_style=thinking_style(model), info=info, base_model=is_base_model(model))
+
+
+def adapter_tool_name(model: LLMModel, adapter: LoraAdapterSpec) -> str | None:
+    """An adapter's tool name: its own, else the model's, a dot and the adapter's name."""
+    tool = model.spec.mcp_exposure.tool_name
+    return adapter.tool_name or (f"{tool}.{adapter.name}" if tool else None)
+
+
+def records_of(model: LLMModel, source: Source, key: str | None = None) -> list[ToolRecord]:
+    """The model's tool and one for each of its LoRA adapters (none unless exposed)."""
+    record = from_model(model, source, key)
+    if record is None:
+        return []
+    out = [record]
+    spec = model.spec
+    for index, adapter in enumerate(spec.lora_adapters or ()):
+        tool = adapter_tool_name(model, adapter)
+        assert tool is not None  # the model's record exists: it has a tool name
+        request: dict[str, Any] = {}
+        if spec.inference_engine == "llamacpp":
+            request = {"model": spec.model_id, "lora": [{"id": index, "scale": 1.0}]}
+        info = {**record.info, "toolName": tool, "modelId": adapter.name,
+                "adapterOf": spec.model_id}
+        out.append(replace(
+            record, tool_name=tool, model_id=adapter.name, key=f"{record.key}#lora:{adapter.name}",
+            description=(adapter.tool_description or "").strip()
+            or f"Chat with {spec.model_id} through its LoRA adapter {adapter.name} "
+            f"({model.name}).", info=info, request=request))
+    return out
 
 
 class AdminPayloadError(ValueError):

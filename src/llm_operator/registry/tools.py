@@ -37,6 +37,8 @@ _MODEL_ENTRY = {
         "vendor": {"type": ["string", "null"]},
         "mode": {"type": ["string", "null"]},
         "endpoint": {"type": ["string", "null"]},
+        "adapterOf": {"type": "string", "description": "For a LoRA adapter's tool: the "
+                      "modelId of the model it adapts (modelId is the adapter's name)."},
     },
     "required": ["toolName", "modelId", "domains", "contextWindowK", "supportsThinking",
                  "status", "vendor", "mode"],
@@ -234,7 +236,8 @@ def chat_request(record: ToolRecord, args: ChatArguments) -> tuple[dict[str, Any
     false`` turns a chat-template switch off. Models without a thinking mode ignore it.
     """
     body: dict[str, Any] = {"model": record.model_id, "messages": args.messages,
-                            "temperature": args.temperature, "max_tokens": args.max_tokens}
+                            "temperature": args.temperature, "max_tokens": args.max_tokens,
+                            **record.request}
     if record.base_model:  # record.path is completions
         del body["messages"]
         return body | transcript_request(args.messages), False
