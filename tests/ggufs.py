@@ -22,3 +22,33 @@ def write_gguf(path: Path, arch: str, fill: Fill) -> Path:
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+def write_lora(path: Path, base: Path, rank: int = 4, targets: tuple[str, ...] = ("ffn_down",),
+               strength: float = 0.5, seed: int = 7) -> Path:
+    """A LoRA adapter in GGUF for ``base`` (llama.cpp's format: A and B per adapted weight).
+
+    Random low-rank deltas on every block's ``targets``: strong enough that the adapted
+    model answers differently from the base model, shaped so llama.cpp accepts them.
+    """
+    reader = gguf.GGUFReader(str(base))
+    arch = str(bytes(reader.fields["general.architecture"].parts[-1]), "utf-8")
+    rng = np.random.default_rng(seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    writer = gguf.GGUFWriter(str(path), arch)
+    writer.add_type(gguf.GGUFType.ADAPTER)
+    writer.add_string(gguf.Keys.Adapter.TYPE, "lora")
+    writer.add_float32(gguf.Keys.Adapter.LORA_ALPHA, float(rank))
+    for tensor in reader.tensors:
+        if not tensor.name.endswith(".weight") or tensor.name.split(".")[-2] not in targets:
+            continue
+        columns, rows = (int(n) for n in tensor.shape[:2])  # ggml order: inputs, outputs
+        a = rng.normal(0, strength, (rank, columns)).astype(np.float32)
+        b = rng.normal(0, strength, (rows, rank)).astype(np.float32)
+        writer.add_tensor(f"{tensor.name}.lora_a", a)
+        writer.add_tensor(f"{tensor.name}.lora_b", b)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path

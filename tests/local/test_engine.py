@@ -12,7 +12,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from llm_operator.local.engine import BadRequest, request_kwargs
+from llm_operator.local.engine import Adapters, BadRequest, chosen_adapters, request_kwargs
 
 from localstack import example_dir, gemma, options, row, running, write_model
 
@@ -197,3 +197,39 @@ async def test_requests_wait_their_turn_in_a_bounded_queue_that_is_shown(
                                  r"(\d+)$", await resp.text(), re.MULTILINE)
         # passed on at once: the local route does not retry a 429
         assert rejected is not None and int(rejected[1]) == 1
+
+
+NAMES = ["sql", "pirate"]
+
+
+@pytest.mark.parametrize(("body", "chosen"), [
+    ({"model": "gemma"}, ()),
+    ({"model": "pirate"}, ((1, 1.0),)),
+    ({"model": "gemma", "lora": [{"id": 0, "scale": 0.5}]}, ((0, 0.5),)),
+    ({"model": "gemma", "lora": [{"id": 1}, {"id": 0, "scale": 2}]}, ((1, 1.0), (0, 2.0))),
+    ({"model": "pirate", "lora": []}, ()),  # llama-server: a given list is the whole say
+    ({"model": "gemma", "lora": [{"id": 0, "scale": 0}]}, ()),
+])
+def test_a_request_picks_adapters_by_model_name_or_llama_servers_lora(
+        body: dict[str, Any], chosen: tuple[tuple[int, float], ...]) -> None:
+    assert chosen_adapters(body, NAMES) == chosen
+
+
+@pytest.mark.parametrize(("lora", "words"), [
+    ({"id": 0}, "lora must be a list"),
+    ([{"id": 2}], "one of the adapters' ids (0=sql, 1=pirate)"),
+    ([{"id": True}], "one of the adapters' ids"),
+    ([{"id": 0, "scale": "high"}], "scale must be a number"),
+])
+def test_a_bad_lora_list_names_the_field(lora: Any, words: str) -> None:
+    with pytest.raises(BadRequest, match=re.escape(words)) as error:
+        chosen_adapters({"model": "gemma", "lora": lora}, NAMES)
+    assert error.value.param == "lora"
+
+
+def test_adapters_switch_only_when_a_request_wants_others() -> None:
+    applied: list[tuple[tuple[int, float], ...]] = []
+    adapters = Adapters(NAMES, ["/a", "/b"], applied.append)
+    for chosen in [(), ((0, 1.0),), ((0, 1.0),), (), ()]:
+        adapters.use(chosen)
+    assert applied == [((0, 1.0),), ()]

@@ -187,3 +187,28 @@ def test_llama_cpp_settings_map_to_the_engine(llama_cpp: dict[str, Any],
     assert isinstance(decision, LocalServe)
     assert dict(decision.settings).items() >= settings.items()
     assert decision.ignored == ignored
+
+
+def test_each_adapter_is_a_flag_and_a_route_of_its_own_to_the_same_process() -> None:
+    decision = decide(gemma(loraAdapters=[
+        {"name": "wild", "source": {"type": "file", "path": "wild.gguf"}}]), LAPTOP, env=())
+    assert isinstance(decision, LocalServe)
+    assert decision.server_args("/m.gguf", 4100, [("wild", "/a/wild.gguf")])[-2:] == \
+        ["--lora", "wild=/a/wild.gguf"]
+    routes = decision.routes(4100)
+    assert [(r["name"], r["models"]) for r in routes] == [
+        ("gemma3-270m", ["gemma-3-270m"]), ("gemma3-270m/wild", ["wild"])]
+    assert routes[0]["upstream"] == routes[1]["upstream"]
+    assert decision.route_names == ["gemma3-270m", "gemma3-270m/wild"]
+
+
+def test_an_adapter_name_another_model_serves_leaves_the_later_model_out() -> None:
+    other = copy.deepcopy(local_doc("gemma3-270m"))
+    other["metadata"]["name"] = "gemma-copy"
+    other["spec"]["modelId"] = "gemma-copy"
+    other["spec"]["loraAdapters"] = [{"name": "gemma-3-270m",
+                                      "source": {"type": "file", "path": "a.gguf"}}]
+    result = arrange([gemma(), parse_llmmodel(other)], LAPTOP, ())
+    assert [d.reason for d in result.decisions if isinstance(d, NotServed)] == [
+        "LoRA adapter name gemma-3-270m is already served by gemma3-270m; give this model "
+        "another LoRA adapter name"]

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -56,6 +57,13 @@ def _flag(value: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
 
 
+def _lora_flag(value: str) -> tuple[str, str]:
+    name, sep, path = value.partition("=")
+    if not sep or not name or not path:
+        raise argparse.ArgumentTypeError(f"expected NAME=FILE, got {value!r}")
+    return name, path
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m llm_operator.local.engine",
                                      description=__doc__.splitlines()[0])
@@ -77,7 +85,62 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max_queue", type=int, default=DEFAULT_MAX_QUEUE,
                         help="requests that may wait for their turn; more get 429 "
                         f"(default {DEFAULT_MAX_QUEUE})")
+    parser.add_argument("--lora", action="append", default=[], type=_lora_flag,
+                        metavar="NAME=FILE", help="a LoRA adapter (GGUF) served as model NAME; "
+                        "repeat for more. Requests pick one by model name, or by llama-server's "
+                        "per-request lora: [{id, scale}] (ids in flag order)")
     return parser.parse_args(argv)
+
+
+Chosen = tuple[tuple[int, float], ...]  # (adapter id, scale), in the order given
+
+
+def chosen_adapters(body: dict[str, Any], names: list[str]) -> Chosen:
+    """The adapters one request asks for: by model name (vLLM's way) or llama-server's lora.
+
+    A ``lora`` list names adapters by id with a scale each; an adapter it leaves out, or
+    gives scale 0, is not applied. Without either, the base model answers.
+    """
+    lora = body.get("lora")
+    if lora is None:
+        model = body.get("model")
+        return ((names.index(model), 1.0),) if model in names else ()
+    if not isinstance(lora, list):
+        raise BadRequest("lora must be a list of {id, scale}", "lora")
+    chosen = []
+    for item in lora:
+        ident = item.get("id") if isinstance(item, dict) else None
+        scale = item.get("scale", 1.0) if isinstance(item, dict) else None
+        if not isinstance(ident, int) or isinstance(ident, bool) \
+                or not 0 <= ident < len(names):
+            known = ", ".join(f"{i}={n}" for i, n in enumerate(names)) or "none loaded"
+            raise BadRequest(f"lora: each id must be one of the adapters' ids ({known})",
+                             "lora")
+        if not isinstance(scale, int | float) or isinstance(scale, bool):
+            raise BadRequest("lora: scale must be a number", "lora")
+        if scale:
+            chosen.append((ident, float(scale)))
+    return tuple(chosen)
+
+
+class Adapters:
+    """LoRA adapters loaded beside the model, switched per request on the generation thread.
+
+    ``apply`` sets the adapters on the context (and drops the cached prompt, computed with
+    other weights); it runs only when a request wants other adapters than the last one.
+    """
+
+    def __init__(self, names: list[str], paths: list[str], apply: Callable[[Chosen], None]
+                 ) -> None:
+        self.names, self.paths, self._apply = names, paths, apply
+        self.current: Chosen = ()
+        self.switches = 0
+
+    def use(self, chosen: Chosen) -> None:
+        if chosen != self.current:
+            self._apply(chosen)
+            self.current = chosen
+            self.switches += 1
 
 
 def _max_tokens(body: dict[str, Any]) -> int | None:
@@ -178,6 +241,15 @@ class Turns:
                  "Requests that had their turn.", self.served)))
 
 
+@dataclass(frozen=True)
+class Answer:
+    """One request's turn: the model name it answers as, its adapters, its stop event."""
+
+    model: str
+    adapters: Chosen
+    stop: threading.Event
+
+
 class Engine:
     """One loaded model; requests take turns on one worker thread.
 
@@ -187,8 +259,9 @@ class Engine:
     """
 
     def __init__(self, llm: Any, alias: str, *, default_max_tokens: int = DEFAULT_MAX_TOKENS,
-                 max_queue: int = DEFAULT_MAX_QUEUE) -> None:
+                 max_queue: int = DEFAULT_MAX_QUEUE, adapters: Adapters | None = None) -> None:
         self.llm, self.alias = llm, alias
+        self.adapters = adapters or Adapters([], [], lambda _: None)
         self.default_max_tokens = default_max_tokens
         self.turns = Turns(max_queue)
         self.created = int(time.time())
@@ -210,7 +283,10 @@ class Engine:
     async def models(self, _: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [
             {"id": self.alias, "object": "model", "created": self.created,
-             "owned_by": "llmop"}]})
+             "owned_by": "llmop"},
+            *({"id": name, "object": "model", "created": self.created, "owned_by": "llmop",
+               "parent": self.alias, "root": path}
+              for name, path in zip(self.adapters.names, self.adapters.paths, strict=True))]})
 
     async def health(self, _: web.Request) -> web.Response:
         return web.json_response({"status": "ok", "queued": self.turns.waiting,
@@ -231,6 +307,7 @@ class Engine:
         try:
             body = await request.json()
             kwargs = request_kwargs(body, chat, self.default_max_tokens)
+            chosen = chosen_adapters(body, self.adapters.names)
         except BadRequest as exc:
             return _error(400, str(exc), param=exc.param)
         except ValueError as exc:  # not JSON
@@ -238,22 +315,31 @@ class Engine:
         stream = body.get("stream") is True
         usage = stream and bool((body.get("stream_options") or {}).get("include_usage"))
         stop = threading.Event()
+        named = body.get("model") if body.get("model") in self.adapters.names else None
+        answer = Answer(named or self.alias, chosen, stop)
         try:
             async with self.turns.turn():
                 if stream:
-                    return await self._stream(request, call, kwargs, usage, stop)
-                return await self._plain(call, kwargs, stop)
+                    return await self._stream(request, call, kwargs, usage, answer)
+                return await self._plain(call, kwargs, answer)
         except QueueFull as exc:
             response = _error(429, f"{exc}; retry in {exc.retry_after}s",
                               "rate_limit_exceeded")
             response.headers["Retry-After"] = str(exc.retry_after)
             return response
 
+    def _prepare(self, answer: Answer) -> None:
+        """On the generation thread, before a request generates: its stop event, adapters."""
+        self.llm.stop = answer.stop
+        self.adapters.use(answer.adapters)
+
     async def _plain(self, call: Callable[..., Any], kwargs: dict[str, Any],
-                     stop: threading.Event) -> web.Response:
+                     answer: Answer) -> web.Response:
         """Generate the whole answer; a client that leaves stops it at the next token."""
+        stop = answer.stop
+
         def generate() -> Any:
-            self.llm.stop = stop
+            self._prepare(answer)
             return call(**kwargs)
 
         produced = asyncio.get_running_loop().run_in_executor(self._worker, generate)
@@ -266,19 +352,20 @@ class Engine:
             raise
         except ValueError as exc:  # e.g. the prompt exceeds the context
             return _error(400, str(exc))
-        result["model"] = self.alias
+        result["model"] = answer.model
         return web.json_response(result)
 
     async def _stream(self, request: web.Request, call: Callable[..., Any],
-                      kwargs: dict[str, Any], usage: bool, stop: threading.Event
+                      kwargs: dict[str, Any], usage: bool, answer: Answer
                       ) -> web.StreamResponse:
         """Relay chunks as they are generated; a client that leaves stops the generation."""
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Any] = asyncio.Queue()
+        stop = answer.stop
 
         def generate() -> None:
             chunks: Iterator[Any] | None = None
-            self.llm.stop = stop
+            self._prepare(answer)
             try:
                 chunks = call(stream=True, **kwargs)
                 for chunk in chunks:
@@ -301,7 +388,7 @@ class Engine:
             out = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                               "Cache-Control": "no-cache"})
             await out.prepare(request)
-            await self._relay(out, first, queue, usage)
+            await self._relay(out, first, queue, usage, answer.model)
         except (ConnectionResetError, asyncio.CancelledError):
             stop.set()
             raise
@@ -311,13 +398,13 @@ class Engine:
         return out
 
     async def _relay(self, out: web.StreamResponse, first: Any, queue: asyncio.Queue[Any],
-                     usage: bool) -> None:
+                     usage: bool, model: str) -> None:
         completion = 0
         last: dict[str, Any] = {}
         item = first
         while item is not DONE:
             if isinstance(item, dict):
-                item["model"] = self.alias
+                item["model"] = model
                 last = item
                 completion += 1 if _has_text(item) else 0
                 await out.write(b"data: " + json.dumps(item).encode() + b"\n\n")
@@ -367,21 +454,53 @@ def stoppable_llama() -> Any:
     return StoppableLlama
 
 
+def llama_adapters(llm: Any, flags: list[tuple[str, str]]) -> Adapters:
+    """Load each ``--lora NAME=FILE`` beside the model (llama.cpp's adapter API).
+
+    Exits with the adapter's name when llama.cpp refuses a file (not a LoRA GGUF, or one
+    made for another model).
+    """
+    import ctypes  # noqa: PLC0415
+
+    import llama_cpp  # noqa: PLC0415 - the heavy import
+
+    handles = []
+    for name, path in flags:
+        handle = llama_cpp.llama_adapter_lora_init(llm.model, path.encode("utf-8"))
+        if not handle:
+            raise SystemExit(f"LoRA adapter {name}: llama.cpp could not load {path} (a LoRA "
+                             "adapter in GGUF, made for this very model, is needed)")
+        handles.append(handle)
+        print(f"loaded LoRA adapter {name} from {path}", flush=True)
+
+    def apply(chosen: Chosen) -> None:
+        count = len(chosen)
+        pointers = (llama_cpp.llama_adapter_lora_p_ctypes * count)(
+            *(handles[i] for i, _ in chosen))
+        scales = (ctypes.c_float * count)(*(scale for _, scale in chosen))
+        if llama_cpp.llama_set_adapters_lora(llm.ctx, pointers, count, scales):
+            raise RuntimeError("llama.cpp refused to switch LoRA adapters")
+        llm.reset()  # the cached prompt was computed with the adapters before
+
+    return Adapters([n for n, _ in flags], [p for _, p in flags], apply)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     llama = stoppable_llama()  # the heavy import, after the flags parse
 
     settings = {k: v for k, v in vars(args).items()
                 if v is not None and k not in {"model", "model_alias", "host", "port",
-                                               "default_max_tokens", "max_queue"}}
+                                               "default_max_tokens", "max_queue", "lora"}}
     settings.setdefault("verbose", False)
     started = time.monotonic()
     llm = llama(model_path=args.model, **settings)
     print(f"loaded {args.model} as {args.model_alias} in {time.monotonic() - started:.1f}s",
           flush=True)
+    adapters = llama_adapters(llm, args.lora)
     with contextlib.suppress(KeyboardInterrupt):
         engine = Engine(llm, args.model_alias, default_max_tokens=args.default_max_tokens,
-                        max_queue=args.max_queue)
+                        max_queue=args.max_queue, adapters=adapters)
         web.run_app(engine.app(), host=args.host, port=args.port, handler_cancellation=True,
                     print=lambda line: print(line, flush=True), access_log=None)
 

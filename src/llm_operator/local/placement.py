@@ -60,13 +60,31 @@ class LocalServe:
     ignored: tuple[str, ...] = ()
     estimated_gib: float = 0.0
 
-    def server_args(self, model_path: str, port: int) -> list[str]:
-        """Engine arguments (llama_cpp.server's flags): the file, loopback port, served name."""
+    def server_args(self, model_path: str, port: int,
+                    adapters: Sequence[tuple[str, str]] = ()) -> list[str]:
+        """Engine arguments (llama_cpp.server's flags): the file, loopback port, served name.
+
+        Each LoRA adapter is ``--lora NAME=FILE``: its name is a model name of its own.
+        """
         args = ["--model", model_path, "--model_alias", self.model.spec.model_id,
                 "--host", LOOPBACK, "--port", str(port)]
         for key, value in self.settings:
             args += [f"--{key}", value]
+        for name, path in adapters:
+            args += ["--lora", f"{name}={path}"]
         return args
+
+    @property
+    def route_names(self) -> list[str]:
+        """The gateway routes to this process: the model's, then one per LoRA adapter."""
+        return [self.model.name, *(f"{self.model.name}/{a.name}"
+                                   for a in self.model.spec.lora_adapters or ())]
+
+    def routes(self, port: int) -> list[dict[str, Any]]:
+        """The model's route and each adapter's: the engine picks the adapter by name."""
+        base = self.route(port)
+        return [base, *({**base, "name": f"{self.model.name}/{a.name}", "models": [a.name]}
+                        for a in self.model.spec.lora_adapters or ())]
 
     def route(self, port: int) -> dict[str, Any]:
         """The gateway route to this process.
@@ -173,6 +191,11 @@ def decide(model: LLMModel, machine: Machine, env: Collection[str]) -> Decision:
         kind = source.type if source is not None else "(none)"
         return NotServed(model, "unplaceable", f"modelSource.type {kind} is fetched inside a "
                          "cluster; on one machine use type file with a path or pythonPackage")
+    for adapter in spec.lora_adapters or ():
+        if adapter.source.type != "file":
+            return NotServed(model, "unplaceable", f"LoRA adapter {adapter.name}: source type "
+                             f"{adapter.source.type} is fetched inside a cluster; on one "
+                             "machine use type file with a path to its GGUF file")
     verdict = plan(model)
     if verdict.verdict == "does-not-fit":
         return NotServed(model, "unplaceable", verdict.reason)
@@ -234,13 +257,16 @@ def arrange(models: Sequence[LLMModel], machine: Machine, env: Collection[str]) 
                                            "unique"))
             continue
         names.add(model.name)
-        if model.spec.model_id in ids:
-            out.decisions.append(NotServed(model, "clash", f"modelId {model.spec.model_id} "
-                                           f"is already served by {ids[model.spec.model_id]};"
-                                           " give this model another modelId"))
+        served = [model.spec.model_id, *(a.name for a in model.spec.lora_adapters or ())]
+        taken = next((n for n in served if n in ids), None)
+        if taken is not None:
+            what = "modelId" if taken == model.spec.model_id else "LoRA adapter name"
+            out.decisions.append(NotServed(model, "clash", f"{what} {taken} is already "
+                                           f"served by {ids[taken]}; give this model another "
+                                           f"{what}"))
             continue
         decision = decide(model, machine, env)
         out.decisions.append(decision)
         if not isinstance(decision, NotServed):
-            ids[model.spec.model_id] = model.name
+            ids.update(dict.fromkeys(served, model.name))
     return out

@@ -39,7 +39,7 @@ from llm_operator.local.placement import (
 from llm_operator.local.process import Supervised, Timing
 from llm_operator.local.register import Registrar, Registration
 from llm_operator.local.state import StateDir
-from llm_operator.local.weights import WeightsError, locate
+from llm_operator.local.weights import WeightsError, locate, locate_adapters
 from llm_operator.mcp_server.app import McpSettings
 from llm_operator.mcp_server.run import service
 from llm_operator.mcp_server.sources import DirectoryCache
@@ -443,7 +443,7 @@ class Runtime:
         for name, entry in self.entries.items():
             decision = entry.decision
             if isinstance(decision, LocalServe) and entry.port is not None:
-                routes.append(decision.route(entry.port))
+                routes += decision.routes(entry.port)
                 self._mark(name, entry)
             elif isinstance(decision, RemoteProxy):
                 routes.append(decision.route())
@@ -457,8 +457,10 @@ class Runtime:
 
     def _mark(self, name: str, entry: Entry) -> None:
         phase, detail, _ = entry.current()
-        self.gateway.set_unavailable(name, None if phase == "Ready" else
-                                     f"it is {phase.lower()} on this machine ({detail})")
+        names = entry.decision.route_names if isinstance(entry.decision, LocalServe) else [name]
+        for route in names:
+            self.gateway.set_unavailable(route, None if phase == "Ready" else
+                                         f"it is {phase.lower()} on this machine ({detail})")
 
     async def _serve(self, entry: Entry) -> None:
         """Find the model file, then keep its llama.cpp server running."""
@@ -495,6 +497,7 @@ class Runtime:
                 changed("Starting", f"checking {path.name} against modelSource.sha256")
             entry.model_file = await asyncio.to_thread(
                 inspect, path, source_spec.sha256 if source_spec else None)
+            adapters = locate_adapters(entry.model, entry.file.parent)
         except WeightsError as exc:
             log.error("%s: %s", name, exc)
             changed("Failed", str(exc))
@@ -508,7 +511,8 @@ class Runtime:
             changed("Failed", too_big)
             return
         argv = [self.options.python, "-m", ENGINE_MODULE,
-                *decision.server_args(str(path), entry.port),
+                *decision.server_args(str(path), entry.port,
+                                      [(n, str(p)) for n, p in adapters]),
                 "--max_queue", str(self.options.max_queue)]
         secrets = {d.key_env for d in (e.decision for e in self.entries.values())
                    if isinstance(d, RemoteProxy)}

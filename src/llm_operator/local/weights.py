@@ -32,6 +32,17 @@ def _check_gguf(path: Path, what: str) -> Path:
     return path
 
 
+def locate_adapters(model: LLMModel, base_dir: Path) -> list[tuple[str, Path]]:
+    """Each LoRA adapter's GGUF file, by name (relative paths from the YAML's folder)."""
+    out = []
+    for adapter in model.spec.lora_adapters or ():
+        assert adapter.source.path is not None  # placement serves file adapters only
+        path = Path(adapter.source.path).expanduser()
+        out.append((adapter.name, _check_gguf(path if path.is_absolute() else base_dir / path,
+                                              f"loraAdapters {adapter.name}: source.path")))
+    return out
+
+
 def _module_of(distribution: str) -> Any:
     try:
         dist = metadata.distribution(distribution)
