@@ -132,7 +132,7 @@ async def test_traffic_splits_by_weight(upstream: Upstream, backup: Upstream) ->
      "two share a name"),
     ({"upstreams": [{"baseUrl": "http://a/v1"}], "upstream": {"baseUrl": "http://b/v1"}},
      "set exactly one of upstream or upstreams"),
-    ({"upstreams": []}, "List should have at least 1 item"),
+    ({"upstreams": []}, "upstreams: add at least one \\(an empty list needs hold\\)"),
     ({"upstreams": [{"baseUrl": "http://a/v1", "weight": 0}]}, "greater than 0"),
 ])
 def test_bad_upstream_lists_name_the_problem(route: dict[str, Any], message: str) -> None:

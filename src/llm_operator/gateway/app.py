@@ -10,7 +10,7 @@ import random
 import signal
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -35,8 +35,10 @@ from llm_operator.gateway.breaker import Breaker, State
 from llm_operator.gateway.clients import Client, ClientGate
 from llm_operator.gateway.config import GatewayConfig, Route, Upstream
 from llm_operator.gateway.errors import Refusal, error_response
+from llm_operator.gateway.holding import Holds
 from llm_operator.gateway.keys import KeySource, KeyUnavailable
 from llm_operator.gateway.metrics import NO_ROUTE, GatewayMetrics, RouteMetrics
+from llm_operator.gateway.picking import Load, least_loaded, prefix_order, prefix_text
 from llm_operator.gateway.sse import (
     split_events,
     sse_data,
@@ -116,6 +118,7 @@ class Deployment:
     key: KeySource | None
     breaker: Breaker
     native: NativeApi | None = None  # a provider's own API, spoken by translation
+    load: Load = field(default_factory=Load)  # kept across reconfigures, like the breaker
 
     @property
     def label(self) -> str:
@@ -159,14 +162,27 @@ class RouteState:
     deployments: list[Deployment]
     metrics: RouteMetrics
     limits: Limits
+    turn: int = 0  # rotates least-load's ties
 
-    def order(self, pick: float) -> list[Deployment]:
-        """The deployments in the order to try.
+    def order(self, pick: float, body: dict[str, Any] | None = None) -> list[Deployment]:
+        """The deployments in the order to try, by the route's balancing.
 
-        First one drawn by weight (``pick`` in [0, 1)), then the others, heaviest first.
+        weighted: first one drawn by weight (``pick`` in [0, 1)), then the others, heaviest
+        first; least-load and prefix-hash: gateway.picking.
         """
-        if len(self.deployments) == 1:
+        if len(self.deployments) <= 1:
             return self.deployments
+        balancing = self.route.balancing
+        if balancing.strategy != "weighted":
+            by_label = {d.label: d for d in self.deployments}
+            loads = {d.label: d.load for d in self.deployments}
+            if balancing.strategy == "least-load":
+                self.turn += 1
+                labels = least_loaded(list(by_label), loads, self.turn)
+            else:
+                key = prefix_text(body or {}, balancing.prefix_chars)
+                labels = prefix_order(key, list(by_label), loads, balancing.load_bound)
+            return [by_label[label] for label in labels]
         total = sum(d.upstream.weight for d in self.deployments)
         point, first = pick * total, self.deployments[-1]
         for deployment in self.deployments:
@@ -241,6 +257,9 @@ class Gateway:
         # (route label, upstream host) -> breaker: one model's failures never cut off
         # another model on the same provider, and each route keeps its own settings.
         self._breakers: dict[tuple[str, str], Breaker] = {}
+        self._loads: dict[tuple[str, str], Load] = {}  # the same keys: requests in flight
+        self.holds = Holds(config.max_held_per_route, config.max_held,
+                           on_change=lambda label, n: self.metrics.held.labels(label).set(n))
         self.reconfigure(config)
 
     def _shared(self, config: GatewayConfig) -> SharedLimits | None:
@@ -260,8 +279,9 @@ class Gateway:
         new settings); limits start afresh. The local runtime calls this when a model YAML
         is added, edited or removed.
         """
-        old = self._breakers
+        old, old_loads = self._breakers, self._loads
         breakers: dict[tuple[str, str], Breaker] = {}
+        loads: dict[tuple[str, str], Load] = {}
         routes: dict[str, RouteState] = {}
         for route in config.routes:
             cb = route.circuit_breaker
@@ -271,10 +291,11 @@ class Gateway:
                 breaker = breakers[where] = old.get(where) or Breaker(
                     cb.failure_threshold, cb.open_seconds, self._clock)
                 breaker.threshold, breaker.open_seconds = cb.failure_threshold, cb.open_seconds
+                load = loads[where] = old_loads.get(where) or Load()
                 deployments.append(Deployment(
                     upstream, upstream.base_url.rstrip("/"),
                     KeySource(upstream.api_key) if upstream.api_key else None, breaker,
-                    NATIVE.get(upstream.api)))
+                    NATIVE.get(upstream.api), load))
                 self.metrics.circuit.labels(*where).set(int(breaker.state))
             limit = route.rate_limit
             state = RouteState(
@@ -295,19 +316,32 @@ class Gateway:
             self.gate = ClientGate(KeyringSource(Path(keys.file)), self.ledger, self.metrics,
                                    self._clock, local_share=self._local_share)
         self.config, self.routes = config, routes
-        self._breakers = breakers
+        self._breakers, self._loads = breakers, loads
+        self.holds.per_route, self.holds.total = config.max_held_per_route, config.max_held
+        for label in list(self.holds.held):  # replicas came, or the route went: look again
+            found = next((s for s in routes.values() if s.route.label == label), None)
+            if found is None or found.deployments:
+                self.holds.release(label)
         now = int(time.time())
         self._created = {name: self._created.get(name, now) for name in routes}
         self._model_entries = [
             {"id": name, "object": "model", "created": self._created[name],
              "owned_by": state.route.owned_by
-             or urlsplit(state.deployments[0].url_base).netloc}
+             or (urlsplit(state.deployments[0].url_base).netloc if state.deployments
+                 else "llmop")}
             for name, state in routes.items()]
         self._models_body = json.dumps({"object": "list", "data": self._model_entries}).encode()
 
     def set_absent(self, reasons: dict[str, str]) -> None:
         """Models known but not served, with why: their requests get a 404 saying so."""
         self._absent = dict(reasons)
+
+    def engine_load(self, route: str, upstream: str, *, waiting: float, running: float,
+                    kv_usage: float) -> None:
+        """What an upstream's engine reports of its queue (scraped by the router)."""
+        load = self._loads.get((route, upstream))
+        if load is not None:
+            load.waiting, load.running, load.kv_usage = waiting, running, kv_usage
 
     def set_unavailable(self, label: str, reason: str | None) -> None:
         """Answer the route's requests with 503 and ``reason`` until called with None.
@@ -388,6 +422,9 @@ class Gateway:
     async def prometheus(self, _: web.Request) -> web.Response:
         for where, breaker in self._breakers.items():
             self.metrics.circuit.labels(*where).set(int(breaker.state))
+        self.metrics.in_flight.clear()
+        for where, load in self._loads.items():
+            self.metrics.in_flight.labels(*where).set(load.in_flight)
         return web.Response(body=generate_latest(self.metrics.registry),
                             headers={"Content-Type": CONTENT_TYPE_LATEST})
 
@@ -416,11 +453,13 @@ class Gateway:
             if (client := request.get(CLIENT_KEY)) is not None:
                 client.request(CLIENT_CLOSED)
             raise
-        if not isinstance(response, _Streamed):
+        status = response.outcome if isinstance(response, _HeldStream) else \
+            None if isinstance(response, _Streamed) else response.status
+        if status is not None:  # a relayed stream counted itself as it ended
             metrics = state.metrics if state is not None else self._unrouted
-            metrics.request(response.status, self._clock() - started)
+            metrics.request(status, self._clock() - started)
             if (client := request.get(CLIENT_KEY)) is not None:
-                client.request(response.status)
+                client.request(status)
         return response
 
     async def _proxy(self, request: web.Request, started: float
@@ -429,6 +468,8 @@ class Gateway:
             return await self._admit(request, started), request.get(ROUTE_KEY)
         except Refusal as refused:
             return refused.response, request.get(ROUTE_KEY)
+        except _HeldEnded as ended:
+            return ended.stream, request.get(ROUTE_KEY)
 
     async def _read_json(self, request: web.Request) -> tuple[bytes, dict[str, Any], str]:
         """The raw body, its JSON and its model; Refusal (400, 413) when unusable."""
@@ -486,6 +527,11 @@ class Gateway:
         unavailable = self._unavailable_error(state, model)
         if unavailable is not None:
             return unavailable
+        held: _HeldStream | None = None
+        if not state.deployments:  # no replica yet: wait for one (scale from zero)
+            state, held = await self._hold(request, state, model, client,
+                                           stream=body.get("stream") is True)
+            request[ROUTE_KEY] = state
         if client is not None:
             assert self.gate is not None
             await self.gate.check_budget(client)
@@ -525,11 +571,77 @@ class Gateway:
             return Outbound(url, payloads[upstream_model])
 
         try:
-            return await self._forward(request, state, outbound=outbound, stream=stream,
-                                       started=started, client=client,
-                                       reservation=reservation, hide_usage=hide_usage)
+            response = await self._forward(request, state, outbound=outbound, stream=stream,
+                                           started=started, client=client,
+                                           reservation=reservation, hide_usage=hide_usage,
+                                           held=held, body=body)
         finally:
             reservation.settle()  # no usage came back (an error, a cancel): give it back
+        if held is not None and response is not held and isinstance(response, web.Response):
+            return await held.fail(response)  # the headers went out with the keepalives
+        return response
+
+    async def _hold(self, request: web.Request, state: RouteState, model: str,
+                    client: Client | None, *, stream: bool
+                    ) -> tuple[RouteState, _HeldStream | None]:
+        """Wait until the model has a replica, in arrival order; Refusal when it will not.
+
+        A stream gets its 200 and SSE comments (``: waiting for model (…)``) every
+        ``keepalive_seconds`` meanwhile, so clients and proxies keep the connection; a
+        plain request just waits. At the deadline: 503 with Retry-After and the reason.
+        """
+        hold = state.route.hold
+        if hold is None:
+            raise Refusal(error_response(503, f"{model!r} has no upstream to call",
+                                         "server_error", "model_unavailable",
+                                         headers={"Retry-After": UNAVAILABLE_RETRY_AFTER}))
+        label = state.route.label
+        refusal = self.holds.refusal(label)
+        if refusal is not None:
+            raise Refusal(error_response(
+                503, f"{model!r} is not ready ({hold.reason or 'no replica yet'}) and "
+                f"{refusal}; retry shortly", "server_error", "model_unavailable",
+                headers={"Retry-After": UNAVAILABLE_RETRY_AFTER}))
+        deadline = self._clock() + hold.seconds
+        held: _HeldStream | None = None
+        async with self.holds.holding(label):
+            while True:
+                current = self.routes.get(model)
+                if current is None or current.route.label != label:
+                    failure = self._resolve_error(model, client)  # deleted while held
+                    if held is None:
+                        raise Refusal(failure)
+                    raise _HeldEnded(await held.fail(failure))
+                state, hold = current, current.route.hold or hold
+                if state.deployments:
+                    return state, held
+                left = deadline - self._clock()
+                if left <= 0:
+                    failure = error_response(
+                        503, f"{model!r} did not get a replica within {hold.seconds:g} s: "
+                        f"{hold.reason or 'no replica is ready'}", "server_error",
+                        "model_unavailable", headers={"Retry-After": UNAVAILABLE_RETRY_AFTER})
+                    if held is None:
+                        raise Refusal(failure)
+                    raise _HeldEnded(await held.fail(failure))
+                if stream and held is None:
+                    held = _HeldStream(headers={"Content-Type": "text/event-stream",
+                                                "Cache-Control": "no-cache",
+                                                "x-llmop-held": "true"})
+                    await held.prepare(request)
+                    request[STREAM_STARTED] = True
+                if held is not None:
+                    await held.write(f": waiting for model ({hold.reason or 'no replica'})"
+                                     "\n\n".encode())
+                await self.holds.wait(label, min(left, hold.keepalive_seconds))
+
+    def _resolve_error(self, model: str, client: Client | None) -> web.Response:
+        try:
+            self._resolve(model, client)
+        except Refusal as refused:
+            return refused.response
+        return error_response(503, f"{model!r} moved while it waited; retry", "server_error",
+                              "model_unavailable", headers={"Retry-After": "1"})
 
     def _too_large(self) -> web.Response:
         return error_response(413, f"request body exceeds {self.config.max_request_bytes} "
@@ -580,7 +692,8 @@ class Gateway:
     async def _forward(self, request: web.Request, state: RouteState, *,
                        outbound: Callable[[Deployment], Outbound], stream: bool,
                        started: float,
-                       client: Client | None, reservation: Reservation, hide_usage: bool
+                       client: Client | None, reservation: Reservation, hide_usage: bool,
+                       held: _HeldStream | None = None, body: dict[str, Any] | None = None
                        ) -> web.StreamResponse:
         """Try the route's deployments in order (failover), then again after a backoff.
 
@@ -591,7 +704,7 @@ class Gateway:
         """
         route, label = state.route, state.route.label
         deadline = started + route.timeouts.request_seconds
-        order = state.order(self._pick())
+        order = state.order(self._pick(), body)
         attempt = position = skipped = 0
         while True:
             deployment = order[position % len(order)]
@@ -622,17 +735,22 @@ class Gateway:
             tried = {"x-llmop-upstream": deployment.label, "x-llmop-attempts": str(attempt)}
             if sending.dropped:
                 tried["x-llmop-dropped-params"] = ",".join(sending.dropped)
-            outcome = await self._attempt(deployment, state, sending.url, sending.body,
-                                          stream=stream, deadline=deadline)
-            if isinstance(outcome, aiohttp.ClientResponse) and outcome.status not in RETRYABLE:
-                if stream and outcome.status == 200:
-                    return await self._relay_stream(request, state, outcome, started,
-                                                    client=client, reservation=reservation,
-                                                    hide_usage=hide_usage, extra=tried,
-                                                    native=deployment.native)
-                return await self._relay(request, state, outcome, client=client,
-                                         reservation=reservation, extra=tried,
-                                         native=deployment.native)
+            deployment.load.in_flight += 1  # until its answer is relayed in full
+            try:
+                outcome = await self._attempt(deployment, state, sending.url, sending.body,
+                                              stream=stream, deadline=deadline)
+                if isinstance(outcome, aiohttp.ClientResponse) \
+                        and outcome.status not in RETRYABLE:
+                    if stream and outcome.status == 200:
+                        return await self._relay_stream(
+                            request, state, outcome, started, client=client,
+                            reservation=reservation, hide_usage=hide_usage, extra=tried,
+                            native=deployment.native, prepared=held)
+                    return await self._relay(request, state, outcome, client=client,
+                                             reservation=reservation, extra=tried,
+                                             native=deployment.native)
+            finally:
+                deployment.load.in_flight -= 1
             failover = len(order) > 1 and position % len(order) != 0
             retry_after = outcome.headers.get("Retry-After") \
                 if isinstance(outcome, aiohttp.ClientResponse) else None
@@ -765,14 +883,15 @@ class Gateway:
                             upstream: aiohttp.ClientResponse, started: float, *,
                             client: Client | None, reservation: Reservation,
                             hide_usage: bool, extra: dict[str, str],
-                            native: NativeApi | None) -> web.StreamResponse:
+                            native: NativeApi | None,
+                            prepared: web.StreamResponse | None = None) -> web.StreamResponse:
         """Relay as it arrives; with ``hide_usage``, whole events minus the usage-only one.
 
         A native upstream's events are first translated to OpenAI chunks.
         """
         label = state.route.label
-        out = _Streamed(status=200, headers={**self._headers_from(upstream),
-                                             "Cache-Control": "no-cache", **extra})
+        out = prepared or _Streamed(status=200, headers={**self._headers_from(upstream),
+                                                         "Cache-Control": "no-cache", **extra})
         tail = pending = b""
         first = True
         completed = False
@@ -795,7 +914,8 @@ class Gateway:
                 await out.write(send)
 
         try:
-            await out.prepare(request)
+            if prepared is None:  # a held stream's headers went out with its keepalives
+                await out.prepare(request)
             request[STREAM_STARTED] = True
             async for chunk in upstream.content.iter_any():
                 if first:
@@ -827,6 +947,31 @@ class Gateway:
 
 class _Streamed(web.StreamResponse):
     """A relayed stream: its metrics are recorded when it ends, not when it starts."""
+
+
+class _HeldEnded(Exception):
+    """A held stream that ended with an error event (its model never came, or went)."""
+
+    def __init__(self, stream: _HeldStream) -> None:
+        super().__init__(stream.outcome)
+        self.stream = stream
+
+
+class _HeldStream(_Streamed):
+    """A stream answered 200 with keepalives while its model had no replica.
+
+    If no answer comes after all, the error goes into the stream as an OpenAI error
+    event; ``outcome`` is then the status the metrics count.
+    """
+
+    outcome: int | None = None
+
+    async def fail(self, response: web.Response) -> _HeldStream:
+        body = response.body if isinstance(response.body, bytes) else b"{}"
+        await self.write(b"data: " + body + b"\n\ndata: [DONE]\n\n")
+        await self.write_eof()
+        self.outcome = response.status
+        return self
 
 
 async def serve(config: GatewayConfig, host: str | None = None, port: int | None = None,

@@ -126,6 +126,30 @@ class Pricing(_Config):
     output_per_million: float = Field(ge=0)
 
 
+class Balancing(_Config):
+    """How a request picks among the route's upstreams (docs/routing.md)."""
+
+    strategy: Literal["weighted", "least-load", "prefix-hash"] = Field(
+        "weighted", description="weighted: drawn by weight; least-load: fewest requests in "
+        "flight and queued; prefix-hash: requests that begin alike go to the same upstream "
+        "(its prefix cache), unless it is over loadBound times its share.")
+    prefix_chars: int = Field(256, ge=16, le=100_000,
+                              description="prefix-hash: characters of the prompt hashed.")
+    load_bound: float = Field(1.25, ge=1.0, le=10.0,
+                              description="prefix-hash: most load an upstream takes, as a "
+                              "multiple of the average share, before the next one is used.")
+
+
+class Hold(_Config):
+    """A route whose model has no replica yet: requests wait for one instead of failing."""
+
+    seconds: float = Field(300.0, gt=0, le=3600, description="How long one request waits.")
+    reason: str = Field("", max_length=1024, description="Why it waits, in the keepalives "
+                        "and the 503, e.g. the model's phase.")
+    keepalive_seconds: float = Field(5.0, gt=0, le=120,
+                                     description="Streams: an SSE comment this often.")
+
+
 class Route(_Config):
     """Client-facing model names served by one upstream."""
 
@@ -133,9 +157,12 @@ class Route(_Config):
     models: list[str] = Field(min_length=1)
     upstream: Upstream | None = Field(None, description="The API serving these models.")
     upstreams: list[Upstream] | None = Field(
-        None, min_length=1, description="Several deployments instead (keys, regions, "
-        "providers): traffic split by weight, failover on 429, 5xx, timeouts and open "
-        "circuits within the request's deadline.")
+        None, description="Several deployments instead (keys, regions, providers, "
+        "replicas): traffic split by balancing, failover on 429, 5xx, timeouts and open "
+        "circuits within the request's deadline. Empty only with hold.")
+    balancing: Balancing = Field(default_factory=Balancing)
+    hold: Hold | None = Field(None, description="Wait while there is no upstream (a model "
+                              "scaled to zero) instead of answering 503 at once.")
     rate_limit: RateLimit = Field(default_factory=RateLimit)
     timeouts: Timeouts = Field(default_factory=Timeouts)
     retry: Retry = Field(default_factory=Retry)
@@ -148,6 +175,8 @@ class Route(_Config):
     def _one_upstream_field(self) -> Route:
         if (self.upstream is None) == (self.upstreams is None):
             raise ValueError("set exactly one of upstream or upstreams")
+        if self.upstreams == [] and self.hold is None:
+            raise ValueError("upstreams: add at least one (an empty list needs hold)")
         labels = [u.label for u in self.deployments]
         if len(set(labels)) != len(labels):
             raise ValueError("upstreams: two share a name (default: the host); give each a "
@@ -210,6 +239,10 @@ class GatewayConfig(_Config):
         "authentication (keep the gateway behind a NetworkPolicy).")
     max_request_bytes: int = Field(10 * 1024 * 1024, ge=1024)
     log_prompts: bool = Field(False, description="Never on by default: prompts are user data.")
+    max_held_per_route: int = Field(100, ge=1, le=100_000,
+                                    description="Requests one route may hold at once.")
+    max_held: int = Field(1000, ge=1, le=1_000_000,
+                          description="Requests all routes may hold at once.")
     routes: list[Route] = Field(default_factory=list)
 
     @model_validator(mode="after")

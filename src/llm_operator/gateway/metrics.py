@@ -39,6 +39,12 @@ class GatewayMetrics:
         self.upstream_errors = Counter("llmop_gateway_upstream_errors",
                                        "Upstream failures by kind (status code, connect, "
                                        "timeout, circuit_open).", ["route", "reason"], registry=r)
+        self.held = Gauge("llmop_gateway_held_requests",
+                          "Requests waiting for a model that has no replica yet (scale "
+                          "from zero).", ["route"], registry=r)
+        self.in_flight = Gauge("llmop_gateway_in_flight_requests",
+                               "Requests sent to an upstream and not yet answered in full.",
+                               ["route", "upstream"], registry=r)
         self.circuit = Gauge("llmop_gateway_circuit_state",
                              "Circuit per route and upstream host: 0 closed, 1 half-open, "
                              "2 open.", ["route", "upstream"], registry=r)

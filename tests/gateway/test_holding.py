@@ -1,0 +1,244 @@
+"""A model with no replica yet: requests wait for one (streams with keepalives), in order,
+bounded, until their deadline; replicas are picked by load or by prompt prefix."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from llm_operator.gateway.app import Gateway
+from llm_operator.gateway.config import parse_config
+
+from fake_upstream import FakeUpstream, Reply, completion, sse_chunks
+from gwtools import metric
+
+CHAT = {"model": "gemma", "messages": [{"role": "user", "content": "Say hello"}]}
+
+
+def held_route(reason: str = "Starting: 0 of 1 replicas ready", seconds: float = 30,
+               upstreams: list[dict[str, Any]] | None = None, **extra: Any) -> dict[str, Any]:
+    return {"name": "ns/gemma", "models": ["gemma"], "upstreams": upstreams or [],
+            "hold": {"seconds": seconds, "reason": reason, "keepaliveSeconds": 0.05},
+            **extra}
+
+
+class Replicas:
+    """Fake engines on loopback, and a gateway whose routes the test rewrites."""
+
+    def __init__(self) -> None:
+        self.fakes: list[FakeUpstream] = []
+        self.urls: list[str] = []
+        self.servers: list[TestServer] = []
+
+    async def add(self) -> str:
+        fake = FakeUpstream()
+        server = TestServer(fake.app, host="127.0.0.1")
+        await server.start_server()
+        self.fakes.append(fake)
+        self.servers.append(server)
+        self.urls.append(f"http://127.0.0.1:{server.port}/v1")
+        return self.urls[-1]
+
+    def upstreams(self, count: int | None = None) -> list[dict[str, Any]]:
+        return [{"name": f"r{i}", "baseUrl": url, "auth": "none"}
+                for i, url in enumerate(self.urls[:count])]
+
+
+@pytest.fixture
+async def replicas() -> AsyncIterator[Replicas]:
+    out = Replicas()
+    yield out
+    for server in out.servers:
+        await server.close()
+
+
+async def serve(doc: dict[str, Any]) -> tuple[TestClient[Any, Any], Gateway]:
+    gw = Gateway(parse_config(doc, empty_ok=True))
+    client: TestClient[Any, Any] = TestClient(TestServer(gw.app(), host="127.0.0.1",
+                                                         handler_cancellation=True))
+    await client.start_server()
+    return client, gw
+
+
+async def until_held(gw: Gateway, label: str, count: int) -> None:
+    async with asyncio.timeout(10):
+        while gw.holds.held.get(label, 0) < count:
+            await asyncio.sleep(0)  # the handlers run on this loop: yield to them
+
+
+async def test_a_held_request_goes_out_when_a_replica_appears(replicas: Replicas) -> None:
+    client, gw = await serve({"routes": [held_route()]})
+    try:
+        pending = asyncio.create_task(client.post("/v1/chat/completions", json=CHAT))
+        await until_held(gw, "ns/gemma", 1)
+        assert metric(gw, "llmop_gateway_held_requests", route="ns/gemma") == 1
+        await replicas.add()
+        gw.reconfigure(parse_config({"routes": [held_route(upstreams=replicas.upstreams())]}))
+        resp = await pending
+        assert resp.status == 200
+        assert (await resp.json())["choices"][0]["message"]["content"] == "Hello!"
+        assert metric(gw, "llmop_gateway_held_requests", route="ns/gemma") == 0
+        assert metric(gw, "llmop_gateway_requests_total", route="ns/gemma",
+                      status="200") == 1
+    finally:
+        await client.close()
+
+
+async def test_a_held_stream_gets_keepalives_then_the_answer(replicas: Replicas) -> None:
+    client, gw = await serve({"routes": [held_route()]})
+    try:
+        resp = await client.post("/v1/chat/completions", json={**CHAT, "stream": True})
+        assert resp.status == 200 and resp.headers["x-llmop-held"] == "true"
+        first = await resp.content.readline()
+        assert first == b": waiting for model (Starting: 0 of 1 replicas ready)\n"
+        await replicas.add()
+        replicas.fakes[0].then(Reply(chunks=sse_chunks("gemma", ["Hi", " there"])))
+        gw.reconfigure(parse_config({"routes": [held_route(upstreams=replicas.upstreams())]}))
+        rest = (await resp.read()).decode()
+        events = [json.loads(line[6:]) for line in rest.splitlines()
+                  if line.startswith("data: {")]
+        text = "".join(e["choices"][0]["delta"].get("content", "") for e in events
+                       if e.get("choices"))
+        assert text == "Hi there" and rest.rstrip().endswith("data: [DONE]")
+        assert metric(gw, "llmop_gateway_requests_total", route="ns/gemma",
+                      status="200") == 1
+    finally:
+        await client.close()
+
+
+async def test_at_the_deadline_a_plain_request_gets_503_with_the_reason() -> None:
+    client, gw = await serve({"routes": [held_route(seconds=0.2)]})
+    try:
+        resp = await client.post("/v1/chat/completions", json=CHAT)
+        body = await resp.json()
+        assert resp.status == 503 and resp.headers["Retry-After"] == "5"
+        assert body["error"]["code"] == "model_unavailable"
+        assert body["error"]["message"] == ("'gemma' did not get a replica within 0.2 s: "
+                                            "Starting: 0 of 1 replicas ready")
+        assert metric(gw, "llmop_gateway_requests_total", route="ns/gemma",
+                      status="503") == 1
+    finally:
+        await client.close()
+
+
+async def test_at_the_deadline_a_held_stream_ends_with_an_error_event() -> None:
+    client, gw = await serve({"routes": [held_route(seconds=0.2)]})
+    try:
+        resp = await client.post("/v1/chat/completions", json={**CHAT, "stream": True})
+        text = (await resp.read()).decode()
+        assert text.startswith(": waiting for model (Starting")
+        error = json.loads(next(line[6:] for line in text.splitlines()
+                                if line.startswith("data: {")))
+        assert error["error"]["code"] == "model_unavailable"
+        assert text.rstrip().endswith("data: [DONE]")
+        assert metric(gw, "llmop_gateway_requests_total", route="ns/gemma",
+                      status="503") == 1
+    finally:
+        await client.close()
+
+
+async def test_a_model_deleted_while_held_answers_404() -> None:
+    client, gw = await serve({"routes": [held_route()]})
+    try:
+        pending = asyncio.create_task(client.post("/v1/chat/completions", json=CHAT))
+        await until_held(gw, "ns/gemma", 1)
+        gw.reconfigure(parse_config({"routes": []}, empty_ok=True))
+        resp = await pending
+        assert resp.status == 404
+        assert (await resp.json())["error"]["code"] == "model_not_found"
+    finally:
+        await client.close()
+
+
+async def test_holding_is_bounded_per_model() -> None:
+    client, gw = await serve({"routes": [held_route()], "maxHeldPerRoute": 2})
+    try:
+        pending = [asyncio.create_task(client.post("/v1/chat/completions", json=CHAT))
+                   for _ in range(2)]
+        await until_held(gw, "ns/gemma", 2)
+        resp = await client.post("/v1/chat/completions", json=CHAT)
+        assert resp.status == 503
+        assert "2 requests are already waiting for it" in \
+            (await resp.json())["error"]["message"]
+        gw.reconfigure(parse_config({"routes": []}, empty_ok=True))
+        assert [r.status for r in await asyncio.gather(*pending)] == [404, 404]
+    finally:
+        await client.close()
+
+
+async def test_500_requests_held_across_10_models_all_answered(replicas: Replicas) -> None:
+    routes = [{**held_route(), "name": f"ns/m{i}", "models": [f"m{i}"]} for i in range(10)]
+    client, gw = await serve({"routes": routes})
+    url = str(client.make_url("/v1/chat/completions"))
+    http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))  # 500 at once
+    try:
+        pending = [asyncio.create_task(http.post(url, json={**CHAT, "model": f"m{i % 10}"}))
+                   for i in range(500)]
+        for i in range(10):
+            await until_held(gw, f"ns/m{i}", 50)
+        url = await replicas.add()
+        gw.reconfigure(parse_config({"routes": [
+            {**r, "upstreams": [{"baseUrl": url, "auth": "none"}]} for r in routes]}))
+        answers = await asyncio.gather(*pending)
+        assert Counter(r.status for r in answers) == {200: 500}
+        assert Counter(r["body"]["model"] for r in replicas.fakes[0].requests) == \
+            {f"m{i}": 50 for i in range(10)}
+        assert gw.holds.held == {}
+    finally:
+        await http.close()
+        await client.close()
+
+
+async def test_least_load_sends_the_next_request_to_the_idle_replica(
+        replicas: Replicas) -> None:
+    await replicas.add()
+    await replicas.add()
+    route = held_route(upstreams=replicas.upstreams(), balancing={"strategy": "least-load"})
+    client, gw = await serve({"routes": [route]})
+    try:
+        for fake in replicas.fakes:
+            fake.then(Reply(body=completion("gemma"), delay=2))
+        slow = asyncio.create_task(client.post("/v1/chat/completions", json=CHAT))
+        async with asyncio.timeout(10):
+            while not any(f.requests for f in replicas.fakes):
+                await asyncio.sleep(0)
+        busy = next(i for i, f in enumerate(replicas.fakes) if f.requests)
+        assert metric(gw, "llmop_gateway_in_flight_requests", route="ns/gemma",
+                      upstream=f"r{busy}") == 0  # set at scrape time:
+        await client.get("/metrics")
+        assert metric(gw, "llmop_gateway_in_flight_requests", route="ns/gemma",
+                      upstream=f"r{busy}") == 1
+        replicas.fakes[1 - busy].script.clear()  # the idle one answers at once
+        for _ in range(3):
+            resp = await client.post("/v1/chat/completions", json=CHAT)
+            assert resp.headers["x-llmop-upstream"] == f"r{1 - busy}"
+        assert (await slow).status == 200
+    finally:
+        await client.close()
+
+
+async def test_prefix_hash_keeps_a_conversation_on_one_replica(replicas: Replicas) -> None:
+    for _ in range(4):
+        await replicas.add()
+    route = held_route(upstreams=replicas.upstreams(), balancing={"strategy": "prefix-hash"})
+    client, _ = await serve({"routes": [route]})
+    try:
+        served: dict[str, set[str]] = {}
+        for user in range(12):
+            system = {"role": "system", "content": f"You help customer {user}. " * 20}
+            for turn in range(3):
+                body = {**CHAT, "messages": [system, {"role": "user",
+                                                      "content": f"question {turn}"}]}
+                resp = await client.post("/v1/chat/completions", json=body)
+                served.setdefault(str(user), set()).add(resp.headers["x-llmop-upstream"])
+        assert all(len(upstreams) == 1 for upstreams in served.values())
+        assert len(set().union(*served.values())) > 1  # different prefixes spread
+    finally:
+        await client.close()

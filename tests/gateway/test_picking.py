@@ -1,0 +1,113 @@
+"""Picking a replica: least load, and prefix hash with bounded load (pure, milliseconds)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from llm_operator.gateway.holding import Holds
+from llm_operator.gateway.picking import Load, least_loaded, prefix_order, prefix_text
+
+NAMES = ["a", "b", "c"]
+
+
+def loads(**busy: tuple[int, float]) -> dict[str, Load]:
+    out = {n: Load() for n in NAMES}
+    for name, (in_flight, waiting) in busy.items():
+        out[name] = Load(in_flight=in_flight, waiting=waiting)
+    return out
+
+
+@pytest.mark.parametrize(("busy", "first"), [
+    ({"a": (2, 0), "b": (1, 0), "c": (3, 0)}, "b"),
+    ({"a": (0, 5), "b": (1, 0), "c": (3, 0)}, "b"),  # the engine's own queue counts
+    ({"a": (1, 0), "b": (0, 2), "c": (0, 1)}, "a"),  # c: 0 + 1 ties a; rotation picks
+])
+def test_least_loaded_goes_to_the_fewest_requests_ahead(
+        busy: dict[str, tuple[int, float]], first: str) -> None:
+    assert least_loaded(NAMES, loads(**busy), turn=0)[0] == first
+
+
+def test_the_engines_running_count_is_not_added_to_ours() -> None:
+    both = Load(in_flight=3, running=3, waiting=1)  # our three are the engine's three
+    assert both.busy == 4
+    assert Load(in_flight=1, running=6).busy == 6  # other routers' requests count too
+
+
+def test_ties_rotate_so_idle_replicas_share_the_requests() -> None:
+    idle = loads()
+    assert [least_loaded(NAMES, idle, turn)[0] for turn in range(6)] == \
+        ["a", "b", "c", "a", "b", "c"]
+
+
+def test_fuller_kv_caches_lose_ties() -> None:
+    idle = loads()
+    idle["a"] = Load(kv_usage=0.9)
+    assert least_loaded(NAMES, idle, turn=0)[0] == "b"
+
+
+CHAT = {"model": "m", "messages": [{"role": "system", "content": "You are terse."},
+                                   {"role": "user", "content": [
+                                       {"type": "text", "text": "Hello"},
+                                       {"type": "image_url", "image_url": {"url": "x"}}]}]}
+
+
+@pytest.mark.parametrize(("body", "chars", "text"), [
+    (CHAT, 1000, "m\0system:You are terse.\nuser:Hello\n"),
+    (CHAT, 10, "m\0system:You"),
+    ({"model": "m", "prompt": "Once upon a time"}, 4, "m\0Once"),
+    ({"model": "sql-adapter", "prompt": "Once"}, 4, "sql-adapter\0Once"),
+    ({"prompt": 3}, 4, "\0"),
+])
+def test_the_prefix_is_the_model_then_the_text_an_engine_would_cache(
+        body: dict[str, Any], chars: int, text: str) -> None:
+    assert prefix_text(body, chars) == text
+
+
+def test_a_prefix_keeps_its_replica_and_removing_one_moves_only_its_keys() -> None:
+    idle = {n: Load() for n in ("a", "b", "c", "d")}
+    keys = [f"prompt {i}" for i in range(400)]
+    before = {k: prefix_order(k, list(idle), idle, 1.25)[0] for k in keys}
+    assert before == {k: prefix_order(k, list(idle), idle, 1.25)[0] for k in keys}
+    assert set(before.values()) == set(idle)  # spread over every replica
+    del idle["d"]
+    after = {k: prefix_order(k, list(idle), idle, 1.25)[0] for k in keys}
+    moved = {k for k in keys if before[k] != after[k]}
+    assert moved == {k for k in keys if before[k] == "d"}
+
+
+def test_a_hot_prefix_spills_to_its_next_replica_over_the_bound() -> None:
+    key = "the same long system prompt"
+    idle = {n: Load() for n in NAMES}
+    own, second = prefix_order(key, NAMES, idle, 1.25)[:2]
+    hot = dict(idle)
+    hot[own] = Load(in_flight=4)  # 4 of 5 in flight would be its, cap ceil(1.25 x 5/3) = 3
+    assert prefix_order(key, NAMES, hot, 1.25)[0] == second
+    even = {n: Load(in_flight=1) for n in NAMES}  # cap ceil(1.25 x 4/3) = 2: within it
+    assert prefix_order(key, NAMES, even, 1.25)[0] == own
+
+
+async def test_held_requests_are_released_in_arrival_order_and_bounded() -> None:
+    counts: list[tuple[str, int]] = []
+    holds = Holds(per_route=3, total=4, on_change=lambda label, n: counts.append((label, n)))
+    woken: list[int] = []
+
+    async def wait(i: int) -> None:
+        async with holds.holding("m"):
+            assert await holds.wait("m", 5)
+            woken.append(i)
+
+    tasks = []
+    for i in range(3):
+        tasks.append(asyncio.create_task(wait(i)))
+        await asyncio.sleep(0)  # each one reaches its wait before the next starts
+    assert holds.refusal("m") == "3 requests are already waiting for it"
+    async with holds.holding("other"):
+        assert holds.refusal("third") == "4 requests are already waiting for models"
+    holds.release("m")
+    await asyncio.gather(*tasks)
+    assert woken == [0, 1, 2]
+    assert holds.held == {} and counts[-1] == ("m", 0)
+    assert await holds.wait("m", 0.01) is False  # nobody released it: the timeout ends it
