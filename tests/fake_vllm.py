@@ -10,6 +10,8 @@ completion names the adapter that served it.
 from __future__ import annotations
 
 import asyncio
+import json
+import socket
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,16 @@ from typing import Any
 from aiohttp import web
 
 ADAPTER_CONFIG = "adapter_config.json"  # what a PEFT adapter directory holds
+
+
+def host_ip() -> str:
+    """This machine's own address, for a fake replica a pod IP points at.
+
+    EndpointSlices refuse loopback addresses.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect(("10.255.255.255", 1))  # no packet is sent: it only picks a route
+        return str(probe.getsockname()[0])
 
 
 class FakeVllm:
@@ -31,13 +43,19 @@ class FakeVllm:
         self.app.router.add_post("/v1/load_lora_adapter", self._load)
         self.app.router.add_post("/v1/unload_lora_adapter", self._unload)
         self.app.router.add_post("/v1/chat/completions", self._chat)
+        self.app.router.add_get("/metrics", self._metrics)
+        self.waiting = self.running = 0  # what /metrics reports of the queue
+        self.kv_usage = 0.0
+        self.served: list[str] = []  # the model of every chat completion answered
         self._runner: web.AppRunner | None = None
         self.port = 0
+        self.host = "127.0.0.1"
 
-    async def start(self, port: int = 0) -> None:
+    async def start(self, port: int = 0, host: str = "127.0.0.1") -> None:
+        self.host = host
         self._runner = web.AppRunner(self.app)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", port)
+        site = web.TCPSite(self._runner, host, port)
         await site.start()
         self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
 
@@ -66,7 +84,7 @@ class FakeVllm:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     async def _models(self, _: web.Request) -> web.Response:
         cards: list[dict[str, Any]] = [{"id": self.base_model, "object": "model",
@@ -108,10 +126,35 @@ class FakeVllm:
         self.changed.set()
         return web.Response(text=f"Success: LoRA adapter '{name}' removed successfully.")
 
-    async def _chat(self, request: web.Request) -> web.Response:
-        model = (await request.json()).get("model")
+    async def _metrics(self, _: web.Request) -> web.Response:
+        label = f'{{model_name="{self.base_model}"}}'
+        return web.Response(text=(
+            "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n"
+            "# TYPE vllm:num_requests_waiting gauge\n"
+            f"vllm:num_requests_waiting{label} {self.waiting}\n"
+            "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
+            "# TYPE vllm:num_requests_running gauge\n"
+            f"vllm:num_requests_running{label} {self.running}\n"
+            "# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.\n"
+            "# TYPE vllm:kv_cache_usage_perc gauge\n"
+            f"vllm:kv_cache_usage_perc{label} {self.kv_usage}\n"), content_type="text/plain")
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        model = body.get("model")
         if model != self.base_model and model not in self.adapters:
             return self._error(f"The model `{model}` does not exist.", 404, "NotFoundError")
+        self.served.append(model)
+        if body.get("stream"):
+            out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await out.prepare(request)
+            for word in ("answered", " by", f" {model}"):
+                chunk = {"id": "c", "object": "chat.completion.chunk", "model": model,
+                         "choices": [{"index": 0, "delta": {"content": word}}]}
+                await out.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            await out.write(b"data: [DONE]\n\n")
+            await out.write_eof()
+            return out
         return web.json_response({
             "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": model,
             "choices": [{"index": 0, "finish_reason": "stop", "message": {

@@ -19,7 +19,8 @@ from k8s_schemas import validate_object
 from samples import REPO, sample_doc
 
 CONFIG = REPO / "config"
-MANIFESTS = sorted(p for d in ("rbac", "manager", "default", "security", "mcp", "redis", "priority")
+MANIFESTS = sorted(p for d in ("rbac", "manager", "default", "security", "mcp", "redis", "priority",
+                                "router", "router/monitoring")
                    for p in (CONFIG / d).glob("*.yaml")
                    if p.name not in {"kustomization.yaml", "settings.yaml"})
 
@@ -46,7 +47,8 @@ def test_kustomizations_reference_real_files(kustomization: Path) -> None:
 @pytest.mark.parametrize(("path", "command"), [
     (CONFIG / "manager" / "manager.yaml", "operator"),
     (CONFIG / "mcp" / "deployment.yaml", "mcp"),
-], ids=["operator", "mcp"])
+    (CONFIG / "router" / "deployment.yaml", "router"),
+], ids=["operator", "mcp", "router"])
 def test_deployments_are_hardened_and_run_the_project_image(path: Path, command: str) -> None:
     deploy = docs(path)[0]
     pod = deploy["spec"]["template"]["spec"]

@@ -105,6 +105,22 @@ def test_scaledobject_follows_the_guide() -> None:
         "httpScaledObject": "gemma4-26b-amd-http"}}
 
 
+def test_with_the_router_its_held_requests_wake_a_model_at_zero() -> None:
+    """No HTTP add-on: the router holds the first request and KEDA activates on it."""
+    path = next(p for p in GUIDE_SAMPLES if p.stem == "gemma4-26b-amd")
+    settings = Settings.model_validate({"router": {"enabled": True},
+                                        "keda": {"httpAddon": {"enabled": False}}})
+    objects = _by_kind(_render(path, settings))
+    assert "HTTPScaledObject" not in objects
+    triggers = objects["ScaledObject"]["spec"]["triggers"]
+    assert [t["type"] for t in triggers] == ["prometheus", "prometheus"]
+    assert triggers[1]["metadata"]["query"] == \
+        'sum(llmop_router_pending_requests{namespace="ai-models",model="gemma4-26b-amd"})'
+    assert triggers[1]["metadata"]["activationThreshold"] == "0"
+    for obj in objects.values():
+        assert validate_object(obj) == []
+
+
 def test_http_scaledobject_skips_its_own_scaledobject() -> None:
     path = next(p for p in GUIDE_SAMPLES if p.stem == "gemma4-26b-amd")
     http = _by_kind(_render(path))["HTTPScaledObject"]
@@ -209,7 +225,7 @@ def test_settings_override_images_selectors_and_storage() -> None:
         "preferredAcceleratorModel": "H100", "vramPerAcceleratorGiB": 80}}, {},
      "gives 72.0 GiB: set resources.acceleratorCount: 4"),
     ("scale to zero without the add-on", {"scaling": {"minReplicas": 0}},
-     {"keda": {"httpAddon": {"enabled": False}}}, "HTTP add-on"),
+     {"keda": {"httpAddon": {"enabled": False}}}, "needs the router .* or the KEDA HTTP"),
     ("ollama flag", {"acceleratorVendor": "cpu", "inferenceEngine": "ollama",
                      "quantization": "GGUF-Q4_K_M", "resources": {"acceleratorCount": 0},
                      "engineArgs": {"top-k": "5"}}, {}, "Ollama takes no flags"),

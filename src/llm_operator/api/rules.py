@@ -276,6 +276,26 @@ RULES: tuple[Rule, ...] = (
         holds=_default_tool_name_fits,
     ),
     Rule(
+        id="routing-for-local-models",
+        location="spec",
+        field=".routing",
+        cel="!has(self.routing) || self.deploymentMode == 'local'",
+        message="routing spreads requests over a local model's replicas; a remote model has "
+        "one upstream: remove routing",
+        holds=lambda s: s.routing is None or _local(s),
+    ),
+    Rule(
+        id="prefix-settings-need-prefix-hash",
+        location="spec.routing",
+        field=".strategy",
+        cel="(has(self.strategy) && self.strategy == 'prefix-hash') || "
+        "(!has(self.prefixChars) && !has(self.loadBoundPercent))",
+        message="routing.prefixChars and routing.loadBoundPercent tune prefix-hash: set "
+        "routing.strategy to prefix-hash or remove them",
+        holds=lambda r: r.strategy == "prefix-hash"
+        or (r.prefix_chars is None and r.load_bound_percent is None),
+    ),
+    Rule(
         id="accelerator-count-zero-only-for-cpu",
         location="spec",
         field=".resources.acceleratorCount",
@@ -384,7 +404,7 @@ def _at(model: LLMModel, location: str) -> Any:
     """The object at a rule's location, or None when an optional parent is absent."""
     node: Any = model
     attrs = {"spec": "spec", "scaling": "scaling", "mcpExposure": "mcp_exposure",
-             "modelSource": "model_source", "remoteApi": "remote_api"}
+             "modelSource": "model_source", "remoteApi": "remote_api", "routing": "routing"}
     for part in filter(None, location.split(".")):
         node = getattr(node, attrs[part])
         if node is None:

@@ -301,6 +301,24 @@ class LoraAdapterSpec(_Wire):
         None, max_length=4096, description="Tool description shown to AI agents.")
 
 
+class RoutingSpec(_Wire):
+    """How the router (`llmop router`) spreads a local model's requests over its replicas."""
+
+    strategy: Literal["least-load", "prefix-hash"] = Field(
+        "least-load", description="least-load: the replica with the fewest requests in "
+        "flight and queued (the engine's own queue, scraped); prefix-hash: requests whose "
+        "prompts begin alike (a shared system prompt, one conversation) go to the same "
+        "replica, whose prefix cache then skips recomputing them, unless it is over its "
+        "share of the load.")
+    prefix_chars: int | None = Field(
+        None, ge=16, le=100_000, description="prefix-hash: characters of the prompt that "
+        "choose the replica (default 256).")
+    load_bound_percent: int | None = Field(
+        None, ge=100, le=1000, description="prefix-hash: most load a replica takes, in "
+        "percent of the average, before the next one in the prefix's order is used "
+        "(default 125).")
+
+
 class LLMModelSpec(_Wire):
     """Desired state of an LLMModel."""
 
@@ -406,6 +424,9 @@ class LLMModelSpec(_Wire):
     runtime_class_name: str | None = Field(
         None, max_length=253, pattern=DNS1123_SUBDOMAIN,
         description="RuntimeClass of the inference pods, e.g. nvidia (local models).")
+    routing: RoutingSpec | None = Field(
+        None, description="How the router spreads requests over the replicas (local "
+        "models); unset: least-load.")
     lora_adapters: list[LoraAdapterSpec] | None = Field(
         None, max_length=32, description="LoRA adapters served on top of the model (vllm and "
         "llamacpp), each called by its own model name and published as its own MCP tool. "

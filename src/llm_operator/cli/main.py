@@ -26,6 +26,7 @@ from llm_operator.cli.keys import keys
 from llm_operator.cli.loading import Document, load_documents, load_settings
 from llm_operator.cli.local import down, status, up
 from llm_operator.cli.lora_sync import lora_sync
+from llm_operator.cli.router import router
 from llm_operator.cli.verify import model_verify
 from llm_operator.profiles.planner import Plan, plan
 from llm_operator.profiles.settings import Settings
@@ -98,7 +99,7 @@ def _run(paths: tuple[str, ...], each: Callable[[Outcome], None]) -> int:
 
 # `llmop --help` lists commands in the order a newcomer needs them.
 COMMAND_ORDER = ("up", "chat", "status", "down", "validate", "plan", "render", "models", "crd",
-                 "operator", "gateway", "mcp", "keys", "model-verify", "lora-sync")
+                 "operator", "router", "gateway", "mcp", "keys", "model-verify", "lora-sync")
 
 
 class Commands(click.Group):
@@ -549,7 +550,7 @@ def _cluster_models(namespace: str | None, selector: str) -> list[dict[str, Any]
         raise click.ClickException(f"cannot list LLMModels: {exc}") from None
 
 
-for command in (up, chat, status, down, gateway, keys, model_verify, lora_sync):
+for command in (up, chat, status, down, gateway, keys, model_verify, lora_sync, router):
     cli.add_command(command)
 
 

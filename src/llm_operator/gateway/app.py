@@ -257,7 +257,10 @@ class Gateway:
         # (route label, upstream host) -> breaker: one model's failures never cut off
         # another model on the same provider, and each route keeps its own settings.
         self._breakers: dict[tuple[str, str], Breaker] = {}
-        self._loads: dict[tuple[str, str], Load] = {}  # the same keys: requests in flight
+        # upstream base URL -> its load: a replica's requests in flight whichever route
+        # (the model's, an adapter's) sent them
+        self._loads: dict[str, Load] = {}
+        self.before_scrape: list[Callable[[], None]] = []  # gauges set when /metrics is read
         self.holds = Holds(config.max_held_per_route, config.max_held,
                            on_change=lambda label, n: self.metrics.held.labels(label).set(n))
         self.reconfigure(config)
@@ -281,7 +284,7 @@ class Gateway:
         """
         old, old_loads = self._breakers, self._loads
         breakers: dict[tuple[str, str], Breaker] = {}
-        loads: dict[tuple[str, str], Load] = {}
+        loads: dict[str, Load] = {}
         routes: dict[str, RouteState] = {}
         for route in config.routes:
             cb = route.circuit_breaker
@@ -291,9 +294,10 @@ class Gateway:
                 breaker = breakers[where] = old.get(where) or Breaker(
                     cb.failure_threshold, cb.open_seconds, self._clock)
                 breaker.threshold, breaker.open_seconds = cb.failure_threshold, cb.open_seconds
-                load = loads[where] = old_loads.get(where) or Load()
+                base = upstream.base_url.rstrip("/")
+                load = loads[base] = loads.get(base) or old_loads.get(base) or Load()
                 deployments.append(Deployment(
-                    upstream, upstream.base_url.rstrip("/"),
+                    upstream, base,
                     KeySource(upstream.api_key) if upstream.api_key else None, breaker,
                     NATIVE.get(upstream.api), load))
                 self.metrics.circuit.labels(*where).set(int(breaker.state))
@@ -336,10 +340,15 @@ class Gateway:
         """Models known but not served, with why: their requests get a 404 saying so."""
         self._absent = dict(reasons)
 
-    def engine_load(self, route: str, upstream: str, *, waiting: float, running: float,
+    def in_flight(self, base_url: str) -> int:
+        """Requests sent to the upstream at ``base_url`` and not yet answered in full."""
+        load = self._loads.get(base_url.rstrip("/"))
+        return load.in_flight if load is not None else 0
+
+    def engine_load(self, base_url: str, *, waiting: float, running: float,
                     kv_usage: float) -> None:
         """What an upstream's engine reports of its queue (scraped by the router)."""
-        load = self._loads.get((route, upstream))
+        load = self._loads.get(base_url.rstrip("/"))
         if load is not None:
             load.waiting, load.running, load.kv_usage = waiting, running, kv_usage
 
@@ -423,8 +432,10 @@ class Gateway:
         for where, breaker in self._breakers.items():
             self.metrics.circuit.labels(*where).set(int(breaker.state))
         self.metrics.in_flight.clear()
-        for where, load in self._loads.items():
-            self.metrics.in_flight.labels(*where).set(load.in_flight)
+        for base, load in self._loads.items():
+            self.metrics.in_flight.labels(base).set(load.in_flight)
+        for hook in self.before_scrape:
+            hook()
         return web.Response(body=generate_latest(self.metrics.registry),
                             headers={"Content-Type": CONTENT_TYPE_LATEST})
 

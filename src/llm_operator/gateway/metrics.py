@@ -43,8 +43,8 @@ class GatewayMetrics:
                           "Requests waiting for a model that has no replica yet (scale "
                           "from zero).", ["route"], registry=r)
         self.in_flight = Gauge("llmop_gateway_in_flight_requests",
-                               "Requests sent to an upstream and not yet answered in full.",
-                               ["route", "upstream"], registry=r)
+                               "Requests sent to an upstream (base URL) and not yet answered "
+                               "in full.", ["upstream"], registry=r)
         self.circuit = Gauge("llmop_gateway_circuit_state",
                              "Circuit per route and upstream host: 0 closed, 1 half-open, "
                              "2 open.", ["route", "upstream"], registry=r)

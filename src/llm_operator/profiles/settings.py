@@ -138,6 +138,16 @@ class InferencePool(_Settings):
     gateway: ParentGateway = Field(default_factory=ParentGateway)
 
 
+class Router(_Settings):
+    """The router (config/router): one endpoint for every model (docs/routing.md)."""
+
+    enabled: bool = Field(
+        False, description="Local models' ScaledObjects also scale on the requests the "
+        "router holds or has in flight (llmop_router_pending_requests, through "
+        "Prometheus), so the first request wakes a model at 0 replicas without the KEDA "
+        "HTTP add-on.")
+
+
 class Scheduling(_Settings):
     """The GPU queue and priorities (docs/scheduling.md)."""
 
@@ -172,6 +182,7 @@ class Settings(_Settings):
     mcp: McpPush = Field(default_factory=McpPush)
     scheduling: Scheduling = Field(default_factory=Scheduling)
     inference_pool: InferencePool = Field(default_factory=InferencePool)
+    router: Router = Field(default_factory=Router)
     cluster_domain: str = "cluster.local"
 
 

@@ -49,12 +49,12 @@ def placement_problems(model: LLMModel, settings: Settings, model_plan: Plan) ->
     if model_plan.verdict == "does-not-fit":
         problems.append(Problem("spec.resources", model_plan.reason))
     if scaling.autoscaled(model) and spec.scaling.min_replicas == 0 \
-            and not settings.keda.http_addon.enabled:
+            and not settings.keda.http_addon.enabled and not settings.router.enabled:
         problems.append(Problem(
             "spec.scaling.minReplicas",
-            "0 (scale-to-zero) needs the KEDA HTTP add-on to wake the model on a request, and "
-            "it is disabled in the operator settings: set minReplicas >= 1 or enable "
-            "keda.httpAddon"))
+            "0 (scale-to-zero) needs the router (settings router.enabled) or the KEDA HTTP "
+            "add-on to wake the model on a request, and both are off in the operator "
+            "settings: set minReplicas >= 1, or enable router or keda.httpAddon"))
     return problems
 
 

@@ -188,6 +188,8 @@ def network_policy(model: LLMModel, owner_uid: str | None, settings: Settings
                            "podSelector": {"matchLabels": {L.LLM_CLIENT: "true"}}},
                           {"namespaceSelector": {},
                            "podSelector": {"matchLabels": {"app": "mcp-server"}}},
+                          {"namespaceSelector": {},
+                           "podSelector": {"matchLabels": {"app": "llmop-router"}}},
                           {"namespaceSelector": {"matchLabels": {
                               "kubernetes.io/metadata.name":
                                   settings.gateway.prometheus_namespace}}}],

@@ -22,8 +22,15 @@ def autoscaled(model: LLMModel) -> bool:
 
 
 def wants_http_addon(model: LLMModel, settings: Settings) -> bool:
+    """Scale from zero through the HTTP add-on: only when no router wakes the model."""
     return autoscaled(model) and model.spec.scaling.min_replicas == 0 \
-        and settings.keda.http_addon.enabled
+        and settings.keda.http_addon.enabled and not settings.router.enabled
+
+
+def router_query(model: LLMModel) -> str:
+    """The router's held and in-flight requests for this model, summed over its replicas."""
+    return (f'sum(llmop_router_pending_requests{{namespace="{model.namespace}",'
+            f'model="{model.name}"}})')
 
 
 def pod_selector(model: LLMModel) -> str:
@@ -51,6 +58,13 @@ def scaled_object(
     else:  # no queue metric (Ollama): scale on CPU, the engine's real bottleneck here
         triggers.append({"type": "cpu", "metricType": "Utilization",
                          "metadata": {"value": CPU_UTILIZATION_TARGET}})
+    if settings.router.enabled:  # the first held request activates a model at zero
+        triggers.append({"type": "prometheus", "metadata": {
+            "serverAddress": settings.prometheus_address,
+            "query": router_query(model),
+            "threshold": str(scaling.scale_up_threshold),
+            "activationThreshold": "0",
+        }})
     if wants_http_addon(model, settings):
         triggers.append({"type": "external-push", "metadata": {
             "scalerAddress": settings.keda.http_addon.external_scaler_address,

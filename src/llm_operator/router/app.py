@@ -1,0 +1,191 @@
+"""The router's process: watch models and endpoints, scrape engines, serve the gateway."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Collection
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from prometheus_client import Gauge
+from prometheus_client.parser import text_string_to_metric_families
+
+from llm_operator.api import labels as L
+from llm_operator.api.validation import InvalidModel, parse_llmmodel
+from llm_operator.gateway.app import Gateway
+from llm_operator.gateway.config import parse_config
+from llm_operator.informer import Informer, Key
+from llm_operator.kube import Kube
+from llm_operator.router.routes import SERVICE_NAME_LABEL, Options, Table, build
+
+log = logging.getLogger("llm_operator.router")
+MODELS = ("ai.example.io/v1alpha1", "llmmodels")
+SLICES = ("discovery.k8s.io/v1", "endpointslices")
+# What vLLM exports of its queue (the KV cache under its older name too), summed per pod.
+WAITING, RUNNING = "vllm:num_requests_waiting", "vllm:num_requests_running"
+KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+
+
+def engine_numbers(text: str) -> tuple[float, float, float]:
+    """(waiting, running, KV cache usage 0..1) from an engine's Prometheus exposition."""
+    waiting = running = kv = 0.0
+    for family in text_string_to_metric_families(text):
+        total = sum(s.value for s in family.samples if s.name == family.name)
+        if family.name == WAITING:
+            waiting = total
+        elif family.name == RUNNING:
+            running = total
+        elif family.name in KV_USAGE:
+            kv = max([kv, *(s.value for s in family.samples)])
+    return waiting, running, kv
+
+
+class Router:
+    """LLMModels and their EndpointSlices, in ``namespaces`` (empty: all), as one gateway.
+
+    Every change rebuilds the table (router.routes.build) and reconfigures the gateway:
+    requests held for a model that had no replica go out as soon as one is ready. The
+    engines' queues are scraped every ``scrape_seconds`` for least-load and bounded
+    prefix routing.
+    """
+
+    def __init__(self, kube: Kube, namespaces: Collection[str] = (), *,
+                 options: Options | None = None, scrape_seconds: float = 2.0,
+                 max_held_per_route: int = 100, max_held: int = 1000) -> None:
+        self.kube, self.scrape_seconds = kube, scrape_seconds
+        self.options = options or Options()
+        self.limits = {"maxHeldPerRoute": max_held_per_route, "maxHeld": max_held}
+        self.gateway = Gateway(parse_config({"routes": [], **self.limits}, empty_ok=True))
+        self.table = Table()
+        self.synced = asyncio.Event()
+        self.rebuilt = asyncio.Event()  # set after every rebuild (tests wait on it)
+        self._dirty = asyncio.Event()
+        where: list[str | None] = [*namespaces] or [None]
+        self.model_informers = [Informer(kube, *MODELS, namespace=ns, on_change=self._changed)
+                                for ns in where]
+        self.slice_informers = [Informer(kube, *SLICES, namespace=ns, on_change=self._changed,
+                                         label_selector=f"{L.K8S_MANAGED_BY}="
+                                         f"{L.MANAGED_BY_VALUE}")
+                                for ns in where]
+        self.pending = Gauge("llmop_router_pending_requests", "Requests for a model held "
+                             "or in flight: what KEDA scales on (GET /scale/<ns>/<name>).",
+                             ["namespace", "model"], registry=self.gateway.metrics.registry)
+        self.gateway.before_scrape.append(self._export_pending)
+
+    def _changed(self, *_: Any) -> None:
+        self._dirty.set()
+
+    def rebuild(self) -> None:
+        models = []
+        for informer in self.model_informers:
+            for (namespace, name), obj in informer.objects.items():
+                try:
+                    models.append(parse_llmmodel(obj))
+                except InvalidModel as exc:
+                    log.warning("LLMModel %s/%s is invalid, not routed: %s", namespace, name,
+                                exc)
+        slices: dict[Key, list[dict[str, Any]]] = {}
+        for informer in self.slice_informers:
+            for (namespace, _), piece in informer.objects.items():
+                service = ((piece.get("metadata") or {}).get("labels") or {}).get(
+                    SERVICE_NAME_LABEL)
+                if service:
+                    slices.setdefault((namespace, service), []).append(piece)
+        table = build(models, slices, self.options)
+        self.gateway.reconfigure(parse_config({"routes": table.routes, **self.limits},
+                                              empty_ok=True))
+        self.gateway.set_absent(table.absent)
+        self.table = table
+        self.rebuilt.set()
+
+    def load_of(self, namespace: str, name: str) -> dict[str, int] | None:
+        """What KEDA reads: the model's held and in-flight requests (None: unknown model)."""
+        key = (namespace, name)
+        if key not in self.table.labels:
+            return None
+        held = sum(self.gateway.holds.held.get(label, 0) for label in self.table.labels[key])
+        in_flight = sum(self.gateway.in_flight(url) for url in self.table.upstreams[key])
+        return {"pending": held + in_flight, "held": held, "inFlight": in_flight}
+
+    def _export_pending(self) -> None:
+        self.pending.clear()
+        for namespace, name in self.table.labels:
+            load = self.load_of(namespace, name)
+            if load is not None:
+                self.pending.labels(namespace, name).set(load["pending"])
+
+    async def scale(self, request: web.Request) -> web.Response:
+        """GET /scale/{namespace}/{name}: the model's load for KEDA's metrics-api trigger."""
+        namespace, name = request.match_info["namespace"], request.match_info["name"]
+        load = self.load_of(namespace, name)
+        if load is None:
+            return web.json_response({"error": f"no model {namespace}/{name} is routed here",
+                                      "pending": 0}, status=404)
+        return web.json_response(load)
+
+    def app(self) -> web.Application:
+        app = self.gateway.app()
+        app.router.add_get("/scale/{namespace}/{name}", self.scale)
+        return app
+
+    async def run(self) -> None:
+        """Watch, rebuild on every change, scrape the engines; until cancelled."""
+        informers = [*self.model_informers, *self.slice_informers]
+        tasks = [asyncio.create_task(i.run()) for i in informers]
+        tasks.append(asyncio.create_task(self._scrape_forever()))
+        try:
+            await asyncio.gather(*(i.synced.wait() for i in informers))
+            while True:
+                self._dirty.clear()
+                self.rebuild()
+                self.synced.set()
+                await self._dirty.wait()
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _scrape_forever(self) -> None:
+        timeout = aiohttp.ClientTimeout(total=max(1.0, self.scrape_seconds))
+        async with aiohttp.ClientSession(timeout=timeout) as http:
+            while True:
+                urls = {u for urls in self.table.upstreams.values() for u in urls}
+                await asyncio.gather(*(self._scrape(http, url) for url in sorted(urls)))
+                await asyncio.sleep(self.scrape_seconds)
+
+    async def _scrape(self, http: aiohttp.ClientSession, base_url: str) -> None:
+        url = base_url.removesuffix("/v1") + "/metrics"
+        try:
+            async with http.get(url) as r:
+                if r.status != 200:
+                    return
+                numbers = engine_numbers(await r.text())
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            return  # a replica going away; its endpoint leaves the table soon
+        waiting, running, kv = numbers
+        self.gateway.engine_load(base_url, waiting=waiting, running=running, kv_usage=kv)
+
+
+async def serve(router: Router, host: str, port: int, ready: asyncio.Event | None = None,
+                stop: asyncio.Event | None = None) -> None:
+    """Run ``router`` and its HTTP server until ``stop`` (or cancelled)."""
+    runner = web.AppRunner(router.app(), handler_cancellation=True, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    watching = asyncio.create_task(router.run())
+    try:
+        await router.synced.wait()
+        log.info("router listening on %s:%d with %d route(s)", host, port,
+                 len(router.table.routes))
+        if ready is not None:
+            ready.set()
+        await (stop or asyncio.Event()).wait()
+    finally:
+        watching.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watching
+        await runner.cleanup()

@@ -1,0 +1,244 @@
+"""`llmop router` on the real API server: models and the EndpointSlices the controller
+manager makes from their ready pods become one OpenAI endpoint; a model with no replica
+holds its requests until one is ready."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import openai
+import pytest
+
+from llm_operator.api import labels as L
+from llm_operator.api.validation import parse_llmmodel
+from llm_operator.kube import Connection, Kube
+from llm_operator.render.meta import selector_labels
+from llm_operator.render.networking import service
+from llm_operator.router.app import Router, serve
+from llm_operator.router.routes import Options
+
+from fake_vllm import FakeVllm, host_ip
+from redisserver import free_port
+from samples import sample_doc
+
+API = "ai.example.io/v1alpha1"
+MODEL_ID = "google/gemma-4-31b-it"
+CHAT = {"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}]}
+
+
+@dataclass
+class Cluster:
+    """The test's side: models, the pods the kubelet would run, and the router."""
+
+    kube: Kube
+    namespace: str
+    router: Router
+    url: str
+    replicas: list[FakeVllm] = field(default_factory=list)
+
+    async def model(self, name: str, **spec: Any) -> dict[str, Any]:
+        doc = copy.deepcopy(sample_doc("gemma4-31b-nvidia"))
+        doc["metadata"].update(name=name, namespace=self.namespace)
+        doc["spec"].update(spec)
+        created: dict[str, Any] = await self.kube.request(
+            "POST", f"/apis/{API}/namespaces/{self.namespace}/llmmodels", body=doc)
+        # the Service the operator renders for it (the operator is not running here)
+        svc = service(parse_llmmodel(created), "inference", None)
+        await self.kube.request("POST", f"/api/v1/namespaces/{self.namespace}/services",
+                                body=svc)
+        return created
+
+    async def replica(self, model: str, index: int) -> FakeVllm:
+        """A pod of ``model`` as a kubelet reports it Ready, served by a fake vLLM."""
+        fake = FakeVllm(MODEL_ID)
+        await fake.start(host=host_ip())
+        self.replicas.append(fake)
+        doc = parse_llmmodel(await self.kube.get(API, "llmmodels", self.namespace, model))
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {
+            "name": f"{model}-{index}", "namespace": self.namespace,
+            "labels": selector_labels(doc)},
+            "spec": {"nodeName": "accel-nvidia", "containers": [{
+                "name": "inference-server", "image": "vllm/vllm-openai:v0.33.0",
+                "ports": [{"name": "http", "containerPort": fake.port}]}]}}
+        await self.kube.request("POST", f"/api/v1/namespaces/{self.namespace}/pods", body=pod)
+        await self.set_ready(f"{model}-{index}", True)
+        return fake
+
+    async def set_ready(self, pod: str, ready: bool) -> None:
+        stamp = "2026-11-23T00:00:00Z"
+        await self.kube.merge_patch("v1", "pods", self.namespace, pod, subresource="status",
+                                    body={"status": {
+                                        "phase": "Running", "podIP": host_ip(),
+                                        "podIPs": [{"ip": host_ip()}],
+                                        "conditions": [{"type": "Ready", "status":
+                                                        "True" if ready else "False",
+                                                        "lastTransitionTime": stamp}]}})
+
+    async def upstreams(self, model: str, count: int, timeout: float = 30) -> None:
+        """Until the router routes ``model`` to ``count`` replicas (the slices arrived)."""
+        key = (self.namespace, model)
+        async with asyncio.timeout(timeout):
+            while len(self.router.table.upstreams.get(key, [])) != count:
+                self.router.rebuilt.clear()
+                await self.router.rebuilt.wait()
+
+    async def known(self, model: str) -> None:
+        async with asyncio.timeout(30):
+            while (self.namespace, model) not in self.router.table.labels:
+                self.router.rebuilt.clear()
+                await self.router.rebuilt.wait()
+
+    async def held(self, label: str, count: int) -> None:
+        async with asyncio.timeout(30):
+            while self.router.gateway.holds.held.get(label, 0) < count:
+                await asyncio.sleep(0)  # the router's handlers run on this loop
+
+
+@contextlib.asynccontextmanager
+async def routing(conn: Connection, admin: Kube, namespace: str,
+                  hold_seconds: float = 60) -> AsyncIterator[Cluster]:
+    async with Kube(conn) as kube:
+        router = Router(kube, [namespace], options=Options(hold_seconds, 0.1),
+                        scrape_seconds=0.1)
+        ready, stop = asyncio.Event(), asyncio.Event()
+        port = free_port()
+        task = asyncio.create_task(serve(router, "127.0.0.1", port, ready=ready, stop=stop))
+        await ready.wait()
+        cluster = Cluster(admin, namespace, router, f"http://127.0.0.1:{port}")
+        try:
+            yield cluster
+        finally:
+            stop.set()
+            await task
+            for fake in cluster.replicas:
+                await fake.stop()
+
+
+async def test_a_model_with_no_replica_holds_its_request_until_one_is_ready(
+        router_connection: Connection, admin: Kube, namespace: str) -> None:
+    async with routing(router_connection, admin, namespace) as cluster, \
+            aiohttp.ClientSession() as http:
+        await cluster.model("gemma")
+        await cluster.known("gemma")
+        label = f"{namespace}/gemma"
+        plain = asyncio.create_task(http.post(f"{cluster.url}/v1/chat/completions",
+                                              json=CHAT))
+        stream = await http.post(f"{cluster.url}/v1/chat/completions",
+                                 json={**CHAT, "stream": True})
+        assert stream.status == 200
+        assert await stream.content.readline() == b": waiting for model (Pending)\n"
+        await cluster.held(label, 2)
+        async with http.get(f"{cluster.url}/scale/{namespace}/gemma") as r:
+            assert await r.json() == {"pending": 2, "held": 2, "inFlight": 0}  # KEDA's signal
+        async with http.get(f"{cluster.url}/metrics") as r:
+            assert f'llmop_router_pending_requests{{model="gemma",namespace="{namespace}"}} 2.0' \
+                in await r.text()
+
+        fake = await cluster.replica("gemma", 0)  # the controller manager makes its slice
+        answer = await plain
+        assert answer.status == 200
+        assert (await answer.json())["choices"][0]["message"]["content"] == \
+            f"answered by {MODEL_ID}"
+        text = (await stream.read()).decode()
+        words = [json.loads(line[6:])["choices"][0]["delta"]["content"]
+                 for line in text.splitlines() if line.startswith("data: {")]
+        assert "".join(words) == f"answered by {MODEL_ID}"
+        assert fake.served == [MODEL_ID, MODEL_ID]
+        assert cluster.router.gateway.holds.held == {}
+
+
+async def test_names_replicas_and_a_replica_that_dies_mid_burst(
+        router_connection: Connection, admin: Kube, namespace: str) -> None:
+    async with routing(router_connection, admin, namespace) as cluster:
+        await cluster.model("gemma", routing={"strategy": "least-load"})
+        first = await cluster.replica("gemma", 0)
+        second = await cluster.replica("gemma", 1)
+        await cluster.upstreams("gemma", 2)
+        client = openai.AsyncOpenAI(base_url=f"{cluster.url}/v1", api_key="unused",
+                                    max_retries=0)
+        async with client:
+            listed = sorted([m.id async for m in client.models.list()])
+            assert listed == sorted([MODEL_ID, "gemma", f"{namespace}/gemma"])
+            for name in (MODEL_ID, "gemma", f"{namespace}/gemma"):
+                answer = await client.chat.completions.create(
+                    model=name, messages=[{"role": "user", "content": "hi"}])
+                assert answer.choices[0].message.content == f"answered by {MODEL_ID}"
+
+            await second.stop()  # the replica dies; its endpoint is still listed
+            burst = await asyncio.gather(*(client.chat.completions.create(
+                model=MODEL_ID, messages=[{"role": "user", "content": f"{i}"}])
+                for i in range(20)))
+        assert len(burst) == 20  # none lost: the router moved them to the live replica
+        assert len(first.served) >= 20
+        await cluster.set_ready("gemma-1", False)  # the kubelet notices
+        await cluster.upstreams("gemma", 1)
+
+
+async def test_a_model_deleted_while_requests_wait_answers_them_404(
+        router_connection: Connection, admin: Kube, namespace: str) -> None:
+    async with routing(router_connection, admin, namespace) as cluster, \
+            aiohttp.ClientSession() as http:
+        await cluster.model("gemma")
+        await cluster.known("gemma")
+        pending = [asyncio.create_task(http.post(f"{cluster.url}/v1/chat/completions",
+                                                 json=CHAT)) for _ in range(3)]
+        await cluster.held(f"{namespace}/gemma", 3)
+        await admin.delete(API, "llmmodels", namespace, "gemma")
+        answers = await asyncio.gather(*pending)
+        assert [a.status for a in answers] == [404, 404, 404]
+        body = await answers[0].json()
+        assert body["error"]["code"] == "model_not_found"
+
+
+async def test_remote_and_failed_models(router_connection: Connection, admin: Kube,
+                                        namespace: str) -> None:
+    """A remote model goes to its gateway (status.endpoint); a Failed one says why."""
+    async with routing(router_connection, admin, namespace) as cluster, \
+            aiohttp.ClientSession() as http:
+        proxy = FakeVllm("gpt-5.5")
+        await proxy.start()
+        cluster.replicas.append(proxy)
+        remote = copy.deepcopy(sample_doc("gpt55-remote"))
+        remote["metadata"]["namespace"] = namespace
+        await admin.request("POST", f"/apis/{API}/namespaces/{namespace}/llmmodels",
+                            body=remote)
+        name = remote["metadata"]["name"]
+        await admin.merge_patch(API, "llmmodels", namespace, name, subresource="status",
+                                body={"status": {"phase": "Proxying",
+                                                 "endpoint": f"{proxy.url}/v1"}})
+        await cluster.model("broken")
+        await admin.merge_patch(API, "llmmodels", namespace, "broken", subresource="status",
+                                body={"status": {"phase": "Failed", "conditions": [{
+                                    "type": "Ready", "status": "False",
+                                    "reason": "ChecksumMismatch", "message":
+                                    "the file's SHA-256 is not modelSource.sha256",
+                                    "lastTransitionTime": "2026-11-23T00:00:00Z"}]}})
+        async with asyncio.timeout(30):
+            while not (cluster.router.table.upstreams.get((namespace, name))
+                       and "broken" in cluster.router.table.absent):
+                cluster.router.rebuilt.clear()
+                await cluster.router.rebuilt.wait()
+        async with http.post(f"{cluster.url}/v1/chat/completions",
+                             json={**CHAT, "model": "gpt-5.5"}) as r:
+            assert r.status == 200 and proxy.served == ["gpt-5.5"]
+        async with http.post(f"{cluster.url}/v1/chat/completions",
+                             json={**CHAT, "model": "broken"}) as r:
+            assert r.status == 404
+            message = (await r.json())["error"]["message"]
+        assert message.startswith(f"The model 'broken' is not served: model {namespace}/broken "
+                                  "failed: Failed: the file's SHA-256 is not modelSource.sha256")
+
+
+@pytest.mark.parametrize("stem", ["gemma4-31b-nvidia"])
+def test_labels_used_by_the_router_are_the_services(stem: str) -> None:
+    """The router finds slices by the Service's labels, which slices inherit."""
+    model = parse_llmmodel(sample_doc(stem))
+    assert service(model, "inference", None)["metadata"]["labels"][L.K8S_MANAGED_BY] == \
+        L.MANAGED_BY_VALUE
