@@ -316,7 +316,9 @@ class RoutingSpec(_Wire):
     load_bound_percent: int | None = Field(
         None, ge=100, le=1000, description="prefix-hash: most load a replica takes, in "
         "percent of the average, before the next one in the prefix's order is used "
-        "(default 125).")
+        "(default 200: an engine batches many requests, so a replica somewhat above the "
+        "average is not overloaded, while a request moved off its prefix's replica pays "
+        "the whole prefill).")
 
 
 class LLMModelSpec(_Wire):

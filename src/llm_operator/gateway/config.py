@@ -135,7 +135,7 @@ class Balancing(_Config):
         "(its prefix cache), unless it is over loadBound times its share.")
     prefix_chars: int = Field(256, ge=16, le=100_000,
                               description="prefix-hash: characters of the prompt hashed.")
-    load_bound: float = Field(1.25, ge=1.0, le=10.0,
+    load_bound: float = Field(2.0, ge=1.0, le=10.0,
                               description="prefix-hash: most load an upstream takes, as a "
                               "multiple of the average share, before the next one is used.")
 

@@ -1,0 +1,337 @@
+"""Router benchmark: prefix-aware routing, the router's own cost, and a cold start.
+
+Everything runs as separate processes on loopback: `llmop gateway` with the routes the
+router builds (the same Gateway code; the router only adds watches, which are off the
+request path), simulated replicas with a prefix cache (bench/router/replica.py), and the
+fast upstream of bench/gateway. Three parts, each against a baseline in the same run:
+
+1. Shared-prefix workload over 4 replicas (each caches 8 prefixes): 32 customers, each a
+   long system prompt and several turns, 8 at a time. Time to first token (mean, p50, p99),
+   prefix-cache hit rate and req/s for prefix-hash against random choice (the gateway's
+   equal-weight strategy, what round-robin approximates) and least-load.
+2. Overhead: p50 and p99 at one connection (wrk) of a plain route against the router's
+   route shape (prefix-hash over replicas, hold), both in front of the same upstream, with
+   the upstream alone as the floor.
+3. Cold start: a request for a model with no replica is held; the replica starts after a
+   fixed delay and the route is updated (what the router does when the EndpointSlice says
+   ready). First byte minus the moment the replica was ready; nothing lost.
+
+    python bench/router/run.py [--requests 384] [--concurrency 8] [--seconds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib.util
+import random
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import yaml
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+LLMOP = str(Path(sys.executable).parent / "llmop")
+REPLICAS = 4
+
+_spec = importlib.util.spec_from_file_location("gateway_bench", ROOT / "bench/gateway/run.py")
+assert _spec is not None and _spec.loader is not None
+gateway_bench = importlib.util.module_from_spec(_spec)
+sys.modules["gateway_bench"] = gateway_bench  # its dataclasses look their module up
+_spec.loader.exec_module(gateway_bench)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def processes(*argvs: list[str]) -> Iterator[None]:
+    procs = [subprocess.Popen(a, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             for a in argvs]
+    try:
+        yield
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(timeout=10)
+
+
+async def until_up(url: str, method: str = "GET", timeout: float = 30) -> None:
+    async with aiohttp.ClientSession() as http:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with contextlib.suppress(aiohttp.ClientError):
+                async with http.request(method, url) as r:
+                    if r.status < 500:
+                        return
+            await asyncio.sleep(0.1)  # a process starting: nothing to wait on
+    raise TimeoutError(url)
+
+
+def gateway_config(directory: Path, route: dict[str, Any], port: int) -> Path:
+    path = directory / f"gateway-{port}.yaml"
+    path.write_text(yaml.safe_dump({"listen": {"host": "127.0.0.1", "port": port},
+                                    "routes": [route]}))
+    return path
+
+
+def conversations(customers: int, turns: int, prompt_chars: int, seed: int = 7
+                  ) -> list[list[dict[str, str]]]:
+    """Every request: a long system prompt per customer x turns, interleaved.
+
+    Turns keep their order within each conversation.
+    """
+    rng = random.Random(seed)
+    filler = " ".join(f"rule{n}" for n in range(prompt_chars // 7))[:prompt_chars]
+    queues = [[[{"role": "system", "content": f"You serve customer {c}. {filler}"},
+                {"role": "user", "content": f"question {t}"}] for t in range(turns)]
+              for c in range(customers)]
+    out = []
+    while any(queues):
+        queue = rng.choice([q for q in queues if q])
+        out.append(queue.pop(0))
+    return out
+
+
+async def workload(url: str, requests: list[list[dict[str, str]]], concurrency: int
+                   ) -> tuple[list[float], float]:
+    """Time to first token of each request (ms), and the run's requests per second."""
+    gate = asyncio.Semaphore(concurrency)
+    ttfts: list[float] = []
+
+    async def one(http: aiohttp.ClientSession, messages: list[dict[str, str]]) -> None:
+        async with gate:
+            started = time.perf_counter()
+            async with http.post(url, json={"model": "bench", "stream": True,
+                                            "messages": messages}) as r:
+                assert r.status == 200, await r.text()
+                async for line in r.content:
+                    if line.startswith(b"data: {"):
+                        ttfts.append((time.perf_counter() - started) * 1e3)
+                        break
+                await r.read()
+
+    started = time.perf_counter()
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
+        await asyncio.gather(*(one(http, m) for m in requests))
+    return ttfts, len(requests) / (time.perf_counter() - started)
+
+
+async def hit_rate(ports: list[int]) -> float:
+    hits = misses = 0.0
+    async with aiohttp.ClientSession() as http:
+        for port in ports:
+            async with http.get(f"http://127.0.0.1:{port}/metrics") as r:
+                text = await r.text()
+            counts = dict(re.findall(r"^(llmop_bench_prefix_\w+) (\S+)$", text, re.M))
+            hits += float(counts["llmop_bench_prefix_hits"])
+            misses += float(counts["llmop_bench_prefix_misses"])
+    return hits / max(1.0, hits + misses)
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def prefix_part(directory: Path, args: argparse.Namespace) -> list[str]:
+    ports = [free_port() for _ in range(args.replicas)]
+    replicas = [[sys.executable, str(HERE / "replica.py"), "--port", str(p), "--cache",
+                 str(args.cache)] for p in ports]
+    work = conversations(args.customers, args.turns, args.prompt_chars)
+    concurrency = args.concurrency
+    rows = []
+    with processes(*replicas):
+        for port in ports:
+            await until_up(f"http://127.0.0.1:{port}/metrics")
+        baseline_mean = None
+        for balancing, label in (
+                ({"strategy": "weighted"}, "random, equal weights (baseline)"),
+                ({"strategy": "least-load"}, "least-load"),
+                ({"strategy": "prefix-hash", "loadBound": 1.25},
+                 "prefix-hash, load bound 125% (KubeAI's default)"),
+                ({"strategy": "prefix-hash"}, "prefix-hash, load bound 200% (default)"),
+                ({"strategy": "prefix-hash", "loadBound": 4.0}, "prefix-hash, load bound 400%")):
+            port = free_port()
+            route = {"name": "bench", "models": ["bench"],
+                     "upstreams": [{"name": f"r{i}", "baseUrl": f"http://127.0.0.1:{p}/v1",
+                                    "auth": "none"} for i, p in enumerate(ports)],
+                     "balancing": balancing}
+            config = gateway_config(directory, route, port)
+            async with aiohttp.ClientSession() as http:
+                for p in ports:
+                    await http.post(f"http://127.0.0.1:{p}/reset")
+            with processes([LLMOP, "gateway", "--config", str(config)]):
+                await until_up(f"http://127.0.0.1:{port}/health")
+                ttfts, rps = await workload(f"http://127.0.0.1:{port}/v1/chat/completions",
+                                            work, concurrency)
+            hits = await hit_rate(ports)
+            mean = statistics.fmean(ttfts)
+            baseline_mean = baseline_mean or mean
+            rows.append(f"| {label} | {mean:.0f} | {pct(ttfts, 0.5):.0f} | "
+                        f"{pct(ttfts, 0.99):.0f} | {hits:.0%} | {rps:.1f} | "
+                        f"{baseline_mean / mean:.1f}x |")
+    return rows
+
+
+def overhead_part(directory: Path, seconds: int) -> list[str]:
+    upstream_port = free_port()
+    upstream = f"http://127.0.0.1:{upstream_port}/v1"
+    plain_port, router_port = free_port(), free_port()
+    plain = gateway_config(directory, {"name": "bench", "models": ["bench"],
+                                       "upstream": {"baseUrl": upstream, "auth": "none"}},
+                           plain_port)
+    routed = gateway_config(directory, {
+        "name": "ns/bench", "models": ["bench", "ns/bench"],
+        "upstreams": [{"name": f"r{i}", "baseUrl": upstream, "auth": "none"}
+                      for i in range(REPLICAS)],
+        "balancing": {"strategy": "prefix-hash"}, "hold": {"seconds": 300},
+        "retry": {"attempts": 3, "backoffInitialSeconds": 0.05}}, router_port)
+    rows = []
+    with processes([sys.executable, str(ROOT / "bench/gateway/upstream.py"),
+                    str(upstream_port)],
+                   [LLMOP, "gateway", "--config", str(plain)],
+                   [LLMOP, "gateway", "--config", str(routed)]):
+        for port in (upstream_port, plain_port, router_port):
+            gateway_bench.wait_ready(f"http://127.0.0.1:{port}/v1/chat/completions", 30)
+        results = {}
+        for name, port in (("upstream alone (floor)", upstream_port),
+                           ("gateway, plain route (baseline)", plain_port),
+                           ("router's route: prefix-hash over 4, hold", router_port)):
+            results[name] = gateway_bench.wrk(f"http://127.0.0.1:{port}/v1/chat/completions",
+                                              1, seconds)
+        base = results["gateway, plain route (baseline)"]["p50"]
+        for name, r in results.items():
+            rows.append(f"| {name} | {r['p50']:.3f} | {r['p99']:.3f} | {r['rps']:.0f} | "
+                        f"{r['p50'] - base:+.3f} |")
+    return rows
+
+
+async def _first_bytes(http: aiohttp.ClientSession, url: str, requests: int
+                       ) -> tuple[list[float], list[int]]:
+    """Send ``requests`` streamed completions at once: when each first byte came, statuses."""
+    first: list[float] = []
+
+    async def ask() -> int:
+        async with http.post(url, json={"model": "bench", "stream": True, "messages": [
+                {"role": "user", "content": "hi"}]}) as r:
+            async for line in r.content:
+                if line.startswith(b"data: {"):
+                    first.append(time.perf_counter())
+                    break
+            await r.read()
+            return r.status
+
+    statuses = await asyncio.gather(*(ask() for _ in range(requests)))
+    return first, list(statuses)
+
+
+async def cold_start_part(start_delay: float, requests: int) -> list[str]:
+    """Held requests released at ready, against the same burst sent to a ready replica."""
+    port, replica_port, direct_port = free_port(), free_port(), free_port()
+    held_route = {"name": "ns/bench", "models": ["bench"], "upstreams": [],
+                  "hold": {"seconds": 60, "reason": "Starting", "keepaliveSeconds": 1}}
+    # `llmop gateway` takes its routes once; the router reconfigures its Gateway in process
+    # when an EndpointSlice changes, so this part runs a Gateway here and does the same.
+    from aiohttp import web  # noqa: PLC0415
+
+    from llm_operator.gateway.app import Gateway  # noqa: PLC0415
+    from llm_operator.gateway.config import parse_config  # noqa: PLC0415
+
+    gateway = Gateway(parse_config({"routes": [held_route]}))
+    runner = web.AppRunner(gateway.app(), handler_cancellation=True, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
+            asked = time.perf_counter()
+            held = asyncio.create_task(_first_bytes(
+                http, f"http://127.0.0.1:{port}/v1/chat/completions", requests))
+            await asyncio.sleep(start_delay)  # the pod pulling, loading: the model's start
+            with processes([sys.executable, str(HERE / "replica.py"), "--port",
+                            str(replica_port)]):
+                await until_up(f"http://127.0.0.1:{replica_port}/metrics")
+                ready = time.perf_counter()
+                gateway.reconfigure(parse_config({"routes": [{
+                    **held_route, "upstreams": [{"baseUrl":
+                                                 f"http://127.0.0.1:{replica_port}/v1",
+                                                 "auth": "none"}]}]}))
+                first, statuses = await held
+            with processes([sys.executable, str(HERE / "replica.py"), "--port",
+                            str(direct_port)]):
+                await until_up(f"http://127.0.0.1:{direct_port}/metrics")
+                sent = time.perf_counter()
+                direct, direct_statuses = await _first_bytes(
+                    http, f"http://127.0.0.1:{direct_port}/v1/chat/completions", requests)
+    finally:
+        await runner.cleanup()
+    after = sorted((t - ready) * 1e3 for t in first)
+    baseline = sorted((t - sent) * 1e3 for t in direct)
+    lost = sum(s != 200 for s in statuses)
+    return [
+        f"| {requests} at once to a ready replica, directly (baseline) | "
+        f"{statistics.median(baseline):.0f} | {baseline[-1]:.0f} | "
+        f"{sum(s != 200 for s in direct_statuses)} | - |",
+        f"| {requests} held through the router, replica ready after {ready - asked:.1f} s | "
+        f"{statistics.median(after):.0f} | {after[-1]:.0f} | {lost} | "
+        f"{statistics.median(after) - statistics.median(baseline):+.0f} |"]
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--replicas", type=int, default=4)
+    parser.add_argument("--cache", type=int, default=16, help="prefixes a replica caches")
+    parser.add_argument("--customers", type=int, default=32, help="distinct system prompts")
+    parser.add_argument("--turns", type=int, default=12, help="requests per customer")
+    parser.add_argument("--prompt-chars", type=int, default=8000,
+                        help="system prompt length (~4 characters a token)")
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--parts", default="1,2,3", help="which parts to run")
+    parser.add_argument("--seconds", type=int, default=5, help="wrk duration per target")
+    parser.add_argument("--start-delay", type=float, default=3.0,
+                        help="cold start: seconds until the replica is ready")
+    args = parser.parse_args()
+    if shutil.which("wrk") is None:
+        sys.exit("wrk is needed: apt-get install wrk")
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = Path(tmp)
+        parts = args.parts.split(",")
+        print(f"## 1. Shared-prefix workload: {args.replicas} replicas caching {args.cache} "
+              f"prefixes each, {args.customers} customers x {args.turns} turns with "
+              f"{args.prompt_chars}-character system prompts, {args.concurrency} at a time\n")
+        print("| strategy | mean TTFT ms | p50 | p99 | prefix-cache hits | req/s | "
+              "mean TTFT vs baseline |")
+        print("|---|---|---|---|---|---|---|")
+        for row in await prefix_part(directory, args) if "1" in parts else []:
+            print(row, flush=True)
+        print("\n## 2. Overhead at one connection (wrk, small chat completion)\n")
+        print("| target | p50 ms | p99 ms | req/s | p50 vs baseline ms |")
+        print("|---|---|---|---|---|")
+        for row in overhead_part(directory, args.seconds) if "2" in parts else []:
+            print(row, flush=True)
+        print("\n## 3. Cold start: held requests released when the replica is ready\n")
+        print("| case | first byte after the replica was ready, median ms | max ms | lost "
+              "| median vs baseline ms |")
+        print("|---|---|---|---|---|")
+        for row in await cold_start_part(args.start_delay, 50) if "3" in parts else []:
+            print(row, flush=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
