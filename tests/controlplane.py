@@ -37,6 +37,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
 
+from llm_operator.kube import Connection
+
 REPO = Path(__file__).resolve().parents[1]
 ADMIN_TOKEN = "llmop-test-admin-token"
 # A second superuser, so a benchmark can tell the operator's requests from its own.
@@ -295,6 +297,12 @@ class ControlPlane:
         if check and result.returncode != 0:
             raise AssertionError(f"kubectl {' '.join(args)} failed:\n{result.stderr}")
         return result
+
+    def identity(self, service_account: str, namespace: str) -> Connection:
+        """A connection as ``namespace/service_account`` (a token it is issued, 2 hours)."""
+        token = self.kubectl("create", "token", service_account, "-n", namespace,
+                             "--duration=2h").stdout.strip()
+        return Connection(server=self.server, token=token, ca_file=str(self.ca_file))
 
     def add_node(self, name: str, labels: dict[str, str], allocatable: dict[str, str]
                  ) -> None:

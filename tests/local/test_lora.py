@@ -68,28 +68,19 @@ async def test_an_adapter_answers_under_its_own_name_and_the_base_model_stays_it
     assert not tool_answer.is_error
 
 
-async def test_a_missing_adapter_file_fails_the_model_with_what_to_fix(
-        tmp_path: Path, model_cache: Path) -> None:
+@pytest.mark.parametrize(("source", "phase", "detail"), [
+    ({"type": "file", "path": "adapters/gone.gguf"}, "Failed",
+     "loraAdapters a: source.path {models}/adapters/gone.gguf does not exist or is not a file"),
+    ({"type": "huggingface", "repo": "acme/sql"}, "Unplaceable",
+     "LoRA adapter a: source type huggingface is fetched inside a cluster; on one machine "
+     "use type file with a path to its GGUF file"),
+], ids=["missing file", "cluster source"])
+async def test_an_adapter_that_cannot_be_served_here_says_what_to_fix(
+        tmp_path: Path, model_cache: Path, source: dict[str, str], phase: str,
+        detail: str) -> None:
     models = tmp_path / "models"
     models.mkdir()
-    write_model(models, gemma(loraAdapters=[
-        {"name": "gone", "source": {"type": "file", "path": "adapters/gone.gguf"}}]))
+    write_model(models, gemma(loraAdapters=[{"name": "a", "source": source}]))
     async with running(options(models, tmp_path / "state", model_cache)) as up:
         found = row(up.snapshot(), "gemma3-270m")
-    assert found["phase"] == "Failed"
-    assert found["detail"] == (f"loraAdapters gone: source.path {models}/adapters/gone.gguf "
-                               "does not exist or is not a file")
-
-
-async def test_an_adapter_from_a_cluster_source_is_not_served_here(
-        tmp_path: Path, model_cache: Path) -> None:
-    models = tmp_path / "models"
-    models.mkdir()
-    write_model(models, gemma(loraAdapters=[
-        {"name": "sql", "source": {"type": "huggingface", "repo": "acme/sql"}}]))
-    async with running(options(models, tmp_path / "state", model_cache)) as up:
-        found = row(up.snapshot(), "gemma3-270m")
-    assert found["phase"] == "Unplaceable"
-    assert found["detail"] == ("LoRA adapter sql: source type huggingface is fetched inside "
-                               "a cluster; on one machine use type file with a path to its "
-                               "GGUF file")
+    assert (found["phase"], found["detail"]) == (phase, detail.format(models=models))

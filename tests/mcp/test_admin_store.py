@@ -38,9 +38,7 @@ def mcp_identity(apiserver: ControlPlane) -> Connection:
     apiserver.kubectl("create", "namespace", "ai-models", check=False)
     apiserver.kubectl("apply", "-f", str(REPO / "config/mcp/rbac.yaml"))
     apiserver.kubectl("delete", "configmap", STORE[1], "-n", STORE[0], "--ignore-not-found")
-    token = apiserver.kubectl("create", "token", "mcp-server", "-n", "ai-models",
-                              "--duration=1h").stdout.strip()
-    return Connection(server=apiserver.server, token=token, ca_file=str(apiserver.ca_file))
+    return apiserver.identity("mcp-server", "ai-models")
 
 
 @contextlib.asynccontextmanager

@@ -50,9 +50,7 @@ def admin(apiserver: ControlPlane) -> Connection:
 
 def operator_connection(apiserver: ControlPlane) -> Connection:
     """The operator's own identity: a token of its ServiceAccount (config/rbac)."""
-    token = apiserver.kubectl("create", "token", "llm-operator", "-n", "llm-operator-system",
-                              "--duration=2h").stdout.strip()
-    return Connection(server=apiserver.server, token=token, ca_file=str(apiserver.ca_file))
+    return apiserver.identity("llm-operator", "llm-operator-system")
 
 
 @pytest.fixture

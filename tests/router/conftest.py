@@ -26,9 +26,7 @@ def router_rbac(apiserver: ControlPlane) -> None:
 @pytest.fixture
 def router_connection(apiserver: ControlPlane, router_rbac: None) -> Connection:
     """The router's own identity: a token of its ServiceAccount."""
-    token = apiserver.kubectl("create", "token", "llmop-router", "-n", "llm-operator-system",
-                              "--duration=1h").stdout.strip()
-    return Connection(server=apiserver.server, token=token, ca_file=str(apiserver.ca_file))
+    return apiserver.identity("llmop-router", "llm-operator-system")
 
 
 @pytest.fixture

@@ -43,7 +43,8 @@ class Cluster:
     url: str
     replicas: list[FakeVllm] = field(default_factory=list)
 
-    async def model(self, name: str, **spec: Any) -> dict[str, Any]:
+    async def model(self, name: str, *, known: bool = False, **spec: Any) -> dict[str, Any]:
+        """Create a model and its Service; with ``known``, until the router routes it."""
         doc = copy.deepcopy(sample_doc("gemma4-31b-nvidia"))
         doc["metadata"].update(name=name, namespace=self.namespace)
         doc["spec"].update(spec)
@@ -53,6 +54,8 @@ class Cluster:
         svc = service(parse_llmmodel(created), "inference", None)
         await self.kube.request("POST", f"/api/v1/namespaces/{self.namespace}/services",
                                 body=svc)
+        if known:
+            await self.known(name)
         return created
 
     async def replica(self, model: str, index: int) -> FakeVllm:
@@ -125,8 +128,7 @@ async def test_a_model_with_no_replica_holds_its_request_until_one_is_ready(
         router_connection: Connection, admin: Kube, namespace: str) -> None:
     async with routing(router_connection, admin, namespace) as cluster, \
             aiohttp.ClientSession() as http:
-        await cluster.model("gemma")
-        await cluster.known("gemma")
+        await cluster.model("gemma", known=True)
         label = f"{namespace}/gemma"
         plain = asyncio.create_task(http.post(f"{cluster.url}/v1/chat/completions",
                                               json=CHAT))
@@ -185,8 +187,7 @@ async def test_a_model_deleted_while_requests_wait_answers_them_404(
         router_connection: Connection, admin: Kube, namespace: str) -> None:
     async with routing(router_connection, admin, namespace) as cluster, \
             aiohttp.ClientSession() as http:
-        await cluster.model("gemma")
-        await cluster.known("gemma")
+        await cluster.model("gemma", known=True)
         pending = [asyncio.create_task(http.post(f"{cluster.url}/v1/chat/completions",
                                                  json=CHAT)) for _ in range(3)]
         await cluster.held(f"{namespace}/gemma", 3)
