@@ -241,3 +241,21 @@ async def test_prefix_hash_keeps_a_conversation_on_one_replica(replicas: Replica
         assert len(set().union(*served.values())) > 1  # different prefixes spread
     finally:
         await client.close()
+
+
+async def test_a_route_sets_body_fields_on_every_request(replicas: Replicas) -> None:
+    """What the router does for a llama.cpp adapter: the base model, the adapter's id."""
+    await replicas.add()
+    route = {"name": "ns/qwen/pirate", "models": ["pirate"],
+             "upstreams": [{**replicas.upstreams()[0], "model": "qwen-base"}],
+             "setFields": {"lora": [{"id": 0, "scale": 1.0}]}}
+    client, _ = await serve({"routes": [route]})
+    try:
+        resp = await client.post("/v1/chat/completions",
+                                 json={**CHAT, "model": "pirate", "lora": [{"id": 5}]})
+        assert resp.status == 200
+        sent = replicas.fakes[0].requests[-1]["body"]
+        assert (sent["model"], sent["lora"]) == ("qwen-base", [{"id": 0, "scale": 1.0}])
+        assert sent["messages"] == CHAT["messages"]
+    finally:
+        await client.close()

@@ -574,11 +574,13 @@ class Gateway:
                         body, upstream_model, path=path, stream=stream)
                 return translated[deployment.label]
             url = f"{deployment.url_base}{path}"
-            if upstream_model == model and not hide_usage:
+            fields = state.route.set_fields
+            if upstream_model == model and not hide_usage and not fields:
                 return Outbound(url, raw)
             if upstream_model not in payloads:
                 payloads[upstream_model] = json.dumps(
-                    {**body, "model": upstream_model}, separators=(",", ":")).encode()
+                    {**body, "model": upstream_model, **fields},
+                    separators=(",", ":")).encode()
             return Outbound(url, payloads[upstream_model])
 
         try:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import yaml
@@ -163,6 +163,10 @@ class Route(_Config):
     balancing: Balancing = Field(default_factory=Balancing)
     hold: Hold | None = Field(None, description="Wait while there is no upstream (a model "
                               "scaled to zero) instead of answering 503 at once.")
+    set_fields: dict[str, Any] = Field(
+        default_factory=dict, description="Body fields set on every request to an "
+        "OpenAI-compatible upstream, over the client's: e.g. llama-server's "
+        "lora: [{id: 0, scale: 1.0}] for a route that names one of its LoRA adapters.")
     rate_limit: RateLimit = Field(default_factory=RateLimit)
     timeouts: Timeouts = Field(default_factory=Timeouts)
     retry: Retry = Field(default_factory=Retry)

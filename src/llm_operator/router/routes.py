@@ -85,7 +85,8 @@ def build(models: Iterable[LLMModel],
     """Routes for every model, in namespace/name order.
 
     A model answers to its modelId and its name where no earlier model took them, and
-    always to ``namespace/name``; a vLLM model's LoRA adapters to their names. Local models
+    always to ``namespace/name``; its LoRA adapters to their names (vLLM serves them by
+    name; llama-server gets the base model and the adapter's id in ``lora``). Local models
     route to their Service's ready endpoints (``slices`` by namespace and Service name);
     remote ones to their gateway (status.endpoint). Without an endpoint a route holds
     requests until one appears; a Failed model is absent, with its reason.
@@ -125,12 +126,16 @@ def build(models: Iterable[LLMModel],
         table.routes.append(route)
         table.labels[key] = [label]
         table.upstreams[key] = [u["baseUrl"] for u in upstreams]
-        if spec.inference_engine == "vllm" and not spec.is_remote:
-            for adapter in spec.lora_adapters or ():
-                if adapter.name in taken:
-                    continue
-                taken.add(adapter.name)
-                adapter_label = f"{label}/{adapter.name}"
-                table.routes.append({**route, "name": adapter_label, "models": [adapter.name]})
-                table.labels[key].append(adapter_label)
+        for index, adapter in enumerate(spec.lora_adapters or ()):
+            if adapter.name in taken or spec.is_remote:
+                continue
+            taken.add(adapter.name)
+            adapter_route = {**route, "name": f"{label}/{adapter.name}",
+                             "models": [adapter.name]}
+            if spec.inference_engine == "llamacpp":  # the base model, the adapter by its id
+                adapter_route["upstreams"] = [{**u, "model": spec.model_id}
+                                              for u in upstreams]
+                adapter_route["setFields"] = {"lora": [{"id": index, "scale": 1.0}]}
+            table.routes.append(adapter_route)
+            table.labels[key].append(adapter_route["name"])
     return table
