@@ -407,3 +407,32 @@ async def test_a_checked_file_is_served_and_its_header_shown(tmp_path: Path,
         "architecture": "gemma3", "name": "Gemma 3 270m", "quantization": "Q4_K_M",
         "layers": 18, "contextLength": 32768, "embeddingLength": 640, "headCount": 4,
         "headCountKV": 1, "keyLength": 256, "valueLength": 256}
+
+
+async def test_a_request_while_the_model_loads_waits_for_it_instead_of_failing(
+        tmp_path: Path, model_cache: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """What a newcomer does: `llmop up`, then a request at once. The gateway holds it (the
+    router's way) until the model is Ready, and a stream hears why meanwhile."""
+    models = example_dir(tmp_path / "models")
+    runtime = Runtime(options(models, tmp_path / "state", model_cache))
+    task = asyncio.create_task(runtime.run())
+    try:
+        await runtime.until(lambda s: bool(s["gateway"]) and row(s, "gemma3-270m")["phase"]
+                            in ("Starting", "Downloading"), 60)
+        async with aiohttp.ClientSession() as http:
+            streamed = await http.post(f"{runtime.gateway_url}/chat/completions",
+                                       json={**CHAT, "stream": True})
+            first = await streamed.content.readline()
+            plain = await http.post(f"{runtime.gateway_url}/chat/completions", json=CHAT)
+            assert plain.status == 200
+            assert (await plain.json())["choices"][0]["message"]["content"].strip()
+            text = (await streamed.read()).decode()
+        assert streamed.status == 200
+        assert first.startswith(b": waiting for model (")
+        assert "data: [DONE]" in text and '"content"' in text
+        assert row(runtime.snapshot(), "gemma3-270m")["phase"] == "Ready"
+        assert "gateway routes rejected" not in caplog.text  # every route change took
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -50,6 +50,7 @@ log = logging.getLogger("llm_operator.local")
 # Phases a model passes through here; the API's phases where one fits.
 UNSETTLED = frozenset({"Pending", "Downloading", "Starting"})
 SERVING = frozenset({"Ready", "Proxying"})
+LOADING_PHASES = frozenset({"Starting", "Downloading"})
 API_PHASE = {"Skipped": "Pending", "Unplaceable": "Failed"}
 ENGINE_MODULE = "llm_operator.local.engine"
 
@@ -83,6 +84,7 @@ class Options:
     max_queue: int = 8  # requests that may wait per model; more get 429 (engine --max_queue)
     gateway_host: str = LOOPBACK  # 0.0.0.0 when a cluster must reach it (--register)
     register: Registration | None = None  # publish the served models into a cluster
+    hold_seconds: float = 300.0  # a request for a model still loading waits this long
 
 
 @dataclass
@@ -179,6 +181,7 @@ class Runtime:
         self.entries: dict[str, Entry] = {}
         self.problems: list[str] = []
         self.gateway = Gateway(parse_config({"routes": []}, empty_ok=True))
+        self._held: dict[str, str | None] = {}  # served model -> why its requests wait
         self.gateway_url = ""
         self.mcp_url = ""
         self.version = 0
@@ -437,13 +440,29 @@ class Runtime:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
+    def _loading(self, entry: Entry) -> str | None:
+        """Why a served model's requests wait (its phase), None once it serves or failed."""
+        phase, detail, _ = entry.current()
+        return f"{phase}: {detail}" if phase in LOADING_PHASES else None
+
     def _reroute(self) -> None:
-        """The gateway's routes: every served and proxied model; loading ones answer 503."""
+        """The gateway's routes: every served and proxied model.
+
+        A model still loading holds its requests until it is Ready (the router's way,
+        docs/routing.md); a failed one answers 503 with the reason.
+        """
         routes: list[dict[str, Any]] = []
+        self._held = {}
         for name, entry in self.entries.items():
             decision = entry.decision
             if isinstance(decision, LocalServe) and entry.port is not None:
-                routes += decision.routes(entry.port)
+                loading = self._loading(entry)
+                self._held[name] = loading
+                hold = {"seconds": self.options.hold_seconds, "keepaliveSeconds": 5.0,
+                        "reason": loading or ""}
+                routes += [{**r, "hold": hold,
+                            **({"upstream": None, "upstreams": []} if loading else {})}
+                           for r in decision.routes(entry.port)]
                 self._mark(name, entry)
             elif isinstance(decision, RemoteProxy):
                 routes.append(decision.route())
@@ -456,11 +475,16 @@ class Runtime:
             for e in self.entries.values() if isinstance(e.decision, NotServed)})
 
     def _mark(self, name: str, entry: Entry) -> None:
+        if isinstance(entry.decision, LocalServe) and entry.port is not None \
+                and self._loading(entry) != self._held.get(name, False):
+            self._reroute()  # loading began or ended: hold, or route to the process
+            return
         phase, detail, _ = entry.current()
         names = entry.decision.route_names if isinstance(entry.decision, LocalServe) else [name]
+        down = phase != "Ready" and phase not in LOADING_PHASES  # loading ones hold instead
         for route in names:
-            self.gateway.set_unavailable(route, None if phase == "Ready" else
-                                         f"it is {phase.lower()} on this machine ({detail})")
+            self.gateway.set_unavailable(route, f"it is {phase.lower()} on this machine "
+                                         f"({detail})" if down else None)
 
     async def _serve(self, entry: Entry) -> None:
         """Find the model file, then keep its llama.cpp server running."""
