@@ -83,6 +83,7 @@ class Replica:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--cache", type=int, default=8, help="prefixes kept (LRU)")
     parser.add_argument("--slots", type=int, default=4, help="requests run at once")
     parser.add_argument("--hit-ms", type=float, default=15.0)
@@ -96,7 +97,7 @@ def main() -> None:
     app.router.add_post("/v1/chat/completions", replica.chat)
     app.router.add_get("/metrics", replica.metrics)
     app.router.add_post("/reset", replica.reset)
-    web.run_app(app, host="127.0.0.1", port=args.port, access_log=None, print=None)
+    web.run_app(app, host=args.host, port=args.port, access_log=None, print=None)
 
 
 if __name__ == "__main__":

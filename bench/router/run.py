@@ -238,20 +238,24 @@ def overhead_part(directory: Path, seconds: int) -> list[str]:
     return rows
 
 
-async def _first_bytes(http: aiohttp.ClientSession, url: str, requests: int
-                       ) -> tuple[list[float], list[int]]:
+async def _first_bytes(http: aiohttp.ClientSession, url: str, requests: int,
+                       model: str = "bench") -> tuple[list[float], list[int]]:
     """Send ``requests`` streamed completions at once: when each first byte came, statuses."""
     first: list[float] = []
 
     async def ask() -> int:
-        async with http.post(url, json={"model": "bench", "stream": True, "messages": [
+        async with http.post(url, json={"model": model, "stream": True, "messages": [
                 {"role": "user", "content": "hi"}]}) as r:
+            status = r.status
             async for line in r.content:
                 if line.startswith(b"data: {"):
-                    first.append(time.perf_counter())
+                    if line.startswith(b'data: {"error"'):  # a held stream that timed out
+                        status = 503
+                    else:
+                        first.append(time.perf_counter())
                     break
             await r.read()
-            return r.status
+            return status
 
     statuses = await asyncio.gather(*(ask() for _ in range(requests)))
     return first, list(statuses)
@@ -308,6 +312,102 @@ async def cold_start_part(start_delay: float, requests: int) -> list[str]:
         f"{statistics.median(after) - statistics.median(baseline):+.0f} |"]
 
 
+async def report_ready(kube: Any, model: Any, host: str, port: int) -> float:
+    """Create the model's pod and report it Ready as a kubelet would; when that was."""
+    from llm_operator.render.meta import selector_labels  # noqa: PLC0415
+
+    namespace, name = model.namespace, f"{model.name}-0"
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": name, "labels": selector_labels(model)},
+        "spec": {"nodeName": "bench-node", "containers": [{
+            "name": "inference-server", "image": "vllm",
+            "ports": [{"name": "http", "containerPort": port}]}]}}
+    await kube.request("POST", f"/api/v1/namespaces/{namespace}/pods", body=pod)
+    ready = time.perf_counter()
+    await kube.merge_patch("v1", "pods", namespace, name, subresource="status", body={
+        "status": {"phase": "Running", "podIP": host, "podIPs": [{"ip": host}],
+                   "conditions": [{"type": "Ready", "status": "True",
+                                   "lastTransitionTime": "2026-11-23T00:00:00Z"}]}})
+    return ready
+
+
+async def cluster_part(requests: int) -> list[str]:
+    """Cold start on a real API server: the EndpointSlice controller and the watch included.
+
+    `llmop router` (its own process, admin kubeconfig) routes a model with no pod; held
+    requests wait; the bench creates the pod and reports it Ready as a kubelet would, with
+    a replica serving it. First byte minus that moment, against the same burst sent to a
+    ready replica directly.
+    """
+    sys.path.insert(0, str(ROOT / "tests"))
+    from llm_operator.api.validation import parse_llmmodel  # noqa: PLC0415
+    from llm_operator.kube import Kube, from_kubeconfig  # noqa: PLC0415
+    from llm_operator.render.networking import service  # noqa: PLC0415
+
+    from controlplane import control_plane  # noqa: PLC0415
+
+    sys.path.pop(0)
+    namespace, api = "bench", "ai.example.io/v1alpha1"
+    doc = yaml.safe_load((ROOT / "config/samples/gemma4-31b-nvidia.yaml").read_text())
+    doc["metadata"]["namespace"] = namespace
+    router_port, replica_port, direct_port = free_port(), free_port(), free_port()
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect(("10.255.255.255", 1))  # this machine's address (slices refuse loopback)
+        host = str(probe.getsockname()[0])
+    with control_plane() as plane:
+        plane.kubectl("apply", "-f", str(ROOT / "config/crd/bases"))
+        plane.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+        plane.kubectl("create", "namespace", namespace)
+        plane.add_node("bench-node", {}, {"cpu": "8", "memory": "32Gi"})  # slices need it
+        env = {"KUBECONFIG": str(plane.kubeconfig), "PATH": "/usr/bin:/bin"}
+        async with Kube(from_kubeconfig(str(plane.kubeconfig))) as kube:
+            created = await kube.request("POST", f"/apis/{api}/namespaces/{namespace}/"
+                                         "llmmodels", body=doc)
+            model = parse_llmmodel(created)
+            await kube.request("POST", f"/api/v1/namespaces/{namespace}/services",
+                               body=service(model, "inference", None))
+            router = subprocess.Popen(
+                [LLMOP, "router", "-n", namespace, "--host", "127.0.0.1", "--port",
+                 str(router_port), "--keepalive-seconds", "1"], env=env,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            try:
+                await until_up(f"http://127.0.0.1:{router_port}/health")
+                async with aiohttp.ClientSession(
+                        connector=aiohttp.TCPConnector(limit=0)) as http:
+                    held = asyncio.create_task(_first_bytes(
+                        http, f"http://127.0.0.1:{router_port}/v1/chat/completions",
+                        requests, model=model.spec.model_id))
+                    while True:  # until every request is held at the router
+                        async with http.get(f"http://127.0.0.1:{router_port}/scale/"
+                                            f"{namespace}/{model.name}") as r:
+                            if (await r.json()).get("held") == requests:
+                                break
+                        await asyncio.sleep(0.05)
+                    with processes([sys.executable, str(HERE / "replica.py"), "--host", host,
+                                    "--port", str(replica_port)]):
+                        await until_up(f"http://{host}:{replica_port}/metrics")
+                        ready = await report_ready(kube, model, host, replica_port)
+                        first, statuses = await held
+                    with processes([sys.executable, str(HERE / "replica.py"), "--port",
+                                    str(direct_port)]):
+                        await until_up(f"http://127.0.0.1:{direct_port}/metrics")
+                        sent = time.perf_counter()
+                        direct, _ = await _first_bytes(
+                            http, f"http://127.0.0.1:{direct_port}/v1/chat/completions",
+                            requests)
+            finally:
+                router.terminate()
+                router.wait(timeout=30)
+    after = sorted((t - ready) * 1e3 for t in first)
+    baseline = sorted((t - sent) * 1e3 for t in direct)
+    return [f"| {requests} at once to a ready replica, directly (baseline) | "
+            f"{statistics.median(baseline):.0f} | {baseline[-1]:.0f} | 0 | - |",
+            f"| {requests} held by `llmop router`; the pod reported Ready on the API server | "
+            f"{statistics.median(after):.0f} | {after[-1]:.0f} | "
+            f"{sum(s != 200 for s in statuses)} | "
+            f"{statistics.median(after) - statistics.median(baseline):+.0f} |"]
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--replicas", type=int, default=4)
@@ -319,7 +419,8 @@ async def main() -> None:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--hot", type=float, default=0.5,
                         help="part 1b: the share of requests from one customer")
-    parser.add_argument("--parts", default="1,2,3", help="which parts to run")
+    parser.add_argument("--parts", default="1,2,3,4", help="which parts to run (4 needs "
+                        "../shared/k8s and etcd, as `make test` installs them)")
     parser.add_argument("--seconds", type=int, default=5, help="wrk duration per target")
     parser.add_argument("--start-delay", type=float, default=3.0,
                         help="cold start: seconds until the replica is ready")
@@ -355,6 +456,13 @@ async def main() -> None:
         print("|---|---|---|---|---|")
         for row in await cold_start_part(args.start_delay, 50) if "3" in parts else []:
             print(row, flush=True)
+        if "4" in parts:
+            print("\n## 4. Cold start on a real API server (EndpointSlice controller, watch)\n")
+            print("| case | first byte after the pod was reported Ready, median ms | max ms "
+                  "| lost | median vs baseline ms |")
+            print("|---|---|---|---|---|")
+            for row in await cluster_part(20):
+                print(row, flush=True)
 
 
 if __name__ == "__main__":
