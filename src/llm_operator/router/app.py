@@ -171,14 +171,15 @@ class Router:
 
 async def serve(router: Router, host: str, port: int, ready: asyncio.Event | None = None,
                 stop: asyncio.Event | None = None) -> None:
-    """Run ``router`` and its HTTP server until ``stop`` (or cancelled)."""
+    """Run ``router`` and, once its table is built, its HTTP server; until ``stop``."""
     runner = web.AppRunner(router.app(), handler_cancellation=True, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    await site.start()
     watching = asyncio.create_task(router.run())
     try:
+        # Listen once the table is built: a probe then means every model is routed, and no
+        # request meets an empty table (a 404 for a model that exists).
         await router.synced.wait()
+        await web.TCPSite(runner, host, port).start()
         log.info("router listening on %s:%d with %d route(s)", host, port,
                  len(router.table.routes))
         if ready is not None:
