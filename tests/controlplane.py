@@ -344,8 +344,15 @@ class ControlPlane:
     def requests(self, *, since: int = 0, user: str | None = None) -> list[dict[str, Any]]:
         """Audit entries (one per request) after ``since``, by ``user`` when given."""
         with self.audit_log.open("rb") as log:
-            log.seek(since)
-            entries = [json.loads(line) for line in log if line.strip()]
+            mid_line = False
+            if since > 0:  # a mark taken while a line was being written: skip its rest
+                log.seek(since - 1)
+                mid_line = log.read(1) != b"\n"
+            lines = log.readlines()
+        if mid_line:
+            lines = lines[1:]
+        # the API server may be writing the last line right now: only whole lines count
+        entries = [json.loads(line) for line in lines if line.endswith(b"\n") and line.strip()]
         return [e for e in entries if user is None or e.get("user", {}).get("username") == user]
 
     @staticmethod
