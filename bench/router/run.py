@@ -261,9 +261,35 @@ async def _first_bytes(http: aiohttp.ClientSession, url: str, requests: int,
     return first, list(statuses)
 
 
+async def direct_burst(http: aiohttp.ClientSession, requests: int
+                       ) -> tuple[list[float], int]:
+    """The baseline: the same burst sent to a freshly started, ready replica.
+
+    Milliseconds to each first byte, sorted, and how many failed.
+    """
+    port = free_port()
+    with processes([sys.executable, str(HERE / "replica.py"), "--port", str(port)]):
+        await until_up(f"http://127.0.0.1:{port}/metrics")
+        sent = time.perf_counter()
+        first, statuses = await _first_bytes(
+            http, f"http://127.0.0.1:{port}/v1/chat/completions", requests)
+    return sorted((t - sent) * 1e3 for t in first), sum(s != 200 for s in statuses)
+
+
+def cold_rows(requests: int, held: str, after: list[float], lost: int,
+              baseline: tuple[list[float], int]) -> list[str]:
+    """The cold-start table's two rows: the baseline burst, then the held one."""
+    direct, direct_lost = baseline
+    after = sorted(after)
+    return [f"| {requests} at once to a ready replica, directly (baseline) | "
+            f"{statistics.median(direct):.0f} | {direct[-1]:.0f} | {direct_lost} | - |",
+            f"| {requests} {held} | {statistics.median(after):.0f} | {after[-1]:.0f} | "
+            f"{lost} | {statistics.median(after) - statistics.median(direct):+.0f} |"]
+
+
 async def cold_start_part(start_delay: float, requests: int) -> list[str]:
     """Held requests released at ready, against the same burst sent to a ready replica."""
-    port, replica_port, direct_port = free_port(), free_port(), free_port()
+    port, replica_port = free_port(), free_port()
     held_route = {"name": "ns/bench", "models": ["bench"], "upstreams": [],
                   "hold": {"seconds": 60, "reason": "Starting", "keepaliveSeconds": 1}}
     # `llmop gateway` takes its routes once; the router reconfigures its Gateway in process
@@ -292,24 +318,12 @@ async def cold_start_part(start_delay: float, requests: int) -> list[str]:
                                                  f"http://127.0.0.1:{replica_port}/v1",
                                                  "auth": "none"}]}]}))
                 first, statuses = await held
-            with processes([sys.executable, str(HERE / "replica.py"), "--port",
-                            str(direct_port)]):
-                await until_up(f"http://127.0.0.1:{direct_port}/metrics")
-                sent = time.perf_counter()
-                direct, direct_statuses = await _first_bytes(
-                    http, f"http://127.0.0.1:{direct_port}/v1/chat/completions", requests)
+            baseline = await direct_burst(http, requests)
     finally:
         await runner.cleanup()
-    after = sorted((t - ready) * 1e3 for t in first)
-    baseline = sorted((t - sent) * 1e3 for t in direct)
-    lost = sum(s != 200 for s in statuses)
-    return [
-        f"| {requests} at once to a ready replica, directly (baseline) | "
-        f"{statistics.median(baseline):.0f} | {baseline[-1]:.0f} | "
-        f"{sum(s != 200 for s in direct_statuses)} | - |",
-        f"| {requests} held through the router, replica ready after {ready - asked:.1f} s | "
-        f"{statistics.median(after):.0f} | {after[-1]:.0f} | {lost} | "
-        f"{statistics.median(after) - statistics.median(baseline):+.0f} |"]
+    return cold_rows(requests, f"held through the router, replica ready after "
+                     f"{ready - asked:.1f} s", [(t - ready) * 1e3 for t in first],
+                     sum(s != 200 for s in statuses), baseline)
 
 
 async def report_ready(kube: Any, model: Any, host: str, port: int) -> float:
@@ -350,7 +364,7 @@ async def cluster_part(requests: int) -> list[str]:
     namespace, api = "bench", "ai.example.io/v1alpha1"
     doc = yaml.safe_load((ROOT / "config/samples/gemma4-31b-nvidia.yaml").read_text())
     doc["metadata"]["namespace"] = namespace
-    router_port, replica_port, direct_port = free_port(), free_port(), free_port()
+    router_port, replica_port = free_port(), free_port()
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         probe.connect(("10.255.255.255", 1))  # this machine's address (slices refuse loopback)
         host = str(probe.getsockname()[0])
@@ -388,24 +402,13 @@ async def cluster_part(requests: int) -> list[str]:
                         await until_up(f"http://{host}:{replica_port}/metrics")
                         ready = await report_ready(kube, model, host, replica_port)
                         first, statuses = await held
-                    with processes([sys.executable, str(HERE / "replica.py"), "--port",
-                                    str(direct_port)]):
-                        await until_up(f"http://127.0.0.1:{direct_port}/metrics")
-                        sent = time.perf_counter()
-                        direct, _ = await _first_bytes(
-                            http, f"http://127.0.0.1:{direct_port}/v1/chat/completions",
-                            requests)
+                    baseline = await direct_burst(http, requests)
             finally:
                 router.terminate()
                 router.wait(timeout=30)
-    after = sorted((t - ready) * 1e3 for t in first)
-    baseline = sorted((t - sent) * 1e3 for t in direct)
-    return [f"| {requests} at once to a ready replica, directly (baseline) | "
-            f"{statistics.median(baseline):.0f} | {baseline[-1]:.0f} | 0 | - |",
-            f"| {requests} held by `llmop router`; the pod reported Ready on the API server | "
-            f"{statistics.median(after):.0f} | {after[-1]:.0f} | "
-            f"{sum(s != 200 for s in statuses)} | "
-            f"{statistics.median(after) - statistics.median(baseline):+.0f} |"]
+    return cold_rows(requests, "held by `llmop router`; the pod reported Ready on the API "
+                     "server", [(t - ready) * 1e3 for t in first],
+                     sum(s != 200 for s in statuses), baseline)
 
 
 async def main() -> None:

@@ -61,7 +61,7 @@ def test_llamacpp_loads_every_adapter_applied_to_none() -> None:
     assert A.llamacpp_args(spec) == ["--lora", f"{a_dir}.gguf",
                                      "--lora", "/lora-claims/c/x/b.gguf",
                                      "--lora-init-without-apply"]
-    assert A.llamacpp_ids(spec) == {"a": 0, "b": 1}
+    assert A.llamacpp_selection(spec, "b") == [{"id": 1, "scale": 1.0}]
 
 
 def test_a_new_source_is_a_new_directory() -> None:

@@ -94,9 +94,13 @@ def llamacpp_args(spec: LLMModelSpec) -> list[str]:
     return [*out, "--lora-init-without-apply"]
 
 
-def llamacpp_ids(spec: LLMModelSpec) -> dict[str, int]:
-    """Adapter name -> llama-server's adapter id (its place among the --lora flags)."""
-    return {a.name: i for i, a in enumerate(spec.lora_adapters or ())}
+def llamacpp_selection(spec: LLMModelSpec, name: str) -> list[dict[str, float | int]]:
+    """llama-server's per-request ``lora`` field that applies the adapter ``name`` alone.
+
+    Its id is its place among the --lora flags, the order of ``loraAdapters``.
+    """
+    ids = {a.name: i for i, a in enumerate(spec.lora_adapters or ())}
+    return [{"id": ids[name], "scale": 1.0}]
 
 
 def hf_token_env(secret: str) -> str:

@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 
 from llm_operator.api import labels as L
 from llm_operator.api.v1alpha1 import MCP_TOOL_NAME, LLMModel, LoraAdapterSpec
+from llm_operator.profiles.adapters import llamacpp_selection
 from llm_operator.registry.query import SERVING_PHASES, Facets, Query, accepts, facets, summary
 
 Source = Literal["kubernetes", "files", "admin"]
@@ -105,12 +106,13 @@ def records_of(model: LLMModel, source: Source, key: str | None = None) -> list[
         return []
     out = [record]
     spec = model.spec
-    for index, adapter in enumerate(spec.lora_adapters or ()):
+    for adapter in spec.lora_adapters or ():
         tool = adapter_tool_name(model, adapter)
         assert tool is not None  # the model's record exists: it has a tool name
         request: dict[str, Any] = {}
         if spec.inference_engine == "llamacpp":
-            request = {"model": spec.model_id, "lora": [{"id": index, "scale": 1.0}]}
+            request = {"model": spec.model_id,
+                       "lora": llamacpp_selection(spec, adapter.name)}
         info = {**record.info, "toolName": tool, "modelId": adapter.name,
                 "adapterOf": spec.model_id}
         out.append(replace(

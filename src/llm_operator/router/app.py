@@ -55,7 +55,7 @@ class Router:
     def __init__(self, kube: Kube, namespaces: Collection[str] = (), *,
                  options: Options | None = None, scrape_seconds: float = 2.0,
                  max_held_per_route: int = 100, max_held: int = 1000) -> None:
-        self.kube, self.scrape_seconds = kube, scrape_seconds
+        self.scrape_seconds = scrape_seconds
         self.options = options or Options()
         self.limits = {"maxHeldPerRoute": max_held_per_route, "maxHeld": max_held}
         self.gateway = Gateway(parse_config({"routes": [], **self.limits}, empty_ok=True))

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llm_operator.api.v1alpha1 import LLMModel
+from llm_operator.profiles.adapters import llamacpp_selection
 from llm_operator.render.remote import owned_by
 
 FAILED = "Failed"
@@ -126,7 +127,7 @@ def build(models: Iterable[LLMModel],
         table.routes.append(route)
         table.labels[key] = [label]
         table.upstreams[key] = [u["baseUrl"] for u in upstreams]
-        for index, adapter in enumerate(spec.lora_adapters or ()):
+        for adapter in spec.lora_adapters or ():
             if adapter.name in taken or spec.is_remote:
                 continue
             taken.add(adapter.name)
@@ -135,7 +136,7 @@ def build(models: Iterable[LLMModel],
             if spec.inference_engine == "llamacpp":  # the base model, the adapter by its id
                 adapter_route["upstreams"] = [{**u, "model": spec.model_id}
                                               for u in upstreams]
-                adapter_route["setFields"] = {"lora": [{"id": index, "scale": 1.0}]}
+                adapter_route["setFields"] = {"lora": llamacpp_selection(spec, adapter.name)}
             table.routes.append(adapter_route)
             table.labels[key].append(adapter_route["name"])
     return table
