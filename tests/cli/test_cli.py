@@ -97,13 +97,27 @@ def test_bad_settings_file_is_a_usage_error(tmp_path: Path) -> None:
     assert code == 2 and "storage.accessMode" in err
 
 
+@pytest.mark.parametrize(("args", "expected"), [
+    (["--keys-file", "{tmp}/absent.yaml"], "invalid client keys file:\n{tmp}/absent.yaml: "
+     "cannot read"),
+    (["--keys-file", "{tmp}/keys.yaml"], "invalid client keys file"),
+    (["--redis-password-file", "{tmp}/pw"], "--redis-password-file needs --redis-url"),
+    (["--redis-url", "http://redis:6379"], "redis.url"),
+])
+def test_router_settings_are_checked_before_it_connects(tmp_path: Path, args: list[str],
+                                                         expected: str) -> None:
+    (tmp_path / "keys.yaml").write_text("keys: [{id: team, sha256: not-a-digest}]\n")
+    code, _, err = run("router", *(a.format(tmp=tmp_path) for a in args))
+    assert code != 0 and expected.format(tmp=tmp_path) in err
+
+
 def test_no_documents_is_a_usage_error(tmp_path: Path) -> None:
     code, _, err = run("validate", "-f", str(tmp_path))
     assert code == 2 and "no YAML documents" in err
 
 
 @pytest.mark.parametrize("command", ["validate", "plan", "render", "crd", "models", "gateway",
-                                     "operator", "mcp", "up", "chat", "status", "down"])
+                                     "operator", "mcp", "up", "chat", "status", "down", "router"])
 def test_every_command_has_help(command: str) -> None:
     code, out, _ = run(command, "--help")
     assert code == 0 and "Usage:" in out and len(out) > 200

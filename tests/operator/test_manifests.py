@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from llm_operator.cli.main import cli
 from llm_operator.profiles.settings import Settings
 from llm_operator.render import render
 
+from controlplane import kubectl_path
 from k8s_schemas import validate_object
 from samples import REPO, sample_doc
 
@@ -66,6 +68,25 @@ def test_deployments_are_hardened_and_run_the_project_image(path: Path, command:
     subcommand = cli.get_command(click.Context(cli), args[0])
     assert subcommand is not None
     subcommand.make_context(args[0], args[1:])
+
+
+def test_the_router_keys_overlay_mounts_the_secret_its_keys_file_names() -> None:
+    """`kubectl apply -k config/router-keys`: the router's Deployment, with client keys."""
+    built = subprocess.run([kubectl_path(), "kustomize", str(CONFIG / "router-keys")],
+                           check=True, capture_output=True, text=True).stdout
+    objects = [d for d in yaml.safe_load_all(built) if d]
+    assert [e for d in objects for e in validate_object(d)] == []
+    deploy = next(d for d in objects if d["kind"] == "Deployment")
+    pod = deploy["spec"]["template"]["spec"]
+    args = pod["containers"][0]["args"]
+    router = cli.get_command(click.Context(cli), "router")
+    assert router is not None
+    keys_file = router.make_context("router", args[1:]).params["keys_file"]
+    mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "keys")
+    assert Path(keys_file).parent == Path(mount["mountPath"]) and mount["readOnly"]
+    assert {"name": "keys", "secret": {"secretName": "llmop-router-keys"}} in pod["volumes"]
+    assert len(objects) == len([d for p in (CONFIG / "router").glob("*.yaml")
+                                if p.name != "kustomization.yaml" for d in docs(p)])
 
 
 def test_mcp_server_runs_two_replicas_reachable_only_inside_the_cluster() -> None:

@@ -10,12 +10,15 @@ import copy
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import openai
 import pytest
+import yaml
 
+from llm_operator.access.keyring import digest
 from llm_operator.api import labels as L
 from llm_operator.api.validation import parse_llmmodel
 from llm_operator.kube import Connection, Kube
@@ -106,10 +109,10 @@ class Cluster:
 
 @contextlib.asynccontextmanager
 async def routing(conn: Connection, admin: Kube, namespace: str,
-                  hold_seconds: float = 60) -> AsyncIterator[Cluster]:
+                  hold_seconds: float = 60, **settings: Any) -> AsyncIterator[Cluster]:
     async with Kube(conn) as kube:
         router = Router(kube, [namespace], options=Options(hold_seconds, 0.1),
-                        scrape_seconds=0.1)
+                        scrape_seconds=0.1, settings=settings)
         ready, stop = asyncio.Event(), asyncio.Event()
         port = free_port()
         task = asyncio.create_task(serve(router, "127.0.0.1", port, ready=ready, stop=stop))
@@ -196,6 +199,44 @@ async def test_a_model_deleted_while_requests_wait_answers_them_404(
         assert [a.status for a in answers] == [404, 404, 404]
         body = await answers[0].json()
         assert body["error"]["code"] == "model_not_found"
+
+
+async def test_client_keys_decide_who_reaches_which_model(
+        router_connection: Connection, admin: Kube, namespace: str, tmp_path: Path) -> None:
+    """With a keys file, a key reaches only the names its globs allow; nothing else waits."""
+    team, other = "sk-llmop-team-a-key", "sk-llmop-other-key"
+    keys = tmp_path / "keys.yaml"
+    keys.write_text(yaml.safe_dump({"keys": [
+        {"id": "team-a", "sha256": digest(team), "models": [f"{namespace}/alpha", "alpha"]},
+        {"id": "other", "sha256": digest(other), "models": ["nothing-*"]}]}))
+    async with routing(router_connection, admin, namespace,
+                       clientKeys={"file": str(keys)}) as cluster, \
+            aiohttp.ClientSession() as http:
+        await cluster.model("alpha")
+        await cluster.model("beta", known=True)
+        await cluster.replica("alpha", 0)
+        await cluster.upstreams("alpha", 1)
+        url = f"{cluster.url}/v1/chat/completions"
+        async with http.post(url, json={**CHAT, "model": "alpha"}) as r:
+            assert r.status == 401
+            assert (await r.json())["error"]["type"] == "invalid_request_error"
+        async with http.post(url, json={**CHAT, "model": "beta"},
+                             headers={"Authorization": f"Bearer {team}"}) as r:
+            assert r.status == 403  # refused at once, not held for a replica
+            assert "beta" in (await r.json())["error"]["message"]
+        assert cluster.router.gateway.holds.held == {}
+        async with http.post(url, json={**CHAT, "model": "gamma"},
+                             headers={"Authorization": f"Bearer {other}"}) as r:
+            assert r.status == 404
+            assert (await r.json())["error"]["message"].endswith("available models: none")
+        client = openai.AsyncOpenAI(base_url=f"{cluster.url}/v1", api_key=team,
+                                    max_retries=0)
+        async with client:
+            assert sorted([m.id async for m in client.models.list()]) == \
+                sorted(["alpha", f"{namespace}/alpha"])
+            answer = await client.chat.completions.create(
+                model=f"{namespace}/alpha", messages=[{"role": "user", "content": "hi"}])
+        assert answer.choices[0].message.content == f"answered by {MODEL_ID}"
 
 
 async def test_remote_and_failed_models(router_connection: Connection, admin: Kube,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from pathlib import Path
 
 import click
 
@@ -26,11 +27,20 @@ import click
 @click.option("--scrape-seconds", type=click.FloatRange(0.1, 60), default=2.0,
               show_default=True, help="How often each replica's engine metrics are read "
               "(its queue, for least-load and prefix-hash routing).")
+@click.option("--keys-file", type=click.Path(dir_okay=False), metavar="PATH",
+              help="Require a client key on every /v1 request: the gateway's keys file "
+              "(llmop keys new; e.g. a mounted Secret, re-read when it changes). Each key's "
+              "models globs match the name the client asks for; /v1/models lists those.")
+@click.option("--redis-url", metavar="URL", help="Share the keys' rate limits and spend "
+              "across router replicas, e.g. redis://redis.llm-operator-system.svc:6379/0.")
+@click.option("--redis-password-file", type=click.Path(dir_okay=False), metavar="PATH",
+              help="Redis's password, e.g. a mounted Secret.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
               default="info", show_default=True)
 def router(*, namespaces: tuple[str, ...], host: str, port: int, hold_seconds: float,
            keepalive_seconds: float, max_held: int, max_held_per_model: int,
-           scrape_seconds: float, log_level: str) -> None:
+           scrape_seconds: float, keys_file: str | None, redis_url: str | None,
+           redis_password_file: str | None, log_level: str) -> None:
     """Serve every LLMModel behind one OpenAI endpoint (docs/routing.md).
 
     \b
@@ -41,19 +51,42 @@ def router(*, namespaces: tuple[str, ...], host: str, port: int, hold_seconds: f
       - a remote model goes to its gateway (keys, limits and spend are applied there);
       - a model with no ready replica (scaled to zero, starting) holds the request until
         one is ready; a stream gets ": waiting for model (...)" keepalives meanwhile.
+    With --keys-file, only listed client keys get in, each to the models its globs
+    allow, within its rate limits (docs/gateway.md); unset, keep the router behind its
+    NetworkPolicy (config/router).
     GET /scale/<namespace>/<name> and llmop_router_pending_requests on /metrics say how
     many requests wait for each model: KEDA scales on them (settings router.enabled).
     \b
     Example:
       llmop router -n ai-models --port 8080
+      llmop router --keys-file /etc/llmop/keys/keys.yaml --redis-url redis://redis:6379/0
       curl localhost:8080/v1/chat/completions -d '{"model": "google/gemma-4-31b-it", ...}'
     """
+    from llm_operator.access.keyfile import load_keyring  # noqa: PLC0415
+    from llm_operator.access.keyring import KeyringError  # noqa: PLC0415
+    from llm_operator.gateway.config import ConfigError, parse_config  # noqa: PLC0415
     from llm_operator.kube import Kube, connection  # noqa: PLC0415
     from llm_operator.router.app import Router, serve  # noqa: PLC0415
     from llm_operator.router.routes import Options  # noqa: PLC0415
 
     logging.basicConfig(level=log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings: dict[str, object] = {}
+    if keys_file is not None:
+        try:
+            load_keyring(Path(keys_file))  # before connecting: a bad file is the user's to fix
+        except KeyringError as exc:
+            raise click.ClickException(f"invalid client keys file:\n{exc}") from None
+        settings["clientKeys"] = {"file": keys_file}
+    if redis_url is not None:
+        settings["redis"] = {"url": redis_url, **(
+            {"passwordFile": redis_password_file} if redis_password_file else {})}
+    elif redis_password_file is not None:
+        raise click.UsageError("--redis-password-file needs --redis-url")
+    try:
+        parse_config({"routes": [], **settings}, "router settings", empty_ok=True)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -63,7 +96,7 @@ def router(*, namespaces: tuple[str, ...], host: str, port: int, hold_seconds: f
         async with Kube(connection()) as kube:
             routing = Router(kube, namespaces, options=Options(hold_seconds, keepalive_seconds),
                              scrape_seconds=scrape_seconds, max_held=max_held,
-                             max_held_per_route=max_held_per_model)
+                             max_held_per_route=max_held_per_model, settings=settings)
             await serve(routing, host, port, stop=stop)
 
     asyncio.run(main())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import aiohttp
@@ -49,16 +49,19 @@ class Router:
     Every change rebuilds the table (router.routes.build) and reconfigures the gateway:
     requests held for a model that had no replica go out as soon as one is ready. The
     engines' queues are scraped every ``scrape_seconds`` for least-load and bounded
-    prefix routing.
+    prefix routing. ``settings`` are the gateway's own (``clientKeys``, ``redis``): every
+    route is behind them. ConfigError if they are invalid.
     """
 
     def __init__(self, kube: Kube, namespaces: Collection[str] = (), *,
                  options: Options | None = None, scrape_seconds: float = 2.0,
-                 max_held_per_route: int = 100, max_held: int = 1000) -> None:
+                 max_held_per_route: int = 100, max_held: int = 1000,
+                 settings: Mapping[str, Any] | None = None) -> None:
         self.scrape_seconds = scrape_seconds
         self.options = options or Options()
-        self.limits = {"maxHeldPerRoute": max_held_per_route, "maxHeld": max_held}
-        self.gateway = Gateway(parse_config({"routes": [], **self.limits}, empty_ok=True))
+        self.base = {**(settings or {}), "maxHeldPerRoute": max_held_per_route,
+                     "maxHeld": max_held}
+        self.gateway = Gateway(parse_config({"routes": [], **self.base}, empty_ok=True))
         self.table = Table()
         self.synced = asyncio.Event()
         self.rebuilt = asyncio.Event()  # set after every rebuild (tests wait on it)
@@ -95,7 +98,7 @@ class Router:
                 if service:
                     slices.setdefault((namespace, service), []).append(piece)
         table = build(models, slices, self.options)
-        self.gateway.reconfigure(parse_config({"routes": table.routes, **self.limits},
+        self.gateway.reconfigure(parse_config({"routes": table.routes, **self.base},
                                               empty_ok=True))
         self.gateway.set_absent(table.absent)
         self.table = table
