@@ -95,6 +95,31 @@ async def test_a_key_sees_and_uses_only_its_models(gateway: GatewayFactory, keys
     assert metric(gw, "llmop_gateway_key_refused_total", key="batch", reason="model") == 1
 
 
+async def test_aliases_answer_but_are_listed_only_for_a_key_that_needs_one(
+        gateway: GatewayFactory, tmp_path: Path, upstream: Upstream) -> None:
+    """The router's metadata.name and namespace/name: names of the same model, not more models."""
+    fake, base_url = upstream
+    team = "sk-llmop-team-key"
+    keys = tmp_path / "keys.yaml"
+    write_keys(keys, [{"id": "search", "sha256": digest(SEARCH)},
+                      {"id": "team", "sha256": digest(team), "models": ["team/*"]}])
+    client, _ = await keyed(gateway, keys, routes=[{
+        "models": ["gpt-5.5"], "aliases": ["team/gpt", "gpt"],
+        "upstream": {"baseUrl": base_url, "auth": "none"}}])
+    ids = {key: [m["id"] for m in (await (await client.get(
+        "/v1/models", headers=bearer(key))).json())["data"]] for key in (SEARCH, team)}
+    assert ids == {SEARCH: ["gpt-5.5"], team: ["team/gpt"]}
+    for key, name, status in [(SEARCH, "gpt", 200), (team, "team/gpt", 200),
+                              (team, "gpt", 403), (team, "gpt-5.5", 403)]:
+        resp = await client.post("/v1/chat/completions", json={**CHAT, "model": name},
+                                 headers=bearer(key))
+        assert resp.status == status, name
+    assert [r["body"]["model"] for r in fake.requests] == ["gpt-5.5", "gpt-5.5"]
+    resp = await client.post("/v1/chat/completions", json={**CHAT, "model": "nope"},
+                             headers=bearer(team))
+    assert (await resp.json())["error"]["message"].endswith("available models: team/gpt")
+
+
 async def test_a_keys_rate_limit_is_its_own(gateway: GatewayFactory, keys_file: Path) -> None:
     client, gw = await keyed(gateway, keys_file)
     body = {**CHAT, "model": "frontier"}

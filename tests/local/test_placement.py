@@ -42,8 +42,6 @@ def test_the_embedded_default_is_served_with_its_engine_args_translated() -> Non
         "--model", "/m.gguf", "--model_alias", "gemma-3-270m", "--host", "127.0.0.1",
         "--port", "4100", "--chat_format", "gemma", "--default_max_tokens", "256",
         "--n_ctx", "4096", "--n_gpu_layers", "0", "--n_threads", "2"]
-    assert decision.route(4100)["upstream"] == {"baseUrl": "http://127.0.0.1:4100/v1",
-                                                "auth": "none"}
 
 
 @pytest.mark.parametrize(("engine_args", "engine", "settings", "ignored"), [
@@ -189,17 +187,12 @@ def test_llama_cpp_settings_map_to_the_engine(llama_cpp: dict[str, Any],
     assert decision.ignored == ignored
 
 
-def test_each_adapter_is_a_flag_and_a_route_of_its_own_to_the_same_process() -> None:
+def test_each_adapter_is_a_flag_of_the_same_process() -> None:
     decision = decide(gemma(loraAdapters=[
         {"name": "wild", "source": {"type": "file", "path": "wild.gguf"}}]), LAPTOP, env=())
     assert isinstance(decision, LocalServe)
     assert decision.server_args("/m.gguf", 4100, [("wild", "/a/wild.gguf")])[-2:] == \
         ["--lora", "wild=/a/wild.gguf"]
-    routes = decision.routes(4100)
-    assert [(r["name"], r["models"]) for r in routes] == [
-        ("gemma3-270m", ["gemma-3-270m"]), ("gemma3-270m/wild", ["wild"])]
-    assert routes[0]["upstream"] == routes[1]["upstream"]
-    assert decision.route_names == ["gemma3-270m", "gemma3-270m/wild"]
 
 
 def test_an_adapter_name_another_model_serves_leaves_the_later_model_out() -> None:

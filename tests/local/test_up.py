@@ -351,6 +351,10 @@ async def test_the_openai_sdk_lists_the_models_and_gets_errors_it_can_act_on(
             answer = await client.completions.create(
                 model="gemma-3-270m", prompt="Q: What is the capital of France?\nA:",
                 max_tokens=32, stop=["\n"])
+            # the names the cluster's router answers to, the engine asked for its modelId
+            aliases = [await client.completions.create(model=name, prompt="Hi", max_tokens=1)
+                       for name in ("gemma3-270m", "ai-models/gemma3-270m")]
+    assert [a.model for a in aliases] == ["gemma-3-270m", "gemma-3-270m"]
     assert [(m.id, m.owned_by) for m in listed] == [("gemma-3-270m", "google")]
     assert before <= listed[0].created <= time.time()
     assert (skipped.value.param, skipped.value.code) == ("model", "model_not_found")

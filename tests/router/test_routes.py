@@ -9,7 +9,14 @@ import pytest
 
 from llm_operator.api.validation import parse_llmmodel
 from llm_operator.gateway.config import parse_config
-from llm_operator.router.routes import Options, build, ready_endpoints
+from llm_operator.router.routes import (
+    Options,
+    Serving,
+    Table,
+    build,
+    in_cluster,
+    ready_endpoints,
+)
 
 from samples import sample_doc
 
@@ -30,6 +37,13 @@ def piece(port: int | None, *endpoints: tuple[str, str, dict[str, bool]]) -> dic
                            "conditions": conditions} for pod, address, conditions in endpoints]}
 
 
+def cluster(models: list[Any], slices: dict[tuple[str, str], list[dict[str, Any]]],
+            options: Options | None = None) -> Table:
+    """The router's table: each model where its status and its Service's slices say."""
+    return build([(m, in_cluster(m, slices.get((m.namespace, m.name), []))) for m in models],
+                 options)
+
+
 @pytest.mark.parametrize(("slices", "expected"), [
     ([piece(8000, ("p0", "10.0.0.1", {"ready": True}), ("p1", "10.0.0.2", {}))],
      [("p0", "http://10.0.0.1:8000/v1"), ("p1", "http://10.0.0.2:8000/v1")]),
@@ -47,10 +61,25 @@ def test_ready_endpoints(slices: list[dict[str, Any]], expected: list[tuple[str,
 def test_names_go_to_the_first_model_and_namespace_name_always_works() -> None:
     first = model("gemma4-31b-nvidia", "gemma", "a")
     second = model("gemma4-31b-nvidia", "gemma", "b")
-    table = build([second, first], {})
-    assert [(r["name"], r["models"]) for r in table.routes] == [
-        ("a/gemma", ["google/gemma-4-31b-it", "gemma", "a/gemma"]), ("b/gemma", ["b/gemma"])]
+    slices = {(ns, "gemma"): [piece(8000, ("p", ip, {}))]
+              for ns, ip in (("a", "10.0.0.1"), ("b", "10.0.0.2"))}
+    table = cluster([second, first], slices)
+    assert [(r["name"], r["models"], r["aliases"]) for r in table.routes] == [
+        ("a/gemma", ["google/gemma-4-31b-it"], ["a/gemma", "gemma"]),
+        ("b/gemma", ["b/gemma"], [])]
+    # whatever name reached it, the engine is asked for the model it serves
+    assert [r["upstreams"][0]["model"] for r in table.routes] == ["google/gemma-4-31b-it"] * 2
     parse_config({"routes": table.routes})  # the gateway takes it as it is
+
+
+def test_a_model_id_wins_over_an_earlier_models_alias() -> None:
+    # a model in namespace "google" named like the next one's modelId's second half
+    alias = model("qwen35-9b-cpu", "gemma-4-31b-it", "google")
+    owner = model("gemma4-31b-nvidia", "gemma", "z")  # modelId google/gemma-4-31b-it
+    table = cluster([alias, owner], {})
+    assert [(r["models"], r["aliases"]) for r in table.routes] == [
+        (["Qwen/Qwen3.5-9B-GGUF"], ["gemma-4-31b-it"]),
+        (["google/gemma-4-31b-it"], ["z/gemma", "gemma"])]
 
 
 def test_local_models_route_to_their_endpoints_and_hold_without_any() -> None:
@@ -62,10 +91,10 @@ def test_local_models_route_to_their_endpoints_and_hold_without_any() -> None:
             "type": "Ready", "status": "False", "reason": "Starting",
             "message": "0 of 1 replicas ready", "lastTransitionTime": "2026-11-23T00:00:00Z"}]})
     slices = {("ai-models", "gemma"): [piece(8000, ("gemma-0", "10.0.0.1", {}))]}
-    table = build([ready, starting], slices, Options(hold_seconds=30, keepalive_seconds=2))
+    table = cluster([ready, starting], slices, Options(hold_seconds=30, keepalive_seconds=2))
     gemma, qwen = table.routes
     assert gemma["upstreams"] == [{"name": "gemma-0", "baseUrl": "http://10.0.0.1:8000/v1",
-                                   "auth": "none"}]
+                                   "auth": "none", "model": "google/gemma-4-31b-it"}]
     assert gemma["balancing"] == {"strategy": "prefix-hash", "prefixChars": 512,
                                   "loadBound": 1.5}
     assert qwen["upstreams"] == [] and qwen["balancing"] == {"strategy": "least-load"}
@@ -79,10 +108,10 @@ def test_remote_models_go_to_their_gateway_once_proxying_and_failed_ones_are_abs
     proxying = model("gpt55-remote", status={"phase": "Proxying",
                                              "endpoint": "http://gpt55.ai-models.svc:8000/v1"})
     failed = model("qwen35-9b-cpu", "broken", status={"phase": "Failed"})
-    table = build([proxying, failed], {})
+    table = cluster([proxying, failed], {})
     assert [r["upstreams"] for r in table.routes] == [[{
         "name": "gpt55-remote", "baseUrl": "http://gpt55.ai-models.svc:8000/v1",
-        "auth": "none"}]]
+        "auth": "none", "model": "gpt-5.5"}]]
     assert table.routes[0]["balancing"] == {"strategy": "weighted"}
     assert table.absent["broken"] == "model ai-models/broken failed: Failed"
 
@@ -92,14 +121,36 @@ def test_adapters_are_routes_of_their_own_by_each_engines_means() -> None:
     llama = model("llamacpp-lora-cpu")
     slices = {("ai-models", "llama32-3b-lora"): [piece(8000, ("v-0", "10.0.0.1", {}))],
               ("ai-models", "qwen25-1b-lora"): [piece(8000, ("l-0", "10.0.0.2", {}))]}
-    table = build([vllm, llama], slices)
+    table = cluster([vllm, llama], slices)
     routes = {r["name"]: r for r in table.routes}
     sql = routes["ai-models/llama32-3b-lora/text2sql"]
-    assert sql["models"] == ["text2sql"] and "setFields" not in sql
-    assert "model" not in sql["upstreams"][0]  # vLLM serves the adapter under its name
+    assert sql["models"] == ["text2sql"] and sql["aliases"] == [] and "setFields" not in sql
+    assert sql["upstreams"][0]["model"] == "text2sql"  # vLLM serves it under its name
     pirate = routes["ai-models/qwen25-1b-lora/pirate"]
     assert pirate["upstreams"][0]["model"] == "Qwen/Qwen2.5-1.5B-Instruct-GGUF"
     assert pirate["setFields"] == {"lora": [{"id": 0, "scale": 1.0}]}
     assert table.labels[("ai-models", "qwen25-1b-lora")] == [
         "ai-models/qwen25-1b-lora", "ai-models/qwen25-1b-lora/pirate"]
+    parse_config({"routes": table.routes})
+
+
+def test_llmop_up_builds_the_same_table_with_its_own_engine_and_proxies() -> None:
+    """One machine: adapters by name (its engine), a proxied remote model's own route."""
+    llama = model("llamacpp-lora-cpu")
+    remote = model("gpt55-remote")
+    process = Serving([{"name": "p", "baseUrl": "http://127.0.0.1:4100/v1", "auth": "none"}])
+    proxy = Serving(route={"upstream": {"baseUrl": "https://api.openai.com/v1",
+                                        "model": "gpt-5.5", "apiKey": {"env": "OPENAI"}},
+                           "rateLimit": {"requestsPerMinute": 10}})
+    options = Options(adapters_by_name=True, replica_fields={"retry": {"attempts": 2}})
+    table = build([(llama, process), (remote, proxy)], options)
+    routes = {r["name"]: r for r in table.routes}
+    pirate = routes["ai-models/qwen25-1b-lora/pirate"]
+    assert pirate["upstreams"][0]["model"] == "pirate" and "setFields" not in pirate
+    assert pirate["retry"] == {"attempts": 2}
+    proxied = routes["ai-models/gpt55-remote"]
+    assert "upstreams" not in proxied and "retry" not in proxied
+    assert proxied["rateLimit"] == {"requestsPerMinute": 10}
+    assert (proxied["models"], proxied["aliases"]) == (
+        ["gpt-5.5"], ["ai-models/gpt55-remote", "gpt55-remote"])
     parse_config({"routes": table.routes})

@@ -309,7 +309,7 @@ class Gateway:
                               rpm=limit.requests_per_minute, tpm=limit.tokens_per_minute,
                               clock=self._clock, share=self._local_share),
             )
-            for name in route.models:
+            for name in [*route.models, *route.aliases]:
                 routes[name] = state
         for gone in set(old) - set(breakers):
             self.metrics.circuit.remove(*gone)
@@ -328,13 +328,33 @@ class Gateway:
                 self.holds.release(label)
         now = int(time.time())
         self._created = {name: self._created.get(name, now) for name in routes}
-        self._model_entries = [
-            {"id": name, "object": "model", "created": self._created[name],
-             "owned_by": state.route.owned_by
-             or (urlsplit(state.deployments[0].url_base).netloc if state.deployments
-                 else "llmop")}
-            for name, state in routes.items()]
-        self._models_body = json.dumps({"object": "list", "data": self._model_entries}).encode()
+        states = {id(state): state for state in routes.values()}.values()  # config order
+        self._listing = [([self._entry(n, state) for n in state.route.models],
+                          [self._entry(n, state) for n in state.route.aliases])
+                         for state in states]
+        self._models_body = json.dumps({"object": "list", "data": [
+            e for named, _ in self._listing for e in named]}).encode()
+
+    def _entry(self, name: str, state: RouteState) -> dict[str, Any]:
+        """A /v1/models entry."""
+        return {"id": name, "object": "model", "created": self._created[name],
+                "owned_by": state.route.owned_by
+                or (urlsplit(state.deployments[0].url_base).netloc if state.deployments
+                    else "llmop")}
+
+    def _listed(self, client: Client | None) -> list[dict[str, Any]]:
+        """What /v1/models shows ``client``.
+
+        Each route's models the key may use, else the first alias it may use (a key for
+        ``team-a/*`` sees its models by those names).
+        """
+        if client is None:
+            return [e for named, _ in self._listing for e in named]
+        out = []
+        for named, aliases in self._listing:
+            usable = [e for e in named if client.key.may_use(e["id"])]
+            out += usable or [e for e in aliases if client.key.may_use(e["id"])][:1]
+        return out
 
     def set_absent(self, reasons: dict[str, str]) -> None:
         """Models known but not served, with why: their requests get a 404 saying so."""
@@ -401,8 +421,7 @@ class Gateway:
             client = self.gate.identify(request)
         except Refusal as refused:
             return refused.response
-        return web.json_response({"object": "list", "data": [
-            e for e in self._model_entries if client.key.may_use(str(e["id"]))]})
+        return web.json_response({"object": "list", "data": self._listed(client)})
 
     async def health(self, _: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
@@ -519,8 +538,7 @@ class Gateway:
             assert self.gate is not None
             raise Refusal(self.gate.forbidden(client, model))
         if state is None:
-            known = ", ".join(sorted(m for m in self.routes
-                                     if client is None or client.key.may_use(m))) or "none"
+            known = ", ".join(sorted(e["id"] for e in self._listed(client))) or "none"
             why = self._absent.get(model)
             message = f"The model {model!r} is not served: {why}" if why else \
                 f"The model {model!r} does not exist here"

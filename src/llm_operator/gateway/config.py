@@ -155,6 +155,10 @@ class Route(_Config):
 
     name: str | None = Field(None, min_length=1, description="Metrics label; default models[0].")
     models: list[str] = Field(min_length=1)
+    aliases: list[str] = Field(
+        default_factory=list, description="More names the route answers to, sent upstream "
+        "as models[0] (the router's metadata.name and namespace/name). /v1/models lists one "
+        "only for a client key that may use none of models.")
     upstream: Upstream | None = Field(None, description="The API serving these models.")
     upstreams: list[Upstream] | None = Field(
         None, description="Several deployments instead (keys, regions, providers, "
@@ -253,7 +257,7 @@ class GatewayConfig(_Config):
     def _unique_models(self) -> GatewayConfig:
         seen: set[str] = set()
         for index, route in enumerate(self.routes):
-            for name in route.models:
+            for name in [*route.models, *route.aliases]:
                 if name in seen:
                     raise ValueError(f"routes[{index}]: model {name!r} is already routed")
                 seen.add(name)

@@ -15,7 +15,7 @@ from llm_operator.profiles.planner import (
     estimate_from_file,
     plan,
 )
-from llm_operator.render.remote import gateway_route, owned_by
+from llm_operator.render.remote import gateway_route
 
 LOCAL_ENGINES = ("llamacpp", "ollama")
 LOOPBACK = "127.0.0.1"
@@ -73,33 +73,6 @@ class LocalServe:
         for name, path in adapters:
             args += ["--lora", f"{name}={path}"]
         return args
-
-    @property
-    def route_names(self) -> list[str]:
-        """The gateway routes to this process: the model's, then one per LoRA adapter."""
-        return [self.model.name, *(f"{self.model.name}/{a.name}"
-                                   for a in self.model.spec.lora_adapters or ())]
-
-    def routes(self, port: int) -> list[dict[str, Any]]:
-        """The model's route and each adapter's: the engine picks the adapter by name."""
-        base = self.route(port)
-        return [base, *({**base, "name": f"{self.model.name}/{a.name}", "models": [a.name]}
-                        for a in self.model.spec.lora_adapters or ())]
-
-    def route(self, port: int) -> dict[str, Any]:
-        """The gateway route to this process.
-
-        No key; quick retries, for a kept-alive connection the server closed as the request
-        went out, and to give the runtime a moment to mark a process that just died (the
-        retry then answers 503 model_unavailable, not a connection error); a short circuit
-        so that a restarted process is used at once.
-        """
-        return {"name": self.model.name, "models": [self.model.spec.model_id],
-                "upstream": {"baseUrl": f"http://{LOOPBACK}:{port}/v1", "auth": "none"},
-                "retry": {"attempts": 3, "backoffInitialSeconds": 0.05,
-                          "onRateLimit": False},  # a full queue answers at once
-                "circuitBreaker": {"failureThreshold": 5, "openSeconds": 1},
-                "ownedBy": owned_by(self.model) or "llmop"}
 
 
 @dataclass(frozen=True)

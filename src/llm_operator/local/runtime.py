@@ -44,6 +44,8 @@ from llm_operator.mcp_server.app import McpSettings
 from llm_operator.mcp_server.run import service
 from llm_operator.mcp_server.sources import DirectoryCache
 from llm_operator.registry.catalog import is_base_model
+from llm_operator.router.routes import Options as RouteOptions
+from llm_operator.router.routes import Serving, Table, build
 
 log = logging.getLogger("llm_operator.local")
 
@@ -182,6 +184,17 @@ class Runtime:
         self.problems: list[str] = []
         self.gateway = Gateway(parse_config({"routes": []}, empty_ok=True))
         self._held: dict[str, str | None] = {}  # served model -> why its requests wait
+        self.table = Table()
+        self._route_options = RouteOptions(
+            hold_seconds=options.hold_seconds, adapters_by_name=True,  # our engine's way
+            replica_fields={
+                # quick retries: a kept-alive connection the server closed as the request
+                # went out, or a process that just died (the retry then answers 503
+                # model_unavailable); a full queue answers at once (429, not retried)
+                "retry": {"attempts": 3, "backoffInitialSeconds": 0.05,
+                          "onRateLimit": False},
+                # short: a restarted process is used at once
+                "circuitBreaker": {"failureThreshold": 5, "openSeconds": 1}})
         self.gateway_url = ""
         self.mcp_url = ""
         self.version = 0
@@ -427,7 +440,8 @@ class Runtime:
 
     async def _remove(self, name: str) -> None:
         entry = self.entries.pop(name)
-        self.gateway.set_unavailable(name, None)
+        for route in self._labels(entry):
+            self.gateway.set_unavailable(route, None)
         if entry.task is not None:
             entry.task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -445,34 +459,43 @@ class Runtime:
         phase, detail, _ = entry.current()
         return f"{phase}: {detail}" if phase in LOADING_PHASES else None
 
-    def _reroute(self) -> None:
-        """The gateway's routes: every served and proxied model.
+    def _serving(self, entry: Entry) -> Serving:
+        """Where the gateway sends a model's requests (router.routes.Serving)."""
+        decision = entry.decision
+        if isinstance(decision, LocalServe) and entry.port is not None:
+            loading = self._loading(entry)
+            self._held[entry.model.name] = loading
+            return Serving([] if loading else [{
+                "name": entry.model.name, "baseUrl": f"http://{LOOPBACK}:{entry.port}/v1",
+                "auth": "none"}], loading or "")
+        if isinstance(decision, RemoteProxy):
+            return Serving(route={k: v for k, v in decision.route().items()
+                                  if k not in ("name", "models")})
+        return Serving(absent=f"llmop up {entry.phase.lower()} it: {entry.detail}")
 
-        A model still loading holds its requests until it is Ready (the router's way,
-        docs/routing.md); a failed one answers 503 with the reason.
+    def _reroute(self) -> None:
+        """The gateway's routes: every served and proxied model, as the router builds them.
+
+        The same table as in a cluster (router.routes.build): a model answers to its
+        modelId, its name and namespace/name; one still loading holds its requests until it
+        is Ready (docs/routing.md); a failed one answers 503 with the reason.
         """
-        routes: list[dict[str, Any]] = []
         self._held = {}
-        for name, entry in self.entries.items():
-            decision = entry.decision
-            if isinstance(decision, LocalServe) and entry.port is not None:
-                loading = self._loading(entry)
-                self._held[name] = loading
-                hold = {"seconds": self.options.hold_seconds, "keepaliveSeconds": 5.0,
-                        "reason": loading or ""}
-                routes += [{**r, "hold": hold,
-                            **({"upstream": None, "upstreams": []} if loading else {})}
-                           for r in decision.routes(entry.port)]
-                self._mark(name, entry)
-            elif isinstance(decision, RemoteProxy):
-                routes.append(decision.route())
+        table = build(((e.model, self._serving(e)) for e in self.entries.values()),
+                      self._route_options)
         try:
-            self.gateway.reconfigure(parse_config({"routes": routes}, empty_ok=True))
+            self.gateway.reconfigure(parse_config({"routes": table.routes}, empty_ok=True))
         except ConfigError as exc:  # the API's own validation makes this unexpected
             log.error("gateway routes rejected, keeping the previous ones: %s", exc)
-        self.gateway.set_absent({
-            e.model.spec.model_id: f"llmop up {e.phase.lower()} it: {e.detail}"
-            for e in self.entries.values() if isinstance(e.decision, NotServed)})
+            return
+        self.gateway.set_absent(table.absent)
+        self.table = table
+        for name, entry in self.entries.items():
+            if isinstance(entry.decision, LocalServe):
+                self._mark(name, entry)
+
+    def _labels(self, entry: Entry) -> list[str]:
+        return self.table.labels.get((entry.model.namespace, entry.model.name), [])
 
     def _mark(self, name: str, entry: Entry) -> None:
         if isinstance(entry.decision, LocalServe) and entry.port is not None \
@@ -480,9 +503,8 @@ class Runtime:
             self._reroute()  # loading began or ended: hold, or route to the process
             return
         phase, detail, _ = entry.current()
-        names = entry.decision.route_names if isinstance(entry.decision, LocalServe) else [name]
         down = phase != "Ready" and phase not in LOADING_PHASES  # loading ones hold instead
-        for route in names:
+        for route in self._labels(entry):
             self.gateway.set_unavailable(route, f"it is {phase.lower()} on this machine "
                                          f"({detail})" if down else None)
 

@@ -19,7 +19,7 @@ from llm_operator.gateway.app import Gateway
 from llm_operator.gateway.config import parse_config
 from llm_operator.informer import Informer, Key
 from llm_operator.kube import Kube
-from llm_operator.router.routes import SERVICE_NAME_LABEL, Options, Table, build
+from llm_operator.router.routes import SERVICE_NAME_LABEL, Options, Table, build, in_cluster
 
 log = logging.getLogger("llm_operator.router")
 MODELS = ("ai.example.io/v1alpha1", "llmmodels")
@@ -97,7 +97,8 @@ class Router:
                     SERVICE_NAME_LABEL)
                 if service:
                     slices.setdefault((namespace, service), []).append(piece)
-        table = build(models, slices, self.options)
+        table = build(((m, in_cluster(m, slices.get((m.namespace, m.name), [])))
+                       for m in models), self.options)
         self.gateway.reconfigure(parse_config({"routes": table.routes, **self.base},
                                               empty_ok=True))
         self.gateway.set_absent(table.absent)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,10 +17,36 @@ PORT_NAME = "http"  # the port our Services name (engines serve on it)
 
 @dataclass(frozen=True)
 class Options:
-    """How long requests wait for a model with no replica, and how they are retried."""
+    """How requests wait for a model with no replica, and the route fields for replicas.
+
+    ``replica_fields`` go on every route whose upstreams the caller found (the router's
+    pods, `llmop up`'s processes); by default a replica that refuses (restarting,
+    overloaded) hands over to the next at once. With ``adapters_by_name`` the engine
+    serves every LoRA adapter under its own name (`llmop up`'s engine); otherwise a
+    llama.cpp adapter goes to the base model with its ``lora`` id (llama-server's way).
+    """
 
     hold_seconds: float = 300.0
     keepalive_seconds: float = 5.0
+    replica_fields: Mapping[str, Any] = field(default_factory=lambda: {
+        "retry": {"attempts": 3, "backoffInitialSeconds": 0.05}})
+    adapters_by_name: bool = False
+
+
+@dataclass(frozen=True)
+class Serving:
+    """Where one model's requests go: the same table for a cluster and for one machine.
+
+    ``upstreams`` are its replicas (empty: requests are held, saying ``waiting``);
+    ``absent`` says why it is not served at all (its requests get a 404 saying so);
+    ``route`` replaces the replica fields and upstreams with fields of its own (a remote
+    model `llmop up` proxies: its provider, key, limits and prices).
+    """
+
+    upstreams: Sequence[Mapping[str, Any]] = ()
+    waiting: str = "Pending"
+    absent: str | None = None
+    route: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -66,6 +92,24 @@ def _waiting_reason(model: LLMModel) -> str:
     return phase
 
 
+def in_cluster(model: LLMModel, slices: Sequence[Mapping[str, Any]]) -> Serving:
+    """Where the router sends a model's requests, from its status and its Service's slices.
+
+    Local models go to their ready endpoints; remote ones to their gateway
+    (status.endpoint) once Proxying; a Failed model is absent, with its reason.
+    """
+    reason = _waiting_reason(model)
+    phase = model.status.phase if model.status else None
+    if phase == FAILED:
+        return Serving(absent=f"model {model.namespace}/{model.name} failed: {reason}")
+    if model.spec.is_remote:
+        endpoint = model.status.endpoint if model.status else None
+        return Serving([{"name": model.name, "baseUrl": endpoint, "auth": "none"}]
+                       if endpoint and phase == "Proxying" else [], reason)
+    return Serving([{"name": name, "baseUrl": url, "auth": "none"}
+                    for name, url in ready_endpoints(slices)], reason)
+
+
 def _balancing(model: LLMModel) -> dict[str, Any]:
     routing = model.spec.routing
     if model.spec.is_remote:
@@ -80,62 +124,73 @@ def _balancing(model: LLMModel) -> dict[str, Any]:
     return out
 
 
-def build(models: Iterable[LLMModel],
-          slices: Mapping[tuple[str, str], Sequence[Mapping[str, Any]]],
-          options: Options | None = None) -> Table:
+def _served_names(model: LLMModel) -> list[str]:
+    """The names a model claims first: its modelId and its LoRA adapters' (local only)."""
+    if model.spec.is_remote:
+        return [model.spec.model_id]
+    return [model.spec.model_id, *(a.name for a in model.spec.lora_adapters or ())]
+
+
+def _claim(models: Sequence[tuple[LLMModel, Serving]]) -> dict[str, tuple[str, str]]:
+    """Which model each name goes to.
+
+    First every modelId and adapter name, then every ``namespace/name``, then every
+    ``metadata.name``; within each round, in the models' order.
+    """
+    owner: dict[str, tuple[str, str]] = {}
+    rounds: list[Callable[[LLMModel], list[str]]] = [
+        _served_names, lambda m: [f"{m.namespace}/{m.name}"], lambda m: [m.name]]
+    for names_of in rounds:
+        for model, _ in models:
+            for name in names_of(model):
+                owner.setdefault(name, (model.namespace, model.name))
+    return owner
+
+
+def build(models: Iterable[tuple[LLMModel, Serving]], options: Options | None = None
+          ) -> Table:
     """Routes for every model, in namespace/name order.
 
-    A model answers to its modelId and its name where no earlier model took them, and
-    always to ``namespace/name``; its LoRA adapters to their names (vLLM serves them by
-    name; llama-server gets the base model and the adapter's id in ``lora``). Local models
-    route to their Service's ready endpoints (``slices`` by namespace and Service name);
-    remote ones to their gateway (status.endpoint). Without an endpoint a route holds
-    requests until one appears; a Failed model is absent, with its reason.
+    A model answers to its modelId, ``namespace/name`` and its name, unless another model
+    took them first (a modelId wins over another model's alias); the first is the one
+    /v1/models lists, the others are aliases. Upstreams get the modelId whatever name the
+    client used. LoRA adapters answer to their names. Without an upstream a route holds
+    requests until one appears; an absent model's names answer 404 with the reason.
     """
     options = options or Options()
     table = Table()
-    taken: set[str] = set()
-    for model in sorted(models, key=lambda m: (m.namespace, m.name)):
+    ordered = sorted(models, key=lambda pair: (pair[0].namespace, pair[0].name))
+    owner = _claim(ordered)
+    for model, serving in ordered:
         key = (model.namespace, model.name)
         label = f"{model.namespace}/{model.name}"
         spec = model.spec
-        names = [n for n in dict.fromkeys((spec.model_id, model.name, label))
-                 if n not in taken]
-        taken.update(names)
-        phase = model.status.phase if model.status else None
-        if phase == FAILED:
+        names = [n for n in dict.fromkeys((spec.model_id, label, model.name))
+                 if owner.get(n) == key]
+        if serving.absent is not None:
             for name in names:
-                table.absent[name] = f"model {label} failed: {_waiting_reason(model)}"
+                table.absent[name] = serving.absent
             continue
-        if spec.is_remote:
-            endpoint = model.status.endpoint if model.status else None
-            upstreams = [{"name": model.name, "baseUrl": endpoint, "auth": "none"}] \
-                if endpoint and phase == "Proxying" else []
-        else:
-            upstreams = [{"name": name, "baseUrl": url, "auth": "none"}
-                         for name, url in ready_endpoints(slices.get(key, []))]
+        # the engine (or the model's gateway) knows it by its modelId alone
+        upstreams = [{**u, "model": spec.model_id} for u in serving.upstreams]
         route: dict[str, Any] = {
-            "name": label, "models": names, "upstreams": upstreams,
             "balancing": _balancing(model),
-            "hold": {"seconds": options.hold_seconds, "reason": _waiting_reason(model),
+            "hold": {"seconds": options.hold_seconds, "reason": serving.waiting,
                      "keepaliveSeconds": options.keepalive_seconds},
-            # a replica that refuses (restarting, overloaded) hands over to the next at once
-            "retry": {"attempts": 3, "backoffInitialSeconds": 0.05},
-        }
-        if (vendor := owned_by(model)) is not None:
-            route["ownedBy"] = vendor
+            "ownedBy": owned_by(model) or "llmop",
+            **(serving.route or {"upstreams": upstreams, **options.replica_fields}),
+            "name": label, "models": names[:1], "aliases": names[1:]}
         table.routes.append(route)
         table.labels[key] = [label]
         table.upstreams[key] = [u["baseUrl"] for u in upstreams]
         for adapter in spec.lora_adapters or ():
-            if adapter.name in taken or spec.is_remote:
+            if owner.get(adapter.name) != key or spec.is_remote:
                 continue
-            taken.add(adapter.name)
             adapter_route = {**route, "name": f"{label}/{adapter.name}",
-                             "models": [adapter.name]}
-            if spec.inference_engine == "llamacpp":  # the base model, the adapter by its id
-                adapter_route["upstreams"] = [{**u, "model": spec.model_id}
-                                              for u in upstreams]
+                             "models": [adapter.name], "aliases": [],
+                             "upstreams": [{**u, "model": adapter.name} for u in upstreams]}
+            if spec.inference_engine == "llamacpp" and not options.adapters_by_name:
+                adapter_route["upstreams"] = upstreams  # the base model, the adapter's id
                 adapter_route["setFields"] = {"lora": llamacpp_selection(spec, adapter.name)}
             table.routes.append(adapter_route)
             table.labels[key].append(adapter_route["name"])
