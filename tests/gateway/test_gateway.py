@@ -36,6 +36,21 @@ async def test_plain_completion_maps_model_and_injects_key(gateway: GatewayFacto
     assert "sk-first-key" not in text and "sk-first-key" not in str(dict(resp.headers))
 
 
+async def test_an_upstreams_cookie_never_reaches_another_request(
+        gateway: GatewayFactory, upstream: Upstream) -> None:
+    """Providers set cookies (Cloudflare's __cf_bm); one client's must not ride on the next's."""
+    fake, _ = upstream
+    fake.then(Reply(body=completion("gpt-5.5"),
+                    headers={"Set-Cookie": "__cf_bm=client-a-session; Path=/; HttpOnly"}))
+    # by name: an HTTP client keeps no cookies for a bare IP address anyway
+    client, _ = await gateway({"upstream": {"baseUrl": upstream[1].replace("127.0.0.1",
+                                                                           "localhost")}})
+    first = await client.post("/v1/chat/completions", json=CHAT)
+    assert first.status == 200 and "Set-Cookie" not in first.headers
+    assert (await client.post("/v1/chat/completions", json=CHAT)).status == 200
+    assert "Cookie" not in fake.requests[1]["headers"]
+
+
 async def test_alias_names_route_to_the_same_upstream(gateway: GatewayFactory,
                                                       upstream: Upstream) -> None:
     fake, _ = upstream

@@ -38,7 +38,14 @@ from llm_operator.gateway.errors import Refusal, error_response
 from llm_operator.gateway.holding import Holds
 from llm_operator.gateway.keys import KeySource, KeyUnavailable
 from llm_operator.gateway.metrics import NO_ROUTE, GatewayMetrics, RouteMetrics
-from llm_operator.gateway.picking import Load, least_loaded, prefix_order, prefix_text
+from llm_operator.gateway.picking import (
+    Load,
+    PrefixIndex,
+    least_loaded,
+    prefix_cache_order,
+    prefix_order,
+    prefix_text,
+)
 from llm_operator.gateway.sse import (
     split_events,
     sse_data,
@@ -162,13 +169,14 @@ class RouteState:
     deployments: list[Deployment]
     metrics: RouteMetrics
     limits: Limits
+    index: PrefixIndex  # prefix-cache: what each upstream was sent (kept across reconfigures)
     turn: int = 0  # rotates least-load's ties
 
     def order(self, pick: float, body: dict[str, Any] | None = None) -> list[Deployment]:
         """The deployments in the order to try, by the route's balancing.
 
         weighted: first one drawn by weight (``pick`` in [0, 1)), then the others, heaviest
-        first; least-load and prefix-hash: gateway.picking.
+        first; the others: gateway.picking.
         """
         if len(self.deployments) <= 1:
             return self.deployments
@@ -179,8 +187,12 @@ class RouteState:
             if balancing.strategy == "least-load":
                 self.turn += 1
                 labels = least_loaded(list(by_label), loads, self.turn)
+            elif balancing.strategy == "prefix-cache":
+                labels = prefix_cache_order(prefix_text(body or {}, balancing.chars),
+                                            list(by_label), loads, balancing.load_bound,
+                                            self.index)
             else:
-                key = prefix_text(body or {}, balancing.prefix_chars)
+                key = prefix_text(body or {}, balancing.chars)
                 labels = prefix_order(key, list(by_label), loads, balancing.load_bound)
             return [by_label[label] for label in labels]
         total = sum(d.upstream.weight for d in self.deployments)
@@ -260,6 +272,7 @@ class Gateway:
         # upstream base URL -> its load: a replica's requests in flight whichever route
         # (the model's, an adapter's) sent them
         self._loads: dict[str, Load] = {}
+        self._indexes: dict[str, PrefixIndex] = {}  # by route label
         self.before_scrape: list[Callable[[], None]] = []  # gauges set when /metrics is read
         self.holds = Holds(config.max_held_per_route, config.max_held,
                            on_change=lambda label, n: self.metrics.held.labels(label).set(n))
@@ -283,6 +296,7 @@ class Gateway:
         is added, edited or removed.
         """
         old, old_loads = self._breakers, self._loads
+        indexes: dict[str, PrefixIndex] = {}
         breakers: dict[tuple[str, str], Breaker] = {}
         loads: dict[str, Load] = {}
         routes: dict[str, RouteState] = {}
@@ -308,6 +322,8 @@ class Gateway:
                 limits=limits(f"route {route.label!r}", f"route:{route.label}",
                               rpm=limit.requests_per_minute, tpm=limit.tokens_per_minute,
                               clock=self._clock, share=self._local_share),
+                index=indexes.setdefault(route.label, self._indexes.get(route.label)
+                                         or PrefixIndex()),
             )
             for name in [*route.models, *route.aliases]:
                 routes[name] = state
@@ -320,7 +336,7 @@ class Gateway:
             self.gate = ClientGate(KeyringSource(Path(keys.file)), self.ledger, self.metrics,
                                    self._clock, local_share=self._local_share)
         self.config, self.routes = config, routes
-        self._breakers, self._loads = breakers, loads
+        self._breakers, self._loads, self._indexes = breakers, loads, indexes
         self.holds.per_route, self.holds.total = config.max_held_per_route, config.max_held
         for label in list(self.holds.held):  # replicas came, or the route went: look again
             found = next((s for s in routes.values() if s.route.label == label), None)
@@ -401,7 +417,10 @@ class Gateway:
 
     async def _open(self, _: web.Application) -> None:
         connector = tcp_connector(limit=0, ttl_dns_cache=300, keepalive_timeout=60)
-        self._session = aiohttp.ClientSession(connector=connector, auto_decompress=True)
+        # No cookie jar: a cookie one client's call earned (a provider's __cf_bm) must not
+        # ride on every later client's calls; and none is looked up per request.
+        self._session = aiohttp.ClientSession(connector=connector, auto_decompress=True,
+                                              cookie_jar=aiohttp.DummyCookieJar())
 
     async def _close(self, _: web.Application) -> None:
         if self._session is not None:
