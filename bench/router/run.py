@@ -150,6 +150,39 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+def chats(tenants: int, users: int, turns: int, *, system_chars: int, turn_chars: int,
+          seed: int = 5) -> list[list[dict[str, str]]]:
+    """Multi-turn chats: each tenant's system prompt, each user's history growing by a turn.
+
+    Turn t of a conversation is its system prompt, the t earlier questions and answers
+    (``turn_chars`` each pair), and a new question; conversations interleave, each in order.
+    """
+    rng = random.Random(seed)
+
+    def text(label: str, size: int) -> str:
+        return (label + " " + " ".join(f"w{n}" for n in range(size // 4)))[:size]
+
+    queues = []
+    for t in range(tenants):
+        system = {"role": "system", "content": text(f"You are tenant {t}'s assistant.",
+                                                    system_chars)}
+        for u in range(users):
+            history: list[dict[str, str]] = [system]
+            queue = []
+            for turn in range(turns):
+                question = {"role": "user",
+                            "content": text(f"t{t} u{u} q{turn}", turn_chars * 3 // 10)}
+                queue.append([*history, question])
+                history = [*history, question, {"role": "assistant", "content": text(
+                    f"t{t} u{u} a{turn}", turn_chars * 7 // 10)}]
+            queues.append(queue)
+    out = []
+    while any(queues):
+        queue = rng.choice([q for q in queues if q])
+        out.append(queue.pop(0))
+    return out
+
+
 def hot_share(work: list[list[dict[str, str]]], share: float, seed: int = 11
               ) -> list[list[dict[str, str]]]:
     """The same requests, with ``share`` of them rewritten to the first customer's prompt."""
@@ -162,15 +195,26 @@ def hot_share(work: list[list[dict[str, str]]], share: float, seed: int = 11
     return [[hot_system, m[1]] if rng.random() < share else m for m in work]
 
 
-async def prefix_part(directory: Path, args: argparse.Namespace, hot: float = 0.0
-                      ) -> list[str]:
+async def prefix_part(directory: Path, args: argparse.Namespace, prefill: str,
+                      concurrency: int, *, hot: float = 0.0, warm: bool = False,
+                      chat: bool = False) -> list[str]:
+    """One table: each strategy over the same requests, the first as the baseline.
+
+    ``chat``: multi-turn chats (chats()) instead of one question per request.
+    ``warm``: before the measured run, every customer's system prompt is sent once through
+    the same route (unmeasured), as a service that has been up for a while has seen its
+    customers; otherwise every customer's first turn misses, whatever the strategy.
+    """
     ports = [free_port() for _ in range(args.replicas)]
     replicas = [[sys.executable, str(HERE / "replica.py"), "--port", str(p), "--cache",
-                 str(args.cache)] for p in ports]
-    work = conversations(args.customers, args.turns, args.prompt_chars)
+                 str(args.cache), "--prefill", prefill] for p in ports]
+    if chat:
+        work = chats(args.tenants, args.users, args.chat_turns,
+                     system_chars=args.prompt_chars // 2, turn_chars=1000)
+    else:
+        work = conversations(args.customers, args.turns, args.prompt_chars)
     if hot:
         work = hot_share(work, hot)
-    concurrency = args.concurrency
     rows = []
     with processes(*replicas):
         for port in ports:
@@ -182,7 +226,8 @@ async def prefix_part(directory: Path, args: argparse.Namespace, hot: float = 0.
                 ({"strategy": "prefix-hash", "loadBound": 1.25},
                  "prefix-hash, load bound 125% (KubeAI's default)"),
                 ({"strategy": "prefix-hash"}, "prefix-hash, load bound 200% (default)"),
-                ({"strategy": "prefix-hash", "loadBound": 4.0}, "prefix-hash, load bound 400%")):
+                ({"strategy": "prefix-hash", "loadBound": 4.0}, "prefix-hash, load bound 400%"),
+                ({"strategy": "prefix-cache"}, "prefix-cache, load bound 200% (default)")):
             port = free_port()
             route = {"name": "bench", "models": ["bench"],
                      "upstreams": [{"name": f"r{i}", "baseUrl": f"http://127.0.0.1:{p}/v1",
@@ -192,10 +237,17 @@ async def prefix_part(directory: Path, args: argparse.Namespace, hot: float = 0.
             async with aiohttp.ClientSession() as http:
                 for p in ports:
                     await http.post(f"http://127.0.0.1:{p}/reset")
+            url = f"http://127.0.0.1:{port}/v1/chat/completions"
             with processes([LLMOP, "gateway", "--config", str(config)]):
                 await until_up(f"http://127.0.0.1:{port}/health")
-                ttfts, rps = await workload(f"http://127.0.0.1:{port}/v1/chat/completions",
-                                            work, concurrency)
+                if warm:
+                    firsts = {m[0]["content"]: [m[0], {"role": "user", "content": "hello"}]
+                              for m in work}
+                    await workload(url, list(firsts.values()), concurrency)
+                    async with aiohttp.ClientSession() as http:
+                        for p in ports:
+                            await http.post(f"http://127.0.0.1:{p}/reset?cache=keep")
+                ttfts, rps = await workload(url, work, concurrency)
             hits = await hit_rate(ports)
             mean = statistics.fmean(ttfts)
             baseline_mean = baseline_mean or mean
@@ -208,27 +260,31 @@ async def prefix_part(directory: Path, args: argparse.Namespace, hot: float = 0.
 def overhead_part(directory: Path, seconds: int) -> list[str]:
     upstream_port = free_port()
     upstream = f"http://127.0.0.1:{upstream_port}/v1"
-    plain_port, router_port = free_port(), free_port()
+    plain_port = free_port()
     plain = gateway_config(directory, {"name": "bench", "models": ["bench"],
                                        "upstream": {"baseUrl": upstream, "auth": "none"}},
                            plain_port)
-    routed = gateway_config(directory, {
-        "name": "ns/bench", "models": ["bench", "ns/bench"],
-        "upstreams": [{"name": f"r{i}", "baseUrl": upstream, "auth": "none"}
-                      for i in range(REPLICAS)],
-        "balancing": {"strategy": "prefix-hash"}, "hold": {"seconds": 300},
-        "retry": {"attempts": 3, "backoffInitialSeconds": 0.05}}, router_port)
+    routers = {}
+    for strategy in ("prefix-hash", "prefix-cache"):
+        port = free_port()
+        routers[port] = (strategy, gateway_config(directory, {
+            "name": "ns/bench", "models": ["bench"], "aliases": ["ns/bench"],
+            "upstreams": [{"name": f"r{i}", "baseUrl": upstream, "auth": "none",
+                           "model": "bench"} for i in range(REPLICAS)],
+            "balancing": {"strategy": strategy}, "hold": {"seconds": 300},
+            "retry": {"attempts": 3, "backoffInitialSeconds": 0.05}}, port))
     rows = []
     with processes([sys.executable, str(ROOT / "bench/gateway/upstream.py"),
                     str(upstream_port)],
                    [LLMOP, "gateway", "--config", str(plain)],
-                   [LLMOP, "gateway", "--config", str(routed)]):
-        for port in (upstream_port, plain_port, router_port):
+                   *([LLMOP, "gateway", "--config", str(c)] for _, c in routers.values())):
+        for port in (upstream_port, plain_port, *routers):
             gateway_bench.wait_ready(f"http://127.0.0.1:{port}/v1/chat/completions", 30)
         results = {}
         for name, port in (("upstream alone (floor)", upstream_port),
                            ("gateway, plain route (baseline)", plain_port),
-                           ("router's route: prefix-hash over 4, hold", router_port)):
+                           *((f"router's route: {strategy} over 4, hold", port)
+                             for port, (strategy, _) in routers.items())):
             results[name] = gateway_bench.wrk(f"http://127.0.0.1:{port}/v1/chat/completions",
                                               1, seconds)
         base = results["gateway, plain route (baseline)"]["p50"]
@@ -414,14 +470,29 @@ async def cluster_part(requests: int) -> list[str]:
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--replicas", type=int, default=4)
-    parser.add_argument("--cache", type=int, default=16, help="prefixes a replica caches")
+    parser.add_argument("--cache", type=int, default=144,
+                        help="1,000-character blocks a replica caches (144: 16 system "
+                        "prompts with a turn)")
+    parser.add_argument("--tenants", type=int, default=8, help="multi-turn chats: tenants")
+    parser.add_argument("--users", type=int, default=6,
+                        help="multi-turn chats: users per tenant (0: skip that table)")
+    parser.add_argument("--chat-turns", type=int, default=8, help="multi-turn chats: turns")
     parser.add_argument("--customers", type=int, default=32, help="distinct system prompts")
     parser.add_argument("--turns", type=int, default=12, help="requests per customer")
     parser.add_argument("--prompt-chars", type=int, default=8000,
                         help="system prompt length (~4 characters a token)")
-    parser.add_argument("--concurrency", type=int, default=8)
-    parser.add_argument("--hot", type=float, default=0.5,
-                        help="part 1b: the share of requests from one customer")
+    parser.add_argument("--concurrency", default="8",
+                        help="part 1's requests at a time (comma-separated levels)")
+    parser.add_argument("--caches", default="cold,warm",
+                        help="part 1: cold (measure from empty caches) and/or warm (send "
+                        "every customer's prompt once, unmeasured, first)")
+    parser.add_argument("--hot", default="0.5,1",
+                        help="part 1, last tables: the share of requests from one customer "
+                        "(1: one system prompt for all), at the first prefill model, level "
+                        "and caches (0: none)")
+    parser.add_argument("--prefill", default="serial,parallel",
+                        help="part 1's replica models, the first also for 1b: serial "
+                        "(prefills share a GPU's compute) and/or parallel (they do not)")
     parser.add_argument("--parts", default="1,2,3,4", help="which parts to run (4 needs "
                         "../shared/k8s and etcd, as `make test` installs them)")
     parser.add_argument("--seconds", type=int, default=5, help="wrk duration per target")
@@ -434,20 +505,37 @@ async def main() -> None:
         directory = Path(tmp)
         parts = args.parts.split(",")
         print(f"## 1. Shared-prefix workload: {args.replicas} replicas caching {args.cache} "
-              f"prefixes each, {args.customers} customers x {args.turns} turns with "
-              f"{args.prompt_chars}-character system prompts, {args.concurrency} at a time\n")
-        print("| strategy | mean TTFT ms | p50 | p99 | prefix-cache hits | req/s | "
-              "mean TTFT vs baseline |")
-        print("|---|---|---|---|---|---|---|")
-        for row in await prefix_part(directory, args) if "1" in parts else []:
-            print(row, flush=True)
-        print(f"\n### 1b. The same, with one customer sending {args.hot:.0%} of the "
-              "requests (what the load bound is for)\n")
-        print("| strategy | mean TTFT ms | p50 | p99 | prefix-cache hits | req/s | "
-              "mean TTFT vs baseline |")
-        print("|---|---|---|---|---|---|---|")
-        for row in await prefix_part(directory, args, args.hot) if "1" in parts else []:
-            print(row, flush=True)
+              f"1,000-character blocks each, {args.customers} customers x {args.turns} "
+              f"questions with {args.prompt_chars}-character system prompts")
+        prefills = args.prefill.split(",")
+        levels = [int(c) for c in str(args.concurrency).split(",")]
+        warmth = [w == "warm" for w in args.caches.split(",")]
+        cases = [(p, c, 0.0, w) for p in prefills for c in levels for w in warmth]
+        cases += [(prefills[0], levels[0], float(h), warmth[0])
+                  for h in str(args.hot).split(",") if float(h)]
+        for prefill, concurrency, hot, warm in cases if "1" in parts else []:
+            print(f"\n### Prefill {prefill}, {concurrency} at a time, "
+                  + ("warm caches (every customer seen once before)" if warm else
+                     "cold caches (every customer's first turn misses)")
+                  + (", one system prompt for every request" if hot == 1 else
+                     f", one customer sending {hot:.0%} of the requests (what the load bound "
+                     "is for)" if hot else "") + "\n")
+            print("| strategy | mean TTFT ms | p50 | p99 | prefix-cache hits | req/s | "
+                  "mean TTFT vs baseline |")
+            print("|---|---|---|---|---|---|---|")
+            for row in await prefix_part(directory, args, prefill, concurrency, hot=hot,
+                                         warm=warm):
+                print(row, flush=True)
+        if "1" in parts and args.users:
+            print(f"\n### Multi-turn chats: {args.tenants} tenants' system prompts of "
+                  f"{args.prompt_chars // 2} characters, {args.users} users each, "
+                  f"{args.chat_turns} turns of 1,000 characters; prefill {prefills[0]}, "
+                  f"{levels[0]} at a time, cold caches\n")
+            print("| strategy | mean TTFT ms | p50 | p99 | prefix-cache hits | req/s | "
+                  "mean TTFT vs baseline |")
+            print("|---|---|---|---|---|---|---|")
+            for row in await prefix_part(directory, args, prefills[0], levels[0], chat=True):
+                print(row, flush=True)
         print("\n## 2. Overhead at one connection (wrk, small chat completion)\n")
         print("| target | p50 ms | p99 ms | req/s | p50 vs baseline ms |")
         print("|---|---|---|---|---|")

@@ -259,3 +259,37 @@ async def test_a_route_sets_body_fields_on_every_request(replicas: Replicas) -> 
         assert sent["messages"] == CHAT["messages"]
     finally:
         await client.close()
+
+
+async def test_prefix_cache_follows_each_conversation_through_a_route_change(
+        replicas: Replicas) -> None:
+    """The router rewrites routes on every EndpointSlice event; what it indexed stays."""
+    for _ in range(4):
+        await replicas.add()
+    route = held_route(upstreams=replicas.upstreams(), balancing={"strategy": "prefix-cache"})
+    client, gw = await serve({"routes": [route]})
+    system = {"role": "system", "content": "You are the help desk. " * 40}  # one for all
+    try:
+        history: dict[int, list[dict[str, str]]] = {u: [system] for u in range(8)}
+        served: dict[int, set[str]] = {u: set() for u in history}
+
+        async def ask(user: int, turn: int) -> None:
+            messages = history[user]
+            messages.append({"role": "user", "content": f"user {user} asks {turn}"})
+            resp = await client.post("/v1/chat/completions",
+                                     json={**CHAT, "messages": list(messages)})
+            assert resp.status == 200
+            served[user].add(resp.headers["x-llmop-upstream"])
+            messages.append({"role": "assistant", "content": f"answer {turn} " * 30})
+
+        # everyone starts at once: over the bound, the shared system prompt spreads
+        await asyncio.gather(*(ask(user, 0) for user in history))
+        for turn in (1, 2):
+            if turn == 2:  # a replica came or went elsewhere: the same route, rebuilt
+                gw.reconfigure(parse_config({"routes": [route]}, empty_ok=True))
+            for user in history:  # one at a time: each follows its own history
+                await ask(user, turn)
+        assert all(len(upstreams) == 1 for upstreams in served.values())
+        assert len(set().union(*served.values())) > 1
+    finally:
+        await client.close()

@@ -1,4 +1,4 @@
-"""Picking a replica: least load, and prefix hash with bounded load (pure, milliseconds)."""
+"""Picking a replica: least load, and by prompt prefix with bounded load (pure, milliseconds)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,15 @@ from typing import Any
 import pytest
 
 from llm_operator.gateway.holding import Holds
-from llm_operator.gateway.picking import Load, least_loaded, prefix_order, prefix_text
+from llm_operator.gateway.picking import (
+    Load,
+    PrefixIndex,
+    least_loaded,
+    prefix_blocks,
+    prefix_cache_order,
+    prefix_order,
+    prefix_text,
+)
 
 NAMES = ["a", "b", "c"]
 
@@ -87,6 +95,75 @@ def test_a_hot_prefix_spills_to_its_next_replica_over_the_bound() -> None:
     assert prefix_order(key, NAMES, hot, 1.25)[0] == second
     even = {n: Load(in_flight=1) for n in NAMES}  # cap ceil(1.25 x 4/3) = 2: within it
     assert prefix_order(key, NAMES, even, 1.25)[0] == own
+
+
+SYSTEM = "You answer questions about our product. " * 20  # 840 characters: 3 whole blocks
+
+
+def prompt(system: str, *turns: str) -> str:
+    """The prompt text the router indexes: the system prompt, then alternating turns."""
+    roles = ("user", "assistant")
+    body = {"model": "m", "messages": [{"role": "system", "content": system}, *(
+        {"role": roles[i % 2], "content": t} for i, t in enumerate(turns))]}
+    return prefix_text(body, 32_768)
+
+
+def test_blocks_name_every_beginning_and_diverge_where_prompts_do() -> None:
+    one, two = prefix_blocks(prompt(SYSTEM, "first")), prefix_blocks(prompt(SYSTEM, "second"))
+    assert one == two and len(one) == 3  # only whole blocks, all inside the system prompt
+    longer = prefix_blocks(prompt(SYSTEM, "q " * 200))
+    assert longer[:3] == one and len(longer) == 4
+    assert prefix_blocks("x" * 511) == prefix_blocks("x" * 256)
+    assert prefix_blocks("") == []
+
+
+def test_the_index_counts_leading_blocks_and_a_conversations_last_turn() -> None:
+    index = PrefixIndex(capacity=6)
+    index.record(prompt(SYSTEM, "q1"), "a")
+    index.record(prompt(SYSTEM, "other user's q1"), "b")
+    # the next turn extends a's prompt within its partial block: half a block more
+    assert index.matched(prompt(SYSTEM, "q1", "answer", "q2"), ["a", "b", "c"]) == {
+        "a": 3.5, "b": 3.0, "c": 0.0}
+    index.record(prompt("another system prompt entirely " * 40), "c")  # 4 more blocks
+    assert index.matched(prompt(SYSTEM, "q1"), ["a", "b"]) == {"a": 0.0, "b": 0.0}
+
+
+def test_prefix_cache_follows_the_conversation_and_spreads_what_everyone_holds() -> None:
+    names = ["a", "b", "c", "d"]
+    index = PrefixIndex()
+    idle = {n: Load() for n in names}
+    first = prefix_cache_order(prompt(SYSTEM, "hello"), names, idle, 2.0, index)[0]
+    # the next turn carries the first one: the replica that saw it holds the most
+    assert prefix_cache_order(prompt(SYSTEM, "hello", "hi!", "and then?"), names, idle, 2.0,
+                              index)[0] == first
+    # busy with other work, it still wins while within the bound ...
+    busy = {n: Load(in_flight=2 if n == first else 1) for n in names}  # cap: ceil(2 x 6/4)
+    assert prefix_cache_order(prompt(SYSTEM, "hello", "hi!", "more"), names, busy, 2.0,
+                              index)[0] == first
+    # ... and a new conversation on the same system prompt goes there too, the only holder
+    assert prefix_cache_order(prompt(SYSTEM, "other user"), names, busy, 2.0,
+                              index)[0] == first
+    # over the bound, another replica takes it and from then on holds the system prompt too
+    over = {**idle, first: Load(in_flight=3)}  # cap ceil(2 x 4/4) = 2
+    second = prefix_cache_order(prompt(SYSTEM, "third user"), names, over, 2.0, index)[0]
+    assert second != first
+    held = index.matched(prompt(SYSTEM, "anyone"), names)
+    assert held[second] == held[first] == 3  # the system prompt's whole blocks
+    # once both hold it, the system prompt goes to the less loaded of the two
+    lighter = {**idle, first: Load(in_flight=1)}
+    assert prefix_cache_order(prompt(SYSTEM, "fourth user"), names, lighter, 2.0,
+                              index)[0] == second
+
+
+def test_prefix_cache_spreads_new_prompts_by_load_then_by_hash() -> None:
+    names = ["a", "b", "c"]
+    loaded = {"a": Load(in_flight=2), "b": Load(in_flight=0), "c": Load(in_flight=1)}
+    assert prefix_cache_order(prompt("new tenant"), names, loaded, 2.0,
+                              PrefixIndex())[0] == "b"
+    idle = {n: Load() for n in names}
+    firsts = {prefix_cache_order(prompt(f"tenant {i}"), names, idle, 2.0, PrefixIndex())[0]
+              for i in range(30)}
+    assert firsts == set(names)
 
 
 async def test_held_requests_are_released_in_arrival_order_and_bounded() -> None:

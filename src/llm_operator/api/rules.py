@@ -285,14 +285,14 @@ RULES: tuple[Rule, ...] = (
         holds=lambda s: s.routing is None or _local(s),
     ),
     Rule(
-        id="prefix-settings-need-prefix-hash",
+        id="prefix-settings-need-prefix-routing",
         location="spec.routing",
         field=".strategy",
-        cel="(has(self.strategy) && self.strategy == 'prefix-hash') || "
+        cel="(has(self.strategy) && self.strategy in ['prefix-hash', 'prefix-cache']) || "
         "(!has(self.prefixChars) && !has(self.loadBoundPercent))",
-        message="routing.prefixChars and routing.loadBoundPercent tune prefix-hash: set "
-        "routing.strategy to prefix-hash or remove them",
-        holds=lambda r: r.strategy == "prefix-hash"
+        message="routing.prefixChars and routing.loadBoundPercent tune prefix-hash and "
+        "prefix-cache: set routing.strategy to one of them or remove these fields",
+        holds=lambda r: r.strategy in ("prefix-hash", "prefix-cache")
         or (r.prefix_chars is None and r.load_bound_percent is None),
     ),
     Rule(

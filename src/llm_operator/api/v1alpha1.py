@@ -304,21 +304,24 @@ class LoraAdapterSpec(_Wire):
 class RoutingSpec(_Wire):
     """How the router (`llmop router`) spreads a local model's requests over its replicas."""
 
-    strategy: Literal["least-load", "prefix-hash"] = Field(
+    strategy: Literal["least-load", "prefix-hash", "prefix-cache"] = Field(
         "least-load", description="least-load: the replica with the fewest requests in "
         "flight and queued (the engine's own queue, scraped); prefix-hash: requests whose "
         "prompts begin alike (a shared system prompt, one conversation) go to the same "
         "replica, whose prefix cache then skips recomputing them, unless it is over its "
-        "share of the load.")
+        "share of the load; prefix-cache: the replica the router sent most of the prompt's "
+        "beginning to, then the least loaded (a prompt every replica holds is spread by "
+        "load).")
     prefix_chars: int | None = Field(
-        None, ge=16, le=100_000, description="prefix-hash: characters of the prompt that "
-        "choose the replica (default 256).")
+        None, ge=16, le=1_000_000, description="Characters of the prompt that choose the "
+        "replica: prefix-hash hashes them (default 256), prefix-cache indexes them in "
+        "256-character blocks (default 32768).")
     load_bound_percent: int | None = Field(
-        None, ge=100, le=1000, description="prefix-hash: most load a replica takes, in "
-        "percent of the average, before the next one in the prefix's order is used "
-        "(default 200: an engine batches many requests, so a replica somewhat above the "
-        "average is not overloaded, while a request moved off its prefix's replica pays "
-        "the whole prefill).")
+        None, ge=100, le=1000, description="prefix-hash, prefix-cache: most load a replica "
+        "takes, in percent of the average, before the next one is used (default 200: an "
+        "engine batches many requests, so a replica somewhat above the average is not "
+        "overloaded, while a request moved off its prefix's replica pays the whole "
+        "prefill).")
 
 
 class LLMModelSpec(_Wire):

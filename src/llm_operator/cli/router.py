@@ -26,7 +26,7 @@ import click
               help="Requests held at once for one model.")
 @click.option("--scrape-seconds", type=click.FloatRange(0.1, 60), default=2.0,
               show_default=True, help="How often each replica's engine metrics are read "
-              "(its queue, for least-load and prefix-hash routing).")
+              "(its queue, for least-load and the prefix strategies' load bound).")
 @click.option("--keys-file", type=click.Path(dir_okay=False), metavar="PATH",
               help="Require a client key on every /v1 request: the gateway's keys file "
               "(llmop keys new; e.g. a mounted Secret, re-read when it changes). Each key's "
@@ -45,9 +45,11 @@ def router(*, namespaces: tuple[str, ...], host: str, port: int, hold_seconds: f
 
     \b
     It watches LLMModels and their EndpointSlices (in-cluster credentials in a pod, your
-    kubeconfig elsewhere). A model is called by its modelId, its name, or namespace/name:
-      - a local model goes to its ready replicas, by spec.routing: least-load (default)
-        or prefix-hash (prompts that begin alike share a replica and its prefix cache);
+    kubeconfig elsewhere). A model is called by its modelId, namespace/name, or its name:
+      - a local model goes to its ready replicas, by spec.routing: least-load (default),
+        prefix-hash (prompts that begin alike share a replica and its prefix cache) or
+        prefix-cache (the replica that was sent most of the prompt, e.g. a conversation's
+        earlier turns);
       - a remote model goes to its gateway (keys, limits and spend are applied there);
       - a model with no ready replica (scaled to zero, starting) holds the request until
         one is ready; a stream gets ": waiting for model (...)" keepalives meanwhile.

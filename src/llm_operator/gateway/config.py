@@ -129,15 +129,25 @@ class Pricing(_Config):
 class Balancing(_Config):
     """How a request picks among the route's upstreams (docs/routing.md)."""
 
-    strategy: Literal["weighted", "least-load", "prefix-hash"] = Field(
+    strategy: Literal["weighted", "least-load", "prefix-hash", "prefix-cache"] = Field(
         "weighted", description="weighted: drawn by weight; least-load: fewest requests in "
         "flight and queued; prefix-hash: requests that begin alike go to the same upstream "
-        "(its prefix cache), unless it is over loadBound times its share.")
-    prefix_chars: int = Field(256, ge=16, le=100_000,
-                              description="prefix-hash: characters of the prompt hashed.")
+        "(its prefix cache), unless it is over loadBound times its share; prefix-cache: to "
+        "the upstream that was sent most of the prompt's beginning, then the least loaded.")
+    prefix_chars: int | None = Field(
+        None, ge=16, le=1_000_000, description="Characters of the prompt that choose: "
+        "prefix-hash hashes them (256), prefix-cache indexes them (32768).")
     load_bound: float = Field(2.0, ge=1.0, le=10.0,
-                              description="prefix-hash: most load an upstream takes, as a "
-                              "multiple of the average share, before the next one is used.")
+                              description="prefix-hash, prefix-cache: most load an upstream "
+                              "takes, as a multiple of the average share, before the next "
+                              "one is used.")
+
+    @property
+    def chars(self) -> int:
+        """How much of the prompt chooses the upstream."""
+        if self.prefix_chars is not None:
+            return self.prefix_chars
+        return 32_768 if self.strategy == "prefix-cache" else 256
 
 
 class Hold(_Config):

@@ -1,12 +1,16 @@
-"""Which replica a request goes to first: least load, or prefix hash with bounded load."""
+"""Which replica a request goes to first: least load, or by prompt prefix with bounded load."""
 
 from __future__ import annotations
 
 import hashlib
 import math
+from collections import OrderedDict, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+BLOCK_CHARS = 256  # the prefix index's unit: prompts that share a block share its digest
+TAILS = 128  # partial blocks kept per chain and replica: conversations on one system prompt
 
 
 @dataclass
@@ -96,7 +100,115 @@ def prefix_order(key: str, names: Sequence[str], loads: Mapping[str, Load],
     ranked = sorted(names, key=lambda n: _score(key, n), reverse=True)
     if not ranked:
         return []
-    total = sum(loads[n].busy for n in ranked) + 1
-    cap = math.ceil(bound * total / len(ranked))
+    cap = _cap(ranked, loads, bound)
     first = next((n for n in ranked if loads[n].busy + 1 <= cap), ranked[0])
+    return [first, *(n for n in ranked if n != first)]
+
+
+def _cap(names: Sequence[str], loads: Mapping[str, Load], bound: float) -> int:
+    """Most requests one replica may hold: ``bound`` times the average, this one counted."""
+    total = sum(loads[n].busy for n in names) + 1
+    return math.ceil(bound * total / len(names))
+
+
+def prefix_blocks(text: str, block: int = BLOCK_CHARS) -> list[bytes]:
+    """Chained digests of ``text``'s whole blocks: the i-th names the first i+1 blocks.
+
+    As an engine's prefix cache keys its KV blocks: two prompts share the digests of the
+    blocks they have in common from the start, and none after they differ.
+    """
+    out: list[bytes] = []
+    previous = b""
+    for start in range(0, len(text) - block + 1, block):
+        previous = hashlib.blake2b(previous + text[start:start + block].encode(),
+                                   digest_size=8).digest()
+        out.append(previous)
+    return out
+
+
+class PrefixIndex:
+    """Which replicas were recently sent which prompts: a guess at their prefix caches.
+
+    The router sees every prompt it sends, so it knows what each replica has computed
+    (until the engine evicts it). Prompts are kept as chains of whole-block digests
+    (prefix_blocks) plus the partial block each ended with, so that a conversation's next
+    turn, which extends its last prompt, finds the replica that was sent it. The
+    ``capacity`` most recently used entries are kept.
+    """
+
+    def __init__(self, capacity: int = 200_000, block: int = BLOCK_CHARS) -> None:
+        self.capacity, self.block = capacity, block
+        self._holders: OrderedDict[bytes, set[str]] = OrderedDict()
+        # the partial blocks prompts ended with, after each chain: the latest per replica
+        self._tails: OrderedDict[bytes, dict[str, deque[str]]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._holders) + len(self._tails)
+
+    def matched(self, text: str, names: Sequence[str]) -> dict[str, float]:
+        """For each replica, how many of the prompt's leading blocks it was sent.
+
+        Half a block more for the replica whose last prompt this one extends within its
+        partial block (the previous turn of the same conversation).
+        """
+        blocks = prefix_blocks(text, self.block)
+        counts: dict[str, float] = dict.fromkeys(names, 0.0)
+        alive = set(names)
+        depth = 0
+        for digest in blocks:
+            holding = alive & self._holders.get(digest, set())
+            if not holding:
+                break
+            alive, depth = holding, depth + 1
+            for name in alive:
+                counts[name] += 1
+        rest = text[depth * self.block:]
+        tails = self._tails.get(blocks[depth - 1] if depth else b"", {})
+        for name in alive:
+            if any(rest.startswith(tail) for tail in tails.get(name, ())):
+                counts[name] += 0.5
+        return counts
+
+    def record(self, text: str, name: str) -> None:
+        """``name`` was sent the prompt ``text``."""
+        blocks = prefix_blocks(text, self.block)
+        for digest in blocks:
+            holders = self._holders.get(digest)
+            if holders is None:
+                self._holders[digest] = {name}
+            else:
+                holders.add(name)
+                self._holders.move_to_end(digest)
+        tail = text[len(blocks) * self.block:]
+        if tail:
+            key = blocks[-1] if blocks else b""
+            ended = self._tails.setdefault(key, {}).setdefault(name, deque(maxlen=TAILS))
+            if tail not in ended:
+                ended.append(tail)
+            self._tails.move_to_end(key)
+        while len(self._holders) > self.capacity:
+            self._holders.popitem(last=False)
+        while len(self._tails) > self.capacity // 4:
+            self._tails.popitem(last=False)
+
+
+def prefix_cache_order(text: str, names: Sequence[str], loads: Mapping[str, Load],
+                       bound: float, index: PrefixIndex) -> list[str]:
+    """Replicas for a prompt: the one holding most of its prefix, unless over its share.
+
+    Ranked by how much of the prompt's beginning each replica was sent (most first), then
+    by load, then by rendezvous hashing of the prompt's start (so new prefixes spread, and
+    the same one lands alike). A replica over ``bound`` times the average share is passed
+    over for the next. A prefix every replica holds (one system prompt for everyone) is
+    spread by load. The first choice is recorded in ``index``.
+    """
+    if not names:
+        return []
+    matched = index.matched(text, names)
+    seed = text[:index.block]
+    ranked = sorted(names, key=lambda n: (-matched[n], loads[n].busy, loads[n].kv_usage,
+                                          _score(seed, n)))
+    cap = _cap(ranked, loads, bound)
+    first = next((n for n in ranked if loads[n].busy + 1 <= cap), ranked[0])
+    index.record(text, first)
     return [first, *(n for n in ranked if n != first)]

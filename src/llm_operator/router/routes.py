@@ -116,7 +116,7 @@ def _balancing(model: LLMModel) -> dict[str, Any]:
         return {"strategy": "weighted"}
     if routing is None or routing.strategy == "least-load":
         return {"strategy": "least-load"}
-    out: dict[str, Any] = {"strategy": "prefix-hash"}
+    out: dict[str, Any] = {"strategy": routing.strategy}
     if routing.prefix_chars:
         out["prefixChars"] = routing.prefix_chars
     if routing.load_bound_percent:
