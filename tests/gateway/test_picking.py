@@ -118,14 +118,17 @@ def test_blocks_name_every_beginning_and_diverge_where_prompts_do() -> None:
 
 
 def test_the_index_counts_leading_blocks_and_a_conversations_last_turn() -> None:
-    index = PrefixIndex(capacity=6)
+    index = PrefixIndex(capacity=8)
     index.record(prompt(SYSTEM, "q1"), "a")
     index.record(prompt(SYSTEM, "other user's q1"), "b")
     # the next turn extends a's prompt within its partial block: half a block more
     assert index.matched(prompt(SYSTEM, "q1", "answer", "q2"), ["a", "b", "c"]) == {
         "a": 3.5, "b": 3.0, "c": 0.0}
-    index.record(prompt("another system prompt entirely " * 40), "c")  # 4 more blocks
+    index.record(prompt("another system prompt entirely " * 60), "c")  # 7 more blocks
     assert index.matched(prompt(SYSTEM, "q1"), ["a", "b"]) == {"a": 0.0, "b": 0.0}
+    for n in range(50):  # bounded whatever it is sent: 8 blocks, 8 // 4 partial blocks
+        index.record(prompt(f"tenant {n} " * 100, "q"), "a")
+    assert len(index) == 8 + 2
 
 
 def test_prefix_cache_follows_the_conversation_and_spreads_what_everyone_holds() -> None:

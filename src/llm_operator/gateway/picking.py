@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 BLOCK_CHARS = 256  # the prefix index's unit: prompts that share a block share its digest
-TAILS = 128  # partial blocks kept per chain and replica: conversations on one system prompt
+TAILS = 64  # partial blocks kept per chain and replica: conversations on one system prompt
 
 
 @dataclass
@@ -136,14 +136,17 @@ class PrefixIndex:
     ``capacity`` most recently used entries are kept.
     """
 
-    def __init__(self, capacity: int = 200_000, block: int = BLOCK_CHARS) -> None:
-        self.capacity, self.block = capacity, block
+    def __init__(self, capacity: int = 20_000, block: int = BLOCK_CHARS) -> None:
+        self.capacity, self.block = capacity, block  # 20,000 blocks: ~5 MB at most
         self._holders: OrderedDict[bytes, set[str]] = OrderedDict()
-        # the partial blocks prompts ended with, after each chain: the latest per replica
+        # the partial blocks prompts ended with, after each chain: the latest per replica;
+        # at most capacity // 4 of them in all
         self._tails: OrderedDict[bytes, dict[str, deque[str]]] = OrderedDict()
+        self._tail_count = 0
 
     def __len__(self) -> int:
-        return len(self._holders) + len(self._tails)
+        """Entries held: block digests and partial blocks."""
+        return len(self._holders) + self._tail_count
 
     def matched(self, text: str, names: Sequence[str]) -> dict[str, float]:
         """For each replica, how many of the prompt's leading blocks it was sent.
@@ -184,12 +187,14 @@ class PrefixIndex:
             key = blocks[-1] if blocks else b""
             ended = self._tails.setdefault(key, {}).setdefault(name, deque(maxlen=TAILS))
             if tail not in ended:
+                self._tail_count += len(ended) < TAILS
                 ended.append(tail)
             self._tails.move_to_end(key)
         while len(self._holders) > self.capacity:
             self._holders.popitem(last=False)
-        while len(self._tails) > self.capacity // 4:
-            self._tails.popitem(last=False)
+        while self._tail_count > self.capacity // 4:
+            _, dropped = self._tails.popitem(last=False)
+            self._tail_count -= sum(len(d) for d in dropped.values())
 
 
 def prefix_cache_order(text: str, names: Sequence[str], loads: Mapping[str, Load],
