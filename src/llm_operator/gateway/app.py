@@ -348,8 +348,8 @@ class Gateway:
         self._listing = [([self._entry(n, state) for n in state.route.models],
                           [self._entry(n, state) for n in state.route.aliases])
                          for state in states]
-        self._models_body = json.dumps({"object": "list", "data": [
-            e for named, _ in self._listing for e in named]}).encode()
+        self._models_body = json.dumps({"object": "list",
+                                        "data": self._listed(None)}).encode()
 
     def _entry(self, name: str, state: RouteState) -> dict[str, Any]:
         """A /v1/models entry."""

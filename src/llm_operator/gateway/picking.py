@@ -148,13 +148,16 @@ class PrefixIndex:
         """Entries held: block digests and partial blocks."""
         return len(self._holders) + self._tail_count
 
-    def matched(self, text: str, names: Sequence[str]) -> dict[str, float]:
+    def matched(self, text: str, names: Sequence[str],
+                blocks: Sequence[bytes] | None = None) -> dict[str, float]:
         """For each replica, how many of the prompt's leading blocks it was sent.
 
         Half a block more for the replica whose last prompt this one extends within its
-        partial block (the previous turn of the same conversation).
+        partial block (the previous turn of the same conversation). ``blocks``: the
+        text's prefix_blocks, when the caller has them.
         """
-        blocks = prefix_blocks(text, self.block)
+        if blocks is None:
+            blocks = prefix_blocks(text, self.block)
         counts: dict[str, float] = dict.fromkeys(names, 0.0)
         alive = set(names)
         depth = 0
@@ -172,9 +175,10 @@ class PrefixIndex:
                 counts[name] += 0.5
         return counts
 
-    def record(self, text: str, name: str) -> None:
-        """``name`` was sent the prompt ``text``."""
-        blocks = prefix_blocks(text, self.block)
+    def record(self, text: str, name: str, blocks: Sequence[bytes] | None = None) -> None:
+        """``name`` was sent the prompt ``text`` (made of ``blocks``, when known)."""
+        if blocks is None:
+            blocks = prefix_blocks(text, self.block)
         for digest in blocks:
             holders = self._holders.get(digest)
             if holders is None:
@@ -209,11 +213,12 @@ def prefix_cache_order(text: str, names: Sequence[str], loads: Mapping[str, Load
     """
     if not names:
         return []
-    matched = index.matched(text, names)
+    blocks = prefix_blocks(text, index.block)  # once per request: matched, then recorded
+    matched = index.matched(text, names, blocks)
     seed = text[:index.block]
     ranked = sorted(names, key=lambda n: (-matched[n], loads[n].busy, loads[n].kv_usage,
                                           _score(seed, n)))
     cap = _cap(ranked, loads, bound)
     first = next((n for n in ranked if loads[n].busy + 1 <= cap), ranked[0])
-    index.record(text, first)
+    index.record(text, first, blocks)
     return [first, *(n for n in ranked if n != first)]

@@ -469,8 +469,7 @@ class Runtime:
                 "name": entry.model.name, "baseUrl": f"http://{LOOPBACK}:{entry.port}/v1",
                 "auth": "none"}], loading or "")
         if isinstance(decision, RemoteProxy):
-            return Serving(route={k: v for k, v in decision.route().items()
-                                  if k not in ("name", "models")})
+            return Serving(route=decision.route())  # build() names it as the router does
         return Serving(absent=f"llmop up {entry.phase.lower()} it: {entry.detail}")
 
     def _reroute(self) -> None:

@@ -40,7 +40,8 @@ class Serving:
     ``upstreams`` are its replicas (empty: requests are held, saying ``waiting``);
     ``absent`` says why it is not served at all (its requests get a 404 saying so);
     ``route`` replaces the replica fields and upstreams with fields of its own (a remote
-    model `llmop up` proxies: its provider, key, limits and prices).
+    model `llmop up` proxies: its provider, key, limits and prices); its names are always
+    the table's.
     """
 
     upstreams: Sequence[Mapping[str, Any]] = ()
