@@ -8,9 +8,11 @@ One fake upstream (bench/gateway/upstream.py) and one bounded load generator (wr
 duration) serve every path in the same run. The proxy under test is pinned to CPU 0, the
 upstream and wrk to CPU 1, so each proxy gets one core and the upstream side is identical for
 every path. The gateway runs twice: plain, and with client keys and limits and spend in
-Redis (Debian's redis-server, on the load CPU). Two "stack floor" prototypes (the bare hot
-path on aiohttp, and on Starlette + uvicorn + httpx) show what each HTTP stack costs before
-any gateway feature. Prints a Markdown table; the figures in docs/benchmarks.md come from it.
+Redis (Debian's redis-server, on the load CPU). Two bare proxies (the hot path alone, with
+aiohttp's server and client, and on Starlette + uvicorn + httpx) show what each off-the-shelf
+HTTP stack costs before any gateway feature; the gateway serves with aiohttp's server and
+calls upstreams with its own client (llm_operator.gateway.http1). Prints a Markdown table;
+the figures in docs/benchmarks.md come from it.
 """
 
 from __future__ import annotations
@@ -277,9 +279,9 @@ def run_suite(latency: float, seconds: int, stacks_python: Path,
             *([(KEYED, keyed_port,
                 [str(REPO / ".venv/bin/llmop"), "gateway", "--config", str(keyed_config),
                  "--log-level", "warning"], {"BENCH_KEY": "sk-bench"})] if redis else []),
-            ("stack floor: aiohttp", aio_port,
+            ("bare proxy: aiohttp server + client", aio_port,
              [sys.executable, str(HERE / "minimal_aiohttp.py"), str(aio_port), upstream_url], {}),
-            ("stack floor: starlette+uvicorn+httpx", star_port,
+            ("bare proxy: starlette+uvicorn+httpx", star_port,
              [str(stacks_python), str(HERE / "minimal_starlette.py"), str(star_port),
               upstream_url], {}),
         ]

@@ -131,6 +131,17 @@ async def test_never_retries_once_a_stream_has_started(gateway: GatewayFactory,
     assert len(fake.requests) == 1
 
 
+async def test_an_answer_cut_short_is_a_502_not_the_gateways_fault(
+        gateway: GatewayFactory, upstream: Upstream) -> None:
+    fake, _ = upstream
+    fake.then(Reply(chunks=[b'{"id": "chatcmpl-1", ', b'"choices": []}'], drop_after=1))
+    client, _ = await gateway()
+    resp = await client.post("/v1/chat/completions", json=CHAT)
+    assert resp.status == 502
+    assert (await resp.json())["error"]["code"] == "upstream_connect"
+    assert resp.headers["x-llmop-upstream"]
+
+
 async def test_key_rotation_takes_effect_without_restart(gateway: GatewayFactory,
                                                          upstream: Upstream,
                                                          key_file: Path) -> None:

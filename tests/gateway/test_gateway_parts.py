@@ -35,6 +35,12 @@ ROUTE = {"models": ["m"], "upstream": {"baseUrl": "https://api.example.com/v1"}}
      "routes.0.upstream.apiKey: set exactly one of file or env"),
     ({"routes": [ROUTE, ROUTE]}, "model 'm' is already routed"),
     ({"routes": [{**ROUTE, "retries": 3}]}, "routes.0.retries: unknown field"),
+    ({"routes": [{**ROUTE, "upstream": {"baseUrl": "https://a/v1",
+                                        "headers": {"X-A": "1\r\nHost: evil"}}}]},
+     "routes.0.upstream: headers: 'X-A' is not a valid header"),
+    ({"routes": [{**ROUTE, "upstream": {"baseUrl": "https://a/v1",
+                                        "headers": {"X A": "1"}}}]},
+     "routes.0.upstream: headers: 'X A' is not a valid header"),
     ({"routes": [{**ROUTE, "upstream": {
         "baseUrl": "https://generativelanguage.googleapis.com/v1beta"}}]},
      "routes.0.upstream: baseUrl: Gemini's OpenAI-compatible API is "
@@ -164,6 +170,20 @@ def test_key_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("UPSTREAM_KEY")
     with pytest.raises(KeyUnavailable, match=r"env \$UPSTREAM_KEY is not set"):
         source.get()
+
+
+@pytest.mark.parametrize("where", ["env", "file"])
+def test_a_key_with_a_line_break_inside_is_unavailable_and_never_shown(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, where: str) -> None:
+    """Sent as is, it would split the upstream request (header injection)."""
+    key = "sk-one\nX-Injected: yes"
+    (tmp_path / "key").write_text(key)
+    monkeypatch.setenv("UPSTREAM_KEY", key)
+    source = KeySource(ApiKeySource(**{where: "UPSTREAM_KEY" if where == "env"
+                                       else str(tmp_path / "key")}))
+    with pytest.raises(KeyUnavailable, match="has a line break inside it") as raised:
+        source.get()
+    assert "sk-one" not in str(raised.value)
 
 
 @pytest.mark.parametrize(("body", "tokens"), [

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import aiohttp
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -23,7 +22,6 @@ from llm_operator.access.keyfile import KeyringSource
 from llm_operator.access.limits import Limits, Reservation, admit, limits, retry_after_header
 from llm_operator.access.shared import RedisLedger, SharedLimits, redis_client
 from llm_operator.access.spend import Ledger, MemoryLedger
-from llm_operator.connectors import tcp_connector
 from llm_operator.gateway.anthropic import (
     MessagesError,
     StreamTranslator,
@@ -36,6 +34,9 @@ from llm_operator.gateway.clients import Client, ClientGate
 from llm_operator.gateway.config import GatewayConfig, Route, Upstream
 from llm_operator.gateway.errors import Refusal, error_response
 from llm_operator.gateway.holding import Holds
+from llm_operator.gateway.http1 import Client as UpstreamClient
+from llm_operator.gateway.http1 import Response as UpstreamResponse
+from llm_operator.gateway.http1 import UpstreamError
 from llm_operator.gateway.keys import KeySource, KeyUnavailable
 from llm_operator.gateway.metrics import NO_ROUTE, GatewayMetrics, RouteMetrics
 from llm_operator.gateway.picking import (
@@ -261,7 +262,7 @@ class Gateway:
             RedisLedger(self.shared, config.redis.spend_flush_seconds)
             if self.shared and config.redis else MemoryLedger())
         self.gate: ClientGate | None = None  # with clientKeys: who may call, limits, spend
-        self._session: aiohttp.ClientSession | None = None
+        self._http: UpstreamClient | None = None
         self._unrouted = RouteMetrics(self.metrics, NO_ROUTE)
         self._unavailable: dict[str, str] = {}  # route label -> why it cannot serve now
         self._absent: dict[str, str] = {}  # model -> why it is known but not served here
@@ -416,15 +417,13 @@ class Gateway:
         return app
 
     async def _open(self, _: web.Application) -> None:
-        connector = tcp_connector(limit=0, ttl_dns_cache=300, keepalive_timeout=60)
-        # No cookie jar: a cookie one client's call earned (a provider's __cf_bm) must not
-        # ride on every later client's calls; and none is looked up per request.
-        self._session = aiohttp.ClientSession(connector=connector, auto_decompress=True,
-                                              cookie_jar=aiohttp.DummyCookieJar())
+        # No cookies are kept: a cookie one client's call earned (a provider's __cf_bm) must
+        # not ride on every later client's calls.
+        self._http = UpstreamClient(keepalive_seconds=60)
 
     async def _close(self, _: web.Application) -> None:
-        if self._session is not None:
-            await self._session.close()
+        if self._http is not None:
+            await self._http.close()
         if isinstance(self.ledger, RedisLedger):
             await self.ledger.close()  # what was spent since the last flush
         if self.shared is not None:
@@ -789,7 +788,7 @@ class Gateway:
             try:
                 outcome = await self._attempt(deployment, state, sending.url, sending.body,
                                               stream=stream, deadline=deadline)
-                if isinstance(outcome, aiohttp.ClientResponse) \
+                if isinstance(outcome, UpstreamResponse) \
                         and outcome.status not in RETRYABLE:
                     if stream and outcome.status == 200:
                         return await self._relay_stream(
@@ -803,20 +802,20 @@ class Gateway:
                 deployment.load.in_flight -= 1
             failover = len(order) > 1 and position % len(order) != 0
             retry_after = outcome.headers.get("Retry-After") \
-                if isinstance(outcome, aiohttp.ClientResponse) else None
+                if isinstance(outcome, UpstreamResponse) else None
             delay = 0.0 if failover else self._backoff(state, attempt, retry_after)
-            rate_limited = isinstance(outcome, aiohttp.ClientResponse) and outcome.status == 429
+            rate_limited = isinstance(outcome, UpstreamResponse) and outcome.status == 429
             may = (attempt < route.retry.attempts and self._clock() + delay < deadline
                    and (len(order) > 1 or deployment.breaker.state is State.CLOSED)
                    and (failover or not rate_limited or route.retry.on_rate_limit))
             if may:
-                if isinstance(outcome, aiohttp.ClientResponse):
+                if isinstance(outcome, UpstreamResponse):
                     outcome.release()
                 (state.metrics.failovers if failover else state.metrics.retries).inc()
                 if delay:
                     await self._sleep(delay)
                 continue
-            if isinstance(outcome, aiohttp.ClientResponse):
+            if isinstance(outcome, UpstreamResponse):
                 return await self._relay(request, state, outcome, client=client,
                                          reservation=reservation, extra=tried,
                                          native=deployment.native)
@@ -832,12 +831,12 @@ class Gateway:
 
     async def _attempt(self, deployment: Deployment, state: RouteState, url: str,
                        payload: bytes, *, stream: bool, deadline: float
-                       ) -> aiohttp.ClientResponse | str:
+                       ) -> UpstreamResponse | str:
         """One call to one deployment, its verdict recorded on the deployment's breaker.
 
         The upstream's response, or why there was none: connect, timeout, credentials.
         """
-        assert self._session is not None
+        assert self._http is not None
         try:
             headers = deployment.auth_headers()
         except KeyUnavailable as exc:
@@ -845,21 +844,19 @@ class Gateway:
             deployment.breaker.release()
             return "credentials"
         timeouts = state.route.timeouts
-        timeout = aiohttp.ClientTimeout(
-            total=None if stream else deadline - self._clock(),
-            connect=timeouts.connect_seconds,
-            sock_read=timeouts.request_seconds if stream else None)
         try:
-            upstream = await self._session.post(url, data=payload, headers=headers,
-                                                timeout=timeout)
+            upstream = await self._http.post(
+                url, payload, headers, connect_timeout=timeouts.connect_seconds,
+                total=None if stream else deadline - self._clock(),
+                read_timeout=timeouts.request_seconds if stream else None)
         except asyncio.CancelledError:  # the client went away: no verdict on the upstream
             deployment.breaker.release()
             raise
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            reason = "timeout" if isinstance(exc, TimeoutError) else "connect"
+        except UpstreamError as exc:
             deployment.breaker.failure()
-            state.metrics.upstream_error(reason)
-            return reason
+            state.metrics.upstream_error(exc.reason)
+            log.info("route %s upstream %s: %s", state.route.label, deployment.label, exc)
+            return exc.reason
         status = upstream.status
         if status >= 500:
             deployment.breaker.failure()
@@ -869,7 +866,7 @@ class Gateway:
             state.metrics.upstream_error(str(status))
         return upstream
 
-    def _headers_from(self, upstream: aiohttp.ClientResponse) -> dict[str, str]:
+    def _headers_from(self, upstream: UpstreamResponse) -> dict[str, str]:
         out = {k: v for k in PASSED_HEADERS if (v := upstream.headers.get(k)) is not None}
         out.update({k: v for k, v in upstream.headers.items()
                     if k.lower().startswith("x-ratelimit-")})
@@ -892,13 +889,19 @@ class Gateway:
             await self.gate.charge(client, usd, prompt, completion)
 
     async def _relay(self, request: web.Request, state: RouteState,
-                     upstream: aiohttp.ClientResponse, *, client: Client | None,
+                     upstream: UpstreamResponse, *, client: Client | None,
                      reservation: Reservation, extra: dict[str, str],
                      native: NativeApi | None) -> web.Response:
         try:
             body = await upstream.read()
-        finally:
-            upstream.release()
+        except UpstreamError as exc:  # it began to answer, then failed
+            state.metrics.upstream_error(exc.reason)
+            log.warning("route %s: upstream %s: %s", state.route.label, extra.get(
+                "x-llmop-upstream"), exc)
+            return error_response(504 if exc.reason == "timeout" else 502,
+                                  f"upstream of {state.route.label!r} failed while it answered "
+                                  f"({exc.reason})", "server_error", f"upstream_{exc.reason}",
+                                  headers=extra)
         if native is not None:
             body = self._from_native(native, upstream.status, body)
         if upstream.status == 200:
@@ -930,7 +933,7 @@ class Gateway:
         return json.dumps(shaped, separators=(",", ":")).encode()
 
     async def _relay_stream(self, request: web.Request, state: RouteState,
-                            upstream: aiohttp.ClientResponse, started: float, *,
+                            upstream: UpstreamResponse, started: float, *,
                             client: Client | None, reservation: Reservation,
                             hide_usage: bool, extra: dict[str, str],
                             native: NativeApi | None,
@@ -967,7 +970,7 @@ class Gateway:
             if prepared is None:  # a held stream's headers went out with its keepalives
                 await out.prepare(request)
             request[STREAM_STARTED] = True
-            async for chunk in upstream.content.iter_any():
+            async for chunk in upstream.chunks():
                 if first:
                     state.metrics.ttft.observe(self._clock() - started)
                     first = False
@@ -980,7 +983,7 @@ class Gateway:
                 await out.write(pending)
             await out.write_eof()
             completed = True
-        except (ConnectionResetError, aiohttp.ClientConnectionResetError):
+        except ConnectionResetError:  # aiohttp's ClientConnectionResetError is one
             log.info("route %s: client went away mid-stream; upstream request cancelled", label)
         finally:
             if completed:

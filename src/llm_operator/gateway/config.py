@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -19,6 +20,7 @@ from pydantic.alias_generators import to_camel
 from llm_operator.api.rules import GEMINI_MESSAGE, GEMINI_NATIVE_MESSAGE, gemini_url_fits
 from llm_operator.api.validation import field_errors
 
+HEADER_NAME = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+")  # RFC 9110 token
 
 class _Config(BaseModel):
     model_config = ConfigDict(
@@ -78,6 +80,10 @@ class Upstream(_Config):
 
     @model_validator(mode="after")
     def _url_fits_api(self) -> Upstream:
+        for name, value in self.headers.items():
+            if not HEADER_NAME.fullmatch(name) or "\r" in value or "\n" in value:
+                raise ValueError(f"headers: {name!r} is not a valid header (a name is letters, "
+                                 "digits and -_.!#$%&'*+^`|~; a value has no line break)")
         if not gemini_url_fits(self.base_url, self.api):
             message = GEMINI_NATIVE_MESSAGE if self.api == "gemini" else GEMINI_MESSAGE
             raise ValueError(message.removeprefix("remoteApi.")

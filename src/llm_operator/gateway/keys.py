@@ -33,7 +33,7 @@ class KeySource:
             value = os.environ.get(self._source.env, "").strip()
             if not value:
                 raise KeyUnavailable(f"API key {self.description} is not set")
-            return value
+            return self._one_line(value)
         path = Path(self._source.file or "")
         try:
             stat = path.stat()
@@ -45,5 +45,12 @@ class KeySource:
             value = path.read_text(encoding="utf-8").strip()
             if not value:
                 raise KeyUnavailable(f"API key {self.description} is empty")
-            self._cached, self._stamp = value, stamp
+            self._cached, self._stamp = self._one_line(value), stamp
         return self._cached
+
+    def _one_line(self, value: str) -> str:
+        """The key, unless a line break inside it would split the upstream request."""
+        if "\n" in value or "\r" in value:
+            raise KeyUnavailable(f"API key {self.description} has a line break inside it; "
+                                 "store the key alone")
+        return value

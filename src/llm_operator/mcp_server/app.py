@@ -668,8 +668,11 @@ class McpService:
         ], lifespan=lifespan)
 
     def uvicorn_server(self, log_level: str = "info") -> uvicorn.Server:
+        # h11, named: uvicorn's "auto" switches to httptools when it is installed (the
+        # gateway needs it), whose laxer header checks fail MCP's header-validation tests.
         config = uvicorn.Config(self.app(), host=self.settings.host, port=self.settings.port,
-                                log_level=log_level, lifespan="on", access_log=False)
+                                log_level=log_level, lifespan="on", access_log=False,
+                                http="h11")
         return uvicorn.Server(config)
 
     async def serve(self, sock: socket.socket | None = None, log_level: str = "info") -> None:
