@@ -5,6 +5,7 @@ from __future__ import annotations
 import calendar
 import datetime as dt
 import fnmatch
+import functools
 import hashlib
 import secrets
 from typing import Literal
@@ -117,7 +118,11 @@ def parse_keyring(data: object, source: str = "<keys>") -> Keyring:
 
 def period_of(period: Period, now: dt.datetime) -> tuple[str, dt.datetime | None]:
     """(name of the period ``now`` is in, when the next one starts; None for total), UTC."""
-    day = now.astimezone(dt.UTC).date()
+    return _period_of_day(period, now.astimezone(dt.UTC).date())
+
+
+@functools.lru_cache(maxsize=64)  # asked twice per request with a budget, for the same day
+def _period_of_day(period: Period, day: dt.date) -> tuple[str, dt.datetime | None]:
     if period == "total":
         return "total", None
     if period == "day":

@@ -56,8 +56,8 @@ def _text_length(value: Any) -> int:
         return len(value)
     if isinstance(value, list):
         return sum(_text_length(v) for v in value)
-    if isinstance(value, dict):
-        return sum(_text_length(v) for k, v in value.items() if k in {"content", "text"})
+    if isinstance(value, dict):  # a message or a content part: only its text counts
+        return _text_length(value.get("content")) + _text_length(value.get("text"))
     return 0
 
 

@@ -88,6 +88,7 @@ class SharedLimits:
     up: bool = True
     _retry_at: float = 0.0
     leases: dict[str, float] = field(default_factory=dict)  # bucket key -> units held here
+    _bucket_keys: dict[tuple[str, str], str] = field(default_factory=dict)  # (ident, kind)
 
     def __post_init__(self) -> None:
         self._lease = self.client.register_script(LEASE)
@@ -110,12 +111,18 @@ class SharedLimits:
     def usable(self) -> bool:
         return self.up or self.clock() >= self._retry_at
 
+    def _bucket_key(self, ident: str, kind: str) -> str:
+        key = self._bucket_keys.get((ident, kind))
+        if key is None:
+            key = self._bucket_keys[(ident, kind)] = f"{self.prefix}:bucket:{ident}:{kind}"
+        return key
+
     async def admit(self, parties: list[Limits], body: dict[str, Any],
                     reservation: Reservation) -> tuple[Limits, float] | None:
         """As ``limits.admit`` across every replica; the local one while Redis is down."""
         tokens = float(estimate_tokens(body))
         specs = [(p, kind, total, 1.0 if kind == "rpm" else min(tokens, float(total)),
-                  f"{self.prefix}:bucket:{p.ident}:{kind}")
+                  self._bucket_key(p.ident, kind))
                  for p in parties for kind, total in zip(("rpm", "tpm"), p.totals, strict=True)
                  if total]
         if not specs or not self.usable():

@@ -6,6 +6,7 @@ import datetime as dt
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from aiohttp import web
 
@@ -36,14 +37,26 @@ def presented_key(headers: Mapping[str, str]) -> str | None:
 
 @dataclass
 class Client:
-    """A key in use: its entry, live limits and metric series."""
+    """A key in use: its entry, live limits and metric series (bound once, like a route's)."""
 
     key: ClientKey
     limits: Limits
     metrics: GatewayMetrics
 
+    def __post_init__(self) -> None:
+        key_id, metrics = self.key.id, self.metrics
+        self.prompt_tokens = metrics.key_tokens.labels(key_id, "prompt")
+        self.completion_tokens = metrics.key_tokens.labels(key_id, "completion")
+        self.cost = metrics.key_cost.labels(key_id)
+        self.spend = metrics.key_spend.labels(key_id)
+        self._by_status: dict[int, Any] = {}
+
     def request(self, status: int) -> None:
-        self.metrics.key_requests.labels(self.key.id, str(status)).inc()
+        child = self._by_status.get(status)
+        if child is None:
+            child = self._by_status[status] = self.metrics.key_requests.labels(self.key.id,
+                                                                                str(status))
+        child.inc()
 
     def refused(self, reason: str) -> None:
         self.metrics.key_refused.labels(self.key.id, reason).inc()
@@ -118,12 +131,12 @@ class ClientGate:
     async def charge(self, client: Client, usd: float, prompt: int, completion: int) -> None:
         """Count a finished request's tokens and cost against the key."""
         key = client.key
-        self.metrics.key_tokens.labels(key.id, "prompt").inc(prompt)
-        self.metrics.key_tokens.labels(key.id, "completion").inc(completion)
+        client.prompt_tokens.inc(prompt)
+        client.completion_tokens.inc(completion)
         if usd <= 0:
             return
-        self.metrics.key_cost.labels(key.id).inc(usd)
+        client.cost.inc(usd)
         if key.budget is not None:
             period, _ = period_of(key.budget.period, self.now())
             total = await self.ledger.add(key.id, period, usd)
-            self.metrics.key_spend.labels(key.id).set(total)
+            client.spend.set(total)
