@@ -181,11 +181,13 @@ async def test_a_compressed_body_is_decoded(
 ])
 async def test_an_unusable_answer_is_an_upstream_error(
         serve: Callable[..., Awaitable[Server]], client: Client, answer: Answer,
-        message: str) -> None:
+        message: str, caplog: pytest.LogCaptureFixture) -> None:
     server = await serve(answer)
     with pytest.raises(UpstreamError, match=message) as raised:
         await post(client, server)
     assert raised.value.reason == "connect"
+    await asyncio.wait_for(server.closed.wait(), 5)  # the rest of the bytes were dropped ...
+    assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == []  # quietly
 
 
 async def _write(writer: asyncio.StreamWriter, data: bytes, *, close: bool = False) -> None:

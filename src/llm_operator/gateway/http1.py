@@ -104,23 +104,26 @@ class _Connection(asyncio.Protocol):
             self.response._lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        if self.response is None:  # bytes nobody asked for: the connection is not reusable
+        response = self.response
+        if response is None:  # bytes nobody asked for: the connection is not reusable
             self.abort()
             return
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
-            self.response._fail(UpstreamError("the upstream switched protocols"))
+            response._fail(UpstreamError("the upstream switched protocols"))
         except httptools.HttpParserError as exc:
-            self.response._fail(UpstreamError(f"malformed HTTP response: {exc}"))
+            response._fail(UpstreamError(f"malformed HTTP response: {exc}"))
 
-    # httptools' callbacks
+    # httptools' callbacks; after a failure (response None) the rest of the bytes are ignored
     def on_header(self, name: bytes, value: bytes) -> None:
-        assert self.response is not None
-        self.response._raw_headers.append((name.decode("latin-1"), value.decode("latin-1")))
+        if self.response is not None:
+            self.response._raw_headers.append((name.decode("latin-1"),
+                                               value.decode("latin-1")))
 
     def on_headers_complete(self) -> None:
-        assert self.response is not None
+        if self.response is None:
+            return
         status = self.parser.get_status_code()
         if status < 200:  # 1xx (103 Early Hints): the answer follows on the same connection
             self.informational = True
@@ -129,15 +132,14 @@ class _Connection(asyncio.Protocol):
         self.response._head(status, self.parser.should_keep_alive())
 
     def on_body(self, body: bytes) -> None:
-        assert self.response is not None
-        self.response._body(body)
+        if self.response is not None:
+            self.response._body(body)
 
     def on_message_complete(self) -> None:
-        assert self.response is not None
         if self.informational:
             self.informational = False
-            return
-        self.response._complete()
+        elif self.response is not None:
+            self.response._complete()
 
     def abort(self) -> None:
         self.open = False
