@@ -108,10 +108,12 @@ def test_a_url_becomes_a_host_to_connect_to_and_a_request_path(
                                                                        host_header, path)
 
 
-@pytest.mark.parametrize("url", ["ftp://host/x", "unix:///run/sock", "http:///nohost"])
+@pytest.mark.parametrize("url", ["ftp://user:secret@host/x", "unix:///run/sock",
+                                 "http:///nohost"])
 def test_only_http_urls_are_targets(url: str) -> None:
-    with pytest.raises(ValueError, match="not an http"):
+    with pytest.raises(ValueError, match="not an http") as raised:
         target(url)
+    assert "secret" not in str(raised.value)
 
 
 async def test_a_body_is_read_whole_and_the_connection_kept_for_the_next_call(

@@ -57,8 +57,9 @@ class Target:
 def target(url: str) -> Target:
     """Parse an http(s) URL; ValueError for anything else."""
     parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"not an http(s) URL: {url!r}")
+    if parts.scheme not in ("http", "https") or not parts.hostname:  # (the URL may hold a
+        # password: the message names only its scheme)
+        raise ValueError(f"not an http(s) URL with a host (scheme {parts.scheme!r})")
     port = parts.port or (443 if parts.scheme == "https" else 80)
     netloc = parts.netloc.rpartition("@")[2]
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
