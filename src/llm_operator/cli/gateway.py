@@ -60,10 +60,14 @@ def gateway(ctx: click.Context, config_path: str | None, host: str | None, port:
     config = _load(config_path)
     logging.basicConfig(level=log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from llm_operator.gateway.proxies import ProxyError  # noqa: PLC0415
+
     try:
         run(config, host, port)
     except KeyringError as exc:
         raise click.ClickException(f"invalid client keys file:\n{exc}") from None
+    except ProxyError as exc:
+        raise click.ClickException(f"unusable proxy setting: {exc}") from None
 
 
 @gateway.command()

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import random
 import signal
 import time
@@ -47,6 +48,7 @@ from llm_operator.gateway.picking import (
     prefix_order,
     prefix_text,
 )
+from llm_operator.gateway.proxies import proxy_settings
 from llm_operator.gateway.sse import (
     split_events,
     sse_data,
@@ -263,6 +265,7 @@ class Gateway:
             if self.shared and config.redis else MemoryLedger())
         self.gate: ClientGate | None = None  # with clientKeys: who may call, limits, spend
         self._http: UpstreamClient | None = None
+        self.proxies = proxy_settings(os.environ)  # egress proxies, read once (ProxyError)
         self._unrouted = RouteMetrics(self.metrics, NO_ROUTE)
         self._unavailable: dict[str, str] = {}  # route label -> why it cannot serve now
         self._absent: dict[str, str] = {}  # model -> why it is known but not served here
@@ -419,7 +422,9 @@ class Gateway:
     async def _open(self, _: web.Application) -> None:
         # No cookies are kept: a cookie one client's call earned (a provider's __cf_bm) must
         # not ride on every later client's calls.
-        self._http = UpstreamClient(keepalive_seconds=60)
+        self._http = UpstreamClient(keepalive_seconds=60, proxies=self.proxies)
+        if (proxied := self.proxies.describe()) is not None:
+            log.info("egress proxies: %s", proxied)
 
     async def _close(self, _: web.Application) -> None:
         if self._http is not None:

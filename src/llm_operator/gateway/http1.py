@@ -22,8 +22,11 @@ from urllib.parse import urlsplit
 import httptools
 from multidict import CIMultiDict, CIMultiDictProxy
 
+from llm_operator.gateway.proxies import Proxy, ProxySettings
+
 BUFFER_HIGH = 1 << 20  # stop reading from the upstream while this much is unread
 MAX_TARGETS = 1024  # parsed URLs kept (a route has a handful)
+MAX_TUNNEL_ANSWER = 65536  # a proxy's answer to CONNECT, headers included
 DECODERS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
 
 
@@ -66,10 +69,19 @@ def target(url: str) -> Target:
     return Target(parts.scheme, parts.hostname, port, netloc, path)
 
 
-def _header_block(target: Target, headers: Mapping[str, str], length: int) -> bytes:
-    """The request line and headers; ValueError for a header that would split the message."""
-    lines = [f"POST {target.path} HTTP/1.1\r\nHost: {target.host_header}\r\n"
+def _header_block(target: Target, headers: Mapping[str, str], length: int,
+                  proxy: Proxy | None = None) -> bytes:
+    """The request line and headers; ValueError for a header that would split the message.
+
+    Through a proxy (an http upstream's; an https one's is a tunnel) the request line names
+    the whole URL and the proxy gets its credentials.
+    """
+    where = target.path if proxy is None else \
+        f"{target.scheme}://{target.host_header}{target.path}"
+    lines = [f"POST {where} HTTP/1.1\r\nHost: {target.host_header}\r\n"
              f"Content-Length: {length}\r\n"]
+    if proxy is not None and proxy.authorization is not None:
+        lines.append(f"Proxy-Authorization: {proxy.authorization}\r\n")
     encoding = True
     for name, value in headers.items():
         if "\n" in value or "\r" in value or "\n" in name or "\r" in name or ":" in name:
@@ -146,6 +158,27 @@ class _Connection(asyncio.Protocol):
         self.open = False
         if self.transport is not None:
             self.transport.abort()
+
+
+class _Tunnel(asyncio.Protocol):
+    """A connection to a proxy until it answers CONNECT; then TLS to the upstream runs in it."""
+
+    def __init__(self) -> None:
+        self.answer = asyncio.get_running_loop().create_future()
+        self.received = b""
+
+    def data_received(self, data: bytes) -> None:
+        self.received += data
+        if self.answer.done():
+            return
+        if b"\r\n\r\n" in self.received:
+            self.answer.set_result(self.received.partition(b"\r\n\r\n")[0])
+        elif len(self.received) > MAX_TUNNEL_ANSWER:
+            self.answer.set_exception(UpstreamError("the proxy's answer to CONNECT is too long"))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.answer.done():
+            self.answer.set_exception(UpstreamError("the proxy closed the connection"))
 
 
 class Response:
@@ -340,20 +373,23 @@ class Client:
     """Keep-alive connections per upstream host; requests with timeouts, cut on cancel."""
 
     def __init__(self, *, ssl_context: ssl.SSLContext | None = None,
-                 keepalive_seconds: float = 60.0) -> None:
+                 keepalive_seconds: float = 60.0, proxies: ProxySettings | None = None) -> None:
         self.loop = asyncio.get_running_loop()
         self._ssl = ssl_context
         self._keepalive = keepalive_seconds
+        self._proxies = proxies or ProxySettings()
         self._idle_connections: dict[tuple[str, str, int], list[_Connection]] = {}
-        self._targets: dict[str, Target] = {}
+        self._targets: dict[str, tuple[Target, Proxy | None]] = {}
         self._closed = False
 
-    def _target(self, url: str) -> Target:
+    def _target(self, url: str) -> tuple[Target, Proxy | None]:
         found = self._targets.get(url)
         if found is None:
             if len(self._targets) >= MAX_TARGETS:
                 self._targets.clear()
-            found = self._targets[url] = target(url)
+            where = target(url)
+            found = self._targets[url] = (where, self._proxies.for_target(
+                where.scheme, where.host, where.port))
         return found
 
     def _idle(self, pool: tuple[str, str, int], connection: _Connection) -> None:
@@ -373,21 +409,59 @@ class Client:
             connection.abort()
         return None
 
-    async def _connect(self, where: Target, timeout: float) -> _Connection:
+    def _context(self) -> ssl.SSLContext:
+        if self._ssl is None:  # the system's CAs (SSL_CERT_FILE / SSL_CERT_DIR if set)
+            self._ssl = ssl.create_default_context()
+        return self._ssl
+
+    async def _connect(self, where: Target, proxy: Proxy | None, timeout: float
+                       ) -> _Connection:
+        through = f" through the proxy {proxy.label}" if proxy else ""
         tls = where.scheme == "https"
-        context = (self._ssl or ssl.create_default_context()) if tls else None
-        if tls and self._ssl is None:
-            self._ssl = context
         try:
             async with asyncio.timeout(timeout):
-                _, connection = await self.loop.create_connection(
-                    _Connection, where.host, where.port, ssl=context,
-                    server_hostname=where.host if tls else None)
+                if proxy is None:
+                    _, connection = await self.loop.create_connection(
+                        _Connection, where.host, where.port,
+                        ssl=self._context() if tls else None,
+                        server_hostname=where.host if tls else None)
+                elif not tls:  # requests go to the proxy, which forwards them
+                    _, connection = await self.loop.create_connection(
+                        _Connection, proxy.host, proxy.port)
+                else:
+                    connection = await self._tunnel(where, proxy)
         except TimeoutError:
-            raise UpstreamTimeout(f"could not connect to {where.host_header} within "
+            raise UpstreamTimeout(f"could not connect to {where.host_header}{through} within "
                                   f"{timeout:g} s") from None
         except (OSError, ssl.SSLError) as exc:
-            raise UpstreamError(f"could not connect to {where.host_header}: {exc}") from None
+            raise UpstreamError(f"could not connect to {where.host_header}{through}: "
+                                f"{exc}") from None
+        return connection
+
+    async def _tunnel(self, where: Target, proxy: Proxy) -> _Connection:
+        """TLS to ``where`` inside a CONNECT tunnel through ``proxy``."""
+        transport, tunnel = await self.loop.create_connection(_Tunnel, proxy.host, proxy.port)
+        authority = f"[{where.host}]:{where.port}" if ":" in where.host else \
+            f"{where.host}:{where.port}"
+        auth = f"Proxy-Authorization: {proxy.authorization}\r\n" if proxy.authorization \
+            else ""
+        transport.write(f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n{auth}\r\n"
+                        .encode())
+        try:
+            head = await tunnel.answer
+            status_line = head.split(b"\r\n", 1)[0].decode("latin-1")
+            parts = status_line.split(" ", 2)
+            if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or parts[1] != "200":
+                raise UpstreamError(f"the proxy {proxy.label} refused the tunnel to "
+                                    f"{authority}: {status_line[:200]!r}")
+            connection = _Connection()
+            secure = await self.loop.start_tls(transport, connection, self._context(),
+                                               server_hostname=where.host)
+        except BaseException:
+            transport.abort()
+            raise
+        assert secure is not None
+        connection.connection_made(secure)
         return connection
 
     async def post(self, url: str, body: bytes, headers: Mapping[str, str], *,
@@ -401,13 +475,14 @@ class Client:
         """
         if self._closed:
             raise UpstreamError("the gateway is shutting down")
-        where = self._target(url)
-        block = _header_block(where, headers, len(body))
+        where, proxy = self._target(url)
+        block = _header_block(where, headers, len(body),
+                              proxy if where.scheme == "http" else None)
         connection = self._reuse(where.pool)
         if connection is None:
             limit = connect_timeout if total is None else min(connect_timeout, total)
             started = self.loop.time()
-            connection = await self._connect(where, max(limit, 0.0))
+            connection = await self._connect(where, proxy, max(limit, 0.0))
             if total is not None:
                 total -= self.loop.time() - started
         response = Response(self, connection, where.pool,
