@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ import yaml
 
 from llm_operator.api.validation import parse_llmmodel
 from llm_operator.cli.main import cli
+from llm_operator.gateway.proxies import proxy_settings
 from llm_operator.profiles.settings import Settings
 from llm_operator.render import RenderError, render
 from llm_operator.render.workload import cpu_quantity
@@ -269,6 +271,43 @@ def test_the_gateway_may_only_reach_dns_its_providers_port_and_redis(
                                                      for p in ports]}
     assert policy["spec"]["podSelector"]["matchLabels"]["ai.example.io/model-name"] == \
         "gpt55-remote"
+
+
+@pytest.mark.parametrize(("gateway", "env", "ports"), [
+    ({}, None, [443]),
+    ({"egressProxy": "http://egress.corp:3128"},
+     {"HTTPS_PROXY": "http://egress.corp:3128", "HTTP_PROXY": "http://egress.corp:3128",
+      "NO_PROXY": ".svc,.cluster.local"}, [443, 3128]),
+    ({"egressProxy": "http://10.0.0.9:8080/", "noProxy": ["10.0.0.0/8", "*.corp"]},
+     {"HTTPS_PROXY": "http://10.0.0.9:8080/", "HTTP_PROXY": "http://10.0.0.9:8080/",
+      "NO_PROXY": "10.0.0.0/8,*.corp"}, [443, 8080]),
+])
+def test_an_egress_proxy_reaches_the_gateways_environment_and_network_policy(
+        gateway: dict[str, Any], env: dict[str, str] | None, ports: list[int]) -> None:
+    objects = render(parse_llmmodel(sample_doc("gpt55-remote")),
+                     Settings.model_validate({"gateway": gateway}))
+    container = next(o for o in objects if o["kind"] == "Deployment")[
+        "spec"]["template"]["spec"]["containers"][0]
+    assert ({e["name"]: e["value"] for e in container["env"]} if "env" in container
+            else None) == env
+    policy = next(o for o in objects if o["kind"] == "NetworkPolicy")
+    assert policy["spec"]["egress"][1] == {"ports": [{"protocol": "TCP", "port": p}
+                                                     for p in ports]}
+    assert [e for o in objects for e in validate_object(o)] == []
+    if env:  # what the gateway reads from it: the provider through the proxy
+        proxy = proxy_settings(env).for_target("https", "api.openai.com", 443)
+        assert proxy is not None and proxy.label == env["HTTPS_PROXY"].split("//")[1].strip("/")
+
+
+@pytest.mark.parametrize(("proxy", "words"), [
+    ("https://egress.corp:3128", "String should match pattern"),
+    ("http://user:pw@egress.corp:3128", "String should match pattern"),
+    ("http://egress.corp", "egressProxy: give the proxy as http://host:port"),
+])
+def test_an_egress_proxy_setting_must_be_a_plain_http_host_and_port(proxy: str,
+                                                                   words: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(words)):
+        Settings.model_validate({"gateway": {"egressProxy": proxy}})
 
 
 def test_the_gateways_network_policy_can_be_left_to_the_cluster() -> None:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 
@@ -93,6 +94,27 @@ class Gateway(_Settings):
     redis_password_secret: str | None = Field(
         None, description="Secret (key 'password') in the model's namespace with the Redis "
         "password.")
+    egress_proxy: str | None = Field(
+        None, pattern=r"^http://[A-Za-z0-9.\-\[\]:]+/?$",
+        description="HTTP proxy every gateway reaches its provider through "
+        "(http://host:port, no credentials): set as HTTPS_PROXY and HTTP_PROXY; the "
+        "NetworkPolicy lets the gateway reach its port.")
+    no_proxy: list[str] = Field(
+        default_factory=lambda: [".svc", ".cluster.local"],
+        description="With egressProxy: hosts called directly (NO_PROXY; names, subdomains, "
+        "IPs, CIDRs).")
+
+    @model_validator(mode="after")
+    def _proxy_has_a_port(self) -> Gateway:
+        if self.egress_proxy is not None:
+            parsed = urlsplit(self.egress_proxy)
+            if parsed.hostname is None or parsed.port is None:
+                raise ValueError("egressProxy: give the proxy as http://host:port")
+        return self
+
+    @property
+    def egress_proxy_port(self) -> int | None:
+        return None if self.egress_proxy is None else urlsplit(self.egress_proxy).port
 
 
 class McpPush(_Settings):

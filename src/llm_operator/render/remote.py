@@ -120,6 +120,11 @@ def gateway_deployment(
         "securityContext": {**restricted_container_security(non_root=True),
                             "readOnlyRootFilesystem": True},
     }
+    proxy = settings.gateway.egress_proxy
+    if proxy is not None:  # docs/gateway.md "Egress proxies"
+        container["env"] = [{"name": "HTTPS_PROXY", "value": proxy},
+                            {"name": "HTTP_PROXY", "value": proxy},
+                            {"name": "NO_PROXY", "value": ",".join(settings.gateway.no_proxy)}]
     pod: dict[str, Any] = {
         "enableServiceLinks": False,
         "automountServiceAccountToken": False,
@@ -166,13 +171,16 @@ def network_policy(model: LLMModel, owner_uid: str | None, settings: Settings
     """Who may reach the gateway (it spends the provider key) and where it may connect.
 
     Ingress: pods labelled as LLM clients in any namespace, the MCP server, and Prometheus.
-    Egress: DNS, the provider's port (any address: provider IPs are not stable), and
-    Redis's port when limits are shared there.
+    Egress: DNS, the provider's port (any address: provider IPs are not stable), the
+    egress proxy's port when there is one, and Redis's port when limits are shared there.
     """
     api = model.spec.remote_api
     assert api is not None
     parts = urlsplit(api.base_url)
     ports = [parts.port or (443 if parts.scheme == "https" else 80)]
+    proxy_port = settings.gateway.egress_proxy_port
+    if proxy_port is not None:  # the proxy's too (the provider's stays: noProxy hosts)
+        ports.append(proxy_port)
     if settings.gateway.redis_url is not None:
         ports.append(urlsplit(settings.gateway.redis_url).port or REDIS_PORT)
     http = [{"protocol": "TCP", "port": PORT}]
