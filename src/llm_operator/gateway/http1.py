@@ -201,7 +201,7 @@ class Response:
         self._buffered = 0
         self._paused = False
         self._waiter: asyncio.Future[None] | None = None
-        self._complete_ = self._released = False
+        self._finished = self._released = False
         self._keep_alive = False
         self._until_close = False  # no length and not chunked: the body ends with the connection
         self._decoder: Any = None
@@ -254,12 +254,12 @@ class Response:
             rest = self._decoder.flush()
             if rest:
                 self._chunks.append(rest)
-        self._complete_ = True
+        self._finished = True
         self._stop_timer()
         self._wake()
 
     def _lost(self, exc: Exception | None) -> None:
-        if self._complete_:
+        if self._finished:
             return
         if self._until_close and self._headers_ready.done() and self._error is None:
             self._keep_alive = False
@@ -282,7 +282,7 @@ class Response:
         self._fail(UpstreamTimeout(f"the upstream sent nothing for {self._read_timeout:g} s"))
 
     def _fail(self, error: UpstreamError) -> None:
-        if self._error is not None or self._complete_:
+        if self._error is not None or self._finished:
             return
         self._error = error
         self._stop_timer()
@@ -316,7 +316,7 @@ class Response:
         while not self._chunks:
             if self._error is not None:
                 raise self._error
-            if self._complete_:
+            if self._finished:
                 return None
             self._waiter = self._loop.create_future()
             try:
@@ -358,7 +358,7 @@ class Response:
         self._stop_timer()
         connection = self._connection
         connection.response = None
-        if self._complete_ and self._keep_alive and self._error is None and connection.open:
+        if self._finished and self._keep_alive and self._error is None and connection.open:
             self._client._idle(self._pool, connection)
         else:
             connection.abort()
