@@ -111,6 +111,18 @@ def test_router_settings_are_checked_before_it_connects(tmp_path: Path, args: li
     assert code != 0 and expected.format(tmp=tmp_path) in err
 
 
+@pytest.mark.parametrize("command", [["router"], ["gateway", "--config", "{tmp}/gw.yaml"]])
+def test_an_unusable_proxy_variable_stops_the_gateway_before_it_serves(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: list[str]) -> None:
+    (tmp_path / "gw.yaml").write_text(
+        "routes: [{models: [m], upstream: {baseUrl: 'https://api.openai.com/v1'}}]\n")
+    monkeypatch.setenv("HTTPS_PROXY", "socks5://user:secret@vpn:1080")
+    code, _, err = run(*(a.format(tmp=tmp_path) for a in command))
+    assert code != 0
+    assert "HTTPS_PROXY: the gateway speaks to proxies over http:// only" in err
+    assert "secret" not in err
+
+
 def test_no_documents_is_a_usage_error(tmp_path: Path) -> None:
     code, _, err = run("validate", "-f", str(tmp_path))
     assert code == 2 and "no YAML documents" in err

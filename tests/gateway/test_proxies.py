@@ -29,7 +29,7 @@ CORP = {"HTTPS_PROXY": "http://egress.corp:3128", "HTTP_PROXY": "http://plain.co
     (CORP, "http://vllm.team-a.svc:8000", "plain.corp:8080"),
     ({"HTTPS_PROXY": "http://egress.corp:3128"}, "http://vllm.team-a.svc:8000", None),
     ({"https_proxy": "http://lower:1", "HTTPS_PROXY": "http://upper:2"}, "https://a.b", "lower:1"),
-    ({"ALL_PROXY": "http://all:3"}, "https://a.b", "all:3"),
+    ({"ALL_PROXY": "socks5://vpn:1080"}, "https://a.b", None),  # read by curl, not here
     ({"HTTPS_PROXY": "egress.corp:3128"}, "https://a.b", "egress.corp:3128"),  # bare host:port
     ({"HTTPS_PROXY": "http://egress.corp"}, "https://a.b", "egress.corp:80"),
     # loopback never goes through a proxy (llmop up's local engines)

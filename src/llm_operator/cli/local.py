@@ -163,10 +163,14 @@ def up(directory: Path | None, *, port: int, mcp_port: int, state_dir: Path, cac
                       gateway_port=port, mcp_port=mcp_port, max_queue=max_queue,
                       register=registration,
                       gateway_host="0.0.0.0" if registration else "127.0.0.1")
+    from llm_operator.gateway.proxies import ProxyError  # noqa: PLC0415
+
     try:
         asyncio.run(_foreground(Runtime(options), console))
     except StartError as exc:
         raise click.ClickException(str(exc)) from None
+    except ProxyError as exc:
+        raise click.ClickException(f"unusable proxy setting: {exc}") from None
 
 
 def _registration(register: bool, kubeconfig: Path | None, namespace: str,

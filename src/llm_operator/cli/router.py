@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 from pathlib import Path
 
@@ -67,6 +68,7 @@ def router(*, namespaces: tuple[str, ...], host: str, port: int, hold_seconds: f
     from llm_operator.access.keyfile import load_keyring  # noqa: PLC0415
     from llm_operator.access.keyring import KeyringError  # noqa: PLC0415
     from llm_operator.gateway.config import ConfigError, parse_config  # noqa: PLC0415
+    from llm_operator.gateway.proxies import ProxyError, proxy_settings  # noqa: PLC0415
     from llm_operator.kube import Kube, connection  # noqa: PLC0415
     from llm_operator.router.app import Router, serve  # noqa: PLC0415
     from llm_operator.router.routes import Options  # noqa: PLC0415
@@ -87,7 +89,8 @@ def router(*, namespaces: tuple[str, ...], host: str, port: int, hold_seconds: f
         raise click.UsageError("--redis-password-file needs --redis-url")
     try:
         parse_config({"routes": [], **settings}, "router settings", empty_ok=True)
-    except ConfigError as exc:
+        proxy_settings(os.environ)  # what the gateway it runs reads at start
+    except (ConfigError, ProxyError) as exc:
         raise click.UsageError(str(exc)) from None
 
     async def main() -> None:

@@ -127,7 +127,7 @@ def proxy_settings(env: Mapping[str, str]) -> ProxySettings:
     """The settings ``env`` (the process environment) gives; ProxyError if one is unusable."""
     found = {}
     for scheme in ("http", "https"):
-        given = _variable(env, f"{scheme}_proxy") or _variable(env, "all_proxy")
+        given = _variable(env, f"{scheme}_proxy")  # not ALL_PROXY: often socks, as Go
         found[scheme] = parse_proxy(*given) if given else None
     bypass = _variable(env, "no_proxy")
     entries = tuple(e.strip() for e in bypass[1].split(",") if e.strip()) if bypass else ()
