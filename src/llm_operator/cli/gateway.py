@@ -46,7 +46,8 @@ def gateway(ctx: click.Context, config_path: str | None, host: str | None, port:
     /v1/models, plus /health, /ready and /metrics. Injects each route's API key, applies its
     rate limits, retries transient upstream failures and relays streams chunk by chunk.
     With clientKeys it admits only listed keys; with redis, limits and spend are shared by
-    every replica. Prompts and keys are never logged.
+    every replica. Prompts and keys are never logged. Providers are reached through
+    HTTPS_PROXY / HTTP_PROXY unless NO_PROXY lists them; SSL_CERT_FILE adds a private CA.
 
     \b
     Examples:
