@@ -4,8 +4,9 @@ aiohttp's client cost the gateway about 140 µs of CPU per proxied request (benc
 its stack floor ran 4.1k req/s with aiohttp's client against 9.9k with this one on one core).
 This client does only what an upstream call needs: POST a body it already holds, read the
 answer whole or as it arrives, keep the connection for the next call, and abort it when the
-caller gives up (a client that disconnects must stop the upstream's generation). Responses
-are parsed by llhttp (Node's parser, through httptools); TLS is the standard library's.
+caller gives up (a client that disconnects must stop the upstream's generation), through
+the HTTP proxy the environment names (gateway.proxies). Responses are parsed by llhttp
+(Node's parser, through httptools); TLS is the standard library's.
 """
 
 from __future__ import annotations
