@@ -6,7 +6,6 @@ import datetime as dt
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from aiohttp import web
 
@@ -16,7 +15,7 @@ from llm_operator.access.limits import Limits, retry_after_header
 from llm_operator.access.limits import limits as build_limits
 from llm_operator.access.spend import Ledger, over_budget
 from llm_operator.gateway.errors import Refusal, error_response
-from llm_operator.gateway.metrics import GatewayMetrics
+from llm_operator.gateway.metrics import Children, GatewayMetrics
 
 log = logging.getLogger("llm_operator.gateway")
 
@@ -49,14 +48,10 @@ class Client:
         self.completion_tokens = metrics.key_tokens.labels(key_id, "completion")
         self.cost = metrics.key_cost.labels(key_id)
         self.spend = metrics.key_spend.labels(key_id)
-        self._by_status: dict[int, Any] = {}
+        self._by_status = Children(metrics.key_requests, key_id)
 
     def request(self, status: int) -> None:
-        child = self._by_status.get(status)
-        if child is None:
-            child = self._by_status[status] = self.metrics.key_requests.labels(self.key.id,
-                                                                                str(status))
-        child.inc()
+        self._by_status(status).inc()
 
     def refused(self, reason: str) -> None:
         self.metrics.key_refused.labels(self.key.id, reason).inc()

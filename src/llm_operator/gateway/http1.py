@@ -491,9 +491,7 @@ class Client:
                             read_timeout=read_timeout)
         connection.response = response
         assert connection.transport is not None
-        connection.transport.write(block + body if len(body) < 65536 else block)
-        if len(body) >= 65536:
-            connection.transport.write(body)
+        connection.transport.writelines((block, body))
         await response._started()
         return response
 

@@ -70,6 +70,24 @@ class GatewayMetrics:
                                      ["reason"], registry=r)
 
 
+class Children:
+    """A labelled metric's children for one fixed label, by the last label, bound on first use.
+
+    ``labels()`` takes a lock and builds a tuple on every call; a request's counters use it
+    once per new value instead.
+    """
+
+    def __init__(self, metric: Any, fixed: str) -> None:
+        self._metric, self._fixed = metric, fixed
+        self._bound: dict[object, Any] = {}
+
+    def __call__(self, value: object) -> Any:
+        child = self._bound.get(value)
+        if child is None:
+            child = self._bound[value] = self._metric.labels(self._fixed, str(value))
+        return child
+
+
 class RouteMetrics:
     """One route's series, bound once (label lookups cost on every request otherwise)."""
 
@@ -82,21 +100,12 @@ class RouteMetrics:
         self.rate_limited = metrics.rate_limited.labels(route)
         self.retries = metrics.retries.labels(route)
         self.failovers = metrics.failovers.labels(route)
-        self._metrics, self._route = metrics, route
-        self._by_status: dict[int, Any] = {}
-        self._errors: dict[str, Any] = {}
+        self._by_status = Children(metrics.requests, route)
+        self._errors = Children(metrics.upstream_errors, route)
 
     def request(self, status: int, seconds: float) -> None:
-        child = self._by_status.get(status)
-        if child is None:
-            child = self._by_status[status] = self._metrics.requests.labels(self._route,
-                                                                            str(status))
-        child.inc()
+        self._by_status(status).inc()
         self.latency.observe(seconds)
 
     def upstream_error(self, reason: str) -> None:
-        child = self._errors.get(reason)
-        if child is None:
-            child = self._errors[reason] = self._metrics.upstream_errors.labels(self._route,
-                                                                                reason)
-        child.inc()
+        self._errors(reason).inc()
