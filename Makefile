@@ -14,7 +14,8 @@ CRD := config/crd/bases/ai.example.io_llmmodels.yaml
 LLAMA_CMAKE_ARGS ?= -DLLAVA_BUILD=OFF $(if $(filter x86_64,$(shell uname -m)),-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON)
 UP_ARGS ?=
 
-.PHONY: up plan test lint typecheck importlint unit crd golden clean tools
+.PHONY: up plan test lint typecheck importlint unit crd golden clean tools images cluster \
+  cluster-down
 
 $(STAMP): pyproject.toml
 	@echo ">> creating $(VENV) and installing llm-operator with its test and local extras"
@@ -42,11 +43,17 @@ plan: $(STAMP)
 test: tools lint typecheck importlint unit
 
 # Debian's prometheus (promtool and the Prometheus server the tests run), etcd-server
-# (for the real control plane) and tmux (`llmop chat` tested at a terminal); the
-# kube-apiserver and kube-controller-manager of
+# (for the real control plane), tmux (`llmop chat` tested at a terminal), redis-server, and
+# what the real test node runs (tests/realnode.py): containerd, runc, the CNI plugins,
+# iptables, conntrack, dnsmasq, and mmdebstrap for the images; the Kubernetes binaries of
 # ../shared/k8s unpacked into .cache/k8s/bin (hash-checked).
+NODE_APT := $(if $(shell command -v containerd),,containerd) $(if $(shell command -v runc),,runc) \
+  $(if $(wildcard /usr/lib/cni/bridge),,containernetworking-plugins) \
+  $(if $(shell command -v iptables),,iptables) $(if $(shell command -v conntrack),,conntrack) \
+  $(if $(shell command -v dnsmasq),,dnsmasq-base) $(if $(shell command -v mmdebstrap),,mmdebstrap)
 APT_TOOLS := $(if $(shell command -v promtool),,prometheus) $(if $(shell command -v etcd),,etcd-server) \
-  $(if $(shell command -v tmux),,tmux) $(if $(shell command -v redis-server),,redis-server)
+  $(if $(shell command -v tmux),,tmux) $(if $(shell command -v redis-server),,redis-server) \
+  $(NODE_APT)
 tools:
 	@if [ -n "$(strip $(APT_TOOLS))" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
@@ -66,6 +73,18 @@ importlint: $(STAMP)
 
 unit: $(STAMP)
 	$(BIN)/pytest -q
+
+# The operator's and llama-server's images as docker-archive tars, without Docker or a
+# registry (tools/images.py; cached by content hash in ~/.cache/llm-operator).
+images: tools $(STAMP)
+	$(BIN)/python tools/images.py all
+
+# A control plane and one real node on this machine (root), until `make cluster-down`.
+cluster: tools $(STAMP)
+	$(BIN)/python tests/testcluster.py up
+
+cluster-down:
+	$(PYTHON) tests/testcluster.py down
 
 crd: $(STAMP)
 	$(BIN)/llmop crd -o $(CRD)

@@ -82,10 +82,21 @@ def _pem_key(key: rsa.RSAPrivateKey) -> bytes:
                              serialization.NoEncryption())
 
 
+# The names a pod may use for the API server (the `kubernetes` Service), when pods run.
+IN_CLUSTER_NAMES = ("kubernetes", "kubernetes.default", "kubernetes.default.svc",
+                    "kubernetes.default.svc.cluster.local")
+KUBERNETES_SERVICE_IP = "10.96.0.1"  # the first address of --service-cluster-ip-range
+
+
 def _certificate(subject: str, key: rsa.RSAPrivateKey, *, issuer: x509.Certificate | None,
-                 issuer_key: rsa.RSAPrivateKey, ca: bool) -> x509.Certificate:
+                 issuer_key: rsa.RSAPrivateKey, ca: bool, ips: tuple[str, ...] = ("127.0.0.1",),
+                 names: tuple[str, ...] = ("localhost",), group: str | None = None
+                 ) -> x509.Certificate:
     now = datetime.datetime.now(tz=datetime.UTC)
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
+    attributes = [x509.NameAttribute(NameOID.COMMON_NAME, subject)]
+    if group:
+        attributes.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, group))
+    name = x509.Name(attributes)
     builder = (x509.CertificateBuilder().subject_name(name)
                .issuer_name(issuer.subject if issuer else name)
                .public_key(key.public_key()).serial_number(x509.random_serial_number())
@@ -93,21 +104,34 @@ def _certificate(subject: str, key: rsa.RSAPrivateKey, *, issuer: x509.Certifica
                .not_valid_after(now + datetime.timedelta(days=2))
                .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
     if not ca:
-        builder = builder.add_extension(x509.SubjectAlternativeName([
-            x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]),
-            critical=False)
+        builder = builder.add_extension(x509.SubjectAlternativeName(
+            [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips]
+            + [x509.DNSName(n) for n in names]), critical=False)
     return builder.sign(issuer_key, hashes.SHA256())
 
 
-def write_pki(pki: Path) -> None:
-    """A CA, the API server's serving certificate and the service-account key pair."""
+def write_pki(pki: Path, address: str = "127.0.0.1") -> None:
+    """A CA, the API server's serving certificate and the service-account key pair.
+
+    The serving certificate names loopback, ``address`` and the `kubernetes` Service's
+    address and names (what pods connect to); the CA also signs the client certificate the
+    API server shows kubelets (for logs, exec and port-forward).
+    """
     pki.mkdir(parents=True, exist_ok=True)
-    ca_key, server_key, sa_key = _key(), _key(), _key()
+    ca_key, server_key, sa_key, client_key = _key(), _key(), _key(), _key()
     ca = _certificate("llmop-test-ca", ca_key, issuer=None, issuer_key=ca_key, ca=True)
-    server = _certificate("kube-apiserver", server_key, issuer=ca, issuer_key=ca_key, ca=False)
+    server = _certificate("kube-apiserver", server_key, issuer=ca, issuer_key=ca_key, ca=False,
+                          ips=tuple(dict.fromkeys(("127.0.0.1", address,
+                                                   KUBERNETES_SERVICE_IP))),
+                          names=("localhost", *IN_CLUSTER_NAMES))
+    client = _certificate("kube-apiserver-kubelet-client", client_key, issuer=ca,
+                          issuer_key=ca_key, ca=False, ips=(), names=(),
+                          group="system:masters")
     (pki / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     (pki / "server.crt").write_bytes(server.public_bytes(serialization.Encoding.PEM))
     (pki / "server.key").write_bytes(_pem_key(server_key))
+    (pki / "kubelet-client.crt").write_bytes(client.public_bytes(serialization.Encoding.PEM))
+    (pki / "kubelet-client.key").write_bytes(_pem_key(client_key))
     (pki / "sa.key").write_bytes(_pem_key(sa_key))
     (pki / "sa.pub").write_bytes(sa_key.public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
@@ -129,10 +153,18 @@ class ControlPlane:
     root: Path
     port: int = field(default_factory=free_port)
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    # Where the API server listens. With a node (tests/realnode.py) it is the node's bridge
+    # address, which pods reach, and the API server publishes itself as the `kubernetes`
+    # Service's endpoint; on loopback it does not (no pod runs).
+    address: str = "127.0.0.1"
+
+    @property
+    def for_pods(self) -> bool:
+        return self.address != "127.0.0.1"
 
     @property
     def server(self) -> str:
-        return f"https://127.0.0.1:{self.port}"
+        return f"https://{self.address}:{self.port}"
 
     @property
     def kubeconfig(self) -> Path:
@@ -153,7 +185,7 @@ class ControlPlane:
         every 30 s: start it after installing CRDs (`start_controller_manager`) so owner
         references to them are followed from the first second.
         """
-        write_pki(self.root / "pki")
+        write_pki(self.root / "pki", self.address)
         (self.root / "tokens.csv").write_text(
             f"{ADMIN_TOKEN},admin,admin,system:masters\n"
             f"{OPERATOR_TOKEN},{OPERATOR_USER},{OPERATOR_USER},system:masters\n")
@@ -197,10 +229,14 @@ class ControlPlane:
 
     def start_apiserver(self, timeout: float = 90) -> None:
         pki = self.root / "pki"
+        pods = [f"--kubelet-client-certificate={pki / 'kubelet-client.crt'}",
+                f"--kubelet-client-key={pki / 'kubelet-client.key'}",
+                "--kubelet-preferred-address-types=InternalIP"] if self.for_pods else [
+                "--endpoint-reconciler-type=none"]
         self._spawn("kube-apiserver", [
             str(binary_dir() / "kube-apiserver"), f"--etcd-servers={self.etcd_url}",
-            "--bind-address=127.0.0.1", f"--secure-port={self.port}",
-            "--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none",
+            f"--bind-address={self.address}", f"--secure-port={self.port}",
+            f"--advertise-address={self.address}", *pods,
             f"--tls-cert-file={pki / 'server.crt'}", f"--tls-private-key-file={pki / 'server.key'}",
             f"--client-ca-file={pki / 'ca.crt'}",
             "--service-account-issuer=https://kubernetes.default.svc",
@@ -289,11 +325,12 @@ class ControlPlane:
         return "\n".join(out)
 
     def kubectl(self, *args: str, stdin: str | None = None, check: bool = True,
-                kubeconfig: Path | None = None) -> subprocess.CompletedProcess[str]:
+                kubeconfig: Path | None = None, timeout: float = 180
+                ) -> subprocess.CompletedProcess[str]:
         """Run kubectl against this control plane (as admin unless ``kubeconfig``)."""
         result = subprocess.run(
             [kubectl_path(), f"--kubeconfig={kubeconfig or self.kubeconfig}", *args],
-            input=stdin, capture_output=True, text=True, timeout=60, check=False)
+            input=stdin, capture_output=True, text=True, timeout=timeout, check=False)
         if check and result.returncode != 0:
             raise AssertionError(f"kubectl {' '.join(args)} failed:\n{result.stderr}")
         return result

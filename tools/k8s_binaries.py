@@ -1,4 +1,4 @@
-"""Unpack the real kube-apiserver and kube-controller-manager for tests, checking their hashes.
+"""Unpack the real Kubernetes binaries (control plane and node) for tests, checking their hashes.
 
     python tools/k8s_binaries.py [SOURCE_DIR] [TARGET_DIR]
 
@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-NAMES = ("kube-apiserver", "kube-controller-manager")
+NAMES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy")
 
 
 def sha256(path: Path) -> str:

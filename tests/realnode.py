@@ -1,0 +1,475 @@
+"""A real node beside the test control plane: containerd, kubelet, scheduler, proxy, DNS.
+
+The recipe of ../shared/k8s/README.md, as code: a CNI bridge (``llmop0``, 10.244.0.0/24)
+whose address is the node's IP and the API server's, Debian's containerd 1.6 and runc with
+the node's root under one directory, kubelet v1.36 (cgroupfs, cgroup v1), kube-scheduler,
+kube-proxy (iptables) and Debian's dnsmasq answering ``<service>.<namespace>.svc.cluster.local``
+from a hosts file that a watch of Services keeps current. Pods reach the API server
+through the ``kubernetes`` Service.
+
+Stopping kills exactly what this node started: the processes it spawned by PID, every
+process in its pods' cgroup tree (``/llmop-node``), and containerd's shims for its socket;
+then it unmounts what containerd and kubelet mounted under its directory, removes kube-proxy's
+rules and the bridge. One node runs on a machine at a time (the bridge is the lock).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import shutil
+import signal
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from controlplane import ADMIN_TOKEN, ControlPlane, binary_dir, free_port
+
+BRIDGE = "llmop0"
+NODE_IP = "10.244.0.1"
+POD_SUBNET = "10.244.0.0/24"
+CLUSTER_CIDR = "10.244.0.0/16"
+CGROUP_ROOT = "llmop-node"
+NODE_NAME = "node-1"
+PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
+CLUSTER_DOMAIN = "cluster.local"
+
+# What the node runs, and the Debian package that brings it.
+PACKAGES = {
+    "containerd": "containerd", "runc": "runc", "ctr": "containerd",
+    "/usr/lib/cni/bridge": "containernetworking-plugins", "iptables": "iptables",
+    "conntrack": "conntrack", "dnsmasq": "dnsmasq-base", "ip": "iproute2",
+}
+NODE_BINARIES = ("kubelet", "kube-scheduler", "kube-proxy")
+
+
+class NodeError(RuntimeError):
+    """The node cannot start here; the message says which part and where its logs are."""
+
+
+def node_missing() -> str | None:
+    """Why a node cannot start on this machine (None when it can), in one line."""
+    if os.geteuid() != 0:
+        return "a node needs root (containerd, kubelet and the CNI bridge)"
+    absent = sorted({pkg for tool, pkg in PACKAGES.items()
+                     if not (Path(tool).exists() if tool.startswith("/") else shutil.which(tool))})
+    if absent:
+        return f"missing Debian packages: apt-get install {' '.join(absent)}"
+    for name in NODE_BINARIES:
+        if not (binary_dir() / name).exists():
+            return f"{binary_dir() / name} is missing: run `make tools`"
+    if Path(f"/sys/class/net/{BRIDGE}").exists():
+        return (f"a test node already runs on this machine (bridge {BRIDGE} exists): "
+                "stop it with `make cluster-down`")
+    return None
+
+
+def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    if check and result.returncode != 0:
+        raise NodeError(f"{' '.join(argv)} failed: {result.stderr.strip()}")
+    return result
+
+
+CONTAINERD_CONFIG = """\
+version = 2
+root = "{root}/containerd/root"
+state = "{root}/containerd/state"
+[grpc]
+  address = "{root}/containerd.sock"
+[ttrpc]
+  address = "{root}/containerd.sock.ttrpc"
+[debug]
+  level = "warn"
+[metrics]
+  address = ""
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{pause}"
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+  enable_unprivileged_ports = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "{root}/cni"
+"""
+
+
+def cni_config() -> dict[str, Any]:
+    return {
+        "cniVersion": "0.4.0", "name": "llmop-node",
+        "plugins": [
+            {"type": "bridge", "bridge": BRIDGE, "isGateway": True, "ipMasq": False,
+             "hairpinMode": True,
+             "ipam": {"type": "host-local", "ranges": [[{"subnet": POD_SUBNET,
+                                                         "gateway": NODE_IP}]],
+                      "routes": [{"dst": "0.0.0.0/0"}], "dataDir": "{root}/cni-ipam"}},
+            {"type": "portmap", "capabilities": {"portMappings": True}},
+            {"type": "loopback"},
+        ],
+    }
+
+
+@dataclass
+class Node:
+    """One real node for ``plane`` (built with ``address=NODE_IP``); see the module doc."""
+
+    plane: ControlPlane
+    root: Path
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    _feeder: threading.Thread | None = None
+    _stopping: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def socket(self) -> Path:
+        return self.root / "containerd.sock"
+
+    @property
+    def hosts_file(self) -> Path:
+        return self.root / "dns" / "hosts"
+
+    # --- start -------------------------------------------------------------------------
+
+    def start(self, images: list[Path], timeout: float = 90) -> None:
+        """Bridge, containerd (with ``images`` imported), kubelet, scheduler, proxy, DNS."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._start_containerd()
+        for image in images:
+            self.import_image(image)
+        self._start_dns()
+        self._start_kubelet()
+        self._spawn("kube-scheduler", [
+            str(binary_dir() / "kube-scheduler"), f"--kubeconfig={self.plane.kubeconfig}",
+            "--bind-address=127.0.0.1", f"--secure-port={free_port()}", "--leader-elect=false"])
+        self._start_proxy()
+        self.wait_node_ready(timeout)
+
+    def _spawn(self, name: str, argv: list[str]) -> None:
+        log = (self.root / f"{name}.log").open("ab")
+        self.procs[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL, start_new_session=True)
+        log.close()
+
+    def make_bridge(self) -> None:
+        """The node's network, before the API server: it listens on the bridge address."""
+        _run("ip", "link", "add", BRIDGE, "type", "bridge")
+        _run("ip", "addr", "add", f"{NODE_IP}/24", "dev", BRIDGE)
+        _run("ip", "link", "set", BRIDGE, "up")
+        for key, value in (("net/ipv4/ip_forward", "1"),
+                           ("net/bridge/bridge-nf-call-iptables", "1")):
+            with contextlib.suppress(OSError):
+                Path("/proc/sys", key).write_text(value)
+
+    def _start_containerd(self) -> None:
+        (self.root / "cni").mkdir(exist_ok=True)
+        conf = json.dumps(cni_config()).replace("{root}", str(self.root))
+        (self.root / "cni" / "10-llmop.conflist").write_text(conf)
+        config = self.root / "containerd.toml"
+        config.write_text(CONTAINERD_CONFIG.format(root=self.root, pause=PAUSE_IMAGE))
+        self._spawn("containerd", ["containerd", "--config", str(config)])
+        self._wait("containerd", lambda: self.socket.exists() and self._ctr(
+            "version", check=False).returncode == 0, 30)
+
+    def _ctr(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return _run("ctr", "--address", str(self.socket), "-n", "k8s.io", *args, check=check)
+
+    def import_image(self, archive: Path) -> None:
+        """Import a docker-archive tar (tools/images.py builds them) into the node."""
+        self._ctr("images", "import", str(archive))
+
+    def _start_dns(self) -> None:
+        self.hosts_file.parent.mkdir(exist_ok=True)
+        self.hosts_file.write_text("")
+        self._spawn("dnsmasq", [
+            "dnsmasq", "--keep-in-foreground", "--no-resolv", "--no-hosts", "--no-negcache",
+            "--bind-interfaces", f"--listen-address={NODE_IP}", "--except-interface=lo",
+            f"--addn-hosts={self.hosts_file}", f"--pid-file={self.root / 'dns' / 'pid'}",
+            "--local-service", "--log-facility=-", f"--local=/{CLUSTER_DOMAIN}/",
+            "--user=root"])  # its hosts file lies in a directory only root may read
+        self._wait("dnsmasq", (self.root / "dns" / "pid").exists, 10)
+        self._feeder = threading.Thread(target=self._feed_dns, name="dns-feed", daemon=True)
+        self._feeder.start()
+
+    def _feed_dns(self) -> None:
+        """Keep dnsmasq's hosts file equal to the cluster's Services (a watch, relisted)."""
+        context = ssl.create_default_context(cafile=str(self.plane.ca_file))
+        services: dict[str, str] = {}
+        while not self._stopping.is_set():
+            try:
+                listing = self._get("/api/v1/services", context)
+                services = {_dns_key(s): s["spec"].get("clusterIP", "")
+                            for s in listing["items"]}
+                self._write_hosts(services)
+                version = listing["metadata"]["resourceVersion"]
+                request = urllib.request.Request(
+                    f"{self.plane.server}/api/v1/services?watch=1&resourceVersion={version}"
+                    "&timeoutSeconds=300", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+                with urllib.request.urlopen(request, context=context, timeout=330) as stream:
+                    for line in stream:
+                        if self._stopping.is_set():
+                            return
+                        event = json.loads(line)
+                        if event["type"] == "ERROR":
+                            break
+                        service = event["object"]
+                        if event["type"] == "DELETED":
+                            services.pop(_dns_key(service), None)
+                        else:
+                            services[_dns_key(service)] = service["spec"].get("clusterIP", "")
+                        self._write_hosts(services)
+            except (OSError, ValueError, KeyError):
+                self._stopping.wait(0.5)  # the API server restarts or stops: retry
+
+    def _get(self, path: str, context: ssl.SSLContext) -> dict[str, Any]:
+        request = urllib.request.Request(f"{self.plane.server}{path}",
+                                         headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+        with urllib.request.urlopen(request, context=context, timeout=30) as r:
+            return json.loads(r.read())  # type: ignore[no-any-return]
+
+    def _write_hosts(self, services: dict[str, str]) -> None:
+        lines = [f"{ip} {name}.svc.{CLUSTER_DOMAIN}\n" for name, ip in sorted(services.items())
+                 if ip and ip != "None"]
+        partial = self.hosts_file.with_suffix(".partial")
+        partial.write_text("".join(lines))
+        os.replace(partial, self.hosts_file)
+        proc = self.procs.get("dnsmasq")
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGHUP)
+
+    def _make_cgroups(self) -> None:
+        """The pods' cgroup root in every v1 hierarchy (cpuset: with its parent's CPUs)."""
+        for hierarchy in Path("/sys/fs/cgroup").iterdir():
+            if hierarchy.name == "unified" or not (hierarchy / "cgroup.procs").exists():
+                continue
+            top = hierarchy / CGROUP_ROOT
+            top.mkdir(exist_ok=True)
+            for knob in ("cpuset.cpus", "cpuset.mems"):
+                if (top / knob).exists() and not _read(top / knob).strip():
+                    (top / knob).write_text(_read(hierarchy / knob))
+
+    def _start_kubelet(self) -> None:
+        self._make_cgroups()
+        config = {
+            "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
+            "containerRuntimeEndpoint": f"unix://{self.socket}",
+            "cgroupDriver": "cgroupfs", "cgroupRoot": f"/{CGROUP_ROOT}",
+            "failCgroupV1": False, "failSwapOn": False,
+            "address": NODE_IP, "port": free_port(), "readOnlyPort": 0,
+            "healthzBindAddress": "127.0.0.1", "healthzPort": free_port(),
+            "clusterDNS": [NODE_IP], "clusterDomain": CLUSTER_DOMAIN,
+            "resolvConf": str(self._resolv_conf()),
+            "authentication": {"x509": {"clientCAFile": str(self.plane.ca_file)},
+                               "anonymous": {"enabled": False},
+                               "webhook": {"enabled": False}},
+            "authorization": {"mode": "AlwaysAllow"},
+            "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%",
+                             "imagefs.available": "1%", "nodefs.inodesFree": "1%"},
+            "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
+            "serializeImagePulls": False, "registerNode": True,
+            "nodeStatusUpdateFrequency": "2s", "syncFrequency": "5s",
+            "fileCheckFrequency": "5s", "rotateCertificates": False,
+            "localStorageCapacityIsolation": True,
+        }
+        path = self.root / "kubelet.yaml"
+        path.write_text(json.dumps(config))
+        self._spawn("kubelet", [
+            str(binary_dir() / "kubelet"), f"--config={path}",
+            f"--kubeconfig={self.plane.kubeconfig}", f"--root-dir={self.root / 'kubelet'}",
+            f"--hostname-override={NODE_NAME}", f"--node-ip={NODE_IP}",
+            f"--cert-dir={self.root / 'kubelet-pki'}", "--v=1"])
+
+    def _resolv_conf(self) -> Path:
+        """What pods get beside the cluster DNS: nothing outside (no search domains)."""
+        path = self.root / "resolv.conf"
+        path.write_text(f"nameserver {NODE_IP}\n")
+        return path
+
+    def _start_proxy(self) -> None:
+        config = {
+            "apiVersion": "kubeproxy.config.k8s.io/v1alpha1", "kind": "KubeProxyConfiguration",
+            "clientConnection": {"kubeconfig": str(self.plane.kubeconfig)},
+            "mode": "iptables", "clusterCIDR": CLUSTER_CIDR,
+            "bindAddress": "127.0.0.1",
+            "healthzBindAddress": f"127.0.0.1:{free_port()}",
+            "metricsBindAddress": f"127.0.0.1:{free_port()}",
+            "nodePortAddresses": [POD_SUBNET],
+            "conntrack": {"maxPerCore": 0},  # leave the machine's conntrack table alone
+            "iptables": {"syncPeriod": "10s", "minSyncPeriod": "0s"},
+        }
+        path = self.root / "kube-proxy.yaml"
+        path.write_text(json.dumps(config))
+        self._spawn("kube-proxy", [str(binary_dir() / "kube-proxy"), f"--config={path}",
+                                   f"--hostname-override={NODE_NAME}"])
+
+    def _wait(self, name: str, check: Any, timeout: float, what: str = "") -> None:
+        deadline = time.monotonic() + timeout
+        while not check():
+            proc = self.procs.get(name)
+            if proc is not None and proc.poll() is not None:
+                raise NodeError(f"{name} exited ({proc.returncode}): see "
+                                f"{self.root / (name + '.log')}")
+            if time.monotonic() > deadline:
+                raise NodeError(f"{what or name + ' not up'} in {timeout:.0f} s: see "
+                                f"{self.root / (name + '.log')}")
+            time.sleep(0.1)  # a process we do not control: nothing to wait on
+
+    def wait_node_ready(self, timeout: float) -> None:
+        def ready() -> bool:
+            status, node = self.plane.request("GET", f"/api/v1/nodes/{NODE_NAME}")
+            conditions = {c["type"]: c["status"]
+                          for c in (node or {}).get("status", {}).get("conditions", [])} \
+                if status == 200 else {}
+            return conditions.get("Ready") == "True"
+        for name in ("kubelet", "kube-proxy", "kube-scheduler"):
+            proc = self.procs[name]
+            if proc.poll() is not None:
+                raise NodeError(f"{name} exited ({proc.returncode}): see "
+                                f"{self.root / (name + '.log')}")
+        self._wait("kubelet", ready, timeout, what=f"node {NODE_NAME} not Ready")
+
+    # --- stop --------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop everything this node started; see the module doc."""
+        self._stopping.set()
+        for name in ("kube-proxy", "kube-scheduler", "kubelet", "dnsmasq"):
+            self._stop(name)
+        self._kill_pods()
+        self._stop("containerd")
+        self._kill_shims()
+        self._unmount()
+        _run(str(binary_dir() / "kube-proxy"), "--cleanup", check=False)
+        self._remove_kubelet_chains()
+        _run("ip", "link", "del", BRIDGE, check=False)
+        self._remove_cgroups()
+
+    def _stop(self, name: str) -> None:
+        proc = self.procs.pop(name, None)
+        if proc is None or proc.poll() is not None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    @staticmethod
+    def _cgroup_dirs() -> list[Path]:
+        return [d for d in Path("/sys/fs/cgroup").glob(f"*/{CGROUP_ROOT}") if d.is_dir()]
+
+    def _kill_pods(self) -> None:
+        """SIGKILL every process in the pods' cgroup tree (frozen first, so none forks)."""
+        for _ in range(20):
+            pids = {int(p) for d in self._cgroup_dirs() for procs in d.rglob("cgroup.procs")
+                    for p in _read(procs).split()}
+            if not pids:
+                return
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.05)  # the kernel reaps them asynchronously
+
+    def _kill_shims(self) -> None:
+        """containerd-shim-runc-v2 processes outlive containerd: end this node's."""
+        marker = str(self.socket).encode()
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            with contextlib.suppress(OSError):
+                cmdline = (proc / "cmdline").read_bytes()
+                if b"containerd-shim" in cmdline and marker in cmdline:
+                    os.kill(int(proc.name), signal.SIGKILL)
+
+    def _unmount(self) -> None:
+        root = str(self.root)
+        mounts = [line.split()[4] for line in _read(Path("/proc/self/mountinfo")).splitlines()]
+        for point in sorted((m for m in mounts if m.startswith(root)), key=len, reverse=True):
+            _run("umount", "-l", point, check=False)
+
+    @staticmethod
+    def _remove_kubelet_chains() -> None:
+        """What the kubelet adds to iptables (KUBE-FIREWALL, canaries, hints), which
+        kube-proxy's --cleanup leaves: the rules that jump to them, then the chains."""
+        for table in ("filter", "nat", "mangle"):
+            listing = _run("iptables", "-t", table, "-S", check=False).stdout.splitlines()
+            for rule in listing:
+                words = shlex.split(rule)
+                if words[0] == "-A" and not words[1].startswith("KUBE-") and \
+                        "-j" in words and words[words.index("-j") + 1].startswith("KUBE-"):
+                    _run("iptables", "-t", table, "-D", *words[1:], check=False)
+            chains = [line.split()[1] for line in listing if line.startswith("-N KUBE-")]
+            for chain in chains:
+                _run("iptables", "-t", table, "-F", chain, check=False)
+            for chain in chains:
+                _run("iptables", "-t", table, "-X", chain, check=False)
+
+    def _remove_cgroups(self) -> None:
+        for top in self._cgroup_dirs():
+            for d in sorted((p for p in top.rglob("*") if p.is_dir()),
+                            key=lambda p: len(p.parts), reverse=True):
+                with contextlib.suppress(OSError):
+                    d.rmdir()
+            with contextlib.suppress(OSError):
+                top.rmdir()
+
+    def logs(self) -> str:
+        return f"node logs in {self.root}"
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def _dns_key(service: dict[str, Any]) -> str:
+    meta = service["metadata"]
+    return f"{meta['name']}.{meta['namespace']}"
+
+
+@contextlib.contextmanager
+def node_cluster(root: Path | None = None, images: list[Path] | None = None,
+                 timeout: float = 90, *, controllers: bool = True
+                 ) -> Iterator[tuple[ControlPlane, Node]]:
+    """A control plane and one real node, stopped (exactly their processes) when it ends.
+
+    Without ``controllers`` the controller manager is left for the caller to start (after
+    installing CRDs, so that its garbage collector knows them from the start).
+    """
+    reason = node_missing()
+    if reason:
+        raise NodeError(reason)
+    base = root or Path(tempfile.mkdtemp(prefix="llmop-node-"))
+    plane = ControlPlane(base / "control-plane", address=NODE_IP)
+    plane.root.mkdir(parents=True, exist_ok=True)
+    node = Node(plane, base / "node")
+    try:
+        node.make_bridge()
+        plane.start(controllers=controllers)
+        node.start(images or [], timeout)
+        yield plane, node
+    finally:
+        node.stop()
+        plane.stop()
+
+
+if __name__ == "__main__":
+    sys.exit("use tests/testcluster.py (make cluster)")

@@ -1,0 +1,326 @@
+"""Build the project's images without Docker or a registry: docker-archive tars for containerd.
+
+    python tools/images.py [all|pause|operator|llama-server] [--cache DIR]
+
+Prints the path of each archive (import with `ctr -n k8s.io images import FILE`). Images:
+
+- ``llmop.local/llm-operator:dev``: what the Dockerfile builds (entrypoint ``llmop``, user
+  65532, everything under /opt/llmop, bytecode compiled so the root filesystem can be
+  read-only), from Debian bookworm's python3 and the project installed with pip;
+- ``llmop.local/llama-server:<llama.cpp build>``: llama.cpp's server compiled from the
+  llama-cpp-python sdist the project pins (``/app/llama-server``, as the renderer runs it);
+- ``registry.k8s.io/pause:3.10``: the pod sandbox, from ../shared/k8s/pause.xz.
+
+Layers are cached by content hash in ``$LLMOP_CACHE`` (default ``~/.cache/llm-operator``):
+the Debian root filesystem (mmdebstrap), the project's dependencies (by pyproject.toml),
+the project (by src/), the llama-server build (by sdist and compiler flags). A second run
+reuses every layer whose inputs did not change. Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import io
+import json
+import lzma
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_K8S = REPO.parent / "shared" / "k8s"
+LLAMA_CPP_PYTHON = "0.3.36"  # the sdist whose vendor/llama.cpp is built (pyproject's pin)
+OPERATOR_TAG = "llmop.local/llm-operator:dev"
+LLAMA_TAG = f"llmop.local/llama-server:{LLAMA_CPP_PYTHON}"
+PAUSE_TAG = "registry.k8s.io/pause:3.10"
+SUITE = "bookworm"
+BASE_PACKAGES = ("python3", "ca-certificates", "libgomp1", "libstdc++6")
+UID = 65532
+# llama.cpp for any x86-64 CPU with AVX2 (as the Makefile builds it for `llmop up`), no
+# web UI (nothing downloaded), no TLS (the server sits behind a Service), one static binary.
+LLAMA_FLAGS = ("-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_BUILD_UI=OFF",
+               "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TESTS=OFF",
+               "-DLLAMA_BUILD_EXAMPLES=OFF", "-DGGML_NATIVE=OFF", "-DGGML_AVX=ON",
+               "-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_F16C=ON", "-DGGML_BMI2=ON")
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("LLMOP_CACHE", Path.home() / ".cache" / "llm-operator"))
+
+
+def say(text: str) -> None:
+    print(f">> {text}", file=sys.stderr, flush=True)
+
+
+def digest(parts: Iterable[bytes | str]) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part.encode() if isinstance(part, str) else part)
+        h.update(b"\0")
+    return h.hexdigest()[:16]
+
+
+def tree_digest(root: Path) -> str:
+    files = sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    return digest(x for p in files for x in (str(p.relative_to(root)), p.read_bytes()))
+
+
+def run(argv: list[str], log: Path, what: str, **kwargs: object) -> None:
+    """Run a build step; on failure, its log's last lines and the log's path."""
+    with log.open("ab") as out:
+        result = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, check=False,
+                                **kwargs)  # type: ignore[call-overload]
+    if result.returncode != 0:
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:])
+        raise SystemExit(f"{what} failed (exit {result.returncode}); log: {log}\n{tail}")
+
+
+def need(tool: str, package: str) -> None:
+    if shutil.which(tool) is None:
+        raise SystemExit(f"{tool} is missing: apt-get install {package}")
+
+
+# --- layers -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Layer:
+    """An uncompressed layer tar in the cache and its sha256 (the image's diff_id)."""
+
+    path: Path
+
+    @property
+    def diff_id(self) -> str:
+        sums = self.path.with_suffix(".sha256")
+        if not sums.exists():
+            h = hashlib.sha256()
+            with self.path.open("rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    h.update(block)
+            sums.write_text(h.hexdigest())
+        return f"sha256:{sums.read_text().strip()}"
+
+
+def _cached(name: str, key: str) -> tuple[Path, bool]:
+    path = cache_dir() / "layers" / f"{name}-{key}.tar"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path, path.exists()
+
+
+def _tar_tree(tree: Path, out: Path) -> None:
+    """A layer from a directory: root-owned, fixed times, sorted (same input, same hash)."""
+    partial = out.with_suffix(".partial")
+    with tarfile.open(partial, "w", format=tarfile.PAX_FORMAT) as tar:
+        for path in sorted(tree.rglob("*")):
+            info = tar.gettarinfo(str(path), arcname=str(path.relative_to(tree)))
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            info.mtime = 0
+            if info.isfile():
+                with path.open("rb") as f:
+                    tar.addfile(info, f)
+            else:
+                tar.addfile(info)
+    os.replace(partial, out)
+
+
+def base_layer() -> Layer:
+    """Debian bookworm's essential packages plus python3 and the C++ runtime (mmdebstrap)."""
+    hook = (f'echo "llmop:x:{UID}:{UID}::/tmp:/usr/sbin/nologin" >> "$1/etc/passwd"; '
+            f'echo "llmop:x:{UID}:" >> "$1/etc/group"; '
+            'rm -rf "$1"/usr/share/doc/* "$1"/usr/share/man/* "$1"/var/cache/apt/* '
+            '"$1"/var/lib/apt/lists/*')
+    argv = ["mmdebstrap", "--variant=essential", f"--include={','.join(BASE_PACKAGES)}",
+            "--skip=output/dev", "--format=tar", f"--customize-hook={hook}", SUITE]
+    path, hit = _cached("debian", digest(argv))
+    if not hit:
+        need("mmdebstrap", "mmdebstrap")
+        say(f"building the Debian {SUITE} root filesystem (mmdebstrap, ~1 minute)")
+        partial = path.with_suffix(".partial")
+        run([*argv, str(partial)], path.with_suffix(".log"), "mmdebstrap")
+        os.replace(partial, path)
+    return Layer(path)
+
+
+def _pip(args: list[str], log: Path) -> None:
+    run([sys.executable, "-m", "pip", "install", "--quiet", "--no-compile",
+         "--disable-pip-version-check", *args], log, "pip install")
+
+
+def _compile(tree: Path, log: Path) -> None:
+    # unchecked-hash: the layer's fixed file times never make the bytecode look stale
+    run([sys.executable, "-m", "compileall", "-q", "--invalidation-mode", "unchecked-hash",
+         str(tree)], log, "compileall")
+
+
+def deps_layer() -> Layer:
+    """Every dependency of llm-operator[image], installed for python3.11 under /opt/llmop."""
+    key = digest([(REPO / "pyproject.toml").read_bytes(), sys.version.split()[0]])
+    path, hit = _cached("llmop-deps", key)
+    if not hit:
+        say("installing the project's dependencies for the image (pip)")
+        with tempfile.TemporaryDirectory() as tmp:
+            site = Path(tmp) / "opt" / "llmop" / "lib"
+            log = path.with_suffix(".log")
+            _pip(["--target", str(site), f"{REPO}[image]"], log)
+            for own in site.glob("llm_operator*"):
+                shutil.rmtree(own)
+            shutil.rmtree(site / "bin", ignore_errors=True)
+            _compile(site, log)
+            _tar_tree(Path(tmp), path)
+    return Layer(path)
+
+
+LAUNCHER = """#!/bin/sh
+# llm-operator's entrypoint: the project and its dependencies live in /opt/llmop/lib.
+exec /usr/bin/python3 -m {module} "$@"
+"""
+
+
+def project_layer() -> Layer:
+    """The project itself (src/llm_operator) and the `llmop` and `hf` commands."""
+    path, hit = _cached("llmop-src", tree_digest(REPO / "src" / "llm_operator"))
+    if not hit:
+        say("adding the project to the image")
+        with tempfile.TemporaryDirectory() as tmp:
+            root = Path(tmp)
+            site = root / "opt" / "llmop" / "lib"
+            shutil.copytree(REPO / "src" / "llm_operator", site / "llm_operator",
+                            ignore=shutil.ignore_patterns("__pycache__"))
+            _compile(site, path.with_suffix(".log"))
+            bin_dir = root / "usr" / "local" / "bin"
+            bin_dir.mkdir(parents=True)
+            for name, module in (("llmop", "llm_operator"),
+                                 ("hf", "huggingface_hub.cli.hf")):
+                launcher = bin_dir / name
+                launcher.write_text(LAUNCHER.format(module=module))
+                launcher.chmod(0o755)
+            _tar_tree(root, path)
+    return Layer(path)
+
+
+def llama_layer() -> Layer:
+    """llama.cpp's llama-server, statically linked, at /app/llama-server."""
+    key = digest([LLAMA_CPP_PYTHON, *LLAMA_FLAGS])
+    path, hit = _cached("llama-server", key)
+    if not hit:
+        need("cmake", "cmake")
+        need("g++", "g++")
+        work = cache_dir() / "build" / f"llama-server-{key}"
+        work.mkdir(parents=True, exist_ok=True)
+        log = path.with_suffix(".log")
+        source = work / f"llama_cpp_python-{LLAMA_CPP_PYTHON}" / "vendor" / "llama.cpp"
+        if not source.exists():
+            say(f"fetching the llama-cpp-python {LLAMA_CPP_PYTHON} sdist (llama.cpp's source)")
+            run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+                 "--no-binary", ":all:", f"llama-cpp-python=={LLAMA_CPP_PYTHON}", "-d",
+                 str(work)], log, "pip download")
+            with tarfile.open(work / f"llama_cpp_python-{LLAMA_CPP_PYTHON}.tar.gz") as tar:
+                tar.extractall(work, filter="data")
+        say(f"compiling llama-server (5-10 minutes on 2 cores, once; log: {log})")
+        build = work / "build"
+        run(["cmake", "-S", str(source), "-B", str(build), *LLAMA_FLAGS], log, "cmake")
+        run(["cmake", "--build", str(build), "--target", "llama-server",
+             f"-j{os.cpu_count() or 2}"], log, "compiling llama-server")
+        with tempfile.TemporaryDirectory() as tmp:
+            app = Path(tmp) / "app"
+            app.mkdir()
+            shutil.copy2(build / "bin" / "llama-server", app / "llama-server")
+            run(["strip", str(app / "llama-server")], log, "strip")
+            _tar_tree(Path(tmp), path)
+        shutil.rmtree(work, ignore_errors=True)
+    return Layer(path)
+
+
+def pause_layer() -> Layer:
+    source = SHARED_K8S / "pause.xz"
+    path, hit = _cached("pause", digest([source.read_bytes()]))
+    if not hit:
+        with tempfile.TemporaryDirectory() as tmp:
+            with lzma.open(source) as packed:
+                (Path(tmp) / "pause").write_bytes(packed.read())
+            (Path(tmp) / "pause").chmod(0o755)
+            _tar_tree(Path(tmp), path)
+    return Layer(path)
+
+
+# --- images -------------------------------------------------------------------------------
+
+
+def image(tag: str, layers: list[Layer], *, entrypoint: list[str], user: str = "",
+          env: dict[str, str] | None = None, workdir: str = "/") -> Path:
+    """A docker-archive tar of ``layers``: cached by its layers and settings."""
+    config = {
+        "architecture": "amd64", "os": "linux",
+        "config": {"Entrypoint": entrypoint, "User": user, "WorkingDir": workdir,
+                   "Env": [f"{k}={v}" for k, v in (env or {}).items()]},
+        "rootfs": {"type": "layers", "diff_ids": [layer.diff_id for layer in layers]},
+    }
+    blob = json.dumps(config, sort_keys=True).encode()
+    name = tag.rsplit("/", 1)[-1].replace(":", "-")
+    out = cache_dir() / "images" / f"{name}-{digest([blob, tag])}.tar"
+    if out.exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_suffix(".partial")
+    config_name = f"{hashlib.sha256(blob).hexdigest()}.json"
+    with tarfile.open(partial, "w") as tar:
+        _add_bytes(tar, config_name, blob)
+        names = []
+        for layer in layers:
+            arcname = f"{layer.diff_id.removeprefix('sha256:')}/layer.tar"
+            tar.add(str(layer.path), arcname=arcname)
+            names.append(arcname)
+        manifest = [{"Config": config_name, "RepoTags": [tag], "Layers": names}]
+        _add_bytes(tar, "manifest.json", json.dumps(manifest).encode())
+    os.replace(partial, out)
+    return out
+
+
+def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    tar.addfile(info, io.BytesIO(data))
+
+
+PYTHON_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "PYTHONPATH": "/opt/llmop/lib",
+              "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1", "HOME": "/tmp",
+              "HF_HUB_DISABLE_TELEMETRY": "1"}
+
+
+def operator_image() -> Path:
+    return image(OPERATOR_TAG, [base_layer(), deps_layer(), project_layer()],
+                 entrypoint=["llmop"], user=f"{UID}:{UID}", env=PYTHON_ENV, workdir="/tmp")
+
+
+def llama_image() -> Path:
+    return image(LLAMA_TAG, [base_layer(), llama_layer()], entrypoint=["/app/llama-server"],
+                 env={"PATH": "/app:/usr/bin:/bin", "HOME": "/tmp"})
+
+
+def pause_image() -> Path:
+    return image(PAUSE_TAG, [pause_layer()], entrypoint=["/pause"])
+
+
+BUILDERS = {"pause": pause_image, "operator": operator_image, "llama-server": llama_image}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("which", nargs="*", default=["all"],
+                        choices=["all", *BUILDERS], help="images to build (default: all)")
+    args = parser.parse_args()
+    names = list(BUILDERS) if "all" in args.which else args.which
+    for name in names:
+        print(BUILDERS[name]())
+
+
+if __name__ == "__main__":
+    main()
