@@ -12,6 +12,7 @@ SAMPLES = REPO / "config" / "samples"
 GUIDE_SAMPLES = sorted(SAMPLES.glob("*.yaml"))
 EDGE_SAMPLES = sorted((SAMPLES / "edge").glob("*.yaml"))
 LOCAL_EXAMPLES = REPO / "examples" / "local"
+CLUSTER_EXAMPLES = sorted((REPO / "examples" / "cluster").glob("*.yaml"))
 
 
 def load_yaml(path: Path) -> Any:

@@ -19,10 +19,10 @@ from llm_operator.render import RenderError, render
 from llm_operator.render.workload import cpu_quantity
 
 from k8s_schemas import validate_object
-from samples import EDGE_SAMPLES, GUIDE_SAMPLES, load_yaml, sample_doc
+from samples import CLUSTER_EXAMPLES, EDGE_SAMPLES, GUIDE_SAMPLES, load_yaml, sample_doc
 
 GOLDEN = Path(__file__).parent / "golden"
-ALL_SAMPLES = GUIDE_SAMPLES + EDGE_SAMPLES
+ALL_SAMPLES = GUIDE_SAMPLES + EDGE_SAMPLES + CLUSTER_EXAMPLES
 UID = "00000000-0000-4000-8000-000000000001"
 
 
@@ -231,11 +231,16 @@ def test_settings_override_images_selectors_and_storage() -> None:
     ("ollama flag", {"acceleratorVendor": "cpu", "inferenceEngine": "ollama",
                      "quantization": "GGUF-Q4_K_M", "resources": {"acceleratorCount": 0},
                      "engineArgs": {"top-k": "5"}}, {}, "Ollama takes no flags"),
-    ("a file on one machine", {"acceleratorVendor": "cpu", "inferenceEngine": "llamacpp",
+    ("a file relative to the YAML", {"acceleratorVendor": "cpu", "inferenceEngine": "llamacpp",
+                                     "quantization": "GGUF-Q4_K_M", "resources": {
+                                         "acceleratorCount": 0},
+                                     "modelSource": {"type": "file", "path": "m.gguf"}}, {},
+     "'m.gguf' is relative: in a cluster give the GGUF file's absolute path on the node"),
+    ("a model pip installed", {"acceleratorVendor": "cpu", "inferenceEngine": "llamacpp",
                                "quantization": "GGUF-Q4_K_M", "resources": {
                                    "acceleratorCount": 0},
-                               "modelSource": {"type": "file", "path": "m.gguf"}}, {},
-     "serve it with `llmop up`, or use huggingface, s3 or oci"),
+                               "modelSource": {"type": "file", "pythonPackage": "a-gguf"}}, {},
+     "a model installed by pip lives on one machine"),
 ])
 def test_unplaceable_models_render_nothing(base_local: dict[str, Any], case: str,
                                            patch: dict[str, Any], settings: dict[str, Any],

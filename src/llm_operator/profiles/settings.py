@@ -192,6 +192,11 @@ class Settings(_Settings):
     startup_timeout_seconds: int = Field(
         1800, ge=60, description="How long a model may take to load before liveness applies."
     )
+    drain_seconds: int = Field(
+        20, ge=0, le=3600,
+        description="How long an inference pod that is shutting down (rollout, scale-down, "
+        "eviction) keeps serving its in-flight requests after it has left its Service: a "
+        "preStop sleep, then the engine is stopped. Raise it for long generations.")
     prometheus_address: str = (
         "http://prometheus-kube-prometheus-prometheus.monitoring.svc.cluster.local:9090"
     )

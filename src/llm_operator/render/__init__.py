@@ -37,11 +37,7 @@ def placement_problems(model: LLMModel, settings: Settings, model_plan: Plan) ->
                          "an adapter on one machine, which a cluster cannot reach: serve it "
                          "with `llmop up`, or use huggingface, s3, oci or pvc")
                  for a in spec.lora_adapters or () if a.source.type == "file"]
-    if spec.model_source is not None and spec.model_source.type == "file":
-        problems.append(Problem(
-            "spec.modelSource.type",
-            "file names a model on one machine, which a cluster cannot reach: serve it with "
-            "`llmop up`, or use huggingface, s3 or oci to run it in a cluster"))
+    problems += workload.node_file_problems(spec)
     vp = vendor(spec.accelerator_vendor)
     if engine_image(vp, spec.inference_engine, settings) is None:
         reason = vp.unsupported_reason.get(spec.inference_engine, "no image configured")
@@ -104,7 +100,8 @@ def _render_local(
     cache = model_plan.cache_size_gib * (2 if eng.name == "ollama" else 1)  # Ollama copies it
     autoscaled = scaling.autoscaled(model)
     objects = [
-        workload.model_cache_pvc(model, cache, settings, owner_uid),
+        *([] if workload.node_file(spec) else
+          [workload.model_cache_pvc(model, cache, settings, owner_uid)]),
         *([adapters.config_map(model, workload.COMPONENT, owner_uid)]
           if adapters.synced(spec) else []),
         workload.inference_deployment(
