@@ -1,16 +1,41 @@
-"""The opt-in end-to-end suite: a real cluster from $KUBECONFIG, selected with `-m e2e`."""
+"""The end-to-end suite's session fixture: a real node with the operator installed.
+
+One node cluster for the session (tests/realnode.py): the images built by tools/images.py
+(cached by content hash) imported into its containerd, the operator installed with
+`kubectl apply -k tests/e2e/install` (config/default with the local image tags), and the
+Gemma 3 270M GGUF file from PyPI placed where examples/cluster/gemma-270m.yaml expects it.
+"""
 
 from __future__ import annotations
 
-import os
+import sys
+from collections.abc import Iterator
 
 import pytest
+from e2e_cluster import INSTALL, OPERATOR_NS, NodeCluster, place_gemma_file
+
+from realnode import node_cluster, node_missing
+
+from controlplane import missing
+from samples import REPO
+
+sys.path.insert(0, str(REPO / "tools"))
+import images
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if os.environ.get("KUBECONFIG"):
-        return
-    skip = pytest.mark.skip(reason="needs a real cluster: set KUBECONFIG (docs/testing.md)")
-    for item in items:
-        if "e2e" in item.keywords:
-            item.add_marker(skip)
+@pytest.fixture(scope="session")
+def kube_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeCluster]:
+    """A control plane and a real node with the operator installed and Available."""
+    reason = missing() or node_missing()
+    if reason:
+        pytest.fail(f"the test node cannot start: {reason}")
+    archives = [images.pause_image(), images.operator_image(), images.llama_image()]
+    place_gemma_file()
+    with node_cluster(tmp_path_factory.mktemp("cluster"), archives,
+                      controllers=False) as (plane, node):
+        plane.kubectl("apply", "-k", str(INSTALL))
+        plane.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+        plane.start_controller_manager()  # its garbage collector knows LLMModel from the start
+        plane.kubectl("-n", OPERATOR_NS, "rollout", "status", "deployment/llm-operator",
+                      "--timeout=120s")
+        yield NodeCluster(plane, node)

