@@ -42,6 +42,7 @@ LLAMA_TAG = f"llmop.local/llama-server:{LLAMA_CPP_PYTHON}"
 PAUSE_TAG = "registry.k8s.io/pause:3.10"
 SUITE = "bookworm"
 BASE_PACKAGES = ("python3", "ca-certificates", "libgomp1", "libstdc++6")
+DEBIAN_PYTHON = "3.11.2"  # bookworm's python3: markers are evaluated for it
 UID = 65532
 # llama.cpp for any x86-64 CPU with AVX2 (as the Makefile builds it for `llmop up`), no
 # web UI (nothing downloaded), no TLS (the server sits behind a Service), one static binary.
@@ -160,9 +161,37 @@ def _compile(tree: Path, log: Path) -> None:
          str(tree)], log, "compileall")
 
 
+def _missing_for_image(site: Path) -> list[str]:
+    """Requirements of the installed packages that Debian's Python needs and pip skipped.
+
+    pip evaluates markers for the Python it runs on, not the image's: on 3.11.7 it skips
+    redis's `async-timeout; python_full_version < '3.11.3'`, which Debian's 3.11.2 imports
+    (the router crashed on the test node without it).
+    """
+    from pip._vendor.packaging.markers import default_environment  # noqa: PLC0415
+    from pip._vendor.packaging.requirements import Requirement  # noqa: PLC0415
+    from pip._vendor.packaging.utils import canonicalize_name  # noqa: PLC0415
+
+    env = {**default_environment(), "python_full_version": DEBIAN_PYTHON,
+           "python_version": DEBIAN_PYTHON.rsplit(".", 1)[0], "extra": ""}
+    installed = {canonicalize_name(d.name.split("-")[0]) for d in site.glob("*.dist-info")}
+    missing = []
+    for metadata in sorted(site.glob("*.dist-info/METADATA")):
+        for line in metadata.read_text(errors="replace").splitlines():
+            if not line.startswith("Requires-Dist:"):
+                continue
+            requirement = Requirement(line.partition(":")[2].strip())
+            wanted = requirement.marker is None or requirement.marker.evaluate(env)
+            if wanted and canonicalize_name(requirement.name) not in installed:
+                requirement.marker = None
+                missing.append(str(requirement))
+    return sorted(set(missing))
+
+
 def deps_layer() -> Layer:
     """Every dependency of llm-operator[image], installed for python3.11 under /opt/llmop."""
-    key = digest([(REPO / "pyproject.toml").read_bytes(), sys.version.split()[0]])
+    key = digest([(REPO / "pyproject.toml").read_bytes(), sys.version.split()[0],
+                  DEBIAN_PYTHON])
     path, hit = _cached("llmop-deps", key)
     if not hit:
         say("installing the project's dependencies for the image (pip)")
@@ -170,6 +199,9 @@ def deps_layer() -> Layer:
             site = Path(tmp) / "opt" / "llmop" / "lib"
             log = path.with_suffix(".log")
             _pip(["--target", str(site), f"{REPO}[image]"], log)
+            while missing := _missing_for_image(site):
+                say(f"adding what Debian's Python {DEBIAN_PYTHON} needs: {', '.join(missing)}")
+                _pip(["--target", str(site), *missing], log)
             for own in site.glob("llm_operator*"):
                 shutil.rmtree(own)
             shutil.rmtree(site / "bin", ignore_errors=True)
