@@ -380,6 +380,7 @@ def operator(namespaces: tuple[str, ...], *, all_namespaces: bool, settings_path
     """
     import asyncio  # noqa: PLC0415 - the operator's dependencies only for this command
     import os  # noqa: PLC0415
+    import signal  # noqa: PLC0415
     import socket  # noqa: PLC0415
 
     from llm_operator.kube import connection  # noqa: PLC0415
@@ -394,10 +395,20 @@ def operator(namespaces: tuple[str, ...], *, all_namespaces: bool, settings_path
     identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
     leader = LeaseTerms(namespace=lease_namespace, identity=identity, name=lease_name) \
         if leader_elect else None
+    async def main() -> None:
+        # In a container the operator is PID 1, which ignores SIGTERM unless it handles it:
+        # a deleted leader pod then renewed its Lease until SIGKILL, 30 s, and the standby
+        # waited out the Lease on top. On SIGTERM it stops and hands the Lease back.
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await run_operator(connection(), settings, namespaces=namespaces,
+                           resync_seconds=resync, workers=workers, liveness=liveness,
+                           metrics_port=metrics_port, leader=leader, stop=stop)
+
     try:
-        asyncio.run(run_operator(connection(), settings, namespaces=namespaces,
-                                 resync_seconds=resync, workers=workers, liveness=liveness,
-                                 metrics_port=metrics_port, leader=leader))
+        asyncio.run(main())
     except LeadershipLost as exc:
         raise click.ClickException(str(exc)) from None
 
