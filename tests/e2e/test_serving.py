@@ -11,51 +11,32 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
-from typing import Any
 
 import openai
 import pytest
 import yaml
-from e2e_cluster import GEMMA, GEMMA_SHA256, OPERATOR_NS, NodeCluster, kubectl_watch
+from e2e_cluster import (
+    GEMMA,
+    GEMMA_ID,
+    GEMMA_NAME,
+    GEMMA_SHA256,
+    MODELS_NS,
+    OPERATOR_NS,
+    NodeCluster,
+    kubectl_watch,
+)
 from load import SteadyLoad
 
 pytestmark = pytest.mark.e2e
-NS = "ai-models"
-NAME = "gemma-270m"
-MODEL_ID = "gemma-3-270m"
+NS, NAME, MODEL_ID = MODELS_NS, GEMMA_NAME, GEMMA_ID
 OPERATOR_SA = f"system:serviceaccount:{OPERATOR_NS}:llm-operator"
 
 
-def _json(cluster: NodeCluster, *args: str) -> Any:
-    return json.loads(cluster.kubectl(*args, "-o", "json"))
-
-
-def _wait_phase(cluster: NodeCluster, name: str, phase: str, timeout: int = 120) -> None:
-    cluster.kubectl("-n", NS, "wait", f"llmmodel/{name}", f"--timeout={timeout}s",
-                    f"--for=jsonpath={{.status.phase}}={phase}")
-
-
-def _service_url(cluster: NodeCluster, name: str = NAME) -> str:
-    ip = cluster.kubectl("-n", NS, "get", "service", name, "-o",
-                         "jsonpath={.spec.clusterIP}")
-    return f"http://{ip}:8000/v1"
-
-
-@pytest.fixture(scope="module")
-def gemma(kube_node: NodeCluster) -> Iterator[NodeCluster]:
-    """The example, applied with kubectl as its header says, until it is Ready."""
-    kube_node.namespace(NS)
-    kube_node.kubectl("apply", "-f", str(GEMMA))
-    _wait_phase(kube_node, NAME, "Ready", 180)
-    yield kube_node
-
-
 def test_the_operator_installs_as_shipped_with_one_leader(kube_node: NodeCluster) -> None:
-    deployment = _json(kube_node, "-n", OPERATOR_NS, "get", "deployment", "llm-operator")
+    deployment = kube_node.json("-n", OPERATOR_NS, "get", "deployment", "llm-operator")
     assert deployment["status"]["readyReplicas"] == 2
-    pods = _json(kube_node, "-n", OPERATOR_NS, "get", "pods")["items"]
-    lease = _json(kube_node, "-n", OPERATOR_NS, "get", "lease", "llm-operator")
+    pods = kube_node.json("-n", OPERATOR_NS, "get", "pods")["items"]
+    lease = kube_node.json("-n", OPERATOR_NS, "get", "lease", "llm-operator")
     assert lease["spec"]["holderIdentity"] in {p["metadata"]["name"] for p in pods}
     for pod in pods:  # what the Dockerfile promises, on the image built without Docker
         (container,) = pod["spec"]["containers"]
@@ -68,7 +49,7 @@ def test_the_operator_installs_as_shipped_with_one_leader(kube_node: NodeCluster
 
 def test_the_example_is_checked_then_served_and_ready_from_its_real_pod(
         gemma: NodeCluster) -> None:
-    model = _json(gemma, "-n", NS, "get", "llmmodel", NAME)
+    model = gemma.json("-n", NS, "get", "llmmodel", NAME)
     status = model["status"]
     assert status["model"]["sha256"] == GEMMA_SHA256  # model-verify read it from the file
     assert status["model"]["architecture"] == "gemma3"
@@ -77,8 +58,8 @@ def test_the_example_is_checked_then_served_and_ready_from_its_real_pod(
     found = gemma.kubectl("get", "llmmodels", "-A", "-o", "name", "-l",  # the guide's query
                           "ai.example.io/domain-general=true,ai.example.io/vram-tier=cpu,"
                           "ai.example.io/deployment-mode=local")
-    assert found.split() == [f"llmmodel.ai.example.io/{NAME}"]
-    (pod,) = _json(gemma, "-n", NS, "get", "pods", "-l", f"app={NAME}")["items"]
+    assert f"llmmodel.ai.example.io/{NAME}" in found.split()
+    (pod,) = gemma.json("-n", NS, "get", "pods", "-l", f"app={NAME}")["items"]
     init = {s["name"]: s["state"]["terminated"] for s in pod["status"]["initContainerStatuses"]}
     assert set(init) == {"model-verify", "model-prepare"}  # nothing to download: a node file
     assert all(t["exitCode"] == 0 for t in init.values())
@@ -86,7 +67,7 @@ def test_the_example_is_checked_then_served_and_ready_from_its_real_pod(
 
 
 def test_a_completion_through_the_service_with_the_openai_sdk(gemma: NodeCluster) -> None:
-    client = openai.OpenAI(base_url=_service_url(gemma), api_key="unused", timeout=60)
+    client = openai.OpenAI(base_url=gemma.service_url(NS, NAME, 8000), api_key="unused", timeout=60)
     answer = client.completions.create(model=MODEL_ID, prompt="Q: What is the capital of "
                                        "France?\nA:", max_tokens=16, stop=["\n"], temperature=0)
     assert "Paris" in answer.choices[0].text
@@ -95,7 +76,7 @@ def test_a_completion_through_the_service_with_the_openai_sdk(gemma: NodeCluster
 
 def test_the_endpoint_in_status_answers_inside_the_cluster(gemma: NodeCluster) -> None:
     """Cluster DNS, the Service and the pod, from a pod: what another workload would use."""
-    endpoint = _json(gemma, "-n", NS, "get", "llmmodel", NAME)["status"]["endpoint"]
+    endpoint = gemma.json("-n", NS, "get", "llmmodel", NAME)["status"]["endpoint"]
     script = (
         "import json, sys, urllib.request\n"
         "body = json.dumps({'model': sys.argv[2], 'prompt': 'Q: 2+2?\\nA:', "
@@ -109,7 +90,7 @@ def test_the_endpoint_in_status_answers_inside_the_cluster(gemma: NodeCluster) -
 
 
 async def test_changing_the_args_rolls_out_with_no_failed_request(gemma: NodeCluster) -> None:
-    load = SteadyLoad(_service_url(gemma), MODEL_ID, clients=3)
+    load = SteadyLoad(gemma.service_url(NS, NAME, 8000), MODEL_ID, clients=3)
     async with load.running():
         while len(load.outcomes) < 3:  # serving before the change
             await asyncio.sleep(0.1)
@@ -119,19 +100,19 @@ async def test_changing_the_args_rolls_out_with_no_failed_request(gemma: NodeClu
                                        "temp": "0.5"}}}))
         await gemma.plane.akubectl("-n", NS, "rollout", "status", f"deployment/{NAME}",
                                    "--timeout=120s", timeout=150)
-        await asyncio.to_thread(_wait_phase, gemma, NAME, "Ready")
+        await asyncio.to_thread(gemma.wait_phase, NS, NAME, "Ready")
         done = len(load.outcomes)
         while len(load.outcomes) < done + 3:  # and serving after it, from the new pod
             await asyncio.sleep(0.1)
     assert load.failures == [], load.summary()
-    args = _json(gemma, "-n", NS, "get", "deployment", NAME)["spec"]["template"]["spec"][
+    args = gemma.json("-n", NS, "get", "deployment", NAME)["spec"]["template"]["spec"][
         "containers"][0]["args"]
     assert args[args.index("--temp") + 1] == "0.5"
 
 
 async def test_a_deleted_engine_pod_degrades_the_model_then_it_recovers(
         gemma: NodeCluster) -> None:
-    load = SteadyLoad(_service_url(gemma), MODEL_ID, clients=3)
+    load = SteadyLoad(gemma.service_url(NS, NAME, 8000), MODEL_ID, clients=3)
     with kubectl_watch(gemma.plane, "-n", NS, "get", f"llmmodel/{NAME}", "--watch",
                        "-o", "jsonpath={.status.phase}{'\\n'}") as phases:
         async with load.running():
@@ -153,18 +134,47 @@ async def test_a_deleted_engine_pod_degrades_the_model_then_it_recovers(
     assert all(o.result == "ok" for o in load.outcomes[recovered + 3:]), load.summary()
 
 
+async def test_a_new_leader_takes_over_and_writes_only_what_changed(gemma: NodeCluster) -> None:
+    """The leader's pod deleted under load: serving goes on (the operator is not in the
+    data path), the standby takes the Lease, and writes nothing until something changes."""
+    plane = gemma.plane
+    leader = gemma.json("-n", OPERATOR_NS, "get", "lease", "llm-operator")["spec"][
+        "holderIdentity"]
+    mark = plane.audit_mark()
+    load = SteadyLoad(gemma.service_url(NS, NAME, 8000), MODEL_ID, clients=2)
+    with kubectl_watch(plane, "-n", OPERATOR_NS, "get", "lease/llm-operator", "--watch",
+                       "-o", "jsonpath={.spec.holderIdentity}{'\\n'}") as holders:
+        async with load.running():
+            await plane.akubectl("-n", OPERATOR_NS, "delete", "pod", leader, "--wait=false")
+            seen = await asyncio.to_thread(holders.until, lambda lines: any(
+                h and h != leader for h in lines), 60)
+            finished = len(load.outcomes)
+            while len(load.outcomes) < finished + 4:
+                await asyncio.sleep(0.1)
+    new_leader = next(h for h in seen if h and h != leader)
+    assert load.failures == [], load.summary()
+    # drift after the takeover is repaired by the new leader, and that is all it wrote
+    gemma.kubectl("-n", NS, "delete", "service", NAME)
+    gemma.kubectl("-n", NS, "wait", "--for=create", f"service/{NAME}", "--timeout=60s")
+    writes = [f"{e['verb']} {e['objectRef'].get('resource')}/{e['objectRef'].get('name', '')}"
+              for e in plane.requests(since=mark, user=OPERATOR_SA)
+              if e["verb"] in {"create", "update", "patch", "delete"}
+              and e["objectRef"].get("name") == NAME]  # this model and its children
+    assert writes == [f"patch services/{NAME}"], (new_leader, writes)
+
+
 def test_a_file_with_the_wrong_sha256_fails_the_model_with_the_reason(
         gemma: NodeCluster) -> None:
     doc = yaml.safe_load(GEMMA.read_text())
     doc["metadata"]["name"] = "gemma-tampered"
     doc["spec"]["modelSource"]["sha256"] = "0" * 64
     gemma.kubectl("apply", "-f", "-", stdin=json.dumps(doc))
-    _wait_phase(gemma, "gemma-tampered", "Failed")
-    model = _json(gemma, "-n", NS, "get", "llmmodel", "gemma-tampered")
+    gemma.wait_phase(NS, "gemma-tampered", "Failed")
+    model = gemma.json("-n", NS, "get", "llmmodel", "gemma-tampered")
     ready = next(c for c in model["status"]["conditions"] if c["type"] == "Ready")
     assert ready["status"] == "False"
     assert "ChecksumMismatch" in json.dumps(model["status"]), model["status"]
-    (pod,) = _json(gemma, "-n", NS, "get", "pods", "-l", "app=gemma-tampered")["items"]
+    (pod,) = gemma.json("-n", NS, "get", "pods", "-l", "app=gemma-tampered")["items"]
     server = pod["status"]["containerStatuses"][0]
     assert "running" not in server["state"]  # never served
     gemma.kubectl("-n", NS, "delete", "llmmodel", "gemma-tampered", "--wait=true",
