@@ -1,0 +1,46 @@
+"""The test node's own failures: each is one line that says which part and where its log is."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from e2e_cluster import NodeCluster
+
+from realnode import Node, NodeError, node_cluster, node_missing
+
+from controlplane import ControlPlane
+
+pytestmark = pytest.mark.e2e
+
+
+def _processes(name: str) -> int:
+    return sum(1 for p in Path("/proc").iterdir() if p.name.isdigit()
+               and (p / "comm").exists() and (p / "comm").read_text().strip() == name)
+
+
+def test_missing_debian_packages_are_named_in_one_line(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    reason = node_missing()
+    assert reason is not None
+    assert reason.startswith("missing Debian packages: apt-get install ")
+    assert "containerd" in reason and "dnsmasq-base" in reason and "\n" not in reason
+
+
+def test_a_second_node_is_refused_and_the_first_keeps_running(
+        kube_node: NodeCluster, tmp_path: Path) -> None:
+    kubelets = _processes("kubelet")
+    with pytest.raises(NodeError, match=r"a test node already runs on this machine \(bridge "
+                       r"llmop0 exists\): stop it with `make cluster-down`"), \
+            node_cluster(tmp_path):
+        pass
+    assert _processes("kubelet") == kubelets == 1
+    kube_node.kubectl("wait", "--for=condition=Ready", "node/node-1", "--timeout=10s")
+
+
+def test_a_part_that_is_not_up_in_time_names_its_log(tmp_path: Path) -> None:
+    node = Node(ControlPlane(tmp_path / "cp"), tmp_path / "node")
+    with pytest.raises(NodeError) as failure:
+        node._wait("kubelet", lambda: False, 0, what="node node-1 not Ready")
+    assert str(failure.value) == f"node node-1 not Ready in 0 s: see {tmp_path}/node/kubelet.log"
