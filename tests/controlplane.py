@@ -73,6 +73,31 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+Processes = dict[str, "subprocess.Popen[bytes]"]
+
+
+def spawn(procs: Processes, root: Path, name: str, argv: list[str], *,
+          new_session: bool = False) -> None:
+    """Start ``argv`` as ``procs[name]``, its output in ``root/<name>.log``."""
+    log = (root / f"{name}.log").open("ab")
+    procs[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.DEVNULL, start_new_session=new_session)
+    log.close()
+
+
+def stop_process(procs: Processes, name: str) -> None:
+    """SIGTERM ``procs[name]``, SIGKILL after 10 s; nothing if it is not running."""
+    proc = procs.pop(name, None)
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def _key() -> rsa.RSAPrivateKey:
     return rsa.generate_private_key(public_exponent=65537, key_size=2048)
 
@@ -207,10 +232,7 @@ class ControlPlane:
         path.chmod(0o600)
 
     def _spawn(self, name: str, argv: list[str]) -> None:
-        log = (self.root / f"{name}.log").open("ab")
-        self.procs[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL)
-        log.close()
+        spawn(self.procs, self.root, name, argv)
 
     def _start_etcd(self) -> None:
         client, peer, metrics = free_port(), free_port(), free_port()
@@ -300,15 +322,7 @@ class ControlPlane:
             time.sleep(0.1)  # polling a process we do not control: nothing to wait on
 
     def _stop(self, name: str) -> None:
-        proc = self.procs.pop(name, None)
-        if proc is None or proc.poll() is not None:
-            return
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(self.procs, name)
 
     def stop(self) -> None:
         for name in ("kube-controller-manager", "kube-apiserver", "etcd"):

@@ -33,7 +33,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from controlplane import ADMIN_TOKEN, ControlPlane, binary_dir, free_port
+from controlplane import (
+    ADMIN_TOKEN,
+    ControlPlane,
+    binary_dir,
+    free_port,
+    spawn,
+    stop_process,
+)
 
 BRIDGE = "llmop0"
 NODE_IP = "10.244.0.1"
@@ -161,10 +168,7 @@ class Node:
         self.wait_node_ready(timeout)
 
     def _spawn(self, name: str, argv: list[str]) -> None:
-        log = (self.root / f"{name}.log").open("ab")
-        self.procs[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL, start_new_session=True)
-        log.close()
+        spawn(self.procs, self.root, name, argv, new_session=True)
 
     def make_bridge(self) -> None:
         """The node's network, before the API server: it listens on the bridge address."""
@@ -349,26 +353,15 @@ class Node:
         """Stop everything this node started; see the module doc."""
         self._stopping.set()
         for name in ("kube-proxy", "kube-scheduler", "kubelet", "dnsmasq"):
-            self._stop(name)
+            stop_process(self.procs, name)
         self._kill_pods()
-        self._stop("containerd")
+        stop_process(self.procs, "containerd")
         self._kill_shims()
         self._unmount()
         _run(str(binary_dir() / "kube-proxy"), "--cleanup", check=False)
         self._remove_kubelet_chains()
         _run("ip", "link", "del", BRIDGE, check=False)
         self._remove_cgroups()
-
-    def _stop(self, name: str) -> None:
-        proc = self.procs.pop(name, None)
-        if proc is None or proc.poll() is not None:
-            return
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
     @staticmethod
     def _cgroup_dirs() -> list[Path]:

@@ -101,11 +101,8 @@ class Layer:
     def diff_id(self) -> str:
         sums = self.path.with_suffix(".sha256")
         if not sums.exists():
-            h = hashlib.sha256()
             with self.path.open("rb") as f:
-                for block in iter(lambda: f.read(1 << 20), b""):
-                    h.update(block)
-            sums.write_text(h.hexdigest())
+                sums.write_text(hashlib.file_digest(f, "sha256").hexdigest())
         return f"sha256:{sums.read_text().strip()}"
 
 

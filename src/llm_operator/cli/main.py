@@ -395,6 +395,7 @@ def operator(namespaces: tuple[str, ...], *, all_namespaces: bool, settings_path
     identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
     leader = LeaseTerms(namespace=lease_namespace, identity=identity, name=lease_name) \
         if leader_elect else None
+
     async def main() -> None:
         # In a container the operator is PID 1, which ignores SIGTERM unless it handles it:
         # a deleted leader pod then renewed its Lease until SIGKILL, 30 s, and the standby
