@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from llm_operator.gateway.anthropic import (
+from llm_operator.gateway.inbound.messages import (
     MessagesError,
     StreamTranslator,
     from_openai,

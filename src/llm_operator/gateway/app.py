@@ -23,13 +23,6 @@ from llm_operator.access.keyfile import KeyringSource
 from llm_operator.access.limits import Limits, Reservation, admit, limits, retry_after_header
 from llm_operator.access.shared import RedisLedger, SharedLimits, redis_client
 from llm_operator.access.spend import Ledger, MemoryLedger
-from llm_operator.gateway.anthropic import (
-    MessagesError,
-    StreamTranslator,
-    error_body,
-    from_openai,
-    to_openai,
-)
 from llm_operator.gateway.breaker import Breaker, State
 from llm_operator.gateway.clients import Client, ClientGate
 from llm_operator.gateway.config import GatewayConfig, Route, Upstream
@@ -38,6 +31,13 @@ from llm_operator.gateway.holding import Holds
 from llm_operator.gateway.http1 import Client as UpstreamClient
 from llm_operator.gateway.http1 import Response as UpstreamResponse
 from llm_operator.gateway.http1 import UpstreamError
+from llm_operator.gateway.inbound.messages import (
+    MessagesError,
+    StreamTranslator,
+    error_body,
+    from_openai,
+    to_openai,
+)
 from llm_operator.gateway.keys import KeySource, KeyUnavailable
 from llm_operator.gateway.metrics import NO_ROUTE, GatewayMetrics, RouteMetrics
 from llm_operator.gateway.picking import (
