@@ -1,0 +1,251 @@
+"""Admitting a request: its body, client key, route, a replica to wait for, rate limits.
+
+What passes is built for each deployment (the client's bytes, or with the upstream's
+model id, or translated) and forwarded (forwarding.py).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aiohttp import web
+
+from llm_operator.access.limits import Reservation, admit, retry_after_header
+from llm_operator.gateway.clients import Client
+from llm_operator.gateway.errors import Refusal, error_response
+from llm_operator.gateway.forwarding import Forwarding
+from llm_operator.gateway.inbound.messages import (
+    MessagesError,
+    to_openai,
+)
+from llm_operator.gateway.relaying import HeldEnded, HeldStream
+from llm_operator.gateway.routes import (
+    ANTHROPIC,
+    CHAT_PATH,
+    CLIENT_KEY,
+    ROUTE_KEY,
+    STREAM_STARTED,
+    UNAVAILABLE_RETRY_AFTER,
+    Deployment,
+    Outbound,
+    RouteState,
+)
+
+USAGE_OPTION_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
+
+
+def _asks_usage(body: dict[str, Any]) -> bool:
+    options = body.get("stream_options")
+    return isinstance(options, dict) and options.get("include_usage") is True
+
+
+class Admission(Forwarding):
+    """Decides whether and where a request goes, and waits for a replica if it must."""
+
+    async def _proxy(self, request: web.Request, started: float
+                     ) -> tuple[web.StreamResponse, RouteState | None]:
+        try:
+            return await self._admit(request, started), request.get(ROUTE_KEY)
+        except Refusal as refused:
+            return refused.response, request.get(ROUTE_KEY)
+        except HeldEnded as ended:
+            return ended.stream, request.get(ROUTE_KEY)
+
+    async def _read_json(self, request: web.Request) -> tuple[bytes, dict[str, Any], str]:
+        """The raw body, its JSON and its model; Refusal (400, 413) when unusable."""
+        limit = self.config.max_request_bytes
+        if request.content_length is not None and request.content_length > limit:
+            raise Refusal(self._too_large())
+        try:
+            raw = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise Refusal(self._too_large()) from None
+        try:
+            body = json.loads(raw)
+        except ValueError as exc:
+            raise Refusal(error_response(400, f"request body is not valid JSON: {exc}",
+                                         "invalid_request_error", "invalid_json")) from None
+        except RecursionError:
+            raise Refusal(error_response(400, "request body nests JSON too deeply",
+                                         "invalid_request_error", "invalid_json")) from None
+        if request.get(ANTHROPIC) and isinstance(body, dict):
+            try:
+                body = to_openai(body)
+            except MessagesError as exc:
+                raise Refusal(error_response(400, str(exc), "invalid_request_error")) from None
+            raw = json.dumps(body, separators=(",", ":")).encode()
+        model = body.get("model") if isinstance(body, dict) else None
+        if not isinstance(model, str):
+            raise Refusal(error_response(400, "the request needs a string field 'model'",
+                                         "invalid_request_error", "missing_model",
+                                         param="model"))
+        return raw, body, model
+
+    def _resolve(self, model: str, client: Client | None) -> RouteState:
+        """The route serving ``model`` for this client; Refusal (403, 404) otherwise."""
+        state = self.routes.get(model)
+        if state is not None and client is not None and not client.key.may_use(model):
+            assert self.gate is not None
+            raise Refusal(self.gate.forbidden(client, model))
+        if state is None:
+            known = ", ".join(sorted(e["id"] for e in self._listed(client))) or "none"
+            why = self._absent.get(model)
+            message = f"The model {model!r} is not served: {why}" if why else \
+                f"The model {model!r} does not exist here"
+            raise Refusal(error_response(404, f"{message}; available models: {known}",
+                                         "invalid_request_error", "model_not_found",
+                                         param="model"))
+        return state
+
+    async def _admit(self, request: web.Request, started: float) -> web.StreamResponse:
+        client = None
+        if self.gate is not None:  # who is asking, before reading what they ask
+            client = request[CLIENT_KEY] = self.gate.identify(request)
+        raw, body, model = await self._read_json(request)
+        state = request[ROUTE_KEY] = self._resolve(model, client)
+        unavailable = self._unavailable_error(state, model)
+        if unavailable is not None:
+            return unavailable
+        held: HeldStream | None = None
+        if not state.deployments:  # no replica yet: wait for one (scale from zero)
+            state, held = await self._hold(request, state, model, client,
+                                           stream=body.get("stream") is True)
+            request[ROUTE_KEY] = state
+        if client is not None:
+            assert self.gate is not None
+            await self.gate.check_budget(client)
+        reservation = Reservation()
+        refused = await self._rate_limited(state, client, body, reservation)  # sendable
+        if refused is not None:
+            return refused
+        stream = body.get("stream") is True
+        # Usage is what limits and cost are counted from: ask for it on every stream, and
+        # keep the usage event from clients that did not ask.
+        hide_usage = stream and request.path in USAGE_OPTION_PATHS and not _asks_usage(body)
+        if hide_usage:
+            options = body.get("stream_options")
+            body["stream_options"] = {**(options if isinstance(options, dict) else {}),
+                                      "include_usage": True}
+        path = CHAT_PATH if request.get(ANTHROPIC) else request.path.removeprefix("/v1")
+        payloads: dict[str, bytes] = {}
+        translated: dict[str, Outbound] = {}
+
+        def outbound(deployment: Deployment) -> Outbound:
+            """The request for one deployment: the client's bytes unless its model id differs.
+
+            A native API gets a translation (Untranslatable if there is none).
+            """
+            upstream_model = state.route.upstream_model(deployment.upstream)
+            if deployment.native is not None:
+                if deployment.label not in translated:
+                    translated[deployment.label] = deployment.translate(
+                        body, upstream_model, path=path, stream=stream)
+                return translated[deployment.label]
+            url = f"{deployment.url_base}{path}"
+            fields = state.route.set_fields
+            if upstream_model == model and not hide_usage and not fields:
+                return Outbound(url, raw)
+            if upstream_model not in payloads:
+                payloads[upstream_model] = json.dumps(
+                    {**body, "model": upstream_model, **fields},
+                    separators=(",", ":")).encode()
+            return Outbound(url, payloads[upstream_model])
+
+        try:
+            response = await self._forward(request, state, outbound=outbound, stream=stream,
+                                           started=started, client=client,
+                                           reservation=reservation, hide_usage=hide_usage,
+                                           held=held, body=body)
+        finally:
+            reservation.settle()  # no usage came back (an error, a cancel): give it back
+        if held is not None and response is not held and isinstance(response, web.Response):
+            return await held.fail(response)  # the headers went out with the keepalives
+        return response
+
+    async def _hold(self, request: web.Request, state: RouteState, model: str,
+                    client: Client | None, *, stream: bool
+                    ) -> tuple[RouteState, HeldStream | None]:
+        """Wait until the model has a replica, in arrival order; Refusal when it will not.
+
+        A stream gets its 200 and SSE comments (``: waiting for model (…)``) every
+        ``keepalive_seconds`` meanwhile, so clients and proxies keep the connection; a
+        plain request just waits. At the deadline: 503 with Retry-After and the reason.
+        """
+        hold = state.route.hold
+        if hold is None:
+            raise Refusal(error_response(503, f"{model!r} has no upstream to call",
+                                         "server_error", "model_unavailable",
+                                         headers={"Retry-After": UNAVAILABLE_RETRY_AFTER}))
+        label = state.route.label
+        refusal = self.holds.refusal(label)
+        if refusal is not None:
+            raise Refusal(error_response(
+                503, f"{model!r} is not ready ({hold.reason or 'no replica yet'}) and "
+                f"{refusal}; retry shortly", "server_error", "model_unavailable",
+                headers={"Retry-After": UNAVAILABLE_RETRY_AFTER}))
+        deadline = self._clock() + hold.seconds
+        held: HeldStream | None = None
+        async with self.holds.holding(label):
+            while True:
+                current = self.routes.get(model)
+                if current is None or current.route.label != label:
+                    failure = self._resolve_error(model, client)  # deleted while held
+                    if held is None:
+                        raise Refusal(failure)
+                    raise HeldEnded(await held.fail(failure))
+                state, hold = current, current.route.hold or hold
+                if state.deployments:
+                    return state, held
+                left = deadline - self._clock()
+                if left <= 0:
+                    failure = error_response(
+                        503, f"{model!r} did not get a replica within {hold.seconds:g} s: "
+                        f"{hold.reason or 'no replica is ready'}", "server_error",
+                        "model_unavailable", headers={"Retry-After": UNAVAILABLE_RETRY_AFTER})
+                    if held is None:
+                        raise Refusal(failure)
+                    raise HeldEnded(await held.fail(failure))
+                if stream and held is None:
+                    held = HeldStream(headers={"Content-Type": "text/event-stream",
+                                                "Cache-Control": "no-cache",
+                                                "x-llmop-held": "true"})
+                    await held.prepare(request)
+                    request[STREAM_STARTED] = True
+                if held is not None:
+                    await held.write(f": waiting for model ({hold.reason or 'no replica'})"
+                                     "\n\n".encode())
+                await self.holds.wait(label, min(left, hold.keepalive_seconds))
+
+    def _resolve_error(self, model: str, client: Client | None) -> web.Response:
+        try:
+            self._resolve(model, client)
+        except Refusal as refused:
+            return refused.response
+        return error_response(503, f"{model!r} moved while it waited; retry", "server_error",
+                              "model_unavailable", headers={"Retry-After": "1"})
+
+    def _too_large(self) -> web.Response:
+        return error_response(413, f"request body exceeds {self.config.max_request_bytes} "
+                              "bytes", "invalid_request_error", "request_too_large")
+
+    async def _rate_limited(self, state: RouteState, client: Client | None,
+                            body: dict[str, Any], reservation: Reservation
+                            ) -> web.Response | None:
+        """None when the request may go (its tokens reserved), else the 429 to answer.
+
+        The route's and the client key's allowances are taken together or not at all.
+        """
+        parties = [state.limits] if client is None else [state.limits, client.limits]
+        refused = await self.shared.admit(parties, body, reservation) if self.shared \
+            else admit(parties, body, reservation)
+        if refused is None:
+            return None
+        party, wait = refused
+        state.metrics.rate_limited.inc()
+        if client is not None and party is client.limits:
+            client.refused("rate_limit")
+        return error_response(
+            429, f"rate limit of {party.name} reached; retry after "
+            f"{retry_after_header(wait)}s", "rate_limit_error", "rate_limit_exceeded",
+            headers={"Retry-After": retry_after_header(wait)})

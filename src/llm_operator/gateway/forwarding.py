@@ -1,0 +1,172 @@
+"""Forwarding a request: its deployments in order (failover), retries after a backoff.
+
+Each attempt goes through the deployment's circuit breaker and the gateway's own HTTP/1.1
+client (http1.py); what comes back is relayed (relaying.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+
+from llm_operator.access.limits import Reservation, retry_after_header
+from llm_operator.gateway.breaker import State
+from llm_operator.gateway.clients import Client
+from llm_operator.gateway.errors import error_response
+from llm_operator.gateway.http1 import Response as UpstreamResponse
+from llm_operator.gateway.http1 import UpstreamError
+from llm_operator.gateway.keys import KeyUnavailable
+from llm_operator.gateway.relaying import HeldStream, Relaying
+from llm_operator.gateway.routes import Deployment, Outbound, RouteState
+from llm_operator.gateway.upstreams import Untranslatable
+
+log = logging.getLogger("llm_operator.gateway")
+
+RETRYABLE = frozenset({429, 502, 503, 504, 529})  # 529: Anthropic overloaded
+
+
+class Forwarding(Relaying):
+    """Sends a request to the route's deployments until one answers or it must give up."""
+
+    def _backoff(self, state: RouteState, attempt: int, retry_after: str | None) -> float:
+        if retry_after is not None:
+            try:
+                return max(0.0, float(retry_after))
+            except ValueError:
+                pass
+        policy = state.route.retry
+        ceiling = min(policy.backoff_max_seconds,
+                      policy.backoff_initial_seconds * 2.0 ** (attempt - 1))
+        return ceiling * (0.5 + 0.5 * self._jitter())
+
+    async def _forward(self, request: web.Request, state: RouteState, *,
+                       outbound: Callable[[Deployment], Outbound], stream: bool,
+                       started: float,
+                       client: Client | None, reservation: Reservation, hide_usage: bool,
+                       held: HeldStream | None = None, body: dict[str, Any] | None = None
+                       ) -> web.StreamResponse:
+        """Try the route's deployments in order (failover), then again after a backoff.
+
+        A deployment whose circuit is open is skipped; a failure (429, 502-504, connection
+        error, timeout) moves on to the next deployment at once, and back to the first after
+        the backoff, while ``retry.attempts`` and the request's deadline allow. Nothing is
+        retried once a stream has started.
+        """
+        route, label = state.route, state.route.label
+        deadline = started + route.timeouts.request_seconds
+        order = state.order(self._pick(), body)
+        attempt = position = skipped = 0
+        while True:
+            deployment = order[position % len(order)]
+            position += 1
+            try:
+                sending = outbound(deployment)
+            except Untranslatable as exc:
+                return error_response(400, f"{exc} (upstream {deployment.label} of "
+                                      f"{label!r})", "invalid_request_error",
+                                      "unsupported_by_upstream", param=exc.param,
+                                      headers={"x-llmop-upstream": deployment.label})
+            # A retry re-checks: the upstream may have been marked down meanwhile (a local
+            # model process that died as the first attempt went out).
+            unavailable = self._unavailable_error(state) if attempt else None
+            if unavailable is not None:
+                return unavailable
+            if not deployment.breaker.allow():
+                state.metrics.upstream_error("circuit_open")
+                skipped += 1
+                if skipped < len(order):
+                    continue
+                wait = retry_after_header(min(d.breaker.retry_in() for d in order))
+                return error_response(503, f"upstream of {label!r} is failing; the gateway "
+                                      f"stops calling it for {wait}s", "server_error",
+                                      "circuit_open", headers={"Retry-After": wait})
+            skipped = 0
+            attempt += 1
+            tried = {"x-llmop-upstream": deployment.label, "x-llmop-attempts": str(attempt)}
+            if sending.dropped:
+                tried["x-llmop-dropped-params"] = ",".join(sending.dropped)
+            deployment.load.in_flight += 1  # until its answer is relayed in full
+            try:
+                outcome = await self._attempt(deployment, state, sending.url, sending.body,
+                                              stream=stream, deadline=deadline)
+                if isinstance(outcome, UpstreamResponse) \
+                        and outcome.status not in RETRYABLE:
+                    if stream and outcome.status == 200:
+                        return await self._relay_stream(
+                            request, state, outcome, started, client=client,
+                            reservation=reservation, hide_usage=hide_usage, extra=tried,
+                            native=deployment.native, prepared=held)
+                    return await self._relay(request, state, outcome, client=client,
+                                             reservation=reservation, extra=tried,
+                                             native=deployment.native)
+            finally:
+                deployment.load.in_flight -= 1
+            failover = len(order) > 1 and position % len(order) != 0
+            retry_after = outcome.headers.get("Retry-After") \
+                if isinstance(outcome, UpstreamResponse) else None
+            delay = 0.0 if failover else self._backoff(state, attempt, retry_after)
+            rate_limited = isinstance(outcome, UpstreamResponse) and outcome.status == 429
+            may = (attempt < route.retry.attempts and self._clock() + delay < deadline
+                   and (len(order) > 1 or deployment.breaker.state is State.CLOSED)
+                   and (failover or not rate_limited or route.retry.on_rate_limit))
+            if may:
+                if isinstance(outcome, UpstreamResponse):
+                    outcome.release()
+                (state.metrics.failovers if failover else state.metrics.retries).inc()
+                if delay:
+                    await self._sleep(delay)
+                continue
+            if isinstance(outcome, UpstreamResponse):
+                return await self._relay(request, state, outcome, client=client,
+                                         reservation=reservation, extra=tried,
+                                         native=deployment.native)
+            log.warning("route %s: upstream %s after %d attempts", label, outcome, attempt)
+            if outcome == "credentials":
+                return error_response(503, f"the gateway has no credentials for {label!r}; "
+                                      "its operator must provide the API key", "server_error",
+                                      "credentials_unavailable", headers=tried)
+            status = 504 if outcome == "timeout" else 502
+            return error_response(status, f"upstream of {label!r} did not answer ({outcome}) "
+                                  f"after {attempt} attempt(s)", "server_error",
+                                  f"upstream_{outcome}", headers=tried)
+
+    async def _attempt(self, deployment: Deployment, state: RouteState, url: str,
+                       payload: bytes, *, stream: bool, deadline: float
+                       ) -> UpstreamResponse | str:
+        """One call to one deployment, its verdict recorded on the deployment's breaker.
+
+        The upstream's response, or why there was none: connect, timeout, credentials.
+        """
+        assert self._http is not None
+        try:
+            headers = deployment.auth_headers()
+        except KeyUnavailable as exc:
+            log.error("route %s upstream %s: %s", state.route.label, deployment.label, exc)
+            deployment.breaker.release()
+            return "credentials"
+        timeouts = state.route.timeouts
+        try:
+            upstream = await self._http.post(
+                url, payload, headers, connect_timeout=timeouts.connect_seconds,
+                total=None if stream else deadline - self._clock(),
+                read_timeout=timeouts.request_seconds if stream else None)
+        except asyncio.CancelledError:  # the client went away: no verdict on the upstream
+            deployment.breaker.release()
+            raise
+        except UpstreamError as exc:
+            deployment.breaker.failure()
+            state.metrics.upstream_error(exc.reason)
+            log.info("route %s upstream %s: %s", state.route.label, deployment.label, exc)
+            return exc.reason
+        status = upstream.status
+        if status >= 500:
+            deployment.breaker.failure()
+        else:
+            deployment.breaker.success()  # a 429 too: alive, only busy
+        if status == 429 or status >= 500:
+            state.metrics.upstream_error(str(status))
+        return upstream
