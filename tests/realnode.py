@@ -368,10 +368,10 @@ class Node:
         return [d for d in Path("/sys/fs/cgroup").glob(f"*/{CGROUP_ROOT}") if d.is_dir()]
 
     def _kill_pods(self) -> None:
-        """SIGKILL every process in the pods' cgroup tree (frozen first, so none forks)."""
+        """SIGKILL every process in the pods' cgroup tree, until it is empty."""
         for _ in range(20):
-            pids = {int(p) for d in self._cgroup_dirs() for procs in d.rglob("cgroup.procs")
-                    for p in _read(procs).split()}
+            pids = {int(p) for top in self._cgroup_dirs() for d in _subtree(top)
+                    for p in _read(d / "cgroup.procs").split()}
             if not pids:
                 return
             for pid in pids:
@@ -415,15 +415,22 @@ class Node:
 
     def _remove_cgroups(self) -> None:
         for top in self._cgroup_dirs():
-            for d in sorted((p for p in top.rglob("*") if p.is_dir()),
-                            key=lambda p: len(p.parts), reverse=True):
+            for d in _subtree(top):  # deepest first
                 with contextlib.suppress(OSError):
                     d.rmdir()
-            with contextlib.suppress(OSError):
-                top.rmdir()
 
     def logs(self) -> str:
         return f"node logs in {self.root}"
+
+
+def _subtree(top: Path) -> list[Path]:
+    """``top`` and every directory below it, deepest first.
+
+    The kubelet and runc remove cgroups while this walks them: a directory that vanishes
+    is skipped, never an error (a teardown once failed on one).
+    """
+    found = [Path(root) for root, _, _ in os.walk(top, topdown=False, onerror=lambda _: None)]
+    return found or [top]
 
 
 def _read(path: Path) -> str:
