@@ -16,6 +16,7 @@ rules and the bridge. One node runs on a machine at a time (the bridge is the lo
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shlex
@@ -28,7 +29,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -350,18 +351,33 @@ class Node:
     # --- stop --------------------------------------------------------------------------
 
     def stop(self) -> None:
-        """Stop everything this node started; see the module doc."""
+        """Stop everything this node started; see the module doc.
+
+        Every step runs even if one before it failed (a teardown that stopped half-way once
+        left containerd, the API server and the bridge running); the first failure is
+        raised at the end.
+        """
         self._stopping.set()
-        for name in ("kube-proxy", "kube-scheduler", "kubelet", "dnsmasq"):
-            stop_process(self.procs, name)
-        self._kill_pods()
-        stop_process(self.procs, "containerd")
-        self._kill_shims()
-        self._unmount()
-        _run(str(binary_dir() / "kube-proxy"), "--cleanup", check=False)
-        self._remove_kubelet_chains()
-        _run("ip", "link", "del", BRIDGE, check=False)
-        self._remove_cgroups()
+        steps: list[Callable[[], object]] = [
+            *(functools.partial(stop_process, self.procs, name)
+              for name in ("kube-proxy", "kube-scheduler", "kubelet", "dnsmasq")),
+            self._kill_pods,
+            functools.partial(stop_process, self.procs, "containerd"),
+            self._kill_shims,
+            self._unmount,
+            lambda: _run(str(binary_dir() / "kube-proxy"), "--cleanup", check=False),
+            self._remove_kubelet_chains,
+            lambda: _run("ip", "link", "del", BRIDGE, check=False),
+            self._remove_cgroups,
+        ]
+        failures: list[Exception] = []
+        for step in steps:
+            try:
+                step()
+            except Exception as exc:  # the next steps must run all the same
+                failures.append(exc)
+        if failures:
+            raise failures[0]
 
     @staticmethod
     def _cgroup_dirs() -> list[Path]:
@@ -467,8 +483,10 @@ def node_cluster(root: Path | None = None, images: list[Path] | None = None,
         node.start(images or [], timeout)
         yield plane, node
     finally:
-        node.stop()
-        plane.stop()
+        try:
+            node.stop()
+        finally:
+            plane.stop()
 
 
 if __name__ == "__main__":
