@@ -59,6 +59,7 @@ PACKAGES = {
     "conntrack": "conntrack", "dnsmasq": "dnsmasq-base", "ip": "iproute2",
 }
 NODE_BINARIES = ("kubelet", "kube-scheduler", "kube-proxy")
+MARKER = Path("/run/llmop-node")  # the running node's directory (sweep_stale_node)
 
 
 class NodeError(RuntimeError):
@@ -80,6 +81,33 @@ def node_missing() -> str | None:
         return (f"a test node already runs on this machine (bridge {BRIDGE} exists): "
                 "stop it with `make cluster-down`")
     return None
+
+
+def _running(name: str) -> bool:
+    return any((p / "comm").exists() and _read(p / "comm").strip() == name
+               for p in Path("/proc").iterdir() if p.name.isdigit())
+
+
+def sweep_stale_node() -> Path | None:
+    """Clean up after a node whose test run was killed (its directory, or None).
+
+    A run killed outright (SIGKILL, a session stopped) leaves the bridge, iptables rules,
+    mounts and cgroups, and perhaps containerd, the API server or etcd: the next run would
+    refuse to start. MARKER names the node's directory while one runs; with no kubelet
+    alive, every process that names the cluster's directory is killed and the node's
+    teardown runs for it.
+    """
+    if not MARKER.exists() or _running("kubelet"):
+        return None
+    root = Path(MARKER.read_text().strip())
+    cluster = str(root.parent).encode()
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit() and int(proc.name) != os.getpid():
+            with contextlib.suppress(OSError):
+                if cluster in (proc / "cmdline").read_bytes():
+                    os.kill(int(proc.name), signal.SIGKILL)
+    Node(ControlPlane(root.parent / "control-plane"), root).stop()
+    return root
 
 
 def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -173,6 +201,7 @@ class Node:
 
     def make_bridge(self) -> None:
         """The node's network, before the API server: it listens on the bridge address."""
+        MARKER.write_text(str(self.root))
         _run("ip", "link", "add", BRIDGE, "type", "bridge")
         _run("ip", "addr", "add", f"{NODE_IP}/24", "dev", BRIDGE)
         _run("ip", "link", "set", BRIDGE, "up")
@@ -369,6 +398,7 @@ class Node:
             self._remove_kubelet_chains,
             lambda: _run("ip", "link", "del", BRIDGE, check=False),
             self._remove_cgroups,
+            functools.partial(MARKER.unlink, missing_ok=True),
         ]
         failures: list[Exception] = []
         for step in steps:
@@ -470,6 +500,9 @@ def node_cluster(root: Path | None = None, images: list[Path] | None = None,
     Without ``controllers`` the controller manager is left for the caller to start (after
     installing CRDs, so that its garbage collector knows them from the start).
     """
+    swept = sweep_stale_node()
+    if swept is not None:
+        print(f"swept the remains of a node whose run was killed: {swept}", file=sys.stderr)
     reason = node_missing()
     if reason:
         raise NodeError(reason)

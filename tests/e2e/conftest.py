@@ -22,7 +22,7 @@ from e2e_cluster import (
     place_gemma_file,
 )
 
-from realnode import node_cluster, node_missing
+from realnode import node_cluster, node_missing, sweep_stale_node
 
 from controlplane import missing
 from samples import REPO
@@ -34,6 +34,7 @@ import images
 @pytest.fixture(scope="session")
 def kube_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeCluster]:
     """A control plane and a real node with the operator installed and Available."""
+    sweep_stale_node()  # what a killed run left behind would block this one
     reason = missing() or node_missing()
     if reason:
         pytest.fail(f"the test node cannot start: {reason}")

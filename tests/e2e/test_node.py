@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from e2e_cluster import NodeCluster
 
-from realnode import Node, NodeError, node_cluster, node_missing
+from realnode import MARKER, Node, NodeError, node_cluster, node_missing, sweep_stale_node
 
 from controlplane import ControlPlane
 
@@ -44,3 +44,11 @@ def test_a_part_that_is_not_up_in_time_names_its_log(tmp_path: Path) -> None:
     with pytest.raises(NodeError) as failure:
         node._wait("kubelet", lambda: False, 0, what="node node-1 not Ready")
     assert str(failure.value) == f"node node-1 not Ready in 0 s: see {tmp_path}/node/kubelet.log"
+
+
+def test_a_running_node_is_never_swept_as_stale(kube_node: NodeCluster) -> None:
+    """Only a node whose kubelet is gone (a killed run) is cleaned up before a new one."""
+    assert MARKER.read_text() == str(kube_node.node.root)
+    assert sweep_stale_node() is None
+    assert MARKER.exists() and _processes("kubelet") == 1
+    kube_node.kubectl("wait", "--for=condition=Ready", "node/node-1", "--timeout=10s")
