@@ -169,7 +169,6 @@ class Node:
     plane: ControlPlane
     root: Path
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
-    _feeder: threading.Thread | None = None
     _stopping: threading.Event = field(default_factory=threading.Event)
 
     @property
@@ -237,8 +236,7 @@ class Node:
             "--local-service", "--log-facility=-", f"--local=/{CLUSTER_DOMAIN}/",
             "--user=root"])  # its hosts file lies in a directory only root may read
         self._wait("dnsmasq", (self.root / "dns" / "pid").exists, 10)
-        self._feeder = threading.Thread(target=self._feed_dns, name="dns-feed", daemon=True)
-        self._feeder.start()
+        threading.Thread(target=self._feed_dns, name="dns-feed", daemon=True).start()
 
     def _feed_dns(self) -> None:
         """Keep dnsmasq's hosts file equal to the cluster's Services (a watch, relisted)."""
@@ -465,9 +463,6 @@ class Node:
                 with contextlib.suppress(OSError):
                     d.rmdir()
 
-    def logs(self) -> str:
-        return f"node logs in {self.root}"
-
 
 def _subtree(top: Path) -> list[Path]:
     """``top`` and every directory below it, deepest first.
@@ -520,7 +515,3 @@ def node_cluster(root: Path | None = None, images: list[Path] | None = None,
             node.stop()
         finally:
             plane.stop()
-
-
-if __name__ == "__main__":
-    sys.exit("use tests/testcluster.py (make cluster)")
