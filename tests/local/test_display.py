@@ -15,15 +15,16 @@ SNAPSHOT: dict[str, Any] = {
     "logs": "/state/logs", "problems": ["models/broken.yaml:3:1: not valid YAML: ..."],
     "models": [
         {"name": "gemma3-270m", "modelId": "gemma-3-270m", "tool": "gemma3_270m_local",
-         "where": "llama.cpp :41233", "phase": "Ready", "restarts": 1, "detail": "pid 12",
-         "progress": None, "load": {"queued": 2, "generating": 1}},
+         "where": "llama-server :41233", "phase": "Ready", "restarts": 1, "detail": "pid 12",
+         "progress": None,
+         "load": {"slots": 8, "busy": 3, "waiting": 2, "tokensPerSecond": 141.6}},
         {"name": "gpt55-remote", "modelId": "gpt-5.5", "tool": None, "where": "-",
          "phase": "Skipped", "restarts": 0, "detail": "set OPENAI_API_KEY", "progress": None},
     ]}
 
 
 def render(snapshot: dict[str, Any], **options: str) -> str:
-    console = Console(width=100, record=True, file=None, force_terminal=False)
+    console = Console(width=120, record=True, file=None, force_terminal=False)
     with console.capture() as capture:
         console.print(view(snapshot, **options))
     return capture.get()
@@ -37,11 +38,12 @@ def cells(line: str) -> list[str]:
 def test_the_table_problems_and_endpoints_are_shown() -> None:
     out = render(SNAPSHOT)
     lines = out.splitlines()
-    assert cells(lines[0]) == [
-        "MODEL", "MODEL ID", "MCP TOOL", "STATUS", "RESTARTS", "QUEUE", "DETAIL"]
+    assert cells(lines[0]) == ["MODEL", "MODEL ID", "MCP TOOL", "STATUS", "RESTARTS", "SLOTS",
+                               "QUEUE", "TOK/S", "DETAIL"]
+    # 3 of 8 slots generate, 2 requests wait for one
     assert cells(lines[1]) == ["gemma3-270m", "gemma-3-270m", "gemma3_270m_local", "Ready",
-                               "1", "2", "llama.cpp :41233, pid 12"]  # 2 requests wait
-    assert cells(lines[2])[3:] == ["Skipped", "0", "-", "set OPENAI_API_KEY"]
+                               "1", "3/8", "2", "142", "llama-server :41233, pid 12"]
+    assert cells(lines[2])[3:] == ["Skipped", "0", "-", "-", "-", "set OPENAI_API_KEY"]
     assert "Files with problems (the other models still run):\n  models/broken.yaml" in out
     assert "Gateway (OpenAI API)  http://127.0.0.1:8000/v1\n" in out
     lines = out.splitlines()
@@ -49,7 +51,8 @@ def test_the_table_problems_and_endpoints_are_shown() -> None:
     assert lines[start:start + 4] == [
         "Try:  curl -s http://127.0.0.1:8000/v1/completions \\",
         "        -H 'Content-Type: application/json' \\",
-        "        -d '{\"model\": \"gemma-3-270m\", \"max_tokens\": 32, \"stop\": [\"\\n\"],",
+        "        -d '{\"model\": \"gemma-3-270m\", \"max_tokens\": 32, \"stop\": [\"\\n\"], "
+        "\"temperature\": 0,",
         "           \"prompt\": \"Q: What is the capital of France?\\nA:\"}'"]
     assert out.rstrip().endswith("Stop: Ctrl-C")
     assert render(SNAPSHOT, stop=".venv/bin/llmop down").rstrip().endswith(

@@ -32,40 +32,41 @@ def gemma(**spec: Any) -> Any:
     return parse_llmmodel(doc)
 
 
-def test_the_embedded_default_is_served_with_its_engine_args_translated() -> None:
+def test_the_embedded_default_runs_llama_server_as_a_pod_would_on_loopback() -> None:
     decision = decide(gemma(), LAPTOP, env=())
     assert isinstance(decision, LocalServe)
-    assert dict(decision.settings) == {"chat_format": "gemma", "default_max_tokens": "256",
-                                       "n_ctx": "4096", "n_gpu_layers": "0", "n_threads": "2"}
     assert decision.ignored == ()
+    assert decision.slots == 8
     assert decision.server_args("/m.gguf", 4100) == [
-        "--model", "/m.gguf", "--model_alias", "gemma-3-270m", "--host", "127.0.0.1",
-        "--port", "4100", "--chat_format", "gemma", "--default_max_tokens", "256",
-        "--n_ctx", "4096", "--n_gpu_layers", "0", "--n_threads", "2"]
+        "--model", "/m.gguf", "--alias", "gemma-3-270m", "--host", "127.0.0.1",
+        "--port", "4100", "--metrics", "--ctx-size", "32768", "--threads", "2",
+        "--parallel", "8", "--n-predict", "256", "--chat-template", "gemma"]
 
 
-@pytest.mark.parametrize(("engine_args", "engine", "settings", "ignored"), [
-    ({}, "llamacpp", {"n_ctx": "32768"}, ()),  # the context window, as in a cluster
+@pytest.mark.parametrize(("engine_args", "engine", "flags", "ignored"), [
+    ({}, "llamacpp", ["--ctx-size", "32768", "--threads", "2", "--parallel", "1"], ()),
     ({"threads": "6", "flash-attn": "true"}, "llamacpp",
-     {"n_threads": "6", "flash_attn": "true"}, ()),
-    ({"num-ctx": "8192", "num-parallel": "4"}, "ollama", {"n_ctx": "8192"},
-     ("engineArgs.num-parallel",)),
-    ({"metrics": "true"}, "llamacpp", {}, ("engineArgs.metrics",)),
-    ({"n-predict": "64"}, "llamacpp", {"default_max_tokens": "64"}, ()),  # llama-server's
-    ({"num-predict": "32"}, "ollama", {"default_max_tokens": "32"}, ()),  # Ollama's
+     ["--flash-attn", "on", "--threads", "6"], ()),
+    ({"num-ctx": "8192", "num-parallel": "4", "keep-alive": "5m"}, "ollama",
+     ["--ctx-size", "32768", "--threads", "2", "--parallel", "4"],
+     ("engineArgs.keep-alive",)),
+    ({"n-predict": "64"}, "llamacpp", ["--n-predict", "64"], ()),
+    ({"kv-cache-type": "q8_0"}, "ollama", ["--cache-type-k", "q8_0", "--cache-type-v", "q8_0"],
+     ()),
 ])
-def test_engine_args_map_to_llama_cpp_python_settings(
-        engine_args: dict[str, str], engine: str, settings: dict[str, str],
+def test_engine_args_are_llama_servers_flags(
+        engine_args: dict[str, str], engine: str, flags: list[str],
         ignored: tuple[str, ...]) -> None:
-    decision = decide(gemma(engineArgs=engine_args or None, inferenceEngine=engine),
-                      LAPTOP, env=())
+    decision = decide(gemma(engineArgs=engine_args or None, inferenceEngine=engine,
+                            llamaCpp=None), LAPTOP, env=())
     assert isinstance(decision, LocalServe)
-    assert dict(decision.settings).items() >= settings.items()
+    args = " ".join(decision.server_args("/m.gguf", 1))
+    assert " ".join(flags) in args
     assert decision.ignored == ignored
 
 
 @pytest.mark.parametrize(("cpus", "millicores", "threads"), [
-    (8, 2000, "2"), (8, 2500, "3"), (2, 16000, "2"), (4, 100, "1"),
+    (8, 2000, "2"), (8, 2500, "2"), (2, 16000, "2"), (4, 100, "1"),
 ])
 def test_threads_follow_the_cpu_request_capped_by_the_machine(cpus: int, millicores: int,
                                                                threads: str) -> None:
@@ -73,7 +74,8 @@ def test_threads_follow_the_cpu_request_capped_by_the_machine(cpus: int, millico
                              "memoryGiB": 2})
     decision = decide(model, Machine(cpus=cpus, memory_gib=16), env=())
     assert isinstance(decision, LocalServe)
-    assert dict(decision.settings)["n_threads"] == threads
+    args = decision.server_args("/m.gguf", 1)
+    assert args[args.index("--threads") + 1] == threads
 
 
 @pytest.mark.parametrize(("doc", "machine", "reason"), [
@@ -158,8 +160,9 @@ BIG_FILE = ModelFileStatus(file="big.gguf", size_bytes=42_500_000_000, layers=80
 
 @pytest.mark.parametrize(("file", "memory_gib", "words"), [
     (GEMMA_FILE, 16.0, None),
-    (GEMMA_FILE, 0.5, "gemma.gguf needs ~0.8 GiB of RAM at 4096 tokens of context"),
-    (BIG_FILE, 16.0, "big.gguf needs ~42.1 GiB of RAM at 4096 tokens of context (from its "
+    # the example's 8 slots of 4096 tokens
+    (GEMMA_FILE, 0.5, "gemma.gguf needs ~1.3 GiB of RAM at 32768 tokens of context"),
+    (BIG_FILE, 16.0, "big.gguf needs ~50.9 GiB of RAM at 32768 tokens of context (from its "
      "header: 80 layers, 39.6 GiB of weights) and this machine has 16.0 GiB"),
     (BIG_FILE.model_copy(update={"head_count": None}), 16.0, None),  # header too thin: no say
 ])
@@ -172,27 +175,15 @@ def test_the_file_itself_must_fit_the_machine(file: ModelFileStatus, memory_gib:
         assert reason is not None and reason.startswith(words)
 
 
-@pytest.mark.parametrize(("llama_cpp", "settings", "ignored"), [
-    ({"flashAttention": True, "mlock": True}, {"flash_attn": "true", "use_mlock": "true"}, ()),
-    ({"flashAttention": False}, {"flash_attn": "false"}, ()),
-    ({"parallelSlots": 4}, {}, ("llamaCpp.parallelSlots",)),  # one request at a time here
-    ({"parallelSlots": 1}, {}, ()),
-])
-def test_llama_cpp_settings_map_to_the_engine(llama_cpp: dict[str, Any],
-                                              settings: dict[str, str],
-                                              ignored: tuple[str, ...]) -> None:
-    decision = decide(gemma(llamaCpp=llama_cpp), LAPTOP, env=())
-    assert isinstance(decision, LocalServe)
-    assert dict(decision.settings).items() >= settings.items()
-    assert decision.ignored == ignored
-
-
-def test_each_adapter_is_a_flag_of_the_same_process() -> None:
+def test_adapters_are_loaded_applied_to_no_request_in_the_order_of_their_ids() -> None:
     decision = decide(gemma(loraAdapters=[
-        {"name": "wild", "source": {"type": "file", "path": "wild.gguf"}}]), LAPTOP, env=())
+        {"name": "wild", "source": {"type": "file", "path": "wild.gguf"}},
+        {"name": "tame", "source": {"type": "file", "path": "tame.gguf"}}]), LAPTOP, env=())
     assert isinstance(decision, LocalServe)
-    assert decision.server_args("/m.gguf", 4100, [("wild", "/a/wild.gguf")])[-2:] == \
-        ["--lora", "wild=/a/wild.gguf"]
+    args = decision.server_args("/m.gguf", 4100, [("wild", "/a/wild.gguf"),
+                                                  ("tame", "/a/tame.gguf")])
+    assert args[-6:-2] == ["--lora-scaled", "/a/wild.gguf:0", "--lora-scaled",
+                           "/a/tame.gguf:0"]
 
 
 def test_an_adapter_name_another_model_serves_leaves_the_later_model_out() -> None:

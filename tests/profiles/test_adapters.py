@@ -58,10 +58,9 @@ def test_llamacpp_loads_every_adapter_applied_to_none() -> None:
                  inferenceEngine="llamacpp", acceleratorVendor="cpu",
                  quantization="GGUF-Q4_K_M")
     a_dir = A.download_dir(spec.lora_adapters[0])  # type: ignore[index]
-    assert A.llamacpp_args(spec) == ["--lora", f"{a_dir}.gguf",
-                                     "--lora", "/lora-claims/c/x/b.gguf",
-                                     "--lora-init-without-apply"]
-    assert A.llamacpp_selection(spec, "b") == [{"id": 1, "scale": 1.0}]
+    assert A.llamacpp_paths(spec) == (f"{a_dir}.gguf", "/lora-claims/c/x/b.gguf")
+    assert A.llamacpp_selection(spec, "b") == [{"id": 0, "scale": 0.0}, {"id": 1, "scale": 1.0}]
+    assert A.llamacpp_selection(spec, None) == [{"id": 0, "scale": 0.0}, {"id": 1, "scale": 0.0}]
 
 
 def test_a_new_source_is_a_new_directory() -> None:

@@ -11,10 +11,10 @@ import pytest
 from llm_operator.api.validation import parse_llmmodel
 from llm_operator.profiles.engines import (
     engine_arg_problems,
-    flag_args,
     prepare_script,
     serve,
 )
+from llm_operator.profiles.flags import flag_args
 from llm_operator.profiles.vendors import VENDORS, vendor
 
 
@@ -26,7 +26,7 @@ from llm_operator.profiles.vendors import VENDORS, vendor
     ({"b": "2", "a": "1"}, ["--a", "1", "--b", "2"]),
 ])
 def test_engine_args_become_sorted_flags(args: dict[str, str] | None, flags: list[str]) -> None:
-    assert flag_args(args) == flags
+    assert flag_args(args or {}) == flags
 
 
 def _spec(base: dict[str, Any], **spec: Any) -> Any:

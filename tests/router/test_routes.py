@@ -129,24 +129,29 @@ def test_adapters_are_routes_of_their_own_by_each_engines_means() -> None:
     pirate = routes["ai-models/qwen25-1b-lora/pirate"]
     assert pirate["upstreams"][0]["model"] == "Qwen/Qwen2.5-1.5B-Instruct-GGUF"
     assert pirate["setFields"] == {"lora": [{"id": 0, "scale": 1.0}]}
+    # the base model: no adapter unless the client names one (its own lora field)
+    base = routes["ai-models/qwen25-1b-lora"]
+    assert base["defaultFields"] == {"lora": [{"id": 0, "scale": 0.0}]}
+    assert "defaultFields" not in routes["ai-models/llama32-3b-lora"]
     assert table.labels[("ai-models", "qwen25-1b-lora")] == [
         "ai-models/qwen25-1b-lora", "ai-models/qwen25-1b-lora/pirate"]
     parse_config({"routes": table.routes})
 
 
-def test_llmop_up_builds_the_same_table_with_its_own_engine_and_proxies() -> None:
-    """One machine: adapters by name (its engine), a proxied remote model's own route."""
+def test_llmop_up_builds_the_same_table_for_its_processes_and_proxies() -> None:
+    """One machine: adapters as in a cluster, a proxied remote model's own route."""
     llama = model("llamacpp-lora-cpu")
     remote = model("gpt55-remote")
     process = Serving([{"name": "p", "baseUrl": "http://127.0.0.1:4100/v1", "auth": "none"}])
     proxy = Serving(route={"upstream": {"baseUrl": "https://api.openai.com/v1",
                                         "model": "gpt-5.5", "apiKey": {"env": "OPENAI"}},
                            "rateLimit": {"requestsPerMinute": 10}})
-    options = Options(adapters_by_name=True, replica_fields={"retry": {"attempts": 2}})
+    options = Options(replica_fields={"retry": {"attempts": 2}})
     table = build([(llama, process), (remote, proxy)], options)
     routes = {r["name"]: r for r in table.routes}
     pirate = routes["ai-models/qwen25-1b-lora/pirate"]
-    assert pirate["upstreams"][0]["model"] == "pirate" and "setFields" not in pirate
+    assert pirate["upstreams"][0]["model"] == "Qwen/Qwen2.5-1.5B-Instruct-GGUF"
+    assert pirate["setFields"] == {"lora": [{"id": 0, "scale": 1.0}]}
     assert pirate["retry"] == {"attempts": 2}
     proxied = routes["ai-models/gpt55-remote"]
     assert "upstreams" not in proxied and "retry" not in proxied

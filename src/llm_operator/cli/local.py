@@ -20,6 +20,7 @@ import click
 from rich.console import Console
 from rich.live import Live
 
+from llm_operator.local import llama_build
 from llm_operator.local.display import event_line, view
 from llm_operator.local.state import StateDir, alive, default_cache_dir, default_state_dir
 
@@ -98,8 +99,12 @@ def _log_to_file(state: StateDir, level: str) -> None:
               show_default="$XDG_CACHE_HOME/llmop/models",
               help="Where model files assembled from Python packages are kept.")
 @click.option("--max-queue", type=click.IntRange(0, 10_000), default=8, show_default=True,
-              help="Requests that may wait per model while it generates; more are refused "
-              "with 429 and Retry-After.")
+              help="Requests that may wait per model while all its slots are busy; more are "
+              "refused with 503 and Retry-After.")
+@click.option("--llama-server", "llama_server", envvar="LLMOP_LLAMA_SERVER",
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="The llama-server binary to run [default: the one `llmop setup` "
+              "compiles, built first if missing].")
 @click.option("-d", "--detach", is_flag=True,
               help="Start in the background, print the table once every model has settled, "
               "and return. Stop it with `llmop down`.")
@@ -118,15 +123,17 @@ def _log_to_file(state: StateDir, level: str) -> None:
 @click.option("--advertise", metavar="HOST",
               help="With --register: the address the cluster's pods reach this machine at.")
 def up(directory: Path | None, *, port: int, mcp_port: int, state_dir: Path, cache_dir: Path,
-       max_queue: int, detach: bool, dry_run: bool, log_level: str, register: bool,
-       kubeconfig: Path | None, namespace: str, advertise: str | None) -> None:
+       max_queue: int, llama_server: Path | None, detach: bool, dry_run: bool, log_level: str,
+       register: bool, kubeconfig: Path | None, namespace: str, advertise: str | None) -> None:
     """Serve a directory of LLMModel YAML on this machine, no cluster needed.
 
     Local models (acceleratorVendor cpu, inferenceEngine llamacpp or ollama, modelSource
-    type file) each run as a llama.cpp server process, restarted with backoff if they
-    crash. Remote models are proxied when the variable named after their apiKeySecret is
-    set (openai-api-key -> OPENAI_API_KEY). One gateway serves every model's OpenAI API, and
-    an MCP server publishes each as a tool. Editing, adding or removing a YAML file while it
+    type file) each run as a llama-server process with the arguments a cluster's pod gets
+    (parallel slots, context, threads, LoRA), restarted with backoff if it crashes.
+    llama-server is compiled once per machine (`llmop setup`; 5-10 minutes on 2 cores).
+    Remote models are proxied when the variable named after their apiKeySecret is set
+    (openai-api-key -> OPENAI_API_KEY). One gateway serves every model's OpenAI API, and an
+    MCP server publishes each as a tool. Editing, adding or removing a YAML file while it
     runs starts, restarts or stops that model and updates the MCP tools.
 
     DIRECTORY defaults to examples/local (Gemma 3 270M from PyPI, offline).
@@ -150,18 +157,20 @@ def up(directory: Path | None, *, port: int, mcp_port: int, state_dir: Path, cac
         _dry_run(folder, console)
         return
     registration = _registration(register, kubeconfig, namespace, advertise)
+    binary = llama_server or _llama_server_for(folder)
     if detach:
         extra = ["--register", "--kubeconfig", str(kubeconfig), "--namespace", namespace,
                  "--advertise", str(advertise)] if registration else []
         _detach(folder, state, console, ["--port", str(port), "--mcp-port", str(mcp_port),
                                          "--cache-dir", str(cache_dir.resolve()),
                                          "--max-queue", str(max_queue),
+                                         *(["--llama-server", str(binary)] if binary else []),
                                          "--log-level", log_level, *extra])
         return
     _log_to_file(state, log_level)
     options = Options(directory=folder, state=state, cache_dir=cache_dir.resolve(),
                       gateway_port=port, mcp_port=mcp_port, max_queue=max_queue,
-                      register=registration,
+                      llama_server=binary, register=registration,
                       gateway_host="0.0.0.0" if registration else "127.0.0.1")
     from llm_operator.gateway.proxies import ProxyError  # noqa: PLC0415
 
@@ -171,6 +180,67 @@ def up(directory: Path | None, *, port: int, mcp_port: int, state_dir: Path, cac
         raise click.ClickException(str(exc)) from None
     except ProxyError as exc:
         raise click.ClickException(f"unusable proxy setting: {exc}") from None
+
+
+def _serves_locally(folder: Path) -> bool:
+    """Whether any model in the directory would run a llama-server here."""
+    from llm_operator.local.machine import detect  # noqa: PLC0415
+    from llm_operator.local.placement import arrange  # noqa: PLC0415
+    from llm_operator.local.runtime import read_models  # noqa: PLC0415
+    from llm_operator.mcp_server.sources import DirectoryCache  # noqa: PLC0415
+
+    cache = DirectoryCache(folder)
+    cache.refresh()
+    models, _ = read_models(cache)
+    return bool(arrange([m for m, _ in models], detect(), os.environ.keys()).served)
+
+
+def _llama_server_for(folder: Path) -> Path | None:
+    """The cached llama-server; compiled first (progress shown) when a model here needs it."""
+    found = llama_build.locate()
+    if found is not None or not _serves_locally(folder):
+        return found
+    return _build_llama_server()
+
+
+def _build_llama_server() -> Path:
+    out = sys.stderr
+    tty = out.isatty()
+    print(f">> compiling llama.cpp's llama-server from {llama_build.SOURCE_PACKAGE} "
+          f"{llama_build.SOURCE_VERSION}: once per machine, 5-10 minutes on 2 cores",
+          file=out, flush=True)
+
+    def write(text: str) -> None:
+        out.write(text)
+        out.flush()
+
+    try:
+        path = llama_build.build(progress=llama_build.ProgressLines(write, tty))
+    except llama_build.BuildError as exc:
+        raise click.ClickException(str(exc)) from None
+    print(f">> llama-server: {path}", file=out, flush=True)
+    return path
+
+
+@click.command()
+@click.option("--print-path", is_flag=True, help="Only print where the binary is (nothing "
+              "is compiled; exit 1 if it is not built yet).")
+def setup(print_path: bool) -> None:
+    """Compile llama.cpp's llama-server for this machine, once (`llmop up` runs it).
+
+    The source is the pinned llama-cpp-python sdist from PyPI, which carries llama.cpp's
+    tree; only llama-server is built (no web UI, no TLS). It needs a C++ compiler and cmake,
+    takes 5-10 minutes on 2 cores, and is cached in ~/.cache/llm-operator/llama-server
+    ($LLMOP_CACHE) for every later `llmop up`, `make` run and test. The cluster's
+    llama-server image (`make images`) carries the same binary.
+    """
+    if print_path:
+        found = llama_build.locate()
+        if found is None:
+            raise click.ClickException("llama-server is not built yet: run `llmop setup`")
+        click.echo(str(found))
+        return
+    click.echo(str(_build_llama_server()))
 
 
 def _registration(register: bool, kubeconfig: Path | None, namespace: str,
@@ -258,9 +328,9 @@ def _dry_run(folder: Path, console: Console) -> None:
         if isinstance(decision, LocalServe):
             ignored = f"; ignored here: {', '.join(decision.ignored)}" \
                 if decision.ignored else ""
-            settings = " ".join(f"{k}={v}" for k, v in decision.settings)
-            console.print(f"[green]serve[/]   {name}: llama.cpp, ~{decision.estimated_gib} GiB "
-                          f"RAM, {settings}{ignored}", highlight=False)
+            args = shlex.join(decision.server_args("MODEL.gguf", 0)[8:])  # after file, port
+            console.print(f"[green]serve[/]   {name}: llama-server, ~{decision.estimated_gib} "
+                          f"GiB RAM, {args}{ignored}", highlight=False)
         elif isinstance(decision, RemoteProxy):
             console.print(f"[green]proxy[/]   {name}: key from ${decision.key_env}",
                           highlight=False)

@@ -24,7 +24,7 @@ from llm_operator.cli.chat import chat
 from llm_operator.cli.gateway import gateway
 from llm_operator.cli.keys import keys
 from llm_operator.cli.loading import Document, load_documents, load_settings
-from llm_operator.cli.local import down, status, up
+from llm_operator.cli.local import down, setup, status, up
 from llm_operator.cli.lora_sync import lora_sync
 from llm_operator.cli.router import router
 from llm_operator.cli.verify import model_verify
@@ -562,7 +562,7 @@ def _cluster_models(namespace: str | None, selector: str) -> list[dict[str, Any]
         raise click.ClickException(f"cannot list LLMModels: {exc}") from None
 
 
-for command in (up, chat, status, down, gateway, keys, model_verify, lora_sync, router):
+for command in (up, setup, chat, status, down, gateway, keys, model_verify, lora_sync, router):
     cli.add_command(command)
 
 

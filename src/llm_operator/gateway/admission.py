@@ -144,11 +144,12 @@ class Admission(Forwarding):
                 return translated[deployment.label]
             url = f"{deployment.url_base}{path}"
             fields = state.route.set_fields
-            if upstream_model == model and not hide_usage and not fields:
+            defaults = {k: v for k, v in state.route.default_fields.items() if k not in body}
+            if upstream_model == model and not hide_usage and not fields and not defaults:
                 return Outbound(url, raw)
             if upstream_model not in payloads:
                 payloads[upstream_model] = json.dumps(
-                    {**body, "model": upstream_model, **fields},
+                    {**defaults, **body, "model": upstream_model, **fields},
                     separators=(",", ":")).encode()
             return Outbound(url, payloads[upstream_model])
 

@@ -78,6 +78,10 @@ class Upstream(_Config):
     default_max_tokens: int = Field(
         4096, ge=1, le=1_000_000, description="max_tokens for an anthropic upstream when the "
         "client sets none (its API requires one).")
+    max_concurrent: int | None = Field(
+        None, ge=1, le=100_000, description="Requests the upstream takes at once (a local "
+        "engine's slots plus the queue it may hold); at the limit the gateway answers 503 "
+        "with Retry-After instead of sending more. Unset: no limit.")
 
     @model_validator(mode="after")
     def _url_fits_api(self) -> Upstream:
@@ -188,6 +192,10 @@ class Route(_Config):
         default_factory=dict, description="Body fields set on every request to an "
         "OpenAI-compatible upstream, over the client's: e.g. llama-server's "
         "lora: [{id: 0, scale: 1.0}] for a route that names one of its LoRA adapters.")
+    default_fields: dict[str, Any] = Field(
+        default_factory=dict, description="Body fields sent to an OpenAI-compatible upstream "
+        "when the client's request has none of that name: e.g. lora: [{id: 0, scale: 0}] "
+        "on a llama.cpp model's base route (no adapter unless the client names one).")
     rate_limit: RateLimit = Field(default_factory=RateLimit)
     timeouts: Timeouts = Field(default_factory=Timeouts)
     retry: Retry = Field(default_factory=Retry)

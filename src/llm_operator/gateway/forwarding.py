@@ -29,6 +29,12 @@ log = logging.getLogger("llm_operator.gateway")
 RETRYABLE = frozenset({429, 502, 503, 504, 529})  # 529: Anthropic overloaded
 
 
+def _full(deployment: Deployment) -> bool:
+    """Whether the upstream already holds as many requests as it takes (maxConcurrent)."""
+    limit = deployment.upstream.max_concurrent
+    return limit is not None and deployment.load.in_flight >= limit
+
+
 class Forwarding(Relaying):
     """Sends a request to the route's deployments until one answers or it must give up."""
 
@@ -75,21 +81,21 @@ class Forwarding(Relaying):
             unavailable = self._unavailable_error(state) if attempt else None
             if unavailable is not None:
                 return unavailable
-            if not deployment.breaker.allow():
-                state.metrics.upstream_error("circuit_open")
+            blocked = "at_capacity" if _full(deployment) else \
+                None if deployment.breaker.allow() else "circuit_open"
+            if blocked is not None:
+                state.metrics.upstream_error(blocked)
                 skipped += 1
                 if skipped < len(order):
                     continue
-                wait = retry_after_header(min(d.breaker.retry_in() for d in order))
-                return error_response(503, f"upstream of {label!r} is failing; the gateway "
-                                      f"stops calling it for {wait}s", "server_error",
-                                      "circuit_open", headers={"Retry-After": wait})
+                return self._blocked(state, order, blocked)
             skipped = 0
             attempt += 1
             tried = {"x-llmop-upstream": deployment.label, "x-llmop-attempts": str(attempt)}
             if sending.dropped:
                 tried["x-llmop-dropped-params"] = ",".join(sending.dropped)
             deployment.load.in_flight += 1  # until its answer is relayed in full
+            sent = self._clock()
             try:
                 outcome = await self._attempt(deployment, state, sending.url, sending.body,
                                               stream=stream, deadline=deadline)
@@ -105,6 +111,7 @@ class Forwarding(Relaying):
                                              native=deployment.native)
             finally:
                 deployment.load.in_flight -= 1
+                deployment.load.answered(self._clock() - sent)
             failover = len(order) > 1 and position % len(order) != 0
             retry_after = outcome.headers.get("Retry-After") \
                 if isinstance(outcome, UpstreamResponse) else None
@@ -133,6 +140,22 @@ class Forwarding(Relaying):
             return error_response(status, f"upstream of {label!r} did not answer ({outcome}) "
                                   f"after {attempt} attempt(s)", "server_error",
                                   f"upstream_{outcome}", headers=tried)
+
+    def _blocked(self, state: RouteState, order: list[Deployment], why: str
+                 ) -> web.Response:
+        """503 when no upstream may be called now: all full, or their circuits open."""
+        label = state.route.label
+        if why == "circuit_open":
+            wait = retry_after_header(min(d.breaker.retry_in() for d in order))
+            return error_response(503, f"upstream of {label!r} is failing; the gateway "
+                                  f"stops calling it for {wait}s", "server_error",
+                                  "circuit_open", headers={"Retry-After": wait})
+        limits = ", ".join(f"{d.label}: {d.upstream.max_concurrent}" for d in order)
+        wait = retry_after_header(max(1.0, min(d.load.answer_seconds for d in order)))
+        return error_response(
+            503, f"{label!r} is at capacity: every upstream holds as many requests as it "
+            f"takes at once ({limits}); retry after {wait}s", "server_error",
+            "model_overloaded", headers={"Retry-After": wait})
 
     async def _attempt(self, deployment: Deployment, state: RouteState, url: str,
                        payload: bytes, *, stream: bool, deadline: float

@@ -27,6 +27,12 @@ class Load:
     waiting: float = 0.0
     running: float = 0.0
     kv_usage: float = 0.0  # 0..1
+    answer_seconds: float = 0.0  # moving average of how long its answers took
+
+    def answered(self, seconds: float) -> None:
+        """Count one finished answer into the moving average (the last ~10 weigh most)."""
+        self.answer_seconds = seconds if not self.answer_seconds else \
+            0.9 * self.answer_seconds + 0.1 * seconds
 
     @property
     def busy(self) -> float:

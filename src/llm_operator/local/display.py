@@ -14,7 +14,7 @@ STYLES = {"Ready": "green", "Proxying": "green", "Starting": "yellow", "Download
           "Pending": "yellow", "Failed": "red", "Skipped": "dim", "Unplaceable": "magenta"}
 MIB = 1024 * 1024
 # The first request shown (as in the README): a completion, which base models answer too.
-TRY = {"model": "", "max_tokens": 32, "stop": ["\n"],
+TRY = {"model": "", "max_tokens": 32, "stop": ["\n"], "temperature": 0,
        "prompt": "Q: What is the capital of France?\nA:"}
 
 
@@ -41,12 +41,13 @@ def _restarts(row: dict[str, Any]) -> Text:
     return Text(str(row["restarts"]), style="yellow" if row["restarts"] else "")
 
 
-def _queue(row: dict[str, Any]) -> str:
-    """Requests waiting for a served model (a generating one counts as busy, not queued)."""
+def _load(row: dict[str, Any]) -> tuple[str, str, str]:
+    """(busy/slots, waiting, tokens/s) of a served model, from its llama-server's metrics."""
     load = row.get("load")
     if not load or row["phase"] != "Ready":
-        return "-"
-    return str(load["queued"])
+        return "-", "-", "-"
+    return (f"{load['busy']}/{load['slots']}", str(load["waiting"]),
+            f"{load['tokensPerSecond']:.0f}")
 
 
 def models_table(snapshot: dict[str, Any]) -> Table:
@@ -56,11 +57,13 @@ def models_table(snapshot: dict[str, Any]) -> Table:
     table.add_column("MCP TOOL", overflow="fold")
     table.add_column("STATUS", no_wrap=True)
     table.add_column("RESTARTS", justify="right", no_wrap=True)
+    table.add_column("SLOTS", justify="right", no_wrap=True)  # busy / all
     table.add_column("QUEUE", justify="right", no_wrap=True)
+    table.add_column("TOK/S", justify="right", no_wrap=True)
     table.add_column("DETAIL", overflow="fold", ratio=1)
     for row in snapshot["models"]:
         table.add_row(row["name"], row["modelId"], row.get("tool") or "-", _status(row),
-                      _restarts(row), _queue(row), _detail(row))
+                      _restarts(row), *_load(row), _detail(row))
     return table
 
 

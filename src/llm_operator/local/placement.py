@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import math
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from llm_operator.api.v1alpha1 import LLMModel, ModelFileStatus
-from llm_operator.profiles.engines import engine
+from llm_operator.profiles.llamaserver import Where, llama_server_args, parallel_slots
 from llm_operator.profiles.planner import (
     DEFAULT_CONTEXT_TOKENS,
     GIB,
@@ -19,23 +18,6 @@ from llm_operator.render.remote import gateway_route
 
 LOCAL_ENGINES = ("llamacpp", "ollama")
 LOOPBACK = "127.0.0.1"
-
-# engineArgs (llama-server's flags, as a cluster's llamacpp engine takes them) -> the
-# llama-cpp-python server setting that does the same.
-LLAMACPP_SETTINGS: Mapping[str, str] = {
-    "ctx-size": "n_ctx", "threads": "n_threads", "threads-batch": "n_threads_batch",
-    "batch-size": "n_batch", "ubatch-size": "n_ubatch", "n-gpu-layers": "n_gpu_layers",
-    "chat-template": "chat_format", "chat-format": "chat_format", "flash-attn": "flash_attn",
-    "seed": "seed", "mlock": "use_mlock", "mmap": "use_mmap",
-    "rope-freq-base": "rope_freq_base", "rope-freq-scale": "rope_freq_scale",
-    "n-predict": "default_max_tokens", "predict": "default_max_tokens",
-}
-# Ollama's engineArgs (environment settings in a cluster) with a llama.cpp equivalent.
-OLLAMA_SETTINGS: Mapping[str, str] = {"num-ctx": "n_ctx", "flash-attention": "flash_attn",
-                                      "num-predict": "default_max_tokens"}
-# Generated tokens when a request names no max_tokens (llama-server's n-predict, unlimited
-# there, would let a chat run until the context is full).
-DEFAULT_MAX_TOKENS = 256
 
 VENDOR_NAMES = {"nvidia": "NVIDIA GPU", "amd": "AMD GPU", "intel-gaudi": "Intel Gaudi card"}
 
@@ -53,26 +35,26 @@ class Machine:
 
 @dataclass(frozen=True)
 class LocalServe:
-    """A llama.cpp server process: its settings and the engineArgs it cannot honour."""
+    """A llama-server process on this machine's ``cores``, and the engineArgs it ignores."""
 
     model: LLMModel
-    settings: tuple[tuple[str, str], ...]
+    cores: int
     ignored: tuple[str, ...] = ()
     estimated_gib: float = 0.0
 
     def server_args(self, model_path: str, port: int,
                     adapters: Sequence[tuple[str, str]] = ()) -> list[str]:
-        """Engine arguments (llama_cpp.server's flags): the file, loopback port, served name.
+        """llama-server's arguments, as a cluster pod's (profiles.llamaserver), on loopback.
 
-        Each LoRA adapter is ``--lora NAME=FILE``: its name is a model name of its own.
+        ``adapters`` are (name, GGUF file) in ``loraAdapters`` order: their ids.
         """
-        args = ["--model", model_path, "--model_alias", self.model.spec.model_id,
-                "--host", LOOPBACK, "--port", str(port)]
-        for key, value in self.settings:
-            args += [f"--{key}", value]
-        for name, path in adapters:
-            args += ["--lora", f"{name}={path}"]
-        return args
+        where = Where(model_path, LOOPBACK, port, tuple(p for _, p in adapters),
+                      cores=self.cores)
+        return list(llama_server_args(self.model.spec, where).args)
+
+    @property
+    def slots(self) -> int:
+        return parallel_slots(self.model.spec)
 
 
 @dataclass(frozen=True)
@@ -105,34 +87,6 @@ def key_env(secret_name: str) -> str:
     openai-api-key -> OPENAI_API_KEY, anthropic-api-key -> ANTHROPIC_API_KEY.
     """
     return secret_name.upper().replace("-", "_").replace(".", "_")
-
-
-def _settings(model: LLMModel, machine: Machine) -> tuple[dict[str, str], list[str]]:
-    spec = model.spec
-    table = LLAMACPP_SETTINGS if spec.inference_engine == "llamacpp" else OLLAMA_SETTINGS
-    settings: dict[str, str] = {}
-    ignored: list[str] = []
-    for key, value in sorted((spec.engine_args or {}).items()):
-        if key in table:
-            settings[table[key]] = value
-        else:
-            ignored.append(f"engineArgs.{key}")
-    if spec.llama_cpp is not None:
-        if spec.llama_cpp.flash_attention is not None:
-            settings["flash_attn"] = str(spec.llama_cpp.flash_attention).lower()
-        if spec.llama_cpp.mlock is not None:
-            settings["use_mlock"] = str(spec.llama_cpp.mlock).lower()
-        if spec.llama_cpp.parallel_slots not in (None, 1):
-            ignored.append("llamaCpp.parallelSlots")  # the engine answers one at a time
-    context = engine(spec.inference_engine).served_context_tokens(spec)
-    if "n_ctx" not in settings and context:
-        settings["n_ctx"] = str(context)
-    if "n_threads" not in settings:
-        wanted = math.ceil(spec.resources.cpu_millicores / 1000)
-        settings["n_threads"] = str(max(1, min(machine.cpus, wanted)))
-    settings.setdefault("n_gpu_layers", "0")
-    settings.setdefault("default_max_tokens", str(DEFAULT_MAX_TOKENS))
-    return dict(sorted(settings.items())), ignored
 
 
 def decide(model: LLMModel, machine: Machine, env: Collection[str]) -> Decision:
@@ -177,8 +131,8 @@ def decide(model: LLMModel, machine: Machine, env: Collection[str]) -> Decision:
         return NotServed(model, "unplaceable", f"needs ~{need:.1f} GiB of RAM and this "
                          f"machine has {machine.memory_gib:.1f} GiB: lower the context "
                          "(engineArgs ctx-size) or pick a smaller quantization")
-    settings, ignored = _settings(model, machine)
-    return LocalServe(model, tuple(settings.items()), tuple(ignored), round(need, 1))
+    placed = llama_server_args(spec, Where("", LOOPBACK, 0, cores=machine.cpus))
+    return LocalServe(model, machine.cpus, placed.ignored, round(need, 1))
 
 
 def file_does_not_fit(model: LLMModel, file: ModelFileStatus, machine: Machine) -> str | None:

@@ -1,4 +1,4 @@
-"""One supervised model server process: start, health-check, restart with backoff, stop."""
+"""One supervised llama-server process: start, health-check, follow its load, restart, stop."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ from pathlib import Path
 
 import aiohttp
 
+from llm_operator.local.llama_server import Load, Meter, failure_reason
+
 log = logging.getLogger("llm_operator.local")
 
 PR_SET_PDEATHSIG = 1
@@ -30,7 +32,9 @@ class Timing:
     backoff_initial: float = 1.0
     backoff_max: float = 60.0
     stable_seconds: float = 60.0  # up this long after a restart: the next crash backs off anew
-    stop_grace: float = 10.0
+    # llama-server with a request in flight ignores SIGTERM for about a minute; Ctrl-C must
+    # leave no process behind within 2 s
+    stop_grace: float = 1.5
 
 
 @dataclass(frozen=True)
@@ -41,8 +45,7 @@ class ProcessState:
     detail: str = ""
     restarts: int = 0
     pid: int | None = None
-    queued: int = 0  # requests waiting for their turn, from the health answer
-    generating: int = 0
+    load: Load | None = None  # while Ready: slots, waiting requests, tokens/s
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
@@ -62,18 +65,19 @@ def _exit_text(code: int) -> str:
 
 
 class Supervised:
-    """Run ``argv`` until stopped, restarting it with exponential backoff when it dies.
+    """Run a llama-server ``argv`` until stopped, restarting it with backoff when it dies.
 
-    It counts as Ready once ``health_url`` answers 200; while Ready it is asked again every
-    five ``poll_seconds`` and the ``queued`` and ``generating`` counts of its JSON answer are
-    kept. Output goes to ``log_path``. ``on_change`` is called after every state change
-    (from the event loop).
+    It counts as Ready once ``{base_url}/health`` answers 200; while Ready its /metrics and
+    /slots are read every five ``poll_seconds`` into ``state.load``. Output goes to
+    ``log_path``; when the process ends, the reason it gave there is the state's detail.
+    ``on_change`` is called after every state change (from the event loop).
     """
 
-    def __init__(self, name: str, argv: Sequence[str], *, health_url: str, log_path: Path,
+    def __init__(self, name: str, argv: Sequence[str], *, base_url: str, log_path: Path,
                  on_change: Callable[[], None], timing: Timing | None = None,
                  env: dict[str, str] | None = None) -> None:
-        self.name, self.argv, self.health_url = name, list(argv), health_url
+        self.name, self.argv, self.base_url = name, list(argv), base_url
+        self.health_url = f"{base_url}/health"
         self.log_path, self.on_change = log_path, on_change
         self.timing = timing or Timing()
         self.env = env
@@ -89,6 +93,15 @@ class Supervised:
         self.state = ProcessState(phase, detail, self.state.restarts, self.pid)
         self.on_change()
 
+    def _reason(self, what: str) -> str:
+        """What happened, with llama-server's own reason from its log when it gave one."""
+        try:
+            with self.log_path.open(errors="replace") as log:
+                reason = failure_reason(log.readlines()[-200:])
+        except OSError:
+            reason = None
+        return f"{what}: {reason}" if reason else what
+
     async def run(self) -> None:
         """Supervise until cancelled; cancelling stops the process (see ``stop``)."""
         delay = self.timing.backoff_initial
@@ -101,7 +114,7 @@ class Supervised:
                         delay = self.timing.backoff_initial
                     self.state = ProcessState(self.state.phase, self.state.detail,
                                               self.state.restarts + 1, None)
-                    self._set("Failed", f"{why}; restart in {delay:.0f}s "
+                    self._set("Failed", f"{self._reason(why)}; restart in {delay:.0f}s "
                               f"(log: {self.log_path})")
                     log.warning("%s: %s (exit %s); restarting in %.0fs", self.name, why, code,
                                 delay)
@@ -161,16 +174,19 @@ class Supervised:
 
     async def _follow_load(self, session: aiohttp.ClientSession,
                            exited: asyncio.Task[int]) -> None:
-        """Until the process exits: how many requests wait and generate (for the table)."""
+        """Until the process exits: its slots, waiting requests and tokens/s (the table)."""
         timeout = aiohttp.ClientTimeout(total=2)
+        meter = Meter()
         while not exited.done():
             with contextlib.suppress(aiohttp.ClientError, TimeoutError, ValueError):
-                async with session.get(self.health_url, timeout=timeout) as resp:
-                    body = await resp.json()
-                load = (int(body.get("queued", 0)), int(body.get("generating", 0)))
-                if load != (self.state.queued, self.state.generating):
+                async with session.get(f"{self.base_url}/metrics", timeout=timeout) as resp:
+                    metrics = await resp.text() if resp.status == 200 else ""
+                async with session.get(f"{self.base_url}/slots", timeout=timeout) as resp:
+                    slots = await resp.json() if resp.status == 200 else None
+                load = meter.sample(time.monotonic(), metrics, slots)
+                if load != self.state.load:
                     self.state = ProcessState(self.state.phase, self.state.detail,
-                                              self.state.restarts, self.pid, *load)
+                                              self.state.restarts, self.pid, load)
                     self.on_change()
             await asyncio.wait({exited}, timeout=self.timing.poll_seconds * 5)
 

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
 import json
 import logging
 import os
 import socket
-import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -43,6 +41,7 @@ from llm_operator.local.weights import WeightsError, locate, locate_adapters
 from llm_operator.mcp_server.app import McpSettings
 from llm_operator.mcp_server.run import service
 from llm_operator.mcp_server.sources import DirectoryCache
+from llm_operator.profiles.llamaserver import lora_path_problem
 from llm_operator.registry.catalog import is_base_model
 from llm_operator.router.routes import Options as RouteOptions
 from llm_operator.router.routes import Serving, Table, build
@@ -54,7 +53,8 @@ UNSETTLED = frozenset({"Pending", "Downloading", "Starting"})
 SERVING = frozenset({"Ready", "Proxying"})
 LOADING_PHASES = frozenset({"Starting", "Downloading"})
 API_PHASE = {"Skipped": "Pending", "Unplaceable": "Failed"}
-ENGINE_MODULE = "llm_operator.local.engine"
+NOT_BUILT = ("llama-server is not built on this machine: run `llmop setup` (`make up` does "
+             "it), or set $LLMOP_LLAMA_SERVER to a llama-server binary")
 
 
 class _Embedded(uvicorn.Server):
@@ -81,9 +81,9 @@ class Options:
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     machine: Machine | None = None
     scan_seconds: float = 0.5
-    python: str = sys.executable
+    llama_server: Path | None = None  # the binary (llama_build.locate())
     timing: Timing = field(default_factory=Timing)
-    max_queue: int = 8  # requests that may wait per model; more get 429 (engine --max_queue)
+    max_queue: int = 8  # requests that may wait for a slot per model; more get 503
     gateway_host: str = LOOPBACK  # 0.0.0.0 when a cluster must reach it (--register)
     register: Registration | None = None  # publish the served models into a cluster
     hold_seconds: float = 300.0  # a request for a model still loading waits this long
@@ -115,12 +115,11 @@ class Entry:
             return state.phase, state.detail, state.restarts
         return self.phase, self.detail, 0
 
-    def load(self) -> dict[str, int] | None:
-        """Requests waiting and generating in a served model's process (None elsewhere)."""
-        if self.supervised is None:
+    def load(self) -> dict[str, float | int] | None:
+        """Slots, busy slots, waiting requests and tokens/s of a model's llama-server."""
+        if self.supervised is None or self.supervised.state.load is None:
             return None
-        state = self.supervised.state
-        return {"queued": state.queued, "generating": state.generating}
+        return self.supervised.state.load.as_dict()
 
 
 def _runtime_key(decision: Decision, file: Path) -> str:
@@ -128,7 +127,8 @@ def _runtime_key(decision: Decision, file: Path) -> str:
     model = decision.model
     if isinstance(decision, LocalServe):
         source = model.spec.model_source.model_dump() if model.spec.model_source else None
-        parts: Any = ["serve", model.spec.model_id, decision.settings, source, str(file.parent)]
+        parts: Any = ["serve", model.spec.model_id, decision.server_args("", 0), source,
+                      str(file.parent)]
     elif isinstance(decision, RemoteProxy):
         parts = ["proxy", decision.route()]
     else:
@@ -186,11 +186,11 @@ class Runtime:
         self._held: dict[str, str | None] = {}  # served model -> why its requests wait
         self.table = Table()
         self._route_options = RouteOptions(
-            hold_seconds=options.hold_seconds, adapters_by_name=True,  # our engine's way
+            hold_seconds=options.hold_seconds,
             replica_fields={
                 # quick retries: a kept-alive connection the server closed as the request
                 # went out, or a process that just died (the retry then answers 503
-                # model_unavailable); a full queue answers at once (429, not retried)
+                # model_unavailable)
                 "retry": {"attempts": 3, "backoffInitialSeconds": 0.05,
                           "onRateLimit": False},
                 # short: a restarted process is used at once
@@ -215,7 +215,7 @@ class Runtime:
             decision = entry.decision
             where = "-"
             if isinstance(decision, LocalServe):
-                where = f"llama.cpp :{entry.port}"
+                where = f"llama-server :{entry.port}"
             elif isinstance(decision, RemoteProxy):
                 where = decision.route()["upstream"]["baseUrl"]
             exposure = entry.model.spec.mcp_exposure
@@ -439,13 +439,16 @@ class Runtime:
             log.info("%s: %s: %s", name, entry.phase.lower(), decision.reason)
 
     async def _remove(self, name: str) -> None:
-        entry = self.entries.pop(name)
+        entry = self.entries[name]  # its row stays until its process is gone
         for route in self._labels(entry):
             self.gateway.set_unavailable(route, None)
         if entry.task is not None:
             entry.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await entry.task
+            # asyncio.wait, not `await entry.task` in suppress(CancelledError): that would
+            # also swallow a cancellation of this task (`llmop up` stopping meanwhile)
+            await asyncio.wait({entry.task})
+        if self.entries.get(name) is entry:
+            del self.entries[name]
             log.info("%s: stopped", name)
 
     async def _stop_all(self) -> None:
@@ -467,7 +470,9 @@ class Runtime:
             self._held[entry.model.name] = loading
             return Serving([] if loading else [{
                 "name": entry.model.name, "baseUrl": f"http://{LOOPBACK}:{entry.port}/v1",
-                "auth": "none"}], loading or "")
+                "auth": "none",
+                # every slot busy and max_queue waiting: 503 with Retry-After at once
+                "maxConcurrent": decision.slots + self.options.max_queue}], loading or "")
         if isinstance(decision, RemoteProxy):
             return Serving(route=decision.route())  # build() names it as the router does
         return Serving(absent=f"llmop up {entry.phase.lower()} it: {entry.detail}")
@@ -520,9 +525,10 @@ class Runtime:
             entry.phase, entry.detail = phase, detail
             refresh()
 
-        if importlib.util.find_spec("llama_cpp") is None:
-            changed("Failed", "llama-cpp-python is not installed: pip install "
-                    "'llm-operator[local]' (`make up` does it)")
+        binary = self.options.llama_server
+        if binary is None or not binary.is_file():
+            changed("Failed", NOT_BUILT if binary is None else
+                    f"{binary} ($LLMOP_LLAMA_SERVER) is not a file")
             return
 
         def progress(done: int, total: int | None) -> None:  # only while a file is built
@@ -551,19 +557,23 @@ class Runtime:
             log.error("%s: %s: %s", name, exc.reason, exc)
             changed("Failed", f"{exc.reason}: {exc}")
             return
+        unusable = next(filter(None, (lora_path_problem(n, str(p)) for n, p in adapters)), None)
+        if unusable is not None:
+            changed("Failed", unusable)
+            return
         too_big = file_does_not_fit(entry.model, entry.model_file, self.machine)
         if too_big is not None:
             changed("Failed", too_big)
             return
-        argv = [self.options.python, "-m", ENGINE_MODULE,
-                *decision.server_args(str(path), entry.port,
-                                      [(n, str(p)) for n, p in adapters]),
-                "--max_queue", str(self.options.max_queue)]
+        argv = [str(binary), *decision.server_args(str(path), entry.port,
+                                                   [(n, str(p)) for n, p in adapters])]
         secrets = {d.key_env for d in (e.decision for e in self.entries.values())
                    if isinstance(d, RemoteProxy)}
-        env = {k: v for k, v in self.options.env.items() if k not in secrets}
+        # llama-server reads LLAMA_ARG_* as flags: only the arguments above decide
+        env = {k: v for k, v in self.options.env.items()
+               if k not in secrets and not k.startswith("LLAMA_ARG_")}
         entry.supervised = Supervised(
-            name, argv, health_url=f"http://{LOOPBACK}:{entry.port}/health",
+            name, argv, base_url=f"http://{LOOPBACK}:{entry.port}",
             log_path=self.options.state.model_log(name),
             on_change=refresh, timing=self.options.timing,
             env=env)

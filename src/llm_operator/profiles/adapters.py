@@ -84,23 +84,19 @@ def vllm_args(spec: LLMModelSpec) -> list[str]:
     return args
 
 
-def llamacpp_args(spec: LLMModelSpec) -> list[str]:
-    """Every adapter loaded at start and applied to no request unless it asks for it."""
-    if not spec.lora_adapters:
-        return []
-    out: list[str] = []
-    for adapter in spec.lora_adapters:
-        out += ["--lora", adapter_path(adapter, gguf=True)]
-    return [*out, "--lora-init-without-apply"]
+def llamacpp_paths(spec: LLMModelSpec) -> tuple[str, ...]:
+    """The GGUF file of each adapter in a pod, in the order of ``loraAdapters`` (their ids)."""
+    return tuple(adapter_path(a, gguf=True) for a in spec.lora_adapters or ())
 
 
-def llamacpp_selection(spec: LLMModelSpec, name: str) -> list[dict[str, float | int]]:
+def llamacpp_selection(spec: LLMModelSpec, name: str | None) -> list[dict[str, float | int]]:
     """llama-server's per-request ``lora`` field that applies the adapter ``name`` alone.
 
-    Its id is its place among the --lora flags, the order of ``loraAdapters``.
+    Every adapter is listed, by its id (its place among ``loraAdapters``): the named one at
+    scale 1, the others at 0. ``None`` names none: the base model.
     """
-    ids = {a.name: i for i, a in enumerate(spec.lora_adapters or ())}
-    return [{"id": ids[name], "scale": 1.0}]
+    return [{"id": i, "scale": 1.0 if a.name == name else 0.0}
+            for i, a in enumerate(spec.lora_adapters or ())]
 
 
 def hf_token_env(secret: str) -> str:

@@ -8,6 +8,8 @@ from types import MappingProxyType
 
 from llm_operator.api.v1alpha1 import LLMModelSpec
 from llm_operator.profiles import adapters
+from llm_operator.profiles.flags import flag_args
+from llm_operator.profiles.llamaserver import Where, llama_server_args
 
 PORT = 8000  # every engine serves its OpenAI-compatible API here
 CACHE_DIR = "/model-cache"
@@ -61,24 +63,6 @@ class EngineProfile:
         return spec.context_window_k * 1024 if spec.context_window_k else None
 
 
-def flag_args(engine_args: dict[str, str] | None) -> list[str]:
-    """EngineArgs as command-line flags in sorted key order.
-
-    "true" becomes a bare ``--key``, "false" becomes ``--no-key`` (how vLLM's and
-    llama.cpp's boolean flags are spelled), anything else ``--key value``.
-    """
-    out: list[str] = []
-    for key in sorted(engine_args or {}):
-        value = (engine_args or {})[key]
-        if value.lower() == "true":
-            out.append(f"--{key}")
-        elif value.lower() == "false":
-            out.append(f"--no-{key}")
-        else:
-            out += [f"--{key}", value]
-    return out
-
-
 VLLM = EngineProfile(
     name="vllm", health_path="/health", metrics_path="/metrics",
     queue_metric="vllm:num_requests_waiting", runs_as_non_root=False, needs_shm=True,
@@ -107,32 +91,6 @@ def engine(name: str) -> EngineProfile:
         raise KeyError(f"unknown inferenceEngine {name!r}; valid values: {valid}") from None
 
 
-def parallel_slots(spec: LLMModelSpec) -> int:
-    """Requests llama.cpp serves at once; each holds a full context in the KV cache."""
-    slots = spec.llama_cpp.parallel_slots if spec.llama_cpp else None
-    return slots or 1
-
-
-def cpu_threads(spec: LLMModelSpec) -> int:
-    """Compute threads for a CPU pod: the whole cores its CPU limit allows, at least one."""
-    return max(1, spec.resources.cpu_millicores // 1000)
-
-
-def _llamacpp_settings(spec: LLMModelSpec) -> list[str]:
-    """spec.llamaCpp as llama-server flags."""
-    settings = spec.llama_cpp
-    if settings is None:
-        return []
-    out = []
-    if settings.parallel_slots:
-        out += ["--parallel", str(settings.parallel_slots)]
-    if settings.flash_attention is not None:
-        out += ["--flash-attn", "on" if settings.flash_attention else "off"]
-    if settings.mlock:
-        out.append("--mlock")
-    return out
-
-
 def serve(spec: LLMModelSpec, on_accelerator: bool) -> Serve:
     """The serving container for a local model whose weights are already in the cache."""
     args = spec.engine_args or {}
@@ -152,26 +110,10 @@ def serve(spec: LLMModelSpec, on_accelerator: bool) -> Serve:
             env=tuple(env),
         )
     if spec.inference_engine == "llamacpp":
-        extra = []
-        context = LLAMACPP.served_context_tokens(spec)
-        slots = parallel_slots(spec)
-        if context and (slots > 1 or "ctx-size" not in args):
-            # llama.cpp splits --ctx-size among the slots: give each one the whole context
-            extra += ["--ctx-size", str(context * slots)]
-            args = {k: v for k, v in args.items() if k != "ctx-size"}
-        if on_accelerator and "n-gpu-layers" not in args:
-            extra += ["--n-gpu-layers", "999"]
-        if not on_accelerator and not {"threads", "t"} & set(args):
-            # llama-server starts a thread per core it sees, not per core the pod may use:
-            # under a 500m limit its 2 threads ran at 16 tokens/s, 1 thread at 28.
-            extra += ["--threads", str(cpu_threads(spec))]
-        return Serve(
-            command=("/app/llama-server",),
-            args=("--model", GGUF_LINK, "--alias", spec.model_id, "--host", "0.0.0.0",
-                  "--port", str(PORT), "--metrics", *extra, *_llamacpp_settings(spec),
-                  *adapters.llamacpp_args(spec), *flag_args(args)),
-            env=(("HOME", "/tmp"),),
-        )
+        where = Where(GGUF_LINK, "0.0.0.0", PORT, adapters.llamacpp_paths(spec),
+                      on_accelerator=on_accelerator)
+        return Serve(command=("/app/llama-server",),
+                     args=llama_server_args(spec, where).args, env=(("HOME", "/tmp"),))
     env = [("OLLAMA_HOST", f"0.0.0.0:{PORT}"), ("OLLAMA_MODELS", OLLAMA_MODELS_DIR),
            ("HOME", "/tmp")]
     if "keep-alive" not in args:

@@ -9,7 +9,8 @@ from urllib.parse import urlsplit
 
 from llm_operator.api.v1alpha1 import LLMModel, LLMModelSpec, ModelFileStatus
 from llm_operator.profiles.adapters import adapter_memory
-from llm_operator.profiles.engines import engine, parallel_slots
+from llm_operator.profiles.engines import engine
+from llm_operator.profiles.llamaserver import parallel_slots
 from llm_operator.profiles.vendors import VENDORS, Accelerator, VendorProfile, vendor
 
 GIB = 1024**3

@@ -21,16 +21,14 @@ class Options:
 
     ``replica_fields`` go on every route whose upstreams the caller found (the router's
     pods, `llmop up`'s processes); by default a replica that refuses (restarting,
-    overloaded) hands over to the next at once. With ``adapters_by_name`` the engine
-    serves every LoRA adapter under its own name (`llmop up`'s engine); otherwise a
-    llama.cpp adapter goes to the base model with its ``lora`` id (llama-server's way).
+    overloaded) hands over to the next at once. A llama.cpp adapter goes to the base
+    model with its ``lora`` id (llama-server's way).
     """
 
     hold_seconds: float = 300.0
     keepalive_seconds: float = 5.0
     replica_fields: Mapping[str, Any] = field(default_factory=lambda: {
         "retry": {"attempts": 3, "backoffInitialSeconds": 0.05}})
-    adapters_by_name: bool = False
 
 
 @dataclass(frozen=True)
@@ -181,6 +179,10 @@ def build(models: Iterable[tuple[LLMModel, Serving]], options: Options | None = 
             "ownedBy": owned_by(model) or "llmop",
             **(serving.route or {"upstreams": upstreams, **options.replica_fields}),
             "name": label, "models": names[:1], "aliases": names[1:]}
+        if spec.inference_engine == "llamacpp" and spec.lora_adapters and not spec.is_remote:
+            # every adapter at scale 0 unless the client says otherwise: llama-server reuses
+            # a slot's prompt cache computed with an adapter for a request that names none
+            route["defaultFields"] = {"lora": llamacpp_selection(spec, None)}
         table.routes.append(route)
         table.labels[key] = [label]
         table.upstreams[key] = [u["baseUrl"] for u in upstreams]
@@ -190,7 +192,7 @@ def build(models: Iterable[tuple[LLMModel, Serving]], options: Options | None = 
             adapter_route = {**route, "name": f"{label}/{adapter.name}",
                              "models": [adapter.name], "aliases": [],
                              "upstreams": [{**u, "model": adapter.name} for u in upstreams]}
-            if spec.inference_engine == "llamacpp" and not options.adapters_by_name:
+            if spec.inference_engine == "llamacpp":
                 adapter_route["upstreams"] = upstreams  # the base model, the adapter's id
                 adapter_route["setFields"] = {"lora": llamacpp_selection(spec, adapter.name)}
             table.routes.append(adapter_route)

@@ -1,0 +1,119 @@
+"""Reading a llama-server: its load from /metrics and /slots, its reason from its log (pure)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from llm_operator.local import llama_build
+from llm_operator.local.llama_server import (
+    Load,
+    Meter,
+    failure_reason,
+    metric_values,
+    slot_counts,
+)
+
+METRICS = """\
+# HELP llamacpp:tokens_predicted_total Number of generation tokens processed.
+# TYPE llamacpp:tokens_predicted_total counter
+llamacpp:tokens_predicted_total 120
+llamacpp:requests_processing 2
+llamacpp:requests_deferred 3
+llamacpp:kv_cache_usage_ratio{slot="all"} 0.25
+not a sample line
+"""
+
+
+def _slot(processing: bool, decoded: int | None = None) -> dict[str, Any]:
+    slot: dict[str, Any] = {"id": 0, "is_processing": processing}
+    if decoded is not None:
+        slot["next_token"] = [{"has_next_token": True, "n_decoded": decoded}]
+    return slot
+
+
+def test_metric_lines_become_values_by_name() -> None:
+    assert metric_values(METRICS) == {
+        "llamacpp:tokens_predicted_total": 120.0, "llamacpp:requests_processing": 2.0,
+        "llamacpp:requests_deferred": 3.0, "llamacpp:kv_cache_usage_ratio": 0.25}
+
+
+@pytest.mark.parametrize(("slots", "counts"), [
+    (None, (0, 0, 0)),
+    ([], (0, 0, 0)),
+    ([_slot(False, 50), _slot(True, 7), _slot(True, 5), _slot(False)], (4, 2, 12)),
+    ([_slot(True)], (1, 1, 0)),  # reading its prompt: no token yet
+])
+def test_slots_say_how_many_are_busy_and_what_they_generated(
+        slots: Any, counts: tuple[int, int, int]) -> None:
+    assert slot_counts(slots) == counts
+
+
+def test_the_token_rate_counts_answers_still_streaming() -> None:
+    meter = Meter()
+    first = meter.sample(10.0, METRICS, [_slot(True, 10), _slot(False)])
+    assert first == Load(slots=2, busy=1, waiting=3, tokens_per_second=0.0)
+    # one second later: 20 more tokens on the busy slot, nothing finished
+    second = meter.sample(11.0, METRICS, [_slot(True, 30), _slot(False)])
+    assert second.tokens_per_second == 20.0
+    # the answer ends: its 35 tokens move into the counter, 5 of them new
+    done = METRICS.replace("predicted_total 120", "predicted_total 155")
+    assert meter.sample(12.0, done, [_slot(False, 35), _slot(False)]).tokens_per_second == 5.0
+    assert meter.sample(13.0, done, None).tokens_per_second == 0.0
+
+
+@pytest.mark.parametrize(("log", "reason"), [
+    (["--- 2026 start: llama-server --model /m.gguf",
+      "gguf_init_from_file_impl: failed to read magic",
+      "llama_model_load: error loading model: llama_model_loader: failed to load model from "
+      "/m.gguf",
+      "srv    load_model: failed to load model, '/m.gguf'",
+      "main: exiting due to model loading error"],
+     "llama_model_loader: failed to load model from /m.gguf"),
+    (["--- start", "error: invalid argument: --chat-format"],
+     "error: invalid argument: --chat-format"),
+    (["--- start", "error: old run", "--- start again", "main: server is listening"], None),
+    (["--- start", "start: couldn't bind HTTP server socket, hostname: 127.0.0.1, port: 80"],
+     "couldn't bind HTTP server socket, hostname: 127.0.0.1, port: 80"),
+], ids=["bad GGUF", "bad flag", "only the last start counts", "port taken"])
+def test_the_reason_is_llama_servers_own_line_since_the_last_start(
+        log: list[str], reason: str | None) -> None:
+    assert failure_reason(log) == reason
+
+
+def test_a_build_is_keyed_by_source_architecture_and_flags() -> None:
+    assert "-DGGML_AVX2=ON" in llama_build.cmake_flags("x86_64")
+    assert "-DGGML_NATIVE=OFF" not in llama_build.cmake_flags("aarch64")
+    assert "-DLLAMA_BUILD_UI=OFF" in llama_build.cmake_flags("aarch64")  # nothing downloaded
+    keys = {llama_build.build_key(m) for m in ("x86_64", "aarch64")}
+    assert len(keys) == 2
+
+
+def test_the_binary_is_the_environment_override_else_the_cached_build(tmp_path: Any) -> None:
+    chosen = tmp_path / "my-llama-server"
+    assert llama_build.locate({"LLMOP_LLAMA_SERVER": str(chosen)}) == chosen
+    assert llama_build.locate({"LLMOP_CACHE": str(tmp_path)}) is None
+    built = llama_build.built_path(tmp_path)
+    built.parent.mkdir(parents=True)
+    built.write_bytes(b"")
+    assert llama_build.locate({"LLMOP_CACHE": str(tmp_path)}) == built
+
+
+def test_a_missing_compiler_is_one_line_naming_the_packages(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    problem = llama_build.missing_tools()
+    assert problem is not None and "\n" not in problem
+    assert problem.startswith("compiling llama-server needs a C++ compiler and a C compiler")
+    assert "`sudo apt-get install g++ cmake`" in problem
+
+
+def test_a_failed_step_shows_the_end_of_its_log_and_where_the_rest_is(tmp_path: Any) -> None:
+    log = tmp_path / "build.log"
+    with pytest.raises(llama_build.BuildError) as failed:
+        llama_build._run(["sh", "-c", "echo first; echo 'fatal: no space'; exit 3"], log,
+                         "compiling llama-server")
+    message = str(failed.value)
+    assert message.startswith(f"compiling llama-server failed (exit 3); the whole log: {log}")
+    assert message.endswith("first\nfatal: no space")
