@@ -84,7 +84,11 @@ async def test_ctrl_c_stops_the_foreground_stack_cleanly(tmp_path: Path, model_c
                 seen.append(line)
         snapshot = json.loads((state / "up.json").read_text())
         server = next(r["pid"] for r in snapshot["models"] if r["pid"])
+        # a long answer streaming: llama-server then ignores SIGTERM for about a minute
+        writer = await _streaming(snapshot["gateway"])
         proc.send_signal(signal.SIGINT)
+        gone = await asyncio.to_thread(exits_within, server, 2.0)
+        writer.close()
         rest = (await asyncio.wait_for(proc.stdout.read(), 30)).decode()
         assert await proc.wait() == 0, rest
     finally:
@@ -94,8 +98,22 @@ async def test_ctrl_c_stops_the_foreground_stack_cleanly(tmp_path: Path, model_c
     assert "gemma3-270m: Starting: loading (pid " in out and "gemma3-270m: Ready" in out
     assert "gpt55-remote: Skipped: set OPENAI_API_KEY to proxy it through the gateway" in out
     assert "stopped: every model process has exited" in rest
-    assert not alive(server)
+    assert gone, "llama-server outlived Ctrl-C by more than 2 s"
     assert not (state / "up.json").exists()
+
+
+async def _streaming(gateway: str) -> asyncio.StreamWriter:
+    """A streamed completion of 2000 tokens, read until its first token."""
+    host, port = gateway.removeprefix("http://").split("/")[0].split(":")
+    body = json.dumps({"model": "gemma-3-270m", "prompt": "Once upon a time", "stream": True,
+                       "max_tokens": 2000, "ignore_eos": True}).encode()
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: llmop\r\nContent-Type: "
+                 b"application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+    async with asyncio.timeout(30):
+        while b"data: {" not in await reader.readline():
+            pass
+    return writer
 
 
 def test_model_servers_die_with_llmop_up_even_when_it_is_killed(tmp_path: Path,
