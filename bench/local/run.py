@@ -1,19 +1,20 @@
-"""Local runtime benchmark: tokens per second through `llmop up`, and time to first token.
+"""Local serving benchmark: `llmop up`'s gateway against llama-server started by hand.
 
-Runs the real stack (`llmop up examples/local`, its own processes) and measures, on the
-same Gemma 3 270M file with the same settings:
+Runs the real stack (`llmop up examples/local --detach`) and, beside it, a raw llama-server
+with exactly the arguments `llmop up` gave its own (read from the model's log: same file,
+slots, context, threads). Then, for 1, 4 and 8 concurrent requests, plain and streamed,
+it sends the same completions (fixed prompt, ``--max-tokens`` generated tokens each, EOS
+ignored) through the gateway and straight to the raw server, rounds alternating so that
+drift hits both alike, and compares medians:
 
-- generation speed: completion tokens per second of one chat completion (temperature 0,
-  fixed prompt, --max-tokens), through the gateway and straight to the model's engine
-  process (llm_operator.local.engine; each plain and streamed), and with llama-cpp-python
-  in this process (the baseline: no HTTP at all). Rounds alternate between the paths so
-  drift hits each alike; medians are compared;
-- time to first token from launching `llmop up` (virtualenv ready): process start, model
-  file located (assembled on the cold run), llama.cpp loaded, first streamed token at the
-  gateway — against the floor of a fresh Python process that loads llama-cpp-python and
-  the model and generates one token.
+- aggregate tokens/s (all requests' tokens over the round's wall time);
+- the slowest request of a round;
+- time to the first streamed token (median of every request).
 
-    python bench/local/run.py [--rounds 15] [--max-tokens 64] [--starts 3]
+With ``--previous-engine`` (needs llama-cpp-python installed), the hand-kept engine that
+`llmop up` ran before llama-server (from git history, commit f5b5c5a) joins as a third path.
+
+    python bench/local/run.py [--rounds 3] [--max-tokens 128] [--previous-engine]
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import argparse
 import asyncio
 import json
 import os
-import shutil
+import shlex
 import signal
 import socket
 import statistics
@@ -30,17 +31,15 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "local"
 MODEL_ID = "gemma-3-270m"
-PROMPT = [{"role": "user", "content": "Write a short story about a lighthouse keeper."}]
-SETTINGS = {"n_ctx": 4096, "n_threads": 2, "chat_format": "gemma"}  # as examples/local
+PREVIOUS = "f5b5c5a"  # the last commit with llm_operator/local/engine.py
 
 
 def free_port() -> int:
@@ -50,177 +49,199 @@ def free_port() -> int:
         return port
 
 
-def llmop(*args: str) -> list[str]:
-    return [sys.executable, "-m", "llm_operator", *args]
+@dataclass
+class Round:
+    """One burst of concurrent requests on one path."""
+
+    tokens: int = 0
+    wall: float = 0.0
+    slowest: float = 0.0
+    first_tokens: list[float] = field(default_factory=list)
+
+    @property
+    def rate(self) -> float:
+        return self.tokens / self.wall if self.wall else 0.0
 
 
-def body(max_tokens: int, stream: bool = False) -> dict[str, Any]:
-    return {"model": MODEL_ID, "messages": PROMPT, "max_tokens": max_tokens, "temperature": 0,
-            "stream": stream, **({"stream_options": {"include_usage": True}} if stream else {})}
-
-
-async def via_http(http: aiohttp.ClientSession, base: str, max_tokens: int) -> float:
+async def one(http: aiohttp.ClientSession, url: str, max_tokens: int, stream: bool,
+              index: int) -> tuple[int, float, float | None]:
+    """(completion tokens, seconds, seconds to the first token) of one request."""
+    body = {"model": MODEL_ID, "prompt": f"Story number {index}. Once upon a time",
+            "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True, "stream": stream}
+    if stream:
+        body["stream_options"] = {"include_usage": True}
     started = time.perf_counter()
-    async with http.post(f"{base}/chat/completions", json=body(max_tokens)) as resp:
-        data = await resp.json()
-        assert resp.status == 200, data
-    return int(data["usage"]["completion_tokens"]) / (time.perf_counter() - started)
-
-
-async def via_stream(http: aiohttp.ClientSession, base: str, max_tokens: int) -> float:
-    started = time.perf_counter()
+    first = None
     tokens = 0
-    async with http.post(f"{base}/chat/completions", json=body(max_tokens, True)) as resp:
-        assert resp.status == 200
-        async for line in resp.content:
-            if line.startswith(b"data: {"):
+    async with http.post(f"{url}/completions", json=body) as resp:
+        if resp.status != 200:
+            raise RuntimeError(f"{url}: {resp.status} {await resp.text()}")
+        if not stream:
+            tokens = (await resp.json())["usage"]["completion_tokens"]
+        else:
+            async for line in resp.content:
+                if not line.startswith(b"data: {"):
+                    continue
                 event = json.loads(line[6:])
-                if event.get("choices") and event["choices"][0]["delta"].get("content"):
-                    tokens += 1  # llama-cpp-python streams one token per event
-    return tokens / (time.perf_counter() - started)
+                if first is None and event.get("choices") and event["choices"][0].get("text"):
+                    first = time.perf_counter() - started
+                if event.get("usage"):
+                    tokens = event["usage"]["completion_tokens"]
+    return tokens, time.perf_counter() - started, first
 
 
-def in_process(llm: Any, max_tokens: int) -> float:
-    started = time.perf_counter()
-    out = llm.create_chat_completion(PROMPT, max_tokens=max_tokens, temperature=0)
-    return int(out["usage"]["completion_tokens"]) / (time.perf_counter() - started)
+async def burst(url: str, clients: int, max_tokens: int, stream: bool) -> Round:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as http:
+        started = time.perf_counter()
+        results = await asyncio.gather(*(one(http, url, max_tokens, stream, i)
+                                         for i in range(clients)))
+        wall = time.perf_counter() - started
+    return Round(tokens=sum(r[0] for r in results), wall=wall,
+                 slowest=max(r[1] for r in results),
+                 first_tokens=[r[2] for r in results if r[2] is not None])
 
 
-def wait_state(state: Path, timeout: float = 300) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
+def wait_healthy(url: str, proc: subprocess.Popen[bytes] | None = None) -> None:
+    import urllib.request  # noqa: PLC0415
+
+    deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise SystemExit(f"{url}: the server exited with {proc.returncode}")
         try:
-            snap = json.loads((state / "up.json").read_text())
-        except (OSError, ValueError):
-            snap = None
-        if snap and snap.get("settled"):
-            return dict(snap)
-        time.sleep(0.1)
-    raise TimeoutError("llmop up did not settle")
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise SystemExit(f"{url} is not healthy after 120 s")
 
 
-async def speed(args: argparse.Namespace, cache: Path, work: Path) -> dict[str, list[float]]:
-    from llama_cpp import Llama  # noqa: PLC0415 - the baseline, only here
-
-    state = work / "state-speed"
-    subprocess.run(llmop("up", str(EXAMPLES), "--detach", "--port", str(free_port()),
-                         "--mcp-port", str(free_port()), "--state-dir", str(state),
-                         "--cache-dir", str(cache)), check=True, capture_output=True)
-    try:
-        snap = wait_state(state)
-        gateway = snap["gateway"]
-        port = next(r["where"] for r in snap["models"] if r["name"] == "gemma3-270m")
-        server = f"http://127.0.0.1:{port.rsplit(':', 1)[1]}/v1"
-        gguf = next(cache.rglob("*.gguf"))
-        llm = Llama(str(gguf), verbose=False, **SETTINGS)
-        results: dict[str, list[float]] = {"in-process": [], "server": [], "gateway": [],
-                                           "server-stream": [], "gateway-stream": []}
-        async with aiohttp.ClientSession() as http:
-            await via_http(http, gateway, 8)  # warm both paths
-            # In a thread, so the event loop keeps seeing the servers close idle connections.
-            await asyncio.to_thread(in_process, llm, 8)
-            paths: dict[str, Callable[[], Awaitable[float]]] = {
-                "in-process": lambda: asyncio.to_thread(in_process, llm, args.max_tokens),
-                "server": lambda: via_http(http, server, args.max_tokens),
-                "gateway": lambda: via_http(http, gateway, args.max_tokens),
-                "server-stream": lambda: via_stream(http, server, args.max_tokens),
-                "gateway-stream": lambda: via_stream(http, gateway, args.max_tokens),
-            }
-            for _ in range(args.rounds):
-                for name, measure in paths.items():
-                    # llama.cpp's threads spin for a while after a generation: let the
-                    # previous path's process go idle so it does not slow the next one.
-                    await asyncio.sleep(args.gap)
-                    results[name].append(await measure())
-        return results
-    finally:
-        subprocess.run(llmop("down", "--state-dir", str(state)), check=False,
-                       capture_output=True)
+def llmop_argv(state: Path) -> list[str]:
+    """llama-server's command line in `llmop up`'s log for the example model."""
+    log = (state / "logs" / "gemma3-270m.log").read_text()
+    line = next(ln for ln in log.splitlines() if " start: " in ln)
+    return shlex.split(line.split(" start: ", 1)[1])
 
 
-async def first_token(gateway: str, deadline: float) -> None:
-    """Stream through the gateway until the first content chunk (retrying until it serves)."""
-    async with aiohttp.ClientSession() as http:
-        while time.monotonic() < deadline:
-            try:
-                async with http.post(f"{gateway}/chat/completions", json=body(8, True)) as resp:
-                    if resp.status == 200:
-                        async for line in resp.content:
-                            if b'"content"' in line:
-                                return
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.05)
-    raise TimeoutError("no first token")
+def with_port(argv: list[str], port: int) -> list[str]:
+    out = list(argv)
+    out[out.index("--port") + 1] = str(port)
+    return out
 
 
-def startup(cache: Path, work: Path, index: int) -> float:
-    port = free_port()
-    state = work / f"state-start-{index}"
-    started = time.monotonic()
-    proc = subprocess.Popen(llmop("up", str(EXAMPLES), "--port", str(port), "--mcp-port",
-                                  str(free_port()), "--state-dir", str(state), "--cache-dir",
-                                  str(cache)), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    try:
-        asyncio.run(first_token(f"http://127.0.0.1:{port}/v1", started + 300))
-        return time.monotonic() - started
-    finally:
-        proc.send_signal(signal.SIGINT)
-        proc.wait(30)
+def previous_engine(argv: list[str], port: int, work: Path) -> list[str]:
+    """The engine `llmop up` ran before llama-server, with the same file, context, threads."""
+    source = subprocess.run(["git", "-C", str(ROOT), "show",
+                             f"{PREVIOUS}:src/llm_operator/local/engine.py"],
+                            check=True, capture_output=True, text=True).stdout
+    script = work / "previous_engine.py"
+    script.write_text(source)
+    flag = {a: argv[i + 1] for i, a in enumerate(argv[:-1]) if a.startswith("--")}
+    slots = int(flag["--parallel"])
+    return [sys.executable, str(script), "--model", flag["--model"], "--model_alias", MODEL_ID,
+            "--port", str(port), "--n_ctx", str(int(flag["--ctx-size"]) // slots),
+            "--n_threads", flag["--threads"], "--chat_format", "gemma", "--max_queue", "64"]
 
 
-def floor(cache: Path) -> float:
-    gguf = next(cache.rglob("*.gguf"))
-    code = ("from llama_cpp import Llama; import json, sys; "
-            f"llm = Llama({str(gguf)!r}, verbose=False, **json.loads(sys.argv[1])); "
-            f"next(iter(llm.create_chat_completion({PROMPT!r}, max_tokens=1, stream=True)))")
-    started = time.monotonic()
-    subprocess.run([sys.executable, "-c", code, json.dumps(SETTINGS)], check=True,
-                   capture_output=True)
-    return time.monotonic() - started
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+async def measure(paths: dict[str, str], rounds: int, max_tokens: int,
+                  levels: list[int], modes: list[bool]
+                  ) -> dict[tuple[str, int, bool], list[Round]]:
+    results: dict[tuple[str, int, bool], list[Round]] = {}
+    for name, url in paths.items():  # warm each path (prompt cache, connections)
+        await burst(url, 2, 8, stream=True)
+        print(f"warmed {name}", file=sys.stderr)
+    for stream in modes:
+        for clients in levels:
+            for r in range(rounds):
+                order = list(paths.items()) if r % 2 == 0 else list(reversed(paths.items()))
+                for name, url in order:
+                    results.setdefault((name, clients, stream), []).append(
+                        await burst(url, clients, max_tokens, stream))
+            print(f"done: {clients} concurrent, {'streamed' if stream else 'plain'}",
+                  file=sys.stderr)
+    return results
+
+
+def report(results: dict[tuple[str, int, bool], list[Round]], paths: list[str],
+           levels: list[int], modes: list[bool]) -> None:
+    base = "raw llama-server"
+    print("| requests at a time | mode | path | aggregate tok/s | vs raw | slowest request | "
+          "vs raw | first token (median) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for stream in modes:
+        for clients in levels:
+            raw = results[(base, clients, stream)]
+            raw_rate = median([r.rate for r in raw])
+            raw_slow = median([r.slowest for r in raw])
+            for name in paths:
+                rounds = results[(name, clients, stream)]
+                rate = median([r.rate for r in rounds])
+                slow = median([r.slowest for r in rounds])
+                ttft = median([t for r in rounds for t in r.first_tokens])
+                first = f"{ttft * 1000:.1f} ms" if stream else "-"
+                print(f"| {clients} | {'stream' if stream else 'plain'} | {name} | "
+                      f"{rate:.1f} | {rate / raw_rate:.2f}x | {slow:.2f} s | "
+                      f"{slow / raw_slow:.2f}x | {first} |")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--starts", type=int, default=3)
-    parser.add_argument("--gap", type=float, default=1.0,
-                        help="Idle seconds before each measurement.")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--previous-engine", action="store_true")
+    parser.add_argument("--levels", default="1,4,8", help="requests at a time, comma-separated")
+    parser.add_argument("--modes", default="plain,stream", help="plain, stream or both")
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="llmop-bench-"))
-    cache = work / "cache"
+    work = Path(tempfile.mkdtemp(prefix="bench-local-"))
+    state = work / "state"
+    port = free_port()
+    procs: list[subprocess.Popen[bytes]] = []
+    up = subprocess.run([sys.executable, "-m", "llm_operator", "up", str(EXAMPLES), "--detach",
+                         "--port", str(port), "--mcp-port", "0", "--state-dir", str(state)],
+                        capture_output=True, text=True, check=False,
+                        env={k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")})
+    if up.returncode != 0:
+        raise SystemExit(up.stdout + up.stderr)
     try:
-        cold = startup(cache, work, 0)  # assembles the model file into the empty cache
-        warm = [startup(cache, work, i + 1) for i in range(args.starts)]
-        floors = [floor(cache) for _ in range(args.starts)]
-        results = asyncio.run(speed(args, cache, work))
-    except BaseException:
-        print(f"failed; logs kept in {work}", file=sys.stderr)
-        raise
-    shutil.rmtree(work, ignore_errors=True)
-    base = statistics.median(results["in-process"])
-    print(f"\nGeneration speed, {args.max_tokens} tokens, {args.rounds} alternating rounds "
-          f"(medians; baseline: llama-cpp-python in-process)")
-    print(f"{'path':<34}{'tokens/s':>10}{'vs baseline':>13}{'p25-p75':>14}")
-    for name, label in (("in-process", "llama-cpp-python in-process"),
-                        ("server", "engine process, direct HTTP"),
-                        ("gateway", "llmop up gateway"),
-                        ("server-stream", "engine process, streamed"),
-                        ("gateway-stream", "llmop up gateway, streamed")):
-        median = statistics.median(results[name])
-        q1, _, q3 = statistics.quantiles(results[name], n=4)
-        print(f"{label:<34}{median:>10.1f}{median / base:>12.3f}x{q1:>8.1f}-{q3:<5.1f}")
-    print(f"\nTime to first token from launching `llmop up` (baseline: fresh process loading "
-          f"llama-cpp-python + model, 1 token; median of {args.starts})")
-    print(f"{'case':<34}{'seconds':>10}{'vs baseline':>13}")
-    floor_median = statistics.median(floors)
-    print(f"{'baseline (load + 1 token)':<34}{floor_median:>10.2f}{1:>12.2f}x")
-    print(f"{'llmop up, model file cached':<34}{statistics.median(warm):>10.2f}"
-          f"{statistics.median(warm) / floor_median:>12.2f}x")
-    print(f"{'llmop up, cold (file assembled)':<34}{cold:>10.2f}{cold / floor_median:>12.2f}x")
-    print(f"\nmachine: {os.cpu_count()} CPUs")
+        argv = llmop_argv(state)
+        print("llama-server " + shlex.join(argv[1:]), file=sys.stderr)
+        raw_port = free_port()
+        with (work / "raw.log").open("wb") as log:
+            procs.append(subprocess.Popen(with_port(argv, raw_port), stdout=log,
+                                          stderr=subprocess.STDOUT))
+        paths = {"llmop up gateway": f"http://127.0.0.1:{port}/v1",
+                 "raw llama-server": f"http://127.0.0.1:{raw_port}/v1"}
+        wait_healthy(f"http://127.0.0.1:{raw_port}", procs[-1])
+        if args.previous_engine:
+            old_port = free_port()
+            with (work / "previous.log").open("wb") as log:
+                procs.append(subprocess.Popen(previous_engine(argv, old_port, work),
+                                              stdout=log, stderr=subprocess.STDOUT))
+            wait_healthy(f"http://127.0.0.1:{old_port}", procs[-1])
+            paths["previous engine (direct)"] = f"http://127.0.0.1:{old_port}/v1"
+        levels = [int(n) for n in args.levels.split(",")]
+        modes = [m == "stream" for m in args.modes.split(",")]
+        results = asyncio.run(measure(paths, args.rounds, args.max_tokens, levels, modes))
+        print(f"\nGemma 3 270M Q4_K_M, {args.max_tokens} tokens per request, "
+              f"{os.cpu_count()} cores, medians of {args.rounds} rounds; baseline: raw "
+              "llama-server with `llmop up`'s own arguments\n")
+        report(results, list(paths), levels, modes)
+    finally:
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        subprocess.run([sys.executable, "-m", "llm_operator", "down", "--state-dir",
+                        str(state)], capture_output=True, check=False)
 
 
 if __name__ == "__main__":
