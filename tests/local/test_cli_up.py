@@ -145,3 +145,11 @@ def test_a_detached_start_that_fails_says_why_first(tmp_path: Path) -> None:
         f"Error: cannot listen on 127.0.0.1:{port} for the gateway: Address already in use; "
         "pass --port with a free port (0 picks one)",
         f"(llmop up exited while starting; its output: {state / 'logs' / 'up.console.log'})"]
+
+
+def test_setup_says_where_llama_server_is_or_that_it_is_not_built(tmp_path: Path) -> None:
+    missing = llmop("setup", "--print-path", env={"LLMOP_CACHE": str(tmp_path)})
+    assert missing.returncode == 1
+    assert "llama-server is not built yet: run `llmop setup`" in missing.stderr
+    built = llmop("setup", env={"LLMOP_LLAMA_SERVER": "/opt/llama-server"})
+    assert (built.returncode, built.stdout, built.stderr) == (0, "/opt/llama-server\n", "")

@@ -204,6 +204,9 @@ def _llama_server_for(folder: Path) -> Path | None:
 
 
 def _build_llama_server() -> Path:
+    found = llama_build.locate()
+    if found is not None:
+        return found
     out = sys.stderr
     tty = out.isatty()
     print(f">> compiling llama.cpp's llama-server from {llama_build.SOURCE_PACKAGE} "
