@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -59,7 +60,7 @@ async def test_concurrent_requests_share_the_slots_and_status_shows_them(
     assert [a.usage.completion_tokens for a in answers if a.usage] == [160] * 4
 
 
-async def test_a_client_that_leaves_a_stream_frees_its_slot(tmp_path: Path,
+async def test_a_client_that_leaves_frees_its_slot_plain_or_streamed(tmp_path: Path,
                                                              model_cache: Path) -> None:
     models = example_dir(tmp_path / "models")
     async with running(options(models, tmp_path / "state", model_cache)) as up:
@@ -67,6 +68,12 @@ async def test_a_client_that_leaves_a_stream_frees_its_slot(tmp_path: Path,
             resp = await _stream_until_first_token(http, up.gateway_url, LONG)
             assert any(s["is_processing"] for s in await _slots(up))
             resp.close()  # the client goes away mid-answer
+        await _until_idle(up, 5)
+        # a plain request too: the gateway streams it from llama-server (streamUpstream)
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=1.5)) as http:
+            with contextlib.suppress(TimeoutError):
+                await http.post(f"{up.gateway_url}/completions", json=LONG)
+                raise AssertionError("a 2000-token answer came back within 1.5 s")
         await _until_idle(up, 5)
 
 

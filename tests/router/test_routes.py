@@ -132,6 +132,9 @@ def test_adapters_are_routes_of_their_own_by_each_engines_means() -> None:
     # the base model: no adapter unless the client names one (its own lora field)
     base = routes["ai-models/qwen25-1b-lora"]
     assert base["defaultFields"] == {"lora": [{"id": 0, "scale": 0.0}]}
+    # llama-server stops a generation for a client that left only when it streams
+    assert base["streamUpstream"] is pirate["streamUpstream"] is True
+    assert "streamUpstream" not in routes["ai-models/llama32-3b-lora"]
     assert "defaultFields" not in routes["ai-models/llama32-3b-lora"]
     assert table.labels[("ai-models", "qwen25-1b-lora")] == [
         "ai-models/qwen25-1b-lora", "ai-models/qwen25-1b-lora/pirate"]

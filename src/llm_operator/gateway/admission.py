@@ -127,6 +127,13 @@ class Admission(Forwarding):
             options = body.get("stream_options")
             body["stream_options"] = {**(options if isinstance(options, dict) else {}),
                                       "include_usage": True}
+        # a plain answer asked of the upstream as a stream (route streamUpstream): leaving
+        # clients then stop the generation (assembled in relaying)
+        collect = not stream and state.route.stream_upstream \
+            and request.path in USAGE_OPTION_PATHS and not request.get(ANTHROPIC)
+        if collect:
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
         path = CHAT_PATH if request.get(ANTHROPIC) else request.path.removeprefix("/v1")
         payloads: dict[str, bytes] = {}
         translated: dict[str, Outbound] = {}
@@ -145,7 +152,7 @@ class Admission(Forwarding):
             url = f"{deployment.url_base}{path}"
             fields = state.route.set_fields
             defaults = {k: v for k, v in state.route.default_fields.items() if k not in body}
-            if upstream_model == model and not hide_usage and not fields and not defaults:
+            if upstream_model == model and not (hide_usage or collect or fields or defaults):
                 return Outbound(url, raw)
             if upstream_model not in payloads:
                 payloads[upstream_model] = json.dumps(
@@ -157,7 +164,7 @@ class Admission(Forwarding):
             response = await self._forward(request, state, outbound=outbound, stream=stream,
                                            started=started, client=client,
                                            reservation=reservation, hide_usage=hide_usage,
-                                           held=held, body=body)
+                                           held=held, body=body, collect=collect)
         finally:
             reservation.settle()  # no usage came back (an error, a cancel): give it back
         if held is not None and response is not held and isinstance(response, web.Response):

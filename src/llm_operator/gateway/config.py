@@ -192,6 +192,10 @@ class Route(_Config):
         default_factory=dict, description="Body fields set on every request to an "
         "OpenAI-compatible upstream, over the client's: e.g. llama-server's "
         "lora: [{id: 0, scale: 1.0}] for a route that names one of its LoRA adapters.")
+    stream_upstream: bool = Field(
+        False, description="Send plain chat and text completions to the upstream as streams "
+        "and assemble the answer: llama-server stops generating for a client that left only "
+        "when it streams.")
     default_fields: dict[str, Any] = Field(
         default_factory=dict, description="Body fields sent to an OpenAI-compatible upstream "
         "when the client's request has none of that name: e.g. lora: [{id: 0, scale: 0}] "

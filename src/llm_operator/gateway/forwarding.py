@@ -53,14 +53,15 @@ class Forwarding(Relaying):
                        outbound: Callable[[Deployment], Outbound], stream: bool,
                        started: float,
                        client: Client | None, reservation: Reservation, hide_usage: bool,
-                       held: HeldStream | None = None, body: dict[str, Any] | None = None
-                       ) -> web.StreamResponse:
+                       held: HeldStream | None = None, body: dict[str, Any] | None = None,
+                       collect: bool = False) -> web.StreamResponse:
         """Try the route's deployments in order (failover), then again after a backoff.
 
         A deployment whose circuit is open is skipped; a failure (429, 502-504, connection
         error, timeout) moves on to the next deployment at once, and back to the first after
         the backoff, while ``retry.attempts`` and the request's deadline allow. Nothing is
-        retried once a stream has started.
+        retried once a stream has started. With ``collect`` the upstream streams a plain
+        request's answer, which is assembled for the client.
         """
         route, label = state.route, state.route.label
         deadline = started + route.timeouts.request_seconds
@@ -98,7 +99,7 @@ class Forwarding(Relaying):
             sent = self._clock()
             try:
                 outcome = await self._attempt(deployment, state, sending.url, sending.body,
-                                              stream=stream, deadline=deadline)
+                                              stream=stream or collect, deadline=deadline)
                 if isinstance(outcome, UpstreamResponse) \
                         and outcome.status not in RETRYABLE:
                     if stream and outcome.status == 200:
@@ -108,7 +109,8 @@ class Forwarding(Relaying):
                             native=deployment.native, prepared=held)
                     return await self._relay(request, state, outcome, client=client,
                                              reservation=reservation, extra=tried,
-                                             native=deployment.native)
+                                             native=deployment.native,
+                                             collect=collect and outcome.status == 200)
             finally:
                 deployment.load.in_flight -= 1
                 deployment.load.answered(self._clock() - sent)

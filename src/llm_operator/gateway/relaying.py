@@ -9,10 +9,12 @@ from __future__ import annotations
 import json
 import logging
 import time
+from typing import Any
 
 from aiohttp import web
 
 from llm_operator.access.limits import Reservation
+from llm_operator.gateway.assembling import StreamError, assemble
 from llm_operator.gateway.clients import Client
 from llm_operator.gateway.errors import error_response
 from llm_operator.gateway.http1 import Response as UpstreamResponse
@@ -95,9 +97,14 @@ class Relaying(RouteTable):
     async def _relay(self, request: web.Request, state: RouteState,
                      upstream: UpstreamResponse, *, client: Client | None,
                      reservation: Reservation, extra: dict[str, str],
-                     native: NativeApi | None) -> web.Response:
+                     native: NativeApi | None, collect: bool = False) -> web.Response:
+        """The upstream's plain answer for the client (``collect``: its stream, assembled)."""
+        status = upstream.status
         try:
-            body = await upstream.read()
+            if collect:
+                status, body = await self._collected(upstream)
+            else:
+                body = await upstream.read()
         except UpstreamError as exc:  # it began to answer, then failed
             state.metrics.upstream_error(exc.reason)
             log.warning("route %s: upstream %s: %s", state.route.label, extra.get(
@@ -108,7 +115,7 @@ class Relaying(RouteTable):
                                   headers=extra)
         if native is not None:
             body = self._from_native(native, upstream.status, body)
-        if upstream.status == 200:
+        if status == 200:
             await self._account(state, client, *usage_from_body(body), reservation)
             if request.get(ANTHROPIC):
                 try:
@@ -118,8 +125,33 @@ class Relaying(RouteTable):
                 if isinstance(answer, dict):
                     message = from_openai(answer, state.route.models[0])
                     return web.json_response(message, headers=extra)
-        return web.Response(body=body, status=upstream.status,
-                            headers={**self._headers_from(upstream), **extra})
+        headers = self._headers_from(upstream)
+        if collect:  # the stream's content type does not describe the JSON answer
+            headers = {k: v for k, v in headers.items() if k != "content-type"}
+            headers["content-type"] = "application/json"
+        return web.Response(body=body, status=status, headers={**headers, **extra})
+
+    async def _collected(self, upstream: UpstreamResponse) -> tuple[int, bytes]:
+        """A streamed answer read to its end and assembled into the plain JSON answer.
+
+        If the client leaves meanwhile, reading is cancelled and the upstream connection cut
+        (http1), which stops the generation.
+        """
+        pending = b""
+        data: list[dict[str, Any]] = []
+        async for chunk in upstream.chunks():
+            events, pending = split_events(pending + chunk)
+            data += [d for e in events if (d := sse_data(e)) is not None]
+        upstream.release()
+        status = 200
+        try:
+            answer = assemble(data)
+        except StreamError as failed:  # an error event: its code, or 500
+            answer = failed.body
+            code = (answer.get("error") or {}).get("code") if isinstance(
+                answer.get("error"), dict) else None
+            status = code if isinstance(code, int) and 400 <= code < 600 else 500
+        return status, json.dumps(answer, separators=(",", ":")).encode()
 
     def _from_native(self, native: NativeApi, status: int, body: bytes) -> bytes:
         """A native answer or error in OpenAI's shape (which the rest of the path reads)."""

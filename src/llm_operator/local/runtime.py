@@ -194,7 +194,10 @@ class Runtime:
                 "retry": {"attempts": 3, "backoffInitialSeconds": 0.05,
                           "onRateLimit": False},
                 # short: a restarted process is used at once
-                "circuitBreaker": {"failureThreshold": 5, "openSeconds": 1}})
+                "circuitBreaker": {"failureThreshold": 5, "openSeconds": 1},
+                # every local model is a llama-server (Ollama ones too): plain answers are
+                # streamed from it, so a client that leaves frees its slot
+                "streamUpstream": True})
         self.gateway_url = ""
         self.mcp_url = ""
         self.version = 0

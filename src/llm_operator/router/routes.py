@@ -179,6 +179,9 @@ def build(models: Iterable[tuple[LLMModel, Serving]], options: Options | None = 
             "ownedBy": owned_by(model) or "llmop",
             **(serving.route or {"upstreams": upstreams, **options.replica_fields}),
             "name": label, "models": names[:1], "aliases": names[1:]}
+        if spec.inference_engine == "llamacpp" and not spec.is_remote:
+            # llama-server stops generating for a client that left only when it streams
+            route["streamUpstream"] = True
         if spec.inference_engine == "llamacpp" and spec.lora_adapters and not spec.is_remote:
             # every adapter at scale 0 unless the client says otherwise: llama-server reuses
             # a slot's prompt cache computed with an adapter for a request that names none
