@@ -355,9 +355,11 @@ def _pod_template(doc: dict[str, Any]) -> dict[str, Any]:
     ({"parallelSlots": 4}, None, ["--ctx-size", "131072", "--parallel", "4"]),  # 4 x 32K
     ({"parallelSlots": 2}, {"ctx-size": "4096"}, ["--ctx-size", "8192", "--parallel", "2"]),
     ({"flashAttention": True, "mlock": True}, None,
-     ["--ctx-size", "32768", "--flash-attn", "on", "--mlock"]),
-    ({"flashAttention": False}, None, ["--ctx-size", "32768", "--flash-attn", "off"]),
-    (None, {"ctx-size": "4096"}, ["--ctx-size", "4096"]),
+     ["--ctx-size", "32768", "--parallel", "1", "--flash-attn", "on", "--mlock"]),
+    ({"flashAttention": False}, None,
+     ["--ctx-size", "32768", "--parallel", "1", "--flash-attn", "off"]),
+    # always --parallel: llama-server's own default is 4 slots sharing one KV cache
+    (None, {"ctx-size": "4096"}, ["--parallel", "1", "--ctx-size", "4096"]),
 ])
 def test_llama_cpp_settings_become_server_flags(llama_cpp: dict[str, Any] | None,
                                                 engine_args: dict[str, str] | None,
