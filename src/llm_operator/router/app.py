@@ -130,8 +130,15 @@ class Router:
                                       "pending": 0}, status=404)
         return web.json_response(load)
 
+    async def scale_all(self, _: web.Request) -> web.Response:
+        """GET /scale: every routed model's load in one answer (the built-in autoscaler's)."""
+        loads = {f"{namespace}/{name}": load for namespace, name in sorted(self.table.labels)
+                 if (load := self.load_of(namespace, name)) is not None}
+        return web.json_response({"models": loads})
+
     def app(self) -> web.Application:
         app = self.gateway.app()
+        app.router.add_get("/scale", self.scale_all)
         app.router.add_get("/scale/{namespace}/{name}", self.scale)
         return app
 
