@@ -1,6 +1,6 @@
 """Build the project's images without Docker or a registry: docker-archive tars for containerd.
 
-    python tools/images.py [all|pause|operator|llama-server] [--cache DIR]
+    python tools/images.py [all|pause|operator|llama-server]
 
 Prints the path of each archive (import with `ctr -n k8s.io images import FILE`). Images:
 
@@ -45,10 +45,6 @@ SUITE = "bookworm"
 BASE_PACKAGES = ("python3", "ca-certificates", "libgomp1", "libstdc++6")
 DEBIAN_PYTHON = "3.11.2"  # bookworm's python3: markers are evaluated for it
 UID = 65532
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("LLMOP_CACHE", Path.home() / ".cache" / "llm-operator"))
 
 
 def say(text: str) -> None:
@@ -102,7 +98,7 @@ class Layer:
 
 
 def _cached(name: str, key: str) -> tuple[Path, bool]:
-    path = cache_dir() / "layers" / f"{name}-{key}.tar"
+    path = llama_build.cache_root() / "layers" / f"{name}-{key}.tar"
     path.parent.mkdir(parents=True, exist_ok=True)
     return path, path.exists()
 
@@ -232,7 +228,7 @@ def project_layer() -> Layer:
 
 def llama_layer() -> Layer:
     """llama.cpp's llama-server at /app/llama-server: the binary `llmop up` runs."""
-    binary = llama_build.build(cache_dir(), llama_build.ProgressLines(
+    binary = llama_build.build(llama_build.cache_root(), llama_build.ProgressLines(
         lambda text: print(text, end="", file=sys.stderr, flush=True), sys.stderr.isatty()))
     path, hit = _cached("llama-server", digest([binary.read_bytes()]))
     if not hit:
@@ -270,7 +266,7 @@ def image(tag: str, layers: list[Layer], *, entrypoint: list[str], user: str = "
     }
     blob = json.dumps(config, sort_keys=True).encode()
     name = tag.rsplit("/", 1)[-1].replace(":", "-")
-    out = cache_dir() / "images" / f"{name}-{digest([blob, tag])}.tar"
+    out = llama_build.cache_root() / "images" / f"{name}-{digest([blob, tag])}.tar"
     if out.exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -8,16 +8,29 @@ import pytest
 
 from llm_operator.api.v1alpha1 import ScalingSpec
 from llm_operator.reconcile.autoscaling import (
+    Decision,
     Memory,
     Observation,
     Policy,
-    replay,
     step,
 )
 
 # minReplicas 0, maxReplicas 2, 4 requests per replica, 60 s idle to zero, 120 s window
 POLICY = Policy(min_replicas=0, max_replicas=2, target_per_replica=4, idle_seconds=60,
                 stabilization_seconds=120)
+
+
+def replay(policy: Policy, observations: list[Observation]) -> list[Decision]:
+    """Every decision of a sequence of looks, each applied before the next."""
+    decisions: list[Decision] = []
+    memory = Memory()
+    current = observations[0].current if observations else 0
+    for seen in observations:
+        decision = step(policy, Observation(seen.now, current, seen.pending, seen.waiting),
+                        memory)
+        decisions.append(decision)
+        memory, current = decision.memory, decision.replicas
+    return decisions
 
 
 def looks(start: int, loads: list[int | None], every: float = 10.0) -> list[Observation]:

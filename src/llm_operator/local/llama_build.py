@@ -1,9 +1,10 @@
 """llama.cpp's llama-server, compiled once per machine from the pinned PyPI source and cached.
 
 The source is the llama-cpp-python sdist, which vendors llama.cpp's whole tree (server
-included). Only the ``llama-server`` target is built: no web UI download, no TLS, no
-multimodal library, one static binary. `llmop up` runs it for every llama.cpp model, and the
-cluster's llama-server image (tools/images.py) carries the same file.
+included). Only the ``llama-server`` target is built: no web UI download, no TLS, one
+static binary (with the multimodal library, which llama-server links). `llmop up` runs it
+for every llama.cpp model, and the cluster's llama-server image (tools/images.py) carries
+the same file.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ def build_key(machine: str) -> str:
 
 
 def cache_root(env: Mapping[str, str] | None = None) -> Path:
+    """The project's build cache (``$LLMOP_CACHE``): llama-server here, image layers too."""
     env = os.environ if env is None else env
     return Path(env.get(ENV_CACHE) or Path.home() / ".cache" / "llm-operator")
 

@@ -9,7 +9,12 @@ from types import MappingProxyType
 from llm_operator.api.v1alpha1 import LLMModelSpec
 from llm_operator.profiles import adapters
 from llm_operator.profiles.flags import flag_args
-from llm_operator.profiles.llamaserver import Where, llama_server_args
+from llm_operator.profiles.llamaserver import (
+    CONTEXT_ARGS,
+    Where,
+    context_per_slot,
+    llama_server_args,
+)
 
 PORT = 8000  # every engine serves its OpenAI-compatible API here
 CACHE_DIR = "/model-cache"
@@ -29,8 +34,6 @@ OLLAMA_ENV_ARGS = MappingProxyType({
     "max-loaded-models": "OLLAMA_MAX_LOADED_MODELS",
 })
 
-# Engine arguments that set the context length the engine allocates for.
-CONTEXT_ARGS = ("max-model-len", "ctx-size", "num-ctx")
 
 
 @dataclass(frozen=True)
@@ -56,11 +59,7 @@ class EngineProfile:
 
     def served_context_tokens(self, spec: LLMModelSpec) -> int | None:
         """The context length the engine will allocate for, from engineArgs or the spec."""
-        args = spec.engine_args or {}
-        for key in CONTEXT_ARGS:
-            if key in args and args[key].isdigit():
-                return int(args[key])
-        return spec.context_window_k * 1024 if spec.context_window_k else None
+        return context_per_slot(spec)
 
 
 VLLM = EngineProfile(

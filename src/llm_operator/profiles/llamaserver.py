@@ -17,11 +17,13 @@ from llm_operator.profiles.flags import flag_args
 # Generated tokens when a request names no max_tokens. llama-server's own default is
 # unlimited, which lets a base model's chat run until the context is full.
 DEFAULT_MAX_TOKENS = 256
-PREDICT_ARGS = ("n-predict", "predict", "n")
-THREAD_ARGS = ("threads", "t")
-CONTEXT_ARGS = ("ctx-size", "c")
+PREDICT_ARGS = ("n-predict", "predict")
+# EngineArgs that set the context per request, whatever the engine (vLLM, llama.cpp, Ollama).
+# (Only long names: engineArgs become `--key`, so llama-server's -c, -t, -n, -fa cannot be
+# given.)
+CONTEXT_ARGS = ("max-model-len", "ctx-size", "num-ctx")
 # llama-server's flags that take on/off/auto rather than being bare switches.
-ON_OFF_ARGS = ("flash-attn", "fa")
+ON_OFF_ARGS = ("flash-attn",)
 # --lora-scaled takes FILE:SCALE[,FILE:SCALE...]
 UNUSABLE_IN_LORA_PATH = (":", ",")
 # Ollama's engineArgs (environment settings in its pods) as llama-server flags, for `llmop
@@ -31,8 +33,6 @@ OLLAMA_FLAGS: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "flash-attention": ("flash-attn",),
     "kv-cache-type": ("cache-type-k", "cache-type-v"),
 })
-# Ollama settings that have no meaning for one llama-server process.
-OLLAMA_IGNORED = ("keep-alive", "max-loaded-models")
 
 
 @dataclass(frozen=True)
@@ -80,9 +80,9 @@ def parallel_slots(spec: LLMModelSpec) -> int:
 
 
 def context_per_slot(spec: LLMModelSpec) -> int | None:
-    """The context each request may use: engineArgs (ctx-size, num-ctx) or contextWindowK."""
+    """The context each request may use: engineArgs (``CONTEXT_ARGS``) or contextWindowK."""
     args = spec.engine_args or {}
-    for key in ("ctx-size", "c", "num-ctx", "max-model-len"):
+    for key in CONTEXT_ARGS:
         if args.get(key, "").isdigit():
             return int(args[key])
     return spec.context_window_k * 1024 if spec.context_window_k else None
@@ -142,12 +142,12 @@ def llama_server_args(spec: LLMModelSpec, where: Where) -> LlamaServerArgs:
            "--port", str(where.port), "--metrics"]
     context = context_per_slot(spec)
     slots = parallel_slots(spec)
-    if context and (slots > 1 or not set(CONTEXT_ARGS) & set(args)):
+    if context and (slots > 1 or "ctx-size" not in args):
         out += ["--ctx-size", str(context * slots)]
-        args = {k: v for k, v in args.items() if k not in CONTEXT_ARGS}
+        args = {k: v for k, v in args.items() if k != "ctx-size"}
     if where.on_accelerator and "n-gpu-layers" not in args:
         out += ["--n-gpu-layers", "999"]
-    if not where.on_accelerator and not set(THREAD_ARGS) & set(args):
+    if not where.on_accelerator and "threads" not in args:
         out += ["--threads", str(cpu_threads(spec, where.cores))]
     settings = spec.llama_cpp
     out += ["--parallel", str(slots)]  # llama-server's own default is 4 slots sharing one KV

@@ -11,7 +11,6 @@ signal (router unreachable) the count holds, whatever it is.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from llm_operator.api.v1alpha1 import ScalingSpec
@@ -133,16 +132,3 @@ def step(policy: Policy, observation: Observation, memory: Memory = Memory()) ->
                         f"was {stable}", remembered)
     return Decision(current, "Steady", f"{load:g} request(s) for {current} replica(s)",
                     remembered)
-
-
-def replay(policy: Policy, observations: Sequence[Observation]) -> list[Decision]:
-    """Every decision of a sequence of looks, each applied before the next (tests, docs)."""
-    decisions: list[Decision] = []
-    memory = Memory()
-    current = observations[0].current if observations else 0
-    for seen in observations:
-        decision = step(policy, Observation(seen.now, current, seen.pending, seen.waiting),
-                        memory)
-        decisions.append(decision)
-        memory, current = decision.memory, decision.replicas
-    return decisions
