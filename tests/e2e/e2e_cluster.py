@@ -13,8 +13,10 @@ import contextlib
 import hashlib
 import json
 import shutil
+import socket
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,9 +62,12 @@ class NodeCluster:
                      f"--for=jsonpath={{.status.phase}}={phase}")
 
     def service_url(self, namespace: str, name: str, port: int, path: str = "/v1") -> str:
-        """The Service's cluster address, as a pod on the node would reach it."""
+        """The Service's cluster address, as a pod on the node would reach it, once it
+        accepts connections: kube-proxy programs a new endpoint a moment after the pod is
+        Ready (`rollout status` returns), and until then the address refuses."""
         ip = self.kubectl("-n", namespace, "get", "service", name, "-o",
                           "jsonpath={.spec.clusterIP}")
+        _until_accepting(ip, port, timeout=30)
         return f"http://{ip}:{port}{path}"
 
     def apply_kustomization(self, path: Path, rollout: list[str], namespace: str) -> None:
@@ -71,6 +76,19 @@ class NodeCluster:
         for deployment in rollout:
             self.kubectl("-n", namespace, "rollout", "status", f"deployment/{deployment}",
                          "--timeout=120s")
+
+
+def _until_accepting(host: str, port: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection((host, port), timeout=2).close()
+            return
+        except OSError as exc:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{host}:{port} still refuses after {timeout} s: "
+                                   f"{exc}") from None
+        time.sleep(0.1)  # kube-proxy's rule sync has no event to wait on
 
 
 def place_gemma_file() -> None:

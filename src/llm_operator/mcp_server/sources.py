@@ -97,6 +97,24 @@ def yaml_problem(path: Path, exc: UnicodeDecodeError | yaml.YAMLError) -> str:
     return f"{path}:{mark.line + 1}:{mark.column + 1}: not valid YAML: {what}"
 
 
+def _read(path: Path, last: list[dict[str, Any]]
+          ) -> tuple[list[dict[str, Any]], str | None]:
+    """A file's LLMModel documents and None, or ``last`` and the problem reading it."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        return last, f"{path}: cannot read: {exc.strerror or exc}"
+    except UnicodeDecodeError as exc:
+        return last, yaml_problem(path, exc)
+    if not text and last:  # caught between truncating and writing: the write follows
+        return last, None
+    try:
+        loaded = [d for d in yaml.load_all(text, Loader=LOADER) if d is not None]
+    except yaml.YAMLError as exc:
+        return last, yaml_problem(path, exc)
+    return [d for d in loaded if isinstance(d, dict) and d.get("kind") == "LLMModel"], None
+
+
 def _yaml_files(directory: Path) -> list[Path]:
     return sorted(p for p in directory.rglob("*") if p.suffix in YAML_SUFFIXES and p.is_file())
 
@@ -106,10 +124,15 @@ class DirectoryCache:
     """LLMModel documents per file, re-read only when a file's mtime or size changes.
 
     A rescan after one edit in a directory of 1,000 models reads one file, not 1,000.
+    A file that turns unreadable (a YAML error, or empty: an editor or `>` caught between
+    truncating and writing it) keeps its last readable documents, so a typo or a save in
+    progress never stops what the file described; the problem line says so.
     """
 
     directory: Path
-    _docs: dict[Path, tuple[int, list[dict[str, Any]] | str]] = field(default_factory=dict)
+    # path -> (fingerprint, its documents, the problem reading it now)
+    _docs: dict[Path, tuple[int, list[dict[str, Any]], str | None]] = field(
+        default_factory=dict)
 
     def refresh(self) -> bool:
         """Re-read changed files; True when anything changed."""
@@ -127,29 +150,23 @@ class DirectoryCache:
             if path in self._docs and self._docs[path][0] == mark:
                 continue
             changed = True
-            try:
-                loaded = [d for d in yaml.load_all(path.read_text(encoding="utf-8"),
-                                                   Loader=LOADER) if d is not None]
-                self._docs[path] = (mark, [d for d in loaded if isinstance(d, dict)
-                                           and d.get("kind") == "LLMModel"])
-            except OSError as exc:
-                self._docs[path] = (mark, f"{path}: cannot read: {exc.strerror or exc}")
-            except (UnicodeDecodeError, yaml.YAMLError) as exc:
-                self._docs[path] = (mark, yaml_problem(path, exc))
+            last = self._docs[path][1] if path in self._docs else []
+            self._docs[path] = (mark, *_read(path, last))
         return changed
 
     def entries(self) -> list[tuple[Path, int, dict[str, Any] | str]]:
-        """Every LLMModel document as (file, index, body), or (file, 0, the problem line).
+        """Every LLMModel document as (file, index, body), and (file, 0, problem) per file.
 
-        A problem line names the file (and, for YAML syntax, ``file:line:column: ...``).
+        A file that cannot be read now has its problem line first, then its last readable
+        documents. A problem line names the file (and, for YAML syntax, ``file:line:column: ...``).
         """
         out: list[tuple[Path, int, dict[str, Any] | str]] = []
         for path in sorted(self._docs):
-            docs = self._docs[path][1]
-            if isinstance(docs, str):
-                out.append((path, 0, docs))
-            else:
-                out += [(path, index, raw) for index, raw in enumerate(docs)]
+            _, docs, problem = self._docs[path]
+            if problem is not None:
+                kept = "; its last readable version is kept" if docs else ""
+                out.append((path, 0, problem + kept))
+            out += [(path, index, raw) for index, raw in enumerate(docs)]
         return out
 
     def records(self, statuses: dict[str, Any]) -> tuple[list[ToolRecord], list[str]]:
