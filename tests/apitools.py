@@ -11,12 +11,22 @@ from typing import Any
 
 from llm_operator.api import labels as L
 from llm_operator.api.validation import parse_llmmodel
-from llm_operator.kube import RETRYABLE, ApiError, Kube
+from llm_operator.kube import RETRYABLE, ApiError, Connection, Kube, from_kubeconfig
 from llm_operator.operator.reconciler import Outcome, required_secrets
 
 from controlplane import ControlPlane
 
 API = "ai.example.io/v1alpha1"
+
+
+def admin(apiserver: ControlPlane) -> Connection:
+    """The test's own identity: the control plane's admin."""
+    return from_kubeconfig(str(apiserver.kubeconfig))
+
+
+def operator_connection(apiserver: ControlPlane) -> Connection:
+    """The operator's own identity: a token of its ServiceAccount (config/rbac)."""
+    return apiserver.identity("llm-operator", "llm-operator-system")
 
 
 async def until(kube: Kube, api: str, plural: str, namespace: str, name: str,

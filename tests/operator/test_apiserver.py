@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -20,7 +19,7 @@ from aiohttp.test_utils import TestServer
 from llm_operator.api import labels as L
 from llm_operator.api.validation import parse_llmmodel
 from llm_operator.informer import Informer
-from llm_operator.kube import ApiError, Connection, Kube
+from llm_operator.kube import ApiError, Kube
 from llm_operator.profiles.settings import Settings
 from llm_operator.render import render
 
@@ -31,6 +30,7 @@ from apitools import (
     create,
     exists,
     gone,
+    operator_connection,
     phase_is,
     until,
 )
@@ -40,30 +40,6 @@ from samples import EDGE_SAMPLES, GUIDE_SAMPLES, LOCAL_EXAMPLES, load_yaml
 
 OPERATOR_USER = "system:serviceaccount:llm-operator-system:llm-operator"
 SAMPLES = [p for p in GUIDE_SAMPLES + EDGE_SAMPLES]
-
-
-def admin(apiserver: ControlPlane) -> Connection:
-    from llm_operator.kube import from_kubeconfig  # noqa: PLC0415
-
-    return from_kubeconfig(str(apiserver.kubeconfig))
-
-
-def operator_connection(apiserver: ControlPlane) -> Connection:
-    """The operator's own identity: a token of its ServiceAccount (config/rbac)."""
-    return apiserver.identity("llm-operator", "llm-operator-system")
-
-
-@pytest.fixture
-def namespace(apiserver: ControlPlane) -> str:
-    name = f"t-{uuid.uuid4().hex[:8]}"
-    apiserver.kubectl("create", "namespace", name)
-    return name
-
-
-@pytest.fixture
-async def kube(apiserver: ControlPlane) -> AsyncIterator[Kube]:
-    async with Kube(admin(apiserver)) as client:
-        yield client
 
 
 @contextlib.asynccontextmanager
@@ -318,10 +294,11 @@ async def test_a_restart_with_nothing_changed_writes_nothing_and_reads_from_watc
     assert writes_of(requests) == []
     assert [o.applied for o in first + resync] == [[]] * len(first + resync)
     counts = ControlPlane.count(requests)
-    # Reads: one list per watched kind at start (14: the models, 11 kinds of children
-    # and Pods, and Nodes for the GPU queue), then at most one GET per reconcile: the
-    # Secret a model needs (each of these needs one); the rest comes from the watches.
-    assert counts["reads"] - counts["get secrets"] == counts["list"] == 14
+    # Reads: one list per watched kind at start (15: the models, 11 kinds of children
+    # and Pods, Nodes for the GPU queue, and the router's EndpointSlices for the built-in
+    # autoscaler), then at most one GET per reconcile: the Secret a model needs (each of
+    # these needs one); the rest comes from the watches.
+    assert counts["reads"] - counts["get secrets"] == counts["list"] == 15
     assert counts["get secrets"] <= seen.total + len(stems)  # + those cut short by the stop
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from llm_operator.api.v1alpha1 import LLMModel
 from llm_operator.api.validation import Problem, parse_llmmodel
+from llm_operator.reconcile.autoscaling import Report
 from llm_operator.reconcile.queue import Admission
 from llm_operator.reconcile.status import Blocker, Observation, compute_status, merge_patch
 
@@ -196,6 +197,25 @@ def test_nodes_replicas_and_metrics_are_reported() -> None:
             status.average_latency_ms) == (2, 120, 850)
     placed = next(c for c in status.conditions or [] if c.type == "Placed")
     assert (placed.reason, placed.message) == ("Tight", obs.plan_reason)
+
+
+@pytest.mark.parametrize(("obs", "condition", "desired"), [
+    (Observation(deployment=deployment(2, 1), pods=[pod(ready=True)],
+                 scaling=Report(True, "Load", "1 -> 2 replica(s): 8 request(s)")),
+     ("True", "Load", "1 -> 2 replica(s): 8 request(s)"), 2),
+    (Observation(deployment=deployment(1, 1), pods=[pod(ready=True)],
+                 scaling=Report(False, "NoSignal", "holding 1 replica(s): router down")),
+     ("False", "NoSignal", "holding 1 replica(s): router down"), 1),
+    (Observation(deployment=deployment(1, 1), pods=[pod(ready=True)]), None, 1),  # fixed
+    (Observation(scaling=Report(True, "Steady", "x"),  # queued: nothing scales yet
+                 queued=Admission(False, 1, "no node has 4 free H100")), None, None),
+], ids=["autoscaled", "no-signal", "fixed-replicas", "waiting-for-gpu"])
+def test_scaling_condition_and_desired_replicas(
+        obs: Observation, condition: tuple[str, str, str] | None, desired: int | None) -> None:
+    status = compute_status(local(), obs, ENDPOINT, NOW).status
+    found = next(((c.status, c.reason, c.message) for c in status.conditions or []
+                  if c.type == "Scaling"), None)
+    assert (found, status.desired_replicas) == (condition, desired)
 
 
 def test_progress_deadline_and_rollouts() -> None:

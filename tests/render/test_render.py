@@ -222,7 +222,23 @@ def test_settings_override_images_selectors_and_storage() -> None:
     assert trigger["metadata"]["serverAddress"] == "http://prom.monitoring:9090"
 
 
+@pytest.mark.parametrize(("autoscaler", "kinds"), [
+    ("auto", {"ScaledObject"}),  # a cluster without KEDA skips it; the operator scales then
+    ("keda", {"ScaledObject"}),
+    ("builtin", set()),  # the operator writes the Deployment's scale itself
+])
+def test_keda_objects_follow_the_autoscaler_setting(autoscaler: str, kinds: set[str]) -> None:
+    path = next(p for p in GUIDE_SAMPLES if p.stem == "gemma4-26b-amd")  # minReplicas 0
+    settings = Settings.model_validate({"autoscaler": autoscaler, "router": {"enabled": True},
+                                        "keda": {"httpAddon": {"enabled": False}}})
+    objects = _by_kind(_render(path, settings))
+    assert {"ScaledObject", "HTTPScaledObject"} & set(objects) == kinds
+    assert "replicas" not in objects["Deployment"]["spec"]  # whoever scales owns it
+
+
 @pytest.mark.parametrize(("case", "patch", "settings", "words"), [
+    ("scale to zero, built-in autoscaler, no router", {"scaling": {"minReplicas": 0}},
+     {"autoscaler": "builtin"}, "needs the router .*: the built-in autoscaler wakes a model"),
     ("does not fit", {"totalParametersBillions": 400, "quantization": "AWQ", "resources": {
         "preferredAcceleratorModel": "H100", "vramPerAcceleratorGiB": 80}}, {},
      "gives 72.0 GiB: set resources.acceleratorCount: 4"),

@@ -155,22 +155,23 @@ class ModelSourceSpec(_Wire):
 
 
 class ScalingSpec(_Wire):
-    """Replica bounds and KEDA autoscaling thresholds."""
+    """Replica bounds and autoscaling thresholds (the built-in autoscaler's or KEDA's)."""
 
     min_replicas: int = Field(
         1, ge=0, le=1000,
-        description="Minimum replica count. 0 enables scale-to-zero (requests are buffered by the "
-        "KEDA HTTP add-on while a replica starts).",
+        description="Minimum replica count. 0 enables scale-to-zero (the router holds requests, "
+        "or the KEDA HTTP add-on buffers them, while a replica starts).",
     )
     max_replicas: int = Field(3, ge=1, le=1000, description="Maximum replica count.")
     scale_up_threshold: int = Field(
         5, ge=1, le=100_000,
-        description="Queued inference requests per replica that trigger scale-up "
-        "(KEDA target value for vllm:num_requests_waiting).",
+        description="Requests per replica (held or in flight at the router, or queued in the "
+        "engine) that trigger scale-up; KEDA's target value for the queue metric.",
     )
     cooldown_period_seconds: int = Field(
         300, ge=0, le=86_400,
-        description="Seconds KEDA waits after the last active trigger before scaling to zero.",
+        description="Seconds without a request before a model at minReplicas 0 scales to "
+        "zero (KEDA's cooldownPeriod).",
     )
 
 
@@ -529,7 +530,8 @@ class LLMModelStatus(_Wire):
     )
     conditions: list[Condition] | None = Field(
         None, max_length=32,
-        description="Ready, Available, Progressing, Degraded and Placed conditions.",
+        description="Ready, Available, Progressing, Degraded, Placed and (autoscaled models) "
+        "Scaling conditions.",
         json_schema_extra={
             "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"],
         },
@@ -539,6 +541,9 @@ class LLMModelStatus(_Wire):
         description="Nodes where this model's inference pods are scheduled.",
     )
     current_replicas: int | None = Field(None, ge=0, description="Ready replicas.")
+    desired_replicas: int | None = Field(
+        None, ge=0, description="Replicas asked for (the Deployment's spec.replicas, as the "
+        "autoscaler or the fixed count set it).")
     requests_per_minute: int | None = Field(
         None, ge=0, description="Requests per minute over the last 5 minutes (from Prometheus)."
     )

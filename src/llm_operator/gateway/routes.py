@@ -298,6 +298,11 @@ class RouteTable:
         load = self._loads.get(base_url.rstrip("/"))
         return load.in_flight if load is not None else 0
 
+    def engine_waiting(self, base_url: str) -> float:
+        """The queue the upstream's engine reported at its last scrape (0 before one)."""
+        load = self._loads.get(base_url.rstrip("/"))
+        return load.waiting if load is not None else 0.0
+
     def engine_load(self, base_url: str, *, waiting: float, running: float,
                     kv_usage: float) -> None:
         """What an upstream's engine reports of its queue (scraped by the router)."""

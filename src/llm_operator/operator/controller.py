@@ -20,6 +20,7 @@ from llm_operator.connectors import tcp_connector
 from llm_operator.informer import Informer, Key, key_of
 from llm_operator.kube import PLURALS, ApiError, Kube
 from llm_operator.operator import mcp_push
+from llm_operator.operator.autoscaler import ROUTER_SLICES_KIND, Autoscaler
 from llm_operator.operator.gpu_queue import GpuQueue, wants_accelerators
 from llm_operator.operator.metrics import OperatorMetrics
 from llm_operator.operator.prometheus import status_metrics
@@ -141,6 +142,13 @@ class Controller:
         self.caches.add(POD_KIND, functools.partial(
             informer, "v1", "pods", label_selector=L.MODEL_NAME, on_change=self._child_changed,
             index_label=L.MODEL_NAME))
+        if settings.autoscaler != "keda":  # the built-in autoscaler finds the router here
+            router = settings.router
+            self.caches.informers[ROUTER_SLICES_KIND] = {router.namespace: informer(
+                "discovery.k8s.io/v1", "endpointslices", namespace=router.namespace,
+                label_selector=f"kubernetes.io/service-name={router.service}")}
+        self.autoscaler = Autoscaler(kube, settings, self.caches, requeue=self.queue.add,
+                                     metrics=self.metrics)
         self.gpu_queue: GpuQueue | None = None
         self.accelerator_keys: set[Key] = set()  # the models the GPU queue looks at
         if settings.scheduling.gpu_queue:
@@ -222,6 +230,8 @@ class Controller:
                             tasks)
             tasks += [asyncio.create_task(self._worker()) for _ in range(self.workers)]
             tasks.append(asyncio.create_task(self._resync()))
+            if self.settings.autoscaler != "keda":
+                tasks.append(asyncio.create_task(self.autoscaler.run()))
             if ready is not None:
                 ready.set()
             await _first_of(asyncio.Event().wait(), tasks)
@@ -279,7 +289,8 @@ class Controller:
         try:
             outcome = await reconcile(
                 self.kube, doc, self.settings, view=self.caches, usage=usage,
-                admission=self.gpu_queue.admission if self.gpu_queue else None)
+                admission=self.gpu_queue.admission if self.gpu_queue else None,
+                scaling=self.autoscaler.report)
         except InvalidModel as exc:  # the CRD's validation should have refused it
             metrics.reconciles.labels("invalid").inc()
             log.error("%s/%s: invalid LLMModel, not reconciled: %s", *key, exc)

@@ -38,6 +38,14 @@ class OperatorMetrics:
                            "1 for each model's current phase, 0 for the others.",
                            ["model_namespace", "name", "phase"], registry=r)
 
+        self.autoscaler_looks = Counter(
+            "llmop_operator_autoscaler_looks", "Looks of the built-in autoscaler at the "
+            "router's counts (one per interval while it sets replicas).", registry=r)
+        self.autoscaler_changes = Counter(
+            "llmop_operator_autoscaler_scalings", "Replica changes the built-in autoscaler "
+            "wrote, by reason (FirstRequest, Load, LoadFell, Idle, AboveMax, BelowMin, "
+            "OutOfBounds).", ["reason"], registry=r)
+
     def set_phase(self, namespace: str, name: str, phase: str) -> None:
         for candidate in PHASES:
             self.phase.labels(namespace, name, candidate).set(1 if candidate == phase else 0)

@@ -14,6 +14,7 @@ from llm_operator.api.validation import Problem, parse_llmmodel
 from llm_operator.kube import FIELD_MANAGER, PLURALS, ApiError, Kube
 from llm_operator.profiles.planner import plan
 from llm_operator.profiles.settings import Settings
+from llm_operator.reconcile.autoscaling import Report
 from llm_operator.reconcile.ownership import drift
 from llm_operator.reconcile.queue import Admission
 from llm_operator.reconcile.status import Blocker, Event, Observation, compute_status
@@ -238,7 +239,8 @@ WORKLOAD_KINDS = frozenset({"Deployment", "ScaledObject", "HTTPScaledObject"})
 async def reconcile(kube: Kube, doc: dict[str, Any], settings: Settings, *,
                     view: ClusterView | None = None,
                     usage: Callable[[LLMModel], Awaitable[Usage]] | None = None,
-                    admission: Callable[[LLMModel], Admission | None] | None = None
+                    admission: Callable[[LLMModel], Admission | None] | None = None,
+                    scaling: Callable[[LLMModel], Report | None] | None = None
                     ) -> Outcome:
     """Bring one model's children, labels and status in line with its spec.
 
@@ -282,7 +284,8 @@ async def reconcile(kube: Kube, doc: dict[str, Any], settings: Settings, *,
         deployment=deployment, pods=pods, blockers=blockers, plan_verdict=model_plan.verdict,
         plan_reason=model_plan.reason,
         scaled_to_zero_allowed=autoscaled(model) and model.spec.scaling.min_replicas == 0,
-        requests_per_minute=metrics[0], average_latency_ms=metrics[1], queued=queued)
+        requests_per_minute=metrics[0], average_latency_ms=metrics[1], queued=queued,
+        scaling=scaling(model) if scaling is not None else None)
     update = compute_status(model, observation, endpoint(model, settings), now())
     outcome.phase = update.status.phase
     outcome.model = model.model_copy(update={"status": update.status})

@@ -167,7 +167,23 @@ class Router(_Settings):
         False, description="Local models' ScaledObjects also scale on the requests the "
         "router holds or has in flight (llmop_router_pending_requests, through "
         "Prometheus), so the first request wakes a model at 0 replicas without the KEDA "
-        "HTTP add-on.")
+        "HTTP add-on. The built-in autoscaler needs it: it reads the router's counts.")
+    namespace: str = Field("llm-operator-system", description="Where the router runs.")
+    service: str = Field(
+        "llmop-router", description="The router's Service: the built-in autoscaler reads "
+        "GET /scale from each of its ready endpoints (its EndpointSlices, watched).")
+    port_name: str = Field("http", description="The Service port serving /scale.")
+
+
+class BuiltinAutoscaler(_Settings):
+    """The operator's own autoscaler, when KEDA does not scale (docs/autoscaling.md)."""
+
+    interval_seconds: float = Field(
+        1.0, gt=0, le=60, description="How often the leader reads the router's counts.")
+    stabilization_seconds: float = Field(
+        300.0, ge=0, le=3600, description="Scale down only to the highest need seen in "
+        "this window (as the HPA's scale-down stabilization): no flapping under steady "
+        "load.")
 
 
 class Scheduling(_Settings):
@@ -210,6 +226,11 @@ class Settings(_Settings):
     scheduling: Scheduling = Field(default_factory=Scheduling)
     inference_pool: InferencePool = Field(default_factory=InferencePool)
     router: Router = Field(default_factory=Router)
+    autoscaler: Literal["auto", "keda", "builtin"] = Field(
+        "auto", description="Who sets an autoscaled model's replicas: keda (a ScaledObject "
+        "per model), builtin (the operator, from the router's counts), or auto: KEDA when "
+        "its CRDs are installed, builtin otherwise (and KEDA from when it appears).")
+    builtin_autoscaler: BuiltinAutoscaler = Field(default_factory=BuiltinAutoscaler)
     cluster_domain: str = "cluster.local"
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from llm_operator.api.v1alpha1 import ScalingSpec
 
@@ -132,3 +133,64 @@ def step(policy: Policy, observation: Observation, memory: Memory = Memory()) ->
                         f"was {stable}", remembered)
     return Decision(current, "Steady", f"{load:g} request(s) for {current} replica(s)",
                     remembered)
+
+
+# --- what the autoscaler reads, and what status says of it --------------------------------
+
+Loads = dict[str, tuple[int, float]]  # "namespace/name" -> (pending, engines' waiting)
+
+
+def router_endpoints(slices: list[dict[str, Any]], port_name: str) -> list[str]:
+    """``http://address:port`` of every ready endpoint in the router Service's slices."""
+    urls = set()
+    for piece in slices:
+        port = next((p.get("port") for p in piece.get("ports") or []
+                     if p.get("name") == port_name), None)
+        if port is None:
+            continue
+        for endpoint in piece.get("endpoints") or []:
+            if (endpoint.get("conditions") or {}).get("ready") is False:
+                continue
+            for address in endpoint.get("addresses") or []:
+                host = f"[{address}]" if ":" in address else address
+                urls.add(f"http://{host}:{port}")
+    return sorted(urls)
+
+
+def combine(answers: list[dict[str, Any]]) -> Loads:
+    """One load per model from every router replica's ``GET /scale`` answer.
+
+    Each replica holds and forwards its own requests, so ``pending`` adds up; they all
+    scrape the same engines, so ``waiting`` is the highest any of them saw, not a sum.
+    """
+    loads: Loads = {}
+    for answer in answers:
+        for key, load in (answer.get("models") or {}).items():
+            pending, waiting = loads.get(key, (0, 0.0))
+            loads[key] = (pending + int(load.get("pending", 0)),
+                          max(waiting, float(load.get("waiting", 0))))
+    return loads
+
+
+@dataclass(frozen=True)
+class Report:
+    """The model's ``Scaling`` condition: who sets its replicas, the last change and why."""
+
+    active: bool  # False: nothing is scaling it now (no signal, KEDA missing)
+    reason: str
+    message: str
+
+
+def report_after(previous: Report | None, decision: Decision, current: int,
+                 why_no_signal: str = "") -> Report:
+    """The condition after a step; it stays put while nothing changes (no status write)."""
+    if decision.changes:
+        return Report(True, decision.reason,
+                      f"{current} -> {decision.replicas} replica(s): {decision.message}")
+    if decision.reason == "NoSignal":
+        why = why_no_signal or decision.message
+        return Report(False, "NoSignal", f"holding {current} replica(s): {why}")
+    if previous is not None and previous.active:
+        return previous
+    return Report(True, "Steady", f"{current} replica(s) for the load; the router's counts "
+                  "are read")

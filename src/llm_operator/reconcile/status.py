@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from llm_operator.api.v1alpha1 import Condition, LLMModel, LLMModelStatus, ModelFileStatus, Phase
 from llm_operator.api.validation import Problem
+from llm_operator.reconcile.autoscaling import Report
 from llm_operator.reconcile.queue import Admission
 
 # Container waiting reasons that mean "this replica is broken", not "still starting".
@@ -66,6 +67,7 @@ class Observation:
     requests_per_minute: int | None = None
     average_latency_ms: int | None = None
     queued: Admission | None = None  # not admitted by the GPU queue: no workload yet
+    scaling: Report | None = None  # who sets the replicas of an autoscaled model, and why
 
 
 @dataclass(frozen=True)
@@ -264,7 +266,7 @@ def _facts(model: LLMModel, obs: Observation) -> _Facts:
 
 def _conditions(model: LLMModel, obs: Observation, facts: _Facts) -> list[tuple[str, bool,
                                                                                str, str]]:
-    """(type, status, reason, message) for Placed, Ready, Available, Progressing, Degraded."""
+    """(type, status, reason, message) of each condition (Scaling: autoscaled models only)."""
     phase = facts.phase
     if obs.blockers:
         placed = (False, obs.blockers[0].reason, "; ".join(b.message for b in obs.blockers))
@@ -298,8 +300,10 @@ def _conditions(model: LLMModel, obs: Observation, facts: _Facts) -> list[tuple[
         degraded = (True, first.reason, "; ".join(str(i) for i in facts.issues[:5]))
     else:
         degraded = (False, "AsExpected", "no replica is failing")
+    scaling = [] if obs.scaling is None or obs.blockers or facts.phase == "WaitingForGPU" \
+        else [("Scaling", obs.scaling.active, obs.scaling.reason, obs.scaling.message)]
     return [("Placed", *placed), ("Ready", *ready), ("Available", *available),
-            ("Progressing", *progressing), ("Degraded", *degraded)]
+            ("Progressing", *progressing), ("Degraded", *degraded), *scaling]
 
 
 def compute_status(model: LLMModel, obs: Observation, endpoint: str, now: str) -> StatusUpdate:
@@ -327,6 +331,7 @@ def compute_status(model: LLMModel, obs: Observation, endpoint: str, now: str) -
         conditions=conditions,
         accelerator_nodes=facts.nodes or None,
         current_replicas=facts.ready,
+        desired_replicas=facts.desired if obs.deployment is not None else None,
         requests_per_minute=obs.requests_per_minute,
         average_latency_ms=obs.average_latency_ms,
         observed_generation=generation,

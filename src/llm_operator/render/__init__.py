@@ -45,12 +45,19 @@ def placement_problems(model: LLMModel, settings: Settings, model_plan: Plan) ->
     if model_plan.verdict == "does-not-fit":
         problems.append(Problem("spec.resources", model_plan.reason))
     if scaling.autoscaled(model) and spec.scaling.min_replicas == 0 \
-            and not settings.keda.http_addon.enabled and not settings.router.enabled:
-        problems.append(Problem(
-            "spec.scaling.minReplicas",
-            "0 (scale-to-zero) needs the router (settings router.enabled) or the KEDA HTTP "
-            "add-on to wake the model on a request, and both are off in the operator "
-            "settings: set minReplicas >= 1, or enable router or keda.httpAddon"))
+            and not settings.router.enabled:
+        if settings.autoscaler == "builtin":
+            problems.append(Problem(
+                "spec.scaling.minReplicas",
+                "0 (scale-to-zero) needs the router (settings router.enabled): the built-in "
+                "autoscaler wakes a model when the router holds a request for it: set "
+                "minReplicas >= 1, or enable router"))
+        elif not settings.keda.http_addon.enabled:
+            problems.append(Problem(
+                "spec.scaling.minReplicas",
+                "0 (scale-to-zero) needs the router (settings router.enabled) or the KEDA "
+                "HTTP add-on to wake the model on a request, and both are off in the operator "
+                "settings: set minReplicas >= 1, or enable router or keda.httpAddon"))
     return problems
 
 
@@ -110,7 +117,7 @@ def _render_local(
             owner_uid=owner_uid, node_selector=node_selector, tolerations=tolerations),
         networking.service(model, workload.COMPONENT, owner_uid),
     ]
-    if autoscaled:
+    if scaling.keda_scales(model, settings):
         objects.append(scaling.scaled_object(model, eng, settings, owner_uid))
     if scaling.wants_http_addon(model, settings):
         objects.append(scaling.http_scaled_object(model, settings, owner_uid))

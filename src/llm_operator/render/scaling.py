@@ -21,9 +21,18 @@ def autoscaled(model: LLMModel) -> bool:
     return not model.spec.is_remote and scaling.min_replicas != scaling.max_replicas
 
 
+def keda_scales(model: LLMModel, settings: Settings) -> bool:
+    """Whether KEDA objects are rendered: autoscaler keda or auto, not builtin.
+
+    Under auto, a cluster without KEDA skips them and the built-in autoscaler sets the
+    replicas meanwhile.
+    """
+    return autoscaled(model) and settings.autoscaler != "builtin"
+
+
 def wants_http_addon(model: LLMModel, settings: Settings) -> bool:
     """Scale from zero through the HTTP add-on: only when no router wakes the model."""
-    return autoscaled(model) and model.spec.scaling.min_replicas == 0 \
+    return keda_scales(model, settings) and model.spec.scaling.min_replicas == 0 \
         and settings.keda.http_addon.enabled and not settings.router.enabled
 
 

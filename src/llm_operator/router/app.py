@@ -24,8 +24,10 @@ from llm_operator.router.routes import SERVICE_NAME_LABEL, Options, Table, build
 log = logging.getLogger("llm_operator.router")
 MODELS = ("ai.example.io/v1alpha1", "llmmodels")
 SLICES = ("discovery.k8s.io/v1", "endpointslices")
-# What vLLM exports of its queue (the KV cache under its older name too), summed per pod.
-WAITING, RUNNING = "vllm:num_requests_waiting", "vllm:num_requests_running"
+# What vLLM and llama-server export of their queues (vLLM's KV cache under its older name
+# too), summed per pod.
+WAITING = ("vllm:num_requests_waiting", "llamacpp:requests_deferred")
+RUNNING = ("vllm:num_requests_running", "llamacpp:requests_processing")
 KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 
 
@@ -34,9 +36,9 @@ def engine_numbers(text: str) -> tuple[float, float, float]:
     waiting = running = kv = 0.0
     for family in text_string_to_metric_families(text):
         total = sum(s.value for s in family.samples if s.name == family.name)
-        if family.name == WAITING:
+        if family.name in WAITING:
             waiting = total
-        elif family.name == RUNNING:
+        elif family.name in RUNNING:
             running = total
         elif family.name in KV_USAGE:
             kv = max([kv, *(s.value for s in family.samples)])
@@ -106,13 +108,15 @@ class Router:
         self.rebuilt.set()
 
     def load_of(self, namespace: str, name: str) -> dict[str, int] | None:
-        """What KEDA reads: the model's held and in-flight requests (None: unknown model)."""
+        """What autoscalers read of a model (None: unknown): held, in flight, engine queue."""
         key = (namespace, name)
         if key not in self.table.labels:
             return None
         held = sum(self.gateway.holds.held.get(label, 0) for label in self.table.labels[key])
         in_flight = sum(self.gateway.in_flight(url) for url in self.table.upstreams[key])
-        return {"pending": held + in_flight, "held": held, "inFlight": in_flight}
+        waiting = sum(self.gateway.engine_waiting(url) for url in self.table.upstreams[key])
+        return {"pending": held + in_flight, "held": held, "inFlight": in_flight,
+                "waiting": round(waiting)}
 
     def _export_pending(self) -> None:
         self.pending.clear()

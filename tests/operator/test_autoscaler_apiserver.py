@@ -1,0 +1,197 @@
+"""The built-in autoscaler on a real API server, reading a router that answers as scripted.
+
+The operator runs as its ServiceAccount; it finds the router through an EndpointSlice of
+Service ``llmop-router`` (as in a cluster) that points at a server on this machine whose
+``GET /scale`` answers what each test sets (the API server refuses loopback endpoint
+addresses, so that server listens on the machine's own address). The Deployment's
+replicas, the model's status and its Events are read back through the API, as `kubectl`
+would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import json
+import socket
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from llm_operator.kube import Kube
+from llm_operator.operator.metrics import OperatorMetrics
+from llm_operator.profiles.settings import Settings
+
+from apitools import API, create, operator_connection, until
+from controlplane import ControlPlane
+from operators import running_operator
+from samples import REPO, load_yaml
+
+NAME = "gemma-auto"
+
+
+@dataclass
+class FakeRouter:
+    """What the router's ``GET /scale`` answers: this model's pending count, or an error."""
+
+    namespace: str
+    pending: int = 0
+    status: int = 200
+
+    async def scale(self, _: web.Request) -> web.Response:
+        if self.status != 200:
+            return web.json_response({"error": "scripted"}, status=self.status)
+        return web.json_response({"models": {f"{self.namespace}/{NAME}": {
+            "pending": self.pending, "held": 0, "inFlight": self.pending, "waiting": 0}}})
+
+
+def model(minimum: int = 0, maximum: int = 2, cooldown: int = 3) -> dict[str, Any]:
+    doc = copy.deepcopy(load_yaml(REPO / "examples" / "cluster" / "gemma-270m.yaml"))
+    doc["metadata"]["name"] = NAME
+    doc["spec"]["modelId"] = "gemma-auto"
+    doc["spec"]["scaling"] = {"minReplicas": minimum, "maxReplicas": maximum,
+                              "scaleUpThreshold": 4, "cooldownPeriodSeconds": cooldown}
+    return doc
+
+
+def own_address() -> str:
+    """This machine's IPv4 address on its default route (no packet is sent)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect(("10.255.255.255", 1))
+        address: str = probe.getsockname()[0]
+    assert not address.startswith("127."), "the machine has no address but loopback"
+    return address
+
+
+@contextlib.asynccontextmanager
+async def scaling(apiserver: ControlPlane, kube: Kube, namespace: str, router: FakeRouter,
+                  *, stabilization: float = 1.0, metrics: OperatorMetrics | None = None
+                  ) -> AsyncIterator[None]:
+    """The router's EndpointSlice and the operator with the built-in autoscaler on."""
+    app = web.Application()
+    app.router.add_get("/scale", router.scale)
+    host = own_address()
+    async with TestServer(app, host=host) as server:
+        await apiserver.akubectl("apply", "-f", "-", stdin=json.dumps({
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": "llmop-router-test", "namespace": namespace,
+                         "labels": {"kubernetes.io/service-name": "llmop-router"}},
+            "addressType": "IPv4",
+            "ports": [{"name": "http", "port": server.port, "protocol": "TCP"}],
+            "endpoints": [{"addresses": [host], "conditions": {"ready": True}}]}))
+        settings = Settings.model_validate({
+            "autoscaler": "builtin",
+            "router": {"enabled": True, "namespace": namespace},
+            "builtinAutoscaler": {"intervalSeconds": 0.1,
+                                  "stabilizationSeconds": stabilization}})
+        async with running_operator(operator_connection(apiserver), settings,
+                                    namespaces=[namespace], timeout=30,
+                                    metrics=metrics or OperatorMetrics()):
+            yield
+
+
+def replicas(n: int) -> Callable[[dict[str, Any] | None], bool]:
+    return lambda d: bool(d and d["spec"].get("replicas") == n)
+
+
+async def scaled_events(kube: Kube, namespace: str) -> list[str]:
+    """The "Scaled" Events of the model, oldest first, as "from -> to (reason)"."""
+    events = await kube.list("v1", "events", namespace)
+    mine = [e for e in events if e.get("reason") == "Scaled"
+            and e["involvedObject"].get("name") == NAME]
+    mine.sort(key=lambda e: int(e["metadata"]["resourceVersion"]))  # etcd's own order
+    return [e["message"].split(":")[0] for e in mine]
+
+
+def scaling_condition(obj: dict[str, Any] | None) -> dict[str, Any]:
+    conditions = ((obj or {}).get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c["type"] == "Scaling"), {})
+
+
+async def test_load_moves_a_model_from_zero_to_max_and_back_to_zero(
+        apiserver: ControlPlane, kube: Kube, namespace: str) -> None:
+    router = FakeRouter(namespace)
+    async with scaling(apiserver, kube, namespace, router):
+        await create(kube, model(), namespace)
+        # created at 1 (the API's default); idle for cooldownPeriodSeconds -> 0
+        await until(kube, "apps/v1", "deployments", namespace, NAME, replicas(0))
+        idle = await until(kube, API, "llmmodels", namespace, NAME, lambda o: bool(
+            scaling_condition(o).get("reason") == "Idle"
+            and (o or {})["status"].get("desiredReplicas") == 0))
+        assert (idle or {})["status"]["phase"] == "Idle"
+        router.pending = 1  # a request held for the model: the first one wakes it
+        await until(kube, "apps/v1", "deployments", namespace, NAME, replicas(1))
+        router.pending = 8  # 8 for 1 replica, 4 per replica wanted
+        await until(kube, "apps/v1", "deployments", namespace, NAME, replicas(2))
+        loaded = await until(kube, API, "llmmodels", namespace, NAME, lambda o: bool(
+            scaling_condition(o).get("reason") == "Load"))
+        assert scaling_condition(loaded)["status"] == "True"
+        assert scaling_condition(loaded)["message"].startswith("1 -> 2 replica(s): 8 request")
+        router.pending = 0  # after the window (1 s): the floor of 1; idle 3 s: zero
+        await until(kube, "apps/v1", "deployments", namespace, NAME, replicas(1))
+        await until(kube, "apps/v1", "deployments", namespace, NAME, replicas(0))
+    assert await scaled_events(kube, namespace) == [
+        "1 -> 0 replica(s) (Idle)", "0 -> 1 replica(s) (FirstRequest)",
+        "1 -> 2 replica(s) (Load)", "2 -> 1 replica(s) (LoadFell)",
+        "1 -> 0 replica(s) (Idle)"]
+
+
+async def test_an_unreachable_router_holds_the_count_and_says_so(
+        apiserver: ControlPlane, kube: Kube, namespace: str) -> None:
+    router, metrics = FakeRouter(namespace, status=503), OperatorMetrics()
+    async with scaling(apiserver, kube, namespace, router, metrics=metrics):
+        await create(kube, model(cooldown=0), namespace)
+        held = await until(kube, API, "llmmodels", namespace, NAME, lambda o: bool(
+            scaling_condition(o).get("reason") == "NoSignal"))
+        condition = scaling_condition(held)
+        assert condition["status"] == "False"
+        assert condition["message"].startswith(
+            f"holding 1 replica(s): router http://{own_address()}:")
+        assert "GET /scale answered 503" in condition["message"]
+        await until_looks(metrics, looks(metrics) + 10)
+        deployment = await kube.get("apps/v1", "deployments", namespace, NAME)
+        assert (deployment or {})["spec"]["replicas"] == 1  # never to zero on missing data
+    assert await scaled_events(kube, namespace) == []
+
+
+def looks(metrics: OperatorMetrics) -> float:
+    return metrics.registry.get_sample_value("llmop_operator_autoscaler_looks_total") or 0.0
+
+
+async def until_looks(metrics: OperatorMetrics, n: float, timeout: float = 10) -> None:
+    """Until the autoscaler has looked ``n`` times (its counter; nothing else to wait on)."""
+    async with asyncio.timeout(timeout):
+        while looks(metrics) < n:
+            await asyncio.sleep(0.05)
+
+
+async def test_a_lowered_max_scales_down_once_and_a_new_leader_changes_nothing(
+        apiserver: ControlPlane, kube: Kube, namespace: str) -> None:
+    router, metrics = FakeRouter(namespace, pending=8), OperatorMetrics()
+    async with scaling(apiserver, kube, namespace, router, stabilization=3600,
+                       metrics=metrics):
+        # never idle here: the restart below is about the window, not about going to zero
+        await create(kube, model(minimum=0, maximum=3, cooldown=3600), namespace)
+        await until(kube, "apps/v1", "deployments", namespace, NAME, replicas(2))
+        await kube.merge_patch(API, "llmmodels", namespace, NAME,  # still autoscaled: 0..1
+                               body={"spec": {"scaling": {"maxReplicas": 1}}})
+        await until(kube, "apps/v1", "deployments", namespace, NAME, replicas(1))
+        await until_looks(metrics, looks(metrics) + 10)
+        await kube.merge_patch(API, "llmmodels", namespace, NAME,
+                               body={"spec": {"scaling": {"maxReplicas": 3}}})
+        await until(kube, "apps/v1", "deployments", namespace, NAME, replicas(2))
+        router.pending = 0  # the load is gone, but the window (an hour) still remembers it
+    metrics = OperatorMetrics()
+    async with scaling(apiserver, kube, namespace, router, stabilization=5, metrics=metrics):
+        await until_looks(metrics, 10)  # a new leader: no memory, the count was "just set"
+        deployment = await kube.get("apps/v1", "deployments", namespace, NAME)
+        assert (deployment or {})["spec"]["replicas"] == 2
+        # and it is the window that holds it: once it has passed, the count follows the load
+        await until(kube, "apps/v1", "deployments", namespace, NAME, replicas(1))
+    assert await scaled_events(kube, namespace) == [
+        "1 -> 2 replica(s) (Load)", "2 -> 1 replica(s) (AboveMax)",
+        "1 -> 2 replica(s) (Load)", "2 -> 1 replica(s) (LoadFell)"]
