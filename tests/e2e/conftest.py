@@ -30,6 +30,8 @@ from samples import REPO
 sys.path.insert(0, str(REPO / "tools"))
 import images
 
+E2E = REPO / "tests" / "e2e"
+
 
 @pytest.fixture(scope="session")
 def kube_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeCluster]:
@@ -57,3 +59,11 @@ def gemma(kube_node: NodeCluster) -> NodeCluster:
     kube_node.kubectl("apply", "-f", str(GEMMA))
     kube_node.wait_phase(MODELS_NS, GEMMA_NAME, "Ready", 180)
     return kube_node
+
+
+@pytest.fixture(scope="module")
+def routed(gemma: NodeCluster) -> NodeCluster:
+    """The router and the MCP server installed beside the model."""
+    gemma.apply_kustomization(E2E / "router", ["llmop-router"], OPERATOR_NS)
+    gemma.apply_kustomization(E2E / "mcp", ["mcp-server"], MODELS_NS)
+    return gemma

@@ -37,14 +37,6 @@ REMOTE = {
 
 
 @pytest.fixture(scope="module")
-def routed(gemma: NodeCluster) -> NodeCluster:
-    """The router and the MCP server installed beside the model."""
-    gemma.apply_kustomization(E2E / "router", ["llmop-router"], OPERATOR_NS)
-    gemma.apply_kustomization(E2E / "mcp", ["mcp-server"], NS)
-    return gemma
-
-
-@pytest.fixture(scope="module")
 def remote(routed: NodeCluster) -> NodeCluster:
     """A remote model whose provider is a pod, and its key a Secret."""
     routed.kubectl("-n", NS, "create", "secret", "generic", "openai-api-key",
