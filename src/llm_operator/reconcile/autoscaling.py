@@ -124,7 +124,7 @@ def step(policy: Policy, observation: Observation, memory: Memory = Memory()) ->
                         f"{policy.target_per_replica} per replica wanted", remembered)
     idle_for = now - (busy_at if busy_at is not None else now)
     if low == 0 and load == 0 and idle_for >= policy.idle_seconds:
-        return Decision(0, "Idle", f"no request for {idle_for:g} s; minReplicas is 0",
+        return Decision(0, "Idle", f"no request for {idle_for:.0f} s; minReplicas is 0",
                         Memory(((now, 0),), busy_at))
     stable = max(n for _, n in window)  # the highest recommendation of the window
     if stable < current:
