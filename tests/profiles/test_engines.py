@@ -46,6 +46,42 @@ def test_vllm_serves_the_model_id_from_the_local_cache(base_local: dict[str, Any
     assert ("HF_HUB_OFFLINE", "1") in srv.env
 
 
+@pytest.mark.parametrize(("spec", "expected"), [
+    ({"resources": {"acceleratorCount": 2, "vramPerAcceleratorGiB": 80}},
+     ["--tp-size", "2"]),
+    ({"resources": {"acceleratorCount": 2, "vramPerAcceleratorGiB": 80},
+      "engineArgs": {"tp": "1"}}, ["--tp", "1"]),  # the user's own tensor parallelism
+    ({"loraAdapters": [
+        {"name": "sql", "rank": 8, "source": {"type": "huggingface", "repo": "o/sql"}},
+        {"name": "tone", "rank": 32, "source": {"type": "pvc", "claimName": "a", "path": "t"}}]},
+     ["--enable-lora", "--max-lora-rank", "32", "--lora-paths",
+      "sql=/model-cache/loras/sql-", "tone=/lora-claims/a/t"]),
+], ids=["tp-from-count", "tp-from-engine-args", "lora-at-start"])
+def test_sglang_serves_the_model_id_with_metrics(base_local: dict[str, Any], spec: Any,
+                                                 expected: list[str]) -> None:
+    srv = serve(_spec(base_local, inferenceEngine="sglang", **spec), on_accelerator=True)
+    args = list(srv.args)
+    assert srv.command == ("python3", "-m", "sglang.launch_server")
+    assert args[:9] == ["--model-path", "/model-cache/source", "--served-model-name",
+                        "Qwen/Qwen3.5-9B", "--host", "0.0.0.0", "--port", "8000",
+                        "--enable-metrics"]
+    rest = args[9:]
+    assert len(rest) == len(expected)
+    assert all(a.startswith(e) for a, e in zip(rest, expected, strict=True)), rest
+    assert ("HF_HUB_OFFLINE", "1") in srv.env
+
+
+@pytest.mark.parametrize(("name", "image"), [
+    ("nvidia", "lmsysorg/sglang:v0.5.3.post3"),
+    ("amd", "lmsysorg/sglang:v0.5.3.post3-rocm700-mi30x"),
+    ("intel-gaudi", None), ("cpu", None),
+])
+def test_sglang_images_are_for_nvidia_and_amd(name: str, image: str | None) -> None:
+    profile = vendor(name)
+    assert profile.images["sglang"] == image
+    assert (image is None) == ("sglang" in profile.unsupported_reason)
+
+
 def test_llamacpp_loads_one_gguf_file_under_the_model_id(base_local: dict[str, Any]) -> None:
     spec = _spec(base_local, acceleratorVendor="cpu", inferenceEngine="llamacpp",
                  quantization="GGUF-Q4_K_M", resources={"acceleratorCount": 0})
@@ -73,6 +109,7 @@ def test_ollama_maps_engine_args_to_its_environment(base_local: dict[str, Any]) 
 @pytest.mark.parametrize(("engine", "args", "words"), [
     ("ollama", {"temperature": "0.1"}, "unsupported engineArgs temperature"),
     ("vllm", {"port": "9000"}, "cannot be overridden"),
+    ("sglang", {"model-path": "/elsewhere"}, "cannot be overridden"),
     ("vllm", {"max-model-len": "64k"}, "whole number"),
 ])
 def test_engine_args_the_engine_cannot_take(base_local: dict[str, Any], engine: str,

@@ -202,3 +202,12 @@ def test_each_adapter_is_a_record_of_its_own_and_only_when_the_model_is_exposed(
     assert records_of(parse_llmmodel(doc), "files")[1].tool_name == "sql_writer"
     doc["spec"]["mcpExposure"]["enabled"] = False
     assert records_of(parse_llmmodel(doc), "files") == []
+
+
+def test_an_sglang_adapters_tool_asks_for_the_base_model_with_its_lora_path() -> None:
+    doc = sample_doc("llama32-3b-lora-nvidia")
+    doc["spec"].update(inferenceEngine="sglang", engineArgs={})
+    records = records_of(parse_llmmodel(doc), "kubernetes")
+    assert records[0].request == {}
+    assert records[1].request == {"model": "meta-llama/Llama-3.2-3B-Instruct",
+                                  "lora_path": "text2sql"}

@@ -141,6 +141,18 @@ def test_adapters_are_routes_of_their_own_by_each_engines_means() -> None:
     parse_config({"routes": table.routes})
 
 
+def test_an_sglang_adapter_goes_to_the_base_model_with_its_lora_path() -> None:
+    sglang = model("llama32-3b-lora-nvidia", inferenceEngine="sglang", engineArgs={})
+    slices = {("ai-models", "llama32-3b-lora"): [piece(8000, ("s-0", "10.0.0.1", {}))]}
+    routes = {r["name"]: r for r in cluster([sglang], slices).routes}
+    sql = routes["ai-models/llama32-3b-lora/text2sql"]
+    assert sql["models"] == ["text2sql"]
+    assert sql["upstreams"][0]["model"] == "meta-llama/Llama-3.2-3B-Instruct"
+    assert sql["setFields"] == {"lora_path": "text2sql"}  # SGLang's adapter by name
+    assert "defaultFields" not in routes["ai-models/llama32-3b-lora"]  # base: no adapter
+    parse_config({"routes": list(routes.values())})
+
+
 def test_llmop_up_builds_the_same_table_for_its_processes_and_proxies() -> None:
     """One machine: adapters as in a cluster, a proxied remote model's own route."""
     llama = model("llamacpp-lora-cpu")

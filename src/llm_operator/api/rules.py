@@ -146,13 +146,38 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
+        id="sglang-on-gpus",
+        location="spec",
+        field=".inferenceEngine",
+        cel=f"self.deploymentMode != 'local' || {ENGINE} != 'sglang' || "
+        f"{VENDOR} in ['nvidia', 'amd']",
+        message="SGLang is served on acceleratorVendor nvidia or amd: use inferenceEngine "
+        "vllm on intel-gaudi, llamacpp or ollama on cpu",
+        holds=lambda s: not (
+            _local(s) and s.inference_engine == "sglang"
+            and s.accelerator_vendor not in {"nvidia", "amd"}
+        ),
+    ),
+    Rule(
+        id="sglang-not-gguf",
+        location="spec",
+        field=".quantization",
+        cel=f"self.deploymentMode != 'local' || {ENGINE} != 'sglang' || "
+        "!self.quantization.startsWith('GGUF-')",
+        message="SGLang serves Hugging Face weights (FP16, BF16, FP8, AWQ, GPTQ), not GGUF "
+        "files: use inferenceEngine llamacpp for GGUF",
+        holds=lambda s: not (
+            _local(s) and s.inference_engine == "sglang" and s.quantization.startswith("GGUF-")
+        ),
+    ),
+    Rule(
         id="gguf-engines-not-on-gaudi",
         location="spec",
         field=".inferenceEngine",
         cel=f"self.deploymentMode != 'local' || {VENDOR} != 'intel-gaudi' || "
         f"{ENGINE} == 'vllm'",
-        message="llama.cpp and Ollama do not support acceleratorVendor intel-gaudi: use "
-        "inferenceEngine vllm",
+        message="llama.cpp, Ollama and SGLang do not support acceleratorVendor intel-gaudi: "
+        "use inferenceEngine vllm",
         holds=lambda s: not (
             _local(s) and s.accelerator_vendor == "intel-gaudi" and s.inference_engine != "vllm"
         ),
@@ -237,11 +262,12 @@ RULES: tuple[Rule, ...] = (
         location="spec",
         field=".loraAdapters",
         cel="!has(self.loraAdapters) || size(self.loraAdapters) == 0 || "
-        f"(self.deploymentMode == 'local' && {ENGINE} in ['vllm', 'llamacpp'])",
-        message="loraAdapters are served by inferenceEngine vllm or llamacpp on a local "
-        "model; Ollama and remote APIs cannot load them: remove loraAdapters or change engine",
+        f"(self.deploymentMode == 'local' && {ENGINE} in ['vllm', 'sglang', 'llamacpp'])",
+        message="loraAdapters are served by inferenceEngine vllm, sglang or llamacpp on a "
+        "local model; Ollama and remote APIs cannot load them: remove loraAdapters or change "
+        "engine",
         holds=lambda s: not s.lora_adapters
-        or (_local(s) and s.inference_engine in {"vllm", "llamacpp"}),
+        or (_local(s) and s.inference_engine in {"vllm", "sglang", "llamacpp"}),
     ),
     Rule(
         id="lora-name-not-model-id",

@@ -17,7 +17,7 @@ SHORT_NAMES = ("lm",)
 
 DeploymentMode = Literal["local", "remote"]
 AcceleratorVendor = Literal["nvidia", "amd", "intel-gaudi", "cpu"]
-InferenceEngine = Literal["vllm", "llamacpp", "ollama"]
+InferenceEngine = Literal["vllm", "llamacpp", "ollama", "sglang"]
 ModelType = Literal["Dense", "MoE", "DenseThinking", "MoEThinking"]
 Quantization = Literal[
     "None", "FP16", "BF16", "FP8", "FP4", "INT8", "INT4", "QAT-INT4", "GPTQ", "AWQ",
@@ -346,9 +346,10 @@ class LLMModelSpec(_Wire):
     )
     inference_engine: InferenceEngine = Field(
         "vllm",
-        description="Serving engine for local models: vllm (GPU, high throughput), llamacpp "
-        "(GGUF on CPU or consumer GPUs), ollama (llama.cpp with model management). Unset means "
-        "vllm; not used by remote models.",
+        description="Serving engine for local models: vllm (GPU, high throughput), sglang "
+        "(NVIDIA or AMD GPUs, RadixAttention prefix cache), llamacpp (GGUF on CPU or consumer "
+        "GPUs), ollama (llama.cpp with model management). Unset means vllm; not used by "
+        "remote models.",
         json_schema_extra=_local_only_default,
     )
     model_type: ModelType = Field(
@@ -434,9 +435,10 @@ class LLMModelSpec(_Wire):
         None, description="How the router spreads requests over the replicas (local "
         "models); unset: least-load.")
     lora_adapters: list[LoraAdapterSpec] | None = Field(
-        None, max_length=32, description="LoRA adapters served on top of the model (vllm and "
-        "llamacpp), each called by its own model name and published as its own MCP tool. "
-        "vLLM loads and unloads them while it runs; llama.cpp restarts with the new list.",
+        None, max_length=32, description="LoRA adapters served on top of the model (vllm, "
+        "sglang and llamacpp), each called by its own model name and published as its own MCP "
+        "tool. vLLM loads and unloads them while it runs; SGLang and llama.cpp restart with the "
+        "new list.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys":
                            ["name"]})
 

@@ -84,6 +84,18 @@ def vllm_args(spec: LLMModelSpec) -> list[str]:
     return args
 
 
+SGLANG_LORA_SLOTS = 8  # SGLang's --max-loras-per-batch default
+
+
+def sglang_args(spec: LLMModelSpec) -> list[str]:
+    """Every adapter, loaded at start by name (`name=directory`); a new list restarts."""
+    if not spec.lora_adapters:
+        return []
+    highest = max(a.rank or DEFAULT_RANK for a in spec.lora_adapters)
+    return ["--enable-lora", "--max-lora-rank", str(highest), "--lora-paths",
+            *(f"{a.name}={adapter_path(a, gguf=False)}" for a in spec.lora_adapters)]
+
+
 def llamacpp_paths(spec: LLMModelSpec) -> tuple[str, ...]:
     """The GGUF file of each adapter in a pod, in the order of ``loraAdapters`` (their ids)."""
     return tuple(adapter_path(a, gguf=True) for a in spec.lora_adapters or ())
@@ -152,6 +164,11 @@ def adapter_memory(spec: LLMModelSpec, hidden: int | None = None,
         raw = (spec.engine_args or {}).get("max-loras", "1")
         slots = int(raw) if raw.isdigit() and int(raw) > 0 else 1
         rank = max_lora_rank(spec)
+        return AdapterMemory(slots * rank * per_rank / GIB, slots, rank)
+    if spec.inference_engine == "sglang":  # a pool of max-loras-per-batch slots, max rank
+        raw = (spec.engine_args or {}).get("max-loras-per-batch", str(SGLANG_LORA_SLOTS))
+        slots = int(raw) if raw.isdigit() and int(raw) > 0 else SGLANG_LORA_SLOTS
+        rank = max(a.rank or DEFAULT_RANK for a in adapters)
         return AdapterMemory(slots * rank * per_rank / GIB, slots, rank)
     ranks = [a.rank or DEFAULT_RANK for a in adapters]
     return AdapterMemory(sum(ranks) * per_rank / GIB, len(ranks), max(ranks))

@@ -1,4 +1,4 @@
-"""Inference engine profiles: how vLLM, llama.cpp and Ollama load a model and serve on :8000."""
+"""Inference engine profiles: how vLLM, SGLang, llama.cpp and Ollama load a model, serve :8000."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from llm_operator.profiles.llamaserver import (
 )
 
 PORT = 8000  # every engine serves its OpenAI-compatible API here
+TP_ARGS = ("tensor-parallel-size", "tp-size", "tp")  # vLLM's; SGLang's long and short
 CACHE_DIR = "/model-cache"
 SOURCE_DIR = f"{CACHE_DIR}/source"  # where the fetch step puts the weights
 GGUF_LINK = f"{CACHE_DIR}/model.gguf"  # the one GGUF file llama.cpp loads
@@ -72,13 +73,18 @@ LLAMACPP = EngineProfile(
     queue_metric="llamacpp:requests_deferred", runs_as_non_root=True, needs_shm=False,
     gguf_only=True,
 )
+SGLANG = EngineProfile(
+    name="sglang", health_path="/health", metrics_path="/metrics",
+    queue_metric="sglang:num_queue_reqs", runs_as_non_root=False, needs_shm=True,
+    gguf_only=False,
+)
 OLLAMA = EngineProfile(
     name="ollama", health_path="/api/version", metrics_path=None,
     queue_metric=None, runs_as_non_root=True, needs_shm=False, gguf_only=True,
 )
 
 ENGINES: MappingProxyType[str, EngineProfile] = MappingProxyType(
-    {e.name: e for e in (VLLM, LLAMACPP, OLLAMA)}
+    {e.name: e for e in (VLLM, SGLANG, LLAMACPP, OLLAMA)}
 )
 
 
@@ -108,6 +114,16 @@ def serve(spec: LLMModelSpec, on_accelerator: bool) -> Serve:
                   *adapters.vllm_args(spec), *flag_args(args)),
             env=tuple(env),
         )
+    if spec.inference_engine == "sglang":
+        count = spec.resources.accelerator_count
+        extra = ["--tp-size", str(count)] if count > 1 and not set(TP_ARGS) & set(args) else []
+        return Serve(
+            command=("python3", "-m", "sglang.launch_server"),
+            args=("--model-path", SOURCE_DIR, "--served-model-name", spec.model_id,
+                  "--host", "0.0.0.0", "--port", str(PORT), "--enable-metrics", *extra,
+                  *adapters.sglang_args(spec), *flag_args(args)),
+            env=(("HF_HOME", f"{CACHE_DIR}/hf-home"), ("HF_HUB_OFFLINE", "1")),
+        )
     if spec.inference_engine == "llamacpp":
         where = Where(GGUF_LINK, "0.0.0.0", PORT, adapters.llamacpp_paths(spec),
                       on_accelerator=on_accelerator)
@@ -132,7 +148,7 @@ def engine_arg_problems(spec: LLMModelSpec) -> list[str]:
                 f"Ollama takes no flags; unsupported engineArgs {', '.join(unknown)} "
                 f"(supported: {', '.join(OLLAMA_ENV_ARGS)})"
             )
-    reserved = {"model", "host", "port", "served-model-name", "alias"} & set(args)
+    reserved = {"model", "model-path", "host", "port", "served-model-name", "alias"} & set(args)
     if reserved:
         problems.append(
             f"engineArgs {', '.join(sorted(reserved))} are set by the operator (model path, "

@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 
 from llm_operator.api.v1alpha1 import LLMModel, LLMModelSpec, ModelFileStatus
 from llm_operator.profiles.adapters import adapter_memory
-from llm_operator.profiles.engines import engine
+from llm_operator.profiles.engines import TP_ARGS, engine
 from llm_operator.profiles.llamaserver import parallel_slots
 from llm_operator.profiles.vendors import VENDORS, Accelerator, VendorProfile, vendor
 
@@ -29,6 +29,9 @@ KV_KIB_PER_TOKEN_COEFF = 53.0
 KV_KIB_PER_TOKEN_EXP = 0.42
 DEFAULT_CONTEXT_TOKENS = 4096
 GPU_UTILIZATION_DEFAULT = 0.90  # vLLM's --gpu-memory-utilization default
+# The engineArg that sets the share of accelerator memory an engine takes (SGLang's default
+# depends on the card; 0.9 is its documented one).
+UTILIZATION_ARG = {"vllm": "gpu-memory-utilization", "sglang": "mem-fraction-static"}
 GGUF_GPU_UTILIZATION = 0.95
 HEADROOM = 0.85  # above this share of usable memory the verdict is "tight"
 COUNTS = (1, 2, 4, 8)  # tensor-parallel degrees that fit in one node
@@ -136,9 +139,9 @@ def cache_size_gib(estimate: Estimate, minimum: int) -> int:
 
 
 def _utilization(spec: LLMModelSpec) -> float:
-    if spec.inference_engine != "vllm":
+    if spec.inference_engine not in UTILIZATION_ARG:
         return GGUF_GPU_UTILIZATION
-    raw = (spec.engine_args or {}).get("gpu-memory-utilization")
+    raw = (spec.engine_args or {}).get(UTILIZATION_ARG[spec.inference_engine])
     try:
         value = float(raw) if raw is not None else GPU_UTILIZATION_DEFAULT
     except ValueError:
@@ -238,10 +241,10 @@ def _plan_local(model: LLMModel, est: Estimate, cache: int, vp: VendorProfile,
     usable = per_card * count * util
     base = replace(base, capacity_gib=usable, accelerator=label, accelerator_count=recommended,
                    tensor_parallel_size=_tp(spec, recommended))
-    args_tp = (spec.engine_args or {}).get("tensor-parallel-size")
-    if args_tp and args_tp.isdigit() and int(args_tp) > count:
+    named = _tp_arg(spec)
+    if named is not None and named[1].isdigit() and int(named[1]) > count:
         return replace(base, verdict="does-not-fit", reason=(
-            f"engineArgs tensor-parallel-size {args_tp} needs {args_tp} accelerators "
+            f"engineArgs {named[0]} {named[1]} needs {named[1]} accelerators "
             f"but resources.acceleratorCount is {count}"))
     if need > usable:
         if needed is None:
@@ -265,11 +268,17 @@ def _plan_local(model: LLMModel, est: Estimate, cache: int, vp: VendorProfile,
     return replace(base, reason=f"{need:.1f} of {usable:.1f} GiB usable on {count}x {label}")
 
 
+def _tp_arg(spec: LLMModelSpec) -> tuple[str, str] | None:
+    """The engineArg that sets tensor parallelism, and its value, if any."""
+    args = spec.engine_args or {}
+    return next(((k, args[k]) for k in TP_ARGS if k in args), None)
+
+
 def _tp(spec: LLMModelSpec, count: int) -> int:
-    if spec.inference_engine != "vllm":
+    if spec.inference_engine not in UTILIZATION_ARG:
         return 1
-    raw = (spec.engine_args or {}).get("tensor-parallel-size")
-    return int(raw) if raw and raw.isdigit() else count
+    named = _tp_arg(spec)
+    return int(named[1]) if named and named[1].isdigit() else count
 
 
 def _plan_cpu(name: str, spec: LLMModelSpec, est: Estimate, cache: int) -> Plan:

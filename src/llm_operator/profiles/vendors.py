@@ -75,10 +75,14 @@ LLAMACPP_BUILD = "b11206"
 LLAMACPP_CPU = f"ghcr.io/ggml-org/llama.cpp:server-{LLAMACPP_BUILD}"
 LLAMACPP_CUDA = f"ghcr.io/ggml-org/llama.cpp:server-cuda-{LLAMACPP_BUILD}"
 LLAMACPP_ROCM = f"ghcr.io/ggml-org/llama.cpp:server-rocm-{LLAMACPP_BUILD}"
+SGLANG_CUDA = "lmsysorg/sglang:v0.5.3.post3"
+SGLANG_ROCM = "lmsysorg/sglang:v0.5.3.post3-rocm700-mi30x"
 OLLAMA = "ollama/ollama:0.18.2"
 OLLAMA_ROCM = "ollama/ollama:0.18.2-rocm"
 
 _NO_GAUDI = "does not support Intel Gaudi; use inferenceEngine vllm (Intel's Gaudi vLLM)"
+_NO_SGLANG_CPU = ("SGLang is served on NVIDIA and AMD GPUs here; use inferenceEngine llamacpp "
+                  "or ollama on acceleratorVendor cpu")
 _NO_VLLM_CPU = "is not supported on acceleratorVendor cpu; use inferenceEngine llamacpp or ollama"
 
 VENDORS: MappingProxyType[str, VendorProfile] = MappingProxyType({
@@ -88,7 +92,8 @@ VENDORS: MappingProxyType[str, VendorProfile] = MappingProxyType({
         node_selector=_frozen({"nvidia.com/gpu.present": "true"}),
         tolerations=(_gpu_toleration("nvidia.com/gpu"),),
         env=(),
-        images=_frozen({"vllm": VLLM_CUDA, "llamacpp": LLAMACPP_CUDA, "ollama": OLLAMA}),
+        images=_frozen({"vllm": VLLM_CUDA, "llamacpp": LLAMACPP_CUDA, "ollama": OLLAMA,
+                        "sglang": SGLANG_CUDA}),
         unsupported_reason=_frozen({}),
         metrics_prefix="DCGM_FI_DEV",
         accelerators=(
@@ -109,7 +114,8 @@ VENDORS: MappingProxyType[str, VendorProfile] = MappingProxyType({
         node_selector=_frozen({"amd.com/gpu.present": "true"}),
         tolerations=(_gpu_toleration("amd.com/gpu"),),
         env=(("HIP_VISIBLE_DEVICES", "all"), ("VLLM_USE_ROCM_FLASH_ATTN", "1")),
-        images=_frozen({"vllm": VLLM_ROCM, "llamacpp": LLAMACPP_ROCM, "ollama": OLLAMA_ROCM}),
+        images=_frozen({"vllm": VLLM_ROCM, "llamacpp": LLAMACPP_ROCM, "ollama": OLLAMA_ROCM,
+                        "sglang": SGLANG_ROCM}),
         unsupported_reason=_frozen({}),
         metrics_prefix="rocm_smi",
         accelerators=(
@@ -129,9 +135,10 @@ VENDORS: MappingProxyType[str, VendorProfile] = MappingProxyType({
             ("HABANA_VISIBLE_DEVICES", "all"),
             ("OMPI_MCA_btl_vader_single_copy_mechanism", "none"),
         ),
-        images=_frozen({"vllm": VLLM_GAUDI, "llamacpp": None, "ollama": None}),
+        images=_frozen({"vllm": VLLM_GAUDI, "llamacpp": None, "ollama": None, "sglang": None}),
         unsupported_reason=_frozen({"llamacpp": f"llama.cpp {_NO_GAUDI}",
-                                    "ollama": f"Ollama {_NO_GAUDI}"}),
+                                    "ollama": f"Ollama {_NO_GAUDI}",
+                                    "sglang": f"SGLang {_NO_GAUDI}"}),
         metrics_prefix="habana",
         accelerators=(
             Accelerator("Intel Gaudi 2", 96, ("gaudi 2", "gaudi2")),
@@ -146,8 +153,9 @@ VENDORS: MappingProxyType[str, VendorProfile] = MappingProxyType({
         node_selector=_frozen({}),
         tolerations=(),
         env=(),
-        images=_frozen({"vllm": None, "llamacpp": LLAMACPP_CPU, "ollama": OLLAMA}),
-        unsupported_reason=_frozen({"vllm": f"vLLM {_NO_VLLM_CPU}"}),
+        images=_frozen({"vllm": None, "llamacpp": LLAMACPP_CPU, "ollama": OLLAMA,
+                        "sglang": None}),
+        unsupported_reason=_frozen({"vllm": f"vLLM {_NO_VLLM_CPU}", "sglang": _NO_SGLANG_CPU}),
         metrics_prefix=None,
     ),
 })

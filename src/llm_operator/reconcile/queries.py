@@ -11,6 +11,7 @@ from llm_operator.render.scaling import pod_selector
 # (their status fields stay unset).
 LATENCY_HISTOGRAM = {
     "vllm": "vllm:e2e_request_latency_seconds",
+    "sglang": "sglang:e2e_request_latency_seconds",
     "gateway": "llmop_gateway_request_duration_seconds",
 }
 WINDOW = "5m"

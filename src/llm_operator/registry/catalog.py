@@ -113,6 +113,8 @@ def records_of(model: LLMModel, source: Source, key: str | None = None) -> list[
         if spec.inference_engine == "llamacpp":
             request = {"model": spec.model_id,
                        "lora": llamacpp_selection(spec, adapter.name)}
+        elif spec.inference_engine == "sglang":  # SGLang names an adapter in lora_path
+            request = {"model": spec.model_id, "lora_path": adapter.name}
         info = {**record.info, "toolName": tool, "modelId": adapter.name,
                 "adapterOf": spec.model_id}
         out.append(replace(

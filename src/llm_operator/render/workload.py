@@ -202,12 +202,13 @@ def fetch_container(fetch: Fetch, settings: Settings, name: str = "model-fetch"
 def adapter_fetch_containers(spec: LLMModelSpec, settings: Settings) -> list[dict[str, Any]]:
     """Init containers for the adapters fetched at pod start.
 
-    llama.cpp loads every adapter at start, so all of them (but pvc ones, which are
-    mounted). vLLM's lora-sync downloads Hugging Face adapters while the pod runs; s3 and
+    llama.cpp and SGLang load every adapter at start, so all of them (but pvc ones, which
+    are mounted). vLLM's lora-sync downloads Hugging Face adapters while the pod runs; s3 and
     oci ones are fetched here (so adding one restarts the pods).
     """
     gguf = spec.inference_engine == "llamacpp"
-    kinds = {"huggingface", "s3", "oci"} if gguf else {"s3", "oci"}
+    at_start = spec.inference_engine != "vllm"  # vLLM's lora-sync fetches Hugging Face ones
+    kinds = {"huggingface", "s3", "oci"} if at_start else {"s3", "oci"}
     return [fetch_container(_adapter_fetch(a, gguf), settings, name=f"lora-fetch-{i}")
             for i, a in enumerate(spec.lora_adapters or ()) if a.source.type in kinds]
 

@@ -24,11 +24,12 @@ from llm_operator.router.routes import SERVICE_NAME_LABEL, Options, Table, build
 log = logging.getLogger("llm_operator.router")
 MODELS = ("ai.example.io/v1alpha1", "llmmodels")
 SLICES = ("discovery.k8s.io/v1", "endpointslices")
-# What vLLM and llama-server export of their queues (vLLM's KV cache under its older name
-# too), summed per pod.
-WAITING = ("vllm:num_requests_waiting", "llamacpp:requests_deferred")
-RUNNING = ("vllm:num_requests_running", "llamacpp:requests_processing")
-KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+# What vLLM, SGLang and llama-server export of their queues (vLLM's KV cache under its older
+# name too), summed per pod.
+WAITING = ("vllm:num_requests_waiting", "sglang:num_queue_reqs", "llamacpp:requests_deferred")
+RUNNING = ("vllm:num_requests_running", "sglang:num_running_reqs",
+           "llamacpp:requests_processing")
+KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage")
 
 
 def engine_numbers(text: str) -> tuple[float, float, float]:

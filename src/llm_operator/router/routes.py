@@ -22,7 +22,8 @@ class Options:
     ``replica_fields`` go on every route whose upstreams the caller found (the router's
     pods, `llmop up`'s processes); by default a replica that refuses (restarting,
     overloaded) hands over to the next at once. A llama.cpp adapter goes to the base
-    model with its ``lora`` id (llama-server's way).
+    model with its ``lora`` id (llama-server's way), an SGLang one with ``lora_path`` set to
+    its name (SGLang's).
     """
 
     hold_seconds: float = 300.0
@@ -198,6 +199,9 @@ def build(models: Iterable[tuple[LLMModel, Serving]], options: Options | None = 
             if spec.inference_engine == "llamacpp":
                 adapter_route["upstreams"] = upstreams  # the base model, the adapter's id
                 adapter_route["setFields"] = {"lora": llamacpp_selection(spec, adapter.name)}
+            elif spec.inference_engine == "sglang":
+                adapter_route["upstreams"] = upstreams  # the base model, SGLang's lora_path
+                adapter_route["setFields"] = {"lora_path": adapter.name}
             table.routes.append(adapter_route)
             table.labels[key].append(adapter_route["name"])
     return table
