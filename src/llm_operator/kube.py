@@ -43,6 +43,9 @@ PLURALS: MappingProxyType[tuple[str, str], str] = MappingProxyType({
     ("gateway.networking.k8s.io/v1", "HTTPRoute"): "httproutes",
     ("ai.example.io/v1alpha1", "LLMModel"): "llmmodels",
     ("coordination.k8s.io/v1", "Lease"): "leases",
+    ("v1", "ServiceAccount"): "serviceaccounts",
+    ("rbac.authorization.k8s.io/v1", "Role"): "roles",
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"): "rolebindings",
 })
 RETRYABLE = frozenset({429, 500, 502, 503, 504})
 

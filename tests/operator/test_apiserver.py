@@ -294,11 +294,11 @@ async def test_a_restart_with_nothing_changed_writes_nothing_and_reads_from_watc
     assert writes_of(requests) == []
     assert [o.applied for o in first + resync] == [[]] * len(first + resync)
     counts = ControlPlane.count(requests)
-    # Reads: one list per watched kind at start (15: the models, 11 kinds of children
+    # Reads: one list per watched kind at start (18: the models, 14 kinds of children
     # and Pods, Nodes for the GPU queue, and the router's EndpointSlices for the built-in
     # autoscaler), then at most one GET per reconcile: the Secret a model needs (each of
     # these needs one); the rest comes from the watches.
-    assert counts["reads"] - counts["get secrets"] == counts["list"] == 15
+    assert counts["reads"] - counts["get secrets"] == counts["list"] == 18
     assert counts["get secrets"] <= seen.total + len(stems)  # + those cut short by the stop
 
 
@@ -491,13 +491,15 @@ async def test_models_wait_for_gpus_in_priority_order_and_start_as_they_free(
     await apiserver.akubectl("delete", "node", node)
 
 
-async def test_an_inference_pool_and_route_for_a_vllm_model_when_enabled(
-        apiserver: ControlPlane, kube: Kube, namespace: str) -> None:
+@pytest.mark.parametrize("stem", ["gemma4-31b-nvidia", "qwen3-32b-sglang-nvidia"])
+async def test_an_inference_pool_its_picker_and_route_when_enabled(
+        apiserver: ControlPlane, kube: Kube, namespace: str, stem: str) -> None:
     """Accepted by the real API server with the upstream InferencePool and Gateway API CRDs
-    (their CEL rules included), applied as the operator's ServiceAccount, collected with
-    the model."""
+    (their CEL rules included), applied as the operator's ServiceAccount (which may grant
+    the picker's Role only because it holds those rights itself), collected with the
+    model."""
     settings = Settings.model_validate({"inferencePool": {"enabled": True}})
-    doc = load_yaml(next(p for p in SAMPLES if p.stem == "gemma4-31b-nvidia"))
+    doc = load_yaml(next(p for p in SAMPLES if p.stem == stem))
     name = doc["metadata"]["name"]
     async with operating(apiserver, namespace, settings):
         await create(kube, doc, namespace)
@@ -508,9 +510,20 @@ async def test_an_inference_pool_and_route_for_a_vllm_model_when_enabled(
         assert pool is not None and route is not None
         assert pool["spec"]["endpointPickerRef"]["name"] == f"{name}-epp"
         assert route["spec"]["rules"][0]["backendRefs"][0]["kind"] == "InferencePool"
+        picker = await children(apiserver, namespace, name)
+        assert {("ServiceAccount", f"{name}-epp"), ("Role", f"{name}-epp"),
+                ("RoleBinding", f"{name}-epp"), ("ConfigMap", f"{name}-epp"),
+                ("Deployment", f"{name}-epp"), ("Service", f"{name}-epp")} <= picker
+        # the picker's identity may read what its upstream chart grants it
+        can = await apiserver.akubectl(
+            "auth", "can-i", "watch", "inferencepools.inference.networking.k8s.io", "-n",
+            namespace, f"--as=system:serviceaccount:{namespace}:{name}-epp", check=False)
+        assert can.stdout.strip() == "yes"
         await kube.delete(API, "llmmodels", namespace, name)
         assert await until(kube, "inference.networking.k8s.io/v1", "inferencepools",
                            namespace, name, gone, timeout=60) is None
+        assert await until(kube, "rbac.authorization.k8s.io/v1", "roles", namespace,
+                           f"{name}-epp", gone, timeout=60) is None
 
 
 async def test_a_registered_model_is_withdrawn_when_its_machine_stops_renewing(

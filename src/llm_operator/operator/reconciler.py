@@ -25,6 +25,8 @@ from llm_operator.render.scaling import autoscaled
 
 # Kinds the operator may have created for a model, checked when pruning.
 CHILD_KINDS = (
+    ("v1", "ServiceAccount"), ("rbac.authorization.k8s.io/v1", "Role"),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"),
     ("v1", "PersistentVolumeClaim"), ("v1", "ConfigMap"), ("apps/v1", "Deployment"),
     ("v1", "Service"), ("keda.sh/v1alpha1", "ScaledObject"),
     ("http.keda.sh/v1alpha1", "HTTPScaledObject"), ("monitoring.coreos.com/v1", "ServiceMonitor"),

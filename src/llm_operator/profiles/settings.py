@@ -140,6 +140,26 @@ class EndpointPicker(_Settings):
     port: int = Field(9002, ge=1, le=65535, description="The picker's gRPC (ext-proc) port.")
     failure_mode: Literal["FailOpen", "FailClose"] = Field(
         "FailClose", description="What the gateway does when the picker does not answer.")
+    deploy: bool = Field(
+        True, description="Deploy the picker per model (Deployment, Service, RBAC, plugin "
+        "ConfigMap, named as `service`); false: you run it (llm-d's chart, say).")
+    image: str = Field(
+        "registry.k8s.io/gateway-api-inference-extension/epp:v1.5.0", min_length=1,
+        description="The picker's image (the Gateway API Inference Extension's EPP).")
+    scorers: dict[str, int] = Field(
+        default_factory=lambda: {"queue-scorer": 2, "kv-cache-utilization-scorer": 2,
+                                 "prefix-cache-scorer": 3},
+        description="The picker's scorer plugins and their weights, in order (its "
+        "EndpointPickerConfig); weight 0 leaves one out.")
+
+    @model_validator(mode="after")
+    def _some_scorer(self) -> EndpointPicker:
+        if self.deploy and not any(self.scorers.values()):
+            raise ValueError("endpointPicker.scorers needs at least one scorer with a "
+                             "weight above 0")
+        if any(w < 0 for w in self.scorers.values()):
+            raise ValueError("endpointPicker.scorers weights must be 0 or more")
+        return self
 
 
 class ParentGateway(_Settings):
@@ -151,11 +171,12 @@ class ParentGateway(_Settings):
 
 
 class InferencePool(_Settings):
-    """Render an InferencePool and an HTTPRoute per vLLM model (docs/routing.md)."""
+    """An InferencePool, its endpoint picker and an HTTPRoute per vLLM or SGLang model."""
 
     enabled: bool = Field(
         False, description="For clusters that run llm-d or another Gateway API Inference "
-        "Extension gateway: it routes to the vLLM pods through its endpoint picker.")
+        "Extension gateway: it routes to the vLLM and SGLang pods through the pool's "
+        "endpoint picker.")
     endpoint_picker: EndpointPicker = Field(default_factory=EndpointPicker)
     gateway: ParentGateway = Field(default_factory=ParentGateway)
 

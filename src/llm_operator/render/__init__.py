@@ -10,7 +10,16 @@ from llm_operator.profiles.engines import engine, engine_arg_problems
 from llm_operator.profiles.planner import Plan, plan
 from llm_operator.profiles.settings import DEFAULT_SETTINGS, Settings
 from llm_operator.profiles.vendors import VendorProfile, vendor
-from llm_operator.render import adapters, monitoring, networking, pools, remote, scaling, workload
+from llm_operator.render import (
+    adapters,
+    monitoring,
+    networking,
+    picker,
+    pools,
+    remote,
+    scaling,
+    workload,
+)
 
 
 class RenderError(ValueError):
@@ -125,7 +134,9 @@ def _render_local(
         mon = monitoring.monitor(model, workload.COMPONENT, eng.metrics_path, settings, owner_uid)
         if mon:
             objects.append(mon)
-    if settings.inference_pool.enabled and eng.name == "vllm":
+    if settings.inference_pool.enabled and eng.name in pools.POOL_ENGINES:
+        if settings.inference_pool.endpoint_picker.deploy:
+            objects += picker.picker_objects(model, settings, owner_uid)
         objects += [pools.inference_pool(model, settings, owner_uid),
                     pools.http_route(model, settings, owner_uid)]
     return objects

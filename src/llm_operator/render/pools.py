@@ -1,4 +1,4 @@
-"""vLLM models as Gateway API Inference Extension pools: an InferencePool and its HTTPRoute.
+"""vLLM and SGLang models as Gateway API Inference Extension pools: InferencePool, HTTPRoute.
 
 For clusters that run llm-d or another inference gateway: the gateway picks a replica
 through the endpoint picker (queue depth, KV cache, prefix affinity) instead of the
@@ -16,6 +16,7 @@ from llm_operator.profiles.settings import Settings
 from llm_operator.render.meta import metadata, selector_labels
 
 COMPONENT = "inference"
+POOL_ENGINES = frozenset({"vllm", "sglang"})  # the engines the endpoint picker can read
 MODEL_HEADER = "X-Gateway-Model-Name"  # set from the body's "model" by the gateway
 
 
