@@ -147,6 +147,24 @@ async def test_a_changed_engine_setting_restarts_the_model_and_a_removed_file_st
         assert exits_within(second, 5)
 
 
+async def test_an_edit_the_schema_refuses_keeps_the_running_version(
+        tmp_path: Path, model_cache: Path) -> None:
+    models = example_dir(tmp_path / "models")
+    async with running(options(models, tmp_path / "state", model_cache)) as up:
+        pid = row(up.snapshot(), "gemma3-270m")["pid"]
+        write_model(models, gemma(contextWindowK=0))  # a typo: the field's minimum is 1
+        kept = await up.until(lambda s: any("contextWindowK" in p for p in s["problems"]), 30)
+        [problem] = [p for p in kept["problems"] if "contextWindowK" in p]
+        assert problem.startswith(f"{models / 'gemma3-270m.yaml'}: LLMModel ")
+        assert problem.endswith("; the running version is kept")
+        assert (row(kept, "gemma3-270m")["pid"], row(kept, "gemma3-270m")["phase"]) == \
+            (pid, "Ready")
+        write_model(models, gemma())  # fixed: the problem goes, nothing restarted
+        fixed = await up.until(lambda s: not s["problems"], 30)
+        assert (row(fixed, "gemma3-270m")["pid"], row(fixed, "gemma3-270m")["restarts"]) == \
+            (pid, 0)
+
+
 async def test_a_killed_model_process_is_restarted_and_shown_as_such(
         tmp_path: Path, model_cache: Path, caplog: pytest.LogCaptureFixture) -> None:
     models = example_dir(tmp_path / "models")

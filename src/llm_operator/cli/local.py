@@ -148,7 +148,8 @@ def up(directory: Path | None, *, port: int, mcp_port: int, state_dir: Path, cac
       llmop up --register --advertise 10.0.0.7 publish them into the cluster in $KUBECONFIG
     """
     # The runtime (MCP SDK, gateway, uvicorn) loads only for this command: ~1 s of imports.
-    from llm_operator.local.runtime import Options, Runtime, StartError  # noqa: PLC0415
+    from llm_operator.local.listening import StartError  # noqa: PLC0415
+    from llm_operator.local.runtime import Options, Runtime  # noqa: PLC0415
 
     folder = _directory(directory).resolve()
     state = StateDir(state_dir.resolve())
@@ -184,14 +185,14 @@ def up(directory: Path | None, *, port: int, mcp_port: int, state_dir: Path, cac
 
 def _serves_locally(folder: Path) -> bool:
     """Whether any model in the directory would run a llama-server here."""
+    from llm_operator.local.entries import read_models  # noqa: PLC0415
     from llm_operator.local.machine import detect  # noqa: PLC0415
     from llm_operator.local.placement import arrange  # noqa: PLC0415
-    from llm_operator.local.runtime import read_models  # noqa: PLC0415
     from llm_operator.mcp_server.sources import DirectoryCache  # noqa: PLC0415
 
     cache = DirectoryCache(folder)
     cache.refresh()
-    models, _ = read_models(cache)
+    models = read_models(cache).models
     return bool(arrange([m for m, _ in models], detect(), os.environ.keys()).served)
 
 
@@ -313,14 +314,14 @@ async def _print_events(runtime: Runtime, task: asyncio.Task[None], console: Con
 
 
 def _dry_run(folder: Path, console: Console) -> None:
+    from llm_operator.local.entries import read_models  # noqa: PLC0415
     from llm_operator.local.machine import detect  # noqa: PLC0415
     from llm_operator.local.placement import LocalServe, RemoteProxy, arrange  # noqa: PLC0415
-    from llm_operator.local.runtime import read_models  # noqa: PLC0415
     from llm_operator.mcp_server.sources import DirectoryCache  # noqa: PLC0415
 
     cache = DirectoryCache(folder)
     cache.refresh()
-    models, problems = read_models(cache)
+    models, problems, _ = read_models(cache)
     for line in problems:
         console.print(f"[red]problem[/] {line}", highlight=False)
     machine = detect()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import socket
@@ -17,11 +16,12 @@ from typing import Any
 import uvicorn
 from aiohttp import web
 
-from llm_operator.api.v1alpha1 import LLMModel, ModelFileStatus
-from llm_operator.api.validation import InvalidModel, object_label, parse_llmmodel
+from llm_operator.api.v1alpha1 import LLMModel
 from llm_operator.gateway.app import Gateway
 from llm_operator.gateway.config import ConfigError, parse_config
 from llm_operator.kube import ApiError, Kube
+from llm_operator.local.entries import Entry, read_models, runtime_key
+from llm_operator.local.listening import StartError, free_port, listen
 from llm_operator.local.machine import detect
 from llm_operator.local.modelfile import ModelFileError, inspect
 from llm_operator.local.placement import (
@@ -65,10 +65,6 @@ class _Embedded(uvicorn.Server):
         yield
 
 
-class StartError(RuntimeError):
-    """`llmop up` cannot start (a port is taken, the directory is missing); says what to do."""
-
-
 @dataclass(frozen=True)
 class Options:
     """What `llmop up` serves and where."""
@@ -87,91 +83,6 @@ class Options:
     gateway_host: str = LOOPBACK  # 0.0.0.0 when a cluster must reach it (--register)
     register: Registration | None = None  # publish the served models into a cluster
     hold_seconds: float = 300.0  # a request for a model still loading waits this long
-
-
-@dataclass
-class Entry:
-    """One model as the runtime holds it."""
-
-    decision: Decision
-    file: Path
-    key: str  # what, when changed, means the model must be started anew
-    port: int | None = None
-    phase: str = "Pending"
-    detail: str = ""
-    progress: tuple[int, int | None] | None = None
-    model_file: ModelFileStatus | None = None  # what the GGUF header says, once checked
-    supervised: Supervised | None = None
-    task: asyncio.Task[None] | None = None
-
-    @property
-    def model(self) -> LLMModel:
-        return self.decision.model
-
-    def current(self) -> tuple[str, str, int]:
-        """(phase, detail, restarts), from the process once there is one."""
-        if self.supervised is not None:
-            state = self.supervised.state
-            return state.phase, state.detail, state.restarts
-        return self.phase, self.detail, 0
-
-    def load(self) -> dict[str, float | int] | None:
-        """Slots, busy slots, waiting requests and tokens/s of a model's llama-server."""
-        if self.supervised is None or self.supervised.state.load is None:
-            return None
-        return self.supervised.state.load.as_dict()
-
-
-def _runtime_key(decision: Decision, file: Path) -> str:
-    """The parts that shape the running thing; an edited description restarts nothing."""
-    model = decision.model
-    if isinstance(decision, LocalServe):
-        source = model.spec.model_source.model_dump() if model.spec.model_source else None
-        parts: Any = ["serve", model.spec.model_id, decision.server_args("", 0), source,
-                      str(file.parent)]
-    elif isinstance(decision, RemoteProxy):
-        parts = ["proxy", decision.route()]
-    else:
-        parts = ["none", decision.kind, decision.reason]
-    return json.dumps(parts, sort_keys=True, default=str)
-
-
-def listen(port: int, what: str, option: str, host: str = LOOPBACK) -> socket.socket:
-    """A listening socket (loopback by default), or StartError naming the option to change."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise StartError(f"cannot listen on {host}:{port} for the {what}: "
-                         f"{exc.strerror or exc}; pass {option} with a free port (0 picks "
-                         "one)") from None
-    sock.listen(256)
-    sock.set_inheritable(False)
-    return sock
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOOPBACK, 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def read_models(cache: DirectoryCache) -> tuple[list[tuple[LLMModel, Path]], list[str]]:
-    """The valid models with their files, and one line per unreadable file or bad model."""
-    models: list[tuple[LLMModel, Path]] = []
-    problems: list[str] = []
-    for path, index, raw in cache.entries():
-        if isinstance(raw, str):
-            problems.append(raw)
-            continue
-        try:
-            models.append((parse_llmmodel(raw), path))
-        except InvalidModel as exc:
-            problems.append(f"{path}: {object_label(raw, index)}: {exc}")
-    return models, problems
 
 
 class Runtime:
@@ -392,7 +303,16 @@ class Runtime:
         changed = await asyncio.to_thread(self._cache.refresh)
         if not changed and self._scanned:
             return
-        models, problems = read_models(self._cache)
+        models, problems, invalid = read_models(self._cache)
+        # An edit the schema refuses keeps the running version (bad input loses nothing);
+        # removing the file or the document is what stops it.
+        valid = {m.name for m, _ in models}
+        for name, (path, line) in invalid.items():
+            running = self.entries.get(name)
+            if running is not None and running.file == path and name not in valid:
+                models.append((running.model, path))
+                problems = [f"{p}; the running version is kept" if p == line else p
+                            for p in problems]
         # What runs keeps running: a new file that clashes with it is the problem.
         models.sort(key=lambda m: not self._runs(m[0].name, m[1]))
         arrangement = arrange([m for m, _ in models], self.machine, self.options.env.keys())
@@ -410,7 +330,7 @@ class Runtime:
         for name in [n for n in self.entries if n not in wanted]:
             await self._remove(name)
         for name, (decision, file) in wanted.items():
-            key = _runtime_key(decision, file)
+            key = runtime_key(decision, file)
             entry = self.entries.get(name)
             if entry is not None and entry.key == key and entry.file == file:
                 entry.decision = decision
