@@ -101,7 +101,7 @@ async def test_impossible_placement_fails_with_the_planners_reason(cluster: Clus
     assert outcome.phase == "Failed" and kinds(cluster) == []
     placed = next(c for c in (await current(kube, "gemma4-31b-nvidia"))["status"]["conditions"]
                   if c["type"] == "Placed")
-    assert placed["reason"] == "DoesNotFit" and "more than 8x" in placed["message"]
+    assert placed["reason"] == "DoesNotFit" and "it would fit 2 nodes" in placed["message"]
 
 
 async def test_nothing_changed_means_no_writes(kube: Kube) -> None:

@@ -111,7 +111,12 @@ VERDICTS = [
                                        "activeParametersBillions": 49, "resources": {
                                            "preferredAcceleratorModel": "B200",
                                            "acceleratorCount": 8}},
-     "does-not-fit", 8, "more than 8x"),
+     "does-not-fit", 8, "it would fit 3 nodes as tensor-parallel 8 x pipeline-parallel 3"),
+    ("1T Q8 on llama.cpp", {"totalParametersBillions": 1000, "inferenceEngine": "llamacpp",
+                                "quantization": "GGUF-Q8_0", "resources": {
+                                    "preferredAcceleratorModel": "H100",
+                                    "acceleratorCount": 8}},
+     "does-not-fit", 8, "(llama.cpp and Ollama serve a model on one node)"),
     ("no size information", {"resources": {}}, "tight", 1, "set one"),
     ("card of another vendor", {"acceleratorVendor": "amd", "resources": {
         "preferredAcceleratorModel": "NVIDIA H100"}}, "does-not-fit", 1, "nvidia accelerator"),
@@ -213,3 +218,16 @@ def test_once_the_file_is_known_its_header_decides(base_local: dict[str, Any]) -
     assert after.verdict == "does-not-fit"
     assert after.reason.endswith("(sized from big.gguf's header)")
     assert after.cache_size_gib == before.cache_size_gib
+
+
+def test_a_model_larger_than_a_node_gets_its_multi_node_topology(
+        base_local: dict[str, Any]) -> None:
+    """405B at BF16 on 8x H100 nodes: tensor parallel 8 in each, pipeline parallel across 2.
+    Reported, not yet rendered (a LeaderWorkerSet), so the verdict stays does-not-fit."""
+    result = plan(_model(base_local, totalParametersBillions=405, quantization="BF16",
+                         resources={"preferredAcceleratorModel": "H100",
+                                    "acceleratorCount": 8}))
+    assert (result.verdict, result.nodes, result.tensor_parallel_size,
+            result.pipeline_parallel_size) == ("does-not-fit", 2, 8, 2)
+    assert result.to_dict()["nodes"] == 2 and result.to_dict()["pipelineParallelSize"] == 2
+    assert "does not render yet" in result.reason

@@ -221,12 +221,14 @@ def plan_cmd(paths: tuple[str, ...], cluster: bool, namespace: str | None, outpu
 
 def _plan_table(plans: list[Plan]) -> Table:
     table = Table(title="Capacity plan")
-    for col in ("NAME", "MODE", "MEMORY GiB", "ACCELERATOR", "COUNT", "TP", "VERDICT", "REASON"):
+    for col in ("NAME", "MODE", "MEMORY GiB", "ACCELERATOR", "COUNT", "TP", "NODES", "VERDICT",
+                "REASON"):
         table.add_column(col, overflow="fold")
     colour = {"fits": "green", "tight": "yellow", "does-not-fit": "red"}
     for p in plans:
         table.add_row(p.name, p.mode, f"{p.estimated_memory_gib:.1f}", p.accelerator or "-",
                       str(p.accelerator_count), str(p.tensor_parallel_size),
+                      f"{p.nodes} (PP {p.pipeline_parallel_size})" if p.nodes > 1 else "1",
                       f"[{colour[p.verdict]}]{p.verdict}[/]", p.reason)
     return table
 

@@ -35,6 +35,7 @@ UTILIZATION_ARG = {"vllm": "gpu-memory-utilization", "sglang": "mem-fraction-sta
 GGUF_GPU_UTILIZATION = 0.95
 HEADROOM = 0.85  # above this share of usable memory the verdict is "tight"
 COUNTS = (1, 2, 4, 8)  # tensor-parallel degrees that fit in one node
+MAX_NODES = 16  # pipeline stages across nodes the planner considers
 AMD_MX_CARDS = ("AMD Instinct MI350X",)
 
 
@@ -104,9 +105,11 @@ class Plan:
     estimate: Estimate | None = None
     capacity_gib: float | None = None
     accelerator: str | None = None
-    accelerator_count: int = 0
+    accelerator_count: int = 0  # per node
     tensor_parallel_size: int = 1
     cache_size_gib: int = 0
+    nodes: int = 1  # more than 1: tensor parallel in each node, pipeline parallel across
+    pipeline_parallel_size: int = 1
 
     @property
     def estimated_memory_gib(self) -> float:
@@ -127,6 +130,8 @@ class Plan:
             "accelerator": self.accelerator,
             "acceleratorCount": self.accelerator_count,
             "tensorParallelSize": self.tensor_parallel_size,
+            "nodes": self.nodes,
+            "pipelineParallelSize": self.pipeline_parallel_size,
             "cacheSizeGiB": self.cache_size_gib,
             "verdict": self.verdict,
             "reason": self.reason,
@@ -248,8 +253,15 @@ def _plan_local(model: LLMModel, est: Estimate, cache: int, vp: VendorProfile,
             f"but resources.acceleratorCount is {count}"))
     if need > usable:
         if needed is None:
+            across = _across_nodes(spec, need, per_card, util, label)
+            if across is not None:
+                return replace(base, verdict="does-not-fit", reason=across[1],
+                               accelerator_count=COUNTS[-1], tensor_parallel_size=COUNTS[-1],
+                               nodes=across[0], pipeline_parallel_size=across[0])
             fix = (f"more than {COUNTS[-1]}x {label} (one node): use a smaller quantization or "
                    "context, or a larger accelerator")
+            if spec.inference_engine not in UTILIZATION_ARG:
+                fix += " (llama.cpp and Ollama serve a model on one node)"
         else:
             fix = f"set resources.acceleratorCount: {needed} (tensor-parallel {needed})"
         return replace(base, verdict="does-not-fit", reason=(
@@ -266,6 +278,26 @@ def _plan_local(model: LLMModel, est: Estimate, cache: int, vp: VendorProfile,
             f"{need:.1f} of {usable:.1f} GiB usable on {count}x {label}: under "
             f"{1 - HEADROOM:.0%} headroom for batching"))
     return replace(base, reason=f"{need:.1f} of {usable:.1f} GiB usable on {count}x {label}")
+
+
+def _across_nodes(spec: LLMModelSpec, need: float, per_card: float, util: float,
+                  label: str) -> tuple[int, str] | None:
+    """(nodes, reason) for a vLLM or SGLang model that fits several full nodes of this card.
+
+    Tensor parallel over each node's cards, pipeline parallel across the nodes: the shape
+    of a LeaderWorkerSet. Not rendered yet, so the verdict stays does-not-fit.
+    """
+    if spec.inference_engine not in UTILIZATION_ARG:
+        return None
+    per_node = per_card * COUNTS[-1] * util
+    nodes = math.ceil(need / per_node)
+    if nodes > MAX_NODES:
+        return None
+    return nodes, (
+        f"needs ~{need:.1f} GiB; one node of {COUNTS[-1]}x {label} gives "
+        f"{per_node:.1f} GiB at {util:.0%}: it would fit {nodes} nodes as tensor-parallel "
+        f"{COUNTS[-1]} x pipeline-parallel {nodes} (a LeaderWorkerSet), which this operator "
+        "does not render yet: use a smaller quantization or context, or a larger accelerator")
 
 
 def _tp_arg(spec: LLMModelSpec) -> tuple[str, str] | None:
