@@ -99,7 +99,7 @@ async def test_a_model_at_zero_answers_a_plain_and_a_streamed_request(
                           f"ai.example.io/model-name={NAME}")["items"][0]
     print(f"first streamed token {first_token:.1f} s after sending at zero replicas; "
           f"pod created {pod['metadata']['creationTimestamp']}")
-    assert scaled(autoscaled)[-1] == "0 -> 1 replica(s) (FirstRequest)"
+    _until_scaled(autoscaled, ["0 -> 1 replica(s) (FirstRequest)"])
 
 
 async def test_load_scales_to_max_and_a_new_leader_changes_nothing_by_itself(
@@ -127,9 +127,18 @@ async def test_load_scales_to_max_and_a_new_leader_changes_nothing_by_itself(
     assert autoscaled.json("-n", NS, "get", "deployment", NAME)["spec"]["replicas"] == 2
     wait_replicas(autoscaled, 1)
     wait_replicas(autoscaled, 0)
-    assert scaled(autoscaled)[-3:] == ["1 -> 2 replica(s) (Load)",
-                                       "2 -> 1 replica(s) (LoadFell)",
-                                       "1 -> 0 replica(s) (Idle)"]
+    _until_scaled(autoscaled, ["1 -> 2 replica(s) (Load)", "2 -> 1 replica(s) (LoadFell)",
+                               "1 -> 0 replica(s) (Idle)"])
+
+
+def _until_scaled(cluster: NodeCluster, last: list[str], timeout: float = 30) -> None:
+    """Until the model's latest "Scaled" Events are ``last`` (each follows its write)."""
+    deadline = time.monotonic() + timeout
+    while (seen := scaled(cluster))[-len(last):] != last:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the latest Scaled events are {seen[-len(last):]}, "
+                                 f"not {last}")
+        time.sleep(0.2)  # Events are listed, not watched: nothing to wait on
 
 
 def _until_looks(cluster: NodeCluster, leader: str, n: float, timeout: float = 60) -> None:

@@ -107,6 +107,16 @@ async def scaled_events(kube: Kube, namespace: str) -> list[str]:
     return [e["message"].split(":")[0] for e in mine]
 
 
+async def until_scaled(kube: Kube, namespace: str, expected: list[str],
+                       timeout: float = 30) -> None:
+    """Until the model's "Scaled" Events are ``expected``: each is posted just after its
+    scale write, so a test that saw the replicas change may list before it exists."""
+    async with asyncio.timeout(timeout):
+        while (seen := await scaled_events(kube, namespace)) != expected:
+            assert seen == expected[:len(seen)], seen  # never a wrong or extra one
+            await asyncio.sleep(0.1)  # Events are not watched here: nothing to wait on
+
+
 def scaling_condition(obj: dict[str, Any] | None) -> dict[str, Any]:
     conditions = ((obj or {}).get("status") or {}).get("conditions") or []
     return next((c for c in conditions if c["type"] == "Scaling"), {})
@@ -134,10 +144,10 @@ async def test_load_moves_a_model_from_zero_to_max_and_back_to_zero(
         router.pending = 0  # after the window (1 s): the floor of 1; idle 3 s: zero
         await until(kube, "apps/v1", "deployments", namespace, NAME, replicas(1))
         await until(kube, "apps/v1", "deployments", namespace, NAME, replicas(0))
-    assert await scaled_events(kube, namespace) == [
-        "1 -> 0 replica(s) (Idle)", "0 -> 1 replica(s) (FirstRequest)",
-        "1 -> 2 replica(s) (Load)", "2 -> 1 replica(s) (LoadFell)",
-        "1 -> 0 replica(s) (Idle)"]
+        await until_scaled(kube, namespace, [
+            "1 -> 0 replica(s) (Idle)", "0 -> 1 replica(s) (FirstRequest)",
+            "1 -> 2 replica(s) (Load)", "2 -> 1 replica(s) (LoadFell)",
+            "1 -> 0 replica(s) (Idle)"])
 
 
 async def test_an_unreachable_router_holds_the_count_and_says_so(
@@ -184,6 +194,10 @@ async def test_a_lowered_max_scales_down_once_and_a_new_leader_changes_nothing(
         await kube.merge_patch(API, "llmmodels", namespace, NAME,
                                body={"spec": {"scaling": {"maxReplicas": 3}}})
         await until(kube, "apps/v1", "deployments", namespace, NAME, replicas(2))
+        # this leader's Events are in before it stops (a write's Event follows the write)
+        await until_scaled(kube, namespace, [
+            "1 -> 2 replica(s) (Load)", "2 -> 1 replica(s) (AboveMax)",
+            "1 -> 2 replica(s) (Load)"])
         router.pending = 0  # the load is gone, but the window (an hour) still remembers it
     metrics = OperatorMetrics()
     async with scaling(apiserver, kube, namespace, router, stabilization=5, metrics=metrics):
@@ -192,6 +206,6 @@ async def test_a_lowered_max_scales_down_once_and_a_new_leader_changes_nothing(
         assert (deployment or {})["spec"]["replicas"] == 2
         # and it is the window that holds it: once it has passed, the count follows the load
         await until(kube, "apps/v1", "deployments", namespace, NAME, replicas(1))
-    assert await scaled_events(kube, namespace) == [
-        "1 -> 2 replica(s) (Load)", "2 -> 1 replica(s) (AboveMax)",
-        "1 -> 2 replica(s) (Load)", "2 -> 1 replica(s) (LoadFell)"]
+        await until_scaled(kube, namespace, [
+            "1 -> 2 replica(s) (Load)", "2 -> 1 replica(s) (AboveMax)",
+            "1 -> 2 replica(s) (Load)", "2 -> 1 replica(s) (LoadFell)"])
