@@ -490,3 +490,14 @@ def test_a_picker_run_elsewhere_is_not_rendered() -> None:
     objects = render(parse_llmmodel(sample_doc("gemma4-31b-nvidia")), settings)
     assert "InferencePool" in {o["kind"] for o in objects}
     assert not any(o["metadata"]["name"].endswith("-epp") for o in objects)
+
+
+def test_the_pickers_service_listens_on_the_port_its_pool_names() -> None:
+    settings = Settings.model_validate({"inferencePool": {
+        "enabled": True, "endpointPicker": {"port": 9100}}})
+    objects = render(parse_llmmodel(sample_doc("gemma4-31b-nvidia")), settings)
+    pool = next(o for o in objects if o["kind"] == "InferencePool")
+    service = next(o for o in objects if o["kind"] == "Service"
+                   and o["metadata"]["name"].endswith("-epp"))
+    assert pool["spec"]["endpointPickerRef"]["port"] == {"number": 9100}
+    assert service["spec"]["ports"][0]["port"] == 9100

@@ -81,7 +81,8 @@ def picker_objects(model: LLMModel, settings: Settings, owner_uid: str | None
         {"apiVersion": "v1", "kind": "Service", "metadata": meta, "spec": {
             "selector": {L.APP: name},
             "ports": [
-                {"name": "grpc-ext-proc", "port": GRPC_PORT, "targetPort": "grpc",
+                {"name": "grpc-ext-proc",  # the port the pool's endpointPickerRef names
+                 "port": settings.inference_pool.endpoint_picker.port, "targetPort": "grpc",
                  "protocol": "TCP", "appProtocol": "http2"},
                 {"name": "http-metrics", "port": METRICS_PORT, "targetPort": "metrics",
                  "protocol": "TCP"}]}},

@@ -14,6 +14,7 @@ from llm_operator.api.v1alpha1 import LLMModel
 from llm_operator.profiles.engines import PORT
 from llm_operator.profiles.settings import Settings
 from llm_operator.render.meta import metadata, selector_labels
+from llm_operator.render.picker import picker_name
 
 COMPONENT = "inference"
 POOL_ENGINES = frozenset({"vllm", "sglang"})  # the engines the endpoint picker can read
@@ -32,7 +33,7 @@ def inference_pool(model: LLMModel, settings: Settings, owner_uid: str | None
             "selector": {"matchLabels": selector_labels(model)},
             "targetPorts": [{"number": PORT}],
             "endpointPickerRef": {
-                "name": picker.service.replace("{name}", model.name),
+                "name": picker_name(model, settings),
                 "port": {"number": picker.port},
                 "failureMode": picker.failure_mode,
             },
