@@ -6,6 +6,7 @@ import asyncio
 import base64
 import contextlib
 import copy
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +23,13 @@ API = "ai.example.io/v1alpha1"
 def admin(apiserver: ControlPlane) -> Connection:
     """The test's own identity: the control plane's admin."""
     return from_kubeconfig(str(apiserver.kubeconfig))
+
+
+def fresh_namespace(apiserver: ControlPlane, prefix: str) -> str:
+    """A new namespace of the test's own (``prefix-`` and 8 hex digits)."""
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    apiserver.kubectl("create", "namespace", name)
+    return name
 
 
 def operator_connection(apiserver: ControlPlane) -> Connection:

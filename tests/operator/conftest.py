@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator
 
 import pytest
 
 from llm_operator.kube import Kube
 
-from apitools import admin
+from apitools import admin, fresh_namespace
 from controlplane import ControlPlane
 
 
 @pytest.fixture
 def namespace(apiserver: ControlPlane) -> str:
-    name = f"t-{uuid.uuid4().hex[:8]}"
-    apiserver.kubectl("create", "namespace", name)
-    return name
+    return fresh_namespace(apiserver, "t")
 
 
 @pytest.fixture

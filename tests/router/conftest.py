@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from llm_operator.kube import Connection, Kube, from_kubeconfig
+from llm_operator.kube import Connection, Kube
 
+from apitools import admin as admin_connection
+from apitools import fresh_namespace
 from controlplane import ControlPlane
 
 REPO = Path(__file__).resolve().parents[2]
@@ -31,12 +32,10 @@ def router_connection(apiserver: ControlPlane, router_rbac: None) -> Connection:
 
 @pytest.fixture
 def namespace(apiserver: ControlPlane) -> str:
-    name = f"r-{uuid.uuid4().hex[:8]}"
-    apiserver.kubectl("create", "namespace", name)
-    return name
+    return fresh_namespace(apiserver, "r")
 
 
 @pytest.fixture
 async def admin(apiserver: ControlPlane) -> AsyncIterator[Kube]:
-    async with Kube(from_kubeconfig(str(apiserver.kubeconfig))) as client:
+    async with Kube(admin_connection(apiserver)) as client:
         yield client

@@ -68,7 +68,7 @@ class Autoscaler:
         self.memory: dict[Key, Memory] = {}
         self.reports: dict[Key, Report] = {}
         self.written: dict[Key, tuple[int, float]] = {}
-        self._parsed: dict[Key, tuple[str, LLMModel, Policy] | None] = {}
+        self._parsed: dict[Key, tuple[str, LLMModel, Policy]] = {}  # by resourceVersion
         self._http: aiohttp.ClientSession | None = None
         self._was_builtin: bool | None = None
 
@@ -116,8 +116,13 @@ class Autoscaler:
         self.metrics.autoscaler_looks.inc()
         loads = await self.read()
         now = self.clock()
-        for doc in self.caches.models():
+        docs = self.caches.models()
+        for doc in docs:
             await self._look_at(doc, loads, now)
+        present = {key_of(d) for d in docs}  # what deleted models left behind goes
+        for state in (self.memory, self.reports, self.written, self._parsed):
+            for key in [k for k in state if k not in present]:
+                del state[key]
 
     def _handed_over(self, builtin: bool) -> None:
         if self._was_builtin is not None:
@@ -156,13 +161,10 @@ class Autoscaler:
         written = self.written.get(key)
         if written is not None and written[0] != current and now - written[1] < WRITTEN_SECONDS:
             current = written[0]  # our write, not yet seen by the watch
-        if isinstance(loads, str):
-            pending, waiting, why = None, None, loads
-        elif f"{key[0]}/{key[1]}" in loads:
-            (pending, waiting_f), why = loads[f"{key[0]}/{key[1]}"], ""
-            waiting = waiting_f
-        else:
-            pending, waiting, why = None, None, "the router does not route this model (yet)"
+        signal = loads.get(f"{key[0]}/{key[1]}") if not isinstance(loads, str) else None
+        why = loads if isinstance(loads, str) else \
+            "" if signal else "the router does not route this model (yet)"
+        pending, waiting = signal if signal else (None, None)
         decision = step(policy, Observation(now, current, pending, waiting),
                         self.memory.get(key, Memory()))
         self.memory[key] = decision.memory

@@ -20,7 +20,7 @@ from llm_operator.connectors import tcp_connector
 from llm_operator.informer import Informer, Key, key_of
 from llm_operator.kube import PLURALS, ApiError, Kube
 from llm_operator.operator import mcp_push
-from llm_operator.operator.autoscaler import ROUTER_SLICES_KIND, Autoscaler
+from llm_operator.operator.autoscaler import DEPLOYMENT_KIND, ROUTER_SLICES_KIND, Autoscaler
 from llm_operator.operator.gpu_queue import GpuQueue, wants_accelerators
 from llm_operator.operator.metrics import OperatorMetrics
 from llm_operator.operator.prometheus import status_metrics
@@ -34,7 +34,6 @@ FINALIZER = L.MCP_CLEANUP_FINALIZER
 MODEL_KIND = (API_VERSION, "LLMModel")
 POD_KIND = ("v1", "Pod")
 NODE_KIND = ("v1", "Node")
-DEPLOYMENT_KIND = ("apps/v1", "Deployment")
 SECRET_RECHECK_SECONDS = 10.0  # a model waiting for its Secret looks again this often
 # What a model's own change must touch to be reconciled: not its status (we write that).
 _VOLATILE_META = ("resourceVersion", "managedFields")

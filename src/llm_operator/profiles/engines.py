@@ -24,6 +24,8 @@ GGUF_LINK = f"{CACHE_DIR}/model.gguf"  # the one GGUF file llama.cpp loads
 CHOSEN_GGUF = f"{CACHE_DIR}/.llmop-gguf"  # its path, written by the model-verify step
 OLLAMA_MODELS_DIR = f"{CACHE_DIR}/ollama"
 NON_ROOT_UID = 65532
+# vLLM and SGLang read Hugging Face weights from the cache and never download at start.
+HF_CACHE_ENV = (("HF_HOME", f"{CACHE_DIR}/hf-home"), ("HF_HUB_OFFLINE", "1"))
 
 # Ollama has no command-line flags for `serve`; these engineArgs map to its environment.
 OLLAMA_ENV_ARGS = MappingProxyType({
@@ -104,7 +106,7 @@ def serve(spec: LLMModelSpec, on_accelerator: bool) -> Serve:
         count = spec.resources.accelerator_count
         if count > 1 and "tensor-parallel-size" not in args:
             extra = ["--tensor-parallel-size", str(count)]
-        env = [("HF_HOME", f"{CACHE_DIR}/hf-home"), ("HF_HUB_OFFLINE", "1")]
+        env = list(HF_CACHE_ENV)
         if spec.lora_adapters:  # lora-sync loads and unloads them through the API
             env.append(("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "True"))
         return Serve(
@@ -122,7 +124,7 @@ def serve(spec: LLMModelSpec, on_accelerator: bool) -> Serve:
             args=("--model-path", SOURCE_DIR, "--served-model-name", spec.model_id,
                   "--host", "0.0.0.0", "--port", str(PORT), "--enable-metrics", *extra,
                   *adapters.sglang_args(spec), *flag_args(args)),
-            env=(("HF_HOME", f"{CACHE_DIR}/hf-home"), ("HF_HUB_OFFLINE", "1")),
+            env=HF_CACHE_ENV,
         )
     if spec.inference_engine == "llamacpp":
         where = Where(GGUF_LINK, "0.0.0.0", PORT, adapters.llamacpp_paths(spec),
