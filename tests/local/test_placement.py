@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from llm_operator.api.v1alpha1 import ModelFileStatus
+from llm_operator.api.model_status import ModelFileStatus
 from llm_operator.api.validation import parse_llmmodel
 from llm_operator.local.placement import (
     LocalServe,

@@ -6,6 +6,7 @@ import copy
 from typing import Any
 
 from llm_operator.api.labels import SCHEMA_VERSION
+from llm_operator.api.model_status import LLMModelStatus
 from llm_operator.api.rules import RULES, Rule
 from llm_operator.api.v1alpha1 import (
     GROUP,
@@ -15,7 +16,6 @@ from llm_operator.api.v1alpha1 import (
     SINGULAR,
     VERSION,
     LLMModelSpec,
-    LLMModelStatus,
 )
 
 PRINTER_COLUMNS: tuple[tuple[str, str, str], ...] = (

@@ -1,11 +1,13 @@
-"""LLMModel v1alpha1 API types: spec and status, camelCase on the wire, the CRD's defaults."""
+"""LLMModel v1alpha1 API types: the resource and its spec, camelCase on the wire, the CRD's defaults."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
-from pydantic.alias_generators import to_camel
+
+from llm_operator.api.model_status import SHA256_HEX, LLMModelStatus
+from llm_operator.api.wire import Wire
 
 GROUP = "ai.example.io"
 VERSION = "v1alpha1"
@@ -28,12 +30,7 @@ Domain = Literal[
     "function-calling", "long-context", "agentic",
 ]
 ModelSourceType = Literal["huggingface", "oci", "s3", "file"]
-Phase = Literal[
-    "Pending", "Downloading", "Starting", "Ready", "Degraded", "Failed", "Proxying", "Idle",
-    "WaitingForGPU",
-]
 Priority = Literal["batch", "low", "normal", "high", "critical"]
-ConditionStatus = Literal["True", "False", "Unknown"]
 
 DEPLOYMENT_MODES: tuple[str, ...] = get_args(DeploymentMode)
 ACCELERATOR_VENDORS: tuple[str, ...] = get_args(AcceleratorVendor)
@@ -41,7 +38,6 @@ INFERENCE_ENGINES: tuple[str, ...] = get_args(InferenceEngine)
 MODEL_TYPES: tuple[str, ...] = get_args(ModelType)
 QUANTIZATIONS: tuple[str, ...] = get_args(Quantization)
 DOMAINS: tuple[str, ...] = get_args(Domain)
-PHASES: tuple[str, ...] = get_args(Phase)
 THINKING_MODEL_TYPES = frozenset({"DenseThinking", "MoEThinking"})
 
 # Name formats. A model's name becomes a Service name and a label value, so it must be a
@@ -55,7 +51,6 @@ HTTP_URL = r"^https?://[^\s/$.?#][^\s]*$"
 PYPI_NAME = r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$"  # PEP 508 distribution name
 S3_BUCKET = r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"
 NO_WHITESPACE = r"^\S+$"
-SHA256_HEX = r"^[a-f0-9]{64}$"
 # Kubernetes label keys (optional DNS-subdomain prefix, name of 63) and label values;
 # [.] rather than \. so that the pattern can sit in a CEL string literal as it is.
 LABEL_KEY = (r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
@@ -74,15 +69,7 @@ EngineArgKey = Annotated[str, Field(min_length=1, max_length=128)]
 EngineArgValue = Annotated[str, Field(max_length=4096)]
 
 
-class _Wire(BaseModel):
-    """Base for every wire type: camelCase aliases, unknown fields rejected."""
-
-    model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True,
-    )
-
-
-class ResourcesSpec(_Wire):
+class ResourcesSpec(Wire):
     """Accelerator and system resources for one inference replica."""
 
     accelerator_count: int = Field(
@@ -113,7 +100,7 @@ class ResourcesSpec(_Wire):
     )
 
 
-class ModelSourceSpec(_Wire):
+class ModelSourceSpec(Wire):
     """Where the model weights are downloaded from."""
 
     type: ModelSourceType = Field(
@@ -154,7 +141,7 @@ class ModelSourceSpec(_Wire):
     )
 
 
-class ScalingSpec(_Wire):
+class ScalingSpec(Wire):
     """Replica bounds and autoscaling thresholds (the built-in autoscaler's or KEDA's)."""
 
     min_replicas: int = Field(
@@ -175,7 +162,7 @@ class ScalingSpec(_Wire):
     )
 
 
-class RemoteApiSpec(_Wire):
+class RemoteApiSpec(Wire):
     """The upstream API a remote model proxies to."""
 
     api: Literal["openai", "anthropic", "gemini"] = Field(
@@ -197,7 +184,7 @@ class RemoteApiSpec(_Wire):
     )
 
 
-class McpExposureSpec(_Wire):
+class McpExposureSpec(Wire):
     """Whether and how the model is published as an MCP tool."""
 
     enabled: bool = Field(False, description="Publish this model as an MCP tool.")
@@ -219,7 +206,7 @@ def _local_only_default(schema: dict[str, Any]) -> None:
     schema.pop("default", None)
 
 
-def _defaults(section: type[_Wire]) -> dict[str, Any]:
+def _defaults(section: type[Wire]) -> dict[str, Any]:
     """A section's CRD default written out in full, not ``{}``.
 
     The API server checks a default against the schema's CEL rules as it stands, before
@@ -229,7 +216,7 @@ def _defaults(section: type[_Wire]) -> dict[str, Any]:
     return section().model_dump(by_alias=True, exclude_none=True, mode="json")
 
 
-class LlamaCppSpec(_Wire):
+class LlamaCppSpec(Wire):
     """llama.cpp server settings (inferenceEngine llamacpp), instead of their engineArgs."""
 
     parallel_slots: int | None = Field(
@@ -251,7 +238,7 @@ LORA_NAME = r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$"
 VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
 
 
-class LoraSourceSpec(_Wire):
+class LoraSourceSpec(Wire):
     """Where one LoRA adapter's files come from."""
 
     type: LoraSourceType = Field(
@@ -282,7 +269,7 @@ class LoraSourceSpec(_Wire):
         "file's directory unless absolute.")
 
 
-class LoraAdapterSpec(_Wire):
+class LoraAdapterSpec(Wire):
     """A LoRA adapter served on top of the model under a model name of its own."""
 
     name: str = Field(
@@ -302,7 +289,7 @@ class LoraAdapterSpec(_Wire):
         None, max_length=4096, description="Tool description shown to AI agents.")
 
 
-class RoutingSpec(_Wire):
+class RoutingSpec(Wire):
     """How the router (`llmop router`) spreads a local model's requests over its replicas."""
 
     strategy: Literal["least-load", "prefix-hash", "prefix-cache"] = Field(
@@ -325,7 +312,7 @@ class RoutingSpec(_Wire):
         "prefill).")
 
 
-class LLMModelSpec(_Wire):
+class LLMModelSpec(Wire):
     """Desired state of an LLMModel."""
 
     model_id: str = Field(
@@ -473,92 +460,6 @@ class LLMModelSpec(_Wire):
     @property
     def supports_thinking(self) -> bool:
         return self.model_type in THINKING_MODEL_TYPES
-
-
-class Condition(_Wire):
-    """A status condition in the standard Kubernetes shape (metav1.Condition)."""
-
-    type: str = Field(min_length=1, max_length=316, description="Condition type, e.g. Ready.")
-    status: ConditionStatus = Field(description="True, False or Unknown.")
-    observed_generation: int | None = Field(
-        None, ge=0, description="metadata.generation the condition was set from."
-    )
-    last_transition_time: str = Field(
-        description="When the status last changed (RFC 3339).",
-        json_schema_extra={"format": "date-time"},
-    )
-    reason: str = Field(
-        min_length=1, max_length=1024, pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$",
-        description="CamelCase machine-readable reason.",
-    )
-    message: str = Field(max_length=32768, description="Human-readable explanation.")
-
-
-class ModelFileStatus(_Wire):
-    """What the served GGUF file says about itself (read from its header)."""
-
-    file: str = Field(max_length=4096, description="The file's name.")
-    size_bytes: int = Field(ge=0, description="Its size in bytes.")
-    sha256: str | None = Field(None, pattern=SHA256_HEX,
-                               description="Its SHA-256, when modelSource.sha256 checked it.")
-    architecture: str | None = Field(None, max_length=128,
-                                     description="general.architecture, e.g. gemma3.")
-    name: str | None = Field(None, max_length=512, description="general.name.")
-    quantization: str | None = Field(None, max_length=64,
-                                     description="general.file_type, e.g. Q4_K_M.")
-    layers: int | None = Field(None, ge=0, description="Transformer blocks (block_count).")
-    context_length: int | None = Field(None, ge=0, description="Trained context, in tokens.")
-    embedding_length: int | None = Field(None, ge=0, description="Hidden size.")
-    head_count: int | None = Field(None, ge=0, description="Attention heads.")
-    head_count_kv: int | None = Field(
-        None, alias="headCountKV", ge=0, description="Key/value heads (grouped-query attention).")
-    key_length: int | None = Field(
-        None, ge=0, description="Width of one attention head's key (default embeddingLength "
-        "/ headCount).")
-    value_length: int | None = Field(None, ge=0, description="Width of one head's value.")
-
-
-class LLMModelStatus(_Wire):
-    """Observed state of an LLMModel, written by the operator."""
-
-    phase: Phase | None = Field(
-        None,
-        description="Pending, Downloading, Starting, Ready, Degraded, Failed, Proxying (remote "
-        "gateway ready), Idle (scaled to zero by design) or WaitingForGPU (queued until "
-        "accelerators free up).",
-    )
-    endpoint: str | None = Field(
-        None, max_length=2048, description="OpenAI-compatible base URL, set once serving."
-    )
-    conditions: list[Condition] | None = Field(
-        None, max_length=32,
-        description="Ready, Available, Progressing, Degraded, Placed and (autoscaled models) "
-        "Scaling conditions.",
-        json_schema_extra={
-            "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"],
-        },
-    )
-    accelerator_nodes: list[Annotated[str, Field(max_length=253)]] | None = Field(
-        None, max_length=1000,
-        description="Nodes where this model's inference pods are scheduled.",
-    )
-    current_replicas: int | None = Field(None, ge=0, description="Ready replicas.")
-    desired_replicas: int | None = Field(
-        None, ge=0, description="Replicas asked for (the Deployment's spec.replicas, as the "
-        "autoscaler or the fixed count set it).")
-    requests_per_minute: int | None = Field(
-        None, ge=0, description="Requests per minute over the last 5 minutes (from Prometheus)."
-    )
-    average_latency_ms: int | None = Field(
-        None, ge=0, description="Mean end-to-end request latency over 5 minutes (Prometheus)."
-    )
-    observed_generation: int | None = Field(
-        None, ge=0, description="metadata.generation this status reflects."
-    )
-    model: ModelFileStatus | None = Field(
-        None, description="The GGUF file being served, from its header (GGUF models only).")
-    queue_position: int | None = Field(
-        None, ge=1, description="Place in the GPU queue while WaitingForGPU (1: next to start).")
 
 
 class ObjectMeta(BaseModel):

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from llm_operator.api.v1alpha1 import LLMModel, ModelFileStatus
+from llm_operator.api.model_status import ModelFileStatus
+from llm_operator.api.v1alpha1 import LLMModel
 from llm_operator.api.validation import InvalidModel, object_label, parse_llmmodel
 from llm_operator.local.placement import Decision, LocalServe, RemoteProxy
 from llm_operator.local.process import Supervised

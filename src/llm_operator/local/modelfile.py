@@ -11,7 +11,7 @@ import contextlib
 import hashlib
 from pathlib import Path
 
-from llm_operator.api.v1alpha1 import ModelFileStatus
+from llm_operator.api.model_status import ModelFileStatus
 from llm_operator.profiles.gguf import GgufError, describe, read_header
 
 CHUNK = 8 << 20

@@ -6,7 +6,8 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from llm_operator.api.v1alpha1 import LLMModel, ModelFileStatus
+from llm_operator.api.model_status import ModelFileStatus
+from llm_operator.api.v1alpha1 import LLMModel
 from llm_operator.profiles.llamaserver import Where, llama_server_args, parallel_slots
 from llm_operator.profiles.planner import (
     DEFAULT_CONTEXT_TOKENS,

@@ -6,7 +6,7 @@ import contextlib
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-from llm_operator.api.v1alpha1 import PHASES
+from llm_operator.api.model_status import PHASES
 
 
 class OperatorMetrics:

@@ -11,7 +11,7 @@ import struct
 from dataclasses import dataclass
 from typing import IO, Any
 
-from llm_operator.api.v1alpha1 import ModelFileStatus
+from llm_operator.api.model_status import ModelFileStatus
 
 MAGIC = b"GGUF"
 MAX_STRING = 1 << 24  # a key or string value longer than 16 MiB means a corrupt header

@@ -7,7 +7,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from llm_operator.api.v1alpha1 import LLMModel, LLMModelSpec, ModelFileStatus
+from llm_operator.api.model_status import ModelFileStatus
+from llm_operator.api.v1alpha1 import LLMModel, LLMModelSpec
 from llm_operator.profiles.adapters import adapter_memory
 from llm_operator.profiles.engines import TP_ARGS, engine
 from llm_operator.profiles.llamaserver import parallel_slots

@@ -11,7 +11,8 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from llm_operator.api.v1alpha1 import Condition, LLMModel, LLMModelStatus, ModelFileStatus, Phase
+from llm_operator.api.model_status import Condition, LLMModelStatus, ModelFileStatus, Phase
+from llm_operator.api.v1alpha1 import LLMModel
 from llm_operator.api.validation import Problem
 from llm_operator.reconcile.autoscaling import Report
 from llm_operator.reconcile.queue import Admission
