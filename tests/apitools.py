@@ -93,7 +93,7 @@ async def create(kube: Kube, doc: dict[str, Any], namespace: str) -> dict[str, A
 
 CORE_KINDS = "deployments,services,persistentvolumeclaims,configmaps,networkpolicies"
 ALL_KINDS = (f"{CORE_KINDS},scaledobjects,httpscaledobjects,servicemonitors,podmonitors,"
-             "serviceaccounts,roles,rolebindings")
+             "serviceaccounts,roles,rolebindings,leaderworkersets,disaggregatedsets")
 
 
 async def children(apiserver: ControlPlane, namespace: str, model: str,

@@ -12,7 +12,7 @@ from aiohttp.test_utils import TestServer
 from cluster import Cluster
 from controlplane import ControlPlane, control_plane, missing
 from fake_upstream import FakeUpstream
-from k8s_schemas import schemas_dir
+from k8s_schemas import large_schemas_dir, schemas_dir
 from redisserver import redis_server
 from samples import REPO
 
@@ -65,7 +65,8 @@ async def cluster() -> AsyncIterator[Cluster]:
 def apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     """A real control plane for the session, installed as a user would.
 
-    The third-party CRDs (KEDA, Prometheus-Operator, Gateway API, InferencePool), then
+    The third-party CRDs (KEDA, Prometheus-Operator, Gateway API, InferencePool, and with
+    server-side apply LeaderWorkerSet and DisaggregatedSet), then
     `kubectl apply -k config/default`, then the controller manager (its garbage collector
     then knows every kind from the start). Its files (logs, audit log) stay in pytest's
     temporary directory.
@@ -75,6 +76,7 @@ def apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane
         pytest.fail(f"the real control plane cannot start: {reason}")
     with control_plane(tmp_path_factory.mktemp("controlplane"), controllers=False) as plane:
         plane.kubectl("apply", "-f", str(schemas_dir()))
+        plane.kubectl("apply", "--server-side", "-f", str(large_schemas_dir()))
         plane.kubectl("apply", "-k", str(REPO / "config" / "default"))
         plane.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
         plane.start_controller_manager()

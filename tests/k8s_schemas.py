@@ -30,6 +30,18 @@ def schemas_dir() -> Path:
     return path
 
 
+def large_schemas_dir() -> Path:
+    """The CRDs too large for client-side apply (LeaderWorkerSet, DisaggregatedSet).
+
+    Next to the others (crds-large beside crds); install them with server-side apply.
+    """
+    path = schemas_dir().parent / "crds-large"
+    if not path.is_dir():
+        raise FileNotFoundError(f"the LeaderWorkerSet and DisaggregatedSet CRDs are not at "
+                                f"{path}: put them beside {schemas_dir()}")
+    return path
+
+
 def _strict(schema: Any) -> Any:
     """A copy of an OpenAPI v3 schema that rejects unknown fields (like kubectl --validate)."""
     if isinstance(schema, list):
@@ -49,7 +61,7 @@ def _strict(schema: Any) -> Any:
 @cache
 def _crd_validators() -> dict[tuple[str, str], jsonschema.Draft4Validator]:
     validators = {}
-    files = [*schemas_dir().glob("*.yaml"),
+    files = [*schemas_dir().glob("*.yaml"), *large_schemas_dir().glob("*.yaml"),
              REPO / "config" / "crd" / "bases" / "ai.example.io_llmmodels.yaml"]
     for file in files:
         crd = yaml.safe_load(file.read_text())

@@ -46,6 +46,8 @@ PLURALS: MappingProxyType[tuple[str, str], str] = MappingProxyType({
     ("v1", "ServiceAccount"): "serviceaccounts",
     ("rbac.authorization.k8s.io/v1", "Role"): "roles",
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): "rolebindings",
+    ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"): "leaderworkersets",
+    ("disaggregatedset.x-k8s.io/v1", "DisaggregatedSet"): "disaggregatedsets",
 })
 RETRYABLE = frozenset({429, 500, 502, 503, 504})
 

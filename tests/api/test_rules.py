@@ -47,6 +47,7 @@ def _patch(doc: dict[str, Any], spec: dict[str, Any], name: str | None = None) -
 
 LLAMA_CPU = {"acceleratorVendor": "cpu", "inferenceEngine": "llamacpp",
              "quantization": "GGUF-Q4_K_M", "resources": {"acceleratorCount": 0}}
+PD = {"prefill": {"replicas": 1}, "decode": {"replicas": 2, "resources": {"acceleratorCount": 2}}}
 REMOTE = {"deploymentMode": "remote", "modelId": "gpt-5.5", "totalParametersBillions": None,
           "remoteApi": {"baseUrl": "https://api.openai.com/v1", "apiKeySecret": "k"}}
 
@@ -180,6 +181,32 @@ CASES: list[tuple[str, dict[str, Any], set[str]]] = [
                                     "resources": {"acceleratorCount": 0}}, set()),
     ("two rules at once", {"acceleratorVendor": "cpu", "scaling": {"minReplicas": 9}},
      {"vllm-not-on-cpu", "min-at-most-max"}),
+    ("vLLM across 2 nodes", {"serving": {"nodes": 2}}, set()),
+    ("SGLang across 2 nodes", {"inferenceEngine": "sglang", "serving": {"nodes": 2}}, set()),
+    ("one node asked of llama.cpp", {**LLAMA_CPU, "serving": {"nodes": 1}}, set()),
+    ("llama.cpp across nodes", {**LLAMA_CPU, "acceleratorVendor": "nvidia",
+                                "resources": {"acceleratorCount": 1},
+                                "serving": {"nodes": 2}}, {"multi-node-engines"}),
+    ("Ollama across nodes", {"inferenceEngine": "ollama", "quantization": "GGUF-Q4_K_M",
+                             "serving": {"nodes": 2}}, {"multi-node-engines"}),
+    ("vLLM across Gaudi nodes", {"acceleratorVendor": "intel-gaudi", "serving": {"nodes": 2}},
+     {"multi-node-gpus"}),
+    ("serving on a remote model", {**REMOTE, "serving": {"nodes": 2}},
+     {"serving-for-local-models"}),
+    ("vLLM disaggregated", {"serving": {"disaggregation": PD}}, set()),
+    ("SGLang disaggregated", {"inferenceEngine": "sglang", "serving": {"disaggregation": PD}},
+     {"disaggregation-vllm"}),
+    ("disaggregated on Gaudi", {"acceleratorVendor": "intel-gaudi",
+                                "serving": {"disaggregation": PD}}, {"disaggregation-gpus"}),
+    ("disaggregated across nodes", {"serving": {"nodes": 2, "disaggregation": PD}},
+     {"disaggregation-on-one-node"}),
+    ("no prefill replicas", {"serving": {"disaggregation": {**PD, "prefill": {"replicas": 0}}}},
+     {"prefill-replicas"}),
+    ("no decode replicas", {"serving": {"disaggregation": {**PD, "decode": {"replicas": 0}}}},
+     {"decode-replicas"}),
+    ("LoRA across nodes", {"serving": {"nodes": 2}, "loraAdapters": [
+        {"name": "sql", "source": {"type": "huggingface", "repo": "acme/sql-lora"}}]},
+     {"distributed-without-lora"}),
 ]
 
 

@@ -111,7 +111,7 @@ VERDICTS = [
                                        "activeParametersBillions": 49, "resources": {
                                            "preferredAcceleratorModel": "B200",
                                            "acceleratorCount": 8}},
-     "does-not-fit", 8, "it would fit 3 nodes as tensor-parallel 8 x pipeline-parallel 3"),
+     "fits", 8, "3 nodes of 8x NVIDIA B200 192GB (tensor-parallel 8 x pipeline-parallel 3"),
     ("1T Q8 on llama.cpp", {"totalParametersBillions": 1000, "inferenceEngine": "llamacpp",
                                 "quantization": "GGUF-Q8_0", "resources": {
                                     "preferredAcceleratorModel": "H100",
@@ -220,14 +220,63 @@ def test_once_the_file_is_known_its_header_decides(base_local: dict[str, Any]) -
     assert after.cache_size_gib == before.cache_size_gib
 
 
-def test_a_model_larger_than_a_node_gets_its_multi_node_topology(
-        base_local: dict[str, Any]) -> None:
-    """405B at BF16 on 8x H100 nodes: tensor parallel 8 in each, pipeline parallel across 2.
-    Reported, not yet rendered (a LeaderWorkerSet), so the verdict stays does-not-fit."""
+# (case, engine, serving.nodes asked, verdict, nodes, tensor, pipeline, words in the reason)
+# 405B at BF16 on nodes of 8x H100 80 GB: ~850 GiB, one node gives 576 GiB at 90%.
+TOPOLOGIES = [
+    ("unset: the fewest nodes that hold it", "vllm", None, "fits", 2, 8, 2,
+     "2 nodes of 8x NVIDIA H100 80GB (tensor-parallel 8 x pipeline-parallel 2, a "
+     "LeaderWorkerSet)"),
+    ("asked for more nodes than needed", "vllm", 3, "fits", 3, 8, 3, "on 3 nodes"),
+    ("asked for too few nodes", "vllm", 1, "does-not-fit", 1, 8, 1,
+     "more than one node: set serving.nodes: 2"),
+    ("asked for 2 and it needs 2", "vllm", 2, "fits", 2, 8, 2, "pipeline-parallel 2"),
+    ("SGLang: tensor parallel over every card", "sglang", None, "fits", 2, 16, 1,
+     "tensor-parallel 16 over 2 nodes"),
+]
+
+
+@pytest.mark.parametrize(("case", "eng", "asked", "verdict", "nodes", "tensor", "pipeline",
+                          "words"), TOPOLOGIES, ids=[t[0] for t in TOPOLOGIES])
+def test_a_model_larger_than_a_node_is_planned_across_nodes(
+        base_local: dict[str, Any], case: str, eng: str, asked: int | None, verdict: str,
+        nodes: int, tensor: int, pipeline: int, words: str) -> None:
+    extra: dict[str, Any] = {"serving": {"nodes": asked}} if asked else {}
     result = plan(_model(base_local, totalParametersBillions=405, quantization="BF16",
-                         resources={"preferredAcceleratorModel": "H100",
-                                    "acceleratorCount": 8}))
+                         inferenceEngine=eng, resources={"preferredAcceleratorModel": "H100",
+                                                         "acceleratorCount": 8}, **extra))
     assert (result.verdict, result.nodes, result.tensor_parallel_size,
-            result.pipeline_parallel_size) == ("does-not-fit", 2, 8, 2)
-    assert result.to_dict()["nodes"] == 2 and result.to_dict()["pipelineParallelSize"] == 2
-    assert "does not render yet" in result.reason
+            result.pipeline_parallel_size) == (verdict, nodes, tensor, pipeline), result.reason
+    assert words in result.reason
+    assert result.to_dict()["nodes"] == nodes
+
+
+def test_more_nodes_than_one_replica_may_span_is_refused(base_local: dict[str, Any]) -> None:
+    result = plan(_model(base_local, totalParametersBillions=6000, quantization="BF16",
+                         resources={"preferredAcceleratorModel": "H100", "acceleratorCount": 8}))
+    assert result.verdict == "does-not-fit"
+    assert "more than the 16 one replica may span" in result.reason
+
+
+# (case, prefill cards, decode cards, verdict, words in the reason): Llama 3.1 70B at BF16.
+ROLES = [
+    ("both roles hold it", 4, 4, "fits", "prefill 4x and decode 4x NVIDIA H100 80GB"),
+    ("the prefill role is too small", 1, 4, "does-not-fit",
+     "the prefill role's 1x NVIDIA H100 80GB at 90% gives 72.0 GiB: set "
+     "serving.disaggregation.prefill.resources.acceleratorCount: 4"),
+    ("the decode role is too small", 4, 2, "does-not-fit",
+     "serving.disaggregation.decode.resources.acceleratorCount: 4"),
+]
+
+
+@pytest.mark.parametrize(("case", "prefill", "decode", "verdict", "words"), ROLES,
+                         ids=[r[0] for r in ROLES])
+def test_each_disaggregated_role_must_hold_the_model(
+        base_local: dict[str, Any], case: str, prefill: int, decode: int, verdict: str,
+        words: str) -> None:
+    roles = {"prefill": {"replicas": 1, "resources": {"acceleratorCount": prefill}},
+             "decode": {"replicas": 2, "resources": {"acceleratorCount": decode}}}
+    result = plan(_model(base_local, totalParametersBillions=70, quantization="BF16",
+                         resources={"preferredAcceleratorModel": "H100", "acceleratorCount": 1},
+                         serving={"disaggregation": roles}))
+    assert result.verdict == verdict, result.reason
+    assert words in result.reason

@@ -17,7 +17,8 @@ def model(stem: str):  # type: ignore[no-untyped-def]
 def test_vllm_model_queries_its_own_pods() -> None:
     queries = status_queries(model("gemma4-31b-nvidia"))
     assert queries is not None
-    selector = 'namespace="ai-models",pod=~"gemma4-31b-nvidia-[a-z0-9]+-[a-z0-9]+"'
+    selector = ('namespace="ai-models",'
+                'pod=~"gemma4-31b-nvidia-([a-z0-9]+-[a-z0-9]+|[0-9]+)"')
     count = f"sum(rate(vllm:e2e_request_latency_seconds_count{{{selector}}}[5m]))"
     assert queries.requests_per_minute == f"{count} * 60"
     assert queries.average_latency_ms == (

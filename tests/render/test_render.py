@@ -68,8 +68,8 @@ def test_children_per_sample(sample: str, kinds: list[str]) -> None:
 @pytest.mark.parametrize("path", ALL_SAMPLES, ids=lambda p: p.stem)
 def test_keda_owns_replicas_exactly_when_a_scaledobject_exists(path: Path) -> None:
     objects = _by_kind(_render(path))
-    deploy = objects["Deployment"]
-    assert ("replicas" in deploy["spec"]) is ("ScaledObject" not in objects)
+    workload = objects.get("Deployment") or objects["LeaderWorkerSet"]
+    assert ("replicas" in workload["spec"]) is ("ScaledObject" not in objects)
 
 
 @pytest.mark.parametrize("path", ALL_SAMPLES, ids=lambda p: p.stem)
@@ -100,7 +100,7 @@ def test_scaledobject_follows_the_guide() -> None:
             spec["pollingInterval"]) == (0, 3, 300, 15)
     prom = spec["triggers"][0]["metadata"]
     assert prom["query"] == ('sum(vllm:num_requests_waiting{namespace="ai-models",'
-                             'pod=~"gemma4-26b-amd-[a-z0-9]+-[a-z0-9]+"})')
+                             'pod=~"gemma4-26b-amd-([a-z0-9]+-[a-z0-9]+|[0-9]+)"})')
     assert (prom["threshold"], prom["activationThreshold"]) == ("3", "0")
     assert spec["triggers"][1] == {"type": "external-push", "metadata": {
         "scalerAddress": "keda-add-ons-http-external-scaler.keda:9090",

@@ -17,6 +17,8 @@ K8S_INSTANCE = "app.kubernetes.io/instance"
 K8S_COMPONENT = "app.kubernetes.io/component"
 K8S_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY_VALUE = "llm-operator"
+# Set by the LeaderWorkerSet controller on every pod of a group: "0" on its leader.
+LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
 LLM_CLIENT = f"{PREFIX}llm-client"
 
 # --- annotations -----------------------------------------------------------------------

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from llm_operator.api.serving import DisaggregationSpec
 from llm_operator.api.v1alpha1 import (
     LABEL_KEY,
     RESERVED_POD_KEY_PREFIXES,
@@ -94,6 +95,19 @@ def _default_tool_name_fits(spec: LLMModelSpec) -> bool:
     return not spec.mcp_exposure.enabled or tool is None or all(
         a.tool_name is not None or len(tool) + len(a.name) < 128
         for a in spec.lora_adapters or ())
+
+
+NODES_ASKED = "(has(self.serving) && has(self.serving.nodes) && self.serving.nodes > 1)"
+DISAGGREGATED = "(has(self.serving) && has(self.serving.disaggregation))"
+
+
+def _nodes(spec: LLMModelSpec) -> int:
+    """serving.nodes as asked (1 when unset: the planner may still pick more)."""
+    return (spec.serving.nodes if spec.serving else None) or 1
+
+
+def _disaggregation(spec: LLMModelSpec) -> DisaggregationSpec | None:
+    return spec.serving.disaggregation if spec.serving else None
 
 
 def _hf_source(spec: LLMModelSpec) -> bool:
@@ -415,6 +429,78 @@ RULES: tuple[Rule, ...] = (
         holds=lambda api: api.api != "gemini" or gemini_url_fits(api.base_url, api.api),
     ),
     Rule(
+        id="serving-for-local-models",
+        location="spec",
+        field=".serving",
+        cel="!has(self.serving) || self.deploymentMode == 'local'",
+        message="serving applies to local models: a remote model is served by its provider",
+        holds=lambda s: s.serving is None or _local(s),
+    ),
+    Rule(
+        id="multi-node-engines",
+        location="spec",
+        field=".serving.nodes",
+        cel=f"!{NODES_ASKED} || {ENGINE} in ['vllm', 'sglang']",
+        message="serving.nodes: a model served across nodes needs inferenceEngine vllm or "
+        "sglang; llama.cpp and Ollama serve a model on one node",
+        holds=lambda s: _nodes(s) <= 1 or s.inference_engine in {"vllm", "sglang"},
+    ),
+    Rule(
+        id="multi-node-gpus",
+        location="spec",
+        field=".serving.nodes",
+        cel=f"!{NODES_ASKED} || {VENDOR} in ['nvidia', 'amd']",
+        message="serving.nodes: a model served across nodes needs acceleratorVendor nvidia "
+        "or amd",
+        holds=lambda s: _nodes(s) <= 1 or s.accelerator_vendor in {"nvidia", "amd"},
+    ),
+    Rule(
+        id="disaggregation-vllm",
+        location="spec",
+        field=".serving.disaggregation",
+        cel=f"!{DISAGGREGATED} || {ENGINE} == 'vllm'",
+        message="serving.disaggregation: prefill/decode disaggregation needs inferenceEngine "
+        "vllm (the roles hand over the KV cache with vLLM's NIXL connector)",
+        holds=lambda s: _disaggregation(s) is None or s.inference_engine == "vllm",
+    ),
+    Rule(
+        id="disaggregation-gpus",
+        location="spec",
+        field=".serving.disaggregation",
+        cel=f"!{DISAGGREGATED} || {VENDOR} in ['nvidia', 'amd']",
+        message="serving.disaggregation: prefill/decode disaggregation needs "
+        "acceleratorVendor nvidia or amd",
+        holds=lambda s: _disaggregation(s) is None or s.accelerator_vendor in {"nvidia", "amd"},
+    ),
+    Rule(
+        id="disaggregation-on-one-node",
+        location="spec",
+        field=".serving.nodes",
+        cel=f"!{DISAGGREGATED} || !{NODES_ASKED}",
+        message="serving.nodes: a disaggregated model's roles each serve on one node: remove "
+        "serving.nodes or serving.disaggregation",
+        holds=lambda s: _disaggregation(s) is None or _nodes(s) <= 1,
+    ),
+    Rule(
+        id="distributed-without-lora",
+        location="spec",
+        field=".loraAdapters",
+        cel=f"!has(self.loraAdapters) || size(self.loraAdapters) == 0 || "
+        f"(!{DISAGGREGATED} && !{NODES_ASKED})",
+        message="loraAdapters are served by one-pod replicas: remove them, or remove "
+        "serving.nodes and serving.disaggregation",
+        holds=lambda s: not s.lora_adapters or (_disaggregation(s) is None and _nodes(s) <= 1),
+    ),
+    *(Rule(
+        id=f"{role}-replicas",
+        location=f"spec.serving.disaggregation.{role}",
+        field=".replicas",
+        cel="!has(self.replicas) || self.replicas >= 1",
+        message=f"serving.disaggregation.{role}.replicas: each role needs at least 1 replica; "
+        "to serve without separate roles remove serving.disaggregation",
+        holds=lambda r: r.replicas >= 1,
+    ) for role in ("prefill", "decode")),
+    Rule(
         id="s3-needs-bucket",
         location="spec.modelSource",
         field=".s3Bucket",
@@ -430,7 +516,9 @@ def _at(model: LLMModel, location: str) -> Any:
     """The object at a rule's location, or None when an optional parent is absent."""
     node: Any = model
     attrs = {"spec": "spec", "scaling": "scaling", "mcpExposure": "mcp_exposure",
-             "modelSource": "model_source", "remoteApi": "remote_api", "routing": "routing"}
+             "modelSource": "model_source", "remoteApi": "remote_api", "routing": "routing",
+             "serving": "serving", "disaggregation": "disaggregation", "prefill": "prefill",
+             "decode": "decode"}
     for part in filter(None, location.split(".")):
         node = getattr(node, attrs[part])
         if node is None:

@@ -1,4 +1,4 @@
-"""LLMModel v1alpha1 API types: the resource and its spec, camelCase on the wire, the CRD's defaults."""
+"""LLMModel v1alpha1 API types: the resource and its spec, with the CRD's defaults."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from llm_operator.api.model_status import SHA256_HEX, LLMModelStatus
+from llm_operator.api.serving import ServingSpec
 from llm_operator.api.wire import Wire
 
 GROUP = "ai.example.io"
@@ -428,6 +429,10 @@ class LLMModelSpec(Wire):
         "new list.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys":
                            ["name"]})
+    serving: ServingSpec | None = Field(
+        None, description="How one replica spreads over pods (local vllm and sglang models): "
+        "across nodes, or as separate prefill and decode roles; unset: one pod per replica, "
+        "as many nodes as the planner finds the model needs.")
 
     @field_validator("domains")
     @classmethod

@@ -1,11 +1,12 @@
-"""The built-in autoscaler's loop: the router's counts -> each model's Deployment scale (I/O).
+"""The built-in autoscaler's loop: the router's counts -> each model's workload scale (I/O).
 
 It runs inside the controller, so only on the leader. Every ``intervalSeconds`` it reads
 ``GET /scale`` from each ready router replica (found in the router Service's EndpointSlices,
-watched), and for every autoscaled model whose Deployment is in the watch cache it takes one
-pure step (reconcile.autoscaling) and writes the Deployment's ``scale`` subresource when the
-count changes, with an Event. Nothing else is read from the API server. It stands aside
-while KEDA sets the replicas (settings ``autoscaler``), so there is one writer at a time.
+watched), and for every autoscaled model whose Deployment (or LeaderWorkerSet) is in the
+watch cache it takes one pure step (reconcile.autoscaling) and writes its ``scale``
+subresource when the count changes, with an Event. Nothing else is read from the API
+server. It stands aside while KEDA sets the replicas (settings ``autoscaler``), so there is
+one writer at a time.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from llm_operator.api.v1alpha1 import LLMModel
 from llm_operator.api.validation import InvalidModel, parse_llmmodel
 from llm_operator.connectors import tcp_connector
 from llm_operator.informer import Key, key_of
-from llm_operator.kube import ApiError, Kube
+from llm_operator.kube import PLURALS, ApiError, Kube
 from llm_operator.operator.metrics import OperatorMetrics
 from llm_operator.operator.reconciler import record_events
 from llm_operator.profiles.settings import Settings
@@ -47,6 +48,8 @@ log = logging.getLogger("llm_operator.autoscaler")
 FIELD_MANAGER = "llm-operator-autoscaler"
 KEDA_KIND = ("keda.sh/v1alpha1", "ScaledObject")
 DEPLOYMENT_KIND = ("apps/v1", "Deployment")
+LWS_KIND = ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet")
+SCALED_KINDS = (DEPLOYMENT_KIND, LWS_KIND)  # a model's workload: one or the other
 ROUTER_SLICES_KIND = ("discovery.k8s.io/v1", "EndpointSlice")
 # After a write, its count is the current one until the watch delivers it (or this passes).
 WRITTEN_SECONDS = 5.0
@@ -152,12 +155,14 @@ class Autoscaler:
     async def _look_at(self, doc: dict[str, Any], loads: Loads | str, now: float) -> None:
         key = key_of(doc)
         found = self._model(doc)
-        deployment = self.caches.get(DEPLOYMENT_KIND, *key)
-        if found is None or deployment is None or doc["metadata"].get("deletionTimestamp"):
+        kind, workload = next(((k, w) for k in SCALED_KINDS
+                               if (w := self.caches.get(k, *key)) is not None), (None, None))
+        if found is None or kind is None or workload is None \
+                or doc["metadata"].get("deletionTimestamp"):
             self.memory.pop(key, None)
             return
         model, policy = found
-        current = int((deployment.get("spec") or {}).get("replicas", 1))
+        current = int((workload.get("spec") or {}).get("replicas", 1))
         written = self.written.get(key)
         if written is not None and written[0] != current and now - written[1] < WRITTEN_SECONDS:
             current = written[0]  # our write, not yet seen by the watch
@@ -170,7 +175,7 @@ class Autoscaler:
         self.memory[key] = decision.memory
         report = report_after(self.reports.get(key), decision, current, why)
         if decision.changes and decision.replicas != current:
-            await self._scale(model, current, decision.replicas, decision.reason, now)
+            await self._scale(model, kind, current, (decision.replicas, decision.reason), now)
             await record_events(self.kube, model, [Event(
                 "Normal", "Scaled", f"{current} -> {decision.replicas} replica(s) "
                 f"({decision.reason}): {decision.message}")])
@@ -179,9 +184,12 @@ class Autoscaler:
             self.reports[key] = report
             self.requeue(key)  # the reconciler writes the condition
 
-    async def _scale(self, model: LLMModel, current: int, replicas: int, reason: str,
-                     now: float) -> None:
-        path = (f"/apis/apps/v1/namespaces/{model.namespace}/deployments/{model.name}/scale")
+    async def _scale(self, model: LLMModel, kind: tuple[str, str], current: int,
+                     to: tuple[int, str], now: float) -> None:
+        """Write the workload's scale subresource (Deployment or LeaderWorkerSet)."""
+        replicas, reason = to
+        path = (f"/apis/{kind[0]}/namespaces/{model.namespace}/{PLURALS[kind]}/"
+                f"{model.name}/scale")
         await self.kube.request("PATCH", path, body={"spec": {"replicas": replicas}},
                                 content_type="application/merge-patch+json",
                                 params={"fieldManager": FIELD_MANAGER})

@@ -46,8 +46,11 @@ class GpuQueue:
         try:
             model = parse_llmmodel({k: v for k, v in doc.items() if k != "status"})
             if model.spec.needs_accelerators:
+                # its own Deployment: a model spread over several pods per replica (a
+                # LeaderWorkerSet, prefill and decode roles) is not queued
                 pod = next(o for o in render(model, self.settings) if o["kind"] ==
-                           "Deployment")["spec"]["template"]["spec"]
+                           "Deployment" and o["metadata"]["name"] == model.name
+                           )["spec"]["template"]["spec"]
                 claim = claim_of(model, pod, running_replicas=replicas)
         except (InvalidModel, RenderError, StopIteration):
             claim = None  # it fails placement: the reconcile says why, it claims nothing

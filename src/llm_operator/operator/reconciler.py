@@ -33,7 +33,17 @@ CHILD_KINDS = (
     ("monitoring.coreos.com/v1", "PodMonitor"), ("networking.k8s.io/v1", "NetworkPolicy"),
     ("inference.networking.k8s.io/v1", "InferencePool"),
     ("gateway.networking.k8s.io/v1", "HTTPRoute"),
+    ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"),
 )
+LWS_KIND = ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet")
+# Workloads a model cannot be served without, when the cluster lacks their CRD: the reason
+# and what to do (unlike KEDA's or Prometheus-Operator's objects, which are skipped).
+REQUIRED_CRDS = {
+    LWS_KIND: ("LeaderWorkerSetNotInstalled",
+               "spans {nodes} nodes per replica, served by a LeaderWorkerSet, and this cluster "
+               "has no LeaderWorkerSet CRD: install LeaderWorkerSet "
+               "(https://lws.sigs.k8s.io, v0.7 or later), or make the model fit one node"),
+}
 
 
 
@@ -212,9 +222,27 @@ async def _prune(kube: Kube, view: ClusterView, model: LLMModel, desired: list[d
 
 async def _observe(view: ClusterView, model: LLMModel) -> tuple[dict[str, Any] | None,
                                                                 list[dict[str, Any]]]:
-    deployment = await view.child("apps/v1", "Deployment", model.namespace, model.name)
+    """The model's workload (its Deployment or LeaderWorkerSet, kind set) and its pods.
+
+    Objects from a list carry no kind, so it is set here for compute_status.
+    """
+    workload = await view.child("apps/v1", "Deployment", model.namespace, model.name)
+    if workload is not None:
+        workload = {**workload, "kind": "Deployment"}
+    elif view.serves(*LWS_KIND):
+        found = await view.child(*LWS_KIND, model.namespace, model.name)
+        workload = {**found, "kind": LWS_KIND[1]} if found is not None else None
     pods = await view.children("v1", "Pod", model.namespace, {L.MODEL_NAME: model.name})
-    return deployment, pods or []
+    return workload, pods or []
+
+
+def _missing_crds(view: ClusterView, desired: list[dict[str, Any]], nodes: int
+                  ) -> list[Blocker]:
+    """A workload whose kind the cluster does not serve: the model cannot be served."""
+    return [Blocker(reason, message.format(nodes=nodes))
+            for (api, kind), (reason, message) in REQUIRED_CRDS.items()
+            if any(o["apiVersion"] == api and o["kind"] == kind for o in desired)
+            and not view.serves(api, kind)]
 
 
 async def record_events(kube: Kube, model: LLMModel, events: list[Event]) -> None:
@@ -235,7 +263,8 @@ async def record_events(kube: Kube, model: LLMModel, events: list[Event]) -> Non
 
 Usage = tuple[int | None, int | None]  # (requestsPerMinute, averageLatencyMs)
 # What a queued model does not get until the GPU queue admits it (no pod waits Pending).
-WORKLOAD_KINDS = frozenset({"Deployment", "ScaledObject", "HTTPScaledObject"})
+WORKLOAD_KINDS = frozenset({"Deployment", "LeaderWorkerSet", "ScaledObject",
+                            "HTTPScaledObject"})
 
 
 async def reconcile(kube: Kube, doc: dict[str, Any], settings: Settings, *,
@@ -276,6 +305,8 @@ async def reconcile(kube: Kube, doc: dict[str, Any], settings: Settings, *,
         queued = verdict if verdict is not None and not verdict.admitted else None
     if not blockers:
         desired = render(model, settings, owner_uid=meta.get("uid"))
+        blockers = _missing_crds(view, desired, model_plan.nodes)
+    if not blockers:
         if queued is not None:
             desired = [o for o in desired if o["kind"] not in WORKLOAD_KINDS]
         await _apply_children(kube, view, desired, outcome)

@@ -8,6 +8,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from llm_operator.api.model_status import ModelFileStatus
+from llm_operator.api.serving import MAX_NODES
 from llm_operator.api.v1alpha1 import LLMModel, LLMModelSpec
 from llm_operator.profiles.adapters import adapter_memory
 from llm_operator.profiles.engines import TP_ARGS, engine
@@ -36,7 +37,6 @@ UTILIZATION_ARG = {"vllm": "gpu-memory-utilization", "sglang": "mem-fraction-sta
 GGUF_GPU_UTILIZATION = 0.95
 HEADROOM = 0.85  # above this share of usable memory the verdict is "tight"
 COUNTS = (1, 2, 4, 8)  # tensor-parallel degrees that fit in one node
-MAX_NODES = 16  # pipeline stages across nodes the planner considers
 AMD_MX_CARDS = ("AMD Instinct MI350X",)
 
 
@@ -242,6 +242,9 @@ def _plan_local(model: LLMModel, est: Estimate, cache: int, vp: VendorProfile,
                            "preferredAcceleratorModel says how much memory a card has: set one"))
 
     label = card.name if card else f"{per_card} GiB accelerator"
+    roles = spec.serving.disaggregation if spec.serving else None
+    if roles is not None:
+        return _plan_roles(base, spec, need, _Cards(per_card, util, label))
     needed = _needed_count(need, per_card, util)
     recommended = needed or count
     usable = per_card * count * util
@@ -252,53 +255,128 @@ def _plan_local(model: LLMModel, est: Estimate, cache: int, vp: VendorProfile,
         return replace(base, verdict="does-not-fit", reason=(
             f"engineArgs {named[0]} {named[1]} needs {named[1]} accelerators "
             f"but resources.acceleratorCount is {count}"))
+    asked = spec.serving.nodes if spec.serving else None
+    if (asked or 1) > 1 or (asked is None and needed is None and need > usable
+                            and _multi_node_capable(spec)):
+        return _plan_nodes(base, spec, need, _Cards(per_card, util, label), asked)
     if need > usable:
         if needed is None:
-            across = _across_nodes(spec, need, per_card, util, label)
-            if across is not None:
-                return replace(base, verdict="does-not-fit", reason=across[1],
-                               accelerator_count=COUNTS[-1], tensor_parallel_size=COUNTS[-1],
-                               nodes=across[0], pipeline_parallel_size=across[0])
             fix = (f"more than {COUNTS[-1]}x {label} (one node): use a smaller quantization or "
                    "context, or a larger accelerator")
             if spec.inference_engine not in UTILIZATION_ARG:
                 fix += " (llama.cpp and Ollama serve a model on one node)"
+            elif asked == 1:
+                nodes = math.ceil(need / (per_card * count * util))
+                fix = (f"more than one node: set serving.nodes: {nodes}, or remove it and let "
+                       "the planner pick")
         else:
             fix = f"set resources.acceleratorCount: {needed} (tensor-parallel {needed})"
         return replace(base, verdict="does-not-fit", reason=(
             f"needs ~{need:.1f} GiB but {count}x {label} at {util:.0%} gives "
             f"{usable:.1f} GiB: {fix}"))
-    per_accel = need / count
-    if card and declared and per_accel > declared:
+    return _headroom(base, spec, need, usable, where=f"{count}x {label}",
+                     known_card=card is not None)
+
+
+@dataclass(frozen=True)
+class _Cards:
+    """The card a model is planned on: its memory, the share the engine takes, its name."""
+
+    memory_gib: float
+    utilization: float
+    label: str
+
+    def usable(self, count: int) -> float:
+        return self.memory_gib * count * self.utilization
+
+
+def _headroom(base: Plan, spec: LLMModelSpec, need: float, usable: float, *, where: str,
+              known_card: bool) -> Plan:
+    """The verdict for a model that fits: tight under the headroom or past the declared VRAM."""
+    count = max(1, base.accelerator_count)
+    per_accel = need / (count * base.nodes)
+    declared = spec.resources.vram_per_accelerator_gi_b
+    if known_card and declared and per_accel > declared:
         return replace(base, verdict="tight", reason=(
-            f"fits {count}x {label} ({need:.1f} of {usable:.1f} GiB) but needs "
+            f"fits {where} ({need:.1f} of {usable:.1f} GiB) but needs "
             f"~{per_accel:.1f} GiB per accelerator, above the declared "
             f"vramPerAcceleratorGiB {declared}: raise it to {math.ceil(per_accel)}"))
     if need > HEADROOM * usable:
         return replace(base, verdict="tight", reason=(
-            f"{need:.1f} of {usable:.1f} GiB usable on {count}x {label}: under "
+            f"{need:.1f} of {usable:.1f} GiB usable on {where}: under "
             f"{1 - HEADROOM:.0%} headroom for batching"))
-    return replace(base, reason=f"{need:.1f} of {usable:.1f} GiB usable on {count}x {label}")
+    return replace(base, reason=f"{need:.1f} of {usable:.1f} GiB usable on {where}")
 
 
-def _across_nodes(spec: LLMModelSpec, need: float, per_card: float, util: float,
-                  label: str) -> tuple[int, str] | None:
-    """(nodes, reason) for a vLLM or SGLang model that fits several full nodes of this card.
+def _multi_node_capable(spec: LLMModelSpec) -> bool:
+    """Whether the engine and vendor serve one replica across nodes (a LeaderWorkerSet)."""
+    return spec.inference_engine in {"vllm", "sglang"} \
+        and spec.accelerator_vendor in {"nvidia", "amd"}
 
-    Tensor parallel over each node's cards, pipeline parallel across the nodes: the shape
-    of a LeaderWorkerSet. Not rendered yet, so the verdict stays does-not-fit.
+
+def _topology(spec: LLMModelSpec, count: int, nodes: int) -> tuple[int, int, str]:
+    """(tensor, pipeline, words) of one replica over ``nodes`` nodes of ``count`` cards.
+
+    vLLM: tensor parallel inside each node, pipeline parallel across (its documented shape);
+    SGLang: tensor parallel over every card of every node (its --nnodes shape).
     """
-    if spec.inference_engine not in UTILIZATION_ARG:
-        return None
-    per_node = per_card * COUNTS[-1] * util
-    nodes = math.ceil(need / per_node)
-    if nodes > MAX_NODES:
-        return None
-    return nodes, (
-        f"needs ~{need:.1f} GiB; one node of {COUNTS[-1]}x {label} gives "
-        f"{per_node:.1f} GiB at {util:.0%}: it would fit {nodes} nodes as tensor-parallel "
-        f"{COUNTS[-1]} x pipeline-parallel {nodes} (a LeaderWorkerSet), which this operator "
-        "does not render yet: use a smaller quantization or context, or a larger accelerator")
+    if spec.inference_engine == "sglang":
+        return count * nodes, 1, f"tensor-parallel {count * nodes} over {nodes} nodes"
+    return count, nodes, f"tensor-parallel {count} x pipeline-parallel {nodes}"
+
+
+def _plan_nodes(base: Plan, spec: LLMModelSpec, need: float, cards: _Cards,
+                asked: int | None) -> Plan:
+    """One replica across nodes: serving.nodes, or the fewest nodes that hold the model."""
+    count, label, util = spec.resources.accelerator_count, cards.label, cards.utilization
+    per_node = cards.usable(count)
+    fewest = math.ceil(need / per_node)
+    nodes = asked or fewest
+    tensor, pipeline, words = _topology(spec, count, nodes)
+    usable = per_node * nodes
+    where = f"{nodes} nodes of {count}x {label} ({words}, a LeaderWorkerSet)"
+    shaped = replace(base, capacity_gib=usable, accelerator_count=count,
+                     tensor_parallel_size=tensor, nodes=nodes, pipeline_parallel_size=pipeline)
+    if not _multi_node_capable(spec):  # the CRD refuses it too; a parse without rules may not
+        return replace(shaped, verdict="does-not-fit", reason=(
+            "serving.nodes: a model served across nodes needs inferenceEngine vllm or sglang "
+            "on acceleratorVendor nvidia or amd"))
+    if fewest > MAX_NODES:
+        return replace(shaped, verdict="does-not-fit", reason=(
+            f"needs ~{need:.1f} GiB; one node of {count}x {label} gives {per_node:.1f} GiB at "
+            f"{util:.0%}, so {fewest} nodes, more than the {MAX_NODES} one replica may span: use "
+            "a smaller quantization or context, more accelerators per node, or a larger one"))
+    if need > usable:
+        return replace(shaped, verdict="does-not-fit", reason=(
+            f"needs ~{need:.1f} GiB but serving.nodes {nodes} x {count}x {label} at {util:.0%} "
+            f"gives {usable:.1f} GiB: set serving.nodes: {fewest}"))
+    return _headroom(shaped, spec, need, usable, where=where, known_card=True)
+
+
+def _plan_roles(base: Plan, spec: LLMModelSpec, need: float, cards: _Cards) -> Plan:
+    """Prefill and decode pods each hold the whole model: each role's cards must fit it."""
+    roles = spec.serving.disaggregation if spec.serving else None
+    assert roles is not None
+    counts = {name: (role.resources.accelerator_count if role.resources else None)
+              or spec.resources.accelerator_count
+              for name, role in (("prefill", roles.prefill), ("decode", roles.decode))}
+    smallest, label, util = min(counts.values()), cards.label, cards.utilization
+    usable = cards.usable(smallest)
+    shaped = replace(base, capacity_gib=usable, accelerator=label,
+                     accelerator_count=counts["decode"],
+                     tensor_parallel_size=_tp(spec, counts["decode"]))
+    for name, count in counts.items():
+        if need > cards.usable(count):
+            needed = _needed_count(need, cards.memory_gib, util)
+            fix = (f"set serving.disaggregation.{name}.resources.acceleratorCount: {needed}"
+                   if needed else f"more than {COUNTS[-1]}x {label}: a role serves on one node")
+            return replace(shaped, verdict="does-not-fit", reason=(
+                f"needs ~{need:.1f} GiB but the {name} role's {count}x {label} at {util:.0%} "
+                f"gives {cards.usable(count):.1f} GiB: {fix}"))
+    where = (f"prefill {counts['prefill']}x and decode {counts['decode']}x {label} "
+             f"(each role holds the model)")
+    return _headroom(replace(shaped, accelerator_count=smallest), spec, need, usable,
+                     where=where, known_card=True)
 
 
 def _tp_arg(spec: LLMModelSpec) -> tuple[str, str] | None:

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
+from llm_operator.api import labels as L
 from llm_operator.api.model_status import Condition, LLMModelStatus, ModelFileStatus, Phase
 from llm_operator.api.v1alpha1 import LLMModel
 from llm_operator.api.validation import Problem
@@ -199,6 +200,16 @@ def _unschedulable(pod: dict[str, Any]) -> str | None:
     return None
 
 
+def _labels(obj: dict[str, Any]) -> dict[str, str]:
+    return dict(obj.get("metadata", {}).get("labels") or {})
+
+
+def _condition(status: dict[str, Any], kind: str) -> str | None:
+    """The status (True, False, Unknown) of a workload's condition, None when it has none."""
+    return next((str(c.get("status")) for c in status.get("conditions") or []
+                 if c.get("type") == kind), None)
+
+
 def _ready(pod: dict[str, Any]) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True"
                for c in pod.get("status", {}).get("conditions") or [])
@@ -226,15 +237,19 @@ def _facts(model: LLMModel, obs: Observation) -> _Facts:
     dstatus = (deploy or {}).get("status", {})
     desired = int(spec.get("replicas", 1)) if deploy else 0
     ready = int(dstatus.get("readyReplicas", 0)) if deploy else 0
-    ready = max(ready, sum(_ready(p) for p in pods)) if deploy else 0
+    groups = (deploy or {}).get("kind") == "LeaderWorkerSet"  # a replica is a group of pods
+    serving = [p for p in pods if not groups or _labels(p).get(L.LWS_WORKER_INDEX) == "0"]
+    ready = max(ready, sum(_ready(p) for p in serving)) if deploy else 0
     issues = pod_issues(pods)
     unschedulable = next((m for p in pods if (m := _unschedulable(p))), None)
     nodes = sorted({str(n) for p in pods if (n := p.get("spec", {}).get("nodeName"))})
     rolling = bool(deploy) and int(dstatus.get("updatedReplicas", desired)) < desired
+    if groups:  # the LeaderWorkerSet says itself whether an update is rolling out
+        rolling = _condition(dstatus, "UpdateInProgress") == "True"
     deadline = next((str(c.get("message", "")) for c in dstatus.get("conditions") or []
                      if c.get("type") == "Progressing" and c.get("status") == "False"
                      and c.get("reason") == "ProgressDeadlineExceeded"), None)
-    serving: Phase = "Proxying" if model.spec.is_remote else "Ready"
+    serving_phase: Phase = "Proxying" if model.spec.is_remote else "Ready"
     summary = "; ".join(str(i) for i in issues[:3])
     phase: Phase
     if obs.blockers:
@@ -245,7 +260,7 @@ def _facts(model: LLMModel, obs: Observation) -> _Facts:
     elif deploy is None:
         phase, message = "Pending", "waiting for the workload to be created"
     elif ready >= 1:
-        phase = "Degraded" if issues else serving
+        phase = "Degraded" if issues else serving_phase
         message = f"{ready}/{desired} replicas ready" + (f"; failing: {summary}" if issues else "")
     elif rejected := [i for i in issues if i.reason in FILE_REJECTED]:
         phase, message = "Failed", f"the model file is not served: {rejected[0].message}"

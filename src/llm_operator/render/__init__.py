@@ -13,6 +13,7 @@ from llm_operator.profiles.vendors import VendorProfile, vendor
 from llm_operator.render import (
     adapters,
     monitoring,
+    multinode,
     networking,
     picker,
     pools,
@@ -115,21 +116,31 @@ def _render_local(
         tolerations = list(override.tolerations)
     cache = model_plan.cache_size_gib * (2 if eng.name == "ollama" else 1)  # Ollama copies it
     autoscaled = scaling.autoscaled(model)
+    nodes = model_plan.nodes
+    deployment = workload.inference_deployment(
+        model, vp=vp, eng=eng, image=image, settings=settings,
+        replicas=None if autoscaled else spec.scaling.min_replicas,
+        owner_uid=owner_uid, node_selector=node_selector, tolerations=tolerations)
+    only = multinode.LEADERS if nodes > 1 else None
+    target = multinode.REF if nodes > 1 else scaling.DEPLOYMENT
+    served = [
+        multinode.leader_worker_set(
+            model, deployment, nodes, cache,
+            (settings.storage.access_mode, settings.storage.storage_class_name))
+        if nodes > 1 else deployment,
+        networking.service(model, workload.COMPONENT, owner_uid, only),
+    ]
+    cached = workload.node_file(spec) is None and nodes == 1  # groups claim their own
     objects = [
-        *([] if workload.node_file(spec) else
-          [workload.model_cache_pvc(model, cache, settings, owner_uid)]),
+        *([workload.model_cache_pvc(model, cache, settings, owner_uid)] if cached else []),
         *([adapters.config_map(model, workload.COMPONENT, owner_uid)]
           if adapters.synced(spec) else []),
-        workload.inference_deployment(
-            model, vp=vp, eng=eng, image=image, settings=settings,
-            replicas=None if autoscaled else spec.scaling.min_replicas,
-            owner_uid=owner_uid, node_selector=node_selector, tolerations=tolerations),
-        networking.service(model, workload.COMPONENT, owner_uid),
+        *served,
     ]
     if scaling.keda_scales(model, settings):
-        objects.append(scaling.scaled_object(model, eng, settings, owner_uid))
+        objects.append(scaling.scaled_object(model, eng, settings, owner_uid, target))
     if scaling.wants_http_addon(model, settings):
-        objects.append(scaling.http_scaled_object(model, settings, owner_uid))
+        objects.append(scaling.http_scaled_object(model, settings, owner_uid, target))
     if eng.metrics_path:
         mon = monitoring.monitor(model, workload.COMPONENT, eng.metrics_path, settings, owner_uid)
         if mon:
@@ -137,6 +148,6 @@ def _render_local(
     if settings.inference_pool.enabled and eng.name in pools.POOL_ENGINES:
         if settings.inference_pool.endpoint_picker.deploy:
             objects += picker.picker_objects(model, settings, owner_uid)
-        objects += [pools.inference_pool(model, settings, owner_uid),
+        objects += [pools.inference_pool(model, settings, owner_uid, only),
                     pools.http_route(model, settings, owner_uid)]
     return objects

@@ -20,14 +20,16 @@ def endpoint(model: LLMModel, settings: Settings) -> str:
     return f"http://{service_host(model, settings)}:{PORT}/v1"
 
 
-def service(model: LLMModel, component: str, owner_uid: str | None) -> dict[str, Any]:
+def service(model: LLMModel, component: str, owner_uid: str | None,
+            only: dict[str, str] | None = None) -> dict[str, Any]:
+    """The model's ClusterIP Service; ``only``: further labels its pods must have."""
     return {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": metadata(model, model.name, component, owner_uid),
         "spec": {
             "type": "ClusterIP",
-            "selector": {L.MODEL_NAME: model.name},
+            "selector": {L.MODEL_NAME: model.name, **(only or {})},
             "ports": [{"name": "http", "port": PORT, "targetPort": "http", "protocol": "TCP"}],
         },
     }

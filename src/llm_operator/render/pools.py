@@ -21,16 +21,16 @@ POOL_ENGINES = frozenset({"vllm", "sglang"})  # the engines the endpoint picker 
 MODEL_HEADER = "X-Gateway-Model-Name"  # set from the body's "model" by the gateway
 
 
-def inference_pool(model: LLMModel, settings: Settings, owner_uid: str | None
-                   ) -> dict[str, Any]:
-    """The pool of the model's pods, with the configured endpoint picker."""
+def inference_pool(model: LLMModel, settings: Settings, owner_uid: str | None,
+                   only: dict[str, str] | None = None) -> dict[str, Any]:
+    """The pool of the model's serving pods (``only``: further labels), with its picker."""
     picker = settings.inference_pool.endpoint_picker
     return {
         "apiVersion": "inference.networking.k8s.io/v1",
         "kind": "InferencePool",
         "metadata": metadata(model, model.name, COMPONENT, owner_uid),
         "spec": {
-            "selector": {"matchLabels": selector_labels(model)},
+            "selector": {"matchLabels": {**selector_labels(model), **(only or {})}},
             "targetPorts": [{"number": PORT}],
             "endpointPickerRef": {
                 "name": picker_name(model, settings),

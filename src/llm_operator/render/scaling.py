@@ -13,6 +13,7 @@ from llm_operator.render.networking import service_host
 
 COMPONENT = "inference"
 CPU_UTILIZATION_TARGET = "80"
+DEPLOYMENT = ("apps/v1", "Deployment")
 
 
 def autoscaled(model: LLMModel) -> bool:
@@ -43,8 +44,13 @@ def router_query(model: LLMModel) -> str:
 
 
 def pod_selector(model: LLMModel) -> str:
-    """PromQL label matchers for this model's Deployment pods (and no other model's)."""
-    return f'namespace="{model.namespace}",pod=~"{model.name}-[a-z0-9]+-[a-z0-9]+"'
+    """PromQL label matchers for this model's serving pods (and no other model's).
+
+    A Deployment's pods (<name>-<hash>-<suffix>) or a LeaderWorkerSet's leaders
+    (<name>-<group>); its workers serve no metrics.
+    """
+    return (f'namespace="{model.namespace}",'
+            f'pod=~"{model.name}-([a-z0-9]+-[a-z0-9]+|[0-9]+)"')
 
 
 def queue_query(model: LLMModel, metric: str) -> str:
@@ -53,8 +59,10 @@ def queue_query(model: LLMModel, metric: str) -> str:
 
 
 def scaled_object(
-    model: LLMModel, eng: EngineProfile, settings: Settings, owner_uid: str | None
+    model: LLMModel, eng: EngineProfile, settings: Settings, owner_uid: str | None,
+    target: tuple[str, str] = DEPLOYMENT,
 ) -> dict[str, Any]:
+    """KEDA's scaler of the model's workload (``target``: its apiVersion and kind)."""
     scaling = model.spec.scaling
     triggers: list[dict[str, Any]] = []
     if eng.queue_metric:
@@ -84,7 +92,7 @@ def scaled_object(
         "kind": "ScaledObject",
         "metadata": metadata(model, model.name, COMPONENT, owner_uid),
         "spec": {
-            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": model.name},
+            "scaleTargetRef": {"apiVersion": target[0], "kind": target[1], "name": model.name},
             "minReplicaCount": scaling.min_replicas,
             "maxReplicaCount": scaling.max_replicas,
             "cooldownPeriod": scaling.cooldown_period_seconds,
@@ -95,7 +103,8 @@ def scaled_object(
 
 
 def http_scaled_object(
-    model: LLMModel, settings: Settings, owner_uid: str | None
+    model: LLMModel, settings: Settings, owner_uid: str | None,
+    target: tuple[str, str] = DEPLOYMENT,
 ) -> dict[str, Any]:
     """Request buffering while a scaled-to-zero model starts.
 
@@ -110,7 +119,7 @@ def http_scaled_object(
                              annotations={L.HTTP_ADDON_SKIP_SCALEDOBJECT: "true"}),
         "spec": {
             "hosts": [service_host(model, settings)],
-            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment",
+            "scaleTargetRef": {"apiVersion": target[0], "kind": target[1],
                                "name": model.name, "service": model.name, "port": PORT},
             "replicas": {"min": scaling.min_replicas, "max": scaling.max_replicas},
             "scaledownPeriod": scaling.cooldown_period_seconds,

@@ -34,26 +34,36 @@ from llm_operator.render.meta import (
 )
 
 COMPONENT = "inference"
+SERVER_CONTAINER = "inference-server"
+CACHE_VOLUME = "model-cache"
 TERMINATION_LOG = "/dev/termination-log"
 PRIORITY_CLASS_PREFIX = "llmop-"  # config/priority ships llmop-batch ... llmop-critical
 SHM_SINGLE, SHM_MULTI = "16Gi", "64Gi"
 GRACE_AFTER_DRAIN = 10  # seconds the engine gets to stop after SIGTERM, before SIGKILL
 
 
+def model_cache_claim(size_gib: int, access_mode: str, storage_class: str | None
+                      ) -> dict[str, Any]:
+    """The cache's claim (name and spec): the PVC's, or a LeaderWorkerSet's claim template."""
+    spec: dict[str, Any] = {
+        "accessModes": [access_mode],
+        "resources": {"requests": {"storage": f"{size_gib}Gi"}},
+    }
+    if storage_class:
+        spec["storageClassName"] = storage_class
+    return {"metadata": {"name": CACHE_VOLUME}, "spec": spec}
+
+
 def model_cache_pvc(
     model: LLMModel, size_gib: int, settings: Settings, owner_uid: str | None
 ) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "accessModes": [settings.storage.access_mode],
-        "resources": {"requests": {"storage": f"{size_gib}Gi"}},
-    }
-    if settings.storage.storage_class_name:
-        spec["storageClassName"] = settings.storage.storage_class_name
+    claim = model_cache_claim(size_gib, settings.storage.access_mode,
+                              settings.storage.storage_class_name)
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
         "metadata": metadata(model, pvc_name(model), COMPONENT, owner_uid),
-        "spec": spec,
+        "spec": claim["spec"],
     }
 
 
@@ -87,7 +97,7 @@ def node_file_problems(spec: LLMModelSpec) -> list[Problem]:
 
 def _cache_mounts(spec: LLMModelSpec) -> list[dict[str, Any]]:
     """The model cache, and a node file where the download would have put it."""
-    mounts: list[dict[str, Any]] = [{"name": "model-cache", "mountPath": CACHE_DIR}]
+    mounts: list[dict[str, Any]] = [{"name": CACHE_VOLUME, "mountPath": CACHE_DIR}]
     path = node_file(spec)
     if path:
         mounts.append({"name": "model-file", "readOnly": True,
@@ -98,9 +108,9 @@ def _cache_mounts(spec: LLMModelSpec) -> list[dict[str, Any]]:
 def _cache_volumes(model: LLMModel) -> list[dict[str, Any]]:
     path = node_file(model.spec)
     if path is None:
-        return [{"name": "model-cache",
+        return [{"name": CACHE_VOLUME,
                  "persistentVolumeClaim": {"claimName": pvc_name(model)}}]
-    return [{"name": "model-cache", "emptyDir": {}},
+    return [{"name": CACHE_VOLUME, "emptyDir": {}},
             {"name": "model-file", "hostPath": {"path": path, "type": "File"}}]
 
 
@@ -191,7 +201,7 @@ def fetch_container(fetch: Fetch, settings: Settings, name: str = "model-fetch"
         "env": env,
         "resources": {"requests": {"cpu": "500m", "memory": "512Mi"},
                       "limits": {"memory": "2Gi"}},
-        "volumeMounts": [{"name": "model-cache", "mountPath": CACHE_DIR}],
+        "volumeMounts": [{"name": CACHE_VOLUME, "mountPath": CACHE_DIR}],
         "securityContext": restricted_container_security(non_root=True),
     }
     if env_from:
@@ -342,7 +352,7 @@ def inference_deployment(
     # Gemma 270M on the test node, bench/autoscaling). Only while starting; readiness: 10 s.
     startup_failures = max(1, settings.startup_timeout_seconds // STARTUP_PROBE_SECONDS)
     server: dict[str, Any] = {
-        "name": "inference-server",
+        "name": SERVER_CONTAINER,
         "image": image,
         "imagePullPolicy": settings.images.pull_policy,
         "command": list(srv.command),
