@@ -148,3 +148,46 @@ class Reconciles:
                 if name is None or key[1] == name:
                     out.append(outcome)
         return out
+
+
+async def first_pod(kube: Kube, namespace: str, model: str, timeout: float = 30,
+                    also: str = "") -> dict[str, Any]:
+    """The model's first Pod (made by the real ReplicaSet controller), waiting on the watch.
+
+    ``also``: more of a label selector (``llm-d.ai/role=decode``).
+    """
+    selector = ",".join(filter(None, (f"{L.MODEL_NAME}={model}", also)))
+    async with asyncio.timeout(timeout):
+        items, version = await kube.list_versioned("v1", "pods", namespace, selector)
+        if items:
+            return items[0]
+        async with contextlib.aclosing(kube.watch(
+                "v1", "pods", namespace, resource_version=version,
+                label_selector=selector)) as events:
+            async for kind, pod in events:
+                if kind == "ADDED":
+                    return pod
+    raise AssertionError("unreachable")
+
+
+async def bind(kube: Kube, namespace: str, pod: str, node: str) -> None:
+    """What the scheduler does: bind the Pod to a Node."""
+    await kube.request("POST", f"/api/v1/namespaces/{namespace}/pods/{pod}/binding", body={
+        "apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node}})
+
+
+async def set_pod(kube: Kube, pod: dict[str, Any], *, ready: bool,
+                  waiting: str | None = None) -> None:
+    """What the kubelet does: report the containers' state and the Ready condition."""
+    stamp = "2026-11-23T00:00:00Z"
+    state = {"waiting": {"reason": waiting}} if waiting else {"running": {"startedAt": stamp}}
+    body = {"status": {
+        "phase": "Running",
+        "conditions": [{"type": "Ready", "status": "True" if ready else "False",
+                        "lastTransitionTime": stamp}],
+        "containerStatuses": [{"name": c["name"], "ready": ready, "restartCount": 0,
+                               "image": c["image"], "imageID": "", "state": state}
+                              for c in pod["spec"]["containers"]]}}
+    await kube.merge_patch("v1", "pods", pod["metadata"]["namespace"], pod["metadata"]["name"],
+                           body=body, subresource="status")

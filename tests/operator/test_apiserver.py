@@ -26,12 +26,15 @@ from llm_operator.render import render
 from apitools import (
     API,
     Reconciles,
+    bind,
     children,
     create,
     exists,
+    first_pod,
     gone,
     operator_connection,
     phase_is,
+    set_pod,
     until,
 )
 from controlplane import ControlPlane
@@ -72,52 +75,15 @@ async def test_each_sample_becomes_exactly_its_rendered_children(
             o and (o.get("status") or {}).get("observedGeneration") == 1))
     assert model is not None
     parsed = parse_llmmodel(model)
+    # The session's cluster serves every CRD: disaggregation.workload auto picks the
+    # DisaggregatedSet there.
+    served = Settings.model_validate({"disaggregation": {"workload": "disaggregatedset"}})
     expected = {(o["kind"], o["metadata"]["name"])
-                for o in render(parsed, Settings(), owner_uid=created["metadata"]["uid"])}
+                for o in render(parsed, served, owner_uid=created["metadata"]["uid"])}
     assert await children(apiserver, namespace, name) == expected
     assert model["metadata"]["labels"] == \
         (doc["metadata"].get("labels") or {}) | L.discovery_labels(parsed.spec)
     assert "finalizers" not in model["metadata"]  # nothing to clean up: never held up
-
-
-async def first_pod(kube: Kube, namespace: str, model: str, timeout: float = 30
-                    ) -> dict[str, Any]:
-    """The model's first Pod (made by the real ReplicaSet controller), waiting on the watch."""
-    selector = f"{L.MODEL_NAME}={model}"
-    async with asyncio.timeout(timeout):
-        items, version = await kube.list_versioned("v1", "pods", namespace, selector)
-        if items:
-            return items[0]
-        async with contextlib.aclosing(kube.watch(
-                "v1", "pods", namespace, resource_version=version,
-                label_selector=selector)) as events:
-            async for kind, pod in events:
-                if kind == "ADDED":
-                    return pod
-    raise AssertionError("unreachable")
-
-
-async def bind(kube: Kube, namespace: str, pod: str, node: str) -> None:
-    """What the scheduler does: bind the Pod to a Node."""
-    await kube.request("POST", f"/api/v1/namespaces/{namespace}/pods/{pod}/binding", body={
-        "apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod},
-        "target": {"apiVersion": "v1", "kind": "Node", "name": node}})
-
-
-async def set_pod(kube: Kube, pod: dict[str, Any], *, ready: bool,
-                  waiting: str | None = None) -> None:
-    """What the kubelet does: report the containers' state and the Ready condition."""
-    stamp = "2026-11-23T00:00:00Z"
-    state = {"waiting": {"reason": waiting}} if waiting else {"running": {"startedAt": stamp}}
-    body = {"status": {
-        "phase": "Running",
-        "conditions": [{"type": "Ready", "status": "True" if ready else "False",
-                        "lastTransitionTime": stamp}],
-        "containerStatuses": [{"name": c["name"], "ready": ready, "restartCount": 0,
-                               "image": c["image"], "imageID": "", "state": state}
-                              for c in pod["spec"]["containers"]]}}
-    await kube.merge_patch("v1", "pods", pod["metadata"]["namespace"], pod["metadata"]["name"],
-                           body=body, subresource="status")
 
 
 async def test_status_follows_the_pods_the_controller_manager_creates(
@@ -294,11 +260,11 @@ async def test_a_restart_with_nothing_changed_writes_nothing_and_reads_from_watc
     assert writes_of(requests) == []
     assert [o.applied for o in first + resync] == [[]] * len(first + resync)
     counts = ControlPlane.count(requests)
-    # Reads: one list per watched kind at start (19: the models, 15 kinds of children
+    # Reads: one list per watched kind at start (20: the models, 16 kinds of children
     # and Pods, Nodes for the GPU queue, and the router's EndpointSlices for the built-in
     # autoscaler), then at most one GET per reconcile: the Secret a model needs (each of
     # these needs one); the rest comes from the watches.
-    assert counts["reads"] - counts["get secrets"] == counts["list"] == 19
+    assert counts["reads"] - counts["get secrets"] == counts["list"] == 20
     assert counts["get secrets"] <= seen.total + len(stems)  # + those cut short by the stop
 
 

@@ -19,6 +19,8 @@ K8S_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY_VALUE = "llm-operator"
 # Set by the LeaderWorkerSet controller on every pod of a group: "0" on its leader.
 LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
+# A disaggregated model's pods: prefill or decode (llm-d's label, read by its picker).
+ROLE = "llm-d.ai/role"
 LLM_CLIENT = f"{PREFIX}llm-client"
 
 # --- annotations -----------------------------------------------------------------------

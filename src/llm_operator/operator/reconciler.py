@@ -14,6 +14,7 @@ from llm_operator.api.validation import Problem, parse_llmmodel
 from llm_operator.kube import FIELD_MANAGER, PLURALS, ApiError, Kube
 from llm_operator.profiles.planner import plan
 from llm_operator.profiles.settings import Settings
+from llm_operator.reconcile import workloads
 from llm_operator.reconcile.autoscaling import Report
 from llm_operator.reconcile.ownership import drift
 from llm_operator.reconcile.queue import Admission
@@ -34,8 +35,10 @@ CHILD_KINDS = (
     ("inference.networking.k8s.io/v1", "InferencePool"),
     ("gateway.networking.k8s.io/v1", "HTTPRoute"),
     ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"),
+    ("disaggregatedset.x-k8s.io/v1", "DisaggregatedSet"),
 )
 LWS_KIND = ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet")
+DS_KIND = ("disaggregatedset.x-k8s.io/v1", "DisaggregatedSet")
 # Workloads a model cannot be served without, when the cluster lacks their CRD: the reason
 # and what to do (unlike KEDA's or Prometheus-Operator's objects, which are skipped).
 REQUIRED_CRDS = {
@@ -43,7 +46,21 @@ REQUIRED_CRDS = {
                "spans {nodes} nodes per replica, served by a LeaderWorkerSet, and this cluster "
                "has no LeaderWorkerSet CRD: install LeaderWorkerSet "
                "(https://lws.sigs.k8s.io, v0.7 or later), or make the model fit one node"),
+    DS_KIND: ("DisaggregatedSetNotInstalled",
+              "serves its prefill and decode roles as a DisaggregatedSet (operator setting "
+              "disaggregation.workload: disaggregatedset), and this cluster has no "
+              "DisaggregatedSet CRD: install it (LeaderWorkerSet's disaggregatedset), or set "
+              "disaggregation.workload to auto or deployments"),
 }
+
+
+def resolved(settings: Settings, view: ClusterView) -> Settings:
+    """Settings with disaggregation.workload auto made concrete for this cluster."""
+    if settings.disaggregation.workload != "auto":
+        return settings
+    chosen = "disaggregatedset" if view.serves(*DS_KIND) else "deployments"
+    return settings.model_copy(update={"disaggregation": settings.disaggregation.model_copy(
+        update={"workload": chosen})})
 
 
 
@@ -226,12 +243,18 @@ async def _observe(view: ClusterView, model: LLMModel) -> tuple[dict[str, Any] |
 
     Objects from a list carry no kind, so it is set here for compute_status.
     """
-    workload = await view.child("apps/v1", "Deployment", model.namespace, model.name)
+    ns, name = model.namespace, model.name
+    workload = await view.child("apps/v1", "Deployment", ns, name)
     if workload is not None:
-        workload = {**workload, "kind": "Deployment"}
-    elif view.serves(*LWS_KIND):
-        found = await view.child(*LWS_KIND, model.namespace, model.name)
-        workload = {**found, "kind": LWS_KIND[1]} if found is not None else None
+        workload = {**workload, "kind": workloads.DEPLOYMENT}
+    elif view.serves(*LWS_KIND) and (found := await view.child(*LWS_KIND, ns, name)):
+        workload = {**found, "kind": workloads.LWS}
+    elif view.serves(*DS_KIND) and (found := await view.child(*DS_KIND, ns, name)):
+        workload = workloads.disaggregated_set(found)
+    else:
+        workload = workloads.roles(
+            await view.child("apps/v1", "Deployment", ns, f"{name}-prefill"),
+            await view.child("apps/v1", "Deployment", ns, f"{name}-decode"))
     pods = await view.children("v1", "Pod", model.namespace, {L.MODEL_NAME: model.name})
     return workload, pods or []
 
@@ -263,8 +286,8 @@ async def record_events(kube: Kube, model: LLMModel, events: list[Event]) -> Non
 
 Usage = tuple[int | None, int | None]  # (requestsPerMinute, averageLatencyMs)
 # What a queued model does not get until the GPU queue admits it (no pod waits Pending).
-WORKLOAD_KINDS = frozenset({"Deployment", "LeaderWorkerSet", "ScaledObject",
-                            "HTTPScaledObject"})
+WORKLOAD_KINDS = frozenset({"Deployment", "LeaderWorkerSet", "DisaggregatedSet",
+                            "ScaledObject", "HTTPScaledObject"})
 
 
 async def reconcile(kube: Kube, doc: dict[str, Any], settings: Settings, *,
@@ -304,7 +327,7 @@ async def reconcile(kube: Kube, doc: dict[str, Any], settings: Settings, *,
         verdict = admission(model)  # a model with a Deployment holds its place: never queued
         queued = verdict if verdict is not None and not verdict.admitted else None
     if not blockers:
-        desired = render(model, settings, owner_uid=meta.get("uid"))
+        desired = render(model, resolved(settings, view), owner_uid=meta.get("uid"))
         blockers = _missing_crds(view, desired, model_plan.nodes)
     if not blockers:
         if queued is not None:

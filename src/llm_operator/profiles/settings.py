@@ -207,6 +207,26 @@ class BuiltinAutoscaler(_Settings):
         "load.")
 
 
+class Disaggregation(_Settings):
+    """How prefill/decode disaggregated models are rendered (spec.serving.disaggregation)."""
+
+    workload: Literal["auto", "deployments", "disaggregatedset"] = Field(
+        "auto", description="The roles as two Deployments, or as one DisaggregatedSet "
+        "(LeaderWorkerSet's, its CRD installed); auto: the DisaggregatedSet when the cluster "
+        "serves it, Deployments otherwise (`llmop render`, which sees no cluster: "
+        "Deployments).")
+    routing_sidecar_image: str = Field(
+        "ghcr.io/llm-d/llm-d-routing-sidecar:v0.8.0", min_length=1,
+        description="llm-d's routing sidecar in each decode pod: it runs a request's prefill "
+        "on the prefill pod the picker chose (header x-prefiller-host-port), then decodes "
+        "locally.")
+    picker_image: str = Field(
+        "ghcr.io/llm-d/llm-d-inference-scheduler:v0.8.0", min_length=1,
+        description="The endpoint picker of disaggregated models' pools: llm-d's inference "
+        "scheduler, whose plugins pick a decode and a prefill pod (the Inference "
+        "Extension's EPP has none).")
+
+
 class Scheduling(_Settings):
     """The GPU queue and priorities (docs/scheduling.md)."""
 
@@ -252,6 +272,7 @@ class Settings(_Settings):
         "per model), builtin (the operator, from the router's counts), or auto: KEDA when "
         "its CRDs are installed, builtin otherwise (and KEDA from when it appears).")
     builtin_autoscaler: BuiltinAutoscaler = Field(default_factory=BuiltinAutoscaler)
+    disaggregation: Disaggregation = Field(default_factory=Disaggregation)
     cluster_domain: str = "cluster.local"
 
 

@@ -11,10 +11,10 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from llm_operator.api import labels as L
 from llm_operator.api.model_status import Condition, LLMModelStatus, ModelFileStatus, Phase
 from llm_operator.api.v1alpha1 import LLMModel
 from llm_operator.api.validation import Problem
+from llm_operator.reconcile import workloads
 from llm_operator.reconcile.autoscaling import Report
 from llm_operator.reconcile.queue import Admission
 
@@ -200,10 +200,6 @@ def _unschedulable(pod: dict[str, Any]) -> str | None:
     return None
 
 
-def _labels(obj: dict[str, Any]) -> dict[str, str]:
-    return dict(obj.get("metadata", {}).get("labels") or {})
-
-
 def _condition(status: dict[str, Any], kind: str) -> str | None:
     """The status (True, False, Unknown) of a workload's condition, None when it has none."""
     return next((str(c.get("status")) for c in status.get("conditions") or []
@@ -237,14 +233,14 @@ def _facts(model: LLMModel, obs: Observation) -> _Facts:
     dstatus = (deploy or {}).get("status", {})
     desired = int(spec.get("replicas", 1)) if deploy else 0
     ready = int(dstatus.get("readyReplicas", 0)) if deploy else 0
-    groups = (deploy or {}).get("kind") == "LeaderWorkerSet"  # a replica is a group of pods
-    serving = [p for p in pods if not groups or _labels(p).get(L.LWS_WORKER_INDEX) == "0"]
+    kind = str((deploy or {}).get("kind", workloads.DEPLOYMENT))
+    serving = [p for p in pods if workloads.serving(kind, p)]
     ready = max(ready, sum(_ready(p) for p in serving)) if deploy else 0
     issues = pod_issues(pods)
     unschedulable = next((m for p in pods if (m := _unschedulable(p))), None)
     nodes = sorted({str(n) for p in pods if (n := p.get("spec", {}).get("nodeName"))})
     rolling = bool(deploy) and int(dstatus.get("updatedReplicas", desired)) < desired
-    if groups:  # the LeaderWorkerSet says itself whether an update is rolling out
+    if kind != workloads.DEPLOYMENT:  # it says itself whether an update is rolling out
         rolling = _condition(dstatus, "UpdateInProgress") == "True"
     deadline = next((str(c.get("message", "")) for c in dstatus.get("conditions") or []
                      if c.get("type") == "Progressing" and c.get("status") == "False"

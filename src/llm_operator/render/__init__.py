@@ -12,6 +12,7 @@ from llm_operator.profiles.settings import DEFAULT_SETTINGS, Settings
 from llm_operator.profiles.vendors import VendorProfile, vendor
 from llm_operator.render import (
     adapters,
+    disaggregation,
     monitoring,
     multinode,
     networking,
@@ -117,19 +118,30 @@ def _render_local(
     cache = model_plan.cache_size_gib * (2 if eng.name == "ollama" else 1)  # Ollama copies it
     autoscaled = scaling.autoscaled(model)
     nodes = model_plan.nodes
-    deployment = workload.inference_deployment(
-        model, vp=vp, eng=eng, image=image, settings=settings,
-        replicas=None if autoscaled else spec.scaling.min_replicas,
-        owner_uid=owner_uid, node_selector=node_selector, tolerations=tolerations)
-    only = multinode.LEADERS if nodes > 1 else None
+    def deployment_of(served_model: LLMModel) -> dict[str, Any]:
+        return workload.inference_deployment(
+            served_model, vp=vp, eng=eng, image=image, settings=settings,
+            replicas=None if autoscaled else spec.scaling.min_replicas,
+            owner_uid=owner_uid, node_selector=node_selector, tolerations=tolerations)
+
+    roles = bool(spec.serving and spec.serving.disaggregation)
+    only = multinode.LEADERS if nodes > 1 else \
+        disaggregation.DECODE_ONLY if roles else None
     target = multinode.REF if nodes > 1 else scaling.DEPLOYMENT
-    served = [
-        multinode.leader_worker_set(
-            model, deployment, nodes, cache,
-            (settings.storage.access_mode, settings.storage.storage_class_name))
-        if nodes > 1 else deployment,
-        networking.service(model, workload.COMPONENT, owner_uid, only),
-    ]
+    if roles:
+        role_deployments = [
+            disaggregation.role_deployment(
+                model, role, deployment_of(disaggregation.role_model(model, role)), settings)
+            for role in disaggregation.ROLES]
+        workloads = [disaggregation.disaggregated_set(model, role_deployments, owner_uid)] \
+            if settings.disaggregation.workload == "disaggregatedset" else role_deployments
+    elif nodes > 1:
+        workloads = [multinode.leader_worker_set(
+            model, deployment_of(model), nodes, cache,
+            (settings.storage.access_mode, settings.storage.storage_class_name))]
+    else:
+        workloads = [deployment_of(model)]
+    served = [*workloads, networking.service(model, workload.COMPONENT, owner_uid, only)]
     cached = workload.node_file(spec) is None and nodes == 1  # groups claim their own
     objects = [
         *([workload.model_cache_pvc(model, cache, settings, owner_uid)] if cached else []),
@@ -142,12 +154,15 @@ def _render_local(
     if scaling.wants_http_addon(model, settings):
         objects.append(scaling.http_scaled_object(model, settings, owner_uid, target))
     if eng.metrics_path:
-        mon = monitoring.monitor(model, workload.COMPONENT, eng.metrics_path, settings, owner_uid)
+        mon = disaggregation.pod_monitor(model, settings, eng.metrics_path, owner_uid) \
+            if roles else \
+            monitoring.monitor(model, workload.COMPONENT, eng.metrics_path, settings, owner_uid)
         if mon:
             objects.append(mon)
     if settings.inference_pool.enabled and eng.name in pools.POOL_ENGINES:
         if settings.inference_pool.endpoint_picker.deploy:
             objects += picker.picker_objects(model, settings, owner_uid)
-        objects += [pools.inference_pool(model, settings, owner_uid, only),
+        leaders = multinode.LEADERS if nodes > 1 else None  # the picker sees both roles
+        objects += [pools.inference_pool(model, settings, owner_uid, leaders),
                     pools.http_route(model, settings, owner_uid)]
     return objects

@@ -38,16 +38,37 @@ def picker_name(model: LLMModel, settings: Settings) -> str:
     return settings.inference_pool.endpoint_picker.service.replace("{name}", model.name)
 
 
-def plugins_config(settings: Settings) -> str:
-    """The EndpointPickerConfig: the scorers with their weights (weight 0 leaves one out)."""
+def plugins_config(settings: Settings, disaggregated: bool = False) -> str:
+    """The EndpointPickerConfig: the scorers with their weights (weight 0 leaves one out).
+
+    Disaggregated (llm-d's inference scheduler): a decode profile and a prefill profile,
+    each filtered to its role's pods (label llm-d.ai/role) and scored alike; the decider
+    sends a request to a prefill pod when its prompt is not already mostly cached on the
+    chosen decode pod, and the headers handler tells the decode pod's sidecar which.
+    """
     weights = {k: w for k, w in settings.inference_pool.endpoint_picker.scorers.items() if w}
-    config = {
+    scored = [{"pluginRef": scorer, "weight": weight} for scorer, weight in weights.items()]
+    config: dict[str, Any] = {
         "apiVersion": CONFIG_API, "kind": "EndpointPickerConfig",
         "plugins": [{"type": scorer} for scorer in weights],
-        "schedulingProfiles": [{"name": "default", "plugins": [
-            {"pluginRef": scorer, "weight": weight} for scorer, weight in weights.items()]}],
+        "schedulingProfiles": [{"name": "default", "plugins": scored}],
     }
+    if disaggregated:
+        config["plugins"] += [
+            {"type": "prefill-filter"}, {"type": "decode-filter"},
+            {"type": "max-score-picker"}, {"type": "disagg-headers-handler"},
+            {"type": "prefix-based-pd-decider", "parameters": {"nonCachedTokens": 16}},
+            {"type": "disagg-profile-handler",
+             "parameters": {"deciders": {"prefill": "prefix-based-pd-decider"}}}]
+        config["schedulingProfiles"] = [
+            {"name": role, "plugins": [{"pluginRef": f"{role}-filter"},
+                                       {"pluginRef": "max-score-picker"}, *scored]}
+            for role in ("prefill", "decode")]
     return yaml.safe_dump(config, sort_keys=False)
+
+
+def _disaggregated(model: LLMModel) -> bool:
+    return bool(model.spec.serving and model.spec.serving.disaggregation)
 
 
 def _pod_labels(model: LLMModel, settings: Settings) -> dict[str, str]:
@@ -61,7 +82,7 @@ def picker_objects(model: LLMModel, settings: Settings, owner_uid: str | None
     name = picker_name(model, settings)
     meta = metadata(model, name, COMPONENT, owner_uid)
     config = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta,
-              "data": {CONFIG_FILE: plugins_config(settings)}}
+              "data": {CONFIG_FILE: plugins_config(settings, _disaggregated(model))}}
     return [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta,
          "automountServiceAccountToken": True},
@@ -125,7 +146,8 @@ def _deployment(model: LLMModel, settings: Settings, meta: dict[str, Any], diges
                                         "seccompProfile": {"type": "RuntimeDefault"}},
                     "containers": [{
                         "name": "epp",
-                        "image": picker.image,
+                        "image": settings.disaggregation.picker_image
+                        if _disaggregated(model) else picker.image,
                         "imagePullPolicy": settings.images.pull_policy,
                         "args": _args(model),
                         "env": env,

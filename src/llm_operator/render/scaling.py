@@ -17,9 +17,13 @@ DEPLOYMENT = ("apps/v1", "Deployment")
 
 
 def autoscaled(model: LLMModel) -> bool:
-    """KEDA owns replicas unless the bounds leave nothing to decide (min == max)."""
-    scaling = model.spec.scaling
-    return not model.spec.is_remote and scaling.min_replicas != scaling.max_replicas
+    """KEDA owns replicas unless the bounds leave nothing to decide (min == max).
+
+    A disaggregated model's roles keep their own replica counts: nothing autoscales them.
+    """
+    spec, scaling = model.spec, model.spec.scaling
+    roles = spec.serving.disaggregation if spec.serving else None
+    return not spec.is_remote and roles is None and scaling.min_replicas != scaling.max_replicas
 
 
 def keda_scales(model: LLMModel, settings: Settings) -> bool:

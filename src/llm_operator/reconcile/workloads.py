@@ -1,0 +1,66 @@
+"""A model's workload as status reads it: what serves it, summed up like a Deployment.
+
+A model is served by a Deployment, a LeaderWorkerSet (a replica is a group of pods), or
+prefill and decode roles (two Deployments, or one DisaggregatedSet). Status counts the
+replicas that answer the model's Service, so a disaggregated model's summary counts its
+decode pods; a role that is rolling out or failing shows as rolling or Degraded.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llm_operator.api import labels as L
+
+DEPLOYMENT, LWS, ROLES = "Deployment", "LeaderWorkerSet", "DisaggregatedRoles"
+
+
+def _counts(obj: dict[str, Any] | None) -> tuple[int, int, int]:
+    """(desired, ready, updated) of a Deployment or LeaderWorkerSet."""
+    if obj is None:
+        return 0, 0, 0
+    desired = int((obj.get("spec") or {}).get("replicas", 1))
+    status = obj.get("status") or {}
+    return desired, int(status.get("readyReplicas", 0)), \
+        int(status.get("updatedReplicas", desired))
+
+
+def _summary(desired: int, ready: int, rolling: bool,
+             conditions: list[dict[str, Any]]) -> dict[str, Any]:
+    marks = [{"type": "UpdateInProgress", "status": "True" if rolling else "False"}]
+    return {"kind": ROLES, "spec": {"replicas": desired},
+            "status": {"readyReplicas": ready, "conditions": [*conditions, *marks]}}
+
+
+def roles(prefill: dict[str, Any] | None, decode: dict[str, Any] | None
+          ) -> dict[str, Any] | None:
+    """Prefill and decode Deployments as one workload (None: neither exists yet)."""
+    if prefill is None and decode is None:
+        return None
+    (p_want, _, p_updated), (d_want, d_ready, d_updated) = _counts(prefill), _counts(decode)
+    deadline = [c for d in (prefill, decode) if d is not None
+                for c in (d.get("status") or {}).get("conditions") or []
+                if c.get("reason") == "ProgressDeadlineExceeded"]
+    return _summary(d_want, d_ready, p_updated < p_want or d_updated < d_want, deadline)
+
+
+def disaggregated_set(ds: dict[str, Any]) -> dict[str, Any]:
+    """A DisaggregatedSet's decode role as the workload, from its spec and roleStatuses."""
+    wanted = {r.get("name"): int((r.get("spec") or {}).get("replicas", 0))
+              for r in (ds.get("spec") or {}).get("roles") or []}
+    status = ds.get("status") or {}
+    seen = {r.get("name"): r for r in status.get("roleStatuses") or []}
+    decode = seen.get("decode") or {}
+    rolling = any(int(seen.get(name, {}).get("updatedReplicas", 0)) < count
+                  for name, count in wanted.items())
+    return _summary(wanted.get("decode", 0), int(decode.get("readyReplicas", 0)), rolling, [])
+
+
+def serving(kind: str, pod: dict[str, Any]) -> bool:
+    """Whether the pod answers the model's Service (a group's leader, a decode pod)."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    if kind == LWS:
+        return labels.get(L.LWS_WORKER_INDEX) == "0"
+    if kind == ROLES:
+        return labels.get(L.ROLE) == "decode"
+    return True
