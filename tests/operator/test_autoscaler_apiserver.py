@@ -209,3 +209,20 @@ async def test_a_lowered_max_scales_down_once_and_a_new_leader_changes_nothing(
         await until_scaled(kube, namespace, [
             "1 -> 2 replica(s) (Load)", "2 -> 1 replica(s) (AboveMax)",
             "1 -> 2 replica(s) (Load)", "2 -> 1 replica(s) (LoadFell)"])
+
+
+async def test_a_model_across_nodes_scales_its_leaderworkerset(
+        apiserver: ControlPlane, kube: Kube, namespace: str) -> None:
+    """The same loop writes a LeaderWorkerSet's scale subresource (a replica: a group)."""
+    doc = copy.deepcopy(load_yaml(REPO / "config" / "samples" / "edge" /
+                                  "llama-405b-multinode-nvidia.yaml"))
+    doc["metadata"]["name"] = NAME
+    doc["spec"]["scaling"] = {"minReplicas": 1, "maxReplicas": 3, "scaleUpThreshold": 4,
+                              "cooldownPeriodSeconds": 3600}
+    router = FakeRouter(namespace, pending=8)
+    lws = ("leaderworkerset.x-k8s.io/v1", "leaderworkersets")
+    async with scaling(apiserver, kube, namespace, router, stabilization=3600):
+        await create(kube, doc, namespace)
+        scaled = await until(kube, *lws, namespace, NAME, replicas(2))
+        assert scaled is not None and scaled["spec"]["leaderWorkerTemplate"]["size"] == 2
+        await until_scaled(kube, namespace, ["1 -> 2 replica(s) (Load)"])

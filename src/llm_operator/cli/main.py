@@ -192,8 +192,10 @@ def plan_cmd(paths: tuple[str, ...], cluster: bool, namespace: str | None, outpu
 
     Memory = weights (total parameters x bytes per parameter) + KV cache for the served
     context + runtime overhead. Verdicts: fits | tight | does-not-fit, with the reason and
-    the accelerator count and tensor-parallel size to use. With --cluster, the GPU queue:
-    which accelerator models run, start now or wait for GPUs, in priority order.
+    the accelerator count and tensor-parallel size to use; NODES: the nodes one replica
+    spans (vLLM and SGLang models too large for one node, or spec.serving.nodes), with the
+    pipeline-parallel size. With --cluster, the GPU queue: which accelerator models run,
+    start now or wait for GPUs, in priority order.
     """
     settings = _settings(settings_path)
     if cluster:
