@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from llm_operator.api.v1alpha1 import LLMModel
@@ -100,6 +101,24 @@ def _render_remote(
     return objects + ([mon] if mon else [])
 
 
+def _workloads(model: LLMModel, settings: Settings, *, nodes: int, cache: int,
+               owner_uid: str | None,
+               deployment_of: Callable[[LLMModel], dict[str, Any]]) -> list[dict[str, Any]]:
+    """What serves the model: its Deployment, a LeaderWorkerSet, or prefill and decode roles."""
+    if model.spec.serving and model.spec.serving.disaggregation:
+        roles = [disaggregation.role_deployment(
+            model, role, deployment_of(disaggregation.role_model(model, role)), settings)
+            for role in disaggregation.ROLES]
+        if settings.disaggregation.workload == "disaggregatedset":
+            return [disaggregation.disaggregated_set(model, roles, owner_uid)]
+        return roles
+    if nodes > 1:
+        return [multinode.leader_worker_set(
+            model, deployment_of(model), nodes, cache,
+            (settings.storage.access_mode, settings.storage.storage_class_name))]
+    return [deployment_of(model)]
+
+
 def _render_local(
     model: LLMModel, settings: Settings, owner_uid: str | None, model_plan: Plan
 ) -> list[dict[str, Any]]:
@@ -118,6 +137,7 @@ def _render_local(
     cache = model_plan.cache_size_gib * (2 if eng.name == "ollama" else 1)  # Ollama copies it
     autoscaled = scaling.autoscaled(model)
     nodes = model_plan.nodes
+
     def deployment_of(served_model: LLMModel) -> dict[str, Any]:
         return workload.inference_deployment(
             served_model, vp=vp, eng=eng, image=image, settings=settings,
@@ -126,21 +146,10 @@ def _render_local(
 
     roles = bool(spec.serving and spec.serving.disaggregation)
     only = multinode.LEADERS if nodes > 1 else \
-        disaggregation.DECODE_ONLY if roles else None
+        disaggregation.DECODE_ONLY if roles else None  # the pods that answer the Service
     target = multinode.REF if nodes > 1 else scaling.DEPLOYMENT
-    if roles:
-        role_deployments = [
-            disaggregation.role_deployment(
-                model, role, deployment_of(disaggregation.role_model(model, role)), settings)
-            for role in disaggregation.ROLES]
-        workloads = [disaggregation.disaggregated_set(model, role_deployments, owner_uid)] \
-            if settings.disaggregation.workload == "disaggregatedset" else role_deployments
-    elif nodes > 1:
-        workloads = [multinode.leader_worker_set(
-            model, deployment_of(model), nodes, cache,
-            (settings.storage.access_mode, settings.storage.storage_class_name))]
-    else:
-        workloads = [deployment_of(model)]
+    workloads = _workloads(model, settings, nodes=nodes, cache=cache, owner_uid=owner_uid,
+                           deployment_of=deployment_of)
     served = [*workloads, networking.service(model, workload.COMPONENT, owner_uid, only)]
     cached = workload.node_file(spec) is None and nodes == 1  # groups claim their own
     objects = [
