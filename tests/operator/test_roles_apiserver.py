@@ -23,6 +23,7 @@ from apitools import (
     create,
     exists,
     first_pod,
+    gone,
     operator_connection,
     phase_is,
     set_pod,
@@ -128,3 +129,20 @@ async def test_without_the_crd(cluster: Cluster, workload: str, phase: str,
         assert _placed(model)["reason"] == "DisaggregatedSetNotInstalled"
         assert "set disaggregation.workload to auto or deployments" in \
             _placed(model)["message"]
+
+
+async def test_changing_the_workload_setting_replaces_one_shape_with_the_other(
+        apiserver: ControlPlane, kube: Kube, namespace: str) -> None:
+    doc = _model()
+    name = doc["metadata"]["name"]
+    connection = operator_connection(apiserver)
+    async with running_operator(connection, _settings("disaggregatedset"),
+                                namespaces=[namespace], timeout=30):
+        await create(kube, doc, namespace)
+        assert await until(kube, *DS, namespace, name, exists)
+    async with running_operator(connection, _settings("deployments"), namespaces=[namespace],
+                                timeout=30):
+        for role in ("prefill", "decode"):
+            assert await until(kube, "apps/v1", "deployments", namespace,
+                               f"{name}-{role}", exists)
+        assert await until(kube, *DS, namespace, name, gone) is None
