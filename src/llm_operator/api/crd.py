@@ -7,7 +7,8 @@ from typing import Any
 
 from llm_operator.api.labels import SCHEMA_VERSION
 from llm_operator.api.model_status import LLMModelStatus
-from llm_operator.api.rules import RULES, Rule
+from llm_operator.api.rule import Rule
+from llm_operator.api.rules import RULES
 from llm_operator.api.v1alpha1 import (
     GROUP,
     KIND,

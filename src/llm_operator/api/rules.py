@@ -1,13 +1,12 @@
-"""Cross-field rules of LLMModel: each one as a CEL expression for the CRD and a Python twin."""
+"""Cross-field rules of LLMModel (CEL for the CRD, and a Python twin), in the CRD's order."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-from llm_operator.api.serving import DisaggregationSpec
+from llm_operator.api.rule import ENGINE, VENDOR, Rule, is_local
+from llm_operator.api.serving_rules import SERVING_RULES
 from llm_operator.api.v1alpha1 import (
     LABEL_KEY,
     RESERVED_POD_KEY_PREFIXES,
@@ -16,36 +15,6 @@ from llm_operator.api.v1alpha1 import (
 )
 
 HF_REPO = r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9._-]+$"
-# The CRD has no default for these two (remote models have neither): CEL reads the default
-# the types apply to local models.
-VENDOR = "(has(self.acceleratorVendor) ? self.acceleratorVendor : 'nvidia')"
-ENGINE = "(has(self.inferenceEngine) ? self.inferenceEngine : 'vllm')"
-
-
-@dataclass(frozen=True)
-class Rule:
-    """One validation rule.
-
-    ``location`` is where the CEL rule sits in the CRD schema ("" is the root, "spec",
-    "spec.scaling", ...); ``field`` is the offending field relative to it (CEL ``fieldPath``).
-    ``holds`` is the Python twin: it receives the object at ``location`` and returns True
-    when the rule is satisfied.
-    """
-
-    id: str
-    location: str
-    field: str
-    cel: str
-    message: str
-    holds: Callable[[Any], bool]
-    reason: str = "FieldValueInvalid"
-
-    @property
-    def path(self) -> str:
-        """The offending field's full path, e.g. ``spec.remoteApi``."""
-        return ".".join(p for p in (self.location, self.field.lstrip(".")) if p)
-
-
 GEMINI_HOST = "https://generativelanguage.googleapis.com"
 GEMINI_OPENAI_PATH = r"/openai/?$"
 
@@ -74,10 +43,6 @@ def _pod_key(key: str, reserved: tuple[str, ...]) -> bool:
     return re.match(LABEL_KEY, key) is not None and not key.startswith(reserved)
 
 
-def _local(spec: LLMModelSpec) -> bool:
-    return spec.deployment_mode == "local"
-
-
 # What each adapter source type needs: the field in the CRD, the attribute in Python.
 LORA_SOURCE_FIELDS = (("huggingface", "repo", "repo"), ("s3", "s3Bucket", "s3_bucket"),
                       ("oci", "ociImage", "oci_image"), ("pvc", "claimName", "claim_name"),
@@ -95,19 +60,6 @@ def _default_tool_name_fits(spec: LLMModelSpec) -> bool:
     return not spec.mcp_exposure.enabled or tool is None or all(
         a.tool_name is not None or len(tool) + len(a.name) < 128
         for a in spec.lora_adapters or ())
-
-
-NODES_ASKED = "(has(self.serving) && has(self.serving.nodes) && self.serving.nodes > 1)"
-DISAGGREGATED = "(has(self.serving) && has(self.serving.disaggregation))"
-
-
-def _nodes(spec: LLMModelSpec) -> int:
-    """serving.nodes as asked (1 when unset: the planner may still pick more)."""
-    return (spec.serving.nodes if spec.serving else None) or 1
-
-
-def _disaggregation(spec: LLMModelSpec) -> DisaggregationSpec | None:
-    return spec.serving.disaggregation if spec.serving else None
 
 
 def _hf_source(spec: LLMModelSpec) -> bool:
@@ -145,7 +97,7 @@ RULES: tuple[Rule, ...] = (
         cel="self.deploymentMode != 'local' || has(self.totalParametersBillions)",
         message="totalParametersBillions is required for local models: the planner sizes "
         "accelerator memory and the model cache from it",
-        holds=lambda s: not _local(s) or s.total_parameters_billions is not None,
+        holds=lambda s: not is_local(s) or s.total_parameters_billions is not None,
         reason="FieldValueRequired",
     ),
     Rule(
@@ -156,7 +108,7 @@ RULES: tuple[Rule, ...] = (
         message="vLLM is not supported for acceleratorVendor cpu: use inferenceEngine "
         "llamacpp or ollama",
         holds=lambda s: not (
-            _local(s) and s.accelerator_vendor == "cpu" and s.inference_engine == "vllm"
+            is_local(s) and s.accelerator_vendor == "cpu" and s.inference_engine == "vllm"
         ),
     ),
     Rule(
@@ -168,7 +120,7 @@ RULES: tuple[Rule, ...] = (
         message="SGLang is served on acceleratorVendor nvidia or amd: use inferenceEngine "
         "vllm on intel-gaudi, llamacpp or ollama on cpu",
         holds=lambda s: not (
-            _local(s) and s.inference_engine == "sglang"
+            is_local(s) and s.inference_engine == "sglang"
             and s.accelerator_vendor not in {"nvidia", "amd"}
         ),
     ),
@@ -181,7 +133,7 @@ RULES: tuple[Rule, ...] = (
         message="SGLang serves Hugging Face weights (FP16, BF16, FP8, AWQ, GPTQ), not GGUF "
         "files: use inferenceEngine llamacpp for GGUF",
         holds=lambda s: not (
-            _local(s) and s.inference_engine == "sglang" and s.quantization.startswith("GGUF-")
+            is_local(s) and s.inference_engine == "sglang" and s.quantization.startswith("GGUF-")
         ),
     ),
     Rule(
@@ -193,7 +145,7 @@ RULES: tuple[Rule, ...] = (
         message="llama.cpp, Ollama and SGLang do not support acceleratorVendor intel-gaudi: "
         "use inferenceEngine vllm",
         holds=lambda s: not (
-            _local(s) and s.accelerator_vendor == "intel-gaudi" and s.inference_engine != "vllm"
+            is_local(s) and s.accelerator_vendor == "intel-gaudi" and s.inference_engine != "vllm"
         ),
     ),
     Rule(
@@ -204,7 +156,7 @@ RULES: tuple[Rule, ...] = (
         "self.quantization.startsWith('GGUF-')",
         message="llama.cpp serves GGUF files only: set quantization to GGUF-Q4_K_M or GGUF-Q8_0",
         holds=lambda s: not (
-            _local(s) and s.inference_engine == "llamacpp"
+            is_local(s) and s.inference_engine == "llamacpp"
             and not s.quantization.startswith("GGUF-")
         ),
     ),
@@ -226,7 +178,7 @@ RULES: tuple[Rule, ...] = (
         cel=f"!has(self.llamaCpp) || (self.deploymentMode == 'local' && {ENGINE} == 'llamacpp')",
         message="llamaCpp settings apply to inferenceEngine llamacpp only: remove llamaCpp or "
         "use the llamacpp engine",
-        holds=lambda s: s.llama_cpp is None or (_local(s) and s.inference_engine == "llamacpp"),
+        holds=lambda s: s.llama_cpp is None or (is_local(s) and s.inference_engine == "llamacpp"),
     ),
     Rule(
         id="llamacpp-settings-not-in-engine-args",
@@ -269,7 +221,7 @@ RULES: tuple[Rule, ...] = (
         cel="!has(self.runtimeClassName) || self.deploymentMode == 'local'",
         message="runtimeClassName applies to the inference pods of local models; a remote "
         "model's gateway runs in the default runtime",
-        holds=lambda s: s.runtime_class_name is None or _local(s),
+        holds=lambda s: s.runtime_class_name is None or is_local(s),
     ),
     Rule(
         id="lora-needs-adapter-engine",
@@ -281,7 +233,7 @@ RULES: tuple[Rule, ...] = (
         "local model; Ollama and remote APIs cannot load them: remove loraAdapters or change "
         "engine",
         holds=lambda s: not s.lora_adapters
-        or (_local(s) and s.inference_engine in {"vllm", "sglang", "llamacpp"}),
+        or (is_local(s) and s.inference_engine in {"vllm", "sglang", "llamacpp"}),
     ),
     Rule(
         id="lora-name-not-model-id",
@@ -322,7 +274,7 @@ RULES: tuple[Rule, ...] = (
         cel="!has(self.routing) || self.deploymentMode == 'local'",
         message="routing spreads requests over a local model's replicas; a remote model has "
         "one upstream: remove routing",
-        holds=lambda s: s.routing is None or _local(s),
+        holds=lambda s: s.routing is None or is_local(s),
     ),
     Rule(
         id="prefix-settings-need-prefix-routing",
@@ -344,7 +296,7 @@ RULES: tuple[Rule, ...] = (
         message="resources.acceleratorCount must be at least 1 for an accelerator vendor; "
         "0 is only valid for acceleratorVendor cpu",
         holds=lambda s: (
-            not _local(s) or s.accelerator_vendor == "cpu" or s.resources.accelerator_count >= 1
+            not is_local(s) or s.accelerator_vendor == "cpu" or s.resources.accelerator_count >= 1
         ),
     ),
     Rule(
@@ -369,7 +321,7 @@ RULES: tuple[Rule, ...] = (
         message="modelId must be a Hugging Face repo path (owner/name) when the model source "
         "is huggingface",
         holds=lambda s: (
-            not _local(s) or not _hf_source(s) or re.fullmatch(HF_REPO[1:-1], s.model_id)
+            not is_local(s) or not _hf_source(s) or re.fullmatch(HF_REPO[1:-1], s.model_id)
             is not None
         ),
     ),
@@ -428,78 +380,7 @@ RULES: tuple[Rule, ...] = (
         message=GEMINI_NATIVE_MESSAGE,
         holds=lambda api: api.api != "gemini" or gemini_url_fits(api.base_url, api.api),
     ),
-    Rule(
-        id="serving-for-local-models",
-        location="spec",
-        field=".serving",
-        cel="!has(self.serving) || self.deploymentMode == 'local'",
-        message="serving applies to local models: a remote model is served by its provider",
-        holds=lambda s: s.serving is None or _local(s),
-    ),
-    Rule(
-        id="multi-node-engines",
-        location="spec",
-        field=".serving.nodes",
-        cel=f"!{NODES_ASKED} || {ENGINE} in ['vllm', 'sglang']",
-        message="serving.nodes: a model served across nodes needs inferenceEngine vllm or "
-        "sglang; llama.cpp and Ollama serve a model on one node",
-        holds=lambda s: _nodes(s) <= 1 or s.inference_engine in {"vllm", "sglang"},
-    ),
-    Rule(
-        id="multi-node-gpus",
-        location="spec",
-        field=".serving.nodes",
-        cel=f"!{NODES_ASKED} || {VENDOR} in ['nvidia', 'amd']",
-        message="serving.nodes: a model served across nodes needs acceleratorVendor nvidia "
-        "or amd",
-        holds=lambda s: _nodes(s) <= 1 or s.accelerator_vendor in {"nvidia", "amd"},
-    ),
-    Rule(
-        id="disaggregation-vllm",
-        location="spec",
-        field=".serving.disaggregation",
-        cel=f"!{DISAGGREGATED} || {ENGINE} == 'vllm'",
-        message="serving.disaggregation: prefill/decode disaggregation needs inferenceEngine "
-        "vllm (the roles hand over the KV cache with vLLM's NIXL connector)",
-        holds=lambda s: _disaggregation(s) is None or s.inference_engine == "vllm",
-    ),
-    Rule(
-        id="disaggregation-gpus",
-        location="spec",
-        field=".serving.disaggregation",
-        cel=f"!{DISAGGREGATED} || {VENDOR} in ['nvidia', 'amd']",
-        message="serving.disaggregation: prefill/decode disaggregation needs "
-        "acceleratorVendor nvidia or amd",
-        holds=lambda s: _disaggregation(s) is None or s.accelerator_vendor in {"nvidia", "amd"},
-    ),
-    Rule(
-        id="disaggregation-on-one-node",
-        location="spec",
-        field=".serving.nodes",
-        cel=f"!{DISAGGREGATED} || !{NODES_ASKED}",
-        message="serving.nodes: a disaggregated model's roles each serve on one node: remove "
-        "serving.nodes or serving.disaggregation",
-        holds=lambda s: _disaggregation(s) is None or _nodes(s) <= 1,
-    ),
-    Rule(
-        id="distributed-without-lora",
-        location="spec",
-        field=".loraAdapters",
-        cel=f"!has(self.loraAdapters) || size(self.loraAdapters) == 0 || "
-        f"(!{DISAGGREGATED} && !{NODES_ASKED})",
-        message="loraAdapters are served by one-pod replicas: remove them, or remove "
-        "serving.nodes and serving.disaggregation",
-        holds=lambda s: not s.lora_adapters or (_disaggregation(s) is None and _nodes(s) <= 1),
-    ),
-    *(Rule(
-        id=f"{role}-replicas",
-        location=f"spec.serving.disaggregation.{role}",
-        field=".replicas",
-        cel="!has(self.replicas) || self.replicas >= 1",
-        message=f"serving.disaggregation.{role}.replicas: each role needs at least 1 replica; "
-        "to serve without separate roles remove serving.disaggregation",
-        holds=lambda r: r.replicas >= 1,
-    ) for role in ("prefill", "decode")),
+    *SERVING_RULES,
     Rule(
         id="s3-needs-bucket",
         location="spec.modelSource",

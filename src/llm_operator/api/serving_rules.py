@@ -1,0 +1,95 @@
+"""The rules of spec.serving: nodes per replica, and prefill/decode roles (CEL and Python)."""
+
+from __future__ import annotations
+
+from llm_operator.api.rule import ENGINE, VENDOR, Rule, is_local
+from llm_operator.api.serving import DisaggregationSpec
+from llm_operator.api.v1alpha1 import LLMModelSpec
+
+NODES_ASKED = "(has(self.serving) && has(self.serving.nodes) && self.serving.nodes > 1)"
+DISAGGREGATED = "(has(self.serving) && has(self.serving.disaggregation))"
+
+
+def _nodes(spec: LLMModelSpec) -> int:
+    """serving.nodes as asked (1 when unset: the planner may still pick more)."""
+    return (spec.serving.nodes if spec.serving else None) or 1
+
+
+def _disaggregation(spec: LLMModelSpec) -> DisaggregationSpec | None:
+    return spec.serving.disaggregation if spec.serving else None
+
+
+SERVING_RULES: tuple[Rule, ...] = (
+    Rule(
+        id="serving-for-local-models",
+        location="spec",
+        field=".serving",
+        cel="!has(self.serving) || self.deploymentMode == 'local'",
+        message="serving applies to local models: a remote model is served by its provider",
+        holds=lambda s: s.serving is None or is_local(s),
+    ),
+    Rule(
+        id="multi-node-engines",
+        location="spec",
+        field=".serving.nodes",
+        cel=f"!{NODES_ASKED} || {ENGINE} in ['vllm', 'sglang']",
+        message="serving.nodes: a model served across nodes needs inferenceEngine vllm or "
+        "sglang; llama.cpp and Ollama serve a model on one node",
+        holds=lambda s: _nodes(s) <= 1 or s.inference_engine in {"vllm", "sglang"},
+    ),
+    Rule(
+        id="multi-node-gpus",
+        location="spec",
+        field=".serving.nodes",
+        cel=f"!{NODES_ASKED} || {VENDOR} in ['nvidia', 'amd']",
+        message="serving.nodes: a model served across nodes needs acceleratorVendor nvidia "
+        "or amd",
+        holds=lambda s: _nodes(s) <= 1 or s.accelerator_vendor in {"nvidia", "amd"},
+    ),
+    Rule(
+        id="disaggregation-vllm",
+        location="spec",
+        field=".serving.disaggregation",
+        cel=f"!{DISAGGREGATED} || {ENGINE} == 'vllm'",
+        message="serving.disaggregation: prefill/decode disaggregation needs inferenceEngine "
+        "vllm (the roles hand over the KV cache with vLLM's NIXL connector)",
+        holds=lambda s: _disaggregation(s) is None or s.inference_engine == "vllm",
+    ),
+    Rule(
+        id="disaggregation-gpus",
+        location="spec",
+        field=".serving.disaggregation",
+        cel=f"!{DISAGGREGATED} || {VENDOR} in ['nvidia', 'amd']",
+        message="serving.disaggregation: prefill/decode disaggregation needs "
+        "acceleratorVendor nvidia or amd",
+        holds=lambda s: _disaggregation(s) is None or s.accelerator_vendor in {"nvidia", "amd"},
+    ),
+    Rule(
+        id="disaggregation-on-one-node",
+        location="spec",
+        field=".serving.nodes",
+        cel=f"!{DISAGGREGATED} || !{NODES_ASKED}",
+        message="serving.nodes: a disaggregated model's roles each serve on one node: remove "
+        "serving.nodes or serving.disaggregation",
+        holds=lambda s: _disaggregation(s) is None or _nodes(s) <= 1,
+    ),
+    Rule(
+        id="distributed-without-lora",
+        location="spec",
+        field=".loraAdapters",
+        cel=f"!has(self.loraAdapters) || size(self.loraAdapters) == 0 || "
+        f"(!{DISAGGREGATED} && !{NODES_ASKED})",
+        message="loraAdapters are served by one-pod replicas: remove them, or remove "
+        "serving.nodes and serving.disaggregation",
+        holds=lambda s: not s.lora_adapters or (_disaggregation(s) is None and _nodes(s) <= 1),
+    ),
+    *(Rule(
+        id=f"{role}-replicas",
+        location=f"spec.serving.disaggregation.{role}",
+        field=".replicas",
+        cel="!has(self.replicas) || self.replicas >= 1",
+        message=f"serving.disaggregation.{role}.replicas: each role needs at least 1 replica; "
+        "to serve without separate roles remove serving.disaggregation",
+        holds=lambda r: r.replicas >= 1,
+    ) for role in ("prefill", "decode")),
+)
