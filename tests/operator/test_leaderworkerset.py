@@ -114,3 +114,30 @@ async def test_without_the_crd_the_model_fails_with_what_to_install(cluster: Clu
     assert placed["reason"] == "LeaderWorkerSetNotInstalled"
     assert "spans 2 nodes per replica" in placed["message"]
     assert "install LeaderWorkerSet" in placed["message"]
+
+
+async def test_a_group_waits_for_gpus_until_every_pod_of_it_can_be_placed(
+        apiserver: ControlPlane, kube: Kube, namespace: str) -> None:
+    """2 nodes x 8 GPUs per replica: one 8-GPU node can never hold it; a second one can."""
+    pool = {"nvidia.com/gpu.present": "true", "pool": namespace}  # only this test's nodes
+    labels = {**pool, "nvidia.com/gpu.memory": "196608"}
+    first, second = f"gpu-a-{namespace}", f"gpu-b-{namespace}"
+    capacity = {"nvidia.com/gpu": "8", "cpu": "256", "memory": "2Ti"}
+    apiserver.add_node(first, labels, capacity)
+    settings = Settings.model_validate({"vendors": {"nvidia": {"nodeSelector": pool}}})
+    doc = _model()
+    name = doc["metadata"]["name"]
+    try:
+        async with running_operator(operator_connection(apiserver), settings,
+                                    namespaces=[namespace], timeout=30):
+            await create(kube, doc, namespace)
+            waiting = await until(kube, API, "llmmodels", namespace, name,
+                                  phase_is("WaitingForGPU"))
+            assert "needs 2 x 8 nvidia.com/gpu, and no set of matching schedulable nodes " \
+                "could ever hold it" in _condition(waiting, "Placed")["message"]
+            assert await kube.get(*LWS, namespace, name) is None  # nothing is spent
+            apiserver.add_node(second, labels, capacity)
+            assert await until(kube, *LWS, namespace, name, exists) is not None
+    finally:
+        for node in (first, second):
+            await apiserver.akubectl("delete", "node", node, "--ignore-not-found")

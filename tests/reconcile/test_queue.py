@@ -6,7 +6,13 @@ from typing import Any
 
 import pytest
 
-from llm_operator.reconcile.queue import Admission, Claim, Node, admit, node_of
+from llm_operator.api.validation import parse_llmmodel
+from llm_operator.profiles.settings import Settings
+from llm_operator.reconcile import workloads
+from llm_operator.reconcile.queue import Admission, Claim, Node, admit, claim_of, node_of
+from llm_operator.render import render
+
+from samples import sample_doc
 
 GPU = "nvidia.com/gpu"
 NVIDIA = {"nvidia.com/gpu.present": "true"}
@@ -20,7 +26,8 @@ def node(name: str, gpus: int, labels: dict[str, str] | None = None,
 def claim(name: str, count: int = 1, replicas: int = 1, priority: str = "normal",
           created: str = "2026-11-23T10:00:00Z", running: bool = False,
           **more: Any) -> Claim:
-    return Claim(("ai", name), GPU, count, replicas, priority, created, running,
+    pods = more.pop("pods", (count,) * replicas)
+    return Claim(("ai", name), GPU, pods, priority, created, running,
                  more.pop("node_selector", NVIDIA), **more)
 
 
@@ -64,8 +71,17 @@ CASES: list[tuple[str, list[Node], list[Claim], dict[str, tuple[bool, int | None
     ("another vendor's queue is separate", [
         node("n1", 1), Node("m1", {"amd.com/gpu": 2}, {"amd.com/gpu.present": "true"})],
      [claim("nv-holder", 1, running=True), claim("nv", 1),
-      Claim(("ai", "amd"), "amd.com/gpu", 2, 1, node_selector={"amd.com/gpu.present": "true"})],
+      Claim(("ai", "amd"), "amd.com/gpu", (2,), node_selector={"amd.com/gpu.present": "true"})],
      {"amd": (True, None), "nv": (False, 1), "nv-holder": (True, None)}),
+    ("a replica across 2 nodes needs both nodes' cards", [node("n1", 8), node("n2", 8)],
+     [claim("405b", pods=(8, 8), created="2026-11-23T09:00:00Z"), claim("one", 1)],
+     {"405b": (True, None), "one": (False, 1)}),
+    ("a group that no set of nodes holds never blocks", [node("n1", 8), node("n2", 8)],
+     [claim("3-nodes", pods=(8, 8, 8), created="2026-11-23T09:00:00Z"), claim("one", 1)],
+     {"3-nodes": (False, None), "one": (True, None)}),
+    ("prefill and decode pods of their own sizes", [node("n1", 8)],
+     [claim("pd", pods=(4, 2, 2), created="2026-11-23T09:00:00Z"), claim("two", 2)],
+     {"pd": (True, None), "two": (False, 1)}),
 ]
 
 
@@ -97,3 +113,24 @@ def test_a_node_object_becomes_its_capacity() -> None:
     parsed = node_of(obj)
     assert (parsed.name, parsed.allocatable[GPU], parsed.schedulable) == ("gpu-1", 8, False)
     assert "cpu" not in parsed.allocatable
+
+
+def test_mixed_pods_are_named_by_size() -> None:
+    assert claim("pd", pods=(4, 2, 2, 2)).needs == "1 x 4 + 3 x 2 nvidia.com/gpu"
+    assert claim("plain", 2, replicas=3).needs == "3 x 2 nvidia.com/gpu"
+
+
+@pytest.mark.parametrize(("stem", "workload", "pods"), [
+    ("gemma4-31b-nvidia", "deployments", (1,)),
+    ("llama-405b-multinode-nvidia", "deployments", (8, 8)),  # one group of 2 nodes
+    ("llama-70b-pd-nvidia", "deployments", (2, 2, 2, 2)),  # 1 prefill + 3 decode pods
+    ("llama-70b-pd-nvidia", "disaggregatedset", (2, 2, 2, 2)),
+])
+def test_a_models_claim_counts_every_pod_it_will_run(stem: str, workload: str,
+                                                     pods: tuple[int, ...]) -> None:
+    model = parse_llmmodel(sample_doc(stem))
+    settings = Settings.model_validate({"disaggregation": {"workload": workload}})
+    served = workloads.rendered(render(model, settings), model.name)
+    found = claim_of(model, served, running=False)
+    assert found is not None and found.pods == pods
+    assert found.node_selector == {"nvidia.com/gpu.present": "true"}

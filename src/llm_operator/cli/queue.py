@@ -10,34 +10,52 @@ from rich.console import Console
 from rich.table import Table
 
 from llm_operator.api import labels as L
-from llm_operator.kube import ApiError, Kube, connection
+from llm_operator.kube import PLURALS, ApiError, Kube, connection
 from llm_operator.operator.gpu_queue import GpuQueue
 from llm_operator.profiles.settings import Settings
 from llm_operator.profiles.vendors import VENDORS
+from llm_operator.reconcile import workloads
 from llm_operator.reconcile.queue import node_of
 
 ACCELERATOR_RESOURCES = frozenset(v.resource_key for v in VENDORS.values() if v.resource_key)
 
 
-async def _read(namespace: str | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]],
+Listed = dict[tuple[str, str, str], dict[str, Any]]  # (kind, namespace, name) -> object
+
+
+async def _read(namespace: str | None) -> tuple[list[dict[str, Any]], Listed,
                                                 list[dict[str, Any]]]:
+    managed = f"{L.K8S_MANAGED_BY}={L.MANAGED_BY_VALUE}"
     async with Kube(connection(), attempts=2) as kube:
         models = await kube.list("ai.example.io/v1alpha1", "llmmodels", namespace)
-        deployments = await kube.list("apps/v1", "deployments", namespace,
-                                      label_selector=f"{L.K8S_MANAGED_BY}={L.MANAGED_BY_VALUE}")
+        served: Listed = {}
+        for kind, api in workloads.APIS.items():
+            try:
+                found = await kube.list(api, PLURALS[(api, kind)], namespace,
+                                        label_selector=managed)
+            except ApiError as exc:
+                if exc.status != 404:  # 404: the cluster does not serve the kind
+                    raise
+                found = []
+            served.update({(kind, o["metadata"]["namespace"], o["metadata"]["name"]): o
+                           for o in found})
         nodes = await kube.list("v1", "nodes", None)
-    return models, deployments, nodes
+    return models, served, nodes
 
 
 def cluster_queue(namespace: str | None, settings: Settings) -> None:
     """Print every accelerator model's place: running, starts now, waiting (#), cannot fit."""
     try:
-        models, deployments, nodes = asyncio.run(_read(namespace))
+        models, served, nodes = asyncio.run(_read(namespace))
     except (ApiError, OSError, ValueError) as exc:
         raise click.ClickException(f"cannot read the cluster: {exc}") from None
-    by_key = {(d["metadata"]["namespace"], d["metadata"]["name"]): d for d in deployments}
-    queue = GpuQueue(settings, lambda: models, lambda ns, name: by_key.get((ns, name)),
-                     lambda: nodes)
+
+    def live(namespace: str, name: str) -> list[tuple[str, dict[str, Any]]]:
+        return [(kind, served[(kind, namespace, place)])
+                for _, kind, place in workloads.places(name)
+                if (kind, namespace, place) in served]
+
+    queue = GpuQueue(settings, lambda: models, live, lambda: nodes)
     admissions = queue.admissions()
     table = Table(title="GPU queue", title_justify="left")
     for column in ("MODEL", "PRIORITY", "NEEDS", "STATE", "WHY"):
@@ -58,7 +76,7 @@ def cluster_queue(namespace: str | None, settings: Settings) -> None:
             state = "[red]cannot fit[/]"
         rows.append((claim.resource, admission.position or 0, claim.key, [
             f"{claim.key[0]}/{claim.key[1]}", claim.priority,
-            f"{claim.replicas} x {claim.per_replica} {claim.resource}", state,
+            claim.needs, state,
             admission.reason]))
     for *_, row in sorted(rows):
         table.add_row(*row)

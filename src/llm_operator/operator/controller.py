@@ -20,13 +20,14 @@ from llm_operator.connectors import tcp_connector
 from llm_operator.informer import Informer, Key, key_of
 from llm_operator.kube import PLURALS, ApiError, Kube
 from llm_operator.operator import mcp_push
-from llm_operator.operator.autoscaler import DEPLOYMENT_KIND, ROUTER_SLICES_KIND, Autoscaler
+from llm_operator.operator.autoscaler import ROUTER_SLICES_KIND, Autoscaler
 from llm_operator.operator.gpu_queue import GpuQueue, wants_accelerators
 from llm_operator.operator.metrics import OperatorMetrics
 from llm_operator.operator.prometheus import status_metrics
 from llm_operator.operator.reconciler import CHILD_KINDS, Outcome, reconcile, record_events
 from llm_operator.operator.workqueue import WorkQueue
 from llm_operator.profiles.settings import McpPush, Settings
+from llm_operator.reconcile import workloads
 from llm_operator.reconcile.status import Event
 
 log = logging.getLogger("llm_operator.operator")
@@ -65,6 +66,11 @@ class Caches:
     def get(self, kind: tuple[str, str], namespace: str, name: str) -> dict[str, Any] | None:
         informer = self._for(kind, namespace)
         return informer.get(namespace, name) if informer else None
+
+    def workloads(self, namespace: str, name: str) -> list[tuple[str, dict[str, Any]]]:
+        """The objects that serve the model now, as (kind, object) (reconcile/workloads)."""
+        return [(kind, obj) for api, kind, place in workloads.places(name)
+                if (obj := self.get((api, kind), namespace, place)) is not None]
 
     def all(self) -> list[Informer]:
         return [i for by_ns in self.informers.values() for i in by_ns.values()]
@@ -158,8 +164,7 @@ class Controller:
                 return list(nodes.objects.values())  # a relist replaces the dict
 
             self.gpu_queue = GpuQueue(settings, self._accelerator_models,
-                                      functools.partial(self.caches.get, DEPLOYMENT_KIND),
-                                      cached_nodes)
+                                      self.caches.workloads, cached_nodes)
 
     @property
     def push(self) -> McpPush | None:

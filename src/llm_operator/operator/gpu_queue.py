@@ -1,7 +1,7 @@
 """The operator's GPU queue: claims from the watch caches, admissions kept current (thin).
 
 The decisions are reconcile/queue.py's; this keeps each model's claim (re-derived only when
-the model or its Deployment changed) and tells the controller which models' admission
+the model or its workload changed) and tells the controller which models' admission
 changed, so that a model whose accelerators freed up is reconciled at once.
 """
 
@@ -15,10 +15,14 @@ from llm_operator.api.v1alpha1 import LLMModel
 from llm_operator.api.validation import InvalidModel, parse_llmmodel
 from llm_operator.informer import Key, key_of
 from llm_operator.profiles.settings import Settings
-from llm_operator.reconcile.queue import Admission, Claim, admit, claim_of, node_of
+from llm_operator.reconcile import workloads
+from llm_operator.reconcile.queue import Admission, Claim, Workload, admit, claim_of, node_of
 from llm_operator.render import RenderError, render
 
-Stamp = tuple[str, int | None]  # the model's resourceVersion, its Deployment's replicas
+# The model's resourceVersion, and each live workload's kind, name and replicas.
+Stamp = tuple[str, tuple[tuple[str, str, int], ...]]
+# The live workloads of a model (namespace, name): (kind, object) of each that exists.
+Live = Callable[[str, str], list[Workload]]
 
 
 @dataclass
@@ -27,7 +31,7 @@ class GpuQueue:
 
     settings: Settings
     models: Callable[[], Iterable[dict[str, Any]]]
-    deployment: Callable[[str, str], dict[str, Any] | None]
+    workloads: Live
     nodes: Callable[[], Iterable[dict[str, Any]]]
     _claims: dict[Key, tuple[Stamp, Claim | None]] = field(default_factory=dict)
     _last: dict[Key, Admission] = field(default_factory=dict)
@@ -35,10 +39,10 @@ class GpuQueue:
     def claim(self, doc: dict[str, Any]) -> Claim | None:
         """What the model claims (None: no accelerators, or it fails placement)."""
         key = key_of(doc)
-        deployment = self.deployment(*key)
-        replicas = int((deployment.get("spec") or {}).get("replicas", 1)) \
-            if deployment is not None else None
-        stamp = (str(doc["metadata"].get("resourceVersion", "")), replicas)
+        live = self.workloads(*key)
+        stamp = (str(doc["metadata"].get("resourceVersion", "")), tuple(
+            (kind, str(obj["metadata"]["name"]), int((obj.get("spec") or {}).get("replicas", 1)))
+            for kind, obj in live))
         cached = self._claims.get(key)
         if cached is not None and cached[0] == stamp:
             return cached[1]
@@ -46,13 +50,9 @@ class GpuQueue:
         try:
             model = parse_llmmodel({k: v for k, v in doc.items() if k != "status"})
             if model.spec.needs_accelerators:
-                # its own Deployment: a model spread over several pods per replica (a
-                # LeaderWorkerSet, prefill and decode roles) is not queued
-                pod = next(o for o in render(model, self.settings) if o["kind"] ==
-                           "Deployment" and o["metadata"]["name"] == model.name
-                           )["spec"]["template"]["spec"]
-                claim = claim_of(model, pod, running_replicas=replicas)
-        except (InvalidModel, RenderError, StopIteration):
+                served = live or workloads.rendered(render(model, self.settings), model.name)
+                claim = claim_of(model, list(served), running=bool(live))
+        except (InvalidModel, RenderError):
             claim = None  # it fails placement: the reconcile says why, it claims nothing
         self._claims[key] = (stamp, claim)
         return claim

@@ -239,9 +239,16 @@ async def _prune(kube: Kube, view: ClusterView, model: LLMModel, desired: list[d
 
 async def _observe(view: ClusterView, model: LLMModel) -> tuple[dict[str, Any] | None,
                                                                 list[dict[str, Any]]]:
-    """The model's workload (its Deployment or LeaderWorkerSet, kind set) and its pods.
+    """The model's workload (see _workload) and its pods."""
+    pods = await view.children("v1", "Pod", model.namespace, {L.MODEL_NAME: model.name})
+    return await _workload(view, model), pods or []
 
-    Objects from a list carry no kind, so it is set here for compute_status.
+
+async def _workload(view: ClusterView, model: LLMModel) -> dict[str, Any] | None:
+    """What serves the model, summed up for status (reconcile/workloads), kind set.
+
+    Its Deployment, its LeaderWorkerSet, its DisaggregatedSet, or its prefill and decode
+    Deployments; objects from a list carry no kind, so it is set here.
     """
     ns, name = model.namespace, model.name
     workload = await view.child("apps/v1", "Deployment", ns, name)
@@ -255,8 +262,7 @@ async def _observe(view: ClusterView, model: LLMModel) -> tuple[dict[str, Any] |
         workload = workloads.roles(
             await view.child("apps/v1", "Deployment", ns, f"{name}-prefill"),
             await view.child("apps/v1", "Deployment", ns, f"{name}-decode"))
-    pods = await view.children("v1", "Pod", model.namespace, {L.MODEL_NAME: model.name})
-    return workload, pods or []
+    return workload
 
 
 def _missing_crds(view: ClusterView, desired: list[dict[str, Any]], nodes: int
@@ -322,9 +328,8 @@ async def reconcile(kube: Kube, doc: dict[str, Any], settings: Settings, *,
     outcome.waiting_for_secret = any(b.reason == "SecretMissing" for b in blockers)
     queued = None
     if model.spec.needs_accelerators and not blockers and admission is not None \
-            and await view.child(
-            "apps/v1", "Deployment", model.namespace, model.name) is None:
-        verdict = admission(model)  # a model with a Deployment holds its place: never queued
+            and await _workload(view, model) is None:
+        verdict = admission(model)  # a model with a workload holds its place: never queued
         queued = verdict if verdict is not None and not verdict.admitted else None
     if not blockers:
         desired = render(model, resolved(settings, view), owner_uid=meta.get("uid"))

@@ -2,11 +2,13 @@
 
 Capacity is what Nodes offer (allocatable ``nvidia.com/gpu``, ``amd.com/gpu``,
 ``habana.ai/gaudi``) on schedulable nodes that match a model's node selector and required
-node affinity. Running models (those with a Deployment) keep what they hold and are never
-queued. The others are considered by priority, then creation time: each is placed replica
-by replica (first fit); the first that does not fit waits, and so does everything after it
-that wants the same accelerator, so the head of a queue is always the next to start. A
-model that no node could ever hold waits without blocking the others.
+node affinity. Running models (those with a workload: a Deployment, a LeaderWorkerSet,
+prefill and decode roles) keep what they hold and are never queued. The others are
+considered by priority, then creation time: each is placed pod by pod (first fit; a
+replica across nodes is several pods, a disaggregated model two roles of pods); the first
+that does not fit waits, and so does everything after it that wants the same accelerator,
+so the head of a queue is always the next to start. A model that no node could ever hold
+waits without blocking the others.
 """
 
 from __future__ import annotations
@@ -38,13 +40,21 @@ class Claim:
 
     key: tuple[str, str]  # namespace, name
     resource: str  # e.g. nvidia.com/gpu
-    per_replica: int
-    replicas: int
+    pods: tuple[int, ...]  # the accelerators each pod needs, on one node
     priority: str = "normal"
     created: str = ""  # RFC 3339: sorts in time order
     running: bool = False  # it has a Deployment: it holds its share
     node_selector: Mapping[str, str] = field(default_factory=dict)
     affinity: tuple[tuple[Mapping[str, Any], ...], ...] = ()  # required terms (ORed)
+
+    @property
+    def needs(self) -> str:
+        """E.g. "2 x 4 nvidia.com/gpu", or "1 x 4 + 3 x 2 nvidia.com/gpu" for mixed pods."""
+        counts: dict[int, int] = {}
+        for size in self.pods:
+            counts[size] = counts.get(size, 0) + 1
+        parts = [f"{n} x {size}" for size, n in counts.items()] or ["0 x 0"]
+        return f"{' + '.join(parts)} {self.resource}"
 
     def fits(self, node: Node) -> bool:
         """Whether the node is one the scheduler could put a replica on (ignoring load)."""
@@ -100,15 +110,15 @@ def node_of(obj: Mapping[str, Any]) -> Node:
 
 
 def _place(claim: Claim, free: dict[str, int], nodes: list[Node]) -> list[str] | None:
-    """Nodes for each replica (first fit), or None; ``free`` is taken from only on success."""
+    """Nodes for each pod (first fit), or None; ``free`` is taken from only on success."""
     trial = dict(free)
     chosen = []
-    for _ in range(claim.replicas):
-        node = next((n for n in nodes if claim.fits(n)
-                     and trial.get(n.name, 0) >= claim.per_replica), None)
+    for size in claim.pods:
+        node = next((n for n in nodes if claim.fits(n) and trial.get(n.name, 0) >= size),
+                    None)
         if node is None:
             return None
-        trial[node.name] -= claim.per_replica
+        trial[node.name] -= size
         chosen.append(node.name)
     free.update(trial)
     return chosen
@@ -134,7 +144,7 @@ def admit(claims: Iterable[Claim], nodes: Iterable[Node]) -> dict[tuple[str, str
     blocked: dict[str, Claim] = {}  # resource -> the head of its queue
     waiting: dict[str, int] = {}
     for claim in sorted((c for c in claims if not c.running), key=_order):
-        needs = f"{claim.replicas} x {claim.per_replica} {claim.resource}"
+        needs = claim.needs
         empty = {n.name: n.allocatable.get(claim.resource, 0) for n in nodes}
         if _place(claim, empty, nodes) is None:
             largest = max((n.allocatable.get(claim.resource, 0) for n in nodes
@@ -160,24 +170,64 @@ def admit(claims: Iterable[Claim], nodes: Iterable[Node]) -> dict[tuple[str, str
     return out
 
 
-def claim_of(model: LLMModel, pod: Mapping[str, Any], *, running_replicas: int | None
-             ) -> Claim | None:
-    """What an accelerator model claims, from its rendered pod spec; None without one.
+Workload = tuple[str, dict[str, Any]]  # (kind, object): kinds are not on listed items
 
-    ``running_replicas`` is its Deployment's replica count when it has one (it then holds
-    that many), None when it has not started.
+
+def _cards(template: Mapping[str, Any] | None, resource: str) -> int:
+    """The accelerators one pod of a template asks for (its containers' limits)."""
+    containers = ((template or {}).get("spec") or {}).get("containers") or []
+    return sum(int(str(((c.get("resources") or {}).get("limits") or {}).get(resource, 0)))
+               for c in containers)
+
+
+def pods_of(workload: Workload, resource: str, default_replicas: int) -> list[int]:
+    """The accelerators of each pod a workload runs (or will run: ``default_replicas``)."""
+    kind, obj = workload
+    spec = obj.get("spec") or {}
+    if kind == "DisaggregatedSet":
+        return [n for role in spec.get("roles") or []
+                for n in pods_of(("LeaderWorkerSet", role), resource, default_replicas)]
+    replicas = int(spec.get("replicas", default_replicas))
+    if kind == "LeaderWorkerSet":
+        group = spec.get("leaderWorkerTemplate") or {}
+        worker = group.get("workerTemplate")
+        size = int(group.get("size", 1))
+        one = [_cards(group.get("leaderTemplate") or worker, resource)] + \
+            [_cards(worker, resource)] * (size - 1)
+        return one * replicas
+    return [_cards(spec.get("template"), resource)] * replicas
+
+
+def _pod_spec(workload: Workload) -> Mapping[str, Any]:
+    """The pod spec whose node selector and affinity the workload's pods share."""
+    kind, obj = workload
+    spec = obj.get("spec") or {}
+    if kind == "DisaggregatedSet":
+        return _pod_spec(("LeaderWorkerSet", (spec.get("roles") or [{}])[0]))
+    if kind == "LeaderWorkerSet":
+        group = spec.get("leaderWorkerTemplate") or {}
+        template = group.get("leaderTemplate") or group.get("workerTemplate") or {}
+    else:
+        template = spec.get("template") or {}
+    return dict(template.get("spec") or {})
+
+
+def claim_of(model: LLMModel, workloads: list[Workload], *, running: bool) -> Claim | None:
+    """What an accelerator model claims, from its workloads; None without accelerators.
+
+    ``workloads`` are the live ones when it runs (it then holds what they ask for), else
+    the rendered ones (a workload without replicas is autoscaled: its minimum, at least 1).
     """
     spec = model.spec
     resource = vendor(spec.accelerator_vendor).resource_key
-    if not spec.needs_accelerators or resource is None:
+    if not spec.needs_accelerators or resource is None or not workloads:
         return None
-    running = running_replicas is not None
-    replicas = running_replicas if running_replicas is not None else max(
-        1, spec.scaling.min_replicas)
+    default = max(1, spec.scaling.min_replicas)
+    pods = tuple(n for w in workloads for n in pods_of(w, resource, default))
+    pod = _pod_spec(workloads[0])
     terms = ((((pod.get("affinity") or {}).get("nodeAffinity") or {}).get(
         "requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or [])
-    return Claim((model.namespace, model.name), resource, spec.resources.accelerator_count,
-                 replicas,
+    return Claim((model.namespace, model.name), resource, pods,
                  spec.priority or "normal", model.metadata.creation_timestamp or "", running,
                  dict(pod.get("nodeSelector") or {}),
                  tuple(tuple(t.get("matchExpressions") or ()) for t in terms))

@@ -13,6 +13,22 @@ from typing import Any
 from llm_operator.api import labels as L
 
 DEPLOYMENT, LWS, ROLES = "Deployment", "LeaderWorkerSet", "DisaggregatedRoles"
+DS = "DisaggregatedSet"
+APIS = {DEPLOYMENT: "apps/v1", LWS: "leaderworkerset.x-k8s.io/v1",
+        DS: "disaggregatedset.x-k8s.io/v1"}
+
+
+def places(name: str) -> list[tuple[str, str, str]]:
+    """(apiVersion, kind, name) of every object that may serve the model called ``name``."""
+    return [(APIS[DEPLOYMENT], DEPLOYMENT, name), (APIS[LWS], LWS, name), (APIS[DS], DS, name),
+            (APIS[DEPLOYMENT], DEPLOYMENT, f"{name}-prefill"),
+            (APIS[DEPLOYMENT], DEPLOYMENT, f"{name}-decode")]
+
+
+def rendered(objects: list[dict[str, Any]], name: str) -> list[tuple[str, dict[str, Any]]]:
+    """The (kind, object) of the rendered objects that serve the model (not its picker)."""
+    wanted = {(kind, n) for _, kind, n in places(name)}
+    return [(o["kind"], o) for o in objects if (o["kind"], o["metadata"]["name"]) in wanted]
 
 
 def _counts(obj: dict[str, Any] | None) -> tuple[int, int, int]:
