@@ -35,6 +35,7 @@ from operators import connect, running_operator
 from samples import EDGE_SAMPLES, load_yaml
 
 DS = ("disaggregatedset.x-k8s.io/v1", "disaggregatedsets")
+LWS = ("leaderworkerset.x-k8s.io/v1", "leaderworkersets")
 SAMPLE = next(p for p in EDGE_SAMPLES if p.stem == "llama-70b-pd-nvidia")
 
 
@@ -91,6 +92,20 @@ async def test_as_a_disaggregatedset_status_reads_its_decode_role(
         assert ds is not None
         assert [r["spec"]["replicas"] for r in ds["spec"]["roles"]] == [1, 2]
         assert await kube.get("apps/v1", "deployments", namespace, f"{name}-decode") is None
+        # what the DisaggregatedSet controller makes of a role: a LeaderWorkerSet with the
+        # role's metadata, owned by the set; the operator must leave it alone
+        decode = ds["spec"]["roles"][1]
+        made = await kube.request("POST", f"/apis/{LWS[0]}/namespaces/{namespace}/{LWS[1]}",
+                                  body={"apiVersion": LWS[0], "kind": "LeaderWorkerSet",
+                                        "metadata": {
+                                            "name": f"{name}-decode-0",
+                                            "labels": decode["metadata"]["labels"],
+                                            "ownerReferences": [{
+                                                "apiVersion": DS[0],
+                                                "kind": "DisaggregatedSet", "name": name,
+                                                "uid": ds["metadata"]["uid"],
+                                                "controller": True}]},
+                                        "spec": decode["spec"]})
         stamp = "2026-11-25T00:00:00Z"
         await kube.merge_patch(*DS, namespace, name, subresource="status", body={"status": {
             "roleStatuses": [
@@ -100,6 +115,9 @@ async def test_as_a_disaggregatedset_status_reads_its_decode_role(
                             "message": "", "lastTransitionTime": stamp}]}})
         ready = await until(kube, API, "llmmodels", namespace, name, phase_is("Ready"))
         assert ready is not None and ready["status"]["currentReplicas"] == 2
+        # reconciled since (the status above): the role's LeaderWorkerSet is still there
+        kept = await kube.get(*LWS, namespace, f"{name}-decode-0")
+        assert kept is not None and kept["metadata"]["uid"] == made["metadata"]["uid"]
 
 
 class Without(DirectView):

@@ -104,6 +104,8 @@ def test_as_a_disaggregatedset_each_role_is_a_leaderworkerset_of_one_pod() -> No
     roles = {r["name"]: r for r in
              objects["DisaggregatedSet/llama-70b-pd"]["spec"]["roles"]}
     assert list(roles) == ["prefill", "decode"]
+    # what the DisaggregatedSet's LeaderWorkerSets are labelled: nothing the operator prunes
+    assert roles["decode"]["metadata"] == {"labels": {ROLE: "decode"}}
     assert roles["decode"]["spec"]["replicas"] == 3
     template = roles["decode"]["spec"]["leaderWorkerTemplate"]
     assert template["size"] == 1

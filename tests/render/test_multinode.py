@@ -49,6 +49,10 @@ def test_no_deployment_and_no_shared_cache_volume() -> None:
         == "983Gi"
     assert group["persistentVolumeClaimRetentionPolicy"] == {"whenDeleted": "Delete",
                                                              "whenScaled": "Retain"}
+    # each group's own headless Service (named after its leader): the Shared one would be
+    # named after the LeaderWorkerSet, which is the model's Service, and give no pod a name
+    assert objects["LeaderWorkerSet"]["spec"]["networkConfig"] == {
+        "subdomainPolicy": "UniquePerReplica"}
     for pod in (group["leaderTemplate"], group["workerTemplate"]):
         assert all(v["name"] != "model-cache" for v in pod["spec"]["volumes"])
         assert [c["name"] for c in pod["spec"]["initContainers"]] == ["model-fetch"]
@@ -92,6 +96,16 @@ def test_traffic_and_scaling_reach_the_leaders() -> None:
     worker = _group(objects)["workerTemplate"]["metadata"]
     assert worker["labels"]["app.kubernetes.io/component"] == "inference-worker"
     assert "annotations" not in worker  # the leader serves the metrics
+
+
+def test_workers_keep_the_users_pod_annotations_but_not_the_scrape_ones() -> None:
+    doc = load_yaml(SAMPLE)
+    doc["spec"]["podAnnotations"] = {"team.example.com/owner": "ml-platform"}
+    objects = {o["kind"]: o for o in render(parse_llmmodel(doc), Settings(), owner_uid=UID)}
+    group = _group(objects)
+    assert group["workerTemplate"]["metadata"]["annotations"] == {
+        "team.example.com/owner": "ml-platform"}
+    assert group["leaderTemplate"]["metadata"]["annotations"]["prometheus.io/scrape"] == "true"
 
 
 @pytest.mark.parametrize(("serving", "kinds"), [

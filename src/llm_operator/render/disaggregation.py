@@ -116,7 +116,9 @@ def disaggregated_set(model: LLMModel, deployments: list[dict[str, Any]],
         template = deployment["spec"]["template"]
         roles.append({
             "name": role,
-            "metadata": {"labels": dict(deployment["metadata"]["labels"])},
+            # the LeaderWorkerSet the DisaggregatedSet makes gets these labels: none of
+            # the operator's own, or it would prune what it did not create
+            "metadata": {"labels": {L.ROLE: role}},
             "spec": {"replicas": deployment["spec"]["replicas"],
                      "leaderWorkerTemplate": {"size": 1, "workerTemplate": template}},
         })

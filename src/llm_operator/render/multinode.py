@@ -44,7 +44,12 @@ def _split(template: dict[str, Any], model: LLMModel, nodes: int
     for key in ("ports", "startupProbe", "readinessProbe", "livenessProbe", "lifecycle"):
         work.pop(key, None)
     worker["metadata"]["labels"][L.K8S_COMPONENT] = "inference-worker"
-    worker["metadata"].pop("annotations", None)  # the leader serves the metrics
+    scrape = (L.PROMETHEUS_SCRAPE, L.PROMETHEUS_PORT, L.PROMETHEUS_PATH)
+    kept = {k: v for k, v in (worker["metadata"].get("annotations") or {}).items()
+            if k not in scrape}  # the leader serves the metrics; podAnnotations stay
+    worker["metadata"].pop("annotations", None)
+    if kept:
+        worker["metadata"]["annotations"] = kept
     return leader, worker
 
 
@@ -72,7 +77,12 @@ def leader_worker_set(model: LLMModel, deployment: dict[str, Any], nodes: int,
         # download the weights again.
         group["persistentVolumeClaimRetentionPolicy"] = {"whenDeleted": "Delete",
                                                          "whenScaled": "Retain"}
-    spec: dict[str, Any] = {"startupPolicy": "LeaderCreated", "leaderWorkerTemplate": group}
+    # A headless Service per group, named after its leader pod, gives the pods their DNS
+    # names (LWS_LEADER_ADDRESS). The default (Shared) names one after the LeaderWorkerSet,
+    # which is the model's own Service name: not headless, so no pod would have a name.
+    spec: dict[str, Any] = {"startupPolicy": "LeaderCreated",
+                            "networkConfig": {"subdomainPolicy": "UniquePerReplica"},
+                            "leaderWorkerTemplate": group}
     if "replicas" in deployment["spec"]:
         spec = {"replicas": deployment["spec"]["replicas"], **spec}
     return {"apiVersion": API_VERSION, "kind": KIND,
