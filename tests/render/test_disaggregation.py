@@ -79,6 +79,7 @@ def test_the_picker_is_llm_ds_scheduler_with_a_profile_per_role() -> None:
         "ghcr.io/llm-d/llm-d-inference-scheduler:v0.8.0"
     config = yaml.safe_load(objects["ConfigMap/llama-70b-pd-epp"]["data"][
         "default-plugins.yaml"])
+    assert config["featureGates"] == ["prepareDataPlugins"]  # the decider needs it
     types = [p["type"] for p in config["plugins"]]
     assert {"prefill-filter", "decode-filter", "disagg-profile-handler",
             "prefix-based-pd-decider", "disagg-headers-handler"} <= set(types)

@@ -48,11 +48,11 @@ def plugins_config(settings: Settings, disaggregated: bool = False) -> str:
     """
     weights = {k: w for k, w in settings.inference_pool.endpoint_picker.scorers.items() if w}
     scored = [{"pluginRef": scorer, "weight": weight} for scorer, weight in weights.items()]
-    config: dict[str, Any] = {
-        "apiVersion": CONFIG_API, "kind": "EndpointPickerConfig",
-        "plugins": [{"type": scorer} for scorer in weights],
-        "schedulingProfiles": [{"name": "default", "plugins": scored}],
-    }
+    config: dict[str, Any] = {"apiVersion": CONFIG_API, "kind": "EndpointPickerConfig"}
+    if disaggregated:  # the decider reads the prefix-cache match data plugins prepare
+        config["featureGates"] = ["prepareDataPlugins"]
+    config["plugins"] = [{"type": scorer} for scorer in weights]
+    config["schedulingProfiles"] = [{"name": "default", "plugins": scored}]
     if disaggregated:
         config["plugins"] += [
             {"type": "prefill-filter"}, {"type": "decode-filter"},
