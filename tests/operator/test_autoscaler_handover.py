@@ -9,11 +9,12 @@ from typing import Any, cast
 from llm_operator.api.validation import parse_llmmodel
 from llm_operator.informer import Informer, Key
 from llm_operator.kube import Kube
-from llm_operator.operator.autoscaler import DEPLOYMENT_KIND, KEDA_KIND, Autoscaler
+from llm_operator.operator.autoscaler import KEDA_KIND, Autoscaler
 from llm_operator.operator.controller import MODEL_KIND, Caches
 from llm_operator.operator.metrics import OperatorMetrics
 from llm_operator.profiles.settings import Settings
 from llm_operator.reconcile.autoscaling import Loads, Report
+from llm_operator.reconcile.workloads import DEPLOYMENT_REF
 
 from samples import REPO, load_yaml
 
@@ -35,11 +36,11 @@ class Writes:
 
 def caches_with(model: dict[str, Any], replicas: int) -> Caches:
     caches = Caches([None])
-    for kind, plural in ((MODEL_KIND, "llmmodels"), (DEPLOYMENT_KIND, "deployments"),
+    for kind, plural in ((MODEL_KIND, "llmmodels"), (DEPLOYMENT_REF, "deployments"),
                          (KEDA_KIND, "scaledobjects")):
         caches.add(kind, functools.partial(Informer, cast(Kube, None), kind[0], plural))
     caches.informers[MODEL_KIND][None].objects[("ns", "m")] = model
-    caches.informers[DEPLOYMENT_KIND][None].objects[("ns", "m")] = {
+    caches.informers[DEPLOYMENT_REF][None].objects[("ns", "m")] = {
         "metadata": {"name": "m", "namespace": "ns"}, "spec": {"replicas": replicas}}
     return caches
 

@@ -29,7 +29,7 @@ async def _read(namespace: str | None) -> tuple[list[dict[str, Any]], Listed,
     async with Kube(connection(), attempts=2) as kube:
         models = await kube.list("ai.example.io/v1alpha1", "llmmodels", namespace)
         served: Listed = {}
-        for kind, api in workloads.APIS.items():
+        for api, kind in workloads.REFS:
             try:
                 found = await kube.list(api, PLURALS[(api, kind)], namespace,
                                         label_selector=managed)
@@ -51,9 +51,9 @@ def cluster_queue(namespace: str | None, settings: Settings) -> None:
         raise click.ClickException(f"cannot read the cluster: {exc}") from None
 
     def live(namespace: str, name: str) -> list[tuple[str, dict[str, Any]]]:
-        return [(kind, served[(kind, namespace, place)])
-                for _, kind, place in workloads.places(name)
-                if (kind, namespace, place) in served]
+        return [(ref[1], served[(ref[1], namespace, place)])
+                for ref, place in workloads.places(name)
+                if (ref[1], namespace, place) in served]
 
     queue = GpuQueue(settings, lambda: models, live, lambda: nodes)
     admissions = queue.admissions()

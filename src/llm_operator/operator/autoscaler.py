@@ -27,6 +27,7 @@ from llm_operator.kube import PLURALS, ApiError, Kube
 from llm_operator.operator.metrics import OperatorMetrics
 from llm_operator.operator.reconciler import record_events
 from llm_operator.profiles.settings import Settings
+from llm_operator.reconcile import workloads
 from llm_operator.reconcile.autoscaling import (
     Loads,
     Memory,
@@ -47,9 +48,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("llm_operator.autoscaler")
 FIELD_MANAGER = "llm-operator-autoscaler"
 KEDA_KIND = ("keda.sh/v1alpha1", "ScaledObject")
-DEPLOYMENT_KIND = ("apps/v1", "Deployment")
-LWS_KIND = ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet")
-SCALED_KINDS = (DEPLOYMENT_KIND, LWS_KIND)  # a model's workload: one or the other
+# A model's workload with a scale subresource: one or the other.
+SCALED_KINDS = (workloads.DEPLOYMENT_REF, workloads.LWS_REF)
 ROUTER_SLICES_KIND = ("discovery.k8s.io/v1", "EndpointSlice")
 # After a write, its count is the current one until the watch delivers it (or this passes).
 WRITTEN_SECONDS = 5.0

@@ -69,8 +69,8 @@ class Caches:
 
     def workloads(self, namespace: str, name: str) -> list[tuple[str, dict[str, Any]]]:
         """The objects that serve the model now, as (kind, object) (reconcile/workloads)."""
-        return [(kind, obj) for api, kind, place in workloads.places(name)
-                if (obj := self.get((api, kind), namespace, place)) is not None]
+        return [(ref[1], obj) for ref, place in workloads.places(name)
+                if (obj := self.get(ref, namespace, place)) is not None]
 
     def all(self) -> list[Informer]:
         return [i for by_ns in self.informers.values() for i in by_ns.values()]

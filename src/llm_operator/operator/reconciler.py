@@ -34,19 +34,16 @@ CHILD_KINDS = (
     ("monitoring.coreos.com/v1", "PodMonitor"), ("networking.k8s.io/v1", "NetworkPolicy"),
     ("inference.networking.k8s.io/v1", "InferencePool"),
     ("gateway.networking.k8s.io/v1", "HTTPRoute"),
-    ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"),
-    ("disaggregatedset.x-k8s.io/v1", "DisaggregatedSet"),
+    workloads.LWS_REF, workloads.DS_REF,
 )
-LWS_KIND = ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet")
-DS_KIND = ("disaggregatedset.x-k8s.io/v1", "DisaggregatedSet")
 # Workloads a model cannot be served without, when the cluster lacks their CRD: the reason
 # and what to do (unlike KEDA's or Prometheus-Operator's objects, which are skipped).
 REQUIRED_CRDS = {
-    LWS_KIND: ("LeaderWorkerSetNotInstalled",
+    workloads.LWS_REF: ("LeaderWorkerSetNotInstalled",
                "spans {nodes} nodes per replica, served by a LeaderWorkerSet, and this cluster "
                "has no LeaderWorkerSet CRD: install LeaderWorkerSet "
                "(https://lws.sigs.k8s.io, v0.7 or later), or make the model fit one node"),
-    DS_KIND: ("DisaggregatedSetNotInstalled",
+    workloads.DS_REF: ("DisaggregatedSetNotInstalled",
               "serves its prefill and decode roles as a DisaggregatedSet (operator setting "
               "disaggregation.workload: disaggregatedset), and this cluster has no "
               "DisaggregatedSet CRD: install it (LeaderWorkerSet's disaggregatedset), or set "
@@ -58,7 +55,7 @@ def resolved(settings: Settings, view: ClusterView) -> Settings:
     """Settings with disaggregation.workload auto made concrete for this cluster."""
     if settings.disaggregation.workload != "auto":
         return settings
-    chosen = "disaggregatedset" if view.serves(*DS_KIND) else "deployments"
+    chosen = "disaggregatedset" if view.serves(*workloads.DS_REF) else "deployments"
     return settings.model_copy(update={"disaggregation": settings.disaggregation.model_copy(
         update={"workload": chosen})})
 
@@ -245,24 +242,10 @@ async def _observe(view: ClusterView, model: LLMModel) -> tuple[dict[str, Any] |
 
 
 async def _workload(view: ClusterView, model: LLMModel) -> dict[str, Any] | None:
-    """What serves the model, summed up for status (reconcile/workloads), kind set.
-
-    Its Deployment, its LeaderWorkerSet, its DisaggregatedSet, or its prefill and decode
-    Deployments; objects from a list carry no kind, so it is set here.
-    """
-    ns, name = model.namespace, model.name
-    workload = await view.child("apps/v1", "Deployment", ns, name)
-    if workload is not None:
-        workload = {**workload, "kind": workloads.DEPLOYMENT}
-    elif view.serves(*LWS_KIND) and (found := await view.child(*LWS_KIND, ns, name)):
-        workload = {**found, "kind": workloads.LWS}
-    elif view.serves(*DS_KIND) and (found := await view.child(*DS_KIND, ns, name)):
-        workload = workloads.disaggregated_set(found)
-    else:
-        workload = workloads.roles(
-            await view.child("apps/v1", "Deployment", ns, f"{name}-prefill"),
-            await view.child("apps/v1", "Deployment", ns, f"{name}-decode"))
-    return workload
+    """What serves the model, summed up for status (reconcile/workloads.summary)."""
+    live = [(ref[1], obj) for ref, place in workloads.places(model.name)
+            if (obj := await view.child(*ref, model.namespace, place)) is not None]
+    return workloads.summary(live, model.name)
 
 
 def _missing_crds(view: ClusterView, desired: list[dict[str, Any]], nodes: int

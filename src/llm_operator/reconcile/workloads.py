@@ -11,24 +11,44 @@ from __future__ import annotations
 from typing import Any
 
 from llm_operator.api import labels as L
+from llm_operator.render import disaggregation, multinode, scaling
 
-DEPLOYMENT, LWS, ROLES = "Deployment", "LeaderWorkerSet", "DisaggregatedRoles"
-DS = "DisaggregatedSet"
-APIS = {DEPLOYMENT: "apps/v1", LWS: "leaderworkerset.x-k8s.io/v1",
-        DS: "disaggregatedset.x-k8s.io/v1"}
+Ref = tuple[str, str]  # (apiVersion, kind)
+DEPLOYMENT_REF: Ref = scaling.DEPLOYMENT
+LWS_REF: Ref = multinode.REF
+DS_REF: Ref = (disaggregation.API_VERSION, disaggregation.KIND)
+REFS = (DEPLOYMENT_REF, LWS_REF, DS_REF)  # the kinds that may serve a model
+DEPLOYMENT, LWS, DS = DEPLOYMENT_REF[1], LWS_REF[1], DS_REF[1]
+ROLES = "DisaggregatedRoles"  # prefill and decode Deployments, read as one
 
 
-def places(name: str) -> list[tuple[str, str, str]]:
-    """(apiVersion, kind, name) of every object that may serve the model called ``name``."""
-    return [(APIS[DEPLOYMENT], DEPLOYMENT, name), (APIS[LWS], LWS, name), (APIS[DS], DS, name),
-            (APIS[DEPLOYMENT], DEPLOYMENT, f"{name}-prefill"),
-            (APIS[DEPLOYMENT], DEPLOYMENT, f"{name}-decode")]
+def places(name: str) -> list[tuple[Ref, str]]:
+    """(kind, name) of every object that may serve the model called ``name``."""
+    return [(DEPLOYMENT_REF, name), (LWS_REF, name), (DS_REF, name),
+            *((DEPLOYMENT_REF, f"{name}-{role}") for role in disaggregation.ROLES)]
 
 
 def rendered(objects: list[dict[str, Any]], name: str) -> list[tuple[str, dict[str, Any]]]:
     """The (kind, object) of the rendered objects that serve the model (not its picker)."""
-    wanted = {(kind, n) for _, kind, n in places(name)}
+    wanted = {(ref[1], n) for ref, n in places(name)}
     return [(o["kind"], o) for o in objects if (o["kind"], o["metadata"]["name"]) in wanted]
+
+
+def summary(live: list[tuple[str, dict[str, Any]]], name: str) -> dict[str, Any] | None:
+    """The model's workload from the objects that serve it (see places), kind set.
+
+    Its Deployment, its LeaderWorkerSet, its DisaggregatedSet, or its prefill and decode
+    Deployments read as one (None: none exists yet). Listed objects carry no kind.
+    """
+    by_name = {(kind, obj["metadata"]["name"]): obj for kind, obj in live}
+    if (found := by_name.get((DEPLOYMENT, name))) is not None:
+        return {**found, "kind": DEPLOYMENT}
+    if (found := by_name.get((LWS, name))) is not None:
+        return {**found, "kind": LWS}
+    if (found := by_name.get((DS, name))) is not None:
+        return disaggregated_set(found)
+    return roles(*(by_name.get((DEPLOYMENT, f"{name}-{role}"))
+                   for role in disaggregation.ROLES))
 
 
 def _counts(obj: dict[str, Any] | None) -> tuple[int, int, int]:
