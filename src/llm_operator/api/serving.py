@@ -7,6 +7,10 @@ from pydantic import Field
 from llm_operator.api.wire import Wire
 
 MAX_NODES = 16  # pods (one per node) that serve one replica together
+MULTI_NODE_ENGINES = ("vllm", "sglang")  # serve one replica across nodes
+DISAGGREGATED_ENGINE = "vllm"  # hands the KV cache from prefill to decode (NIXL)
+GPU_VENDORS = ("nvidia", "amd")  # where both shapes run
+ROLES = ("prefill", "decode")
 
 
 class RoleResourcesSpec(Wire):
@@ -41,6 +45,11 @@ class DisaggregationSpec(Wire):
     decode: ServingRoleSpec = Field(
         description="Pods that generate the answer from the handed-over KV cache; the "
         "model's Service sends plain requests here.")
+
+    def role(self, name: str) -> ServingRoleSpec:
+        """The role called ``name`` (prefill or decode)."""
+        found: ServingRoleSpec = getattr(self, name)
+        return found
 
 
 class ServingSpec(Wire):

@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from llm_operator.api.rule import ENGINE, VENDOR, Rule, is_local
-from llm_operator.api.serving import DisaggregationSpec
+from llm_operator.api.serving import (
+    DISAGGREGATED_ENGINE,
+    GPU_VENDORS,
+    MULTI_NODE_ENGINES,
+    ROLES,
+    DisaggregationSpec,
+)
 from llm_operator.api.v1alpha1 import LLMModelSpec
 
 NODES_ASKED = "(has(self.serving) && has(self.serving.nodes) && self.serving.nodes > 1)"
@@ -19,6 +27,18 @@ def _disaggregation(spec: LLMModelSpec) -> DisaggregationSpec | None:
     return spec.serving.disaggregation if spec.serving else None
 
 
+def _on_gpus(rule_id: str, field: str, asked_cel: str, asked: Callable[[LLMModelSpec], bool],
+             what: str) -> Rule:
+    """``what`` (a shape of spec.serving, asked for when ``asked``) runs on GPUs only."""
+    return Rule(
+        id=rule_id, location="spec", field=field,
+        cel=f"!{asked_cel} || {VENDOR} in {list(GPU_VENDORS)}",
+        message=f"{field.lstrip('.')}: {what} needs acceleratorVendor "
+        f"{' or '.join(GPU_VENDORS)}",
+        holds=lambda s: not asked(s) or s.accelerator_vendor in GPU_VENDORS,
+    )
+
+
 SERVING_RULES: tuple[Rule, ...] = (
     Rule(
         id="serving-for-local-models",
@@ -32,38 +52,24 @@ SERVING_RULES: tuple[Rule, ...] = (
         id="multi-node-engines",
         location="spec",
         field=".serving.nodes",
-        cel=f"!{NODES_ASKED} || {ENGINE} in ['vllm', 'sglang']",
+        cel=f"!{NODES_ASKED} || {ENGINE} in {list(MULTI_NODE_ENGINES)}",
         message="serving.nodes: a model served across nodes needs inferenceEngine vllm or "
         "sglang; llama.cpp and Ollama serve a model on one node",
-        holds=lambda s: _nodes(s) <= 1 or s.inference_engine in {"vllm", "sglang"},
+        holds=lambda s: _nodes(s) <= 1 or s.inference_engine in MULTI_NODE_ENGINES,
     ),
-    Rule(
-        id="multi-node-gpus",
-        location="spec",
-        field=".serving.nodes",
-        cel=f"!{NODES_ASKED} || {VENDOR} in ['nvidia', 'amd']",
-        message="serving.nodes: a model served across nodes needs acceleratorVendor nvidia "
-        "or amd",
-        holds=lambda s: _nodes(s) <= 1 or s.accelerator_vendor in {"nvidia", "amd"},
-    ),
+    _on_gpus("multi-node-gpus", ".serving.nodes", NODES_ASKED, lambda s: _nodes(s) > 1,
+             "a model served across nodes"),
     Rule(
         id="disaggregation-vllm",
         location="spec",
         field=".serving.disaggregation",
-        cel=f"!{DISAGGREGATED} || {ENGINE} == 'vllm'",
+        cel=f"!{DISAGGREGATED} || {ENGINE} == '{DISAGGREGATED_ENGINE}'",
         message="serving.disaggregation: prefill/decode disaggregation needs inferenceEngine "
         "vllm (the roles hand over the KV cache with vLLM's NIXL connector)",
-        holds=lambda s: _disaggregation(s) is None or s.inference_engine == "vllm",
+        holds=lambda s: _disaggregation(s) is None or s.inference_engine == DISAGGREGATED_ENGINE,
     ),
-    Rule(
-        id="disaggregation-gpus",
-        location="spec",
-        field=".serving.disaggregation",
-        cel=f"!{DISAGGREGATED} || {VENDOR} in ['nvidia', 'amd']",
-        message="serving.disaggregation: prefill/decode disaggregation needs "
-        "acceleratorVendor nvidia or amd",
-        holds=lambda s: _disaggregation(s) is None or s.accelerator_vendor in {"nvidia", "amd"},
-    ),
+    _on_gpus("disaggregation-gpus", ".serving.disaggregation", DISAGGREGATED,
+             lambda s: _disaggregation(s) is not None, "prefill/decode disaggregation"),
     Rule(
         id="disaggregation-on-one-node",
         location="spec",
@@ -91,5 +97,5 @@ SERVING_RULES: tuple[Rule, ...] = (
         message=f"serving.disaggregation.{role}.replicas: each role needs at least 1 replica; "
         "to serve without separate roles remove serving.disaggregation",
         holds=lambda r: r.replicas >= 1,
-    ) for role in ("prefill", "decode")),
+    ) for role in ROLES),
 )

@@ -462,6 +462,13 @@ class LLMModelSpec(Wire):
         return not self.is_remote and self.accelerator_vendor != "cpu" \
             and self.resources.accelerator_count > 0
 
+    def role_resources(self, role: str) -> ResourcesSpec:
+        """A disaggregated role's pod resources: its own fields over spec.resources."""
+        roles = self.serving.disaggregation if self.serving else None
+        own = roles.role(role).resources if roles else None
+        given = own.model_dump(exclude_none=True) if own else {}
+        return self.resources.model_copy(update=given)
+
     @property
     def supports_thinking(self) -> bool:
         return self.model_type in THINKING_MODEL_TYPES

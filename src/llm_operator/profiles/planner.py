@@ -8,7 +8,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from llm_operator.api.model_status import ModelFileStatus
-from llm_operator.api.serving import MAX_NODES
+from llm_operator.api.serving import GPU_VENDORS, MAX_NODES, MULTI_NODE_ENGINES, ROLES
 from llm_operator.api.v1alpha1 import LLMModel, LLMModelSpec
 from llm_operator.profiles.adapters import adapter_memory
 from llm_operator.profiles.engines import TP_ARGS, engine
@@ -310,8 +310,7 @@ def _headroom(base: Plan, spec: LLMModelSpec, need: float, usable: float, *, whe
 
 def _multi_node_capable(spec: LLMModelSpec) -> bool:
     """Whether the engine and vendor serve one replica across nodes (a LeaderWorkerSet)."""
-    return spec.inference_engine in {"vllm", "sglang"} \
-        and spec.accelerator_vendor in {"nvidia", "amd"}
+    return spec.inference_engine in MULTI_NODE_ENGINES and spec.accelerator_vendor in GPU_VENDORS
 
 
 def _topology(spec: LLMModelSpec, count: int, nodes: int) -> tuple[int, int, str]:
@@ -355,11 +354,7 @@ def _plan_nodes(base: Plan, spec: LLMModelSpec, need: float, cards: _Cards,
 
 def _plan_roles(base: Plan, spec: LLMModelSpec, need: float, cards: _Cards) -> Plan:
     """Prefill and decode pods each hold the whole model: each role's cards must fit it."""
-    roles = spec.serving.disaggregation if spec.serving else None
-    assert roles is not None
-    counts = {name: (role.resources.accelerator_count if role.resources else None)
-              or spec.resources.accelerator_count
-              for name, role in (("prefill", roles.prefill), ("decode", roles.decode))}
+    counts = {role: spec.role_resources(role).accelerator_count for role in ROLES}
     smallest, label, util = min(counts.values()), cards.label, cards.utilization
     usable = cards.usable(smallest)
     shaped = replace(base, capacity_gib=usable, accelerator=label,

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from llm_operator.api import labels as L
+from llm_operator.api.serving import ROLES
 from llm_operator.render import disaggregation, multinode, scaling
 
 Ref = tuple[str, str]  # (apiVersion, kind)
@@ -19,13 +20,13 @@ LWS_REF: Ref = multinode.REF
 DS_REF: Ref = (disaggregation.API_VERSION, disaggregation.KIND)
 REFS = (DEPLOYMENT_REF, LWS_REF, DS_REF)  # the kinds that may serve a model
 DEPLOYMENT, LWS, DS = DEPLOYMENT_REF[1], LWS_REF[1], DS_REF[1]
-ROLES = "DisaggregatedRoles"  # prefill and decode Deployments, read as one
+ROLES_KIND = "DisaggregatedRoles"  # prefill and decode Deployments, read as one
 
 
 def places(name: str) -> list[tuple[Ref, str]]:
     """(kind, name) of every object that may serve the model called ``name``."""
     return [(DEPLOYMENT_REF, name), (LWS_REF, name), (DS_REF, name),
-            *((DEPLOYMENT_REF, f"{name}-{role}") for role in disaggregation.ROLES)]
+            *((DEPLOYMENT_REF, f"{name}-{role}") for role in ROLES)]
 
 
 def rendered(objects: list[dict[str, Any]], name: str) -> list[tuple[str, dict[str, Any]]]:
@@ -48,7 +49,7 @@ def summary(live: list[tuple[str, dict[str, Any]]], name: str) -> dict[str, Any]
     if (found := by_name.get((DS, name))) is not None:
         return disaggregated_set(found)
     return roles(*(by_name.get((DEPLOYMENT, f"{name}-{role}"))
-                   for role in disaggregation.ROLES))
+                   for role in ROLES))
 
 
 def _counts(obj: dict[str, Any] | None) -> tuple[int, int, int]:
@@ -64,7 +65,7 @@ def _counts(obj: dict[str, Any] | None) -> tuple[int, int, int]:
 def _summary(desired: int, ready: int, rolling: bool,
              conditions: list[dict[str, Any]]) -> dict[str, Any]:
     marks = [{"type": "UpdateInProgress", "status": "True" if rolling else "False"}]
-    return {"kind": ROLES, "spec": {"replicas": desired},
+    return {"kind": ROLES_KIND, "spec": {"replicas": desired},
             "status": {"readyReplicas": ready, "conditions": [*conditions, *marks]}}
 
 
@@ -97,6 +98,6 @@ def serving(kind: str, pod: dict[str, Any]) -> bool:
     labels = (pod.get("metadata") or {}).get("labels") or {}
     if kind == LWS:
         return labels.get(L.LWS_WORKER_INDEX) == "0"
-    if kind == ROLES:
+    if kind == ROLES_KIND:
         return labels.get(L.ROLE) == "decode"
     return True

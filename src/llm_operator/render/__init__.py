@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from llm_operator.api.serving import ROLES
 from llm_operator.api.v1alpha1 import LLMModel
 from llm_operator.api.validation import Problem
 from llm_operator.profiles.engines import engine, engine_arg_problems
@@ -108,7 +109,7 @@ def _workloads(model: LLMModel, settings: Settings, *, nodes: int, cache: int,
     if model.spec.serving and model.spec.serving.disaggregation:
         roles = [disaggregation.role_deployment(
             model, role, deployment_of(disaggregation.role_model(model, role)), settings)
-            for role in disaggregation.ROLES]
+            for role in ROLES]
         if settings.disaggregation.workload == "disaggregatedset":
             return [disaggregation.disaggregated_set(model, roles, owner_uid)]
         return roles

@@ -16,7 +16,7 @@ import json
 from typing import Any
 
 from llm_operator.api import labels as L
-from llm_operator.api.serving import ServingRoleSpec
+from llm_operator.api.serving import ROLES
 from llm_operator.api.v1alpha1 import LLMModel
 from llm_operator.profiles.engines import PORT
 from llm_operator.profiles.settings import Settings
@@ -24,7 +24,6 @@ from llm_operator.render.meta import metadata, restricted_container_security, se
 from llm_operator.render.workload import SERVER_CONTAINER
 
 API_VERSION, KIND = "disaggregatedset.x-k8s.io/v1", "DisaggregatedSet"
-ROLES = ("prefill", "decode")
 ENGINE_PORT_NAME = "vllm"  # the engine's port on both roles (metrics, probes)
 DECODE_ENGINE_PORT = 8200  # behind the routing sidecar, which takes PORT
 NIXL_PORT = 5600
@@ -36,20 +35,15 @@ DECODE_ONLY = {L.ROLE: "decode"}  # what the model's Service selects
 
 def role_model(model: LLMModel, role: str) -> LLMModel:
     """The model as one role serves it: the role's resources over spec.resources."""
-    spec = model.spec
-    roles = spec.serving.disaggregation if spec.serving else None
-    assert roles is not None
-    wanted: ServingRoleSpec = getattr(roles, role)
-    given = wanted.resources.model_dump(exclude_none=True) if wanted.resources else {}
-    resources = spec.resources.model_copy(update=given)
-    return model.model_copy(update={"spec": spec.model_copy(update={"resources": resources})})
+    resources = model.spec.role_resources(role)
+    return model.model_copy(update={"spec": model.spec.model_copy(
+        update={"resources": resources})})
 
 
 def replicas(model: LLMModel, role: str) -> int:
     roles = model.spec.serving.disaggregation if model.spec.serving else None
     assert roles is not None
-    count: int = getattr(roles, role).replicas
-    return count
+    return roles.role(role).replicas
 
 
 def _engine(container: dict[str, Any], port: int) -> None:
