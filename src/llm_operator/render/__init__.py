@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from llm_operator.api.serving import ROLES
@@ -102,22 +103,36 @@ def _render_remote(
     return objects + ([mon] if mon else [])
 
 
-def _workloads(model: LLMModel, settings: Settings, *, nodes: int, cache: int,
-               owner_uid: str | None,
-               deployment_of: Callable[[LLMModel], dict[str, Any]]) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class _Layout:
+    """How a local model's pods are laid out, and what that decides for its other objects."""
+
+    workloads: list[dict[str, Any]]  # a Deployment, a LeaderWorkerSet, or the two roles
+    serving: dict[str, str] | None = None  # more labels of the pods the Service reaches
+    pooled: dict[str, str] | None = None  # more labels of the pods the InferencePool holds
+    target: tuple[str, str] = scaling.DEPLOYMENT  # what KEDA scales
+    shared_cache: bool = True  # one model-cache PVC (a group's pods claim their own)
+    roles: bool = False
+
+
+def _layout(model: LLMModel, settings: Settings, *, nodes: int, cache: int,
+            owner_uid: str | None,
+            deployment_of: Callable[[LLMModel], dict[str, Any]]) -> _Layout:
     """What serves the model: its Deployment, a LeaderWorkerSet, or prefill and decode roles."""
     if model.spec.serving and model.spec.serving.disaggregation:
         roles = [disaggregation.role_deployment(
             model, role, deployment_of(disaggregation.role_model(model, role)), settings)
             for role in ROLES]
         if settings.disaggregation.workload == "disaggregatedset":
-            return [disaggregation.disaggregated_set(model, roles, owner_uid)]
-        return roles
+            roles = [disaggregation.disaggregated_set(model, roles, owner_uid)]
+        return _Layout(roles, serving=disaggregation.DECODE_ONLY, roles=True)
     if nodes > 1:
-        return [multinode.leader_worker_set(
+        return _Layout([multinode.leader_worker_set(
             model, deployment_of(model), nodes, cache,
-            (settings.storage.access_mode, settings.storage.storage_class_name))]
-    return [deployment_of(model)]
+            (settings.storage.access_mode, settings.storage.storage_class_name))],
+            serving=multinode.LEADERS, pooled=multinode.LEADERS, target=multinode.REF,
+            shared_cache=False)
+    return _Layout([deployment_of(model)])
 
 
 def _render_local(
@@ -137,7 +152,6 @@ def _render_local(
         tolerations = list(override.tolerations)
     cache = model_plan.cache_size_gib * (2 if eng.name == "ollama" else 1)  # Ollama copies it
     autoscaled = scaling.autoscaled(model)
-    nodes = model_plan.nodes
 
     def deployment_of(served_model: LLMModel) -> dict[str, Any]:
         return workload.inference_deployment(
@@ -145,34 +159,29 @@ def _render_local(
             replicas=None if autoscaled else spec.scaling.min_replicas,
             owner_uid=owner_uid, node_selector=node_selector, tolerations=tolerations)
 
-    roles = bool(spec.serving and spec.serving.disaggregation)
-    only = multinode.LEADERS if nodes > 1 else \
-        disaggregation.DECODE_ONLY if roles else None  # the pods that answer the Service
-    target = multinode.REF if nodes > 1 else scaling.DEPLOYMENT
-    workloads = _workloads(model, settings, nodes=nodes, cache=cache, owner_uid=owner_uid,
-                           deployment_of=deployment_of)
-    served = [*workloads, networking.service(model, workload.COMPONENT, owner_uid, only)]
-    cached = workload.node_file(spec) is None and nodes == 1  # groups claim their own
+    layout = _layout(model, settings, nodes=model_plan.nodes, cache=cache,
+                     owner_uid=owner_uid, deployment_of=deployment_of)
+    cached = layout.shared_cache and workload.node_file(spec) is None
     objects = [
         *([workload.model_cache_pvc(model, cache, settings, owner_uid)] if cached else []),
         *([adapters.config_map(model, workload.COMPONENT, owner_uid)]
           if adapters.synced(spec) else []),
-        *served,
+        *layout.workloads,
+        networking.service(model, workload.COMPONENT, owner_uid, layout.serving),
     ]
     if scaling.keda_scales(model, settings):
-        objects.append(scaling.scaled_object(model, eng, settings, owner_uid, target))
+        objects.append(scaling.scaled_object(model, eng, settings, owner_uid, layout.target))
     if scaling.wants_http_addon(model, settings):
-        objects.append(scaling.http_scaled_object(model, settings, owner_uid, target))
+        objects.append(scaling.http_scaled_object(model, settings, owner_uid, layout.target))
     if eng.metrics_path:
         mon = disaggregation.pod_monitor(model, settings, eng.metrics_path, owner_uid) \
-            if roles else \
+            if layout.roles else \
             monitoring.monitor(model, workload.COMPONENT, eng.metrics_path, settings, owner_uid)
         if mon:
             objects.append(mon)
     if settings.inference_pool.enabled and eng.name in pools.POOL_ENGINES:
         if settings.inference_pool.endpoint_picker.deploy:
             objects += picker.picker_objects(model, settings, owner_uid)
-        leaders = multinode.LEADERS if nodes > 1 else None  # the picker sees both roles
-        objects += [pools.inference_pool(model, settings, owner_uid, leaders),
+        objects += [pools.inference_pool(model, settings, owner_uid, layout.pooled),
                     pools.http_route(model, settings, owner_uid)]
     return objects
