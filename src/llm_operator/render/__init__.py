@@ -128,8 +128,7 @@ def _layout(model: LLMModel, settings: Settings, *, nodes: int, cache: int,
         return _Layout(roles, serving=disaggregation.DECODE_ONLY, roles=True)
     if nodes > 1:
         return _Layout([multinode.leader_worker_set(
-            model, deployment_of(model), nodes, cache,
-            (settings.storage.access_mode, settings.storage.storage_class_name))],
+            model, deployment_of(model), nodes, cache, settings.storage)],
             serving=multinode.LEADERS, pooled=multinode.LEADERS, target=multinode.REF,
             shared_cache=False)
     return _Layout([deployment_of(model)])

@@ -16,6 +16,7 @@ from llm_operator.api import labels as L
 from llm_operator.api.v1alpha1 import LLMModel
 from llm_operator.profiles import multinode
 from llm_operator.profiles.engines import serve
+from llm_operator.profiles.settings import Storage
 from llm_operator.render.workload import CACHE_VOLUME, SERVER_CONTAINER, model_cache_claim
 
 API_VERSION = "leaderworkerset.x-k8s.io/v1"
@@ -54,11 +55,11 @@ def _split(template: dict[str, Any], model: LLMModel, nodes: int
 
 
 def leader_worker_set(model: LLMModel, deployment: dict[str, Any], nodes: int,
-                      cache_gib: int, storage: tuple[str, str | None]) -> dict[str, Any]:
+                      cache_gib: int, storage: Storage) -> dict[str, Any]:
     """The LeaderWorkerSet serving ``model`` with groups of ``nodes`` pods.
 
     ``deployment`` is the single-node Deployment it replaces (its metadata, replicas and
-    pod template are reused); ``storage`` is (access mode, storage class) of the cache.
+    pod template are reused); ``storage``: the settings of the cache's volumes.
     """
     template = deployment["spec"]["template"]
     leader, worker = _split(template, model, nodes)
@@ -72,7 +73,7 @@ def leader_worker_set(model: LLMModel, deployment: dict[str, Any], nodes: int,
     claimed = any(v["name"] == CACHE_VOLUME and "persistentVolumeClaim" in v
                   for v in template["spec"]["volumes"])
     if claimed:
-        group["volumeClaimTemplates"] = [model_cache_claim(cache_gib, *storage)]
+        group["volumeClaimTemplates"] = [model_cache_claim(cache_gib, storage)]
         # Deleted with the model; kept on scale-down, so a group that comes back does not
         # download the weights again.
         group["persistentVolumeClaimRetentionPolicy"] = {"whenDeleted": "Delete",

@@ -21,7 +21,7 @@ from llm_operator.profiles.engines import (
     prepare_script,
     serve,
 )
-from llm_operator.profiles.settings import Settings
+from llm_operator.profiles.settings import Settings, Storage
 from llm_operator.profiles.vendors import VendorProfile
 from llm_operator.render import adapters as lora
 from llm_operator.render.meta import (
@@ -42,23 +42,21 @@ SHM_SINGLE, SHM_MULTI = "16Gi", "64Gi"
 GRACE_AFTER_DRAIN = 10  # seconds the engine gets to stop after SIGTERM, before SIGKILL
 
 
-def model_cache_claim(size_gib: int, access_mode: str, storage_class: str | None
-                      ) -> dict[str, Any]:
+def model_cache_claim(size_gib: int, storage: Storage) -> dict[str, Any]:
     """The cache's claim (name and spec): the PVC's, or a LeaderWorkerSet's claim template."""
     spec: dict[str, Any] = {
-        "accessModes": [access_mode],
+        "accessModes": [storage.access_mode],
         "resources": {"requests": {"storage": f"{size_gib}Gi"}},
     }
-    if storage_class:
-        spec["storageClassName"] = storage_class
+    if storage.storage_class_name:
+        spec["storageClassName"] = storage.storage_class_name
     return {"metadata": {"name": CACHE_VOLUME}, "spec": spec}
 
 
 def model_cache_pvc(
     model: LLMModel, size_gib: int, settings: Settings, owner_uid: str | None
 ) -> dict[str, Any]:
-    claim = model_cache_claim(size_gib, settings.storage.access_mode,
-                              settings.storage.storage_class_name)
+    claim = model_cache_claim(size_gib, settings.storage)
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
