@@ -102,7 +102,7 @@ async def test_an_mcp_client_lists_and_calls_the_model(tmp_path: Path,
         tools = await client.list_tools()
         assert [t.name for t in tools.tools] == ["list_available_models", "gemma3_270m_local"]
         result = await client.call_tool("gemma3_270m_local", {
-            "messages": CHAT["messages"], "max_tokens": 16})
+            "messages": CHAT["messages"], "max_tokens": 16, "temperature": 0})
         assert not result.is_error
         assert result.structured_content is not None
         assert result.structured_content["text"].strip()
