@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from llm_operator.mcp_server.app import McpSettings
+from llm_operator.mcp_server.settings import McpSettings
 from llm_operator.mcp_server.run import service
 
 from fake_upstream import FakeUpstream

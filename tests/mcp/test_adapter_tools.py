@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from llm_operator.mcp_server.app import McpSettings
+from llm_operator.mcp_server.settings import McpSettings
 from llm_operator.mcp_server.run import service
 from mcp import Client
 

@@ -13,7 +13,8 @@ import mcp_types as types
 import yaml
 
 from llm_operator.kube import Kube
-from llm_operator.mcp_server.app import McpService, McpSettings
+from llm_operator.mcp_server.app import McpService
+from llm_operator.mcp_server.settings import McpSettings
 from llm_operator.mcp_server.run import service
 from mcp import Client
 

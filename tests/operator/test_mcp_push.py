@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from llm_operator.kube import Kube
-from llm_operator.mcp_server.app import McpService, McpSettings
+from llm_operator.mcp_server.app import McpService
+from llm_operator.mcp_server.settings import McpSettings
 from llm_operator.profiles.settings import McpPush, Settings
 
 from cluster import Cluster

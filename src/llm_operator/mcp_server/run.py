@@ -8,7 +8,8 @@ from pathlib import Path
 
 from llm_operator.kube import Connection, Kube
 from llm_operator.mcp_server.admin_store import ConfigMapStore
-from llm_operator.mcp_server.app import McpService, McpSettings
+from llm_operator.mcp_server.app import McpService
+from llm_operator.mcp_server.settings import McpSettings
 from llm_operator.mcp_server.sources import FileSource, KubernetesSource
 from llm_operator.registry.catalog import ToolRecord
 
@@ -32,7 +33,7 @@ async def service(settings: McpSettings, *, kube: Connection | None = None,
             if admin_configmap is not None:
                 store = ConfigMapStore(client, *admin_configmap, svc.publisher("admin"),
                                        settings.admin_endpoint_hosts)
-                svc.admin_store = store
+                svc.admin.store = store
                 svc.background.append(store.run)
                 svc.readiness.append(store.synced)
             parts: dict[str | None, list[ToolRecord]] = {}

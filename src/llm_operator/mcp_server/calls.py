@@ -1,0 +1,131 @@
+"""A model tool's call: the caller's allowance, a slot of the model's, the model's endpoint."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import mcp_types as types
+from mcp.shared.exceptions import MCPError
+
+from llm_operator.mcp_server import failures
+from llm_operator.mcp_server.auth import Caller, McpAuth
+from llm_operator.mcp_server.metrics import McpMetrics
+from llm_operator.mcp_server.settings import McpSettings
+from llm_operator.registry.catalog import ToolRecord
+from llm_operator.registry.tools import chat_arguments, chat_request, chat_result
+
+log = logging.getLogger(__name__)
+
+
+def failure(message: str) -> types.CallToolResult:
+    """A tool error the calling model reads (SEP-1303), logged."""
+    log.warning("tool call failed: %s", message)
+    return types.CallToolResult(content=[types.TextContent(type="text", text=message)],
+                                is_error=True)
+
+
+@dataclass
+class ModelCalls:
+    """Calls of model tools: at most ``max_concurrent_calls`` per tool, the rest wait."""
+
+    settings: McpSettings
+    metrics: McpMetrics
+    auth: McpAuth | None
+    http: aiohttp.ClientSession | None = None  # set while the app runs
+    _slots: dict[str, asyncio.Semaphore] = field(default_factory=dict)
+
+    async def as_caller(self, caller: Caller, record: ToolRecord,
+                        arguments: dict[str, Any] | None) -> types.CallToolResult:
+        """A call by an authenticated client: its allow-list, then its calls per minute."""
+        assert self.auth is not None
+        if not caller.may_call(record.tool_name, record.model_id):
+            self.metrics.key_calls.labels(caller.id, "forbidden").inc()
+            raise MCPError(types.INVALID_PARAMS, f"key {caller.id!r} may not call tool "
+                           f"{record.tool_name}; ask the server's operator to allow it")
+        wait = self.auth.call_wait(caller)
+        if wait > 0:
+            self.metrics.key_calls.labels(caller.id, "rate_limited").inc()
+            return failure(f"rate limit of key {caller.id!r} reached; retry after "
+                           f"{math.ceil(wait)} s")
+        result = await self.call(record, arguments)
+        self.metrics.key_calls.labels(caller.id, "error" if result.is_error else "ok").inc()
+        return result
+
+    def _slot(self, tool: str) -> asyncio.Semaphore:
+        slot = self._slots.get(tool)
+        if slot is None:
+            slot = self._slots[tool] = asyncio.Semaphore(self.settings.max_concurrent_calls)
+        return slot
+
+    async def call(self, record: ToolRecord, arguments: dict[str, Any] | None
+                   ) -> types.CallToolResult:
+        """Wait for one of the model's slots (its own timeout), then call it (another)."""
+        args = chat_arguments(arguments, thinking=record.facets.supports_thinking)
+        body, thinking = chat_request(record, args)
+        tool, metrics = record.tool_name, self.metrics
+        who = f"model {record.model_id} ({tool})"
+        slot = self._slot(tool)
+        metrics.queued.labels(tool).inc()
+        waited = time.monotonic()
+        try:
+            async with asyncio.timeout(self.settings.call_timeout):
+                await slot.acquire()
+        except TimeoutError:
+            metrics.calls.labels(tool, "timeout").inc()
+            return failure(f"{who} had no free slot within {self.settings.call_timeout:g} s: "
+                           f"{self.settings.max_concurrent_calls} calls to it are in flight; "
+                           "try again shortly")
+        finally:
+            metrics.queued.labels(tool).dec()
+        metrics.queue_wait.labels(tool).observe(time.monotonic() - waited)
+        metrics.in_flight.labels(tool).inc()
+        started = time.monotonic()
+        try:
+            result, outcome = await self._post(record, body, thinking, who)
+        finally:
+            slot.release()
+            metrics.in_flight.labels(tool).dec()
+            metrics.duration.labels(tool).observe(time.monotonic() - started)
+        metrics.calls.labels(tool, outcome).inc()
+        usage = (result.structured_content or {}).get("usage") or {}
+        for kind, key in (("prompt", "promptTokens"), ("completion", "completionTokens")):
+            if usage.get(key):
+                metrics.tokens.labels(tool, kind).inc(usage[key])
+        return result
+
+    async def _post(self, record: ToolRecord, body: dict[str, Any], thinking: bool, who: str
+                    ) -> tuple[types.CallToolResult, str]:
+        """One call to the model's endpoint: the tool result and its outcome label."""
+        assert self.http is not None and record.endpoint
+        url = f"{record.endpoint.rstrip('/')}/{record.path}"
+        try:
+            async with self.http.post(url, json=body, timeout=aiohttp.ClientTimeout(
+                    total=self.settings.call_timeout)) as r:
+                raw = await r.text(errors="replace")
+                try:
+                    payload = json.loads(raw)
+                except ValueError:
+                    payload = None
+                if r.status >= 400:  # the agent gets the meaning; the log, the detail
+                    log.warning("%s answered HTTP %d: %s", who, r.status,
+                                failures.detail(payload, raw))
+                    return failure(failures.summary(who, r.status)), "upstream_error"
+            text, structured = chat_result(record, payload, thinking)
+        except TimeoutError:
+            return failure(f"{who} did not answer within {self.settings.call_timeout:g} s"), \
+                "timeout"
+        except aiohttp.ClientError as exc:
+            return failure(f"could not reach {who} ({type(exc).__name__}); it may be starting "
+                           "or scaling up, try again shortly"), "unreachable"
+        except ValueError:
+            return failure(f"{who} returned a response that is not a chat completion"), \
+                "bad_response"
+        return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
+                                    structured_content=structured), "ok"
