@@ -33,7 +33,7 @@ def _on_gpus(rule_id: str, field: str, asked_cel: str, asked: Callable[[LLMModel
     return Rule(
         id=rule_id, location="spec", field=field,
         cel=f"!{asked_cel} || {VENDOR} in {list(GPU_VENDORS)}",
-        message=f"{field.lstrip('.')}: {what} needs acceleratorVendor "
+        message=f"{what} ({field.lstrip('.')}) needs acceleratorVendor "
         f"{' or '.join(GPU_VENDORS)}",
         holds=lambda s: not asked(s) or s.accelerator_vendor in GPU_VENDORS,
     )
@@ -53,7 +53,7 @@ SERVING_RULES: tuple[Rule, ...] = (
         location="spec",
         field=".serving.nodes",
         cel=f"!{NODES_ASKED} || {ENGINE} in {list(MULTI_NODE_ENGINES)}",
-        message="serving.nodes: a model served across nodes needs inferenceEngine vllm or "
+        message="a model served across nodes (serving.nodes) needs inferenceEngine vllm or "
         "sglang; llama.cpp and Ollama serve a model on one node",
         holds=lambda s: _nodes(s) <= 1 or s.inference_engine in MULTI_NODE_ENGINES,
     ),
@@ -64,7 +64,7 @@ SERVING_RULES: tuple[Rule, ...] = (
         location="spec",
         field=".serving.disaggregation",
         cel=f"!{DISAGGREGATED} || {ENGINE} == '{DISAGGREGATED_ENGINE}'",
-        message="serving.disaggregation: prefill/decode disaggregation needs inferenceEngine "
+        message="prefill/decode disaggregation (serving.disaggregation) needs inferenceEngine "
         "vllm (the roles hand over the KV cache with vLLM's NIXL connector)",
         holds=lambda s: _disaggregation(s) is None or s.inference_engine == DISAGGREGATED_ENGINE,
     ),
@@ -75,8 +75,8 @@ SERVING_RULES: tuple[Rule, ...] = (
         location="spec",
         field=".serving.nodes",
         cel=f"!{DISAGGREGATED} || !{NODES_ASKED}",
-        message="serving.nodes: a disaggregated model's roles each serve on one node: remove "
-        "serving.nodes or serving.disaggregation",
+        message="a disaggregated model's roles each serve on one node: remove serving.nodes "
+        "or serving.disaggregation",
         holds=lambda s: _disaggregation(s) is None or _nodes(s) <= 1,
     ),
     Rule(
@@ -94,8 +94,8 @@ SERVING_RULES: tuple[Rule, ...] = (
         location=f"spec.serving.disaggregation.{role}",
         field=".replicas",
         cel="!has(self.replicas) || self.replicas >= 1",
-        message=f"serving.disaggregation.{role}.replicas: each role needs at least 1 replica; "
-        "to serve without separate roles remove serving.disaggregation",
+        message=f"serving.disaggregation.{role}.replicas must be at least 1; to serve without "
+        "separate roles remove serving.disaggregation",
         holds=lambda r: r.replicas >= 1,
     ) for role in ROLES),
 )

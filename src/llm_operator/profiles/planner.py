@@ -338,7 +338,7 @@ def _plan_nodes(base: Plan, spec: LLMModelSpec, need: float, cards: _Cards,
                      tensor_parallel_size=tensor, nodes=nodes, pipeline_parallel_size=pipeline)
     if not _multi_node_capable(spec):  # the CRD refuses it too; a parse without rules may not
         return replace(shaped, verdict="does-not-fit", reason=(
-            "serving.nodes: a model served across nodes needs inferenceEngine vllm or sglang "
+            "a model served across nodes (serving.nodes) needs inferenceEngine vllm or sglang "
             "on acceleratorVendor nvidia or amd"))
     if fewest > MAX_NODES:
         return replace(shaped, verdict="does-not-fit", reason=(
