@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from llm_operator.mcp_server.settings import McpSettings
 from llm_operator.mcp_server.run import service
+from llm_operator.mcp_server.settings import McpSettings
 
 from fake_upstream import FakeUpstream
 from mcptools import Running, Start, guide_models, serving

@@ -8,8 +8,8 @@ from typing import Any
 
 import yaml
 
-from llm_operator.mcp_server.settings import McpSettings
 from llm_operator.mcp_server.run import service
+from llm_operator.mcp_server.settings import McpSettings
 from mcp import Client
 
 from fake_upstream import FakeUpstream

@@ -13,8 +13,8 @@ import aiohttp
 from llm_operator.kube import Connection
 from llm_operator.mcp_server.admin_store import admin_records
 from llm_operator.mcp_server.app import McpService
-from llm_operator.mcp_server.settings import McpSettings
 from llm_operator.mcp_server.run import service
+from llm_operator.mcp_server.settings import McpSettings
 
 from controlplane import ControlPlane
 from mcptools import serving

@@ -14,8 +14,8 @@ import yaml
 
 from llm_operator.kube import Kube
 from llm_operator.mcp_server.app import McpService
-from llm_operator.mcp_server.settings import McpSettings
 from llm_operator.mcp_server.run import service
+from llm_operator.mcp_server.settings import McpSettings
 from mcp import Client
 
 from cluster import Cluster

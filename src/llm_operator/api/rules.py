@@ -197,7 +197,7 @@ RULES: tuple[Rule, ...] = (
         field=".podLabels",
         cel="!has(self.podLabels) || self.podLabels.all(k, k.matches('" + LABEL_KEY
         + "') && !k.startsWith('ai.example.io/') && !k.startsWith('app.kubernetes.io/'))",
-        message="podLabels: each key must be a label key (an optional DNS prefix and /, then "
+        message="each podLabels key must be a label key (an optional DNS prefix and /, then "
         "up to 63 letters, digits, - _ .) outside ai.example.io/ and app.kubernetes.io/, "
         "which the operator sets",
         holds=lambda s: all(_pod_key(k, RESERVED_POD_KEY_PREFIXES)
@@ -209,7 +209,7 @@ RULES: tuple[Rule, ...] = (
         field=".podAnnotations",
         cel="!has(self.podAnnotations) || self.podAnnotations.all(k, k.matches('"
         + LABEL_KEY + "') && !k.startsWith('ai.example.io/'))",
-        message="podAnnotations: each key must be an annotation key (an optional DNS prefix "
+        message="each podAnnotations key must be an annotation key (an optional DNS prefix "
         "and /, then up to 63 letters, digits, - _ .) outside ai.example.io/, which the "
         "operator sets",
         holds=lambda s: all(_pod_key(k, ("ai.example.io/",)) for k in s.pod_annotations or {}),

@@ -88,8 +88,8 @@ def mcp(namespaces: tuple[str, ...], *, all_namespaces: bool, files_dir: Path | 
     import asyncio  # noqa: PLC0415 - the server's dependencies only for this command
 
     from llm_operator.kube import connection  # noqa: PLC0415
-    from llm_operator.mcp_server.settings import McpSettings, service_hosts  # noqa: PLC0415
     from llm_operator.mcp_server.run import service  # noqa: PLC0415
+    from llm_operator.mcp_server.settings import McpSettings, service_hosts  # noqa: PLC0415
 
     if namespaces and all_namespaces:
         raise click.UsageError("use either --namespace or --all-namespaces")

@@ -38,8 +38,8 @@ from llm_operator.local.process import Supervised, Timing
 from llm_operator.local.register import Registrar, Registration
 from llm_operator.local.state import StateDir
 from llm_operator.local.weights import WeightsError, locate, locate_adapters
-from llm_operator.mcp_server.settings import McpSettings
 from llm_operator.mcp_server.run import service
+from llm_operator.mcp_server.settings import McpSettings
 from llm_operator.mcp_server.sources import DirectoryCache
 from llm_operator.profiles.llamaserver import lora_path_problem
 from llm_operator.registry.catalog import is_base_model
