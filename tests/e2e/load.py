@@ -56,8 +56,13 @@ class SteadyLoad:
                     await asyncio.wait_for(stop.wait(), 0.2)
 
     @contextlib.asynccontextmanager
-    async def running(self) -> AsyncIterator[SteadyLoad]:
-        """The load for the duration of the block (in-flight requests finish at its end)."""
+    async def running(self, hang_up: bool = False) -> AsyncIterator[SteadyLoad]:
+        """The load for the duration of the block.
+
+        At its end in-flight requests finish, or with ``hang_up`` the clients close their
+        connections at once (not counted): the load ends when the block does, not after a
+        queue of slow answers has drained.
+        """
         stop = asyncio.Event()
         timeout = aiohttp.ClientTimeout(total=self.timeout)
         connector = aiohttp.TCPConnector(force_close=True)  # every request finds a pod anew
@@ -68,4 +73,7 @@ class SteadyLoad:
                 yield self
             finally:
                 stop.set()
-                await asyncio.gather(*tasks)
+                if hang_up:
+                    for task in tasks:
+                        task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=hang_up)

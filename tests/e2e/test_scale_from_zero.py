@@ -108,7 +108,9 @@ async def test_load_scales_to_max_and_a_new_leader_changes_nothing_by_itself(
     plane = autoscaled.plane
     router = autoscaled.service_url(OPERATOR_NS, "llmop-router", 8080)
     load = SteadyLoad(router, MODEL_ID, clients=8, max_tokens=32, timeout=120)
-    async with load.running():
+    # The clients hang up once 2 replicas are asked for: waiting for their queued answers
+    # (tens of seconds on 250m CPU each) ate the 15 s window before the leader was replaced.
+    async with load.running(hang_up=True):
         await asyncio.to_thread(wait_replicas, autoscaled, 2)
     assert load.failures == [], load.summary()
     leader = autoscaled.json("-n", OPERATOR_NS, "get", "lease", "llm-operator")["spec"][
