@@ -7,14 +7,17 @@ few seconds, removes what is no longer served, and withdraws everything on stop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import logging
+import time
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from llm_operator.api import labels as L
 from llm_operator.api.v1alpha1 import API_VERSION, LLMModel
-from llm_operator.kube import Connection, Kube
+from llm_operator.kube import ApiError, Connection, Kube
 from llm_operator.render.registration import (
     RENEW_SECONDS,
     key_secret,
@@ -103,3 +106,46 @@ class Registrar:
             await self._delete(doc["metadata"]["name"])
         for api, plural in (("v1", "secrets"), ("coordination.k8s.io/v1", "leases")):
             await self.kube.delete(api, plural, reg.namespace, reg.machine)
+
+
+@contextlib.asynccontextmanager
+async def registered(registration: Registration, gateway_port: int,
+                     serving: Callable[[], list[LLMModel]], changed: Callable[[], None]
+                     ) -> AsyncIterator[Registrar]:
+    """Publish what ``serving()`` returns, heartbeat, and on the way out withdraw.
+
+    ``changed`` is called when what is published (or why a model is not) changes.
+    """
+    async with Kube(registration.connection, attempts=2) as kube:
+        registrar = Registrar(kube, registration, gateway_port)
+        task = asyncio.create_task(_keep(registrar, serving, changed))
+        try:
+            yield registrar
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            try:
+                async with asyncio.timeout(10):
+                    await registrar.withdraw()
+            except (ApiError, OSError, TimeoutError) as exc:
+                log.warning("could not withdraw the registered models: %s (the "
+                            "operator withdraws them once the Lease lapses)", exc)
+
+
+async def _keep(registrar: Registrar, serving: Callable[[], list[LLMModel]],
+                changed: Callable[[], None]) -> None:
+    """Renew the Lease every renew_seconds, and sync the published models every second."""
+    renewed = 0.0
+    while True:
+        before = (sorted(registrar.published), dict(registrar.problems))
+        try:
+            if time.monotonic() - renewed >= registrar.registration.renew_seconds:
+                await registrar.heartbeat()
+                renewed = time.monotonic()
+            await registrar.sync(serving())
+        except (ApiError, OSError) as exc:
+            log.warning("registering in the cluster failed: %s; trying again", exc)
+        if (sorted(registrar.published), dict(registrar.problems)) != before:
+            changed()
+        await asyncio.sleep(min(1.0, registrar.registration.renew_seconds))

@@ -19,7 +19,6 @@ from aiohttp import web
 from llm_operator.api.v1alpha1 import LLMModel
 from llm_operator.gateway.app import Gateway
 from llm_operator.gateway.config import ConfigError, parse_config
-from llm_operator.kube import ApiError, Kube
 from llm_operator.local.entries import Entry, read_models, runtime_key
 from llm_operator.local.listening import StartError, free_port, listen
 from llm_operator.local.machine import detect
@@ -35,7 +34,7 @@ from llm_operator.local.placement import (
     file_does_not_fit,
 )
 from llm_operator.local.process import Supervised, Timing
-from llm_operator.local.register import Registrar, Registration
+from llm_operator.local.register import Registrar, Registration, registered
 from llm_operator.local.state import StateDir
 from llm_operator.local.weights import WeightsError, locate, locate_adapters
 from llm_operator.mcp_server.run import service
@@ -223,40 +222,13 @@ class Runtime:
     @contextlib.asynccontextmanager
     async def _registered(self, gateway_port: int) -> AsyncIterator[None]:
         """With --register: publish, heartbeat and, on the way out, withdraw."""
-        registration = self.options.register
-        if registration is None:
+        if self.options.register is None:
             yield
             return
-        async with Kube(registration.connection, attempts=2) as kube:
-            self.registrar = Registrar(kube, registration, gateway_port)
-            task = asyncio.create_task(self._keep_registered(self.registrar))
-            try:
-                yield
-            finally:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-                try:
-                    async with asyncio.timeout(10):
-                        await self.registrar.withdraw()
-                except (ApiError, OSError, TimeoutError) as exc:
-                    log.warning("could not withdraw the registered models: %s (the "
-                                "operator withdraws them once the Lease lapses)", exc)
-
-    async def _keep_registered(self, registrar: Registrar) -> None:
-        renewed = 0.0
-        while True:
-            before = (sorted(registrar.published), dict(registrar.problems))
-            try:
-                if time.monotonic() - renewed >= registrar.registration.renew_seconds:
-                    await registrar.heartbeat()
-                    renewed = time.monotonic()
-                await registrar.sync(self.serving())
-            except (ApiError, OSError) as exc:
-                log.warning("registering in the cluster failed: %s; trying again", exc)
-            if (sorted(registrar.published), dict(registrar.problems)) != before:
-                self._touch()  # `llmop status` shows what is published
-            await asyncio.sleep(min(1.0, registrar.registration.renew_seconds))
+        # `llmop status` shows what is published: a change touches the state
+        async with registered(self.options.register, gateway_port, self.serving,
+                              self._touch) as self.registrar:
+            yield
 
     @contextlib.asynccontextmanager
     async def _mcp(self, sock: socket.socket) -> AsyncIterator[None]:
