@@ -17,7 +17,7 @@ from starlette.routing import Route
 
 from llm_operator.kube import ApiError
 from llm_operator.mcp_server.admin_store import ConfigMapStore
-from llm_operator.mcp_server.envelope import read_limited
+from llm_operator.mcp_server.envelope import read_body
 from llm_operator.mcp_server.settings import McpSettings
 from llm_operator.registry.catalog import AdminPayloadError, Catalog, Source, ToolRecord, from_admin
 from llm_operator.registry.tools import LIST_TOOL
@@ -84,7 +84,7 @@ class AdminApi:
         if (denied := await self._denied(request)) is not None:
             return denied
         name = request.path_params["name"]
-        body = await read_limited(request, ADMIN_MAX_BODY)
+        body = await read_body(request.receive, ADMIN_MAX_BODY)
         if body is None:
             return JSONResponse({"error": f"body exceeds {ADMIN_MAX_BODY} bytes",
                                  "toolName": name}, 413)

@@ -7,7 +7,6 @@ from typing import Any
 
 import mcp_types as types
 from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE
-from starlette.requests import Request
 from starlette.types import Receive
 
 
@@ -56,18 +55,6 @@ async def read_body(receive: Receive, limit: int = DEFAULT_MAX_REQUEST_BODY_SIZE
         chunks.append(chunk)
         if not message.get("more_body", False):
             break
-    return b"".join(chunks)
-
-
-async def read_limited(request: Request, limit: int) -> bytes | None:
-    """A Starlette request's body, or None once it passes ``limit`` bytes."""
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
     return b"".join(chunks)
 
 
