@@ -101,11 +101,15 @@ async def test_an_mcp_client_lists_and_calls_the_model(tmp_path: Path,
         await _until_tool(client, "gemma3_270m_local")
         tools = await client.list_tools()
         assert [t.name for t in tools.tools] == ["list_available_models", "gemma3_270m_local"]
+        # A base model: the tool sends the README's Q/A transcript, whose answer is known.
+        # (Asked to "say hello", its first token may be the newline that ends the answer:
+        # an empty text on some CPUs, as CI found.)
         result = await client.call_tool("gemma3_270m_local", {
-            "messages": CHAT["messages"], "max_tokens": 16, "temperature": 0})
+            "messages": [{"role": "user", "content": "What is the capital of France?"}],
+            "max_tokens": 16, "temperature": 0})
         assert not result.is_error
         assert result.structured_content is not None
-        assert result.structured_content["text"].strip()
+        assert "Paris" in result.structured_content["text"]
         assert result.structured_content["usage"]["completionTokens"] > 0
 
 
