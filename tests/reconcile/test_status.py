@@ -168,6 +168,21 @@ def test_remote_models_proxy_once_the_gateway_is_ready(ready: int, phase: str) -
     assert update.status.current_replicas == ready
 
 
+@pytest.mark.parametrize(("path", "reason"), [
+    ("spec.resources", "DoesNotFit"),
+    ("spec.resources.acceleratorCount", "DoesNotFit"),
+    ("spec.serving.nodes", "DoesNotFit"),
+    ("spec.serving.disaggregation.prefill.resources.acceleratorCount", "DoesNotFit"),
+    ("spec.inferenceEngine", "EngineUnsupported"),
+    ("spec.engineArgs", "UnsupportedEngineArgs"),
+    ("spec.scaling.minReplicas", "ScaleToZeroUnavailable"),
+    ("spec.scaling.maxReplicas", "InvalidSpec"),
+    ("spec.modelSource.path", "InvalidSpec"),
+])
+def test_a_placement_problem_is_reported_under_its_fields_reason(path: str, reason: str) -> None:
+    assert Blocker.from_problem(Problem(path, "m")).reason == reason
+
+
 def test_failed_says_why_and_what_to_change() -> None:
     obs = Observation(blockers=[
         Blocker.secret_missing("hf-token", "token", "spec.modelSource.huggingFaceTokenSecret")])

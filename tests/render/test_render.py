@@ -267,6 +267,38 @@ def test_unplaceable_models_render_nothing(base_local: dict[str, Any], case: str
         render(parse_llmmodel(doc), Settings.model_validate(settings))
 
 
+# (case, spec patch, the field the refusal names): 405B or 70B at BF16 on H100s.
+H100 = {"preferredAcceleratorModel": "H100", "acceleratorCount": 8}
+FIT_FIELDS = [
+    ("too few cards on one node", {"totalParametersBillions": 70, "quantization": "BF16",
+                                   "resources": {**H100, "acceleratorCount": 1}},
+     "spec.resources.acceleratorCount"),
+    ("serving.nodes pinned too low", {"totalParametersBillions": 405, "quantization": "BF16",
+                                      "resources": H100, "serving": {"nodes": 1}},
+     "spec.serving.nodes"),
+    ("serving.nodes 2 for a model that needs 5", {
+        "totalParametersBillions": 1400, "quantization": "BF16", "resources": H100,
+        "serving": {"nodes": 2}}, "spec.serving.nodes"),
+    ("a prefill role too small", {
+        "totalParametersBillions": 70, "quantization": "BF16",
+        "resources": {**H100, "acceleratorCount": 4}, "serving": {"disaggregation": {
+            "prefill": {"replicas": 1, "resources": {"acceleratorCount": 1}},
+            "decode": {"replicas": 1}}}},
+     "spec.serving.disaggregation.prefill.resources.acceleratorCount"),
+]
+
+
+@pytest.mark.parametrize(("case", "patch", "field"), FIT_FIELDS, ids=[f[0] for f in FIT_FIELDS])
+def test_a_model_that_does_not_fit_names_the_field_to_change(
+        base_local: dict[str, Any], case: str, patch: dict[str, Any], field: str) -> None:
+    doc = copy.deepcopy(base_local)
+    doc["spec"].update(patch)
+    with pytest.raises(RenderError) as refused:
+        render(parse_llmmodel(doc), Settings())
+    assert [p.path for p in refused.value.problems] == [field]
+    assert f"set {field.removeprefix('spec.')}: " in str(refused.value)
+
+
 @pytest.mark.parametrize(("millicores", "quantity"), [(8000, "8"), (500, "500m"), (2500, "2500m")])
 def test_cpu_is_rendered_in_canonical_form(millicores: int, quantity: str) -> None:
     assert cpu_quantity(millicores) == quantity

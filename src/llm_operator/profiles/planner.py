@@ -111,6 +111,7 @@ class Plan:
     cache_size_gib: int = 0
     nodes: int = 1  # more than 1: tensor parallel in each node, pipeline parallel across
     pipeline_parallel_size: int = 1
+    field: str = "spec.resources"  # the spec field a does-not-fit verdict asks to change
 
     @property
     def estimated_memory_gib(self) -> float:
@@ -269,8 +270,10 @@ def _plan_local(model: LLMModel, est: Estimate, cache: int, vp: VendorProfile,
                 nodes = math.ceil(need / (per_card * count * util))
                 fix = (f"more than one node: set serving.nodes: {nodes}, or remove it and let "
                        "the planner pick")
+                base = replace(base, field="spec.serving.nodes")
         else:
             fix = f"set resources.acceleratorCount: {needed} (tensor-parallel {needed})"
+            base = replace(base, field="spec.resources.acceleratorCount")
         return replace(base, verdict="does-not-fit", reason=(
             f"needs ~{need:.1f} GiB but {count}x {label} at {util:.0%} gives "
             f"{usable:.1f} GiB: {fix}"))
@@ -335,7 +338,8 @@ def _plan_nodes(base: Plan, spec: LLMModelSpec, need: float, cards: _Cards,
     usable = per_node * nodes
     where = f"{nodes} nodes of {count}x {label} ({words}, a LeaderWorkerSet)"
     shaped = replace(base, capacity_gib=usable, accelerator_count=count,
-                     tensor_parallel_size=tensor, nodes=nodes, pipeline_parallel_size=pipeline)
+                     tensor_parallel_size=tensor, nodes=nodes, pipeline_parallel_size=pipeline,
+                     field="spec.serving.nodes" if asked else base.field)
     if not _multi_node_capable(spec):  # the CRD refuses it too; a parse without rules may not
         return replace(shaped, verdict="does-not-fit", reason=(
             "a model served across nodes (serving.nodes) needs inferenceEngine vllm or sglang "
@@ -365,7 +369,8 @@ def _plan_roles(base: Plan, spec: LLMModelSpec, need: float, cards: _Cards) -> P
             needed = _needed_count(need, cards.memory_gib, util)
             fix = (f"set serving.disaggregation.{name}.resources.acceleratorCount: {needed}"
                    if needed else f"more than {COUNTS[-1]}x {label}: a role serves on one node")
-            return replace(shaped, verdict="does-not-fit", reason=(
+            return replace(shaped, verdict="does-not-fit", field=(
+                f"spec.serving.disaggregation.{name}.resources.acceleratorCount"), reason=(
                 f"needs ~{need:.1f} GiB but the {name} role's {count}x {label} at {util:.0%} "
                 f"gives {cards.usable(count):.1f} GiB: {fix}"))
     where = (f"prefill {counts['prefill']}x and decode {counts['decode']}x {label} "

@@ -30,13 +30,24 @@ FILE_REJECTED = frozenset({"ChecksumMismatch", "NotGGUF", "NoModelFile"})
 TIMEOUT_EXIT_CODE = 124  # coreutils timeout: the download exceeded downloadTimeoutSeconds
 SERVING_PHASES = frozenset({"Ready", "Proxying", "Degraded"})
 
-# Placement problem path -> Placed=False reason.
+# Placement problem path (or a field above it) -> Placed=False reason. The planner's
+# refusals name the field to change: spec.resources..., spec.serving.nodes, a role's cards.
 BLOCKER_REASONS = {
     "spec.resources": "DoesNotFit",
+    "spec.serving": "DoesNotFit",
     "spec.inferenceEngine": "EngineUnsupported",
     "spec.engineArgs": "UnsupportedEngineArgs",
     "spec.scaling.minReplicas": "ScaleToZeroUnavailable",
 }
+
+
+def blocker_reason(path: str) -> str:
+    """The Placed=False reason of a placement problem at ``path``: its own, or its parent's."""
+    while path:
+        if path in BLOCKER_REASONS:
+            return BLOCKER_REASONS[path]
+        path = path.rpartition(".")[0]
+    return "InvalidSpec"
 
 
 @dataclass(frozen=True)
@@ -48,7 +59,7 @@ class Blocker:
 
     @classmethod
     def from_problem(cls, problem: Problem) -> Blocker:
-        return cls(BLOCKER_REASONS.get(problem.path, "InvalidSpec"), str(problem))
+        return cls(blocker_reason(problem.path), str(problem))
 
     @classmethod
     def secret_missing(cls, name: str, key: str, field_path: str) -> Blocker:

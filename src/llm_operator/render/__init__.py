@@ -57,7 +57,7 @@ def placement_problems(model: LLMModel, settings: Settings, model_plan: Plan) ->
         reason = vp.unsupported_reason.get(spec.inference_engine, "no image configured")
         problems.append(Problem("spec.inferenceEngine", reason))
     if model_plan.verdict == "does-not-fit":
-        problems.append(Problem("spec.resources", model_plan.reason))
+        problems.append(Problem(model_plan.field, model_plan.reason))
     if scaling.autoscaled(model) and spec.scaling.min_replicas == 0 \
             and not settings.router.enabled:
         if settings.autoscaler == "builtin":
