@@ -250,6 +250,74 @@ def test_a_model_larger_than_a_node_is_planned_across_nodes(
     assert result.to_dict()["nodes"] == nodes
 
 
+# SGLang's recommended hardware for DeepSeek V3/R1 (671B, 37B active; its docs' "DeepSeek
+# V3/V3.1/R1 Usage" table), nodes of 8 cards unless it names fewer: (quantization, card,
+# vendor, cards per node, SGLang's nodes, the planner's verdict and nodes). The planner
+# agrees on the count of every row but two, where it says tight: one MI300X node holds the
+# BF16 weights and two L40S nodes the INT8 ones, with under 15% left for the KV cache.
+DEEPSEEK_V3 = [
+    ("FP8", "H200", "nvidia", 8, 1, "fits", 1),
+    ("FP8", "B200", "nvidia", 8, 1, "fits", 1),
+    ("FP8", "MI300X", "amd", 8, 1, "fits", 1),
+    ("FP8", "H100", "nvidia", 8, 2, "fits", 2),
+    ("BF16", "H200", "nvidia", 8, 2, "fits", 2),
+    ("BF16", "MI300X", "amd", 8, 2, "tight", 1),
+    ("BF16", "H100", "nvidia", 8, 4, "fits", 4),  # 3 hold it; tensor-parallel 24 divides no
+    ("BF16", "A100", "nvidia", 8, 4, "fits", 4),  # power-of-two head count
+    ("INT8", "A100", "nvidia", 8, 2, "fits", 2),
+    ("INT8", "L40S", "nvidia", 8, 4, "tight", 2),
+    ("AWQ", "H100", "nvidia", 8, 1, "fits", 1),
+    ("AWQ", "A100", "nvidia", 8, 1, "fits", 1),
+    ("MXFP4", "MI355X", "amd", 8, 1, "fits", 1),
+    ("MXFP4", "MI350X", "amd", 4, 1, "fits", 1),
+    ("FP4", "B200", "nvidia", 4, 1, "fits", 1),
+]
+
+
+@pytest.mark.parametrize(("quant", "card", "vendor", "count", "sglang", "verdict", "nodes"),
+                         DEEPSEEK_V3, ids=[f"{r[0]}-{r[3]}x{r[1]}" for r in DEEPSEEK_V3])
+def test_deepseek_v3_nodes_match_sglangs_hardware_table(
+        base_local: dict[str, Any], quant: str, card: str, vendor: str, count: int,
+        sglang: int, verdict: str, nodes: int) -> None:
+    result = plan(_model(base_local, modelId="deepseek-ai/DeepSeek-V3", inferenceEngine="sglang",
+                         modelType="MoE", totalParametersBillions=671,
+                         activeParametersBillions=37, quantization=quant,
+                         acceleratorVendor=vendor, resources={
+                             "preferredAcceleratorModel": card, "acceleratorCount": count}))
+    assert (result.verdict, result.nodes) == (verdict, nodes), result.reason
+    if nodes > 1:  # tensor parallel over every card of every node
+        assert result.tensor_parallel_size == count * nodes
+    assert (nodes == sglang) is (verdict == "fits")
+
+
+# (case, serving.nodes, verdict, words): DeepSeek V3 at BF16 on nodes of 8x H100 with SGLang.
+SGLANG_NODES = [
+    ("unset: 3 hold it, 4 are planned", None, "fits",
+     "tensor-parallel 32 over 4 nodes; 3 would hold it, 4 so that it divides the attention "
+     "heads"),
+    ("pinned to 3: tensor-parallel 24 is checked by the user", 3, "tight",
+     "SGLang's tensor-parallel 24 must divide the model's attention heads, a power of two in "
+     "most models: check it, or set serving.nodes: 4"),
+    ("pinned to 2: too few, the count that fits is a power of two", 2, "does-not-fit",
+     "set serving.nodes: 4"),
+    ("pinned to 4", 4, "fits", "tensor-parallel 32 over 4 nodes, a LeaderWorkerSet"),
+]
+
+
+@pytest.mark.parametrize(("case", "asked", "verdict", "words"), SGLANG_NODES,
+                         ids=[c[0] for c in SGLANG_NODES])
+def test_sglang_spans_a_power_of_two_of_nodes(base_local: dict[str, Any], case: str,
+                                              asked: int | None, verdict: str,
+                                              words: str) -> None:
+    extra: dict[str, Any] = {"serving": {"nodes": asked}} if asked else {}
+    result = plan(_model(base_local, inferenceEngine="sglang", totalParametersBillions=671,
+                         activeParametersBillions=37, modelType="MoE", quantization="BF16",
+                         resources={"preferredAcceleratorModel": "H100", "acceleratorCount": 8},
+                         **extra))
+    assert result.verdict == verdict, result.reason
+    assert words in result.reason
+
+
 def test_more_nodes_than_one_replica_may_span_is_refused(base_local: dict[str, Any]) -> None:
     result = plan(_model(base_local, totalParametersBillions=6000, quantization="BF16",
                          resources={"preferredAcceleratorModel": "H100", "acceleratorCount": 8}))

@@ -327,14 +327,30 @@ def _topology(spec: LLMModelSpec, count: int, nodes: int) -> tuple[int, int, str
     return count, nodes, f"tensor-parallel {count} x pipeline-parallel {nodes}"
 
 
+def _fewest_nodes(spec: LLMModelSpec, holding: int) -> int:
+    """The fewest nodes to ask for when ``holding`` nodes hold the model.
+
+    SGLang splits tensor parallel over every card of every node, and a tensor-parallel size
+    must divide the model's attention heads: powers of two in the models it serves (SGLang's
+    own hardware table puts DeepSeek V3 at BF16 on 4 x 8 H100, not 3). vLLM's pipeline
+    stages split layers, which any count does.
+    """
+    if spec.inference_engine == "sglang":
+        return 1 << (holding - 1).bit_length()
+    return holding
+
+
 def _plan_nodes(base: Plan, spec: LLMModelSpec, need: float, cards: _Cards,
                 asked: int | None) -> Plan:
     """One replica across nodes: serving.nodes, or the fewest nodes that hold the model."""
     count, label, util = spec.resources.accelerator_count, cards.label, cards.utilization
     per_node = cards.usable(count)
-    fewest = math.ceil(need / per_node)
+    holding = math.ceil(need / per_node)
+    fewest = _fewest_nodes(spec, holding)
     nodes = asked or fewest
     tensor, pipeline, words = _topology(spec, count, nodes)
+    if nodes > holding and asked is None:
+        words += f"; {holding} would hold it, {nodes} so that it divides the attention heads"
     usable = per_node * nodes
     where = f"{nodes} nodes of {count}x {label} ({words}, a LeaderWorkerSet)"
     shaped = replace(base, capacity_gib=usable, accelerator_count=count,
@@ -344,16 +360,22 @@ def _plan_nodes(base: Plan, spec: LLMModelSpec, need: float, cards: _Cards,
         return replace(shaped, verdict="does-not-fit", reason=(
             "a model served across nodes (serving.nodes) needs inferenceEngine vllm or sglang "
             "on acceleratorVendor nvidia or amd"))
-    if fewest > MAX_NODES:
+    if holding > MAX_NODES:
         return replace(shaped, verdict="does-not-fit", reason=(
             f"needs ~{need:.1f} GiB; one node of {count}x {label} gives {per_node:.1f} GiB at "
-            f"{util:.0%}, so {fewest} nodes, more than the {MAX_NODES} one replica may span: use "
+            f"{util:.0%}, so {holding} nodes, more than the {MAX_NODES} one replica may span: use "
             "a smaller quantization or context, more accelerators per node, or a larger one"))
     if need > usable:
         return replace(shaped, verdict="does-not-fit", reason=(
             f"needs ~{need:.1f} GiB but serving.nodes {nodes} x {count}x {label} at {util:.0%} "
             f"gives {usable:.1f} GiB: set serving.nodes: {fewest}"))
-    return _headroom(shaped, spec, need, usable, where=where, known_card=True)
+    verdict = _headroom(shaped, spec, need, usable, where=where, known_card=True)
+    if verdict.verdict == "fits" and _fewest_nodes(spec, nodes) != nodes:
+        return replace(verdict, verdict="tight", reason=(
+            f"{verdict.reason}; SGLang's tensor-parallel {tensor} must divide the model's "
+            f"attention heads, a power of two in most models: check it, or set serving.nodes: "
+            f"{_fewest_nodes(spec, nodes)}"))
+    return verdict
 
 
 def _plan_roles(base: Plan, spec: LLMModelSpec, need: float, cards: _Cards) -> Plan:
