@@ -87,13 +87,36 @@ class Cluster:
                                                         "True" if ready else "False",
                                                         "lastTransitionTime": stamp}]}})
 
-    async def upstreams(self, model: str, count: int, timeout: float = 30) -> None:
-        """Until the router routes ``model`` to ``count`` replicas (the slices arrived)."""
+    async def upstreams(self, model: str, count: int, timeout: float = 60) -> None:
+        """Until the router routes ``model`` to ``count`` replicas (the slices arrived).
+
+        The controller manager writes the slices; once in a full CI run they took over 30 s
+        to show 2 pods. A timeout says what the API server held then, to tell a slow
+        controller from a router that missed an event.
+        """
         key = (self.namespace, model)
-        async with asyncio.timeout(timeout):
-            while len(self.router.table.upstreams.get(key, [])) != count:
-                self.router.rebuilt.clear()
-                await self.router.rebuilt.wait()
+        try:
+            async with asyncio.timeout(timeout):
+                while len(self.router.table.upstreams.get(key, [])) != count:
+                    self.router.rebuilt.clear()
+                    await self.router.rebuilt.wait()
+        except TimeoutError:
+            raise AssertionError(f"the router routes {model} to "
+                                 f"{self.router.table.upstreams.get(key)}, not {count} "
+                                 f"replica(s); {await self.seen(model)}") from None
+
+    async def seen(self, model: str) -> str:
+        """The pods' readiness and the model's EndpointSlices as the API server has them."""
+        pods = await self.kube.request("GET", f"/api/v1/namespaces/{self.namespace}/pods")
+        ready = {p["metadata"]["name"]: [c["status"] for c in p["status"].get("conditions", [])
+                                         if c["type"] == "Ready"] for p in pods["items"]}
+        slices = await self.kube.request(
+            "GET", f"/apis/discovery.k8s.io/v1/namespaces/{self.namespace}/endpointslices"
+            f"?labelSelector=kubernetes.io/service-name={model}")
+        held = [(s["metadata"]["name"], s["metadata"].get("labels"), s.get("ports"),
+                 [(e["addresses"], e.get("conditions")) for e in s.get("endpoints") or []])
+                for s in slices["items"]]
+        return f"pods' Ready: {ready}; slices: {held}"
 
     async def known(self, model: str) -> None:
         async with asyncio.timeout(30):
