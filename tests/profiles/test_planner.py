@@ -300,6 +300,8 @@ SGLANG_NODES = [
      "most models: check it, or set serving.nodes: 4"),
     ("pinned to 2: too few, the count that fits is a power of two", 2, "does-not-fit",
      "set serving.nodes: 4"),
+    ("pinned to 1: the count suggested is a power of two too", 1, "does-not-fit",
+     "more than one node: set serving.nodes: 4,"),
     ("pinned to 4", 4, "fits", "tensor-parallel 32 over 4 nodes, a LeaderWorkerSet"),
 ]
 

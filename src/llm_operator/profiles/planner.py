@@ -261,20 +261,21 @@ def _plan_local(model: LLMModel, est: Estimate, cache: int, vp: VendorProfile,
                             and _multi_node_capable(spec)):
         return _plan_nodes(base, spec, need, _Cards(per_card, util, label), asked)
     if need > usable:
+        field = base.field
         if needed is None:
             fix = (f"more than {COUNTS[-1]}x {label} (one node): use a smaller quantization or "
                    "context, or a larger accelerator")
             if spec.inference_engine not in UTILIZATION_ARG:
                 fix += " (llama.cpp and Ollama serve a model on one node)"
             elif asked == 1:
-                nodes = math.ceil(need / (per_card * count * util))
+                nodes = _fewest_nodes(spec, math.ceil(need / usable))
                 fix = (f"more than one node: set serving.nodes: {nodes}, or remove it and let "
                        "the planner pick")
-                base = replace(base, field="spec.serving.nodes")
+                field = "spec.serving.nodes"
         else:
             fix = f"set resources.acceleratorCount: {needed} (tensor-parallel {needed})"
-            base = replace(base, field="spec.resources.acceleratorCount")
-        return replace(base, verdict="does-not-fit", reason=(
+            field = "spec.resources.acceleratorCount"
+        return replace(base, verdict="does-not-fit", field=field, reason=(
             f"needs ~{need:.1f} GiB but {count}x {label} at {util:.0%} gives "
             f"{usable:.1f} GiB: {fix}"))
     return _headroom(base, spec, need, usable, where=f"{count}x {label}",
@@ -370,11 +371,12 @@ def _plan_nodes(base: Plan, spec: LLMModelSpec, need: float, cards: _Cards,
             f"needs ~{need:.1f} GiB but serving.nodes {nodes} x {count}x {label} at {util:.0%} "
             f"gives {usable:.1f} GiB: set serving.nodes: {fewest}"))
     verdict = _headroom(shaped, spec, need, usable, where=where, known_card=True)
-    if verdict.verdict == "fits" and _fewest_nodes(spec, nodes) != nodes:
+    divisible = _fewest_nodes(spec, nodes)  # nodes itself, unless SGLang's TP would not divide
+    if verdict.verdict == "fits" and divisible != nodes:
         return replace(verdict, verdict="tight", reason=(
             f"{verdict.reason}; SGLang's tensor-parallel {tensor} must divide the model's "
             f"attention heads, a power of two in most models: check it, or set serving.nodes: "
-            f"{_fewest_nodes(spec, nodes)}"))
+            f"{divisible}"))
     return verdict
 
 
