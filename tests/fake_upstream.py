@@ -21,7 +21,8 @@ class Reply:
     chunks: list[bytes] | None = None  # SSE: sent one by one
     chunk_gap: float = 0.0  # seconds between chunks (lets a test disconnect mid-stream)
     delay: float = 0.0  # before answering
-    drop_after: int | None = None  # close the connection after this many chunks
+    drop_after: int | None = None  # close the connection after this many chunks (a JSON
+    # body: after half of it)
 
 
 def completion(model: str, text: str = "Hello!", prompt: int = 11,
@@ -77,6 +78,16 @@ class FakeUpstream:
             except asyncio.CancelledError:
                 self.cancelled.set()
                 raise
+        if reply.chunks is None and reply.drop_after is not None:  # half a body, then cut
+            payload = json.dumps(reply.body).encode()
+            response = web.StreamResponse(status=reply.status, headers={
+                "Content-Type": "application/json", "Content-Length": str(len(payload)),
+                **reply.headers})
+            await response.prepare(request)
+            await response.write(payload[:len(payload) // 2])
+            assert request.transport is not None
+            request.transport.close()
+            return response
         if reply.chunks is None:
             return web.json_response(reply.body, status=reply.status, headers=reply.headers)
         response = web.StreamResponse(status=reply.status, headers={

@@ -82,6 +82,20 @@ CASES: list[tuple[str, dict[str, Any], set[str]]] = [
     ("active above total", {"activeParametersBillions": 12}, {"active-at-most-total"}),
     ("MoE active below total", {"activeParametersBillions": 3.8}, set()),
     ("hf model id without owner", {"modelId": "gemma"}, {"huggingface-model-id"}),
+    ("a model id that climbs out of its directory", {"modelId": "../../etc", "modelSource": {
+        "type": "s3", "s3Bucket": "models"}}, {"model-id-shape"}),
+    ("a model id with '..' inside", {"modelId": "owner/..", "modelSource": {
+        "type": "s3", "s3Bucket": "models"}}, {"model-id-shape"}),
+    ("an absolute path as model id", {**REMOTE, "modelId": "/etc/passwd"}, {"model-id-shape"}),
+    ("an empty part", {**REMOTE, "modelId": "models//gemini"}, {"model-id-shape"}),
+    ("an Ollama name:tag", {"modelId": "llama3.2:3b", "inferenceEngine": "ollama",
+                            "acceleratorVendor": "cpu", "resources": {"acceleratorCount": 0},
+                            "quantization": "GGUF-Q4_K_M", "modelSource": {
+                                "type": "s3", "s3Bucket": "models"}}, set()),
+    ("an image reference", {"modelId": "registry.example.com:5000/org/gemma:1@sha256:ab",
+                            "modelSource": {"type": "oci", "ociImage": "x/y:1"}}, set()),
+    ("API model names", {**REMOTE, "modelId": "@cf/meta/llama-3.1-8b-instruct"}, set()),
+    ("a Bedrock model name", {**REMOTE, "modelId": "anthropic.claude-3-5-sonnet-v1:0"}, set()),
     ("s3 model id is free-form", {"modelId": "gemma", "modelSource": {
         "type": "s3", "s3Bucket": "models"}}, set()),
     ("oci without image", {"modelSource": {"type": "oci"}}, {"oci-needs-image"}),

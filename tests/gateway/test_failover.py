@@ -15,7 +15,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from llm_operator.gateway.app import Gateway
 from llm_operator.gateway.config import parse_config
 
-from fake_upstream import FakeUpstream, Reply, sse_chunks
+from fake_upstream import FakeUpstream, Reply, completion, sse_chunks
 from gwtools import FakeTime, GatewayFactory, metric
 from redisserver import free_port
 
@@ -108,6 +108,49 @@ async def test_a_started_stream_is_never_moved(gateway: GatewayFactory, upstream
     with pytest.raises(aiohttp.ClientPayloadError):  # cut, as the upstream cut it
         await resp.read()
     assert second.requests == []
+
+
+@pytest.mark.parametrize(("case", "reply", "request_fields", "route_fields"), [
+    ("a plain answer cut short", Reply(body=completion("gpt-5.5-primary"), drop_after=0),
+     {}, {}),
+    ("a plain answer streamed upstream, cut mid-answer",
+     Reply(chunks=sse_chunks("gpt-5.5", ["a", "b", "c"]), drop_after=2), {},
+     {"streamUpstream": True}),
+    ("a stream that dies before its first event",
+     Reply(chunks=sse_chunks("gpt-5.5", ["a", "b", "c"]), drop_after=0), {"stream": True}, {}),
+])
+async def test_an_upstream_that_dies_before_the_client_got_a_byte_hands_the_request_on(
+        gateway: GatewayFactory, upstream: Upstream, backup: Upstream, case: str,
+        reply: Reply, request_fields: dict[str, Any], route_fields: dict[str, Any]) -> None:
+    """A replica killed mid-answer costs the client nothing while nothing reached it."""
+    (first, primary), (second, secondary) = upstream, backup
+    first.then(reply)
+    if route_fields:
+        second.then(Reply(chunks=sse_chunks("gpt-5.5", ["Hello", "!"])))
+    client, gw = await gateway(two(primary, secondary, **route_fields))
+    resp = await client.post("/v1/chat/completions", json={**CHAT, **request_fields})
+    body = await resp.read()
+    assert resp.status == 200, (case, body)
+    assert (resp.headers["x-llmop-upstream"], resp.headers["x-llmop-attempts"]) == \
+        ("backup", "2"), case
+    assert b"Hello" in body, case
+    assert (len(first.requests), len(second.requests)) == (1, 1)
+    assert metric(gw, "llmop_gateway_failovers_total", route="gpt-5.5") == 1
+
+
+async def test_an_answer_cut_short_on_every_attempt_says_so(
+        gateway: GatewayFactory, upstream: Upstream) -> None:
+    first, primary = upstream
+    cut = Reply(chunks=sse_chunks("gpt-5.5", ["a", "b", "c"]), drop_after=1)
+    first.then(cut, cut, cut)
+    client, _ = await gateway({"upstream": {"baseUrl": primary}, "streamUpstream": True,
+                               "retry": {"attempts": 2}}, time=FakeTime())
+    resp = await client.post("/v1/chat/completions", json=CHAT)
+    assert resp.status == 502 and resp.headers["x-llmop-attempts"] == "2"
+    error = (await resp.json())["error"]
+    assert error["message"] == "upstream of 'gpt-5.5' failed while it answered (connect) after " \
+        "2 attempt(s)", error
+    assert len(first.requests) == 2
 
 
 async def test_traffic_splits_by_weight(upstream: Upstream, backup: Upstream) -> None:

@@ -134,10 +134,11 @@ async def test_never_retries_once_a_stream_has_started(gateway: GatewayFactory,
 async def test_an_answer_cut_short_is_a_502_not_the_gateways_fault(
         gateway: GatewayFactory, upstream: Upstream) -> None:
     fake, _ = upstream
-    fake.then(Reply(chunks=[b'{"id": "chatcmpl-1", ', b'"choices": []}'], drop_after=1))
+    cut = Reply(chunks=[b'{"id": "chatcmpl-1", ', b'"choices": []}'], drop_after=1)
+    fake.then(cut, cut, cut)  # each attempt (3 by default): the client had nothing yet
     client, _ = await gateway()
     resp = await client.post("/v1/chat/completions", json=CHAT)
-    assert resp.status == 502
+    assert resp.status == 502 and resp.headers["x-llmop-attempts"] == "3"
     assert (await resp.json())["error"]["code"] == "upstream_connect"
     assert resp.headers["x-llmop-upstream"]
 

@@ -15,6 +15,11 @@ from llm_operator.api.v1alpha1 import (
 )
 
 HF_REPO = r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9._-]+$"
+# Any model name a client or a download may use: Hugging Face repo ids (owner/name), Ollama
+# name:tag, image references (host:port/repo:tag@sha256:...), remote names (gpt-5.5,
+# models/gemini-..., @cf/...). Each '.' or '/' is followed by a name character, so no '..',
+# no '//', no leading '/', no '/.' and no trailing '.' or '/': never a path out of a directory.
+MODEL_ID = r"^@?[A-Za-z0-9](?:[A-Za-z0-9_:@+-]|[./][A-Za-z0-9_:@+-])*$"
 GEMINI_HOST = "https://generativelanguage.googleapis.com"
 GEMINI_OPENAI_PATH = r"/openai/?$"
 
@@ -310,6 +315,16 @@ RULES: tuple[Rule, ...] = (
             s.active_parameters_billions is None or s.total_parameters_billions is None
             or s.active_parameters_billions <= s.total_parameters_billions
         ),
+    ),
+    Rule(
+        id="model-id-shape",
+        location="spec",
+        field=".modelId",
+        cel=f"self.modelId.matches('{MODEL_ID}')",
+        message="modelId must be a model name (owner/name, name:tag, an image reference or an "
+        "API's model name): letters, digits and . _ - : @ +, parts separated by single '/', "
+        "with no '..', no leading '/' and no trailing '.' or '/'",
+        holds=lambda s: re.fullmatch(MODEL_ID[1:-1], s.model_id) is not None,
     ),
     Rule(
         id="huggingface-model-id",

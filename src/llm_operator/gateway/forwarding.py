@@ -20,7 +20,7 @@ from llm_operator.gateway.errors import error_response
 from llm_operator.gateway.http1 import Response as UpstreamResponse
 from llm_operator.gateway.http1 import UpstreamError
 from llm_operator.gateway.keys import KeyUnavailable
-from llm_operator.gateway.relaying import HeldStream, Relaying
+from llm_operator.gateway.relaying import AnswerFailed, HeldStream, Relaying
 from llm_operator.gateway.routes import Deployment, Outbound, RouteState
 from llm_operator.gateway.upstreams import Untranslatable
 
@@ -59,8 +59,10 @@ class Forwarding(Relaying):
 
         A deployment whose circuit is open is skipped; a failure (429, 502-504, connection
         error, timeout) moves on to the next deployment at once, and back to the first after
-        the backoff, while ``retry.attempts`` and the request's deadline allow. Nothing is
-        retried once a stream has started. With ``collect`` the upstream streams a plain
+        the backoff, while ``retry.attempts`` and the request's deadline allow. An upstream
+        that fails after it began to answer but before the client received a byte (a plain
+        answer cut short, a stream that dies before its first event) counts as a failure
+        too. Nothing is retried once the client has received bytes of a stream. With ``collect`` the upstream streams a plain
         request's answer, which is assembled for the client.
         """
         route, label = state.route, state.route.label
@@ -97,20 +99,26 @@ class Forwarding(Relaying):
                 tried["x-llmop-dropped-params"] = ",".join(sending.dropped)
             deployment.load.in_flight += 1  # until its answer is relayed in full
             sent = self._clock()
+            outcome: UpstreamResponse | str | AnswerFailed
             try:
                 outcome = await self._attempt(deployment, state, sending.url, sending.body,
                                               stream=stream or collect, deadline=deadline)
                 if isinstance(outcome, UpstreamResponse) \
                         and outcome.status not in RETRYABLE:
-                    if stream and outcome.status == 200:
-                        return await self._relay_stream(
-                            request, state, outcome, started, client=client,
-                            reservation=reservation, hide_usage=hide_usage, extra=tried,
-                            native=deployment.native, prepared=held)
-                    return await self._relay(request, state, outcome, client=client,
-                                             reservation=reservation, extra=tried,
-                                             native=deployment.native,
-                                             collect=collect and outcome.status == 200)
+                    try:
+                        if stream and outcome.status == 200:
+                            return await self._relay_stream(
+                                request, state, outcome, started, client=client,
+                                reservation=reservation, hide_usage=hide_usage, extra=tried,
+                                native=deployment.native, prepared=held)
+                        return await self._relay(request, state, outcome, client=client,
+                                                 reservation=reservation, extra=tried,
+                                                 native=deployment.native,
+                                                 collect=collect and outcome.status == 200)
+                    except AnswerFailed as failed:  # the client has nothing yet: go on
+                        deployment.breaker.failure()
+                        state.metrics.upstream_error(failed.reason)
+                        outcome = failed
             finally:
                 deployment.load.in_flight -= 1
                 deployment.load.answered(self._clock() - sent)
@@ -130,9 +138,19 @@ class Forwarding(Relaying):
                     await self._sleep(delay)
                 continue
             if isinstance(outcome, UpstreamResponse):
-                return await self._relay(request, state, outcome, client=client,
-                                         reservation=reservation, extra=tried,
-                                         native=deployment.native)
+                try:
+                    return await self._relay(request, state, outcome, client=client,
+                                             reservation=reservation, extra=tried,
+                                             native=deployment.native)
+                except AnswerFailed as failed:
+                    state.metrics.upstream_error(failed.reason)
+                    outcome = failed
+            if isinstance(outcome, AnswerFailed):
+                reason = outcome.reason
+                return error_response(504 if reason == "timeout" else 502,
+                                      f"upstream of {label!r} failed while it answered "
+                                      f"({reason}) after {attempt} attempt(s)", "server_error",
+                                      f"upstream_{reason}", headers=tried)
             log.warning("route %s: upstream %s after %d attempts", label, outcome, attempt)
             if outcome == "credentials":
                 return error_response(503, f"the gateway has no credentials for {label!r}; "

@@ -16,7 +16,6 @@ from aiohttp import web
 from llm_operator.access.limits import Reservation
 from llm_operator.gateway.assembling import StreamError, assemble
 from llm_operator.gateway.clients import Client
-from llm_operator.gateway.errors import error_response
 from llm_operator.gateway.http1 import Response as UpstreamResponse
 from llm_operator.gateway.http1 import UpstreamError
 from llm_operator.gateway.inbound.messages import (
@@ -47,6 +46,17 @@ ANTHROPIC_ERRORS = {400: "invalid_request_error", 401: "authentication_error",
                     403: "permission_error", 404: "not_found_error",
                     413: "request_too_large", 429: "rate_limit_error",
                     503: "overloaded_error", 529: "overloaded_error"}
+
+
+class AnswerFailed(Exception):
+    """The upstream failed after it began to answer, before the client received a byte.
+
+    Nothing has reached the client, so the request may still go to another replica.
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 def as_anthropic_error(response: web.Response) -> web.Response:
@@ -98,7 +108,11 @@ class Relaying(RouteTable):
                      upstream: UpstreamResponse, *, client: Client | None,
                      reservation: Reservation, extra: dict[str, str],
                      native: NativeApi | None, collect: bool = False) -> web.Response:
-        """The upstream's plain answer for the client (``collect``: its stream, assembled)."""
+        """The upstream's plain answer for the client (``collect``: its stream, assembled).
+
+        AnswerFailed when the upstream fails before its answer is complete: the client has
+        received nothing yet, so the caller may send the request elsewhere.
+        """
         status = upstream.status
         try:
             if collect:
@@ -106,13 +120,10 @@ class Relaying(RouteTable):
             else:
                 body = await upstream.read()
         except UpstreamError as exc:  # it began to answer, then failed
-            state.metrics.upstream_error(exc.reason)
+            upstream.close()
             log.warning("route %s: upstream %s: %s", state.route.label, extra.get(
                 "x-llmop-upstream"), exc)
-            return error_response(504 if exc.reason == "timeout" else 502,
-                                  f"upstream of {state.route.label!r} failed while it answered "
-                                  f"({exc.reason})", "server_error", f"upstream_{exc.reason}",
-                                  headers=extra)
+            raise AnswerFailed(exc.reason) from exc
         if native is not None:
             body = self._from_native(native, upstream.status, body)
         if status == 200:
@@ -176,7 +187,9 @@ class Relaying(RouteTable):
                             prepared: web.StreamResponse | None = None) -> web.StreamResponse:
         """Relay as it arrives; with ``hide_usage``, whole events minus the usage-only one.
 
-        A native upstream's events are first translated to OpenAI chunks.
+        A native upstream's events are first translated to OpenAI chunks. Nothing is sent
+        before the upstream's first bytes arrive: if it fails before them, AnswerFailed
+        (the request may go elsewhere); after them, the stream is cut as the upstream's was.
         """
         label = state.route.label
         out = prepared or Streamed(status=200, headers={**self._headers_from(upstream),
@@ -202,11 +215,26 @@ class Relaying(RouteTable):
             if send:
                 await out.write(send)
 
+        chunks = upstream.chunks()
+        try:
+            opening: bytes | None = await anext(chunks, None)
+        except UpstreamError as exc:  # died before its first byte: the client has nothing
+            upstream.close()
+            log.warning("route %s: upstream %s: %s before its first byte", label,
+                        extra.get("x-llmop-upstream"), exc)
+            raise AnswerFailed(exc.reason) from exc
+        except BaseException:  # the client left while the upstream had not begun
+            upstream.close()
+            raise
         try:
             if prepared is None:  # a held stream's headers went out with its keepalives
                 await out.prepare(request)
             request[STREAM_STARTED] = True
-            async for chunk in upstream.chunks():
+            if opening is not None:
+                state.metrics.ttft.observe(self._clock() - started)
+                first = False
+                await relay(adapter.feed(opening) if adapter is not None else opening)
+            async for chunk in chunks:
                 if first:
                     state.metrics.ttft.observe(self._clock() - started)
                     first = False
