@@ -5,7 +5,10 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import aiohttp
 import pytest
+from mcp.client import Client
+from prometheus_client.parser import text_string_to_metric_families
 
 from mcptools import Start
 from npmtools import NODE, env, installed
@@ -47,6 +50,26 @@ async def test_every_scenario_that_applies_passes(start: Start, conformance: lis
     for scenario in ("server-initialize", "ping", "tools-list", "server-sse-multiple-streams",
                      "dns-rebinding-protection"):
         assert f"✓ {scenario}:" in summary, summary
+
+
+async def test_the_suite_twice_then_an_sdk_client_from_the_same_address_all_get_in(
+        start: Start, conformance: list[str], tmp_path: Path) -> None:
+    """The suite opens a session per scenario and never DELETEs one: at the per-client cap
+    its idle sessions end for new ones instead of locking it (and the next client) out."""
+    async with start() as running:
+        url = running.mcp.replace("127.0.0.1", "localhost")
+        for run in ("first", "second"):
+            code, report = await run_suite(conformance, "server", "--url", url,
+                                           "--expected-failures", str(EXPECTED),
+                                           "-o", str(tmp_path / run))
+            assert code == 0, (run, report[-4000:])
+        async with Client(running.mcp, mode="legacy") as client:
+            assert (await client.list_tools()).tools
+        async with aiohttp.ClientSession() as http, http.get(f"{running.url}/metrics") as resp:
+            exposed = {s.name: s.value for family in text_string_to_metric_families(
+                await resp.text()) for s in family.samples}
+        assert exposed["llmop_mcp_sessions"] <= 32
+        assert exposed["llmop_mcp_sessions_ended_for_cap_total"] > 0
 
 
 REQUIREMENTS = {  # requirement set: (expected failures, scenarios that must pass)

@@ -38,6 +38,13 @@ def live_sessions(sessions: StreamableHTTPSessionManager) -> Collection[str]:
     return instances
 
 
+async def end_session(sessions: StreamableHTTPSessionManager, sid: str) -> None:
+    """End a session as the SDK does on DELETE or idle expiry: its id answers 404 at once."""
+    transport = sessions._server_instances.get(sid)  # noqa: SLF001 - mcp 2.x has no public way
+    if transport is not None:
+        await sessions._discard_session(sid, transport)  # noqa: SLF001
+
+
 @dataclass
 class McpEndpoint:
     """The /mcp route.
@@ -89,11 +96,24 @@ class McpEndpoint:
         scope["auth"] = AuthCredentials([])
         return True
 
+    async def in_session(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A request naming a session: busy (never ended for the cap) until it is answered."""
+        sid = dict(scope.get("headers") or []).get(b"mcp-session-id")
+        if sid is None:
+            await self.tracked(scope, receive, send)
+            return
+        session = sid.decode("latin-1")
+        self.ledger.begin(session)
+        try:
+            await self.tracked(scope, receive, send)
+        finally:
+            self.ledger.end(session)
+
     async def serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         if not await self.authenticated(scope, receive, send):
             return  # who is asking, before anything else
         if scope["method"] != "POST":
-            await self.tracked(scope, receive, send)
+            await self.in_session(scope, receive, send)
             return
         # Host and Origin before the body: a forged Host never costs a 5 MB read.
         refused = await self.guard.validate_request(Request(scope), is_post=False)
@@ -119,25 +139,36 @@ class McpEndpoint:
             handler = self.tracked if modern else self.single.handle_request
             await self.listings.serve(key, message["id"], handler, (scope, replay, send))
         elif b"mcp-session-id" in dict(scope["headers"]) or modern:
-            await self.tracked(scope, replay, send)
+            await self.in_session(scope, replay, send)
         elif message.get("method") != "initialize":
             await self.single.handle_request(scope, replay, send)
         else:
             await self.open_session(scope, replay, send)
 
     async def open_session(self, scope: Scope, replay: Receive, send: Send) -> None:
-        """A 2025-era initialize: within the client's session budget, noted in it."""
+        """A 2025-era initialize: within the client's session budget, noted in it.
+
+        At the budget the client's least recently used idle session ends for the new one;
+        a client all of whose sessions are busy is refused (429).
+        """
         ledger = self.ledger
         client = str((scope.get("client") or ("unknown",))[0])
-        if not ledger.admit(client, live_sessions(self.sessions)):
-            log.warning("refused a new MCP session: %s holds %d already", client,
+        admission = ledger.admit(client, live_sessions(self.sessions))
+        if not admission.admitted:
+            log.warning("refused a new MCP session: %s holds %d already, each busy", client,
                         ledger.holding(client))
             await JSONResponse({"jsonrpc": "2.0", "id": None, "error": {
                 "code": -32000, "message": f"this client holds {ledger.per_client} "
-                "MCP sessions already (the limit per client): reuse one, or end one "
+                "MCP sessions already (the limit per client), each with a request in "
+                "flight or a stream open: wait for one to finish, reuse one, or end one "
                 "with DELETE /mcp"}}, 429, headers={"Retry-After": self.retry_after})(
                     scope, replay, send)
             return
+        if admission.ends is not None:
+            log.info("ended MCP session %s… of %s, its least recently used idle one, for a "
+                     "new one (%d per client)", admission.ends[:8], client, ledger.per_client)
+            self.metrics.sessions_ended.inc()
+            await end_session(self.sessions, admission.ends)
 
         reserved = True
 

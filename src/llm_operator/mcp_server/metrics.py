@@ -31,6 +31,10 @@ class McpMetrics:
                               ["tool", "kind"], registry=r)
         self.sessions = Gauge("llmop_mcp_sessions",
                               "Open stateful (2025-11-25) sessions.", registry=r)
+        self.sessions_ended = Counter(
+            "llmop_mcp_sessions_ended_for_cap", "Idle sessions ended because their client "
+            "opened one more than sessionsPerClient (its least recently used idle one).",
+            registry=r)
         self.key_calls = Counter("llmop_mcp_key_tool_calls",
                                  "Model tool calls by client key id and outcome (ok, error, "
                                  "forbidden, rate_limited).", ["key", "outcome"], registry=r)
