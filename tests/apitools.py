@@ -91,7 +91,8 @@ async def create(kube: Kube, doc: dict[str, Any], namespace: str) -> dict[str, A
     return created
 
 
-CORE_KINDS = "deployments,services,persistentvolumeclaims,configmaps,networkpolicies"
+CORE_KINDS = ("deployments,services,persistentvolumeclaims,configmaps,networkpolicies,"
+              "poddisruptionbudgets")
 ALL_KINDS = (f"{CORE_KINDS},scaledobjects,httpscaledobjects,servicemonitors,podmonitors,"
              "serviceaccounts,roles,rolebindings,leaderworkersets,disaggregatedsets")
 

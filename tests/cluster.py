@@ -27,6 +27,7 @@ import re
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import aiohttp.web
@@ -52,8 +53,11 @@ OPERATOR_KINDS = (
     ("networking.k8s.io/v1", "networkpolicies", "NetworkPolicy", False),
     ("ai.example.io/v1alpha1", "llmmodels", "LLMModel", True),
     ("coordination.k8s.io/v1", "leases", "Lease", False),
+    ("scheduling.k8s.io/v1", "priorityclasses", "PriorityClass", False),
+    ("policy/v1", "poddisruptionbudgets", "PodDisruptionBudget", True),
 )
-CLUSTER_SCOPED = frozenset({"namespaces", "customresourcedefinitions"})
+CLUSTER_SCOPED = frozenset({"namespaces", "customresourcedefinitions", "priorityclasses"})
+PRIORITY_CLASSES = Path(__file__).parents[1] / "config" / "priority" / "priority-classes.yaml"
 
 
 @dataclass
@@ -172,9 +176,12 @@ class Cluster(kmock.KubernetesEmulator):
         self._kinds[f"{api}/{plural}"] = (kind, namespaced, status)
 
     def register_operator_kinds(self) -> None:
+        """The kinds, and the PriorityClasses config/default installs (models' pods name one)."""
         for api, plural, kind, status in OPERATOR_KINDS:
             self.register(api, plural, kind, namespaced=plural not in CLUSTER_SCOPED,
                           status=status)
+        for doc in yaml.safe_load_all(PRIORITY_CLASSES.read_text(encoding="utf-8")):
+            self._create("scheduling.k8s.io/v1/priorityclasses", None, doc)
 
     def fail(self, action: str, plural: str, status: int, times: int = 1) -> None:
         """The next ``times`` requests of ``action`` on ``plural`` answer ``status``."""

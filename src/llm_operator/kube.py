@@ -34,6 +34,8 @@ PLURALS: MappingProxyType[tuple[str, str], str] = MappingProxyType({
     ("v1", "Secret"): "secrets",
     ("v1", "Service"): "services",
     ("apps/v1", "Deployment"): "deployments",
+    ("policy/v1", "PodDisruptionBudget"): "poddisruptionbudgets",
+    ("scheduling.k8s.io/v1", "PriorityClass"): "priorityclasses",
     ("keda.sh/v1alpha1", "ScaledObject"): "scaledobjects",
     ("http.keda.sh/v1alpha1", "HTTPScaledObject"): "httpscaledobjects",
     ("monitoring.coreos.com/v1", "ServiceMonitor"): "servicemonitors",

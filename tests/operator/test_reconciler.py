@@ -52,7 +52,7 @@ async def current(kube: Kube, name: str) -> dict[str, Any]:
 def kinds(cluster: Cluster) -> list[str]:
     out = []
     for api, plural, kind, _ in OPERATOR_KINDS:
-        if plural not in {"llmmodels", "secrets", "events", "pods"}:
+        if plural not in {"llmmodels", "secrets", "events", "pods", "priorityclasses"}:
             out += [f"{kind}/{o['metadata']['name']}" for o in cluster.objects_of(api, plural)]
     return sorted(out)
 
@@ -63,7 +63,8 @@ async def test_remote_model_gets_its_gateway_and_proxies_once_ready(
     doc = await add_model(kube, "gpt55-remote")
     outcome = await reconcile(kube, doc, Settings())
     assert kinds(cluster) == ["ConfigMap/gpt55-remote-proxy-config", "Deployment/gpt55-remote",
-                              "NetworkPolicy/gpt55-remote-gateway", "Service/gpt55-remote",
+                              "NetworkPolicy/gpt55-remote-gateway",
+                              "PodDisruptionBudget/gpt55-remote", "Service/gpt55-remote",
                               "ServiceMonitor/gpt55-remote"]
     assert outcome.phase == "Pending"
     deploy = cluster.get("apps/v1", "deployments", "ai-models", "gpt55-remote")

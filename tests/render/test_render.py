@@ -50,15 +50,16 @@ def test_every_object_validates_against_official_schemas(path: Path) -> None:
     assert errors == []
 
 
+LOCAL_KINDS = ["PersistentVolumeClaim", "Deployment", "Service", "PodDisruptionBudget"]
+
+
 @pytest.mark.parametrize(("sample", "kinds"), [
-    ("gemma4-26b-amd", ["PersistentVolumeClaim", "Deployment", "Service", "ScaledObject",
-                        "HTTPScaledObject", "ServiceMonitor"]),
-    ("gemma4-31b-nvidia", ["PersistentVolumeClaim", "Deployment", "Service", "ScaledObject",
-                           "ServiceMonitor"]),
-    ("qwen35-9b-cpu", ["PersistentVolumeClaim", "Deployment", "Service", "ScaledObject"]),
-    ("gpt55-remote", ["ConfigMap", "Deployment", "Service", "NetworkPolicy",
-                      "ServiceMonitor"]),
-    ("llama-cpu-s3", ["PersistentVolumeClaim", "Deployment", "Service", "ServiceMonitor"]),
+    ("gemma4-26b-amd", [*LOCAL_KINDS, "ScaledObject", "HTTPScaledObject", "ServiceMonitor"]),
+    ("gemma4-31b-nvidia", [*LOCAL_KINDS, "ScaledObject", "ServiceMonitor"]),
+    ("qwen35-9b-cpu", [*LOCAL_KINDS, "ScaledObject"]),
+    ("gpt55-remote", ["ConfigMap", "Deployment", "Service", "PodDisruptionBudget",
+                      "NetworkPolicy", "ServiceMonitor"]),
+    ("llama-cpu-s3", [*LOCAL_KINDS, "ServiceMonitor"]),
 ])
 def test_children_per_sample(sample: str, kinds: list[str]) -> None:
     path = next(p for p in ALL_SAMPLES if p.stem == sample)

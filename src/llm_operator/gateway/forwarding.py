@@ -62,8 +62,9 @@ class Forwarding(Relaying):
         the backoff, while ``retry.attempts`` and the request's deadline allow. An upstream
         that fails after it began to answer but before the client received a byte (a plain
         answer cut short, a stream that dies before its first event) counts as a failure
-        too. Nothing is retried once the client has received bytes of a stream. With ``collect`` the upstream streams a plain
-        request's answer, which is assembled for the client.
+        too. Nothing is retried once the client has received bytes of a stream. With
+        ``collect`` the upstream streams a plain request's answer, which is assembled for
+        the client.
         """
         route, label = state.route, state.route.label
         deadline = started + route.timeouts.request_seconds
@@ -94,9 +95,9 @@ class Forwarding(Relaying):
                 return self._blocked(state, order, blocked)
             skipped = 0
             attempt += 1
-            tried = {"x-llmop-upstream": deployment.label, "x-llmop-attempts": str(attempt)}
-            if sending.dropped:
-                tried["x-llmop-dropped-params"] = ",".join(sending.dropped)
+            tried = {"x-llmop-upstream": deployment.label, "x-llmop-attempts": str(attempt),
+                     **({"x-llmop-dropped-params": ",".join(sending.dropped)}
+                        if sending.dropped else {})}
             deployment.load.in_flight += 1  # until its answer is relayed in full
             sent = self._clock()
             outcome: UpstreamResponse | str | AnswerFailed
@@ -106,15 +107,14 @@ class Forwarding(Relaying):
                 if isinstance(outcome, UpstreamResponse) \
                         and outcome.status not in RETRYABLE:
                     try:
-                        if stream and outcome.status == 200:
-                            return await self._relay_stream(
-                                request, state, outcome, started, client=client,
-                                reservation=reservation, hide_usage=hide_usage, extra=tried,
-                                native=deployment.native, prepared=held)
-                        return await self._relay(request, state, outcome, client=client,
-                                                 reservation=reservation, extra=tried,
-                                                 native=deployment.native,
-                                                 collect=collect and outcome.status == 200)
+                        return await (self._relay_stream(
+                            request, state, outcome, started, client=client,
+                            reservation=reservation, hide_usage=hide_usage, extra=tried,
+                            native=deployment.native, prepared=held)
+                            if stream and outcome.status == 200 else self._relay(
+                            request, state, outcome, client=client, reservation=reservation,
+                            extra=tried, native=deployment.native,
+                            collect=collect and outcome.status == 200))
                     except AnswerFailed as failed:  # the client has nothing yet: go on
                         deployment.breaker.failure()
                         state.metrics.upstream_error(failed.reason)
@@ -122,15 +122,10 @@ class Forwarding(Relaying):
             finally:
                 deployment.load.in_flight -= 1
                 deployment.load.answered(self._clock() - sent)
-            failover = len(order) > 1 and position % len(order) != 0
-            retry_after = outcome.headers.get("Retry-After") \
-                if isinstance(outcome, UpstreamResponse) else None
-            delay = 0.0 if failover else self._backoff(state, attempt, retry_after)
-            rate_limited = isinstance(outcome, UpstreamResponse) and outcome.status == 429
-            may = (attempt < route.retry.attempts and self._clock() + delay < deadline
-                   and (len(order) > 1 or deployment.breaker.state is State.CLOSED)
-                   and (failover or not rate_limited or route.retry.on_rate_limit))
-            if may:
+            if (go_on := self._next_try(state, order, deployment, attempt=attempt,
+                                        position=position, outcome=outcome,
+                                        deadline=deadline)) is not None:
+                failover, delay = go_on
                 if isinstance(outcome, UpstreamResponse):
                     outcome.release()
                 (state.metrics.failovers if failover else state.metrics.retries).inc()
@@ -145,21 +140,41 @@ class Forwarding(Relaying):
                 except AnswerFailed as failed:
                     state.metrics.upstream_error(failed.reason)
                     outcome = failed
-            if isinstance(outcome, AnswerFailed):
-                reason = outcome.reason
-                return error_response(504 if reason == "timeout" else 502,
-                                      f"upstream of {label!r} failed while it answered "
-                                      f"({reason}) after {attempt} attempt(s)", "server_error",
-                                      f"upstream_{reason}", headers=tried)
-            log.warning("route %s: upstream %s after %d attempts", label, outcome, attempt)
-            if outcome == "credentials":
-                return error_response(503, f"the gateway has no credentials for {label!r}; "
-                                      "its operator must provide the API key", "server_error",
-                                      "credentials_unavailable", headers=tried)
-            status = 504 if outcome == "timeout" else 502
-            return error_response(status, f"upstream of {label!r} did not answer ({outcome}) "
-                                  f"after {attempt} attempt(s)", "server_error",
-                                  f"upstream_{outcome}", headers=tried)
+            return self._gave_up(label, outcome, attempt, tried)
+
+    def _next_try(self, state: RouteState, order: list[Deployment], deployment: Deployment,
+                  *, attempt: int, position: int, outcome: UpstreamResponse | str | AnswerFailed,
+                  deadline: float) -> tuple[bool, float] | None:
+        """(a failover?, the delay before it) when the request may be tried again, else None."""
+        route = state.route
+        failover = len(order) > 1 and position % len(order) != 0
+        retry_after = outcome.headers.get("Retry-After") \
+            if isinstance(outcome, UpstreamResponse) else None
+        delay = 0.0 if failover else self._backoff(state, attempt, retry_after)
+        rate_limited = isinstance(outcome, UpstreamResponse) and outcome.status == 429
+        may = (attempt < route.retry.attempts and self._clock() + delay < deadline
+               and (len(order) > 1 or deployment.breaker.state is State.CLOSED)
+               and (failover or not rate_limited or route.retry.on_rate_limit))
+        return (failover, delay) if may else None
+
+    def _gave_up(self, label: str, outcome: str | AnswerFailed, attempt: int,
+                 tried: dict[str, str]) -> web.Response:
+        """The error once no attempt is left: why the last one failed."""
+        if isinstance(outcome, AnswerFailed):
+            reason = outcome.reason
+            return error_response(504 if reason == "timeout" else 502,
+                                  f"upstream of {label!r} failed while it answered "
+                                  f"({reason}) after {attempt} attempt(s)", "server_error",
+                                  f"upstream_{reason}", headers=tried)
+        log.warning("route %s: upstream %s after %d attempts", label, outcome, attempt)
+        if outcome == "credentials":
+            return error_response(503, f"the gateway has no credentials for {label!r}; "
+                                  "its operator must provide the API key", "server_error",
+                                  "credentials_unavailable", headers=tried)
+        status = 504 if outcome == "timeout" else 502
+        return error_response(status, f"upstream of {label!r} did not answer ({outcome}) "
+                              f"after {attempt} attempt(s)", "server_error",
+                              f"upstream_{outcome}", headers=tried)
 
     def _blocked(self, state: RouteState, order: list[Deployment], why: str
                  ) -> web.Response:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 from aiohttp import web
@@ -179,6 +180,21 @@ class Relaying(RouteTable):
             shaped = native.error(status, decoded)
         return json.dumps(shaped, separators=(",", ":")).encode()
 
+    async def _opening(self, upstream: UpstreamResponse, label: str, extra: dict[str, str]
+                       ) -> AsyncIterator[bytes]:
+        """The stream, its first bytes read before anything goes to the client."""
+        chunks = upstream.chunks()
+        try:
+            return _after(await anext(chunks, None), chunks)
+        except UpstreamError as exc:  # died before its first byte: the client has nothing
+            upstream.close()
+            log.warning("route %s: upstream %s: %s before its first byte", label,
+                        extra.get("x-llmop-upstream"), exc)
+            raise AnswerFailed(exc.reason) from exc
+        except BaseException:  # the client left while the upstream had not begun
+            upstream.close()
+            raise
+
     async def _relay_stream(self, request: web.Request, state: RouteState,
                             upstream: UpstreamResponse, started: float, *,
                             client: Client | None, reservation: Reservation,
@@ -215,25 +231,11 @@ class Relaying(RouteTable):
             if send:
                 await out.write(send)
 
-        chunks = upstream.chunks()
-        try:
-            opening: bytes | None = await anext(chunks, None)
-        except UpstreamError as exc:  # died before its first byte: the client has nothing
-            upstream.close()
-            log.warning("route %s: upstream %s: %s before its first byte", label,
-                        extra.get("x-llmop-upstream"), exc)
-            raise AnswerFailed(exc.reason) from exc
-        except BaseException:  # the client left while the upstream had not begun
-            upstream.close()
-            raise
+        chunks = await self._opening(upstream, label, extra)
         try:
             if prepared is None:  # a held stream's headers went out with its keepalives
                 await out.prepare(request)
             request[STREAM_STARTED] = True
-            if opening is not None:
-                state.metrics.ttft.observe(self._clock() - started)
-                first = False
-                await relay(adapter.feed(opening) if adapter is not None else opening)
             async for chunk in chunks:
                 if first:
                     state.metrics.ttft.observe(self._clock() - started)
@@ -260,6 +262,14 @@ class Relaying(RouteTable):
         if completed:
             await self._account(state, client, *usage_from_sse(tail), reservation)
         return out
+
+
+async def _after(opening: bytes | None, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """A stream's first bytes, read ahead, then the rest of it."""
+    if opening is not None:
+        yield opening
+    async for chunk in rest:
+        yield chunk
 
 
 class Streamed(web.StreamResponse):

@@ -40,9 +40,9 @@ def live_sessions(sessions: StreamableHTTPSessionManager) -> Collection[str]:
 
 async def end_session(sessions: StreamableHTTPSessionManager, sid: str) -> None:
     """End a session as the SDK does on DELETE or idle expiry: its id answers 404 at once."""
-    transport = sessions._server_instances.get(sid)  # noqa: SLF001 - mcp 2.x has no public way
+    transport = sessions._server_instances.get(sid)
     if transport is not None:
-        await sessions._discard_session(sid, transport)  # noqa: SLF001
+        await sessions._discard_session(sid, transport)
 
 
 @dataclass

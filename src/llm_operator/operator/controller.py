@@ -24,7 +24,13 @@ from llm_operator.operator.autoscaler import ROUTER_SLICES_KIND, Autoscaler
 from llm_operator.operator.gpu_queue import GpuQueue, wants_accelerators
 from llm_operator.operator.metrics import OperatorMetrics
 from llm_operator.operator.prometheus import status_metrics
-from llm_operator.operator.reconciler import CHILD_KINDS, Outcome, reconcile, record_events
+from llm_operator.operator.reconciler import (
+    CHILD_KINDS,
+    PRIORITY_CLASS,
+    Outcome,
+    reconcile,
+    record_events,
+)
 from llm_operator.operator.workqueue import WorkQueue
 from llm_operator.profiles.settings import McpPush, Settings
 from llm_operator.reconcile import workloads
@@ -147,6 +153,9 @@ class Controller:
         self.caches.add(POD_KIND, functools.partial(
             informer, "v1", "pods", label_selector=L.MODEL_NAME, on_change=self._child_changed,
             index_label=L.MODEL_NAME))
+        # Cluster-wide: a model whose pods' class is missing waits until it is installed.
+        self.caches.informers[PRIORITY_CLASS] = {None: informer(
+            *PRIORITY_CLASS[:1], "priorityclasses", on_change=self._classes_changed)}
         if settings.autoscaler != "keda":  # the built-in autoscaler finds the router here
             router = settings.router
             self.caches.informers[ROUTER_SLICES_KIND] = {router.namespace: informer(
@@ -194,6 +203,13 @@ class Controller:
         name = ((obj.get("metadata") or {}).get("labels") or {}).get(L.MODEL_NAME)
         if name and self.caches.model(namespace, name) is not None:
             self.queue.add((namespace, name))
+
+    def _classes_changed(self, kind: str, obj: dict[str, Any], previous: dict[str, Any] | None
+                         ) -> None:
+        """A PriorityClass came or went: the models that wait for one (or need it) look again."""
+        if previous is None or kind == "DELETED":
+            for doc in self.caches.models():
+                self.queue.add(key_of(doc))
 
     def _accelerator_models(self) -> list[dict[str, Any]]:
         return [d for k in self.accelerator_keys if (d := self.caches.model(*k)) is not None]

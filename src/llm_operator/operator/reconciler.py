@@ -29,7 +29,7 @@ CHILD_KINDS = (
     ("v1", "ServiceAccount"), ("rbac.authorization.k8s.io/v1", "Role"),
     ("rbac.authorization.k8s.io/v1", "RoleBinding"),
     ("v1", "PersistentVolumeClaim"), ("v1", "ConfigMap"), ("apps/v1", "Deployment"),
-    ("v1", "Service"), ("keda.sh/v1alpha1", "ScaledObject"),
+    ("v1", "Service"), ("policy/v1", "PodDisruptionBudget"), ("keda.sh/v1alpha1", "ScaledObject"),
     ("http.keda.sh/v1alpha1", "HTTPScaledObject"), ("monitoring.coreos.com/v1", "ServiceMonitor"),
     ("monitoring.coreos.com/v1", "PodMonitor"), ("networking.k8s.io/v1", "NetworkPolicy"),
     ("inference.networking.k8s.io/v1", "InferencePool"),
@@ -257,6 +257,36 @@ def _missing_crds(view: ClusterView, desired: list[dict[str, Any]], nodes: int
             and not view.serves(api, kind)]
 
 
+PRIORITY_CLASS = ("scheduling.k8s.io/v1", "PriorityClass")
+
+
+def _priority_classes(obj: Any) -> set[str]:
+    """Every priorityClassName in a rendered object's pod templates."""
+    if isinstance(obj, dict):
+        found = {str(v) for k, v in obj.items() if k == "priorityClassName"}
+        return found.union(*(_priority_classes(v) for v in obj.values()))
+    if isinstance(obj, list):
+        return set().union(*(_priority_classes(v) for v in obj))
+    return set()
+
+
+async def _missing_priority_classes(view: ClusterView, desired: list[dict[str, Any]]
+                                    ) -> list[Blocker]:
+    """A PriorityClass the pods would name that the cluster lacks: nothing is created.
+
+    Without it the ReplicaSet's pods are refused one by one ("no PriorityClass with name
+    ... was found") while the rest of the model's objects stand half-made.
+    """
+    if not view.serves(*PRIORITY_CLASS):
+        return []
+    return [Blocker("PriorityClassNotFound", f"the PriorityClass {name} that the model's pods "
+                    "name does not exist in this cluster: install the operator's classes "
+                    "(kubectl apply -k config/priority), or set the operator setting "
+                    "scheduling.priorityClasses: false")
+            for name in sorted(set().union(*(_priority_classes(o) for o in desired)))
+            if await view.child(*PRIORITY_CLASS, "", name) is None]
+
+
 async def record_events(kube: Kube, model: LLMModel, events: list[Event]) -> None:
     for event in events:
         stamp = now()
@@ -316,7 +346,8 @@ async def reconcile(kube: Kube, doc: dict[str, Any], settings: Settings, *,
         queued = verdict if verdict is not None and not verdict.admitted else None
     if not blockers:
         desired = render(model, resolved(settings, view), owner_uid=meta.get("uid"))
-        blockers = _missing_crds(view, desired, model_plan.nodes)
+        blockers = _missing_crds(view, desired, model_plan.nodes) \
+            + await _missing_priority_classes(view, desired)
     if not blockers:
         if queued is not None:
             desired = [o for o in desired if o["kind"] not in WORKLOAD_KINDS]

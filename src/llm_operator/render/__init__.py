@@ -16,6 +16,7 @@ from llm_operator.profiles.vendors import VendorProfile, vendor
 from llm_operator.render import (
     adapters,
     disaggregation,
+    disruption,
     monitoring,
     multinode,
     networking,
@@ -92,10 +93,13 @@ def _render_remote(
     model: LLMModel, settings: Settings, owner_uid: str | None
 ) -> list[dict[str, Any]]:
     config = remote.config_map(model, settings, owner_uid)
+    gateway = remote.gateway_deployment(model, config, settings, owner_uid)
     objects = [
         config,
-        remote.gateway_deployment(model, config, settings, owner_uid),
+        gateway,
         networking.service(model, remote.COMPONENT, owner_uid),
+        *disruption.budgets(model, [gateway], remote.COMPONENT, owner_uid,
+                            most=settings.gateway.replicas),
     ]
     if settings.gateway.network_policy:
         objects.append(remote.network_policy(model, owner_uid, settings))
@@ -167,6 +171,8 @@ def _render_local(
           if adapters.synced(spec) else []),
         *layout.workloads,
         networking.service(model, workload.COMPONENT, owner_uid, layout.serving),
+        *disruption.budgets(model, layout.workloads, workload.COMPONENT, owner_uid,
+                            most=spec.scaling.max_replicas),
     ]
     if scaling.keda_scales(model, settings):
         objects.append(scaling.scaled_object(model, eng, settings, owner_uid, layout.target))

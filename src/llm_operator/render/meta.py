@@ -9,6 +9,10 @@ from typing import Any
 from llm_operator.api import labels as L
 from llm_operator.api.v1alpha1 import API_VERSION, KIND, LLMModel
 
+# config/priority's class above every model's: the operator, router, MCP server, the remote
+# models' gateways and the pools' pickers are never preempted by a model.
+CONTROL_PLANE_CLASS = "llmop-control-plane"
+
 
 def pvc_name(model: LLMModel) -> str:
     return f"{model.name}-model-cache"

@@ -18,7 +18,12 @@ import yaml
 from llm_operator.api import labels as L
 from llm_operator.api.v1alpha1 import LLMModel
 from llm_operator.profiles.settings import Settings
-from llm_operator.render.meta import content_hash, metadata, restricted_container_security
+from llm_operator.render.meta import (
+    CONTROL_PLANE_CLASS,
+    content_hash,
+    metadata,
+    restricted_container_security,
+)
 
 COMPONENT = "endpoint-picker"
 GRPC_PORT, HEALTH_PORT, METRICS_PORT = 9002, 9003, 9090
@@ -140,6 +145,8 @@ def _deployment(model: LLMModel, settings: Settings, meta: dict[str, Any], diges
                              "annotations": {L.CONFIG_HASH: digest}},
                 "spec": {
                     "serviceAccountName": meta["name"],
+                    **({"priorityClassName": CONTROL_PLANE_CLASS}
+                       if settings.scheduling.priority_classes else {}),
                     "enableServiceLinks": False,
                     "securityContext": {"runAsNonRoot": True, "runAsUser": 65532,
                                         "runAsGroup": 65532,

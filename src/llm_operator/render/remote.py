@@ -14,6 +14,7 @@ from llm_operator.profiles.engines import NON_ROOT_UID, PORT
 from llm_operator.profiles.pricing import price
 from llm_operator.profiles.settings import Settings
 from llm_operator.render.meta import (
+    CONTROL_PLANE_CLASS,
     child_labels,
     config_map_name,
     content_hash,
@@ -146,6 +147,8 @@ def gateway_deployment(
               if settings.gateway.redis_password_secret else []),
         ],
     }
+    if settings.scheduling.priority_classes:  # a model on a full node never preempts it
+        pod["priorityClassName"] = CONTROL_PLANE_CLASS
     if settings.images.pull_secrets:
         pod["imagePullSecrets"] = [{"name": n} for n in settings.images.pull_secrets]
     return {
