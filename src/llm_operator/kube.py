@@ -55,18 +55,33 @@ RETRYABLE = frozenset({429, 500, 502, 503, 504})
 
 
 class ApiError(RuntimeError):
-    """A Kubernetes API error; the message is the API's own Status message."""
+    """A Kubernetes API error; the message is the API's own Status message.
 
-    def __init__(self, status: int, reason: str, message: str) -> None:
+    ``causes`` are the reasons of the Status's ``details.causes`` (e.g. NamespaceTerminating).
+    """
+
+    def __init__(self, status: int, reason: str, message: str,
+                 causes: tuple[str, ...] = ()) -> None:
         super().__init__(f"{status} {reason}: {message}")
         self.status, self.reason, self.message = status, reason, message
+        self.causes = causes
+
+    @property
+    def namespace_terminating(self) -> bool:
+        """A write refused because its namespace is being deleted (403)."""
+        return self.status == 403 and "NamespaceTerminating" in self.causes
 
 
 def _api_error(status: int, reason: str | None, payload: Any) -> ApiError:
     """The error for a failed request, from the API's Status object when there is one."""
     info = payload if isinstance(payload, dict) else {}
     message = info.get("message", payload if isinstance(payload, str) else "")
-    return ApiError(status, str(info.get("reason", reason)), str(message).strip()[:500])
+    details = info.get("details")
+    causes = tuple(str(c.get("reason")) for c in (details.get("causes") or ()
+                                                  if isinstance(details, dict) else ())
+                   if isinstance(c, dict) and c.get("reason"))
+    return ApiError(status, str(info.get("reason", reason)), str(message).strip()[:500],
+                    causes)
 
 
 async def _payload(r: aiohttp.ClientResponse) -> Any:

@@ -142,6 +142,9 @@ class Controller:
         self.http: aiohttp.ClientSession | None = None
         self.pushed: dict[Key, dict[str, Any]] = {}
         self.deregister_attempts: dict[Key, int] = {}
+        # Namespaces being deleted: they refuse every create (Services, Events), so their
+        # models are left alone until a new model there shows the namespace is back.
+        self.terminating: set[str] = set()
         informer = functools.partial(Informer, kube)
         self.caches.add(MODEL_KIND, functools.partial(
             informer, API_VERSION, "llmmodels", on_change=self._model_changed))
@@ -195,6 +198,8 @@ class Controller:
             self.deregister_attempts.pop(key, None)
             self._admissions_changed()  # its accelerators are free for the next in line
         elif previous is None or _identity(obj) != _identity(previous):
+            if previous is None:  # nothing is created in a namespace being deleted
+                self.terminating.discard(key[0])
             self.queue.add(key)
 
     def _child_changed(self, kind: str, obj: dict[str, Any], previous: dict[str, Any] | None
@@ -277,16 +282,31 @@ class Controller:
             try:
                 await self._handle(key)
                 self.queue.forget(key)
+            except ApiError as exc:
+                if not exc.namespace_terminating:
+                    self._retry(key, exc)
+                    continue
+                self.queue.forget(key)  # nothing can be written there any more
+                if key[0] not in self.terminating:
+                    self.terminating.add(key[0])
+                    log.info("namespace %s is being deleted: its models are not reconciled "
+                             "while it is (%s)", key[0], exc.message)
             except Exception as exc:
-                delay = self.queue.retry(key)
-                log.warning("%s/%s: %s: %s; retrying in %.0f s", *key, type(exc).__name__,
-                            exc, delay)
+                self._retry(key, exc)
             finally:
                 self.queue.done(key)
+
+    def _retry(self, key: Key, exc: Exception) -> None:
+        delay = self.queue.retry(key)
+        log.warning("%s/%s: %s: %s; retrying in %.0f s", *key, type(exc).__name__, exc, delay)
 
     async def _handle(self, key: Key) -> None:
         doc = self.caches.model(*key)
         if doc is None:
+            return
+        if key[0] in self.terminating and not doc["metadata"].get("deletionTimestamp"):
+            if self.on_reconcile is not None:  # its namespace refuses every create
+                self.on_reconcile(key, Outcome(namespace_terminating=True))
             return
         finalizers = doc["metadata"].get("finalizers") or []
         if doc["metadata"].get("deletionTimestamp"):

@@ -128,6 +128,7 @@ class Outcome:
     status_written: bool = False
     waiting_for_secret: bool = False  # a Secret it needs is missing: look again soon
     recheck_after: float | None = None  # look again then (a registration's Lease lapses)
+    namespace_terminating: bool = False  # left alone: its namespace is being deleted
     labels_written: bool = False
     model: LLMModel | None = None  # the model with its new status
 
