@@ -390,7 +390,7 @@ def operator(namespaces: tuple[str, ...], *, all_namespaces: bool, settings_path
 
     from llm_operator.kube import connection  # noqa: PLC0415
     from llm_operator.operator.leader import LeaseTerms  # noqa: PLC0415
-    from llm_operator.operator.run import LeadershipLost, run_operator  # noqa: PLC0415
+    from llm_operator.operator.run import run_operator  # noqa: PLC0415
 
     if namespaces and all_namespaces:
         raise click.UsageError("use either --namespace or --all-namespaces")
@@ -413,10 +413,7 @@ def operator(namespaces: tuple[str, ...], *, all_namespaces: bool, settings_path
                            resync_seconds=resync, workers=workers, liveness=liveness,
                            metrics_port=metrics_port, leader=leader, stop=stop)
 
-    try:
-        asyncio.run(main())
-    except LeadershipLost as exc:
-        raise click.ClickException(str(exc)) from None
+    asyncio.run(main())
 
 
 def _cluster_models(namespace: str | None, selector: str) -> list[dict[str, Any]]:

@@ -112,14 +112,19 @@ class LeaderElector:
         return True
 
     async def acquire(self) -> None:
-        """Wait until we hold the lease."""
+        """Wait until we hold the lease; whatever the API server does, a standby waits on.
+
+        Each attempt is bounded by the lease duration, so a frozen API server (requests
+        that hang) costs a standby nothing but time.
+        """
         waiting_logged = False
         while True:
             try:
-                if await self.try_acquire():
+                if await asyncio.wait_for(self.try_acquire(), self.terms.duration):
                     return
-            except (ApiError, OSError) as exc:
-                log.warning("could not read or write the Lease (%s); retrying", exc)
+            except Exception as exc:
+                log.warning("could not read or write the Lease (%s: %s); retrying",
+                            type(exc).__name__, exc)
             if not waiting_logged:
                 log.info("another replica leads; standing by (Lease %s/%s)",
                          self.terms.namespace, self.terms.name)
@@ -127,20 +132,29 @@ class LeaderElector:
             await self._sleep(self.terms.retry)
 
     async def hold(self) -> None:
-        """Renew until it fails for ``renew_deadline``; then set ``lost`` and return."""
+        """Renew until it fails for ``renew_deadline``; then set ``lost`` and return.
+
+        Each attempt is bounded by what is left of the renew deadline (as client-go's is):
+        a request that hangs on a frozen API server must not keep a leader working past
+        the moment a standby may take the Lease (``duration`` after the last renewal).
+        """
         while True:
             await self._sleep(self.terms.retry)
+            assert self._last_renewed is not None
+            left = self.terms.renew_deadline - (
+                self._clock() - self._last_renewed).total_seconds()
             try:
-                if await self.try_acquire():
+                if await asyncio.wait_for(self.try_acquire(), max(left, 0.001)):
                     continue
-                log.error("the Lease was taken by another replica; stopping")
-            except (ApiError, OSError) as exc:
-                assert self._last_renewed is not None
+                log.error("the Lease was taken by another replica; stepping down")
+            except Exception as exc:
                 late = (self._clock() - self._last_renewed).total_seconds()
                 if late < self.terms.renew_deadline:
-                    log.warning("could not renew the Lease (%s); retrying", exc)
+                    log.warning("could not renew the Lease (%s: %s); retrying",
+                                type(exc).__name__, exc)
                     continue
-                log.error("could not renew the Lease for %.0f s; stopping", late)
+                log.error("could not renew the Lease for %.0f s (%s); stepping down", late,
+                          type(exc).__name__)
             self.lost.set()
             return
 

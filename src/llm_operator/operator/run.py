@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from urllib.parse import urlsplit
 
@@ -17,9 +18,7 @@ from llm_operator.operator.metrics import OperatorMetrics
 from llm_operator.operator.reconciler import Outcome
 from llm_operator.profiles.settings import Settings
 
-
-class LeadershipLost(RuntimeError):
-    """The Lease went to another replica (or could not be renewed): this one must stop."""
+log = logging.getLogger(__name__)
 
 
 @contextlib.asynccontextmanager
@@ -53,32 +52,41 @@ async def run_operator(conn: Connection, settings: Settings, *,
                        on_reconcile: Callable[[Key, Outcome], None] | None = None) -> None:
     """Run the operator until ``stop`` is set (or forever); ``namespaces`` empty: all.
 
-    With ``leader``, it first waits to hold that Lease, renews it while it works, stops
-    (raising LeadershipLost) when it is lost, and releases it on a clean stop.
+    With ``leader``, it first waits to hold that Lease, renews it while it works, and
+    releases it on a clean stop. A leader that loses the Lease (taken, or not renewed within
+    the renew deadline: a frozen or unreachable API server) stops its controller at once
+    and stands by again in the same process: no restart, and a fresh controller (fresh
+    caches) if it leads again.
     """
     stop = stop or asyncio.Event()
     status = {"status": "standby" if leader else "starting"}
+    metrics = metrics or OperatorMetrics()
     async with Kube(conn) as kube, _probe(liveness, status):
-        controller = Controller(kube, settings, namespaces=namespaces,
-                                resync_seconds=resync_seconds, workers=workers,
-                                metrics=metrics, on_reconcile=on_reconcile)
         if metrics_port is not None:
-            controller.metrics.serve(metrics_port)
-        elector = LeaderElector(kube, leader) if leader is not None else None
-        if elector is not None and not await _until_first(elector.acquire(), stop):
-            return  # asked to stop while standing by
-        status["status"] = "ok"
-        holding = asyncio.ensure_future(elector.hold()) if elector else None
-        lost = elector.lost if elector else asyncio.Event()
-        try:
-            await _until_first(controller.run(ready), stop, lost)
-        finally:
-            if holding is not None:
-                holding.cancel()
-            if elector is not None and not elector.lost.is_set():
-                await elector.release()
-        if lost.is_set():
-            raise LeadershipLost("lost the operator Lease; exiting so a fresh replica stands by")
+            metrics.serve(metrics_port)
+        while True:
+            elector = LeaderElector(kube, leader) if leader is not None else None
+            if elector is not None and not await _until_first(elector.acquire(), stop):
+                return  # asked to stop while standing by
+            status["status"] = "ok"
+            controller = Controller(kube, settings, namespaces=namespaces,
+                                    resync_seconds=resync_seconds, workers=workers,
+                                    metrics=metrics, on_reconcile=on_reconcile)
+            holding = asyncio.ensure_future(elector.hold()) if elector else None
+            lost = elector.lost if elector else asyncio.Event()
+            try:
+                await _until_first(controller.run(ready), stop, lost)
+            finally:
+                if holding is not None:
+                    holding.cancel()
+                    await asyncio.gather(holding, return_exceptions=True)
+                if elector is not None and not elector.lost.is_set():
+                    await elector.release()
+            if not lost.is_set():
+                return
+            status["status"] = "standby"
+            log.warning("stepped down: the Lease was lost; the controller is stopped and this "
+                        "replica stands by again")
 
 
 async def _until_first(work: Awaitable[None], *events: asyncio.Event) -> bool:
