@@ -55,8 +55,8 @@ def test_render_outputs_valid_models_and_fails_for_the_rest() -> None:
     code, out, err = run("render", "-f", str(DATA / "bad-mixed.yaml"))
     assert code == 1 and "vllm-on-cpu" in err
     kinds = [d["kind"] for d in yaml.safe_load_all(out)]
-    assert kinds == ["PersistentVolumeClaim", "Deployment", "Service", "ScaledObject",
-                     "ServiceMonitor"]
+    assert kinds == ["PersistentVolumeClaim", "Deployment", "Service", "PodDisruptionBudget",
+                     "ScaledObject", "ServiceMonitor"]
 
 
 def test_render_json_is_a_list() -> None:

@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from llm_operator.cli.main import cli
+from llm_operator.local import modelfile
 from llm_operator.local.modelfile import MARKER_SUFFIX
 
 from ggufs import write_gguf
@@ -84,3 +85,25 @@ def test_what_must_not_be_served_is_named(tmp_path: Path, setup: object, args: l
     result = run(*[a.format(d=tmp_path) for a in args])
     assert result.exit_code == 1
     assert message.format(d=tmp_path) in result.output
+
+
+def test_a_file_that_failed_is_not_read_again_by_kubelets_retries(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """#35: a node file mounted read-only took no marker, so every retry of the failing init
+    container hashed the whole file again (fine for 250 MB, not for 100 GB)."""
+    model = gguf_file(tmp_path / "node" / "m.gguf")
+    model.with_name(model.name + MARKER_SUFFIX).mkdir()  # nothing can be written beside it
+    reads: list[Path] = []
+    read = modelfile.read_sha256
+    monkeypatch.setattr(modelfile, "read_sha256", lambda p: reads.append(p) or read(p))
+    markers = ["--markers", str(tmp_path / "cache" / ".llmop-verified")]
+    outputs = [run(str(model), "--sha256", "0" * 64, *markers) for _ in range(3)]
+    assert [o.exit_code for o in outputs] == [1, 1, 1]
+    assert len(reads) == 1  # hashed once; the retries read the digest noted in the cache
+    assert "hashed once: the file is not read again until it or the spec changes" in \
+        outputs[-1].output
+    assert run(str(model), "--sha256", sha(model), *markers).exit_code == 0  # spec fixed
+    assert len(reads) == 1
+    gguf_file(model, layers=5)  # the file changed: read again
+    assert run(str(model), "--sha256", sha(model), *markers).exit_code == 0
+    assert len(reads) == 2

@@ -33,22 +33,29 @@ def _report(termination_log: Path | None, text: str) -> None:
 @click.option("--sha256", metavar="HEX", help="The SHA-256 the file must have.")
 @click.option("--choose", "chosen", metavar="FILE", type=click.Path(path_type=Path),
               help="Write the checked file's path here (the next init container serves it).")
+@click.option("--markers", type=click.Path(path_type=Path, file_okay=False),
+              help="Also note the file's digest here when its own directory cannot be "
+              "written (a node file mounted read-only), so a retry does not hash it again.")
 @click.option("--termination-log", type=click.Path(path_type=Path),
               default=lambda: str(TERMINATION_LOG) if TERMINATION_LOG.parent.is_dir() and
               TERMINATION_LOG.exists() else None,
               help="Where Kubernetes reads the result from [default: /dev/termination-log "
               "when it exists].")
 def model_verify(path: Path | None, source_dir: Path | None, sha256: str | None,
-                 chosen: Path | None, termination_log: Path | None) -> None:
+                 chosen: Path | None, markers: Path | None,
+                 termination_log: Path | None) -> None:
     """Check a GGUF model file: its SHA-256 (when given) and its header.
 
     \b
     Prints what the header says as JSON (status.model); exits 1 with the reason when the
-    file must not be served: ChecksumMismatch, NotGGUF or NoModelFile.
+    file must not be served: ChecksumMismatch, NotGGUF or NoModelFile. The digest is
+    computed once per file (noted beside it, or under --markers): kubelet's retries of a
+    file that failed do not read it again until it changes.
     \b
     Examples:
       llmop model-verify models/gemma.gguf
-      llmop model-verify --dir /model-cache/source --sha256 4f0e…c2 --choose /model-cache/.gguf
+      llmop model-verify --dir /model-cache/source --sha256 4f0e…c2 --choose /model-cache/.gguf \\
+        --markers /model-cache/.llmop-verified
     """
     if (path is None) == (source_dir is None):
         raise click.UsageError("give a PATH or --dir, not both")
@@ -56,7 +63,7 @@ def model_verify(path: Path | None, source_dir: Path | None, sha256: str | None,
         target = path if path is not None else choose(source_dir)  # type: ignore[arg-type]
         if not target.is_file():
             raise ModelFileError("NoModelFile", f"{target} does not exist")
-        facts = inspect(target, sha256.lower() if sha256 else None)
+        facts = inspect(target, sha256.lower() if sha256 else None, markers)
     except ModelFileError as exc:
         _report(termination_log, f"{exc.reason}: {exc}")
         click.echo(f"{exc.reason}: {exc}", err=True)

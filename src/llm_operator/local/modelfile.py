@@ -1,8 +1,11 @@
 """A GGUF model file checked before it is served: its SHA-256 against the spec, its header read.
 
 Used by `llmop up` and, in a cluster, by the `model-verify` init container
-(`llmop model-verify`). A file whose hash was checked once carries a marker beside it
-(size, modification time, digest), so a restart does not hash gigabytes again.
+(`llmop model-verify`). A file whose hash was computed once carries a marker (size,
+modification time, inode, digest): beside it, or in a markers directory when the file's
+own directory cannot be written (a node file mounted read-only). So neither a restart nor
+kubelet's retries of a file that failed its check hash gigabytes again; a changed file, or
+a moved marker, is hashed anew.
 """
 
 from __future__ import annotations
@@ -35,42 +38,67 @@ def choose(source_dir: Path) -> Path:
     return found[0]
 
 
-def _marker(path: Path) -> Path:
-    return path.with_name(path.name + MARKER_SUFFIX)
+def _markers(path: Path, markers: Path | None) -> list[Path]:
+    """Where the file's digest may be noted: beside it, then in ``markers`` (by its path)."""
+    beside = path.with_name(path.name + MARKER_SUFFIX)
+    if markers is None:
+        return [beside]
+    keyed = hashlib.sha256(str(path.absolute()).encode()).hexdigest()[:32]
+    return [beside, markers / f"{keyed}{MARKER_SUFFIX}"]
 
 
 def _stamp(path: Path) -> str:
     stat = path.stat()
-    return f"{stat.st_size} {stat.st_mtime_ns}"
+    return f"{stat.st_size} {stat.st_mtime_ns} {stat.st_ino}"
 
 
-def sha256_of(path: Path) -> str:
-    """The file's SHA-256, from its marker when the file is unchanged since it was hashed."""
-    marker = _marker(path)
-    try:
-        stamp, digest = marker.read_text(encoding="utf-8").rsplit(" ", 1)
-        if stamp == _stamp(path):
+def noted_sha256(path: Path, markers: Path | None = None) -> str | None:
+    """The digest a marker holds for ``path``, if the file is unchanged since it was hashed."""
+    stamp = _stamp(path)
+    for marker in _markers(path, markers):
+        try:
+            noted, digest = marker.read_text(encoding="utf-8").rsplit(" ", 1)
+        except (OSError, ValueError):
+            continue
+        if noted == stamp:
             return digest.strip()
-    except (OSError, ValueError):
-        pass
+    return None
+
+
+def read_sha256(path: Path) -> str:
+    """The SHA-256 of the file's every byte (what the markers spare)."""
     hasher = hashlib.sha256()
     with path.open("rb") as stream:
         while chunk := stream.read(CHUNK):
             hasher.update(chunk)
-    digest = hasher.hexdigest()
-    with contextlib.suppress(OSError):  # a read-only location: hash again next time
-        marker.write_text(f"{_stamp(path)} {digest}", encoding="utf-8")
+    return hasher.hexdigest()
+
+
+def sha256_of(path: Path, markers: Path | None = None) -> str:
+    """The file's SHA-256, from its marker when the file is unchanged since it was hashed."""
+    digest = noted_sha256(path, markers)
+    if digest is not None:
+        return digest
+    digest = read_sha256(path)
+    for marker in _markers(path, markers):  # the first place that can be written
+        with contextlib.suppress(OSError):
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.write_text(f"{_stamp(path)} {digest}", encoding="utf-8")
+            break
     return digest
 
 
-def inspect(path: Path, sha256: str | None) -> ModelFileStatus:
+def inspect(path: Path, sha256: str | None, markers: Path | None = None) -> ModelFileStatus:
     """``status.model`` for ``path``; ModelFileError if it must not be served."""
     if sha256 is not None:
-        actual = sha256_of(path)
+        noted = noted_sha256(path, markers) is not None
+        actual = sha256_of(path, markers)
         if actual != sha256:
+            again = " (hashed once: the file is not read again until it or the spec changes)" \
+                if noted else ""
             raise ModelFileError("ChecksumMismatch", f"{path.name} has SHA-256 {actual}; "
                                  f"modelSource.sha256 expects {sha256}: the file is not the "
-                                 "one the spec names (a different or corrupt download)")
+                                 f"one the spec names (a different or corrupt download){again}")
     try:
         with path.open("rb") as stream:
             header = read_header(stream)

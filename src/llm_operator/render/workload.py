@@ -222,6 +222,9 @@ def adapter_fetch_containers(spec: LLMModelSpec, settings: Settings) -> list[dic
 
 
 VERIFY_CONTAINER = "model-verify"
+# Where model-verify notes digests it computed when the file's own directory is read-only (a
+# node file): the cache volume outlives the init container's retries.
+VERIFIED_DIR = f"{CACHE_DIR}/.llmop-verified"
 
 
 def verify_container(spec: LLMModelSpec, settings: Settings) -> dict[str, Any]:
@@ -236,7 +239,8 @@ def verify_container(spec: LLMModelSpec, settings: Settings) -> dict[str, Any]:
         "image": settings.images.operator,
         "imagePullPolicy": settings.images.pull_policy,
         "command": ["llmop", "model-verify", "--dir", SOURCE_DIR, "--choose", CHOSEN_GGUF,
-                    "--termination-log", TERMINATION_LOG, *(["--sha256", sha] if sha else [])],
+                    "--markers", VERIFIED_DIR, "--termination-log", TERMINATION_LOG,
+                    *(["--sha256", sha] if sha else [])],
         "env": [{"name": "HOME", "value": "/tmp"}],
         "terminationMessagePath": TERMINATION_LOG,
         "resources": {"requests": {"cpu": "250m", "memory": "128Mi"},
