@@ -41,7 +41,7 @@ def _report(termination_log: Path | None, text: str) -> None:
               TERMINATION_LOG.exists() else None,
               help="Where Kubernetes reads the result from [default: /dev/termination-log "
               "when it exists].")
-def model_verify(path: Path | None, source_dir: Path | None, sha256: str | None,
+def model_verify(path: Path | None, *, source_dir: Path | None, sha256: str | None,
                  chosen: Path | None, markers: Path | None,
                  termination_log: Path | None) -> None:
     """Check a GGUF model file: its SHA-256 (when given) and its header.
