@@ -407,6 +407,20 @@ class Node:
         if failures:
             raise failures[0]
 
+    def signal_in_pod(self, pod_uid: str, program: str, sig: int) -> list[int]:
+        """Send ``sig`` to pod ``pod_uid``'s processes whose command line names ``program``
+        (a crash, or the kernel's OOM killer, as a container sees it); their pids."""
+        pids = {int(p) for top in self._cgroup_dirs() for d in _subtree(top)
+                if f"pod{pod_uid}" in d.parts[-2:] or d.name == f"pod{pod_uid}"
+                for p in _read(d / "cgroup.procs").split()}
+        hit = []
+        for pid in sorted(pids):
+            if program in _read(Path(f"/proc/{pid}/cmdline")):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+                    hit.append(pid)
+        return hit
+
     @staticmethod
     def _cgroup_dirs() -> list[Path]:
         return [d for d in Path("/sys/fs/cgroup").glob(f"*/{CGROUP_ROOT}") if d.is_dir()]
