@@ -180,6 +180,11 @@ def test_a_file_with_the_wrong_sha256_fails_the_model_with_the_reason(
     (pod,) = gemma.json("-n", NS, "get", "pods", "-l", "app=gemma-tampered")["items"]
     server = pod["status"]["containerStatuses"][0]
     assert "running" not in server["state"]  # never served
+    # kubelet retries the check; the read-only node file is not hashed again (the digest
+    # is noted in the pod's cache volume), and the status says so
+    with kubectl_watch(gemma.plane, "-n", NS, "get", "llmmodel/gemma-tampered", "--watch",
+                       "-o", "jsonpath={.status.conditions}{'\\n'}") as conditions:
+        conditions.until(lambda lines: any("hashed once" in line for line in lines), 120)
     gemma.kubectl("-n", NS, "delete", "llmmodel", "gemma-tampered", "--wait=true",
                   "--timeout=60s")
 
