@@ -61,11 +61,7 @@ class SessionLedger:
         return Admission(True, ends)
 
     def release(self, client: str) -> None:
-        left = self._pending.get(client, 0) - 1
-        if left > 0:
-            self._pending[client] = left
-        else:
-            self._pending.pop(client, None)
+        _count_down(self._pending, client)
 
     def opened(self, client: str, sid: str) -> None:
         self.release(client)
@@ -82,11 +78,7 @@ class SessionLedger:
 
     def end(self, sid: str) -> None:
         """A request of ``sid`` is answered (or its stream closed)."""
-        left = self._busy.get(sid, 0) - 1
-        if left > 0:
-            self._busy[sid] = left
-        else:
-            self._busy.pop(sid, None)
+        _count_down(self._busy, sid)
 
     def forget(self, sid: str) -> None:
         self._busy.pop(sid, None)
@@ -105,3 +97,12 @@ class SessionLedger:
 
     def __len__(self) -> int:
         return len(self._owner)
+
+
+def _count_down(counts: dict[str, int], key: str) -> None:
+    """One fewer of ``key``; none left: forgotten."""
+    left = counts.get(key, 0) - 1
+    if left > 0:
+        counts[key] = left
+    else:
+        counts.pop(key, None)
