@@ -21,6 +21,7 @@ class Reply:
     chunks: list[bytes] | None = None  # SSE: sent one by one
     chunk_gap: float = 0.0  # seconds between chunks (lets a test disconnect mid-stream)
     delay: float = 0.0  # before answering
+    opening_delay: float = 0.0  # a stream: after its headers, before its first chunk
     drop_after: int | None = None  # close the connection after this many chunks (a JSON
     # body: after half of it)
 
@@ -93,6 +94,12 @@ class FakeUpstream:
         response = web.StreamResponse(status=reply.status, headers={
             "Content-Type": "text/event-stream", **reply.headers})
         await response.prepare(request)
+        if reply.opening_delay:
+            try:
+                await asyncio.sleep(reply.opening_delay)
+            except asyncio.CancelledError:
+                self.cancelled.set()
+                raise
         try:
             for index, chunk in enumerate(reply.chunks):
                 if reply.drop_after is not None and index == reply.drop_after:

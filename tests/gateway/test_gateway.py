@@ -494,12 +494,18 @@ async def test_every_error_is_openai_shaped(gateway: GatewayFactory, method: str
     assert error["code"] == code and error["message"]
 
 
+@pytest.mark.parametrize(("reply", "stream"), [
+    (Reply(body=completion("m"), delay=30), False),
+    # the gateway reads a stream's first event before it answers: gone before it came
+    (Reply(chunks=sse_chunks("m", ["a"]), opening_delay=30), True),
+], ids=["plain", "stream before its first event"])
 async def test_a_request_its_client_abandons_is_counted(gateway: GatewayFactory,
-                                                        upstream: Upstream) -> None:
+                                                        upstream: Upstream, reply: Reply,
+                                                        stream: bool) -> None:
     fake, _ = upstream
     client, gw = await gateway()
-    fake.then(Reply(body=completion("m"), delay=30))
-    await cancelled_by_client(client, fake, {**CHAT, "tag": "gone"})
+    fake.then(reply)
+    await cancelled_by_client(client, fake, {**CHAT, "tag": "gone", "stream": stream})
     assert metric(gw, "llmop_gateway_requests_total", route="gpt-5.5", status="499") == 1
 
 
