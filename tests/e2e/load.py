@@ -14,10 +14,11 @@ import aiohttp
 
 @dataclass
 class Outcome:
-    """One request: when it ended, and "ok" or what went wrong."""
+    """One request: when it ended, and "ok" or what went wrong; when it was sent."""
 
     ended: float
     result: str
+    sent: float = 0.0
 
 
 @dataclass
@@ -42,6 +43,7 @@ class SteadyLoad:
         body = {"model": self.model, "prompt": "Q: Name a colour.\nA:",
                 "max_tokens": self.max_tokens, "temperature": 0}
         while not stop.is_set():
+            sent = time.monotonic()
             try:
                 async with session.post(f"{self.url}/completions", json=body) as response:
                     payload = await response.json(content_type=None)
@@ -49,7 +51,7 @@ class SteadyLoad:
                     result = "ok" if ok else f"HTTP {response.status}"
             except (aiohttp.ClientError, TimeoutError) as exc:
                 result = type(exc).__name__
-            self.outcomes.append(Outcome(time.monotonic(), result))
+            self.outcomes.append(Outcome(time.monotonic(), result, sent))
             if result != "ok":
                 # a refused connection fails in microseconds: do not spin on it
                 with contextlib.suppress(TimeoutError):
