@@ -66,6 +66,16 @@ class FakeUpstream:
         self.script.extend(replies)
         return self
 
+    async def _wait(self, seconds: float) -> None:
+        """A scripted pause; the gateway cancelling it (its client left) is noted."""
+        if not seconds:
+            return
+        try:
+            await asyncio.sleep(seconds)
+        except asyncio.CancelledError:
+            self.cancelled.set()
+            raise
+
     async def handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.requests.append({"path": request.path, "query": dict(request.query),
@@ -73,12 +83,7 @@ class FakeUpstream:
         self.received.set()
         reply = self.script.popleft() if self.script else Reply(body=completion(
             body.get("model", "")))
-        if reply.delay:
-            try:
-                await asyncio.sleep(reply.delay)
-            except asyncio.CancelledError:
-                self.cancelled.set()
-                raise
+        await self._wait(reply.delay)
         if reply.chunks is None and reply.drop_after is not None:  # half a body, then cut
             payload = json.dumps(reply.body).encode()
             response = web.StreamResponse(status=reply.status, headers={
@@ -94,12 +99,7 @@ class FakeUpstream:
         response = web.StreamResponse(status=reply.status, headers={
             "Content-Type": "text/event-stream", **reply.headers})
         await response.prepare(request)
-        if reply.opening_delay:
-            try:
-                await asyncio.sleep(reply.opening_delay)
-            except asyncio.CancelledError:
-                self.cancelled.set()
-                raise
+        await self._wait(reply.opening_delay)
         try:
             for index, chunk in enumerate(reply.chunks):
                 if reply.drop_after is not None and index == reply.drop_after:

@@ -77,8 +77,8 @@ def _api_error(status: int, reason: str | None, payload: Any) -> ApiError:
     info = payload if isinstance(payload, dict) else {}
     message = info.get("message", payload if isinstance(payload, str) else "")
     details = info.get("details")
-    causes = tuple(str(c.get("reason")) for c in (details.get("causes") or ()
-                                                  if isinstance(details, dict) else ())
+    listed = details.get("causes") if isinstance(details, dict) else None
+    causes = tuple(str(c["reason"]) for c in listed or ()
                    if isinstance(c, dict) and c.get("reason"))
     return ApiError(status, str(info.get("reason", reason)), str(message).strip()[:500],
                     causes)

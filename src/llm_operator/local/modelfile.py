@@ -74,25 +74,29 @@ def read_sha256(path: Path) -> str:
     return hasher.hexdigest()
 
 
-def sha256_of(path: Path, markers: Path | None = None) -> str:
-    """The file's SHA-256, from its marker when the file is unchanged since it was hashed."""
+def _digest(path: Path, markers: Path | None) -> tuple[str, bool]:
+    """The file's SHA-256, and whether a marker held it (the file was not read)."""
     digest = noted_sha256(path, markers)
     if digest is not None:
-        return digest
+        return digest, True
     digest = read_sha256(path)
     for marker in _markers(path, markers):  # the first place that can be written
         with contextlib.suppress(OSError):
             marker.parent.mkdir(parents=True, exist_ok=True)
             marker.write_text(f"{_stamp(path)} {digest}", encoding="utf-8")
             break
-    return digest
+    return digest, False
+
+
+def sha256_of(path: Path, markers: Path | None = None) -> str:
+    """The file's SHA-256, from its marker when the file is unchanged since it was hashed."""
+    return _digest(path, markers)[0]
 
 
 def inspect(path: Path, sha256: str | None, markers: Path | None = None) -> ModelFileStatus:
     """``status.model`` for ``path``; ModelFileError if it must not be served."""
     if sha256 is not None:
-        noted = noted_sha256(path, markers) is not None
-        actual = sha256_of(path, markers)
+        actual, noted = _digest(path, markers)
         if actual != sha256:
             again = " (hashed once: the file is not read again until it or the spec changes)" \
                 if noted else ""

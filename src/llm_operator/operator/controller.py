@@ -158,7 +158,7 @@ class Controller:
             index_label=L.MODEL_NAME))
         # Cluster-wide: a model whose pods' class is missing waits until it is installed.
         self.caches.informers[PRIORITY_CLASS] = {None: informer(
-            *PRIORITY_CLASS[:1], "priorityclasses", on_change=self._classes_changed)}
+            PRIORITY_CLASS[0], PLURALS[PRIORITY_CLASS], on_change=self._classes_changed)}
         if settings.autoscaler != "keda":  # the built-in autoscaler finds the router here
             router = settings.router
             self.caches.informers[ROUTER_SLICES_KIND] = {router.namespace: informer(
