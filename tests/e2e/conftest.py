@@ -19,7 +19,7 @@ from e2e_cluster import (
     MODELS_NS,
     OPERATOR_NS,
     NodeCluster,
-    place_gemma_file,
+    prepare_node,
 )
 
 from realnode import node_cluster, node_missing, sweep_stale_node
@@ -27,8 +27,7 @@ from realnode import node_cluster, node_missing, sweep_stale_node
 from controlplane import missing
 from samples import REPO
 
-sys.path.insert(0, str(REPO / "tools"))
-import images
+sys.path.insert(0, str(REPO / "tools"))  # prepare_node builds the images from there
 
 E2E = REPO / "tests" / "e2e"
 
@@ -40,9 +39,7 @@ def kube_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeCluster]
     reason = missing() or node_missing()
     if reason:
         pytest.fail(f"the test node cannot start: {reason}")
-    archives = [images.pause_image(), images.operator_image(), images.llama_image()]
-    place_gemma_file()
-    with node_cluster(tmp_path_factory.mktemp("cluster"), archives,
+    with node_cluster(tmp_path_factory.mktemp("cluster"), prepare_node(),
                       controllers=False) as (plane, node):
         plane.kubectl("apply", "-k", str(INSTALL))
         plane.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")

@@ -33,6 +33,9 @@ INSTALL = REPO / "tests" / "e2e" / "install"
 GEMMA = REPO / "examples" / "cluster" / "gemma-270m.yaml"
 GEMMA_FILE = Path("/var/lib/llm-models/gemma-3-270m-Q4_K_M.gguf")
 GEMMA_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+GEMMA_VLLM = REPO / "examples" / "cluster" / "gemma-270m-vllm.yaml"
+GEMMA_DIR = Path("/var/lib/llm-models/gemma-3-270m-hf")
+GEMMA_VLLM_NAME, GEMMA_VLLM_ID = "gemma-270m-vllm", "gemma-3-270m-vllm"
 OPERATOR_NS = "llm-operator-system"
 MODELS_NS = "ai-models"
 GEMMA_NAME, GEMMA_ID = "gemma-270m", "gemma-3-270m"
@@ -78,6 +81,26 @@ class NodeCluster:
                          "--timeout=120s")
 
 
+    async def ask_tool(self, tool: str, question: str) -> str:
+        """Call an MCP tool of the MCP server (tests/e2e/mcp) with one user message, as an
+        agent in the cluster would: by the Service's name, which the server accepts as Host
+        (DNS-rebinding protection refuses a bare address). The tool must be listed."""
+        import httpx2  # noqa: PLC0415
+        from mcp.client.streamable_http import streamable_http_client  # noqa: PLC0415
+
+        from mcp import Client  # noqa: PLC0415
+
+        url = self.service_url(MODELS_NS, "mcp-server", 3000, "/mcp")
+        name = {"Host": f"mcp-server.{MODELS_NS}.svc.cluster.local:3000"}
+        async with httpx2.AsyncClient(headers=name, timeout=60) as http, \
+                Client(streamable_http_client(url, http_client=http)) as client:
+            assert tool in {t.name for t in (await client.list_tools()).tools}
+            result = await client.call_tool(tool, {
+                "messages": [{"role": "user", "content": question}], "max_tokens": 16,
+                "temperature": 0})
+        assert not result.is_error, result
+        return str(result.content[0].text)  # type: ignore[union-attr]
+
 def _until_accepting(host: str, port: int, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while True:
@@ -98,17 +121,44 @@ def installed(root: Path) -> Iterator[NodeCluster]:
 
     tools/ must be on sys.path (the node's images are built from there).
     """
-    import images  # noqa: PLC0415  (tools/images.py)
-
-    archives = [images.pause_image(), images.operator_image(), images.llama_image()]
-    place_gemma_file()
-    with node_cluster(root, archives) as (plane, node):
+    with node_cluster(root, prepare_node()) as (plane, node):
         cluster = NodeCluster(plane, node)
         cluster.kubectl("apply", "-k", str(INSTALL))
         cluster.kubectl("-n", OPERATOR_NS, "rollout", "status", "deployment/llm-operator",
                         "--timeout=120s")
         cluster.namespace(MODELS_NS)
         yield cluster
+
+
+def prepare_node() -> list[Path]:
+    """What the test node needs before it starts: the examples' models in place (a GGUF file
+    and a Hugging Face directory) and the images to import (built once, by content hash).
+
+    tools/ must be on sys.path.
+    """
+    import images  # noqa: PLC0415  (tools/images.py)
+
+    place_gemma_file()
+    place_gemma_dir()
+    return [images.pause_image(), images.operator_image(), images.llama_image(),
+            images.vllm_image()]
+
+
+def place_gemma_dir() -> None:
+    """The Gemma model converted to BF16 safetensors (tools/gemma_hf.py) at the vLLM
+    example's path on the node; a note beside it says which conversion it is."""
+    import gemma_hf  # noqa: PLC0415  (tools/gemma_hf.py)
+
+    source = gemma_hf.gemma_hf()
+    note = GEMMA_DIR.with_suffix(".source")
+    if GEMMA_DIR.is_dir() and note.exists() and note.read_text() == source.name:
+        return
+    partial = GEMMA_DIR.with_suffix(".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    shutil.copytree(source, partial)
+    shutil.rmtree(GEMMA_DIR, ignore_errors=True)
+    partial.replace(GEMMA_DIR)
+    note.write_text(source.name)
 
 
 def place_gemma_file() -> None:

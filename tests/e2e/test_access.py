@@ -10,13 +10,9 @@ from __future__ import annotations
 
 import json
 
-import httpx2
 import openai
 import pytest
 from e2e_cluster import GEMMA_ID, MODELS_NS, OPERATOR_NS, NodeCluster
-from mcp.client.streamable_http import streamable_http_client
-
-from mcp import Client
 
 from samples import REPO
 
@@ -58,19 +54,7 @@ def test_the_router_answers_for_the_model_by_its_id(routed: NodeCluster) -> None
 
 
 async def test_the_mcp_server_calls_the_model_as_a_tool(routed: NodeCluster) -> None:
-    """As an agent in the cluster would: by the Service's name, which the server accepts as
-    Host (DNS-rebinding protection refuses a bare address)."""
-    url = routed.service_url(NS, "mcp-server", 3000, "/mcp")
-    name = {"Host": f"mcp-server.{NS}.svc.cluster.local:3000"}
-    async with httpx2.AsyncClient(headers=name, timeout=60) as http, \
-            Client(streamable_http_client(url, http_client=http)) as client:
-        tools = {t.name for t in (await client.list_tools()).tools}
-        assert "gemma3_270m" in tools
-        result = await client.call_tool("gemma3_270m", {
-            "messages": [{"role": "user", "content": "What is the capital of France?"}],
-            "max_tokens": 16, "temperature": 0})
-    assert not result.is_error, result
-    assert "Paris" in result.content[0].text  # type: ignore[union-attr]
+    assert "Paris" in await routed.ask_tool("gemma3_270m", "What is the capital of France?")
 
 
 def test_a_remote_model_reaches_its_provider_with_the_secrets_key(remote: NodeCluster) -> None:

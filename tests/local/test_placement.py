@@ -20,9 +20,10 @@ from llm_operator.local.placement import (
     key_env,
 )
 
-from samples import local_doc, sample_doc
+from samples import REPO, load_yaml, local_doc, sample_doc
 
 LAPTOP = Machine(cpus=8, memory_gib=16.0)
+CLUSTER_VLLM = REPO / "examples" / "cluster" / "gemma-270m-vllm.yaml"
 GPU_BOX = Machine(cpus=32, memory_gib=256.0, accelerators=frozenset({"nvidia"}))
 
 
@@ -85,6 +86,8 @@ def test_threads_follow_the_cpu_request_capped_by_the_machine(cpus: int, millico
      "`llmop up` runs models on the CPU with llama.cpp only"),
     (sample_doc("qwen35-9b-cpu"), LAPTOP,
      "modelSource.type huggingface is fetched inside a cluster; on one machine use type file"),
+    (load_yaml(CLUSTER_VLLM), LAPTOP,
+     "inferenceEngine vllm on the CPU runs in a cluster (vLLM's CPU image)"),
 ])
 def test_models_this_machine_cannot_serve_say_why(doc: Any, machine: Machine,
                                                   reason: str) -> None:

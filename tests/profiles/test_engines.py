@@ -46,6 +46,39 @@ def test_vllm_serves_the_model_id_from_the_local_cache(base_local: dict[str, Any
     assert ("HF_HUB_OFFLINE", "1") in srv.env
 
 
+# vLLM on CPU: (spec, the flags it adds, the environment it gets)
+VLLM_ON_CPU = [
+    ({"quantization": "BF16", "contextWindowK": 2, "totalParametersBillions": 0.27,
+      "resources": {"acceleratorCount": 0, "cpuMillicores": 1500, "memoryGiB": 6}},
+     ["--dtype", "bfloat16", "--max-model-len", "2048"],
+     {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+      "OMP_NUM_THREADS": "1", "VLLM_CACHE_ROOT": "/model-cache/vllm"}),
+    ({"quantization": "FP16", "contextWindowK": 32, "engineArgs": {"max-model-len": "4096"},
+      "totalParametersBillions": 1, "resources": {"acceleratorCount": 0, "cpuMillicores": 8000,
+                                                 "memoryGiB": 16}},
+     ["--dtype", "float16", "--max-model-len", "4096"],  # the user's own length, once
+     {"VLLM_CPU_KVCACHE_SPACE": "10", "OMP_NUM_THREADS": "8"}),
+    ({"engineArgs": {"dtype": "float32"}, "totalParametersBillions": 1,
+      "resources": {"acceleratorCount": 0}},
+     ["--dtype", "float32"],  # no context to cap: vLLM takes the model's own
+     {"VLLM_CPU_KVCACHE_SPACE": "10", "OMP_NUM_THREADS": "4"}),
+]
+
+
+@pytest.mark.parametrize(("spec", "flags", "env"), VLLM_ON_CPU)
+def test_vllm_on_cpu_gets_its_kv_space_threads_and_dtype(
+        base_local: dict[str, Any], spec: dict[str, Any], flags: list[str],
+        env: dict[str, str]) -> None:
+    srv = serve(_spec(base_local, acceleratorVendor="cpu", inferenceEngine="vllm",
+                      **{"contextWindowK": None, **spec}), on_accelerator=False)
+    args = list(srv.args)
+    tail = args[args.index("8000") + 1:]
+    assert [a for a in tail if a.startswith("--")] == [f for f in flags if f.startswith("--")]
+    for flag, value in zip(flags[::2], flags[1::2], strict=True):
+        assert args[args.index(flag) + 1] == value
+    assert env.items() <= dict(srv.env).items()
+
+
 @pytest.mark.parametrize(("spec", "expected"), [
     ({"resources": {"acceleratorCount": 2, "vramPerAcceleratorGiB": 80}},
      ["--tp-size", "2"]),

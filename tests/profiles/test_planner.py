@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from llm_operator.api.v1alpha1 import LLMModel
 from llm_operator.api.validation import parse_llmmodel
 from llm_operator.profiles.planner import GIB, estimate_memory, plan
 
@@ -350,3 +351,31 @@ def test_each_disaggregated_role_must_hold_the_model(
                          serving={"disaggregation": roles}))
     assert result.verdict == verdict, result.reason
     assert words in result.reason
+
+
+# vLLM on CPU: 16-bit weights (1.86 GiB per billion) + 4 GiB of runtime + the KV space left.
+# (case, parameters B, memoryGiB, context tokens, verdict, KV space GiB, words in the reason)
+VLLM_CPU = [
+    ("270M in 6 GiB", 0.27, 6, 2048, "fits", 1, "1 GiB of KV cache (VLLM_CPU_KVCACHE_SPACE)"),
+    ("270M in 12 GiB", 0.27, 12, 2048, "fits", 7, "7 GiB of KV cache"),
+    ("270M in 5 GiB", 0.27, 5, 2048, "does-not-fit", 1,
+     "needs ~5.5 GiB of RAM but resources.memoryGiB is 5"),
+    ("8B in 24 GiB, 128K context", 8, 24, 131072, "tight", 4,
+     "a full 131072-token context needs ~15.9 GiB of KV cache but 4 GiB is left"),
+]
+
+
+@pytest.mark.parametrize(("case", "params", "memory", "context", "verdict", "space", "words"),
+                         VLLM_CPU, ids=[c[0] for c in VLLM_CPU])
+def test_vllm_on_cpu_gets_the_kv_space_its_ram_leaves(
+        base_local: dict[str, Any], case: str, params: float, memory: int, context: int,
+        verdict: str, space: int, words: str) -> None:
+    doc = copy.deepcopy(base_local)
+    doc["spec"].update(acceleratorVendor="cpu", inferenceEngine="vllm", quantization="BF16",
+                       totalParametersBillions=params, engineArgs={"max-model-len": str(context)},
+                       resources={"acceleratorCount": 0, "memoryGiB": memory})
+    result = plan(LLMModel.model_validate(doc))  # the planner's own check, under the CEL rule
+    assert (result.verdict, result.field) == (
+        verdict, "spec.resources.memoryGiB" if verdict == "does-not-fit" else "spec.resources")
+    assert result.estimate is not None and result.estimate.kv_cache_gib == space
+    assert words in result.reason, result.reason

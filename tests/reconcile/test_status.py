@@ -88,6 +88,13 @@ def verified(message: str = FILE_FACTS, exit_code: int = 0) -> dict[str, Any]:
             "lastState": {"terminated": {"exitCode": exit_code, "message": message}},
             "restartCount": 2}
 
+def refused(message: str) -> dict[str, Any]:
+    """model-fetch ended with a reason (its termination message) and kubelet backs off."""
+    return {"name": "model-fetch", "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+            "lastState": {"terminated": {"exitCode": 1, "message": message}},
+            "restartCount": 1}
+
+
 # (case, observation, phase, endpoint set, degraded reason or None)
 PHASES: list[tuple[str, Observation, str, bool, str | None]] = [
     ("nothing yet", Observation(), "Pending", False, None),
@@ -116,6 +123,19 @@ PHASES: list[tuple[str, Observation, str, bool, str | None]] = [
      "Degraded", False, "DownloadFailed"),
     ("download timed out", Observation(deployment=deployment(), pods=[
         pod(init=[timed_out("model-fetch")])]), "Degraded", False, "DownloadTimedOut"),
+    ("no such repo: never downloads", Observation(deployment=deployment(), pods=[
+        pod(init=[refused("RepoNotFound: local/nope on http://hub:8090 does not exist")])]),
+     "Failed", False, "RepoNotFound"),
+    ("no file matches the quantization", Observation(deployment=deployment(), pods=[
+        pod(init=[refused("NoMatchingFile: no file of o/r matches *Q2_K*.gguf")])]),
+     "Failed", False, "NoMatchingFile"),
+    ("the token refused", Observation(deployment=deployment(), pods=[
+        pod(init=[refused("TokenRefused: o/r on https://huggingface.co refused the token in "
+                          "Secret hf-token (key token): HTTP 403")])]),
+     "Failed", False, "TokenRefused"),
+    ("a download that broke is retried", Observation(deployment=deployment(), pods=[
+        pod(init=[refused("DownloadFailed: downloading o/r failed: ConnectError")])]),
+     "Degraded", False, "DownloadFailed"),
     ("checksum mismatch: never served", Observation(deployment=deployment(), pods=[
         pod(init=[*DONE_INIT, verified("ChecksumMismatch: gemma.gguf has SHA-256 00…", 1)])]),
      "Failed", False, "ChecksumMismatch"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from llm_operator.api import vllm_cpu
 from llm_operator.api.rule import ENGINE, VENDOR, Rule, is_local
 from llm_operator.api.serving_rules import SERVING_RULES
 from llm_operator.api.v1alpha1 import (
@@ -67,6 +68,10 @@ def _default_tool_name_fits(spec: LLMModelSpec) -> bool:
         for a in spec.lora_adapters or ())
 
 
+def _vllm_on_cpu(spec: LLMModelSpec) -> bool:
+    return is_local(spec) and spec.accelerator_vendor == "cpu" and spec.inference_engine == "vllm"
+
+
 def _hf_source(spec: LLMModelSpec) -> bool:
     return spec.model_source is None or spec.model_source.type == "huggingface"
 
@@ -106,14 +111,27 @@ RULES: tuple[Rule, ...] = (
         reason="FieldValueRequired",
     ),
     Rule(
-        id="vllm-not-on-cpu",
+        id="vllm-cpu-16-bit",
         location="spec",
-        field=".inferenceEngine",
-        cel=f"self.deploymentMode != 'local' || {VENDOR} != 'cpu' || {ENGINE} != 'vllm'",
-        message="vLLM is not supported for acceleratorVendor cpu: use inferenceEngine "
-        "llamacpp or ollama",
+        field=".quantization",
+        cel=f"self.deploymentMode != 'local' || {VENDOR} != 'cpu' || {ENGINE} != 'vllm' || "
+        f"self.quantization in {list(vllm_cpu.QUANTIZATIONS)}",
+        message="vLLM on acceleratorVendor cpu serves 16-bit Hugging Face weights: set "
+        "quantization to BF16 or FP16, or use inferenceEngine llamacpp for GGUF files",
         holds=lambda s: not (
-            is_local(s) and s.accelerator_vendor == "cpu" and s.inference_engine == "vllm"
+            _vllm_on_cpu(s) and s.quantization not in vllm_cpu.QUANTIZATIONS
+        ),
+    ),
+    Rule(
+        id="vllm-cpu-memory",
+        location="spec",
+        field=".resources.memoryGiB",
+        cel=f"self.deploymentMode != 'local' || {VENDOR} != 'cpu' || {ENGINE} != 'vllm' || "
+        f"!has(self.totalParametersBillions) || {vllm_cpu.MEMORY_CEL}",
+        message=vllm_cpu.MEMORY_MESSAGE,
+        holds=lambda s: not (
+            _vllm_on_cpu(s) and s.total_parameters_billions is not None
+            and s.resources.memory_gi_b < vllm_cpu.memory_floor_gib(s.total_parameters_billions)
         ),
     ),
     Rule(

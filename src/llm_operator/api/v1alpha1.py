@@ -127,8 +127,9 @@ class ModelSourceSpec(Wire):
     )
     path: str | None = Field(
         None, min_length=1, max_length=4096,
-        description="A GGUF file on this machine (type file); relative to the YAML file's "
-        "directory unless absolute.",
+        description="A GGUF file on this machine (type file), or for vLLM and SGLang a "
+        "Hugging Face model directory (config.json, safetensors, tokenizer); relative to the "
+        "YAML file's directory unless absolute (in a cluster: absolute, on every node).",
     )
     python_package: str | None = Field(
         None, alias="pythonPackage", min_length=1, max_length=214, pattern=PYPI_NAME,
@@ -329,7 +330,8 @@ class LLMModelSpec(Wire):
         "nvidia",
         description="Accelerator backend for local models: nvidia (nvidia.com/gpu, CUDA vLLM), "
         "amd (amd.com/gpu, ROCm vLLM), intel-gaudi (habana.ai/gaudi, Gaudi vLLM), cpu (no "
-        "accelerator; llama.cpp or Ollama). Unset means nvidia; not used by remote models.",
+        "accelerator; llama.cpp, Ollama, or vLLM's CPU build with 16-bit weights). Unset means "
+        "nvidia; not used by remote models.",
         json_schema_extra=_local_only_default,
     )
     inference_engine: InferenceEngine = Field(

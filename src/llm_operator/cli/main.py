@@ -21,6 +21,7 @@ from llm_operator.api.crd import crd
 from llm_operator.api.v1alpha1 import LLMModel
 from llm_operator.api.validation import InvalidModel, Problem, parse_llmmodel
 from llm_operator.cli.chat import chat
+from llm_operator.cli.fetch import model_fetch
 from llm_operator.cli.gateway import gateway
 from llm_operator.cli.keys import keys
 from llm_operator.cli.loading import Document, load_documents, load_settings
@@ -100,7 +101,8 @@ def _run(paths: tuple[str, ...], each: Callable[[Outcome], None]) -> int:
 
 # `llmop --help` lists commands in the order a newcomer needs them.
 COMMAND_ORDER = ("up", "chat", "status", "down", "validate", "plan", "render", "models", "crd",
-                 "operator", "router", "gateway", "mcp", "keys", "model-verify", "lora-sync")
+                 "operator", "router", "gateway", "mcp", "keys", "model-fetch", "model-verify",
+                 "lora-sync")
 
 
 class Commands(click.Group):
@@ -432,8 +434,8 @@ def _cluster_models(namespace: str | None, selector: str) -> list[dict[str, Any]
         raise click.ClickException(f"cannot list LLMModels: {exc}") from None
 
 
-for command in (up, setup, chat, status, down, gateway, keys, model_verify, lora_sync, router,
-                mcp):
+for command in (up, setup, chat, status, down, gateway, keys, model_fetch, model_verify,
+                lora_sync, router, mcp):
     cli.add_command(command)
 
 

@@ -14,7 +14,7 @@ from llm_operator.local.modelfile import ModelFileError, choose, inspect
 TERMINATION_LOG = Path("/dev/termination-log")
 
 
-def _report(termination_log: Path | None, text: str) -> None:
+def report(termination_log: Path | None, text: str) -> None:
     """Write the termination message (at most 4096 bytes).
 
     Kubernetes shows it in the container's status: the operator reads the file's facts, or
@@ -65,11 +65,11 @@ def model_verify(path: Path | None, *, source_dir: Path | None, sha256: str | No
             raise ModelFileError("NoModelFile", f"{target} does not exist")
         facts = inspect(target, sha256.lower() if sha256 else None, markers)
     except ModelFileError as exc:
-        _report(termination_log, f"{exc.reason}: {exc}")
+        report(termination_log, f"{exc.reason}: {exc}")
         click.echo(f"{exc.reason}: {exc}", err=True)
         sys.exit(1)
     if chosen is not None:
         chosen.write_text(str(target), encoding="utf-8")
     text = json.dumps(facts.model_dump(by_alias=True, exclude_none=True), sort_keys=True)
-    _report(termination_log, text)
+    report(termination_log, text)
     click.echo(text)

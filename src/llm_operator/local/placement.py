@@ -20,6 +20,11 @@ from llm_operator.render.remote import gateway_route
 LOCAL_ENGINES = ("llamacpp", "ollama")
 LOOPBACK = "127.0.0.1"
 
+# `llmop up` runs llama-server processes only: vLLM's CPU build (several GiB of torch, ~4 GiB
+# of RAM beside the weights, a minute of compiling) runs in its image, in a cluster.
+VLLM_ON_CPU = ("inferenceEngine vllm on the CPU runs in a cluster (vLLM's CPU image); "
+               "`llmop up` serves GGUF files with llama.cpp: add a variant with inferenceEngine "
+               "llamacpp and a GGUF quantization")
 VENDOR_NAMES = {"nvidia": "NVIDIA GPU", "amd": "AMD GPU", "intel-gaudi": "Intel Gaudi card"}
 
 Kind = Literal["skipped", "unplaceable", "clash"]
@@ -111,6 +116,8 @@ def decide(model: LLMModel, machine: Machine, env: Collection[str]) -> Decision:
             reason = (f"needs {count} {what}(s) and this machine has none: serve it in a "
                       "cluster, or add a cpu variant with inferenceEngine llamacpp")
         return NotServed(model, "unplaceable", reason)
+    if spec.inference_engine == "vllm":
+        return NotServed(model, "unplaceable", VLLM_ON_CPU)
     if spec.inference_engine not in LOCAL_ENGINES:
         return NotServed(model, "unplaceable", f"inferenceEngine {spec.inference_engine} "
                          "needs a GPU; on the CPU use llamacpp or ollama")

@@ -6,6 +6,7 @@ import shlex
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from llm_operator.api import vllm_cpu
 from llm_operator.api.v1alpha1 import LLMModelSpec
 from llm_operator.profiles import adapters
 from llm_operator.profiles.flags import flag_args
@@ -13,6 +14,7 @@ from llm_operator.profiles.llamaserver import (
     CONTEXT_ARGS,
     Where,
     context_per_slot,
+    cpu_threads,
     llama_server_args,
 )
 
@@ -26,6 +28,11 @@ OLLAMA_MODELS_DIR = f"{CACHE_DIR}/ollama"
 NON_ROOT_UID = 65532
 # vLLM and SGLang read Hugging Face weights from the cache and never download at start.
 HF_CACHE_ENV = (("HF_HOME", f"{CACHE_DIR}/hf-home"), ("HF_HUB_OFFLINE", "1"))
+# vLLM's own cache (torch.compile's artifacts among it) on the cache volume: a restarted
+# engine does not compile again (on CPU: ~45 s of a cold start; bench/).
+VLLM_CACHE_ROOT = f"{CACHE_DIR}/vllm"
+# --dtype from the weight format, where the format names one.
+VLLM_DTYPES = MappingProxyType({"BF16": "bfloat16", "FP16": "float16"})
 
 # Ollama has no command-line flags for `serve`; these engineArgs map to its environment.
 OLLAMA_ENV_ARGS = MappingProxyType({
@@ -102,20 +109,7 @@ def serve(spec: LLMModelSpec, on_accelerator: bool) -> Serve:
     """The serving container for a local model whose weights are already in the cache."""
     args = spec.engine_args or {}
     if spec.inference_engine == "vllm":
-        extra: list[str] = []
-        count = spec.resources.accelerator_count
-        if count > 1 and "tensor-parallel-size" not in args:
-            extra = ["--tensor-parallel-size", str(count)]
-        env = list(HF_CACHE_ENV)
-        if spec.lora_adapters:  # lora-sync loads and unloads them through the API
-            env.append(("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "True"))
-        return Serve(
-            command=("python3", "-m", "vllm.entrypoints.openai.api_server"),
-            args=("--model", SOURCE_DIR, "--served-model-name", spec.model_id,
-                  "--host", "0.0.0.0", "--port", str(PORT), *extra,
-                  *adapters.vllm_args(spec), *flag_args(args)),
-            env=tuple(env),
-        )
+        return _vllm(spec, on_accelerator)
     if spec.inference_engine == "sglang":
         count = spec.resources.accelerator_count
         extra = ["--tp-size", str(count)] if count > 1 and not set(TP_ARGS) & set(args) else []
@@ -137,6 +131,37 @@ def serve(spec: LLMModelSpec, on_accelerator: bool) -> Serve:
         env.append(("OLLAMA_KEEP_ALIVE", "-1"))  # keep the model loaded: no cold reloads
     env += [(OLLAMA_ENV_ARGS[k], args[k]) for k in sorted(args) if k in OLLAMA_ENV_ARGS]
     return Serve(command=("/bin/ollama",), args=("serve",), env=tuple(env))
+
+
+def _vllm(spec: LLMModelSpec, on_accelerator: bool) -> Serve:
+    """VLLM's API server; on CPU with its fixed KV space and one OpenMP thread per core."""
+    args = spec.engine_args or {}
+    extra: list[str] = []
+    if spec.quantization in VLLM_DTYPES and "dtype" not in args:
+        extra = ["--dtype", VLLM_DTYPES[spec.quantization]]
+    count = spec.resources.accelerator_count
+    if on_accelerator and count > 1 and "tensor-parallel-size" not in args:
+        extra += ["--tensor-parallel-size", str(count)]
+    env = [*HF_CACHE_ENV, ("VLLM_CACHE_ROOT", VLLM_CACHE_ROOT)]
+    if spec.lora_adapters:  # lora-sync loads and unloads them through the API
+        env.append(("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "True"))
+    if not on_accelerator:
+        context = context_per_slot(spec)
+        if context and not set(CONTEXT_ARGS) & set(args):
+            extra += ["--max-model-len", str(context)]
+        space = vllm_cpu.kv_cache_space_gib(spec.total_parameters_billions or 0.0,
+                                            spec.resources.memory_gi_b)
+        # No pinning: the pod's CPUs are a CFS quota, not cores of its own (unless the node
+        # runs the static CPU manager); pinned threads would share cores with other pods.
+        env += [("VLLM_CPU_KVCACHE_SPACE", str(space)), ("VLLM_CPU_OMP_THREADS_BIND", "nobind"),
+                ("OMP_NUM_THREADS", str(cpu_threads(spec)))]
+    return Serve(
+        command=("python3", "-m", "vllm.entrypoints.openai.api_server"),
+        args=("--model", SOURCE_DIR, "--served-model-name", spec.model_id,
+              "--host", "0.0.0.0", "--port", str(PORT), *extra,
+              *adapters.vllm_args(spec), *flag_args(args)),
+        env=tuple(env),
+    )
 
 
 def engine_arg_problems(spec: LLMModelSpec) -> list[str]:

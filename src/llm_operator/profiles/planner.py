@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from llm_operator.api import vllm_cpu
 from llm_operator.api.model_status import ModelFileStatus
 from llm_operator.api.serving import GPU_VENDORS, MAX_NODES, MULTI_NODE_ENGINES, ROLES
 from llm_operator.api.v1alpha1 import LLMModel, LLMModelSpec
@@ -207,6 +208,8 @@ def _plan_local(model: LLMModel, est: Estimate, cache: int, vp: VendorProfile,
     spec, name = model.spec, model.name
     need = est.total_gib
     if not on_accel:
+        if spec.inference_engine == "vllm":
+            return _plan_vllm_cpu(name, spec, est, cache)
         return _plan_cpu(name, spec, est, cache)
 
     util = _utilization(spec)
@@ -428,4 +431,34 @@ def _plan_cpu(name: str, spec: LLMModelSpec, est: Estimate, cache: int) -> Plan:
     if need > HEADROOM * memory:
         return replace(base, verdict="tight", reason=(
             f"{need:.1f} of {memory} GiB RAM: under {1 - HEADROOM:.0%} headroom"))
+    return base
+
+
+def _plan_vllm_cpu(name: str, spec: LLMModelSpec, est: Estimate, cache: int) -> Plan:
+    """VLLM on CPU: 16-bit weights, its runtime and the fixed KV space it is given.
+
+    The KV space (VLLM_CPU_KVCACHE_SPACE) is what memoryGiB leaves; vLLM refuses to start
+    when one full context does not fit in it, which the estimate can only approximate.
+    """
+    memory = spec.resources.memory_gi_b
+    params = spec.total_parameters_billions or 0.0
+    space = vllm_cpu.kv_cache_space_gib(params, memory)
+    sized = replace(est, weights_gib=vllm_cpu.weights_gib(params),
+                    overhead_gib=vllm_cpu.runtime_gib(params), kv_cache_gib=float(space))
+    base = Plan(name, "local", "fits", (
+        f"{sized.total_gib:.1f} of {memory} GiB RAM: {sized.weights_gib:.1f} GiB of 16-bit "
+        f"weights, {sized.overhead_gib:.1f} GiB of runtime, {space} GiB of KV cache "
+        "(VLLM_CPU_KVCACHE_SPACE)"), estimate=sized, capacity_gib=float(memory),
+        cache_size_gib=cache)
+    floor = vllm_cpu.memory_floor_gib(params)
+    if memory < floor:
+        return replace(base, verdict="does-not-fit", field="spec.resources.memoryGiB", reason=(
+            f"needs ~{floor:.1f} GiB of RAM but resources.memoryGiB is {memory}: "
+            f"{vllm_cpu.MEMORY_MESSAGE.partition(': ')[2]}"))
+    if est.kv_cache_gib > space:
+        return replace(base, verdict="tight", reason=(
+            f"a full {est.context_tokens}-token context needs ~{est.kv_cache_gib:.1f} GiB of KV "
+            f"cache but {space} GiB is left (VLLM_CPU_KVCACHE_SPACE): vLLM refuses to start "
+            f"if it cannot hold one; raise resources.memoryGiB to "
+            f"{math.ceil(floor - 1 + est.kv_cache_gib)} or lower the context"))
     return base

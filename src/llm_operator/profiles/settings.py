@@ -246,6 +246,11 @@ class Settings(_Settings):
     vendors: dict[str, VendorOverride] = Field(default_factory=dict)
     storage: Storage = Field(default_factory=Storage)
     download_timeout_seconds: int = Field(7200, ge=60)
+    hugging_face_endpoint: str | None = Field(
+        None, alias="huggingFaceEndpoint", pattern=r"^https?://[^\s/]+(/\S*)?$",
+        description="A Hugging Face Hub-compatible server that model and LoRA downloads use "
+        "instead of huggingface.co (HF_ENDPOINT): a mirror or proxy such as olah, e.g. "
+        "http://hf-mirror.models.svc:8090.")
     startup_timeout_seconds: int = Field(
         1800, ge=60, description="How long a model may take to load before liveness applies."
     )

@@ -67,6 +67,9 @@ def _gpu_toleration(key: str) -> MappingProxyType[str, Any]:
 # Pinned, real upstream images. Override per vendor and engine in the operator settings
 # (settings.images) for mirrored or air-gapped registries.
 VLLM_CUDA = "vllm/vllm-openai:v0.33.0"
+# vLLM's own x86-64 CPU image (AVX-512 or AVX2); the arm64 one is
+# public.ecr.aws/q9t5s3a7/vllm-arm64-cpu-release-repo (settings.images.engines.cpu.vllm).
+VLLM_CPU = "public.ecr.aws/q9t5s3a7/vllm-cpu-release-repo:v0.32.0"
 VLLM_ROCM = "rocm/vllm:rocm7.14.0_cdna_ubuntu24.04_py3.14_pytorch_2.11.0_vllm_0.23.0"
 VLLM_GAUDI = (
     "vault.habana.ai/gaudi-docker/1.23.0/ubuntu24.04/habanalabs/vllm-installer-2.9.0:latest"
@@ -83,7 +86,6 @@ OLLAMA_ROCM = "ollama/ollama:0.18.2-rocm"
 _NO_GAUDI = "does not support Intel Gaudi; use inferenceEngine vllm (Intel's Gaudi vLLM)"
 _NO_SGLANG_CPU = ("SGLang is served on NVIDIA and AMD GPUs here; use inferenceEngine llamacpp "
                   "or ollama on acceleratorVendor cpu")
-_NO_VLLM_CPU = "is not supported on acceleratorVendor cpu; use inferenceEngine llamacpp or ollama"
 
 VENDORS: MappingProxyType[str, VendorProfile] = MappingProxyType({
     "nvidia": VendorProfile(
@@ -153,9 +155,9 @@ VENDORS: MappingProxyType[str, VendorProfile] = MappingProxyType({
         node_selector=_frozen({}),
         tolerations=(),
         env=(),
-        images=_frozen({"vllm": None, "llamacpp": LLAMACPP_CPU, "ollama": OLLAMA,
+        images=_frozen({"vllm": VLLM_CPU, "llamacpp": LLAMACPP_CPU, "ollama": OLLAMA,
                         "sglang": None}),
-        unsupported_reason=_frozen({"vllm": f"vLLM {_NO_VLLM_CPU}", "sglang": _NO_SGLANG_CPU}),
+        unsupported_reason=_frozen({"sglang": _NO_SGLANG_CPU}),
         metrics_prefix=None,
     ),
 })

@@ -27,6 +27,8 @@ FETCH_CONTAINER = "model-fetch"
 VERIFY_CONTAINER = "model-verify"  # its termination message: status.model, or why not
 # model-verify's reasons: the file must never be served (-> phase Failed, not Degraded)
 FILE_REJECTED = frozenset({"ChecksumMismatch", "NotGGUF", "NoModelFile"})
+# model-fetch's reasons for a source that cannot be fetched (fetch.hub.PERMANENT).
+SOURCE_REJECTED = frozenset({"RepoNotFound", "TokenRefused", "NoMatchingFile"})
 TIMEOUT_EXIT_CODE = 124  # coreutils timeout: the download exceeded downloadTimeoutSeconds
 SERVING_PHASES = frozenset({"Ready", "Proxying", "Degraded"})
 
@@ -160,6 +162,10 @@ def _issue(pod: dict[str, Any], cs: dict[str, Any]) -> PodIssue | None:
             return PodIssue(_name(pod), container, reason, text[:600])
         return PodIssue(_name(pod), container, "ModelCheckFailed",
                         str(terminated.get("message", ""))[:300])
+    if container == FETCH_CONTAINER and terminated.get("exitCode") not in (None, 0):
+        reason, _, text = str(terminated.get("message", "")).strip().partition(": ")
+        if reason in SOURCE_REJECTED:
+            return PodIssue(_name(pod), container, reason, text[:600])
     if container == FETCH_CONTAINER and terminated.get("exitCode") == TIMEOUT_EXIT_CODE:
         return PodIssue(_name(pod), container, "DownloadTimedOut",
                         "the weights did not download within the operator's "
@@ -271,6 +277,8 @@ def _facts(model: LLMModel, obs: Observation) -> _Facts:
         message = f"{ready}/{desired} replicas ready" + (f"; failing: {summary}" if issues else "")
     elif rejected := [i for i in issues if i.reason in FILE_REJECTED]:
         phase, message = "Failed", f"the model file is not served: {rejected[0].message}"
+    elif unfetchable := [i for i in issues if i.reason in SOURCE_REJECTED]:
+        phase, message = "Failed", f"the model cannot be downloaded: {unfetchable[0].message}"
     elif issues:
         phase, message = "Degraded", f"no replica ready; failing: {summary}"
     elif any(_downloading(p) for p in pods):

@@ -9,7 +9,7 @@ from llm_operator.api.v1alpha1 import LLMModel, LLMModelSpec
 from llm_operator.profiles import adapters as A
 from llm_operator.profiles.engines import CACHE_DIR, PORT
 from llm_operator.profiles.settings import Settings
-from llm_operator.render.meta import metadata, restricted_container_security
+from llm_operator.render.meta import hub_env, metadata, restricted_container_security
 
 SIDECAR = "lora-sync"
 CONFIG_VOLUME = "lora-adapters"
@@ -54,11 +54,7 @@ def sidecar(model: LLMModel, settings: Settings) -> tuple[dict[str, Any], dict[s
     """
     secrets = sorted({a.source.hugging_face_token_secret for a in model.spec.lora_adapters or ()
                       if a.source.type == "huggingface" and a.source.hugging_face_token_secret})
-    env: list[dict[str, Any]] = [
-        {"name": "HOME", "value": "/tmp"},
-        {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"},
-        {"name": "HF_HUB_DOWNLOAD_TIMEOUT", "value": "60"},
-    ]
+    env = [{"name": "HOME", "value": "/tmp"}, *hub_env(settings.hugging_face_endpoint)]
     env += [{"name": A.hf_token_env(s), "valueFrom": {"secretKeyRef": {"name": s,
                                                                         "key": "token"}}}
             for s in secrets]

@@ -90,6 +90,15 @@ def content_hash(data: Any) -> str:
     return hashlib.sha256(encoded).hexdigest()[:16]
 
 
+def hub_env(endpoint: str | None) -> list[dict[str, Any]]:
+    """The Hugging Face client's environment: its server (settings), timeouts, no telemetry."""
+    env: list[dict[str, Any]] = [{"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"},
+                                 {"name": "HF_HUB_DOWNLOAD_TIMEOUT", "value": "60"}]
+    if endpoint:
+        env.append({"name": "HF_ENDPOINT", "value": endpoint})
+    return env
+
+
 def restricted_container_security(non_root: bool, add: tuple[str, ...] = ()) -> dict[str, Any]:
     """Container securityContext: no privilege escalation, capabilities dropped."""
     caps: dict[str, Any] = {"drop": ["ALL"]}

@@ -18,6 +18,7 @@ from llm_operator.profiles.engines import (
     PORT,
     SOURCE_DIR,
     EngineProfile,
+    engine,
     prepare_script,
     serve,
 )
@@ -26,6 +27,7 @@ from llm_operator.profiles.vendors import VendorProfile
 from llm_operator.render import adapters as lora
 from llm_operator.render.meta import (
     child_labels,
+    hub_env,
     metadata,
     pod_metadata,
     pvc_name,
@@ -66,11 +68,12 @@ def model_cache_pvc(
 
 
 def node_file(spec: LLMModelSpec) -> str | None:
-    """The GGUF file already on the node (modelSource type file, absolute path), if any.
+    """The model already on the node (modelSource type file, absolute path), if any.
 
-    Such a model downloads nothing: the file is mounted read-only from the node (hostPath)
-    where the download would have put it, checked by model-verify and served; the cache is
-    an emptyDir that holds only which file was checked.
+    Such a model downloads nothing: the GGUF file, or for vLLM and SGLang the Hugging Face
+    model directory, is mounted read-only from the node (hostPath) where the download would
+    have put it (a GGUF file is checked by model-verify first); the cache is an emptyDir that
+    holds only which file was checked and vLLM's compile cache.
     """
     source = spec.model_source
     if source is None or source.type != "file" or source.path is None:
@@ -93,13 +96,18 @@ def node_file_problems(spec: LLMModelSpec) -> list[Problem]:
                     "path on the node (every node that may run the model needs the file)")]
 
 
+def _node_directory(spec: LLMModelSpec) -> bool:
+    """A node path that is a Hugging Face model directory (vLLM, SGLang), not one GGUF file."""
+    return not _wants_gguf(spec, engine(spec.inference_engine))
+
+
 def _cache_mounts(spec: LLMModelSpec) -> list[dict[str, Any]]:
-    """The model cache, and a node file where the download would have put it."""
+    """The model cache, and a node file or directory where the download would have put it."""
     mounts: list[dict[str, Any]] = [{"name": CACHE_VOLUME, "mountPath": CACHE_DIR}]
     path = node_file(spec)
     if path:
-        mounts.append({"name": "model-file", "readOnly": True,
-                       "mountPath": f"{SOURCE_DIR}/{PurePosixPath(path).name}"})
+        where = SOURCE_DIR if _node_directory(spec) else f"{SOURCE_DIR}/{PurePosixPath(path).name}"
+        mounts.append({"name": "model-file", "readOnly": True, "mountPath": where})
     return mounts
 
 
@@ -108,8 +116,9 @@ def _cache_volumes(model: LLMModel) -> list[dict[str, Any]]:
     if path is None:
         return [{"name": CACHE_VOLUME,
                  "persistentVolumeClaim": {"claimName": pvc_name(model)}}]
+    kind = "Directory" if _node_directory(model.spec) else "File"
     return [{"name": CACHE_VOLUME, "emptyDir": {}},
-            {"name": "model-file", "hostPath": {"path": path, "type": "File"}}]
+            {"name": "model-file", "hostPath": {"path": path, "type": kind}}]
 
 
 def _gguf_patterns(spec: LLMModelSpec) -> list[str]:
@@ -167,14 +176,14 @@ def fetch_container(fetch: Fetch, settings: Settings, name: str = "model-fetch"
     if fetch.kind == "huggingface":
         assert fetch.repo is not None
         image = settings.images.operator
-        tool = ["hf", "download", fetch.repo, "--local-dir", fetch.dest]
+        tool = ["llmop", "model-fetch", fetch.repo, "--dest", fetch.dest]
         if fetch.includes:
-            tool += ["--include", *fetch.includes]
+            tool += [a for p in fetch.includes for a in ("--include", p)]
         elif fetch.dest == SOURCE_DIR:
-            tool += ["--exclude", "original/*", "*.pth"]
-        env += [{"name": "HF_HUB_DOWNLOAD_TIMEOUT", "value": "60"},
-                {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"}]
+            tool += ["--exclude", "original/*", "--exclude", "*.pth"]
+        env += hub_env(settings.hugging_face_endpoint)
         if fetch.token_secret:
+            tool += ["--token-secret", fetch.token_secret]
             env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
                 "name": fetch.token_secret, "key": "token"}}})
     elif fetch.kind == "s3":

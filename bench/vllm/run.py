@@ -1,0 +1,157 @@
+"""Real-node benchmark: vLLM's CPU build against llama.cpp, and vLLM's start with its compile cache.
+
+On the test node (tests/realnode.py; needs root), the operator installed as the e2e suite
+installs it:
+
+1. **Engines.** The Gemma 3 270M examples side by side, each pod limited to 1 CPU:
+   `examples/cluster/gemma-270m-vllm.yaml` (vLLM, BF16) and `examples/cluster/gemma-270m.yaml`
+   (llama.cpp, Q4_K_M, the **baseline**, given 8 parallel slots). At 1, 4 and 8 concurrent
+   clients, rounds of 32-token completions (temperature 0, no early stop): output tokens
+   per second over the round and the median request latency; the engines alternate.
+2. **Start.** vLLM's pod from `kubectl apply` to its first token (a cold torch.compile), then
+   its engine SIGKILLed in the pod and restarted by the kubelet: restart to first token with
+   the compile cache kept on the model-cache volume (`VLLM_CACHE_ROOT`).
+
+    python bench/vllm/run.py [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import signal
+import statistics
+import sys
+import tempfile
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "e2e"), str(REPO / "tools")]
+
+import yaml  # noqa: E402
+from e2e_cluster import (  # noqa: E402
+    GEMMA,
+    GEMMA_VLLM,
+    MODELS_NS,
+    NodeCluster,
+    installed,
+)
+
+PROMPT = "Once upon a time"
+CONCURRENCY = (1, 4, 8)
+
+
+def complete(url: str, model: str, max_tokens: int) -> tuple[float, int]:
+    """One completion: (seconds, output tokens)."""
+    body = json.dumps({"model": model, "prompt": PROMPT, "temperature": 0,
+                       "max_tokens": max_tokens, "ignore_eos": True}).encode()
+    request = urllib.request.Request(f"{url}/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+    started = time.perf_counter()
+    with urllib.request.urlopen(request, timeout=300) as response:
+        tokens = int(json.load(response)["usage"]["completion_tokens"])
+    return time.perf_counter() - started, tokens
+
+
+def first_token(url: str, model: str, deadline: float) -> float:
+    """When the model first answers a 1-token completion (polled every 0.2 s)."""
+    while time.monotonic() < deadline:
+        try:
+            complete(url, model, 1)
+            return time.monotonic()
+        except OSError:
+            time.sleep(0.2)  # not serving yet: no event to wait on from outside the pod
+    raise TimeoutError(f"{model} did not answer")
+
+
+def round_of(url: str, model: str, clients: int, max_tokens: int) -> tuple[float, float]:
+    """``clients`` concurrent completions: (output tokens/s over the round, median s)."""
+    started = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        results = list(pool.map(lambda _: complete(url, model, max_tokens), range(clients)))
+    wall = time.perf_counter() - started
+    return sum(t for _, t in results) / wall, statistics.median(s for s, _ in results)
+
+
+def _apply(cluster: NodeCluster, source: Path, name: str, patch: dict[str, object]) -> str:
+    doc = copy.deepcopy(yaml.safe_load(source.read_text()))
+    doc["metadata"]["name"] = name
+    doc["spec"]["mcpExposure"] = {"enabled": False}
+    for key, value in patch.items():
+        doc["spec"][key] = value if not isinstance(value, dict) else {
+            **doc["spec"].get(key, {}), **value}
+    cluster.kubectl("apply", "-f", "-", stdin=json.dumps(doc))
+    return str(doc["spec"]["modelId"])
+
+
+def engines(cluster: NodeCluster, rounds: int, max_tokens: int) -> None:
+    models = {
+        "vLLM (BF16)": _apply(cluster, GEMMA_VLLM, "bench-vllm", {}),
+        "llama.cpp (Q4_K_M, baseline)": _apply(
+            cluster, GEMMA, "bench-llama", {"resources": {"cpuMillicores": 1000},
+                                            "llamaCpp": {"parallelSlots": 8}}),
+    }
+    names = dict(zip(models, ("bench-vllm", "bench-llama"), strict=True))
+    urls = {}
+    for engine, name in names.items():
+        cluster.wait_phase(MODELS_NS, name, "Ready", 420)
+        urls[engine] = cluster.service_url(MODELS_NS, name, 8000)
+        round_of(urls[engine], models[engine], 2, max_tokens)  # warm-up
+    rates: dict[tuple[str, int], list[float]] = {}
+    latencies: dict[tuple[str, int], list[float]] = {}
+    for clients in CONCURRENCY:
+        for _ in range(rounds):
+            for engine, model in models.items():
+                rate, latency = round_of(urls[engine], model, clients, max_tokens)
+                rates.setdefault((engine, clients), []).append(rate)
+                latencies.setdefault((engine, clients), []).append(latency)
+    print(f"\nGemma 3 270M, pod limit 1 CPU each, 2-core node, {max_tokens}-token completions, "
+          f"medians of {rounds} rounds\n")
+    print("| engine | clients | output tokens/s | vs baseline | median latency s |")
+    print("|---|---|---|---|---|")
+    for clients in CONCURRENCY:
+        base = statistics.median(rates[("llama.cpp (Q4_K_M, baseline)", clients)])
+        for engine in models:
+            rate = statistics.median(rates[(engine, clients)])
+            print(f"| {engine} | {clients} | {rate:.1f} | {rate / base:.2f}x | "
+                  f"{statistics.median(latencies[(engine, clients)]):.2f} |")
+    for name in names.values():
+        cluster.kubectl("-n", MODELS_NS, "delete", "llmmodel", name, "--wait=true")
+
+
+def start(cluster: NodeCluster) -> None:
+    applied = time.monotonic()
+    model = _apply(cluster, GEMMA_VLLM, "bench-start", {})
+    url = cluster.service_url(MODELS_NS, "bench-start", 8000)
+    cluster.wait_phase(MODELS_NS, "bench-start", "Ready", 420)
+    cold = first_token(url, model, time.monotonic() + 60) - applied
+    (pod,) = cluster.json("-n", MODELS_NS, "get", "pods", "-l", "app=bench-start")["items"]
+    killed = time.monotonic()
+    assert cluster.node.signal_in_pod(pod["metadata"]["uid"], "api_server", signal.SIGKILL)
+    time.sleep(1)  # the Service keeps the pod until its readiness probe fails
+    warm = first_token(url, model, time.monotonic() + 420) - killed
+    print("\nvLLM (Gemma 3 270M, 1 CPU): to the first token\n")
+    print("| start | seconds | vs cold |")
+    print("|---|---|---|")
+    print(f"| apply, new pod, cold torch.compile (baseline) | {cold:.1f} | 1.00x |")
+    print(f"| engine killed, restarted, compile cache on the volume | {warm:.1f} | "
+          f"{warm / cold:.2f}x |")
+    cluster.kubectl("-n", MODELS_NS, "delete", "llmmodel", "bench-start", "--wait=true")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--max-tokens", type=int, default=32)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp, installed(Path(tmp)) as cluster:
+        start(cluster)
+        engines(cluster, args.rounds, args.max_tokens)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,180 @@
+"""On the real node: vLLM's CPU build serves the Gemma example through what the operator renders.
+
+examples/cluster/gemma-270m-vllm.yaml, applied as its header says: a Hugging Face model
+directory on the node (tools/gemma_hf.py), vLLM from the image tools/images.py builds, with
+the KV space, threads and dtype the renderer derives from the spec. Its Service, its real
+`vllm:*` metrics, the router and the MCP server answer for it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import openai
+import pytest
+import yaml
+from e2e_cluster import (
+    GEMMA,
+    GEMMA_VLLM,
+    GEMMA_VLLM_ID,
+    GEMMA_VLLM_NAME,
+    MODELS_NS,
+    OPERATOR_NS,
+    NodeCluster,
+)
+
+from llm_operator.api.validation import parse_llmmodel
+from llm_operator.profiles.settings import Settings
+from llm_operator.render import render
+from monitoring.promtool import rule_groups, write_rules
+from monitoring.scrape import pod_monitor_jobs
+
+from controlplane import ADMIN_TOKEN, free_port
+from samples import REPO, load_yaml
+
+pytestmark = pytest.mark.e2e
+E2E = REPO / "tests" / "e2e"
+NS, NAME = MODELS_NS, GEMMA_VLLM_NAME
+QUESTION = "Q: What is the capital of France?\nA:"
+# A cold start compiles vLLM's graphs with torch.compile (~1-2 minutes on one core).
+READY_SECONDS = 420
+
+
+@pytest.fixture(scope="module")
+def vllm(kube_node: NodeCluster) -> Iterator[NodeCluster]:
+    """The vLLM example Ready (then deleted: it holds a core and 6 GiB of the node)."""
+    kube_node.namespace(NS)
+    kube_node.kubectl("apply", "-f", str(GEMMA_VLLM))
+    kube_node.wait_phase(NS, NAME, "Ready", READY_SECONDS)
+    yield kube_node
+    kube_node.kubectl("-n", NS, "delete", "-f", str(GEMMA_VLLM), "--wait=true",
+                      "--timeout=120s")
+
+
+def test_vllm_answers_through_the_service_with_the_openai_sdk(vllm: NodeCluster) -> None:
+    client = openai.OpenAI(base_url=vllm.service_url(NS, NAME, 8000), api_key="unused",
+                           timeout=60)
+    answer = client.completions.create(model=GEMMA_VLLM_ID, prompt=QUESTION, max_tokens=16,
+                                       stop=["\n"], temperature=0)
+    assert "Paris" in answer.choices[0].text
+    assert [m.id for m in client.models.list()] == [GEMMA_VLLM_ID]
+    (pod,) = vllm.json("-n", NS, "get", "pods", "-l", f"app={NAME}")["items"]
+    (server,) = pod["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in server["env"]}
+    assert (env["VLLM_CPU_KVCACHE_SPACE"], env["OMP_NUM_THREADS"]) == ("1", "1")
+    assert pod["status"]["containerStatuses"][0]["restartCount"] == 0
+
+
+def test_the_pod_exports_vllms_own_metrics_for_its_model(vllm: NodeCluster) -> None:
+    """The series the router, the autoscaler, KEDA and the Prometheus rules read."""
+    base = vllm.service_url(NS, NAME, 8000, "")
+    text = httpx2.get(f"{base}/metrics", timeout=30).text
+    for metric in ("vllm:num_requests_running", "vllm:num_requests_waiting",
+                   "vllm:kv_cache_usage_perc", "vllm:time_to_first_token_seconds_count"):
+        assert re.search(rf'^{metric}{{[^}}]*model_name="{GEMMA_VLLM_ID}"', text, re.M), metric
+
+
+def test_the_router_answers_for_the_vllm_model(vllm: NodeCluster) -> None:
+    vllm.apply_kustomization(E2E / "router", ["llmop-router"], OPERATOR_NS)
+    client = openai.OpenAI(base_url=vllm.service_url(OPERATOR_NS, "llmop-router", 8080),
+                           api_key="unused", timeout=60)
+    answer = client.completions.create(model=GEMMA_VLLM_ID, prompt=QUESTION, max_tokens=16,
+                                       stop=["\n"], temperature=0)
+    assert "Paris" in answer.choices[0].text
+
+
+async def test_the_mcp_server_calls_the_vllm_model_as_a_tool(vllm: NodeCluster) -> None:
+    """Its chat API, through the tool: the chat template came with the converted model."""
+    vllm.apply_kustomization(E2E / "mcp", ["mcp-server"], NS)
+    answer = await vllm.ask_tool("gemma3_270m_vllm", "What is the capital of France?")
+    assert "Paris" in answer
+
+
+@pytest.fixture
+def prometheus(vllm: NodeCluster, tmp_path: Path) -> Iterator[str]:
+    """Debian's Prometheus on the node, scraping as the rendered PodMonitor says (and the
+    operator's metrics port), with config/monitoring's rules; LLMModelNotReady's `for:`
+    shortened to 2 s in this copy only."""
+    settings = Settings.model_validate({"monitoring": {"kind": "PodMonitor",
+                                                       "interval": "2s"}})
+    model = parse_llmmodel(load_yaml(GEMMA_VLLM))
+    (monitor,) = [o for o in render(model, settings) if o["kind"] == "PodMonitor"]
+    operator = {"metadata": {"name": "llm-operator", "namespace": OPERATOR_NS},
+                "spec": {"selector": {"matchLabels": {"app.kubernetes.io/name": "llm-operator"}},
+                         "podMetricsEndpoints": [{"port": "metrics", "interval": "2s"}]}}
+    plane = vllm.plane
+    jobs = [job for m in (monitor, operator)
+            for job in pod_monitor_jobs(m, plane.server, plane.ca_file, ADMIN_TOKEN)]
+    groups = [g for g in rule_groups() if g["name"] in ("vllm.rules", "llm.alerts")]
+    for rule in (r for g in groups for r in g["rules"]):
+        if rule.get("alert") == "LLMModelNotReady":
+            rule["for"] = "2s"
+    rules = write_rules(tmp_path, groups)
+    config = tmp_path / "prometheus.yml"
+    config.write_text(yaml.safe_dump({
+        "global": {"scrape_interval": "2s", "evaluation_interval": "2s"},
+        "rule_files": [str(rules)], "scrape_configs": jobs}))
+    port = free_port()
+    with (tmp_path / "prometheus.log").open("wb") as log:
+        proc = subprocess.Popen([
+            "prometheus", f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def _query(prometheus: str, expr: str) -> list[dict[str, Any]]:
+    try:
+        body = httpx2.get(f"{prometheus}/api/v1/query", params={"query": expr}, timeout=10)
+    except httpx2.TransportError:
+        return []  # not listening yet
+    result: list[dict[str, Any]] = body.json()["data"]["result"] if body.is_success else []
+    return [r for r in result if r["value"][1] not in ("NaN", "+Inf", "-Inf")]
+
+
+def test_prometheus_records_every_vllm_rule_on_the_real_series(
+        vllm: NodeCluster, prometheus: str) -> None:
+    """What the dashboards and alerts read, from the pod's own /metrics under load."""
+    client = openai.OpenAI(base_url=vllm.service_url(NS, NAME, 8000), api_key="unused",
+                           timeout=60)
+    records = [r["record"] for g in rule_groups() if g["name"] == "vllm.rules"
+               for r in g["rules"]]
+    missing = set(records)
+    deadline = time.monotonic() + 120
+    while missing and time.monotonic() < deadline:
+        client.completions.create(model=GEMMA_VLLM_ID, prompt=QUESTION, max_tokens=8,
+                                  temperature=0)  # keeps the rates and histograms moving
+        missing = {r for r in missing if not any(
+            s["metric"].get("model_name") == GEMMA_VLLM_ID and s["metric"].get("namespace") == NS
+            for s in _query(prometheus, r))}
+    assert not missing, f"no series for {sorted(missing)}"
+
+
+def test_llmmodelnotready_fires_for_a_broken_model(vllm: NodeCluster, prometheus: str) -> None:
+    broken = load_yaml(GEMMA)
+    broken["metadata"]["name"] = "gemma-broken"
+    broken["spec"]["modelSource"] = {"type": "file", "path": "/var/lib/llm-models/missing.gguf"}
+    broken["spec"]["mcpExposure"] = {"enabled": False}
+    vllm.kubectl("apply", "-f", "-", stdin=json.dumps(broken))
+    try:
+        deadline = time.monotonic() + 120
+        firing: list[dict[str, Any]] = []
+        while not firing and time.monotonic() < deadline:
+            firing = _query(prometheus, 'ALERTS{alertname="LLMModelNotReady",'
+                                        'alertstate="firing",name="gemma-broken"}')
+            time.sleep(1)  # Prometheus evaluates every 2 s; it has no push to wait on
+        assert firing, "LLMModelNotReady did not fire for the broken model"
+        assert not _query(prometheus, 'ALERTS{alertname="LLMModelNotReady",'
+                                      f'name="{NAME}"}}')
+    finally:
+        vllm.kubectl("-n", NS, "delete", "llmmodel", "gemma-broken", "--wait=true")
