@@ -36,7 +36,7 @@ from llm_operator.render import render
 from monitoring.promtool import rule_groups, write_rules
 from monitoring.scrape import pod_monitor_jobs
 
-from controlplane import ADMIN_TOKEN, free_port
+from controlplane import free_port
 from samples import REPO, load_yaml
 
 pytestmark = pytest.mark.e2e
@@ -99,9 +99,9 @@ async def test_the_mcp_server_calls_the_vllm_model_as_a_tool(vllm: NodeCluster) 
 
 @pytest.fixture
 def prometheus(vllm: NodeCluster, tmp_path: Path) -> Iterator[str]:
-    """Debian's Prometheus on the node, scraping as the rendered PodMonitor says (and the
-    operator's metrics port), with config/monitoring's rules; LLMModelNotReady's `for:`
-    shortened to 2 s in this copy only."""
+    """Debian's Prometheus on the node, scraping the pods the rendered PodMonitor selects
+    (and the operator's metrics port; tests/monitoring/scrape.py), with config/monitoring's
+    rules; LLMModelNotReady's `for:` shortened to 2 s in this copy only."""
     settings = Settings.model_validate({"monitoring": {"kind": "PodMonitor",
                                                        "interval": "2s"}})
     model = parse_llmmodel(load_yaml(GEMMA_VLLM))
@@ -109,9 +109,9 @@ def prometheus(vllm: NodeCluster, tmp_path: Path) -> Iterator[str]:
     operator = {"metadata": {"name": "llm-operator", "namespace": OPERATOR_NS},
                 "spec": {"selector": {"matchLabels": {"app.kubernetes.io/name": "llm-operator"}},
                          "podMetricsEndpoints": [{"port": "metrics", "interval": "2s"}]}}
-    plane = vllm.plane
-    jobs = [job for m in (monitor, operator)
-            for job in pod_monitor_jobs(m, plane.server, plane.ca_file, ADMIN_TOKEN)]
+    pods = vllm.json("get", "pods", "-A")["items"]
+    jobs = [job for m in (monitor, operator) for job in pod_monitor_jobs(m, pods)]
+    assert all(job["static_configs"] for job in jobs), jobs
     groups = [g for g in rule_groups() if g["name"] in ("vllm.rules", "llm.alerts")]
     for rule in (r for g in groups for r in g["rules"]):
         if rule.get("alert") == "LLMModelNotReady":
