@@ -3,11 +3,11 @@
 On the test node (tests/realnode.py; needs root), the operator installed as the e2e suite
 installs it:
 
-1. **Engines.** The Gemma 3 270M examples side by side, each pod limited to 1 CPU:
-   `examples/cluster/gemma-270m-vllm.yaml` (vLLM, BF16) and `examples/cluster/gemma-270m.yaml`
-   (llama.cpp, Q4_K_M, the **baseline**, given 8 parallel slots). At 1, 4 and 8 concurrent
-   clients, rounds of 32-token completions (temperature 0, no early stop): output tokens
-   per second over the round and the median request latency; the engines alternate.
+1. **Engines.** The Gemma 3 270M examples, one after the other alone on the node, each pod
+   limited to 1 CPU: `examples/cluster/gemma-270m-vllm.yaml` (vLLM, BF16) and
+   `examples/cluster/gemma-270m.yaml` (llama.cpp, Q4_K_M, the **baseline**, given 8 parallel
+   slots). At 1, 4 and 8 concurrent clients, rounds of 32-token completions (temperature 0,
+   no early stop): output tokens per second over the round and the median request latency.
 2. **Start.** vLLM's pod from `kubectl apply` to its first token (a cold torch.compile), then
    its engine SIGKILLed in the pod and restarted by the kubelet: restart to first token with
    the compile cache kept on the model-cache volume (`VLLM_CACHE_ROOT`).
@@ -89,45 +89,44 @@ def _apply(cluster: NodeCluster, source: Path, name: str, patch: dict[str, objec
 
 
 def engines(cluster: NodeCluster, rounds: int, max_tokens: int) -> None:
-    models = {
-        "vLLM (BF16)": _apply(cluster, GEMMA_VLLM, "bench-vllm", {}),
-        "llama.cpp (Q4_K_M, baseline)": _apply(
-            cluster, GEMMA, "bench-llama", {"resources": {"cpuMillicores": 1000},
-                                            "llamaCpp": {"parallelSlots": 8}}),
+    """Each engine alone on the node (two 1-CPU pods and the operator do not fit 2 cores)."""
+    shapes = {
+        "vLLM (BF16)": (GEMMA_VLLM, {}),
+        "llama.cpp (Q4_K_M, baseline)": (GEMMA, {"resources": {"cpuMillicores": 1000},
+                                                 "llamaCpp": {"parallelSlots": 8}}),
     }
-    names = dict(zip(models, ("bench-vllm", "bench-llama"), strict=True))
-    urls = {}
-    for engine, name in names.items():
-        cluster.wait_phase(MODELS_NS, name, "Ready", 420)
-        urls[engine] = cluster.service_url(MODELS_NS, name, 8000)
-        round_of(urls[engine], models[engine], 2, max_tokens)  # warm-up
     rates: dict[tuple[str, int], list[float]] = {}
     latencies: dict[tuple[str, int], list[float]] = {}
-    for clients in CONCURRENCY:
-        for _ in range(rounds):
-            for engine, model in models.items():
-                rate, latency = round_of(urls[engine], model, clients, max_tokens)
+    for engine, (source, patch) in shapes.items():
+        model = _apply(cluster, source, "bench-engine", patch)
+        cluster.wait_phase(MODELS_NS, "bench-engine", "Ready", 420)
+        url = cluster.service_url(MODELS_NS, "bench-engine", 8000)
+        round_of(url, model, 2, max_tokens)  # warm-up
+        for clients in CONCURRENCY:
+            for _ in range(rounds):
+                rate, latency = round_of(url, model, clients, max_tokens)
                 rates.setdefault((engine, clients), []).append(rate)
                 latencies.setdefault((engine, clients), []).append(latency)
-    print(f"\nGemma 3 270M, pod limit 1 CPU each, 2-core node, {max_tokens}-token completions, "
-          f"medians of {rounds} rounds\n")
+        cluster.kubectl("-n", MODELS_NS, "delete", "llmmodel", "bench-engine", "--wait=true")
+        cluster.kubectl("-n", MODELS_NS, "wait", "--for=delete", "pods", "-l",
+                        "app=bench-engine", "--timeout=120s", check=False)
+    print(f"\nGemma 3 270M, pod limit 1 CPU, each engine alone on the 2-core node, "
+          f"{max_tokens}-token completions, medians of {rounds} rounds\n")
     print("| engine | clients | output tokens/s | vs baseline | median latency s |")
     print("|---|---|---|---|---|")
     for clients in CONCURRENCY:
         base = statistics.median(rates[("llama.cpp (Q4_K_M, baseline)", clients)])
-        for engine in models:
+        for engine in shapes:
             rate = statistics.median(rates[(engine, clients)])
             print(f"| {engine} | {clients} | {rate:.1f} | {rate / base:.2f}x | "
                   f"{statistics.median(latencies[(engine, clients)]):.2f} |")
-    for name in names.values():
-        cluster.kubectl("-n", MODELS_NS, "delete", "llmmodel", name, "--wait=true")
 
 
 def start(cluster: NodeCluster) -> None:
     applied = time.monotonic()
     model = _apply(cluster, GEMMA_VLLM, "bench-start", {})
-    url = cluster.service_url(MODELS_NS, "bench-start", 8000)
     cluster.wait_phase(MODELS_NS, "bench-start", "Ready", 420)
+    url = cluster.service_url(MODELS_NS, "bench-start", 8000)  # waits until it accepts
     cold = first_token(url, model, time.monotonic() + 60) - applied
     (pod,) = cluster.json("-n", MODELS_NS, "get", "pods", "-l", "app=bench-start")["items"]
     killed = time.monotonic()
@@ -147,10 +146,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--only", choices=["start", "engines"], help="one part only")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp, installed(Path(tmp)) as cluster:
-        start(cluster)
-        engines(cluster, args.rounds, args.max_tokens)
+        if args.only != "engines":
+            start(cluster)
+        if args.only != "start":
+            engines(cluster, args.rounds, args.max_tokens)
 
 
 if __name__ == "__main__":
