@@ -170,6 +170,8 @@ class Node:
     root: Path
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     _stopping: threading.Event = field(default_factory=threading.Event)
+    _importing: threading.Thread | None = None
+    _import_error: list[BaseException] = field(default_factory=list)
 
     @property
     def socket(self) -> Path:
@@ -181,12 +183,22 @@ class Node:
 
     # --- start -------------------------------------------------------------------------
 
-    def start(self, images: list[Path], timeout: float = 90) -> None:
-        """Bridge, containerd (with ``images`` imported), kubelet, scheduler, proxy, DNS."""
+    def start(self, images: list[Path], timeout: float = 90,
+              later: list[Path] | None = None) -> None:
+        """Bridge, containerd (with ``images`` imported), kubelet, scheduler, proxy, DNS.
+
+        ``later`` images are imported in the background while the node starts and the
+        first tests run (vLLM's takes a minute of disk writes): `wait_for_images` before
+        using them.
+        """
         self.root.mkdir(parents=True, exist_ok=True)
         self._start_containerd()
         for image in images:
             self.import_image(image)
+        if later:
+            self._importing = threading.Thread(target=self._import_later, args=(later,),
+                                               name="image-import", daemon=True)
+            self._importing.start()
         self._start_dns()
         self._start_kubelet()
         self._spawn("kube-scheduler", [
@@ -223,6 +235,22 @@ class Node:
              ) -> subprocess.CompletedProcess[str]:
         return _run("ctr", "--address", str(self.socket), "-n", "k8s.io", *args, check=check,
                     timeout=timeout)
+
+    def _import_later(self, archives: list[Path]) -> None:
+        try:
+            for archive in archives:
+                self.import_image(archive)
+        except BaseException as exc:  # raised again by wait_for_images
+            self._import_error.append(exc)
+
+    def wait_for_images(self, timeout: float = 600) -> None:
+        """Until the images started with ``later`` are imported (raises what failed)."""
+        if self._importing is not None:
+            self._importing.join(timeout)
+            if self._importing.is_alive():
+                raise NodeError(f"images still importing after {timeout} s")
+        if self._import_error:
+            raise self._import_error[0]
 
     def import_image(self, archive: Path) -> None:
         """Import a docker-archive tar (tools/images.py builds them) into the node.
@@ -507,12 +535,13 @@ def _dns_key(service: dict[str, Any]) -> str:
 
 @contextlib.contextmanager
 def node_cluster(root: Path | None = None, images: list[Path] | None = None,
-                 timeout: float = 90, *, controllers: bool = True
-                 ) -> Iterator[tuple[ControlPlane, Node]]:
+                 timeout: float = 90, *, controllers: bool = True,
+                 later: list[Path] | None = None) -> Iterator[tuple[ControlPlane, Node]]:
     """A control plane and one real node, stopped (exactly their processes) when it ends.
 
     Without ``controllers`` the controller manager is left for the caller to start (after
-    installing CRDs, so that its garbage collector knows them from the start).
+    installing CRDs, so that its garbage collector knows them from the start). ``later``
+    images are imported in the background (`Node.wait_for_images`).
     """
     swept = sweep_stale_node()
     if swept is not None:
@@ -527,7 +556,7 @@ def node_cluster(root: Path | None = None, images: list[Path] | None = None,
     try:
         node.make_bridge()
         plane.start(controllers=controllers)
-        node.start(images or [], timeout)
+        node.start(images or [], timeout, later)
         yield plane, node
     finally:
         try:

@@ -47,7 +47,8 @@ def serve(root: Path) -> None:
     signal.signal(signal.SIGTERM, on_term)
     for previous in ("control-plane", "node"):  # a cluster stopped before: start anew
         shutil.rmtree(root / previous, ignore_errors=True)
-    with node_cluster(root, prepare_node()) as (plane, _node):
+    now, later = prepare_node()
+    with node_cluster(root, [*now, *later]) as (plane, _node):
         (root / "kubeconfig").write_text(plane.kubeconfig.read_text())
         (root / "kubeconfig").chmod(0o600)
         (root / "ready").touch()

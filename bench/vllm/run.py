@@ -149,6 +149,7 @@ def main() -> None:
     parser.add_argument("--only", choices=["start", "engines"], help="one part only")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp, installed(Path(tmp)) as cluster:
+        cluster.wait_for_images()
         if args.only != "engines":
             start(cluster)
         if args.only != "start":

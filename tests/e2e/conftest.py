@@ -39,7 +39,8 @@ def kube_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeCluster]
     reason = missing() or node_missing()
     if reason:
         pytest.fail(f"the test node cannot start: {reason}")
-    with node_cluster(tmp_path_factory.mktemp("cluster"), prepare_node(),
+    now, later = prepare_node()
+    with node_cluster(tmp_path_factory.mktemp("cluster"), now, later=later,
                       controllers=False) as (plane, node):
         plane.kubectl("apply", "-k", str(INSTALL))
         plane.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")

@@ -51,6 +51,19 @@ class NodeCluster:
     def kubectl(self, *args: str, check: bool = True, stdin: str | None = None) -> str:
         return self.plane.kubectl(*args, check=check, stdin=stdin).stdout
 
+    def clear_models(self) -> None:
+        """Delete every model of the models' namespace and wait for their pods to go: vLLM
+        on one core does not fit beside what earlier modules left running on 2 cores."""
+        self.kubectl("-n", MODELS_NS, "delete", "llmmodel", "--all", "--wait=true",
+                     "--timeout=120s")
+        self.kubectl("-n", MODELS_NS, "wait", "--for=delete", "pods", "-l",
+                     "app.kubernetes.io/name=llm-model", "--timeout=120s",
+                     check=False)  # "no matching resources" when none were left
+
+    def wait_for_images(self) -> None:
+        """Until vLLM's image, imported in the background, is on the node."""
+        self.node.wait_for_images()
+
     def namespace(self, name: str) -> None:
         self.kubectl("apply", "-f", "-", stdin=json.dumps(
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}))
@@ -61,8 +74,8 @@ class NodeCluster:
 
     def wait_phase(self, namespace: str, name: str, phase: str, timeout: int = 120) -> None:
         """Until the LLMModel's status.phase is ``phase`` (kubectl wait: a watch)."""
-        self.kubectl("-n", namespace, "wait", f"llmmodel/{name}", f"--timeout={timeout}s",
-                     f"--for=jsonpath={{.status.phase}}={phase}")
+        self.plane.kubectl("-n", namespace, "wait", f"llmmodel/{name}", f"--timeout={timeout}s",
+                           f"--for=jsonpath={{.status.phase}}={phase}", timeout=timeout + 30)
 
     def service_url(self, namespace: str, name: str, port: int, path: str = "/v1") -> str:
         """The Service's cluster address, as a pod on the node would reach it, once it
@@ -121,7 +134,8 @@ def installed(root: Path) -> Iterator[NodeCluster]:
 
     tools/ must be on sys.path (the node's images are built from there).
     """
-    with node_cluster(root, prepare_node()) as (plane, node):
+    now, later = prepare_node()
+    with node_cluster(root, now, later=later) as (plane, node):
         cluster = NodeCluster(plane, node)
         cluster.kubectl("apply", "-k", str(INSTALL))
         cluster.kubectl("-n", OPERATOR_NS, "rollout", "status", "deployment/llm-operator",
@@ -130,9 +144,10 @@ def installed(root: Path) -> Iterator[NodeCluster]:
         yield cluster
 
 
-def prepare_node() -> list[Path]:
+def prepare_node() -> tuple[list[Path], list[Path]]:
     """What the test node needs before it starts: the examples' models in place (a GGUF file
-    and a Hugging Face directory) and the images to import (built once, by content hash).
+    and a Hugging Face directory) and the images to import (built once, by content hash):
+    (those to import before the node starts, vLLM's to import in the background).
 
     tools/ must be on sys.path.
     """
@@ -140,8 +155,8 @@ def prepare_node() -> list[Path]:
 
     place_gemma_file()
     place_gemma_dir()
-    return [images.pause_image(), images.operator_image(), images.llama_image(),
-            images.vllm_image()]
+    return ([images.pause_image(), images.operator_image(), images.llama_image()],
+            [images.vllm_image()])
 
 
 def place_gemma_dir() -> None:

@@ -45,6 +45,8 @@ def hub_node(kube_node: NodeCluster, tmp_path_factory: pytest.TempPathFactory
     for seed, repo in enumerate(LORAS.values(), start=1):
         make_repo(mirrors, repo, {p.name: p for p in gemma_hf.gemma_lora(seed).iterdir()})
     kube_node.namespace(NS)
+    kube_node.clear_models()
+    kube_node.kubectl("-n", NS, "delete", "secret", "hf-token", "--ignore-not-found")
     kube_node.kubectl("-n", NS, "create", "secret", "generic", "hf-token",
                       f"--from-literal=token={TOKEN}")
     with hub(mirrors, host=NODE_IP, port=HUB_PORT):
@@ -152,6 +154,7 @@ def test_the_vllm_example_downloads_its_repo_and_hot_loads_adapters(
                                                 "huggingFaceTokenSecret": "hf-token"}}
         for adapter, repo in LORAS.items()]
     _cache_volume(hub_node, name)
+    hub_node.wait_for_images()
     hub_node.kubectl("apply", "-f", "-", stdin=json.dumps(doc))
     hub_node.wait_phase(NS, name, "Ready", 420)
     fetched = sorted(p.name for p in (VOLUMES / name / "source").iterdir()

@@ -50,7 +50,9 @@ READY_SECONDS = 420
 @pytest.fixture(scope="module")
 def vllm(kube_node: NodeCluster) -> Iterator[NodeCluster]:
     """The vLLM example Ready (then deleted: it holds a core and 6 GiB of the node)."""
+    kube_node.wait_for_images()
     kube_node.namespace(NS)
+    kube_node.clear_models()
     kube_node.kubectl("apply", "-f", str(GEMMA_VLLM))
     kube_node.wait_phase(NS, NAME, "Ready", READY_SECONDS)
     yield kube_node
