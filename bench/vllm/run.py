@@ -91,9 +91,10 @@ def _apply(cluster: NodeCluster, source: Path, name: str, patch: dict[str, objec
 def engines(cluster: NodeCluster, rounds: int, max_tokens: int) -> None:
     """Each engine alone on the node (two 1-CPU pods and the operator do not fit 2 cores)."""
     shapes = {
-        "vLLM (BF16)": (GEMMA_VLLM, {}),
-        "llama.cpp (Q4_K_M, baseline)": (GEMMA, {"resources": {"cpuMillicores": 1000},
-                                                 "llamaCpp": {"parallelSlots": 8}}),
+        "vLLM (BF16)": (GEMMA_VLLM, {"engineArgs": {"max-num-seqs": "8"}}),
+        "llama.cpp (Q4_K_M, baseline)": (GEMMA, {
+            "resources": {"cpuMillicores": 1000, "memoryGiB": 2},  # 8 slots' KV: ~1.1 GiB
+            "llamaCpp": {"parallelSlots": 8}}),
     }
     rates: dict[tuple[str, int], list[float]] = {}
     latencies: dict[tuple[str, int], list[float]] = {}

@@ -13,6 +13,7 @@ import re
 import subprocess
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -180,3 +181,37 @@ def test_llmmodelnotready_fires_for_a_broken_model(vllm: NodeCluster, prometheus
                                       f'name="{NAME}"}}')
     finally:
         vllm.kubectl("-n", NS, "delete", "llmmodel", "gemma-broken", "--wait=true")
+
+
+def test_the_builtin_autoscaler_adds_a_replica_for_vllms_own_queue(vllm: NodeCluster) -> None:
+    """Requests straight to the Service (the router holds none of them): vLLM runs
+    max-num-seqs 4 at once and queues the rest, the router reads vllm:num_requests_waiting
+    from the pod, and the operator scales the model 1 -> 2 (the second replica does not fit
+    the node's 2 cores beside the first: it stays Pending, which is not what is tested)."""
+    vllm.apply_kustomization(E2E / "router", ["llmop-router"], OPERATOR_NS)
+    service = vllm.service_url(NS, NAME, 8000)
+    router = vllm.service_url(OPERATOR_NS, "llmop-router", 8080, "")
+    client = openai.OpenAI(base_url=service, api_key="unused", timeout=300)
+    seen: list[dict[str, int]] = []
+
+    def load() -> None:
+        client.completions.create(model=GEMMA_VLLM_ID, prompt=QUESTION, max_tokens=96,
+                                  temperature=0, extra_body={"ignore_eos": True})
+
+    with ThreadPoolExecutor(12) as pool:
+        for _ in range(12):
+            pool.submit(load)
+        deadline = time.monotonic() + 120
+        replicas = 1
+        while replicas < 2 and time.monotonic() < deadline:
+            scale = httpx2.get(f"{router}/scale/{NS}/{NAME}", timeout=10)
+            if scale.is_success:
+                seen.append(scale.json())
+            replicas = vllm.json("-n", NS, "get", "deployment", NAME)["spec"]["replicas"]
+            time.sleep(0.5)  # the autoscaler's own interval; nothing to wait on from outside
+    assert replicas == 2, seen
+    assert any(s["waiting"] >= 2 and s["pending"] == 0 for s in seen), seen
+    events = vllm.json("-n", NS, "get", "events", "--field-selector",
+                       f"involvedObject.name={NAME}")["items"]
+    assert any("request(s) for 1 replica(s)" in e.get("message", "") for e in events), [
+        e.get("message") for e in events]

@@ -28,12 +28,9 @@ OLLAMA_MODELS_DIR = f"{CACHE_DIR}/ollama"
 NON_ROOT_UID = 65532
 # vLLM and SGLang read Hugging Face weights from the cache and never download at start.
 HF_CACHE_ENV = (("HF_HOME", f"{CACHE_DIR}/hf-home"), ("HF_HUB_OFFLINE", "1"))
-# vLLM's own cache (torch.compile's artifacts among it) on the cache volume: a restarted
-# engine does not compile again (on CPU: ~45 s of a cold start; bench/).
+# vLLM's own cache on the cache volume: its torch.compile artifacts (torch_compile_cache, the
+# AOT-compiled graphs with the kernels inductor built) survive a restarted engine.
 VLLM_CACHE_ROOT = f"{CACHE_DIR}/vllm"
-# ... and torch inductor's kernels (the C++ or Triton it compiled), which would otherwise go to
-# the container's /tmp and be lost with it: a restart without them compiled again (bench/vllm).
-INDUCTOR_CACHE_DIR = f"{VLLM_CACHE_ROOT}/torchinductor"
 # --dtype from the weight format, where the format names one.
 VLLM_DTYPES = MappingProxyType({"BF16": "bfloat16", "FP16": "float16"})
 
@@ -145,8 +142,7 @@ def _vllm(spec: LLMModelSpec, on_accelerator: bool) -> Serve:
     count = spec.resources.accelerator_count
     if on_accelerator and count > 1 and "tensor-parallel-size" not in args:
         extra += ["--tensor-parallel-size", str(count)]
-    env = [*HF_CACHE_ENV, ("VLLM_CACHE_ROOT", VLLM_CACHE_ROOT),
-           ("TORCHINDUCTOR_CACHE_DIR", INDUCTOR_CACHE_DIR)]
+    env = [*HF_CACHE_ENV, ("VLLM_CACHE_ROOT", VLLM_CACHE_ROOT)]
     if spec.lora_adapters:  # lora-sync loads and unloads them through the API
         env.append(("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "True"))
     if not on_accelerator:
