@@ -56,9 +56,9 @@ class NodeCluster:
         on one core does not fit beside what earlier modules left running on 2 cores."""
         self.kubectl("-n", MODELS_NS, "delete", "llmmodel", "--all", "--wait=true",
                      "--timeout=120s")
-        self.kubectl("-n", MODELS_NS, "wait", "--for=delete", "pods", "-l",
-                     "app.kubernetes.io/name=llm-model", "--timeout=120s",
-                     check=False)  # "no matching resources" when none were left
+        # their pods would drain for settings.drainSeconds (20 s) each: nothing is in flight
+        self.kubectl("-n", MODELS_NS, "delete", "pods", "-l", "app.kubernetes.io/name=llm-model",
+                     "--grace-period=0", "--force", "--wait=true", "--timeout=120s")
 
     def wait_for_images(self) -> None:
         """Until vLLM's image, imported in the background, is on the node."""
