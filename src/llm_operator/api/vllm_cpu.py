@@ -30,8 +30,8 @@ def weights_gib(params_b: float) -> float:
 
 
 def runtime_gib(params_b: float) -> float:
-    """What vLLM takes beside the weights and the KV cache."""
-    return RUNTIME_GIB + params_b * PER_BILLION_GIB - weights_gib(params_b)
+    """What vLLM takes beside the weights and the KV cache: the fixed part and the share."""
+    return RUNTIME_GIB + params_b * (PER_BILLION_GIB - WEIGHT_GIB_PER_BILLION)
 
 
 def memory_floor_gib(params_b: float) -> float:

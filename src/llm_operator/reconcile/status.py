@@ -29,6 +29,9 @@ VERIFY_CONTAINER = "model-verify"  # its termination message: status.model, or w
 FILE_REJECTED = frozenset({"ChecksumMismatch", "NotGGUF", "NoModelFile"})
 # model-fetch's reasons for a source that cannot be fetched (fetch.hub.PERMANENT).
 SOURCE_REJECTED = frozenset({"RepoNotFound", "TokenRefused", "NoMatchingFile"})
+# The init containers that state why they failed ("Reason: text", their termination
+# message), and the reasons no retry changes: the model is Failed with them.
+STATED = {VERIFY_CONTAINER: FILE_REJECTED, FETCH_CONTAINER: SOURCE_REJECTED}
 TIMEOUT_EXIT_CODE = 124  # coreutils timeout: the download exceeded downloadTimeoutSeconds
 SERVING_PHASES = frozenset({"Ready", "Proxying", "Degraded"})
 
@@ -156,16 +159,13 @@ def _issue(pod: dict[str, Any], cs: dict[str, Any]) -> PodIssue | None:
     if terminated.get("reason") == "OOMKilled":
         return PodIssue(_name(pod), container, "OOMKilled",
                         "out of memory: raise resources.memoryGiB or lower the context")
-    if container == VERIFY_CONTAINER and terminated.get("exitCode") not in (None, 0):
+    if container in STATED and terminated.get("exitCode") not in (None, 0):
         reason, _, text = str(terminated.get("message", "")).strip().partition(": ")
-        if reason in FILE_REJECTED:
+        if reason in STATED[container]:
             return PodIssue(_name(pod), container, reason, text[:600])
-        return PodIssue(_name(pod), container, "ModelCheckFailed",
-                        str(terminated.get("message", ""))[:300])
-    if container == FETCH_CONTAINER and terminated.get("exitCode") not in (None, 0):
-        reason, _, text = str(terminated.get("message", "")).strip().partition(": ")
-        if reason in SOURCE_REJECTED:
-            return PodIssue(_name(pod), container, reason, text[:600])
+        if container == VERIFY_CONTAINER:
+            return PodIssue(_name(pod), container, "ModelCheckFailed",
+                            str(terminated.get("message", ""))[:300])
     if container == FETCH_CONTAINER and terminated.get("exitCode") == TIMEOUT_EXIT_CODE:
         return PodIssue(_name(pod), container, "DownloadTimedOut",
                         "the weights did not download within the operator's "
@@ -275,10 +275,10 @@ def _facts(model: LLMModel, obs: Observation) -> _Facts:
     elif ready >= 1:
         phase = "Degraded" if issues else serving_phase
         message = f"{ready}/{desired} replicas ready" + (f"; failing: {summary}" if issues else "")
-    elif rejected := [i for i in issues if i.reason in FILE_REJECTED]:
-        phase, message = "Failed", f"the model file is not served: {rejected[0].message}"
-    elif unfetchable := [i for i in issues if i.reason in SOURCE_REJECTED]:
-        phase, message = "Failed", f"the model cannot be downloaded: {unfetchable[0].message}"
+    elif rejected := [i for i in issues if i.reason in FILE_REJECTED | SOURCE_REJECTED]:
+        what = ("the model file is not served" if rejected[0].reason in FILE_REJECTED
+                else "the model cannot be downloaded")
+        phase, message = "Failed", f"{what}: {rejected[0].message}"
     elif issues:
         phase, message = "Degraded", f"no replica ready; failing: {summary}"
     elif any(_downloading(p) for p in pods):
