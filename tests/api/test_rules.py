@@ -47,7 +47,8 @@ def _patch(doc: dict[str, Any], spec: dict[str, Any], name: str | None = None) -
 
 LLAMA_CPU = {"acceleratorVendor": "cpu", "inferenceEngine": "llamacpp",
              "quantization": "GGUF-Q4_K_M", "resources": {"acceleratorCount": 0}}
-# 10 GiB holds 2.6B parameters (2.6 x 1.9 + 5 = 9.94 GiB), not 2.7 (10.13).
+# 10 GiB holds 2.6B parameters (2.6 x 1.9 + 5 = 9.94 GiB), not 2.7 (10.13); across two
+# pods, each holding half of the weights, 5.2B and not 5.4.
 VLLM_CPU = {"acceleratorVendor": "cpu", "inferenceEngine": "vllm", "totalParametersBillions": 1,
             "resources": {"acceleratorCount": 0, "memoryGiB": 10}}
 PD = {"prefill": {"replicas": 1}, "decode": {"replicas": 2, "resources": {"acceleratorCount": 2}}}
@@ -67,6 +68,10 @@ CASES: list[tuple[str, dict[str, Any], set[str]]] = [
     ("vLLM on cpu at the RAM floor", {**VLLM_CPU, "totalParametersBillions": 2.6}, set()),
     ("vLLM on cpu below the RAM floor", {**VLLM_CPU, "totalParametersBillions": 2.7},
      {"vllm-cpu-memory"}),
+    ("vLLM on cpu, 2 pods at the RAM floor", {**VLLM_CPU, "totalParametersBillions": 5.2,
+                                              "serving": {"nodes": 2}}, set()),
+    ("vLLM on cpu, 2 pods below the RAM floor", {**VLLM_CPU, "totalParametersBillions": 5.4,
+                                                 "serving": {"nodes": 2}}, {"vllm-cpu-memory"}),
     ("vLLM on cpu, default 16 GiB", {**VLLM_CPU, "totalParametersBillions": 8,
                                      "resources": {"acceleratorCount": 0}}, {"vllm-cpu-memory"}),
     ("Ollama on Gaudi", {"acceleratorVendor": "intel-gaudi", "inferenceEngine": "ollama",
@@ -214,7 +219,10 @@ CASES: list[tuple[str, dict[str, Any], set[str]]] = [
     ("Ollama across nodes", {"inferenceEngine": "ollama", "quantization": "GGUF-Q4_K_M",
                              "serving": {"nodes": 2}}, {"multi-node-engines"}),
     ("vLLM across Gaudi nodes", {"acceleratorVendor": "intel-gaudi", "serving": {"nodes": 2}},
-     {"multi-node-gpus"}),
+     {"multi-node-vendors"}),
+    ("vLLM across CPU nodes", {**VLLM_CPU, "serving": {"nodes": 2}}, set()),
+    ("llama.cpp across CPU nodes", {**LLAMA_CPU, "serving": {"nodes": 2}},
+     {"multi-node-engines", "multi-node-vendors"}),
     ("serving on a remote model", {**REMOTE, "serving": {"nodes": 2}},
      {"serving-for-local-models"}),
     ("vLLM disaggregated", {"serving": {"disaggregation": PD}}, set()),

@@ -353,29 +353,39 @@ def test_each_disaggregated_role_must_hold_the_model(
     assert words in result.reason
 
 
-# vLLM on CPU: 16-bit weights (1.86 GiB per billion) + 4 GiB of runtime + the KV space left.
-# (case, parameters B, memoryGiB, context tokens, verdict, KV space GiB, words in the reason)
+# vLLM on CPU: 16-bit weights (1.86 GiB per billion) + 4 GiB of runtime + the KV space left;
+# across serving.nodes pods each holds its share of the weights and of a context's KV cache.
+# (case, parameters B, memoryGiB, nodes, context tokens, verdict, KV space GiB, words)
 VLLM_CPU = [
-    ("270M in 6 GiB", 0.27, 6, 2048, "fits", 1, "1 GiB of KV cache (VLLM_CPU_KVCACHE_SPACE)"),
-    ("270M in 12 GiB", 0.27, 12, 2048, "fits", 7, "7 GiB of KV cache"),
-    ("270M in 5 GiB", 0.27, 5, 2048, "does-not-fit", 1,
+    ("270M in 6 GiB", 0.27, 6, 1, 2048, "fits", 1, "1 GiB of KV cache (VLLM_CPU_KVCACHE_SPACE)"),
+    ("270M in 12 GiB", 0.27, 12, 1, 2048, "fits", 7, "7 GiB of KV cache"),
+    ("270M in 5 GiB", 0.27, 5, 1, 2048, "does-not-fit", 1,
      "needs ~5.5 GiB of RAM but resources.memoryGiB is 5"),
-    ("8B in 24 GiB, 128K context", 8, 24, 131072, "tight", 4,
+    ("8B in 24 GiB, 128K context", 8, 24, 1, 131072, "tight", 4,
      "a full 131072-token context needs ~15.9 GiB of KV cache but 4 GiB is left"),
+    ("270M in 6 GiB, 2 pods", 0.27, 6, 2, 2048, "fits", 1,
+     "in each of 2 pods (pipeline-parallel 2, a LeaderWorkerSet): 0.3 GiB of 16-bit weights"),
+    ("8B in 16 GiB, 2 pods, 128K context", 8, 16, 2, 131072, "tight", 4,
+     "needs ~7.9 GiB of KV cache in each of 2 pods but"),
+    ("8B in 12 GiB, 2 pods", 8, 12, 2, 2048, "does-not-fit", 1,
+     "needs ~12.6 GiB of RAM in each of 2 pods but resources.memoryGiB is 12"),
 ]
 
 
-@pytest.mark.parametrize(("case", "params", "memory", "context", "verdict", "space", "words"),
-                         VLLM_CPU, ids=[c[0] for c in VLLM_CPU])
+@pytest.mark.parametrize(
+    ("case", "params", "memory", "nodes", "context", "verdict", "space", "words"),
+    VLLM_CPU, ids=[c[0] for c in VLLM_CPU])
 def test_vllm_on_cpu_gets_the_kv_space_its_ram_leaves(
-        base_local: dict[str, Any], case: str, params: float, memory: int, context: int,
-        verdict: str, space: int, words: str) -> None:
+        base_local: dict[str, Any], case: str, params: float, memory: int, nodes: int,
+        context: int, verdict: str, space: int, words: str) -> None:
     doc = copy.deepcopy(base_local)
     doc["spec"].update(acceleratorVendor="cpu", inferenceEngine="vllm", quantization="BF16",
                        totalParametersBillions=params, engineArgs={"max-model-len": str(context)},
-                       resources={"acceleratorCount": 0, "memoryGiB": memory})
+                       resources={"acceleratorCount": 0, "memoryGiB": memory},
+                       serving={"nodes": nodes})
     result = plan(LLMModel.model_validate(doc))  # the planner's own check, under the CEL rule
     assert (result.verdict, result.field) == (
         verdict, "spec.resources.memoryGiB" if verdict == "does-not-fit" else "spec.resources")
     assert result.estimate is not None and result.estimate.kv_cache_gib == space
+    assert (result.nodes, result.pipeline_parallel_size) == (nodes, nodes)
     assert words in result.reason, result.reason

@@ -10,7 +10,7 @@ from llm_operator.api.validation import parse_llmmodel
 from llm_operator.profiles.settings import Settings
 from llm_operator.render import render
 
-from samples import EDGE_SAMPLES, load_yaml
+from samples import CLUSTER_EXAMPLES, EDGE_SAMPLES, load_yaml
 
 SAMPLE = next(p for p in EDGE_SAMPLES if p.stem == "llama-405b-multinode-nvidia")
 UID = "00000000-0000-4000-8000-000000000001"
@@ -125,3 +125,29 @@ def test_a_model_that_fits_one_node_keeps_its_deployment() -> None:
     doc["spec"].pop("serving")
     kinds = {o["kind"] for o in render(parse_llmmodel(doc), Settings(), owner_uid=UID)}
     assert "Deployment" in kinds and "LeaderWorkerSet" not in kinds
+
+
+CPU_SAMPLE = next(p for p in CLUSTER_EXAMPLES if p.stem == "gemma-270m-vllm-2-nodes")
+
+
+def test_vllm_on_cpu_runs_its_own_multiprocessing_backend_across_the_group() -> None:
+    """No Ray (vLLM's Ray executor places GPU workers only): every pod runs vLLM with its
+    node rank; the leader serves HTTP and the rendezvous, the workers run headless."""
+    model = parse_llmmodel(load_yaml(CPU_SAMPLE))
+    lws = next(o for o in render(model, Settings()) if o["kind"] == "LeaderWorkerSet")
+    group = lws["spec"]["leaderWorkerTemplate"]
+    leader, worker = (_container(group[t]) for t in ("leaderTemplate", "workerTemplate"))
+    shared = ["--pipeline-parallel-size", "2", "--distributed-executor-backend", "mp",
+              "--nnodes", "2", "--master-addr", "$(LWS_LEADER_ADDRESS)", "--master-port",
+              "29501"]
+    assert leader["command"] == ["python3", "-m", "vllm.entrypoints.openai.api_server"]
+    assert leader["args"][-len(shared) - 2:] == [*shared, "--node-rank", "0"]
+    assert worker["command"] == ["vllm", "serve"]
+    assert worker["args"][-len(shared) - 3:] == [*shared, "--node-rank", "$(LWS_WORKER_INDEX)",
+                                                 "--headless"]
+    assert worker["args"][:-len(shared) - 3] == leader["args"][:-len(shared) - 2]
+    assert "--max-model-len" in leader["args"]  # the CPU serving args, not a GPU's
+    for pod in (leader, worker):  # each pod's own KV space, beside its half of the weights
+        env = {e["name"]: e["value"] for e in pod["env"]}
+        assert env["VLLM_CPU_KVCACHE_SPACE"] == "1" and env["OMP_NUM_THREADS"] == "1"
+    assert "ports" not in worker and "startupProbe" not in worker

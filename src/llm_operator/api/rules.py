@@ -7,7 +7,7 @@ from typing import Any
 
 from llm_operator.api import vllm_cpu
 from llm_operator.api.rule import ENGINE, VENDOR, Rule, is_local
-from llm_operator.api.serving_rules import SERVING_RULES
+from llm_operator.api.serving_rules import SERVING_RULES, asked_nodes
 from llm_operator.api.v1alpha1 import (
     LABEL_KEY,
     RESERVED_POD_KEY_PREFIXES,
@@ -131,7 +131,8 @@ RULES: tuple[Rule, ...] = (
         message=vllm_cpu.MEMORY_MESSAGE,
         holds=lambda s: not (
             _vllm_on_cpu(s) and s.total_parameters_billions is not None
-            and s.resources.memory_gi_b < vllm_cpu.memory_floor_gib(s.total_parameters_billions)
+            and s.resources.memory_gi_b < vllm_cpu.memory_floor_gib(
+                s.total_parameters_billions, asked_nodes(s))
         ),
     ),
     Rule(

@@ -10,6 +10,9 @@ MAX_NODES = 16  # pods (one per node) that serve one replica together
 MULTI_NODE_ENGINES = ("vllm", "sglang")  # serve one replica across nodes
 DISAGGREGATED_ENGINE = "vllm"  # hands the KV cache from prefill to decode (NIXL)
 GPU_VENDORS = ("nvidia", "amd")  # where both shapes run
+# vLLM on CPU serves across nodes too: pipeline parallel over its multiprocessing backend
+# (its Ray executor places GPU workers only).
+CPU_MULTI_NODE_ENGINE = "vllm"
 ROLES = ("prefill", "decode")
 
 
@@ -59,8 +62,9 @@ class ServingSpec(Wire):
         None, ge=1, le=MAX_NODES,
         description="Pods, one per node, that serve one replica together (vllm, sglang): "
         "more than 1 renders a LeaderWorkerSet, tensor parallel over each node's "
-        "resources.acceleratorCount and pipeline parallel across the nodes. Unset: the planner "
-        "picks 1, or the fewest nodes that hold a model no single node can.")
+        "resources.acceleratorCount and pipeline parallel across the nodes (vLLM on CPU: "
+        "pipeline parallel, each pod holding its share of the layers). Unset: the planner "
+        "picks 1, or the fewest nodes that hold a model no single node can (GPUs only).")
     disaggregation: DisaggregationSpec | None = Field(
         None, description="Serve prefill and decode on separate pods (vllm): two roles with "
         "their own replicas and resources, rendered as Deployments or, with the "

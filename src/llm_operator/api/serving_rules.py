@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from llm_operator.api.rule import ENGINE, VENDOR, Rule, is_local
 from llm_operator.api.serving import (
+    CPU_MULTI_NODE_ENGINE,
     DISAGGREGATED_ENGINE,
     GPU_VENDORS,
     MULTI_NODE_ENGINES,
@@ -18,7 +19,7 @@ NODES_ASKED = "(has(self.serving) && has(self.serving.nodes) && self.serving.nod
 DISAGGREGATED = "(has(self.serving) && has(self.serving.disaggregation))"
 
 
-def _nodes(spec: LLMModelSpec) -> int:
+def asked_nodes(spec: LLMModelSpec) -> int:
     """serving.nodes as asked (1 when unset: the planner may still pick more)."""
     return (spec.serving.nodes if spec.serving else None) or 1
 
@@ -55,10 +56,19 @@ SERVING_RULES: tuple[Rule, ...] = (
         cel=f"!{NODES_ASKED} || {ENGINE} in {list(MULTI_NODE_ENGINES)}",
         message="a model served across nodes (serving.nodes) needs inferenceEngine vllm or "
         "sglang; llama.cpp and Ollama serve a model on one node",
-        holds=lambda s: _nodes(s) <= 1 or s.inference_engine in MULTI_NODE_ENGINES,
+        holds=lambda s: asked_nodes(s) <= 1 or s.inference_engine in MULTI_NODE_ENGINES,
     ),
-    _on_gpus("multi-node-gpus", ".serving.nodes", NODES_ASKED, lambda s: _nodes(s) > 1,
-             "a model served across nodes"),
+    Rule(
+        id="multi-node-vendors",
+        location="spec",
+        field=".serving.nodes",
+        cel=f"!{NODES_ASKED} || {VENDOR} in {list(GPU_VENDORS)} || "
+        f"({VENDOR} == 'cpu' && {ENGINE} == '{CPU_MULTI_NODE_ENGINE}')",
+        message="a model served across nodes (serving.nodes) needs acceleratorVendor "
+        f"{' or '.join(GPU_VENDORS)}, or cpu with inferenceEngine {CPU_MULTI_NODE_ENGINE}",
+        holds=lambda s: asked_nodes(s) <= 1 or s.accelerator_vendor in GPU_VENDORS or (
+            s.accelerator_vendor == "cpu" and s.inference_engine == CPU_MULTI_NODE_ENGINE),
+    ),
     Rule(
         id="disaggregation-vllm",
         location="spec",
@@ -77,7 +87,7 @@ SERVING_RULES: tuple[Rule, ...] = (
         cel=f"!{DISAGGREGATED} || !{NODES_ASKED}",
         message="a disaggregated model's roles each serve on one node: remove serving.nodes "
         "or serving.disaggregation",
-        holds=lambda s: _disaggregation(s) is None or _nodes(s) <= 1,
+        holds=lambda s: _disaggregation(s) is None or asked_nodes(s) <= 1,
     ),
     Rule(
         id="distributed-without-lora",
@@ -87,7 +97,7 @@ SERVING_RULES: tuple[Rule, ...] = (
         f"(!{DISAGGREGATED} && !{NODES_ASKED})",
         message="loraAdapters are served by one-pod replicas: remove them, or remove "
         "serving.nodes and serving.disaggregation",
-        holds=lambda s: not s.lora_adapters or (_disaggregation(s) is None and _nodes(s) <= 1),
+        holds=lambda s: not s.lora_adapters or (_disaggregation(s) is None and asked_nodes(s) <= 1),
     ),
     *(Rule(
         id=f"{role}-replicas",

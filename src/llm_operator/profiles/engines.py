@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from llm_operator.api import vllm_cpu
+from llm_operator.api.serving_rules import asked_nodes
 from llm_operator.api.v1alpha1 import LLMModelSpec
 from llm_operator.profiles import adapters
 from llm_operator.profiles.flags import flag_args
@@ -28,9 +29,10 @@ OLLAMA_MODELS_DIR = f"{CACHE_DIR}/ollama"
 NON_ROOT_UID = 65532
 # vLLM and SGLang read Hugging Face weights from the cache and never download at start.
 HF_CACHE_ENV = (("HF_HOME", f"{CACHE_DIR}/hf-home"), ("HF_HUB_OFFLINE", "1"))
-# vLLM's own cache on the cache volume: its torch.compile artifacts (torch_compile_cache, the
-# AOT-compiled graphs with the kernels inductor built) survive a restarted engine.
+# vLLM's own cache on the cache volume: its torch.compile artifacts (torch_compile_cache)
+# survive a restarted engine; on CPU, inductor's cache beside it does (see _vllm).
 VLLM_CACHE_ROOT = f"{CACHE_DIR}/vllm"
+INDUCTOR_CACHE_DIR = f"{VLLM_CACHE_ROOT}/inductor"  # torch.compile's kernels (vLLM on CPU)
 # --dtype from the weight format, where the format names one.
 VLLM_DTYPES = MappingProxyType({"BF16": "bfloat16", "FP16": "float16"})
 
@@ -149,12 +151,19 @@ def _vllm(spec: LLMModelSpec, on_accelerator: bool) -> Serve:
         context = context_per_slot(spec)
         if context and not set(CONTEXT_ARGS) & set(args):
             extra += ["--max-model-len", str(context)]
+        nodes = asked_nodes(spec)
         space = vllm_cpu.kv_cache_space_gib(spec.total_parameters_billions or 0.0,
-                                            spec.resources.memory_gi_b)
+                                            spec.resources.memory_gi_b, nodes)
         # No pinning: the pod's CPUs are a CFS quota, not cores of its own (unless the node
         # runs the static CPU manager); pinned threads would share cores with other pods.
         env += [("VLLM_CPU_KVCACHE_SPACE", str(space)), ("VLLM_CPU_OMP_THREADS_BIND", "nobind"),
-                ("OMP_NUM_THREADS", str(cpu_threads(spec)))]
+                ("OMP_NUM_THREADS", str(cpu_threads(spec))),
+                # vLLM 0.32's AOT-compiled graphs fail to load on CPU ("'function' object has
+                # no attribute 'finalize_loading'", vllm-project/vllm#45447): every start
+                # compiled again. Without AOT, CPU graphs are cached by inductor alone, in
+                # /tmp unless told: on the volume, a restarted engine skips the compile.
+                ("VLLM_USE_AOT_COMPILE", "0"),
+                ("TORCHINDUCTOR_CACHE_DIR", INDUCTOR_CACHE_DIR)]
     return Serve(
         command=("python3", "-m", "vllm.entrypoints.openai.api_server"),
         args=("--model", SOURCE_DIR, "--served-model-name", spec.model_id,

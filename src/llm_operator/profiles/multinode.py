@@ -3,9 +3,12 @@
 The pods are a LeaderWorkerSet group: the LeaderWorkerSet controller gives every pod
 LWS_LEADER_ADDRESS (the leader's stable DNS name), LWS_GROUP_SIZE and LWS_WORKER_INDEX.
 
-vLLM runs on a Ray cluster (its documented multi-node shape): the leader starts the Ray
-head, waits until every worker has joined, then serves with tensor parallel inside each
-node and pipeline parallel across them; each worker joins the head and blocks.
+vLLM on GPUs runs on a Ray cluster (its documented multi-node shape): the leader starts the
+Ray head, waits until every worker has joined, then serves with tensor parallel inside each
+node and pipeline parallel across them; each worker joins the head and blocks. vLLM on CPU
+cannot use Ray (its Ray executor places GPU workers only): every pod runs vLLM's own
+multiprocessing backend with its node rank, the leader (rank 0) serves HTTP and holds the
+group's rendezvous (--master-addr), the workers run `vllm serve --headless`.
 SGLang needs no Ray: every pod runs the server with its node rank, the leader's (rank 0)
 answers HTTP, and tensor parallel spans every card of every node.
 """
@@ -17,6 +20,7 @@ from llm_operator.profiles.engines import TP_ARGS, Serve
 
 RAY_PORT = 6379
 SGLANG_DIST_PORT = 20000
+VLLM_MASTER_PORT = 29501  # torch.distributed's rendezvous on the leader (vLLM's mp backend)
 LEADER_ADDRESS = "$(LWS_LEADER_ADDRESS)"  # expanded by the kubelet from the pod's env
 WORKER_INDEX = "$(LWS_WORKER_INDEX)"
 
@@ -58,6 +62,8 @@ def leader(spec: LLMModelSpec, srv: Serve, nodes: int) -> tuple[list[str], list[
     """(command, args) of the group's leader, the pod that answers HTTP."""
     if spec.inference_engine == "sglang":
         return list(srv.command), [*_sglang_args(spec, srv, nodes), "--node-rank", "0"]
+    if spec.accelerator_vendor == "cpu":
+        return list(srv.command), [*_vllm_mp_args(srv, nodes), "--node-rank", "0"]
     return (["sh", "-c", RAY_LEADER, "ray-leader"],
             [*srv.command, *srv.args, "--pipeline-parallel-size", str(nodes),
              "--distributed-executor-backend", "ray"])
@@ -67,7 +73,18 @@ def worker(spec: LLMModelSpec, srv: Serve, nodes: int) -> tuple[list[str], list[
     """(command, args) of every other pod of the group."""
     if spec.inference_engine == "sglang":
         return list(srv.command), [*_sglang_args(spec, srv, nodes), "--node-rank", WORKER_INDEX]
+    if spec.accelerator_vendor == "cpu":
+        # The API server's module has no headless mode; the `vllm` command does.
+        return ["vllm", "serve"], [*_vllm_mp_args(srv, nodes), "--node-rank", WORKER_INDEX,
+                                   "--headless"]
     return ["sh", "-c", RAY_WORKER], []
+
+
+def _vllm_mp_args(srv: Serve, nodes: int) -> list[str]:
+    """VLLM's args for pipeline parallel over its multiprocessing backend across pods."""
+    return [*srv.args, "--pipeline-parallel-size", str(nodes),
+            "--distributed-executor-backend", "mp", "--nnodes", str(nodes),
+            "--master-addr", LEADER_ADDRESS, "--master-port", str(VLLM_MASTER_PORT)]
 
 
 def _sglang_args(spec: LLMModelSpec, srv: Serve, nodes: int) -> list[str]:

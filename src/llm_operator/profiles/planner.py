@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 from llm_operator.api import vllm_cpu
 from llm_operator.api.model_status import ModelFileStatus
 from llm_operator.api.serving import GPU_VENDORS, MAX_NODES, MULTI_NODE_ENGINES, ROLES
+from llm_operator.api.serving_rules import asked_nodes
 from llm_operator.api.v1alpha1 import LLMModel, LLMModelSpec
 from llm_operator.profiles.adapters import adapter_memory
 from llm_operator.profiles.engines import TP_ARGS, engine
@@ -439,26 +440,33 @@ def _plan_vllm_cpu(name: str, spec: LLMModelSpec, est: Estimate, cache: int) -> 
 
     The KV space (VLLM_CPU_KVCACHE_SPACE) is what memoryGiB leaves; vLLM refuses to start
     when one full context does not fit in it, which the estimate can only approximate.
+    Across serving.nodes pods (pipeline parallel, vLLM's multiprocessing backend) each pod
+    holds its share of the weights beside a runtime and a KV space of its own; the figures
+    are one pod's.
     """
     memory = spec.resources.memory_gi_b
     params = spec.total_parameters_billions or 0.0
-    space = vllm_cpu.kv_cache_space_gib(params, memory)
-    sized = replace(est, weights_gib=vllm_cpu.weights_gib(params),
-                    overhead_gib=vllm_cpu.runtime_gib(params), kv_cache_gib=float(space))
+    nodes = asked_nodes(spec)
+    space = vllm_cpu.kv_cache_space_gib(params, memory, nodes)
+    sized = replace(est, weights_gib=vllm_cpu.weights_gib(params, nodes),
+                    overhead_gib=vllm_cpu.runtime_gib(params, nodes), kv_cache_gib=float(space))
+    where = f" in each of {nodes} pods" if nodes > 1 else ""
+    shape = f" (pipeline-parallel {nodes}, a LeaderWorkerSet)" if nodes > 1 else ""
     base = Plan(name, "local", "fits", (
-        f"{sized.total_gib:.1f} of {memory} GiB RAM: {sized.weights_gib:.1f} GiB of 16-bit "
-        f"weights, {sized.overhead_gib:.1f} GiB of runtime, {space} GiB of KV cache "
+        f"{sized.total_gib:.1f} of {memory} GiB RAM{where}{shape}: {sized.weights_gib:.1f} GiB of "
+        f"16-bit weights, {sized.overhead_gib:.1f} GiB of runtime, {space} GiB of KV cache "
         "(VLLM_CPU_KVCACHE_SPACE)"), estimate=sized, capacity_gib=float(memory),
-        cache_size_gib=cache)
-    floor = vllm_cpu.memory_floor_gib(params)
+        cache_size_gib=cache, nodes=nodes, pipeline_parallel_size=nodes)
+    floor = vllm_cpu.memory_floor_gib(params, nodes)
     if memory < floor:
         return replace(base, verdict="does-not-fit", field="spec.resources.memoryGiB", reason=(
-            f"needs ~{floor:.1f} GiB of RAM but resources.memoryGiB is {memory}: "
+            f"needs ~{floor:.1f} GiB of RAM{where} but resources.memoryGiB is {memory}: "
             f"{vllm_cpu.MEMORY_MESSAGE.partition(': ')[2]}"))
-    if est.kv_cache_gib > space:
+    kv = est.kv_cache_gib / nodes  # a pod holds the KV cache of its own layers
+    if kv > space:
         return replace(base, verdict="tight", reason=(
-            f"a full {est.context_tokens}-token context needs ~{est.kv_cache_gib:.1f} GiB of KV "
-            f"cache but {space} GiB is left (VLLM_CPU_KVCACHE_SPACE): vLLM refuses to start "
+            f"a full {est.context_tokens}-token context needs ~{kv:.1f} GiB of KV cache{where} "
+            f"but {space} GiB is left (VLLM_CPU_KVCACHE_SPACE): vLLM refuses to start "
             f"if it cannot hold one; raise resources.memoryGiB to "
-            f"{math.ceil(floor - 1 + est.kv_cache_gib)} or lower the context"))
+            f"{math.ceil(floor - 1 + kv)} or lower the context"))
     return base

@@ -17,6 +17,7 @@ from llm_operator.api.v1alpha1 import LLMModel
 from llm_operator.profiles import multinode
 from llm_operator.profiles.engines import serve
 from llm_operator.profiles.settings import Storage
+from llm_operator.profiles.vendors import vendor
 from llm_operator.render.workload import CACHE_VOLUME, SERVER_CONTAINER, model_cache_claim
 
 API_VERSION = "leaderworkerset.x-k8s.io/v1"
@@ -29,7 +30,7 @@ REF = (API_VERSION, KIND)
 def _split(template: dict[str, Any], model: LLMModel, nodes: int
            ) -> tuple[dict[str, Any], dict[str, Any]]:
     spec = model.spec
-    srv = serve(spec, on_accelerator=True)
+    srv = serve(spec, on_accelerator=vendor(spec.accelerator_vendor).resource_key is not None)
     leader, worker = copy.deepcopy(template), copy.deepcopy(template)
     for pod in (leader, worker):
         volumes = [v for v in pod["spec"]["volumes"] if v["name"] != CACHE_VOLUME
