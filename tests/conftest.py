@@ -1,4 +1,4 @@
-"""Shared fixtures: golden-file switch, a minimal model, a fake OpenAI upstream, a cluster."""
+"""Shared fixtures (golden files, a minimal model, a fake upstream, a cluster) and test order."""
 
 from __future__ import annotations
 
@@ -20,6 +20,12 @@ from samples import REPO
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--update-golden", action="store_true",
                      help="Rewrite golden files from the current output instead of comparing.")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The real-node suite (tests/e2e) last, in its own order: `make test` builds vLLM's
+    image and model in the background (Makefile `prebuild`) while the others run."""
+    items.sort(key=lambda item: "e2e" in item.path.relative_to(REPO).parts)
 
 
 @pytest.fixture

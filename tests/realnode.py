@@ -4,7 +4,8 @@ The recipe of ../shared/k8s/README.md, as code: a CNI bridge (``llmop0``, 10.244
 whose address is the node's IP and the API server's, Debian's containerd 1.6 and runc with
 the node's root under one directory, kubelet v1.36 (cgroupfs, cgroup v1), kube-scheduler,
 kube-proxy (iptables) and Debian's dnsmasq answering ``<service>.<namespace>.svc.cluster.local``
-from a hosts file that a watch of Services keeps current. Pods reach the API server
+(and a headless Service's pods, ``<hostname>.<service>.<namespace>.svc.cluster.local``) from a
+hosts file that watches of Services and EndpointSlices keep current. Pods reach the API server
 through the ``kubernetes`` Service.
 
 Stopping kills exactly what this node started: the processes it spawned by PID, every
@@ -269,21 +270,40 @@ class Node:
             "--local-service", "--log-facility=-", f"--local=/{CLUSTER_DOMAIN}/",
             "--user=root"])  # its hosts file lies in a directory only root may read
         self._wait("dnsmasq", (self.root / "dns" / "pid").exists, 10)
-        threading.Thread(target=self._feed_dns, name="dns-feed", daemon=True).start()
+        records: dict[str, dict[str, str]] = {}  # object -> its names and addresses
+        lock = threading.Lock()
+        for path, names in (("/api/v1/services", _service_names),
+                            ("/apis/discovery.k8s.io/v1/endpointslices", _pod_names)):
+            threading.Thread(target=self._feed_dns, args=(path, names, records, lock),
+                             name=f"dns-feed {path}", daemon=True).start()
 
-    def _feed_dns(self) -> None:
-        """Keep dnsmasq's hosts file equal to the cluster's Services (a watch, relisted)."""
+    def _feed_dns(self, path: str, names: Callable[[dict[str, Any]], dict[str, str]],
+                  records: dict[str, dict[str, str]], lock: threading.Lock) -> None:
+        """Keep ``records`` of one kind equal to the cluster's (a watch, relisted) and the
+        hosts file equal to ``records``: Services' cluster IPs, and, as CoreDNS answers
+        them, the pods a headless Service names (``<hostname>.<service>.<namespace>``: a
+        LeaderWorkerSet's group finds its leader by one)."""
         context = ssl.create_default_context(cafile=str(self.plane.ca_file))
-        services: dict[str, str] = {}
+
+        def update(key: str, found: dict[str, str] | None) -> None:
+            with lock:
+                if found:
+                    records[key] = found
+                else:
+                    records.pop(key, None)
+                self._write_hosts(records)
+
         while not self._stopping.is_set():
             try:
-                listing = self._get("/api/v1/services", context)
-                services = {_dns_key(s): s["spec"].get("clusterIP", "")
-                            for s in listing["items"]}
-                self._write_hosts(services)
+                listing = self._get(path, context)
+                with lock:
+                    for key in [k for k in records if k.startswith(path)]:
+                        del records[key]
+                    records.update((path + _dns_key(o), names(o)) for o in listing["items"])
+                    self._write_hosts(records)
                 version = listing["metadata"]["resourceVersion"]
                 request = urllib.request.Request(
-                    f"{self.plane.server}/api/v1/services?watch=1&resourceVersion={version}"
+                    f"{self.plane.server}{path}?watch=1&resourceVersion={version}"
                     "&timeoutSeconds=300", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
                 with urllib.request.urlopen(request, context=context, timeout=330) as stream:
                     for line in stream:
@@ -292,12 +312,9 @@ class Node:
                         event = json.loads(line)
                         if event["type"] == "ERROR":
                             break
-                        service = event["object"]
-                        if event["type"] == "DELETED":
-                            services.pop(_dns_key(service), None)
-                        else:
-                            services[_dns_key(service)] = service["spec"].get("clusterIP", "")
-                        self._write_hosts(services)
+                        obj = event["object"]
+                        update(path + _dns_key(obj),
+                               None if event["type"] == "DELETED" else names(obj))
             except (OSError, ValueError, KeyError):
                 self._stopping.wait(0.5)  # the API server restarts or stops: retry
 
@@ -307,9 +324,9 @@ class Node:
         with urllib.request.urlopen(request, context=context, timeout=30) as r:
             return json.loads(r.read())  # type: ignore[no-any-return]
 
-    def _write_hosts(self, services: dict[str, str]) -> None:
-        lines = [f"{ip} {name}.svc.{CLUSTER_DOMAIN}\n" for name, ip in sorted(services.items())
-                 if ip and ip != "None"]
+    def _write_hosts(self, records: dict[str, dict[str, str]]) -> None:
+        lines = sorted(f"{ip} {name}.svc.{CLUSTER_DOMAIN}\n"
+                       for found in records.values() for name, ip in found.items())
         partial = self.hosts_file.with_suffix(".partial")
         partial.write_text("".join(lines))
         os.replace(partial, self.hosts_file)
@@ -528,9 +545,30 @@ def _read(path: Path) -> str:
         return ""
 
 
-def _dns_key(service: dict[str, Any]) -> str:
-    meta = service["metadata"]
+def _dns_key(obj: dict[str, Any]) -> str:
+    meta = obj["metadata"]
     return f"{meta['name']}.{meta['namespace']}"
+
+
+def _service_names(service: dict[str, Any]) -> dict[str, str]:
+    """``<service>.<namespace>`` -> the Service's cluster IP (none for a headless one)."""
+    ip = service["spec"].get("clusterIP", "")
+    return {_dns_key(service): ip} if ip and ip != "None" else {}
+
+
+def _pod_names(slice_: dict[str, Any]) -> dict[str, str]:
+    """``<hostname>.<service>.<namespace>`` -> address, for the endpoints of a headless
+    Service that carry a hostname (a pod whose subdomain is the Service's name); ready ones,
+    and all of them when the Service publishes not-ready addresses (the slice says ready)."""
+    meta = slice_["metadata"]
+    service = (meta.get("labels") or {}).get("kubernetes.io/service-name")
+    found = {}
+    for endpoint in slice_.get("endpoints") or []:
+        ready = (endpoint.get("conditions") or {}).get("ready", True)
+        if service and endpoint.get("hostname") and endpoint.get("addresses") and ready:
+            name = f"{endpoint['hostname']}.{service}.{meta['namespace']}"
+            found[name] = endpoint["addresses"][0]
+    return found
 
 
 @contextlib.contextmanager

@@ -129,8 +129,9 @@ def _run_on_image(layer: images.Layer, out: Path, packages: tuple[str, ...],
 
 
 def main() -> None:
-    print(gemma_hf())
-    print(gemma_lora(1))
+    with images.build_lock():
+        print(gemma_hf())
+        print(gemma_lora(1))
 
 
 if __name__ == "__main__":

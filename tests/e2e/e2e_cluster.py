@@ -51,14 +51,17 @@ class NodeCluster:
     def kubectl(self, *args: str, check: bool = True, stdin: str | None = None) -> str:
         return self.plane.kubectl(*args, check=check, stdin=stdin).stdout
 
-    def clear_models(self) -> None:
-        """Delete every model of the models' namespace and wait for their pods to go: vLLM
-        on one core does not fit beside what earlier modules left running on 2 cores."""
-        self.kubectl("-n", MODELS_NS, "delete", "llmmodel", "--all", "--wait=true",
-                     "--timeout=120s")
-        # their pods would drain for settings.drainSeconds (20 s) each: nothing is in flight
-        self.kubectl("-n", MODELS_NS, "delete", "pods", "-l", "app.kubernetes.io/name=llm-model",
-                     "--grace-period=0", "--force", "--wait=true", "--timeout=120s")
+    def clear_models(self, *names: str) -> None:
+        """Delete the named models of the models' namespace (all of them when none is
+        named) and wait for their pods to go: vLLM on one core does not fit beside what
+        earlier tests left running on 2 cores."""
+        self.kubectl("-n", MODELS_NS, "delete", "llmmodel", *(names or ("--all",)),
+                     "--wait=true", "--timeout=120s")
+        # their pods would drain for settings.drainSeconds each: nothing is in flight
+        selector = (f"app in ({','.join(names)})" if names
+                    else "app.kubernetes.io/name=llm-model")
+        self.kubectl("-n", MODELS_NS, "delete", "pods", "-l", selector, "--grace-period=0",
+                     "--force", "--wait=true", "--timeout=120s")
 
     def wait_for_images(self) -> None:
         """Until vLLM's image, imported in the background, is on the node."""
@@ -153,10 +156,11 @@ def prepare_node() -> tuple[list[Path], list[Path]]:
     """
     import images  # noqa: PLC0415  (tools/images.py)
 
-    place_gemma_file()
-    place_gemma_dir()
-    return ([images.pause_image(), images.operator_image(), images.llama_image()],
-            [images.vllm_image()])
+    with images.build_lock():  # `make test` may still be building vLLM's in the background
+        place_gemma_file()
+        place_gemma_dir()
+        return ([images.pause_image(), images.operator_image(), images.llama_image()],
+                [images.vllm_image()])
 
 
 def place_gemma_dir() -> None:

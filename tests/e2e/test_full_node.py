@@ -75,10 +75,7 @@ def apply(cluster: NodeCluster, *docs: dict[str, Any]) -> None:
 
 
 def delete(cluster: NodeCluster, *names: str) -> None:
-    cluster.kubectl("-n", NS, "delete", "llmmodel", *names, "--wait=true", "--timeout=120s")
-    for name in names:
-        cluster.kubectl("-n", NS, "wait", "--for=delete", "pods", "-l", f"app={name}",
-                        "--timeout=120s")
+    cluster.clear_models(*names)  # pods force-deleted: nothing is in flight to drain
 
 
 def test_a_full_node_preempts_no_part_of_the_control_plane(routed: NodeCluster) -> None:
