@@ -11,8 +11,16 @@ installs it:
 2. **Start.** vLLM's pod from `kubectl apply` to its first token (a cold torch.compile), then
    its engine SIGKILLed in the pod and restarted by the kubelet: restart to first token with
    the compile cache kept on the model-cache volume (`VLLM_CACHE_ROOT`).
+3. **Prefix.** The vLLM example at two replicas behind the router (`tests/e2e/router`), each
+   replica's KV cache capped (`num-gpu-blocks-override`) so that it holds about 5 of the
+   workload's 8 long prefixes (~1,300 tokens each: a shared system prompt per tenant) and the
+   two together hold all of them. One client, requests in a seeded random order of the
+   prefixes, each a 1-token completion: its latency is the time to first token. The router's
+   `prefix-cache` against `least-load` (the **baseline**; with one client every replica is
+   idle, so ties rotate: round robin), each with its own prefixes, after one pass that shows
+   each prefix once. vLLM on CPU starts with prefix caching on.
 
-    python bench/vllm/run.py [--rounds 3]
+    python bench/vllm/run.py [--rounds 3] [--only start|engines|prefix]
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import random
 import signal
 import statistics
 import sys
@@ -143,18 +152,92 @@ def start(cluster: NodeCluster) -> None:
     cluster.kubectl("-n", MODELS_NS, "delete", "llmmodel", "bench-start", "--wait=true")
 
 
+PREFIXES = 8  # distinct long prefixes: about 5 fit one replica's capped cache, all fit two
+KV_BLOCKS = "320"  # 6,488 tokens of KV per replica (vLLM's log): ~5 of these prefixes
+PASSES = 4  # measured passes over the prefixes, after the first
+HIT_SECONDS = 0.5  # a 1-token answer this fast found its prefix cached (a miss: ~1 s)
+WORDS = ("river", "stone", "garden", "quiet", "lamp", "winter", "harbor", "letter", "clock",
+         "meadow", "copper", "signal", "orchard", "ladder", "velvet", "canyon")
+
+
+def _prefix(seed: int) -> str:
+    """A tenant's system prompt: ~1,300 tokens of words, different for every seed."""
+    pick = random.Random(seed)
+    return "System: " + " ".join(pick.choice(WORDS) for _ in range(1200)) + "\n"
+
+
+def _ttfts(url: str, model: str, prompts: list[str]) -> list[float]:
+    out = []
+    for prompt in prompts:
+        body = json.dumps({"model": model, "prompt": prompt, "max_tokens": 1,
+                           "temperature": 0}).encode()
+        request = urllib.request.Request(f"{url}/completions", data=body,
+                                         headers={"Content-Type": "application/json"})
+        started = time.perf_counter()
+        with urllib.request.urlopen(request, timeout=300) as response:
+            response.read()
+        out.append(time.perf_counter() - started)
+    return out
+
+
+def prefix(cluster: NodeCluster) -> None:
+    """prefix-cache against least-load on two replicas whose caches hold ~5 of 8 prefixes."""
+    from e2e_cluster import OPERATOR_NS  # noqa: PLC0415
+
+    shape = {"resources": {"cpuMillicores": 800, "memoryGiB": 6},
+             "scaling": {"minReplicas": 2, "maxReplicas": 2},
+             "engineArgs": {"max-num-seqs": "4", "num-gpu-blocks-override": KV_BLOCKS}}
+    cluster.apply_kustomization(REPO / "tests" / "e2e" / "router", ["llmop-router"],
+                                OPERATOR_NS)
+    results: dict[str, tuple[list[float], list[float]]] = {}
+    strategies = ("least-load", "prefix-cache")
+    for n, strategy in enumerate(strategies):
+        model = _apply(cluster, GEMMA_VLLM, "bench-prefix",
+                       {**shape, "routing": {"strategy": strategy}})
+        cluster.wait_phase(MODELS_NS, "bench-prefix", "Ready", 420)
+        cluster.kubectl("-n", MODELS_NS, "rollout", "status", "deployment/bench-prefix",
+                        "--timeout=420s")
+        url = cluster.service_url(OPERATOR_NS, "llmop-router", 8080)
+        prefixes = [_prefix(1000 * (n + 1) + i) for i in range(PREFIXES)]
+        first = _ttfts(url, model, [p + "Q: who?\nA:" for p in prefixes])
+        order = random.Random(n).choices(range(PREFIXES), k=PREFIXES * PASSES)
+        measured = _ttfts(url, model, [prefixes[i] + f"Q: {k}?\nA:"
+                                       for k, i in enumerate(order)])
+        results[strategy] = (first, measured)
+    cluster.kubectl("-n", MODELS_NS, "delete", "llmmodel", "bench-prefix", "--wait=true")
+    base = statistics.mean(results["least-load"][1])
+    print(f"\nvLLM (Gemma 3 270M, 2 replicas of 800m, KV capped at {KV_BLOCKS} blocks), "
+          f"{PREFIXES} prefixes of ~1,300 tokens, one client, time to first token through "
+          f"the router ({PREFIXES * PASSES} requests after a first pass; a miss takes "
+          f"over {HIT_SECONDS} s)\n")
+    print("| router strategy | first pass median s | mean s | median s | p90 s | misses | "
+          "mean vs baseline |")
+    print("|---|---|---|---|---|---|---|")
+    for strategy in strategies:
+        first, measured = results[strategy]
+        mean = statistics.mean(measured)
+        p90 = statistics.quantiles(measured, n=10)[-1]
+        misses = sum(t > HIT_SECONDS for t in measured)
+        label = f"{strategy}{' (baseline)' if strategy == 'least-load' else ''}"
+        print(f"| {label} | {statistics.median(first):.3f} | {mean:.3f} | "
+              f"{statistics.median(measured):.3f} | {p90:.3f} | {misses} of {len(measured)} | "
+              f"{base / mean:.2f}x faster |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=32)
-    parser.add_argument("--only", choices=["start", "engines"], help="one part only")
+    parser.add_argument("--only", choices=["start", "engines", "prefix"], help="one part only")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp, installed(Path(tmp)) as cluster:
         cluster.wait_for_images()
-        if args.only != "engines":
+        if args.only in (None, "start"):
             start(cluster)
-        if args.only != "start":
+        if args.only in (None, "engines"):
             engines(cluster, args.rounds, args.max_tokens)
+        if args.only in (None, "prefix"):
+            prefix(cluster)
 
 
 if __name__ == "__main__":
