@@ -51,11 +51,11 @@ prebuild: tools $(STAMP)
 
 # Debian's prometheus (promtool and the Prometheus server the tests run), etcd-server
 # (for the real control plane), tmux (`llmop chat` tested at a terminal), redis-server, and
-# what the real test node runs (tests/realnode.py): containerd, runc, the CNI plugins,
-# iptables, conntrack, dnsmasq, iproute2 (also tests/netns.py's test hosts), and mmdebstrap
-# for the images; the Kubernetes binaries of ../shared/k8s unpacked into .cache/k8s/bin
-# (hash-checked).
-NODE_APT := $(if $(shell command -v containerd),,containerd) $(if $(shell command -v runc),,runc) \
+# what the real test node runs (tests/realnode.py): runc, the CNI plugins, iptables,
+# conntrack, dnsmasq, iproute2 (also tests/netns.py's test hosts), and mmdebstrap for the
+# images; the Kubernetes binaries of ../shared/k8s and containerd 2.3.4 of
+# ../shared/containerd unpacked into .cache/k8s/bin (hash-checked).
+NODE_APT := $(if $(shell command -v runc),,runc) \
   $(if $(wildcard /usr/lib/cni/bridge),,containernetworking-plugins) \
   $(if $(shell command -v iptables),,iptables) $(if $(shell command -v conntrack),,conntrack) \
   $(if $(shell command -v dnsmasq),,dnsmasq-base) $(if $(shell command -v ip),,iproute2) \

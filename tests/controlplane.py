@@ -77,11 +77,12 @@ Processes = dict[str, "subprocess.Popen[bytes]"]
 
 
 def spawn(procs: Processes, root: Path, name: str, argv: list[str], *,
-          new_session: bool = False) -> None:
+          new_session: bool = False, env: dict[str, str] | None = None) -> None:
     """Start ``argv`` as ``procs[name]``, its output in ``root/<name>.log``."""
     log = (root / f"{name}.log").open("ab")
     procs[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, start_new_session=new_session)
+                                   stdin=subprocess.DEVNULL, start_new_session=new_session,
+                                   env=env)
     log.close()
 
 

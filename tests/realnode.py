@@ -1,7 +1,8 @@
 """A real node beside the test control plane: containerd, kubelet, scheduler, proxy, DNS.
 
 The recipe of ../shared/k8s/README.md, as code: a CNI bridge (``llmop0``, 10.244.0.0/24)
-whose address is the node's IP and the API server's, Debian's containerd 1.6 and runc with
+whose address is the node's IP and the API server's, containerd 2.3.4 (../shared/containerd,
+hash-checked by tools/k8s_binaries.py; Debian's is 1.6) and Debian's runc with
 the node's root under one directory, kubelet v1.36 (cgroupfs, cgroup v1), kube-scheduler,
 kube-proxy (iptables) and Debian's dnsmasq answering ``<service>.<namespace>.svc.cluster.local``
 (and a headless Service's pods, ``<hostname>.<service>.<namespace>.svc.cluster.local``) from a
@@ -53,13 +54,15 @@ NODE_NAME = "node-1"
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 CLUSTER_DOMAIN = "cluster.local"
 
-# What the node runs, and the Debian package that brings it.
+# What the node runs, and the Debian package that brings it (containerd itself is 2.3.4 from
+# ../shared/containerd, unpacked beside the Kubernetes binaries: Debian's is 1.6).
 PACKAGES = {
-    "containerd": "containerd", "runc": "runc", "ctr": "containerd",
+    "runc": "runc",
     "/usr/lib/cni/bridge": "containernetworking-plugins", "iptables": "iptables",
     "conntrack": "conntrack", "dnsmasq": "dnsmasq-base", "ip": "iproute2",
 }
-NODE_BINARIES = ("kubelet", "kube-scheduler", "kube-proxy")
+NODE_BINARIES = ("kubelet", "kube-scheduler", "kube-proxy", "containerd",
+                 "containerd-shim-runc-v2", "ctr")
 MARKER = Path("/run/llmop-node")  # the running node's directory (sweep_stale_node)
 
 
@@ -118,32 +121,37 @@ def _run(*argv: str, check: bool = True, timeout: float = 60) -> subprocess.Comp
     return result
 
 
+# containerd 2.3.4's own config version (4; a version 2 or 3 file is migrated at every start,
+# with a warning). Its servers (grpc, ttrpc, metrics) and the CRI plugin's parts
+# (io.containerd.cri.v1.images/runtime) are plugins: top-level [grpc] is ignored in 4.
 CONTAINERD_CONFIG = """\
-version = 2
+version = 4
 root = "{root}/containerd/root"
 state = "{root}/containerd/state"
-[grpc]
-  address = "{root}/containerd.sock"
-[ttrpc]
-  address = "{root}/containerd.sock.ttrpc"
 [debug]
   level = "warn"
-[metrics]
+[plugins."io.containerd.server.v1.grpc"]
+  address = "{root}/containerd.sock"
+[plugins."io.containerd.server.v1.ttrpc"]
+  address = "{root}/containerd.sock.ttrpc"
+[plugins."io.containerd.server.v1.metrics"]
   address = ""
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "{pause}"
+[plugins."io.containerd.cri.v1.images"]
+  snapshotter = "overlayfs"
+  [plugins."io.containerd.cri.v1.images".pinned_images]
+    sandbox = "{pause}"
+[plugins."io.containerd.cri.v1.runtime"]
   restrict_oom_score_adj = true
   netns_mounts_under_state_dir = true
   enable_unprivileged_ports = true
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
+  [plugins."io.containerd.cri.v1.runtime".containerd]
     default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
         SystemdCgroup = false
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "/usr/lib/cni"
+  [plugins."io.containerd.cri.v1.runtime".cni]
+    bin_dirs = ["/usr/lib/cni"]
     conf_dir = "{root}/cni"
 """
 
@@ -208,8 +216,8 @@ class Node:
         self._start_proxy()
         self.wait_node_ready(timeout)
 
-    def _spawn(self, name: str, argv: list[str]) -> None:
-        spawn(self.procs, self.root, name, argv, new_session=True)
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
+        spawn(self.procs, self.root, name, argv, new_session=True, env=env)
 
     def make_bridge(self) -> None:
         """The node's network, before the API server: it listens on the bridge address."""
@@ -228,14 +236,16 @@ class Node:
         (self.root / "cni" / "10-llmop.conflist").write_text(conf)
         config = self.root / "containerd.toml"
         config.write_text(CONTAINERD_CONFIG.format(root=self.root, pause=PAUSE_IMAGE))
-        self._spawn("containerd", ["containerd", "--config", str(config)])
+        # its shim is looked up on PATH: the one beside it first
+        self._spawn("containerd", [str(binary_dir() / "containerd"), "--config", str(config)],
+                    env={**os.environ, "PATH": f"{binary_dir()}:{os.environ['PATH']}"})
         self._wait("containerd", lambda: self.socket.exists() and self._ctr(
             "version", check=False).returncode == 0, 30)
 
     def _ctr(self, *args: str, check: bool = True, timeout: float = 60
              ) -> subprocess.CompletedProcess[str]:
-        return _run("ctr", "--address", str(self.socket), "-n", "k8s.io", *args, check=check,
-                    timeout=timeout)
+        return _run(str(binary_dir() / "ctr"), "--address", str(self.socket), "-n", "k8s.io",
+                    *args, check=check, timeout=timeout)
 
     def _import_later(self, archives: list[Path]) -> None:
         try:

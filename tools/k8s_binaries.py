@@ -3,8 +3,10 @@
     python tools/k8s_binaries.py [SOURCE_DIR] [TARGET_DIR]
 
 SOURCE_DIR holds ``<name>.xz`` and ``SHA256SUMS`` (default ../shared/k8s); TARGET_DIR gets
-the executables (default .cache/k8s/bin). A binary already unpacked with the right hash is
-kept. Standard library only: it runs before the virtualenv exists.
+the executables (default .cache/k8s/bin). The test node's containerd 2.3.4 (``containerd``,
+``containerd-shim-runc-v2``, ``ctr``) comes the same way from ../shared/containerd into the
+same directory. A binary already unpacked with the right hash is kept. Standard library
+only: it runs before the virtualenv exists.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 NAMES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy")
+CONTAINERD_NAMES = ("containerd", "containerd-shim-runc-v2", "ctr")
 
 
 def sha256(path: Path) -> str:
@@ -27,12 +30,12 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def unpack(source: Path, target: Path) -> list[str]:
+def unpack(source: Path, target: Path, names: tuple[str, ...] = NAMES) -> list[str]:
     sums = dict(reversed(line.split()) for line in
                 (source / "SHA256SUMS").read_text().splitlines() if line.strip())
     target.mkdir(parents=True, exist_ok=True)
     done = []
-    for name in NAMES:
+    for name in names:
         out = target / name
         if out.exists() and sha256(out) == sums[name]:
             continue
@@ -54,5 +57,8 @@ if __name__ == "__main__":
     dst = Path(sys.argv[2]) if len(sys.argv) > 2 else REPO / ".cache" / "k8s" / "bin"
     if not src.is_dir():
         raise SystemExit(f"{src}: the Kubernetes control-plane binaries are not there")
-    for unpacked in unpack(src, dst):
+    containerd = src.parent / "containerd"
+    if not containerd.is_dir():
+        raise SystemExit(f"{containerd}: the test node's containerd 2.3.4 is not there")
+    for unpacked in [*unpack(src, dst), *unpack(containerd, dst, CONTAINERD_NAMES)]:
         print(f">> unpacked {unpacked} into {dst}")
