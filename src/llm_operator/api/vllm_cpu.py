@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import math
 
+from llm_operator.api.serving_rules import NODES_ASKED
+
 GIB = 1024**3
 # The weight formats vLLM serves on CPU (its docs: FP32, FP16 and BF16): 16-bit here.
 QUANTIZATIONS = ("None", "FP16", "BF16")
@@ -50,8 +52,7 @@ def kv_cache_space_gib(params_b: float, memory_gib: int, nodes: int = 1) -> int:
 
 # The same floor as memory_floor_gib, for the CRD (resources.memoryGiB has a default;
 # serving.nodes unset is one node).
-_NODES_CEL = ("(has(self.serving) && has(self.serving.nodes) && self.serving.nodes > 1 ? "
-              "double(self.serving.nodes) : 1.0)")
+_NODES_CEL = f"({NODES_ASKED} ? double(self.serving.nodes) : 1.0)"
 MEMORY_CEL = (
     "double(self.resources.memoryGiB) >= "
     f"double(self.totalParametersBillions) * {PER_BILLION_GIB:.4f} / {_NODES_CEL} + "
