@@ -1,6 +1,6 @@
 """Build the project's images without Docker or a registry: docker-archive tars for containerd.
 
-    python tools/images.py [all|pause|operator|llama-server|vllm-cpu]
+    python tools/images.py [all|pause|operator|llama-server|vllm-cpu|debian-base]
 
 Prints the path of each archive (import with `ctr -n k8s.io images import FILE`). Images:
 
@@ -13,7 +13,9 @@ Prints the path of each archive (import with `ctr -n k8s.io images import FILE`)
   build, under /opt/vllm, and g++ with Python's headers for torch.compile's C++ kernels, as
   the renderer runs it (``python3 -m vllm.entrypoints.openai.api_server``, and ``vllm serve``
   for a multi-node group's workers, as in vLLM's own CPU image);
-- ``registry.k8s.io/pause:3.10``: the pod sandbox, from ../shared/k8s/pause.xz.
+- ``registry.k8s.io/pause:3.10``: the pod sandbox, from ../shared/k8s/pause.xz;
+- ``llmop.local/debian-base:bookworm``: the first layer alone, a base for modelcar model
+  images (``llmop model-image --base``).
 
 Layers are cached by content hash in ``$LLMOP_CACHE`` (default ``~/.cache/llm-operator``):
 the Debian root filesystem (mmdebstrap), the project's dependencies (by pyproject.toml),
@@ -27,7 +29,6 @@ import argparse
 import contextlib
 import fcntl
 import hashlib
-import io
 import json
 import lzma
 import os
@@ -37,9 +38,10 @@ import sys
 import tarfile
 import tempfile
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
+from llm_operator.images import archive
+from llm_operator.images.archive import Layer
 from llm_operator.local import llama_build
 
 REPO = Path(__file__).resolve().parents[1]
@@ -99,21 +101,6 @@ def need(tool: str, package: str) -> None:
 
 
 # --- layers -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Layer:
-    """An uncompressed layer tar in the cache and its sha256 (the image's diff_id)."""
-
-    path: Path
-
-    @property
-    def diff_id(self) -> str:
-        sums = self.path.with_suffix(".sha256")
-        if not sums.exists():
-            with self.path.open("rb") as f:
-                sums.write_text(hashlib.file_digest(f, "sha256").hexdigest())
-        return f"sha256:{sums.read_text().strip()}"
 
 
 @contextlib.contextmanager
@@ -360,33 +347,19 @@ def image(tag: str, layers: list[Layer], *, entrypoint: list[str], user: str = "
         "architecture": "amd64", "os": "linux",
         "config": {"Entrypoint": entrypoint, "User": user, "WorkingDir": workdir,
                    "Env": [f"{k}={v}" for k, v in (env or {}).items()]},
-        "rootfs": {"type": "layers", "diff_ids": [layer.diff_id for layer in layers]},
     }
-    blob = json.dumps(config, sort_keys=True).encode()
+    rootfs = {"type": "layers", "diff_ids": [layer.diff_id for layer in layers]}
+    key = json.dumps({**config, "rootfs": rootfs}, sort_keys=True)  # the archive's config
     name = tag.rsplit("/", 1)[-1].replace(":", "-")
-    out = llama_build.cache_root() / "images" / f"{name}-{digest([blob, tag])}.tar"
+    out = llama_build.cache_root() / "images" / f"{name}-{digest([key.encode(), tag])}.tar"
     if out.exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.with_suffix(".partial")
-    config_name = f"{hashlib.sha256(blob).hexdigest()}.json"
-    with tarfile.open(partial, "w") as tar:
-        _add_bytes(tar, config_name, blob)
-        names = []
-        for layer in layers:
-            arcname = f"{layer.diff_id.removeprefix('sha256:')}/layer.tar"
-            tar.add(str(layer.path), arcname=arcname)
-            names.append(arcname)
-        manifest = [{"Config": config_name, "RepoTags": [tag], "Layers": names}]
-        _add_bytes(tar, "manifest.json", json.dumps(manifest).encode())
-    os.replace(partial, out)
+    archive.write(out, tag, layers, config)
+    for stale in out.parent.glob(f"{name}-*.tar"):  # earlier builds of the tag: GBs each
+        if stale != out:
+            stale.unlink(missing_ok=True)
     return out
-
-
-def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
-    info = tarfile.TarInfo(name)
-    info.size = len(data)
-    tar.addfile(info, io.BytesIO(data))
 
 
 PYTHON_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "PYTHONPATH": "/opt/llmop/lib",
@@ -415,12 +388,23 @@ def vllm_image() -> Path:
                  env=VLLM_ENV)
 
 
+BASE_TAG = "llmop.local/debian-base:bookworm"
+
+
+def debian_base_image() -> Path:
+    """Debian's essential packages alone (sh, ln, sleep): a base for modelcar model images.
+
+    ``llmop model-image --base`` builds on it; its layer is the other images' first.
+    """
+    return image(BASE_TAG, [base_layer()], entrypoint=["sh"])
+
+
 def pause_image() -> Path:
     return image(PAUSE_TAG, [pause_layer()], entrypoint=["/pause"])
 
 
 BUILDERS = {"pause": pause_image, "operator": operator_image, "llama-server": llama_image,
-            "vllm-cpu": vllm_image}
+            "vllm-cpu": vllm_image, "debian-base": debian_base_image}
 
 
 def main() -> None:

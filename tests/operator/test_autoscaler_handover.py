@@ -10,7 +10,7 @@ from llm_operator.api.validation import parse_llmmodel
 from llm_operator.informer import Informer, Key
 from llm_operator.kube import Kube
 from llm_operator.operator.autoscaler import KEDA_KIND, Autoscaler
-from llm_operator.operator.controller import MODEL_KIND, Caches
+from llm_operator.operator.caches import MODEL_KIND, Caches
 from llm_operator.operator.metrics import OperatorMetrics
 from llm_operator.profiles.settings import Settings
 from llm_operator.reconcile.autoscaling import Loads, Report

@@ -105,14 +105,17 @@ class ModelSourceSpec(Wire):
     """Where the model weights are downloaded from."""
 
     type: ModelSourceType = Field(
-        description="Download backend: huggingface, oci or s3; or file, a model already on the "
-        "machine that `llmop up` runs on (not for clusters).")
+        description="Where the weights come from: huggingface or s3 (downloaded); oci, a model "
+        "image (mounted, or shared by a modelcar; docs/model-images.md); or file, a model "
+        "already on the node or on the machine `llmop up` runs on.")
     hugging_face_token_secret: SecretName | None = Field(
         None, description="Secret holding a Hugging Face token under the key `token`."
     )
     oci_image: str | None = Field(
         None, min_length=1, max_length=512, pattern=NO_WHITESPACE,
-        description="OCI artifact reference holding the weights (type oci).",
+        description="The model image holding the weights under /models (type oci; `llmop "
+        "model-image` builds one), or with the operator setting modelImages.mount: pull, an "
+        "OCI artifact of the files (oras push).",
     )
     s3_bucket: str | None = Field(
         None, min_length=3, max_length=63, pattern=S3_BUCKET,

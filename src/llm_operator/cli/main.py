@@ -28,6 +28,7 @@ from llm_operator.cli.loading import Document, load_documents, load_settings
 from llm_operator.cli.local import down, setup, status, up
 from llm_operator.cli.lora_sync import lora_sync
 from llm_operator.cli.mcp import mcp
+from llm_operator.cli.model_image import model_image
 from llm_operator.cli.router import router
 from llm_operator.cli.verify import model_verify
 from llm_operator.profiles.planner import Plan, plan
@@ -101,8 +102,8 @@ def _run(paths: tuple[str, ...], each: Callable[[Outcome], None]) -> int:
 
 # `llmop --help` lists commands in the order a newcomer needs them.
 COMMAND_ORDER = ("up", "chat", "status", "down", "validate", "plan", "render", "models", "crd",
-                 "operator", "router", "gateway", "mcp", "keys", "model-fetch", "model-verify",
-                 "lora-sync")
+                 "operator", "router", "gateway", "mcp", "keys", "model-image", "model-fetch",
+                 "model-verify", "lora-sync")
 
 
 class Commands(click.Group):
@@ -435,7 +436,7 @@ def _cluster_models(namespace: str | None, selector: str) -> list[dict[str, Any]
 
 
 for command in (up, setup, chat, status, down, gateway, keys, model_fetch, model_verify,
-                lora_sync, router, mcp):
+                model_image, lora_sync, router, mcp):
     cli.add_command(command)
 
 

@@ -15,7 +15,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import aiohttp
 
@@ -24,6 +24,7 @@ from llm_operator.api.validation import InvalidModel, parse_llmmodel
 from llm_operator.connectors import tcp_connector
 from llm_operator.informer import Key, key_of
 from llm_operator.kube import PLURALS, ApiError, Kube
+from llm_operator.operator.caches import Caches
 from llm_operator.operator.metrics import OperatorMetrics
 from llm_operator.operator.reconciler import record_events
 from llm_operator.profiles.settings import Settings
@@ -41,9 +42,6 @@ from llm_operator.reconcile.autoscaling import (
 )
 from llm_operator.reconcile.status import Event
 from llm_operator.render.scaling import autoscaled
-
-if TYPE_CHECKING:
-    from llm_operator.operator.controller import Caches
 
 log = logging.getLogger("llm_operator.autoscaler")
 FIELD_MANAGER = "llm-operator-autoscaler"

@@ -8,7 +8,6 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
@@ -21,6 +20,7 @@ from llm_operator.informer import Informer, Key, key_of
 from llm_operator.kube import PLURALS, ApiError, Kube
 from llm_operator.operator import mcp_push
 from llm_operator.operator.autoscaler import ROUTER_SLICES_KIND, Autoscaler
+from llm_operator.operator.caches import MODEL_KIND, NODE_KIND, POD_KIND, Caches
 from llm_operator.operator.gpu_queue import GpuQueue, wants_accelerators
 from llm_operator.operator.metrics import OperatorMetrics
 from llm_operator.operator.prometheus import status_metrics
@@ -33,14 +33,10 @@ from llm_operator.operator.reconciler import (
 )
 from llm_operator.operator.workqueue import WorkQueue
 from llm_operator.profiles.settings import McpPush, Settings
-from llm_operator.reconcile import workloads
 from llm_operator.reconcile.status import Event
 
 log = logging.getLogger("llm_operator.operator")
 FINALIZER = L.MCP_CLEANUP_FINALIZER
-MODEL_KIND = (API_VERSION, "LLMModel")
-POD_KIND = ("v1", "Pod")
-NODE_KIND = ("v1", "Node")
 SECRET_RECHECK_SECONDS = 10.0  # a model waiting for its Secret looks again this often
 # What a model's own change must touch to be reconciled: not its status (we write that).
 _VOLATILE_META = ("resourceVersion", "managedFields")
@@ -49,71 +45,6 @@ _VOLATILE_META = ("resourceVersion", "managedFields")
 def _identity(obj: dict[str, Any]) -> dict[str, Any]:
     meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k not in _VOLATILE_META}
     return {**{k: v for k, v in obj.items() if k not in {"status", "metadata"}}, "metadata": meta}
-
-
-@dataclass
-class Caches:
-    """The operator's watch caches, by kind and namespace (None: all namespaces).
-
-    Implements the reconciler's ClusterView: reads never reach the API server, and what a
-    write returned is stored at once.
-    """
-
-    namespaces: list[str | None]
-    informers: dict[tuple[str, str], dict[str | None, Informer]] = field(default_factory=dict)
-
-    def add(self, kind: tuple[str, str], make: functools.partial[Informer]) -> None:
-        self.informers[kind] = {ns: make(namespace=ns) for ns in self.namespaces}
-
-    def _for(self, kind: tuple[str, str], namespace: str) -> Informer | None:
-        by_ns = self.informers.get(kind, {})
-        return by_ns.get(namespace) or by_ns.get(None)
-
-    def get(self, kind: tuple[str, str], namespace: str, name: str) -> dict[str, Any] | None:
-        informer = self._for(kind, namespace)
-        return informer.get(namespace, name) if informer else None
-
-    def workloads(self, namespace: str, name: str) -> list[tuple[str, dict[str, Any]]]:
-        """The objects that serve the model now, as (kind, object) (reconcile/workloads)."""
-        return [(ref[1], obj) for ref, place in workloads.places(name)
-                if (obj := self.get(ref, namespace, place)) is not None]
-
-    def all(self) -> list[Informer]:
-        return [i for by_ns in self.informers.values() for i in by_ns.values()]
-
-    def models(self) -> list[dict[str, Any]]:
-        return [o for i in self.informers[MODEL_KIND].values() for o in i.objects.values()]
-
-    def model(self, namespace: str, name: str) -> dict[str, Any] | None:
-        informer = self._for(MODEL_KIND, namespace)
-        return informer.get(namespace, name) if informer else None
-
-    async def child(self, api_version: str, kind: str, namespace: str, name: str
-                    ) -> dict[str, Any] | None:
-        informer = self._for((api_version, kind), namespace)
-        return informer.get(namespace, name) if informer else None
-
-    async def children(self, api_version: str, kind: str, namespace: str,
-                       labels: dict[str, str]) -> list[dict[str, Any]] | None:
-        informer = self._for((api_version, kind), namespace)
-        if informer is None or informer.absent:
-            return None
-        return informer.select(namespace, labels)
-
-    def serves(self, api_version: str, kind: str) -> bool:
-        by_ns = self.informers.get((api_version, kind))
-        return not by_ns or not any(i.absent for i in by_ns.values())
-
-    def stored(self, obj: dict[str, Any]) -> None:
-        informer = self._for((obj.get("apiVersion", ""), obj.get("kind", "")),
-                             key_of(obj)[0])
-        if informer is not None:
-            informer.store(obj)
-
-    def removed(self, api_version: str, kind: str, namespace: str, name: str) -> None:
-        informer = self._for((api_version, kind), namespace)
-        if informer is not None:
-            informer.forget(namespace, name)
 
 
 class Controller:
@@ -168,9 +99,10 @@ class Controller:
                                      metrics=self.metrics)
         self.gpu_queue: GpuQueue | None = None
         self.accelerator_keys: set[Key] = set()  # the models the GPU queue looks at
+        # The GPU queue's capacity, and the runtimes that decide how model images mount.
+        nodes = informer("v1", "nodes", on_change=self._nodes_changed)
+        self.caches.informers[NODE_KIND] = {None: nodes}
         if settings.scheduling.gpu_queue:
-            nodes = informer("v1", "nodes", on_change=self._nodes_changed)
-            self.caches.informers[NODE_KIND] = {None: nodes}
 
             def cached_nodes() -> list[dict[str, Any]]:
                 return list(nodes.objects.values())  # a relist replaces the dict
@@ -221,13 +153,20 @@ class Controller:
 
     def _nodes_changed(self, kind: str, obj: dict[str, Any], previous: dict[str, Any] | None
                        ) -> None:
-        if kind == "DELETED" or previous is None or (obj.get("status") or {}).get(
-                "allocatable") != (previous.get("status") or {}).get("allocatable") or (
-                obj.get("spec") or {}).get("unschedulable") != (
-                previous.get("spec") or {}).get("unschedulable") or (
-                obj.get("metadata") or {}).get("labels") != (
-                previous.get("metadata") or {}).get("labels"):
+        def differs(*path: str) -> bool:
+            now, before = obj, previous or {}
+            for key in path:
+                now, before = now.get(key) or {}, before.get(key) or {}
+            return now != before
+
+        if kind == "DELETED" or previous is None or differs("status", "allocatable") or \
+                differs("spec", "unschedulable") or differs("metadata", "labels"):
             self._admissions_changed()
+        if kind == "DELETED" or previous is None or differs("status", "nodeInfo") or \
+                differs("metadata", "labels") or differs("spec", "unschedulable"):
+            for doc in self.caches.models():  # how model images mount may change
+                if ((doc.get("spec") or {}).get("modelSource") or {}).get("type") == "oci":
+                    self.queue.add(key_of(doc))
 
     def _admissions_changed(self, *, besides: Key | None = None) -> None:
         """Reconcile the models whose place in the GPU queue changed.

@@ -12,6 +12,7 @@ from llm_operator.api import labels as L
 from llm_operator.api.v1alpha1 import API_VERSION, LLMModel
 from llm_operator.api.validation import Problem, parse_llmmodel
 from llm_operator.kube import FIELD_MANAGER, PLURALS, ApiError, Kube
+from llm_operator.profiles import image_mounts
 from llm_operator.profiles.planner import plan
 from llm_operator.profiles.settings import Settings
 from llm_operator.reconcile import workloads
@@ -19,7 +20,7 @@ from llm_operator.reconcile.autoscaling import Report
 from llm_operator.reconcile.ownership import drift
 from llm_operator.reconcile.queue import Admission
 from llm_operator.reconcile.status import Blocker, Event, Observation, compute_status
-from llm_operator.render import placement_problems, render
+from llm_operator.render import placement_problems, pod_node_selector, render
 from llm_operator.render.networking import endpoint
 from llm_operator.render.registration import lease_left
 from llm_operator.render.scaling import autoscaled
@@ -49,6 +50,22 @@ REQUIRED_CRDS = {
               "DisaggregatedSet CRD: install it (LeaderWorkerSet's disaggregatedset), or set "
               "disaggregation.workload to auto or deployments"),
 }
+
+
+async def mounted(settings: Settings, view: ClusterView, model: LLMModel
+                  ) -> tuple[Settings, Blocker | None]:
+    """Settings with modelImages.mount concrete for the nodes that may run a model image.
+
+    With the blocker when image volumes were asked for and no such node can mount one.
+    """
+    source = model.spec.model_source
+    if model.spec.is_remote or source is None or source.type != "oci" \
+            or settings.model_images.mount in ("modelcar", "pull"):
+        return settings, None
+    choice = image_mounts.choose(settings.model_images.mount, await view.nodes(),
+                                 pod_node_selector(model.spec, settings))
+    blocker = Blocker("ImageVolumeUnsupported", choice.problem) if choice.problem else None
+    return image_mounts.with_mount(settings, choice.mode), blocker
 
 
 def resolved(settings: Settings, view: ClusterView) -> Settings:
@@ -83,6 +100,10 @@ class ClusterView(Protocol):
 
     def removed(self, api_version: str, kind: str, namespace: str, name: str) -> None: ...
 
+    async def nodes(self) -> list[dict[str, Any]] | None:
+        """The cluster's nodes; None where they cannot be read."""
+        ...
+
 
 @dataclass
 class DirectView:
@@ -113,6 +134,14 @@ class DirectView:
 
     def removed(self, api_version: str, kind: str, namespace: str, name: str) -> None:
         return None
+
+    async def nodes(self) -> list[dict[str, Any]] | None:
+        try:
+            return await self.kube.list("v1", "nodes", None)
+        except ApiError as exc:
+            if exc.status in (401, 403, 404):  # not allowed to read them, or not served
+                return None
+            raise
 
 
 @dataclass
@@ -345,6 +374,9 @@ async def reconcile(kube: Kube, doc: dict[str, Any], settings: Settings, *,
             and await _workload(view, model) is None:
         verdict = admission(model)  # a model with a workload holds its place: never queued
         queued = verdict if verdict is not None and not verdict.admitted else None
+    if not blockers:
+        settings, unmountable = await mounted(settings, view, model)
+        blockers += [unmountable] if unmountable else []
     if not blockers:
         desired = render(model, resolved(settings, view), owner_uid=meta.get("uid"))
         blockers = _missing_crds(view, desired, model_plan.nodes) \

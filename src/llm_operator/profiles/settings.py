@@ -239,6 +239,22 @@ class Scheduling(_Settings):
         "(config/default installs them).")
 
 
+MountMode = Literal["image-volume", "modelcar", "pull"]
+
+
+class ModelImages(_Settings):
+    """How a model image (modelSource.type oci) reaches the engine (docs/model-images.md)."""
+
+    mount: Literal["auto", "image-volume", "modelcar", "pull"] = Field(
+        "auto", description="image-volume: the image mounted read-only as a volume "
+        "(Kubernetes 1.35+, containerd 2.1+ or CRI-O 1.31+); modelcar: the image runs as a "
+        "sidecar whose files the engine reads through the pod's shared process namespace "
+        "(any runtime; the image needs sh, ln and sleep, e.g. built on busybox); pull: "
+        "oras pulls it into the model cache (an OCI artifact). auto: image-volume when "
+        "every node that may run the model can mount image volumes, else modelcar "
+        "(`llmop render`, which sees no nodes: image-volume).")
+
+
 class Settings(_Settings):
     """Everything an operator administrator can change without touching code."""
 
@@ -278,6 +294,7 @@ class Settings(_Settings):
         "its CRDs are installed, builtin otherwise (and KEDA from when it appears).")
     builtin_autoscaler: BuiltinAutoscaler = Field(default_factory=BuiltinAutoscaler)
     disaggregation: Disaggregation = Field(default_factory=Disaggregation)
+    model_images: ModelImages = Field(default_factory=ModelImages)
     cluster_domain: str = "cluster.local"
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llm_operator.api.serving import ROLES
-from llm_operator.api.v1alpha1 import LLMModel
+from llm_operator.api.v1alpha1 import LLMModel, LLMModelSpec
 from llm_operator.api.validation import Problem
 from llm_operator.profiles.engines import engine, engine_arg_problems
 from llm_operator.profiles.planner import Plan, plan
@@ -24,6 +24,7 @@ from llm_operator.render import (
     pools,
     remote,
     scaling,
+    weights,
     workload,
 )
 
@@ -52,7 +53,7 @@ def placement_problems(model: LLMModel, settings: Settings, model_plan: Plan) ->
                          "an adapter on one machine, which a cluster cannot reach: serve it "
                          "with `llmop up`, or use huggingface, s3, oci or pvc")
                  for a in spec.lora_adapters or () if a.source.type == "file"]
-    problems += workload.node_file_problems(spec)
+    problems += weights.node_file_problems(spec)
     vp = vendor(spec.accelerator_vendor)
     if engine_image(vp, spec.inference_engine, settings) is None:
         reason = vp.unsupported_reason.get(spec.inference_engine, "no image configured")
@@ -138,6 +139,14 @@ def _layout(model: LLMModel, settings: Settings, *, nodes: int, cache: int,
     return _Layout([deployment_of(model)])
 
 
+def pod_node_selector(spec: LLMModelSpec, settings: Settings) -> dict[str, str]:
+    """The inference pods' nodeSelector: the vendor's, or the settings' override of it."""
+    override = settings.vendors.get(spec.accelerator_vendor)
+    if override and override.node_selector is not None:
+        return dict(override.node_selector)
+    return dict(vendor(spec.accelerator_vendor).node_selector)
+
+
 def _render_local(
     model: LLMModel, settings: Settings, owner_uid: str | None, model_plan: Plan
 ) -> list[dict[str, Any]]:
@@ -147,10 +156,8 @@ def _render_local(
     image = engine_image(vp, eng.name, settings)
     assert image is not None  # placement_problems() checked it
     override = settings.vendors.get(vp.name)
-    node_selector = dict(vp.node_selector)
+    node_selector = pod_node_selector(spec, settings)
     tolerations = [dict(t) for t in vp.tolerations]
-    if override and override.node_selector is not None:
-        node_selector = dict(override.node_selector)
     if override and override.tolerations is not None:
         tolerations = list(override.tolerations)
     cache = model_plan.cache_size_gib * (2 if eng.name == "ollama" else 1)  # Ollama copies it
@@ -164,7 +171,7 @@ def _render_local(
 
     layout = _layout(model, settings, nodes=model_plan.nodes, cache=cache,
                      owner_uid=owner_uid, deployment_of=deployment_of)
-    cached = layout.shared_cache and workload.node_file(spec) is None
+    cached = layout.shared_cache and weights.downloads(spec, settings)
     objects = [
         *([workload.model_cache_pvc(model, cache, settings, owner_uid)] if cached else []),
         *([adapters.config_map(model, workload.COMPONENT, owner_uid)]

@@ -18,7 +18,8 @@ from llm_operator.profiles import multinode
 from llm_operator.profiles.engines import serve
 from llm_operator.profiles.settings import Storage
 from llm_operator.profiles.vendors import vendor
-from llm_operator.render.workload import CACHE_VOLUME, SERVER_CONTAINER, model_cache_claim
+from llm_operator.render.weights import CACHE_VOLUME
+from llm_operator.render.workload import SERVER_CONTAINER, model_cache_claim
 
 API_VERSION = "leaderworkerset.x-k8s.io/v1"
 KIND = "LeaderWorkerSet"

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import PurePosixPath
 from typing import Any
 
 from llm_operator.api import labels as L
 from llm_operator.api.v1alpha1 import LLMModel, LLMModelSpec, LoraAdapterSpec
-from llm_operator.api.validation import Problem
 from llm_operator.profiles import adapters
 from llm_operator.profiles.engines import (
     CACHE_DIR,
@@ -18,7 +16,6 @@ from llm_operator.profiles.engines import (
     PORT,
     SOURCE_DIR,
     EngineProfile,
-    engine,
     prepare_script,
     serve,
 )
@@ -34,10 +31,18 @@ from llm_operator.render.meta import (
     restricted_container_security,
     selector_labels,
 )
+from llm_operator.render.weights import (
+    CACHE_VOLUME,
+    cache_mounts,
+    cache_volumes,
+    modelcar,
+    origin,
+    reader_non_root,
+    wants_gguf,
+)
 
 COMPONENT = "inference"
 SERVER_CONTAINER = "inference-server"
-CACHE_VOLUME = "model-cache"
 TERMINATION_LOG = "/dev/termination-log"
 PRIORITY_CLASS_PREFIX = "llmop-"  # config/priority ships llmop-batch ... llmop-critical
 SHM_SINGLE, SHM_MULTI = "16Gi", "64Gi"
@@ -67,67 +72,9 @@ def model_cache_pvc(
     }
 
 
-def node_file(spec: LLMModelSpec) -> str | None:
-    """The model already on the node (modelSource type file, absolute path), if any.
-
-    Such a model downloads nothing: the GGUF file, or for vLLM and SGLang the Hugging Face
-    model directory, is mounted read-only from the node (hostPath) where the download would
-    have put it (a GGUF file is checked by model-verify first); the cache is an emptyDir that
-    holds only which file was checked and vLLM's compile cache.
-    """
-    source = spec.model_source
-    if source is None or source.type != "file" or source.path is None:
-        return None
-    return source.path if source.path.startswith("/") else None
-
-
-def node_file_problems(spec: LLMModelSpec) -> list[Problem]:
-    """Why a file source cannot run in a cluster (a relative path, a PyPI package)."""
-    source = spec.model_source
-    if source is None or source.type != "file" or node_file(spec):
-        return []
-    if source.python_package is not None:
-        return [Problem("spec.modelSource.pythonPackage",
-                        "a model installed by pip lives on one machine, which a cluster "
-                        "cannot reach: serve it with `llmop up`, or copy the GGUF file to the "
-                        "nodes and give its absolute path in modelSource.path")]
-    return [Problem("spec.modelSource.path",
-                    f"{source.path!r} is relative: in a cluster give the GGUF file's absolute "
-                    "path on the node (every node that may run the model needs the file)")]
-
-
-def _node_directory(spec: LLMModelSpec) -> bool:
-    """A node path that is a Hugging Face model directory (vLLM, SGLang), not one GGUF file."""
-    return not _wants_gguf(spec, engine(spec.inference_engine))
-
-
-def _cache_mounts(spec: LLMModelSpec) -> list[dict[str, Any]]:
-    """The model cache, and a node file or directory where the download would have put it."""
-    mounts: list[dict[str, Any]] = [{"name": CACHE_VOLUME, "mountPath": CACHE_DIR}]
-    path = node_file(spec)
-    if path:
-        where = SOURCE_DIR if _node_directory(spec) else f"{SOURCE_DIR}/{PurePosixPath(path).name}"
-        mounts.append({"name": "model-file", "readOnly": True, "mountPath": where})
-    return mounts
-
-
-def _cache_volumes(model: LLMModel) -> list[dict[str, Any]]:
-    path = node_file(model.spec)
-    if path is None:
-        return [{"name": CACHE_VOLUME,
-                 "persistentVolumeClaim": {"claimName": pvc_name(model)}}]
-    kind = "Directory" if _node_directory(model.spec) else "File"
-    return [{"name": CACHE_VOLUME, "emptyDir": {}},
-            {"name": "model-file", "hostPath": {"path": path, "type": kind}}]
-
-
 def _gguf_patterns(spec: LLMModelSpec) -> list[str]:
     tag = spec.quantization.removeprefix("GGUF-")
     return [f"*{tag}*.gguf", f"*{tag.lower()}*.gguf"]
-
-
-def _wants_gguf(spec: LLMModelSpec, eng: EngineProfile) -> bool:
-    return eng.gguf_only or spec.quantization.startswith("GGUF-")
 
 
 @dataclass(frozen=True)
@@ -147,7 +94,7 @@ class Fetch:
 
 def _model_fetch(spec: LLMModelSpec, eng: EngineProfile) -> Fetch:
     source = spec.model_source
-    includes = tuple(_gguf_patterns(spec)) if _wants_gguf(spec, eng) else ()
+    includes = tuple(_gguf_patterns(spec)) if wants_gguf(spec, eng) else ()
     if source is None or source.type == "huggingface":
         return Fetch("huggingface", SOURCE_DIR, repo=spec.model_id, includes=includes,
                      token_secret=source.hugging_face_token_secret if source else None)
@@ -254,8 +201,9 @@ def verify_container(spec: LLMModelSpec, settings: Settings) -> dict[str, Any]:
         "terminationMessagePath": TERMINATION_LOG,
         "resources": {"requests": {"cpu": "250m", "memory": "128Mi"},
                       "limits": {"memory": "256Mi"}},
-        "volumeMounts": _cache_mounts(spec),
-        "securityContext": restricted_container_security(non_root=True),
+        "volumeMounts": cache_mounts(spec, settings),
+        "securityContext": restricted_container_security(
+            non_root=reader_non_root(spec, settings)),
     }
 
 
@@ -273,8 +221,9 @@ def prepare_container(spec: LLMModelSpec, image: str, settings: Settings) -> dic
         "imagePullPolicy": settings.images.pull_policy,
         "command": ["sh", "-c", script],
         "env": env,
-        "volumeMounts": _cache_mounts(spec),
-        "securityContext": restricted_container_security(non_root=True),
+        "volumeMounts": cache_mounts(spec, settings),
+        "securityContext": restricted_container_security(
+            non_root=reader_non_root(spec, settings)),
     }
 
 
@@ -333,6 +282,21 @@ def _affinity(spec: LLMModelSpec, vp: VendorProfile) -> dict[str, Any] | None:
     return {"nodeAffinity": node} if node else None
 
 
+def _init_containers(spec: LLMModelSpec, eng: EngineProfile, image: str, settings: Settings
+                     ) -> list[dict[str, Any]]:
+    """Get the weights (download, or a modelcar), check a GGUF, fetch adapters, prepare."""
+    where = origin(spec, settings)
+    init = [fetch_container(_model_fetch(spec, eng), settings)] if where == "download" else \
+        [modelcar(spec, settings, non_root=eng.runs_as_non_root)] if where == "modelcar" else []
+    if wants_gguf(spec, eng):
+        init.append(verify_container(spec, settings))
+    init += adapter_fetch_containers(spec, settings)
+    prepare = prepare_container(spec, image, settings)
+    if prepare:
+        init.append(prepare)
+    return init
+
+
 def inference_deployment(
     model: LLMModel,
     *,
@@ -349,8 +313,8 @@ def inference_deployment(
     on_accel = vp.resource_key is not None
     srv = serve(spec, on_accelerator=on_accel)
     env = [{"name": k, "value": v} for k, v in (*srv.env, *(vp.env if on_accel else ()))]
-    mounts = _cache_mounts(spec)
-    volumes = _cache_volumes(model)
+    mounts = cache_mounts(spec, settings)
+    volumes = cache_volumes(model, settings)
     if eng.needs_shm:
         size = SHM_MULTI if spec.resources.accelerator_count > 1 else SHM_SINGLE
         mounts.append({"name": "shm", "mountPath": "/dev/shm"})
@@ -379,13 +343,7 @@ def inference_deployment(
         "securityContext": restricted_container_security(
             non_root=eng.runs_as_non_root, add=vp.capabilities_add if on_accel else ()),
     }
-    init = [] if node_file(spec) else [fetch_container(_model_fetch(spec, eng), settings)]
-    if _wants_gguf(spec, eng):
-        init.append(verify_container(spec, settings))
-    init += adapter_fetch_containers(spec, settings)
-    prepare = prepare_container(spec, image, settings)
-    if prepare:
-        init.append(prepare)
+    init = _init_containers(spec, eng, image, settings)
     pod: dict[str, Any] = {
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": settings.drain_seconds + GRACE_AFTER_DRAIN,
@@ -395,6 +353,8 @@ def inference_deployment(
         "containers": [server],
         "volumes": volumes,
     }
+    if origin(spec, settings) == "modelcar":
+        pod["shareProcessNamespace"] = True  # the engine reads the modelcar's /proc/<pid>/root
     if lora.synced(spec):
         container, volume = lora.sidecar(model, settings)
         pod["containers"].append(container)

@@ -1,0 +1,1 @@
+"""OCI images written without Docker: docker-archive tars (model images, the test images)."""
