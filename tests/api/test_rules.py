@@ -55,6 +55,13 @@ PD = {"prefill": {"replicas": 1}, "decode": {"replicas": 2, "resources": {"accel
 REMOTE = {"deploymentMode": "remote", "modelId": "gpt-5.5", "totalParametersBillions": None,
           "remoteApi": {"baseUrl": "https://api.openai.com/v1", "apiKeySecret": "k"}}
 
+
+
+def _mig(card: str, profile: str, acceleratorCount: int = 1, **sharing: Any) -> dict[str, Any]:
+    return {"resources": {"preferredAcceleratorModel": card, "acceleratorCount": acceleratorCount,
+                          "gpuSharing": {"migProfile": profile, **sharing}}}
+
+
 # (case, spec patch, expected broken rule ids)
 CASES: list[tuple[str, dict[str, Any], set[str]]] = [
     ("valid local", {}, set()),
@@ -239,6 +246,29 @@ CASES: list[tuple[str, dict[str, Any], set[str]]] = [
     ("LoRA across nodes", {"serving": {"nodes": 2}, "loraAdapters": [
         {"name": "sql", "source": {"type": "huggingface", "repo": "acme/sql-lora"}}]},
      {"distributed-without-lora"}),
+    # GPU sharing: a MIG instance is one, of a profile the named card has; time-slicing NVIDIA's
+    ("a MIG instance of the named card", _mig("NVIDIA H100 80GB HBM3", "3g.40gb"), set()),
+    ("a MIG instance with its media engines", _mig("NVIDIA H100 80GB HBM3", "1g.10gb+me"),
+     set()),
+    ("an H100 NVL's own profile", _mig("NVIDIA H100 NVL", "3g.47gb"), set()),
+    ("an A100 40GB's profile on an A100 80GB", _mig("NVIDIA A100-SXM4-80GB", "1g.5gb"),
+     {"mig-profile-of-card"}),
+    ("an 80GB profile on an H100 NVL", _mig("NVIDIA H100 NVL", "3g.40gb"),
+     {"mig-profile-of-card"}),
+    ("a MIG profile on a card without MIG", _mig("NVIDIA L40S", "1g.10gb"),
+     {"mig-profile-of-card"}),
+    ("a MIG profile and no card named", {"resources": {"gpuSharing": {"migProfile": "1g.10gb"}}},
+     {"mig-profile-of-card"}),
+    ("two MIG instances", _mig("NVIDIA H100 80GB HBM3", "7g.80gb", acceleratorCount=2),
+     {"mig-one-instance"}),
+    ("a MIG instance per node", {**_mig("NVIDIA H100 80GB HBM3", "7g.80gb"),
+                                 "serving": {"nodes": 2}}, {"mig-one-instance"}),
+    ("a MIG instance, time-sliced", _mig("NVIDIA H100 80GB HBM3", "3g.40gb", timeSliced=True),
+     {"mig-or-time-sliced"}),
+    ("a time-sliced GPU", {"resources": {"gpuSharing": {"timeSliced": True}}}, set()),
+    ("a time-sliced AMD GPU", {"acceleratorVendor": "amd",
+                               "resources": {"gpuSharing": {"timeSliced": True}}},
+     {"gpu-sharing-on-nvidia"}),
 ]
 
 

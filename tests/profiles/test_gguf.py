@@ -9,8 +9,8 @@ from typing import Any
 import gguf
 import pytest
 
+from llm_operator.profiles.estimate import estimate_from_file
 from llm_operator.profiles.gguf import ArrayOf, GgufError, describe, read_header
-from llm_operator.profiles.planner import estimate_from_file
 
 from ggufs import write_gguf
 

@@ -9,7 +9,10 @@ import pytest
 
 from llm_operator.api.v1alpha1 import LLMModel
 from llm_operator.api.validation import parse_llmmodel
-from llm_operator.profiles.planner import GIB, estimate_memory, plan
+from llm_operator.profiles.estimate import GIB, estimate_memory
+from llm_operator.profiles.planner import plan
+
+from samples import sample_doc
 
 GB = 1e9 / GIB  # the guide's table is in GB; the planner works in GiB
 
@@ -389,3 +392,28 @@ def test_vllm_on_cpu_gets_the_kv_space_its_ram_leaves(
     assert result.estimate is not None and result.estimate.kv_cache_gib == space
     assert (result.nodes, result.pipeline_parallel_size) == (nodes, nodes)
     assert words in result.reason, result.reason
+
+
+@pytest.mark.parametrize(("card", "profile", "verdict", "reason"), [
+    ("NVIDIA H100 80GB HBM3", "3g.40gb", "fits",
+     "21.0 of 33.5 GiB usable on MIG 3g.40gb of H100 80GB"),
+    ("NVIDIA H100 80GB HBM3", "2g.20gb", "does-not-fit",
+     "needs ~21.0 GiB but MIG 2g.20gb of H100 80GB at 90% gives 16.8 GiB: use migProfile "
+     "3g.40gb"),
+    ("NVIDIA A100-SXM4-40GB", "1g.5gb", "does-not-fit",
+     "needs ~21.0 GiB but MIG 1g.5gb of A100 40GB at 90% gives 4.2 GiB: use migProfile "
+     "7g.40gb"),  # 3g.20gb and 4g.20gb give 16.8
+    ("NVIDIA A30", "4g.24gb", "does-not-fit",
+     "needs ~21.0 GiB but MIG 4g.24gb of A30 24GB at 90% gives 20.1 GiB: it needs more than "
+     "a whole card: use whole GPUs (remove gpuSharing)"),
+])
+def test_a_mig_instance_is_planned_by_its_own_memory(card: str, profile: str, verdict: str,
+                                                     reason: str) -> None:
+    doc = sample_doc("qwen3-8b-mig-nvidia")
+    doc["spec"]["resources"].update(preferredAcceleratorModel=card,
+                                    gpuSharing={"migProfile": profile})
+    found = plan(parse_llmmodel(doc))
+    assert (found.verdict, found.reason) == (verdict, reason)
+    assert found.accelerator_count == 1
+    if verdict == "does-not-fit":
+        assert found.field == "spec.resources.gpuSharing.migProfile"

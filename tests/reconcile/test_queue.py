@@ -134,3 +134,32 @@ def test_a_models_claim_counts_every_pod_it_will_run(stem: str, workload: str,
     found = claim_of(model, served, running=False)
     assert found is not None and found.pods == pods
     assert found.node_selector == {"nvidia.com/gpu.present": "true"}
+
+
+H100 = "NVIDIA-H100-80GB-HBM3"  # as GPU Feature Discovery labels the product
+
+
+@pytest.mark.parametrize(("sharing", "strategy", "resource", "product"), [
+    ({"migProfile": "3g.40gb"}, "mixed", "nvidia.com/mig-3g.40gb", H100),
+    ({"migProfile": "3g.40gb"}, "single", "nvidia.com/gpu", f"{H100}-MIG-3g.40gb"),
+    ({"timeSliced": True}, "mixed", "nvidia.com/gpu.shared", f"{H100}-SHARED"),
+])
+def test_a_shared_gpu_is_claimed_as_the_resource_the_pods_ask_for(
+        sharing: dict[str, Any], strategy: str, resource: str, product: str) -> None:
+    doc = sample_doc("gemma4-31b-nvidia")
+    doc["spec"]["resources"].update(acceleratorCount=1, gpuSharing=sharing,
+                                    preferredAcceleratorModel="NVIDIA H100 80GB HBM3")
+    model = parse_llmmodel(doc)
+    settings = Settings.model_validate({"gpus": {"migStrategy": strategy,  # the GPU operator's
+                                                 "sharedResource": "nvidia.com/gpu.shared"}})
+    found = claim_of(model, workloads.rendered(render(model, settings), model.name),
+                     running=False)
+    assert found is not None and (found.resource, found.pods) == (resource, (1,))
+    # a node with three such instances free takes it; one with whole GPUs only does not
+    gfd = {**NVIDIA, "nvidia.com/gpu.product": product, "nvidia.com/gpu.memory": "81559"}
+    with_instances = Node("mig", {resource: 3}, gfd)
+    whole = Node("whole", {GPU: 8}, {**NVIDIA, "nvidia.com/gpu.product": H100,
+                                     "nvidia.com/gpu.memory": "81559"})
+    result = admit([found], [whole, with_instances])
+    assert result[found.key].admitted
+    assert not admit([found], [whole])[found.key].admitted

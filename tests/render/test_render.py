@@ -16,7 +16,7 @@ from llm_operator.cli.main import cli
 from llm_operator.gateway.proxies import proxy_settings
 from llm_operator.profiles.settings import Settings
 from llm_operator.render import RenderError, render
-from llm_operator.render.workload import cpu_quantity
+from llm_operator.render.accelerators import cpu_quantity
 
 from k8s_schemas import validate_object
 from samples import CLUSTER_EXAMPLES, EDGE_SAMPLES, GUIDE_SAMPLES, load_yaml, sample_doc

@@ -6,6 +6,7 @@ import re
 from typing import Any
 
 from llm_operator.api import vllm_cpu
+from llm_operator.api.gpu_rules import GPU_RULES
 from llm_operator.api.rule import ENGINE, VENDOR, Rule, is_local
 from llm_operator.api.serving_rules import SERVING_RULES, asked_nodes
 from llm_operator.api.v1alpha1 import (
@@ -415,6 +416,7 @@ RULES: tuple[Rule, ...] = (
         holds=lambda api: api.api != "gemini" or gemini_url_fits(api.base_url, api.api),
     ),
     *SERVING_RULES,
+    *GPU_RULES,
     Rule(
         id="s3-needs-bucket",
         location="spec.modelSource",
@@ -433,7 +435,7 @@ def _at(model: LLMModel, location: str) -> Any:
     attrs = {"spec": "spec", "scaling": "scaling", "mcpExposure": "mcp_exposure",
              "modelSource": "model_source", "remoteApi": "remote_api", "routing": "routing",
              "serving": "serving", "disaggregation": "disaggregation", "prefill": "prefill",
-             "decode": "decode"}
+             "decode": "decode", "resources": "resources", "gpuSharing": "gpu_sharing"}
     for part in filter(None, location.split(".")):
         node = getattr(node, attrs[part])
         if node is None:

@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from llm_operator.api.mig import PROFILE as MIG_PROFILE
 from llm_operator.api.model_status import SHA256_HEX, LLMModelStatus
 from llm_operator.api.serving import ServingSpec
 from llm_operator.api.wire import Wire
@@ -70,6 +71,24 @@ EngineArgKey = Annotated[str, Field(min_length=1, max_length=128)]
 EngineArgValue = Annotated[str, Field(max_length=4096)]
 
 
+class GpuSharingSpec(Wire):
+    """Less than a whole NVIDIA GPU: one MIG instance, or a time-sliced GPU."""
+
+    mig_profile: str | None = Field(
+        None, max_length=16, pattern=MIG_PROFILE,
+        description="One MIG instance of this profile (e.g. 3g.40gb) instead of a whole GPU: "
+        "isolated memory and compute. A profile of the card that preferredAcceleratorModel "
+        "names (docs/scheduling.md lists each card's); the planner sizes the model against "
+        "the instance's memory. Requested as nvidia.com/mig-<profile> (the GPU operator's "
+        "mixed strategy) or as nvidia.com/gpu on nodes labelled with the partitioned product "
+        "(single; operator setting gpus.migStrategy).")
+    time_sliced: bool = Field(
+        False, description="May run on a time-sliced GPU (the device plugin's time-slicing, "
+        "products labelled -SHARED): it shares the card's memory and compute with other pods, "
+        "with no memory limit or fault isolation between them. Without it the pods avoid "
+        "time-sliced GPUs.")
+
+
 class ResourcesSpec(Wire):
     """Accelerator and system resources for one inference replica."""
 
@@ -91,6 +110,9 @@ class ResourcesSpec(Wire):
         '"AMD Instinct MI300X", "Intel Gaudi 3". Used as a scheduling preference and by the '
         "planner to know the card's memory.",
     )
+    gpu_sharing: GpuSharingSpec | None = Field(
+        None, alias="gpuSharing", description="NVIDIA only: share a GPU (MIG or time-slicing) "
+        "instead of taking whole ones.")
     cpu_millicores: int = Field(
         4000, ge=100, le=1_024_000, description="CPU request in millicores for the inference pod."
     )

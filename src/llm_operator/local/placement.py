@@ -8,13 +8,9 @@ from typing import Any, Literal
 
 from llm_operator.api.model_status import ModelFileStatus
 from llm_operator.api.v1alpha1 import LLMModel
+from llm_operator.profiles.estimate import DEFAULT_CONTEXT_TOKENS, GIB, estimate_from_file
 from llm_operator.profiles.llamaserver import Where, llama_server_args, parallel_slots
-from llm_operator.profiles.planner import (
-    DEFAULT_CONTEXT_TOKENS,
-    GIB,
-    estimate_from_file,
-    plan,
-)
+from llm_operator.profiles.planner import plan
 from llm_operator.render.remote import gateway_route
 
 LOCAL_ENGINES = ("llamacpp", "ollama")

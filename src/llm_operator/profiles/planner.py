@@ -8,30 +8,25 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from llm_operator.api import vllm_cpu
-from llm_operator.api.model_status import ModelFileStatus
+from llm_operator.api.gpu_rules import mig_profile
+from llm_operator.api.mig import mig_card, profile_memory_gib
 from llm_operator.api.serving import GPU_VENDORS, MAX_NODES, MULTI_NODE_ENGINES, ROLES
 from llm_operator.api.serving_rules import asked_nodes
 from llm_operator.api.v1alpha1 import LLMModel, LLMModelSpec
 from llm_operator.profiles.adapters import adapter_memory
 from llm_operator.profiles.engines import TP_ARGS, engine
+from llm_operator.profiles.estimate import (
+    DEFAULT_CONTEXT_TOKENS,
+    Estimate,
+    cache_size_gib,
+    estimate_from_file,
+    estimate_memory,
+)
 from llm_operator.profiles.llamaserver import parallel_slots
 from llm_operator.profiles.vendors import VENDORS, Accelerator, VendorProfile, vendor
 
-GIB = 1024**3
 Verdict = Literal["fits", "tight", "does-not-fit"]
 
-# Stored bits per weight, including the per-group scales of block formats.
-BITS_PER_WEIGHT: dict[str, float] = {
-    "None": 16.0, "FP16": 16.0, "BF16": 16.0,
-    "FP8": 8.0, "INT8": 8.0, "GGUF-Q8_0": 8.5,
-    "MXFP6": 6.25, "GGUF-Q4_K_M": 4.85, "FP4": 4.5,
-    "INT4": 4.25, "QAT-INT4": 4.25, "GPTQ": 4.25, "AWQ": 4.25, "MXFP4": 4.25,
-}
-
-# KV cache per token (16-bit K and V), fitted to GQA models: ~128 KiB at 8B, ~320 KiB at 70B.
-KV_KIB_PER_TOKEN_COEFF = 53.0
-KV_KIB_PER_TOKEN_EXP = 0.42
-DEFAULT_CONTEXT_TOKENS = 4096
 GPU_UTILIZATION_DEFAULT = 0.90  # vLLM's --gpu-memory-utilization default
 # The engineArg that sets the share of accelerator memory an engine takes (SGLang's default
 # depends on the card; 0.9 is its documented one).
@@ -40,61 +35,6 @@ GGUF_GPU_UTILIZATION = 0.95
 HEADROOM = 0.85  # above this share of usable memory the verdict is "tight"
 COUNTS = (1, 2, 4, 8)  # tensor-parallel degrees that fit in one node
 AMD_MX_CARDS = ("AMD Instinct MI350X",)
-
-
-@dataclass(frozen=True)
-class Estimate:
-    """Memory needed by one replica, in GiB."""
-
-    weights_gib: float
-    kv_cache_gib: float
-    overhead_gib: float
-    context_tokens: int
-    adapters_gib: float = 0.0  # LoRA adapter buffers (profiles.adapters)
-
-    @property
-    def total_gib(self) -> float:
-        return self.weights_gib + self.kv_cache_gib + self.overhead_gib + self.adapters_gib
-
-
-def estimate_memory(
-    total_params_b: float,
-    active_params_b: float | None,
-    quantization: str,
-    context_tokens: int,
-    on_accelerator: bool = True,
-) -> Estimate:
-    """Weights (total params x bytes per param) + KV cache for one full context + overhead.
-
-    The KV cache scales with the attention size, which for MoE follows the active parameters.
-    Overhead is runtime context, kernels and activation buffers: 1 GiB + 5% of the weights on
-    an accelerator, 0.5 GiB + 2% on CPU.
-    """
-    weights = total_params_b * 1e9 * BITS_PER_WEIGHT[quantization] / 8 / GIB
-    attention_params = active_params_b or total_params_b
-    kv_per_token = KV_KIB_PER_TOKEN_COEFF * attention_params**KV_KIB_PER_TOKEN_EXP * 1024
-    kv = kv_per_token * context_tokens / GIB
-    overhead = 1.0 + 0.05 * weights if on_accelerator else 0.5 + 0.02 * weights
-    return Estimate(weights, kv, overhead, context_tokens)
-
-
-def estimate_from_file(model: ModelFileStatus, context_tokens: int,
-                       on_accelerator: bool = False) -> Estimate | None:
-    """The memory estimate from a GGUF file's real numbers instead of the parameter count.
-
-    Its size for the weights; its layers, key/value heads and head widths for the KV cache
-    (16-bit K and V). None when the header lacks what the KV cache needs (then the
-    parameter count decides).
-    """
-    layers, heads, width = model.layers, model.head_count, model.embedding_length
-    if not (layers and heads and width):
-        return None
-    key = model.key_length or width / heads
-    value = model.value_length or key
-    kv = layers * (model.head_count_kv or heads) * (key + value) * 2 * context_tokens / GIB
-    weights = model.size_bytes / GIB
-    overhead = 1.0 + 0.05 * weights if on_accelerator else 0.5 + 0.02 * weights
-    return Estimate(weights, kv, overhead, context_tokens)
 
 
 @dataclass(frozen=True)
@@ -140,11 +80,6 @@ class Plan:
             "verdict": self.verdict,
             "reason": self.reason,
         }
-
-
-def cache_size_gib(estimate: Estimate, minimum: int) -> int:
-    """Model-cache volume size: the weights on disk plus 30% and 2 GiB of slack."""
-    return max(minimum, math.ceil(estimate.weights_gib * 1.3 + 2))
 
 
 def _utilization(spec: LLMModelSpec) -> float:
@@ -237,6 +172,9 @@ def _plan_local(model: LLMModel, est: Estimate, cache: int, vp: VendorProfile,
             f"{spec.quantization} needs an AMD MI350X or later (CDNA 4); {card.name} "
             "cannot run it: use FP8 or AWQ"))
 
+    profile = mig_profile(spec)
+    if profile is not None:
+        return _plan_mig(base, spec, need, profile, util)
     per_card = card.memory_gib if card else declared
     if not per_card:
         largest = vp.largest_accelerator
@@ -284,6 +222,26 @@ def _plan_local(model: LLMModel, est: Estimate, cache: int, vp: VendorProfile,
             f"{usable:.1f} GiB: {fix}"))
     return _headroom(base, spec, need, usable, where=f"{count}x {label}",
                      known_card=card is not None)
+
+
+def _plan_mig(base: Plan, spec: LLMModelSpec, need: float, profile: str, util: float
+              ) -> Plan:
+    """One MIG instance: the model against the instance's memory (the rules checked the card)."""
+    card = mig_card(spec.resources.preferred_accelerator_model)
+    label = f"MIG {profile} of {card.name if card else 'the card'}"
+    usable = profile_memory_gib(profile) * util
+    base = replace(base, capacity_gib=usable, accelerator=label, accelerator_count=1,
+                   tensor_parallel_size=1)
+    if need <= usable:
+        return _headroom(base, spec, need, usable, where=label, known_card=False)
+    larger = sorted((p for p in (card.profiles if card else ()) if "+" not in p
+                     and need <= profile_memory_gib(p) * util),
+                    key=lambda p: (profile_memory_gib(p), p))
+    fix = f"use migProfile {larger[0]}" if larger else \
+        "it needs more than a whole card: use whole GPUs (remove gpuSharing)"
+    return replace(base, verdict="does-not-fit", field="spec.resources.gpuSharing.migProfile",
+                   reason=f"needs ~{need:.1f} GiB but {label} at {util:.0%} gives "
+                   f"{usable:.1f} GiB: {fix}")
 
 
 @dataclass(frozen=True)

@@ -239,6 +239,20 @@ class Scheduling(_Settings):
         "(config/default installs them).")
 
 
+class Gpus(_Settings):
+    """How the cluster's NVIDIA GPU operator shares GPUs (spec.resources.gpuSharing)."""
+
+    mig_strategy: Literal["mixed", "single"] = Field(
+        "mixed", description="The GPU operator's MIG strategy: mixed advertises each "
+        "instance as nvidia.com/mig-<profile>; single partitions every GPU of a node alike and "
+        "advertises them as nvidia.com/gpu, the product label ending in -MIG-<profile>.")
+    shared_resource: str = Field(
+        "nvidia.com/gpu", pattern=r"^[a-z0-9.-]+/[a-z0-9.-]+$",
+        description="What a time-sliced GPU is requested as: nvidia.com/gpu, or "
+        "nvidia.com/gpu.shared where the device plugin renames shared GPUs "
+        "(renameByDefault: true).")
+
+
 MountMode = Literal["image-volume", "modelcar", "pull"]
 
 
@@ -295,6 +309,7 @@ class Settings(_Settings):
     builtin_autoscaler: BuiltinAutoscaler = Field(default_factory=BuiltinAutoscaler)
     disaggregation: Disaggregation = Field(default_factory=Disaggregation)
     model_images: ModelImages = Field(default_factory=ModelImages)
+    gpus: Gpus = Field(default_factory=Gpus)
     cluster_domain: str = "cluster.local"
 
 

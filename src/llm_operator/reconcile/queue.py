@@ -1,9 +1,11 @@
 """The GPU queue: which accelerator models may start now, and in what order the rest wait (pure).
 
 Capacity is what Nodes offer (allocatable ``nvidia.com/gpu``, ``amd.com/gpu``,
-``habana.ai/gaudi``) on schedulable nodes that match a model's node selector and required
-node affinity. Running models (those with a workload: a Deployment, a LeaderWorkerSet,
-prefill and decode roles) keep what they hold and are never queued. The others are
+``habana.ai/gaudi``, or the resource the pods ask for instead, a MIG instance's
+``nvidia.com/mig-3g.40gb`` or a shared GPU's) on schedulable nodes that match a model's
+node selector and required node affinity. Running models (those with a workload: a
+Deployment, a LeaderWorkerSet, prefill and decode roles) keep what they hold and are never
+queued. The others are
 considered by priority, then creation time: each is placed pod by pod (first fit; a
 replica across nodes is several pods, a disaggregated model two roles of pods); the first
 that does not fit waits, and so does everything after it that wants the same accelerator,
@@ -212,6 +214,19 @@ def _pod_spec(workload: Workload) -> Mapping[str, Any]:
     return dict(template.get("spec") or {})
 
 
+def _asked(pod: Mapping[str, Any], vendor_key: str) -> str:
+    """The accelerator resource the pods ask for, of the vendor's domain.
+
+    The vendor's own, or a MIG instance's (nvidia.com/mig-3g.40gb) or a shared GPU's
+    (nvidia.com/gpu.shared).
+    """
+    domain = vendor_key.split("/", maxsplit=1)[0] + "/"
+    asked = sorted(key for c in pod.get("containers") or []
+                   for key in ((c.get("resources") or {}).get("limits") or {})
+                   if str(key).startswith(domain))
+    return asked[0] if asked else vendor_key
+
+
 def claim_of(model: LLMModel, workloads: list[Workload], *, running: bool) -> Claim | None:
     """What an accelerator model claims, from its workloads; None without accelerators.
 
@@ -222,9 +237,10 @@ def claim_of(model: LLMModel, workloads: list[Workload], *, running: bool) -> Cl
     resource = vendor(spec.accelerator_vendor).resource_key
     if not spec.needs_accelerators or resource is None or not workloads:
         return None
+    pod = _pod_spec(workloads[0])
+    resource = _asked(pod, resource)
     default = max(1, spec.scaling.min_replicas)
     pods = tuple(n for w in workloads for n in pods_of(w, resource, default))
-    pod = _pod_spec(workloads[0])
     terms = ((((pod.get("affinity") or {}).get("nodeAffinity") or {}).get(
         "requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or [])
     return Claim((model.namespace, model.name), resource, pods,

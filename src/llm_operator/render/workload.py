@@ -21,6 +21,7 @@ from llm_operator.profiles.engines import (
 )
 from llm_operator.profiles.settings import Settings, Storage
 from llm_operator.profiles.vendors import VendorProfile
+from llm_operator.render import accelerators
 from llm_operator.render import adapters as lora
 from llm_operator.render.meta import (
     child_labels,
@@ -249,39 +250,6 @@ def _probe(path: str, period: int, failures: int, timeout: int) -> dict[str, Any
             "failureThreshold": failures, "timeoutSeconds": timeout}
 
 
-def cpu_quantity(millicores: int) -> str:
-    """CPU in the canonical form the API server stores ("8", not "8000m").
-
-    Re-applying an unchanged model then compares equal and writes nothing.
-    """
-    return str(millicores // 1000) if millicores % 1000 == 0 else f"{millicores}m"
-
-
-def _resources(spec: LLMModelSpec, vp: VendorProfile) -> dict[str, Any]:
-    amounts = {"cpu": cpu_quantity(spec.resources.cpu_millicores),
-               "memory": f"{spec.resources.memory_gi_b}Gi"}
-    if vp.resource_key:
-        amounts[vp.resource_key] = str(spec.resources.accelerator_count)
-    return {"requests": dict(amounts), "limits": dict(amounts)}
-
-
-def _affinity(spec: LLMModelSpec, vp: VendorProfile) -> dict[str, Any] | None:
-    """Require nodes whose cards have the declared memory; prefer the named card."""
-    node: dict[str, Any] = {}
-    vram = spec.resources.vram_per_accelerator_gi_b
-    if vp.memory_node_label and vram:
-        node["requiredDuringSchedulingIgnoredDuringExecution"] = {"nodeSelectorTerms": [{
-            "matchExpressions": [{"key": vp.memory_node_label, "operator": "Gt",
-                                  "values": [str(vram * 1024 - 1)]}]}]}
-    preferred = spec.resources.preferred_accelerator_model
-    if vp.product_node_label and preferred:
-        value = "-".join(preferred.split())[:63].strip("-_.")
-        node["preferredDuringSchedulingIgnoredDuringExecution"] = [{"weight": 100, "preference": {
-            "matchExpressions": [{"key": vp.product_node_label, "operator": "In",
-                                  "values": [value]}]}}]
-    return {"nodeAffinity": node} if node else None
-
-
 def _init_containers(spec: LLMModelSpec, eng: EngineProfile, image: str, settings: Settings
                      ) -> list[dict[str, Any]]:
     """Get the weights (download, or a modelcar), check a GGUF, fetch adapters, prepare."""
@@ -334,7 +302,7 @@ def inference_deployment(
         "args": list(srv.args),
         "env": env,
         "ports": [{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
-        "resources": _resources(spec, vp),
+        "resources": accelerators.resources(spec, vp, settings),
         "volumeMounts": mounts,
         "startupProbe": _probe(eng.health_path, STARTUP_PROBE_SECONDS, startup_failures, 5),
         **_drain(settings),
@@ -363,7 +331,7 @@ def inference_deployment(
         pod["nodeSelector"] = dict(sorted(node_selector.items()))
     if tolerations:
         pod["tolerations"] = tolerations
-    affinity = _affinity(spec, vp) if on_accel else None
+    affinity = accelerators.affinity(spec, vp, settings) if on_accel else None
     if affinity:
         pod["affinity"] = affinity
     if vp.host_ipc(spec.resources.accelerator_count):
