@@ -94,7 +94,8 @@ async def create(kube: Kube, doc: dict[str, Any], namespace: str) -> dict[str, A
 CORE_KINDS = ("deployments,services,persistentvolumeclaims,configmaps,networkpolicies,"
               "poddisruptionbudgets")
 ALL_KINDS = (f"{CORE_KINDS},scaledobjects,httpscaledobjects,servicemonitors,podmonitors,"
-             "serviceaccounts,roles,rolebindings,leaderworkersets,disaggregatedsets")
+             "serviceaccounts,roles,rolebindings,leaderworkersets,disaggregatedsets,"
+             "resourceclaimtemplates")
 
 
 async def children(apiserver: ControlPlane, namespace: str, model: str,

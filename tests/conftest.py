@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -88,8 +89,10 @@ def apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane
         plane.start_controller_manager()
         plane.wait_allowed("system:serviceaccount:llm-operator-system:llm-operator",
                            "watch", "llmmodels.ai.example.io")
-        for name, labels, resource in ACCELERATOR_NODES:  # room for every sample at once
-            plane.add_node(name, labels, {resource: "64", "cpu": "256", "memory": "2Ti"})
+        for name, labels, resources in ACCELERATOR_NODES:  # room for every sample at once
+            plane.add_node(name, labels, {**dict.fromkeys(resources, "64"), "cpu": "256",
+                                          "memory": "2Ti"})
+        plane.kubectl("apply", "-f", "-", stdin=json.dumps(NVIDIA_DRA_SLICE))
         yield plane
 
 
@@ -97,10 +100,21 @@ def apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane
 # vendors' device plugins and feature discovery label theirs: the GPU queue admits samples.
 ACCELERATOR_NODES = (
     ("accel-nvidia", {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.memory": "196608",
-                      "nvidia.com/gpu.product": "NVIDIA-B200"}, "nvidia.com/gpu"),
-    ("accel-amd", {"amd.com/gpu.present": "true"}, "amd.com/gpu"),
-    ("accel-gaudi", {"habana.ai/gaudi": "true"}, "habana.ai/gaudi"),
+                      "nvidia.com/gpu.product": "NVIDIA-B200"},
+     ("nvidia.com/gpu", "nvidia.com/mig-3g.40gb")),  # whole GPUs, and MIG instances (mixed)
+    ("accel-amd", {"amd.com/gpu.present": "true"}, ("amd.com/gpu",)),
+    ("accel-gaudi", {"habana.ai/gaudi": "true"}, ("habana.ai/gaudi",)),
 )
+# NVIDIA's DRA driver publishing 16 H100s on accel-nvidia: the GPU queue admits DRA samples.
+NVIDIA_DRA_SLICE = {
+    "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+    "metadata": {"name": "accel-nvidia-gpu.nvidia.com"},
+    "spec": {"driver": "gpu.nvidia.com", "nodeName": "accel-nvidia",
+             "pool": {"name": "accel-nvidia", "generation": 1, "resourceSliceCount": 1},
+             "devices": [{"name": f"gpu-{i}",
+                          "attributes": {"productName": {"string": "NVIDIA H100 80GB HBM3"}},
+                          "capacity": {"memory": {"value": "80Gi"}}} for i in range(16)]},
+}
 
 
 @pytest.fixture

@@ -14,10 +14,10 @@ import kubernetes_validate
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
-K8S_VERSION = "1.33.0"
+K8S_VERSION = "1.36.0"  # the test node's (../shared/k8s: v1.36.2)
 CORE_GROUPS = {"v1", "apps/v1", "networking.k8s.io/v1", "rbac.authorization.k8s.io/v1",
                "apiextensions.k8s.io/v1", "policy/v1", "coordination.k8s.io/v1",
-               "scheduling.k8s.io/v1", "discovery.k8s.io/v1"}
+               "scheduling.k8s.io/v1", "discovery.k8s.io/v1", "resource.k8s.io/v1"}
 
 
 def schemas_dir() -> Path:

@@ -50,6 +50,8 @@ PLURALS: MappingProxyType[tuple[str, str], str] = MappingProxyType({
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): "rolebindings",
     ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"): "leaderworkersets",
     ("disaggregatedset.x-k8s.io/v1", "DisaggregatedSet"): "disaggregatedsets",
+    ("resource.k8s.io/v1", "ResourceClaimTemplate"): "resourceclaimtemplates",
+    ("resource.k8s.io/v1", "ResourceSlice"): "resourceslices",
 })
 RETRYABLE = frozenset({429, 500, 502, 503, 504})
 

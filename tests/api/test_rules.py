@@ -269,6 +269,20 @@ CASES: list[tuple[str, dict[str, Any], set[str]]] = [
     ("a time-sliced AMD GPU", {"acceleratorVendor": "amd",
                                "resources": {"gpuSharing": {"timeSliced": True}}},
      {"gpu-sharing-on-nvidia"}),
+    # DRA: whole replicas of accelerator models, the device class deciding what a device is
+    ("claimed with DRA", {"resources": {"allocation": "dra"}}, set()),
+    ("claimed with DRA across nodes", {"resources": {"allocation": "dra"},
+                                       "serving": {"nodes": 2}}, set()),
+    ("CPU claimed with DRA", {**LLAMA_CPU, "resources": {"acceleratorCount": 0,
+                                                         "allocation": "dra"}},
+     {"dra-on-accelerators"}),
+    ("a MIG instance claimed with DRA", {**_mig("NVIDIA H100 80GB HBM3", "3g.40gb"),
+                                         "resources": {"allocation": "dra", "gpuSharing": {
+                                             "migProfile": "3g.40gb"},
+                                             "preferredAcceleratorModel": "NVIDIA H100"}},
+     {"dra-without-gpu-sharing"}),
+    ("roles claimed with DRA", {"resources": {"allocation": "dra"},
+                                "serving": {"disaggregation": PD}}, {"dra-without-roles"}),
 ]
 
 

@@ -9,7 +9,15 @@ import pytest
 from llm_operator.api.validation import parse_llmmodel
 from llm_operator.profiles.settings import Settings
 from llm_operator.reconcile import workloads
-from llm_operator.reconcile.queue import Admission, Claim, Node, admit, claim_of, node_of
+from llm_operator.reconcile.queue import (
+    Admission,
+    Claim,
+    Node,
+    admit,
+    claim_of,
+    devices_by_node,
+    node_of,
+)
 from llm_operator.render import render
 
 from samples import sample_doc
@@ -163,3 +171,44 @@ def test_a_shared_gpu_is_claimed_as_the_resource_the_pods_ask_for(
     result = admit([found], [whole, with_instances])
     assert result[found.key].admitted
     assert not admit([found], [whole])[found.key].admitted
+
+
+def _slice(node: str | None, devices: int, generation: int = 1, driver: str = "gpu.nvidia.com",
+           pool: str | None = None) -> dict[str, Any]:
+    return {"spec": {"driver": driver, "nodeName": node,
+                     "pool": {"name": pool or node or "shared", "generation": generation,
+                              "resourceSliceCount": 1},
+                     "devices": [{"name": f"gpu-{i}"} for i in range(devices)]}}
+
+
+@pytest.mark.parametrize(("case", "slices", "expected"), [
+    ("a node's devices", [_slice("n1", 4)], {"n1": {"devices/nvidia": 4}}),
+    ("two slices of one pool add up", [_slice("n1", 2, pool="p"), _slice("n1", 2, pool="p")],
+     {"n1": {"devices/nvidia": 4}}),
+    ("an older generation is being replaced", [_slice("n1", 8, generation=1),
+                                               _slice("n1", 2, generation=2)],
+     {"n1": {"devices/nvidia": 2}}),
+    ("another vendor's driver", [_slice("n1", 1, driver="gpu.amd.com")],
+     {"n1": {"devices/amd": 1}}),
+    ("a driver nobody configured", [_slice("n1", 4, driver="fpga.example.com")], {}),
+    ("devices not on one node (network-attached)", [_slice(None, 4)], {}),
+])
+def test_dra_devices_are_counted_from_the_drivers_resource_slices(
+        case: str, slices: list[dict[str, Any]], expected: dict[str, dict[str, int]]) -> None:
+    vendors = {"gpu.nvidia.com": "nvidia", "gpu.amd.com": "amd"}
+    assert devices_by_node(slices, vendors) == expected
+
+
+def test_a_dra_model_claims_devices_and_waits_for_a_node_that_publishes_them() -> None:
+    model = parse_llmmodel(sample_doc("qwen3-32b-dra-nvidia"))
+    found = claim_of(model, workloads.rendered(render(model, Settings()), model.name),
+                     running=False)
+    assert found is not None
+    assert (found.resource, found.pods, found.node_selector) == ("devices/nvidia", (2,), {})
+    devices = devices_by_node([_slice("gpu-1", 1), _slice("gpu-2", 2)],
+                              {"gpu.nvidia.com": "nvidia"})
+    nodes = [node_of({"metadata": {"name": n}, "status": {"allocatable": {"cpu": "8"}}},
+                     devices) for n in ("cpu-only", "gpu-1", "gpu-2")]
+    assert admit([found], nodes)[found.key].reason == "placed on gpu-2"
+    waiting = admit([found], nodes[:2])[found.key]
+    assert not waiting.admitted and "needs 1 x 2 devices/nvidia" in waiting.reason

@@ -221,6 +221,22 @@ def test_unschedulable_pods_clear_placed() -> None:
     assert "Insufficient nvidia.com/gpu" in placed.message
 
 
+def test_a_claim_no_devices_satisfy_waits_for_gpus_in_the_schedulers_words() -> None:
+    message = ("0/1 nodes are available: 1 cannot allocate all claims. still not schedulable, "
+               "preemption: 0/1 nodes are available: 1 Preemption is not helpful for "
+               "scheduling.")
+    claimed = pod(node=None, unschedulable=message)
+    claimed["spec"]["resourceClaims"] = [{"name": "accelerators",
+                                          "resourceClaimTemplateName": "m-accelerators"}]
+    status = compute_status(local(), Observation(deployment=deployment(), pods=[claimed]),
+                            ENDPOINT, NOW).status
+    assert status.phase == "WaitingForGPU"
+    placed = next(c for c in status.conditions or [] if c.type == "Placed")
+    assert (placed.status, placed.reason) == ("False", "InsufficientCapacity")
+    assert placed.message == ("waiting for accelerators: no devices satisfy the model's claim "
+                              f"now: {message}")
+
+
 def test_nodes_replicas_and_metrics_are_reported() -> None:
     obs = Observation(deployment=deployment(2, 2), pods=[
         pod(name="a", node="gpu-2", ready=True), pod(name="b", node="gpu-1", ready=True)],

@@ -72,3 +72,45 @@ GPU_RULES: tuple[Rule, ...] = (
         holds=_profile_of_card,
     ),
 )
+
+
+def _dra(spec: LLMModelSpec) -> bool:
+    return is_local(spec) and spec.resources.allocation == "dra"
+
+
+DRA = "(has(self.resources) && has(self.resources.allocation) && " \
+    "self.resources.allocation == 'dra')"
+
+DRA_RULES: tuple[Rule, ...] = (
+    Rule(
+        id="dra-on-accelerators",
+        location="spec",
+        field=".resources.allocation",
+        cel=f"self.deploymentMode != 'local' || !{DRA} || {VENDOR} != 'cpu'",
+        message="resources.allocation dra claims accelerators: acceleratorVendor cpu has none "
+        "to claim; use allocation device-plugin",
+        holds=lambda s: not (_dra(s) and s.accelerator_vendor == "cpu"),
+    ),
+    Rule(
+        id="dra-without-gpu-sharing",
+        location="spec",
+        field=".resources.gpuSharing",
+        cel=f"!{DRA} || !{SHARING}",
+        message="resources.gpuSharing is the device plugin's (MIG resources, time-slicing); "
+        "with allocation dra the device class decides what a device is: remove gpuSharing, "
+        "or use allocation device-plugin",
+        holds=lambda s: not (s.resources.allocation == "dra"
+                             and s.resources.gpu_sharing is not None),
+    ),
+    Rule(
+        id="dra-without-roles",
+        location="spec",
+        field=".resources.allocation",
+        cel=f"!{DRA} || !{DISAGGREGATED}",
+        message="resources.allocation dra serves whole replicas, not prefill/decode roles "
+        "(each role would need its own claim): remove serving.disaggregation, or use "
+        "allocation device-plugin",
+        holds=lambda s: not (s.resources.allocation == "dra" and s.serving is not None
+                             and s.serving.disaggregation is not None),
+    ),
+)

@@ -6,7 +6,7 @@ import re
 from typing import Any
 
 from llm_operator.api import vllm_cpu
-from llm_operator.api.gpu_rules import GPU_RULES
+from llm_operator.api.gpu_rules import DRA_RULES, GPU_RULES
 from llm_operator.api.rule import ENGINE, VENDOR, Rule, is_local
 from llm_operator.api.serving_rules import SERVING_RULES, asked_nodes
 from llm_operator.api.v1alpha1 import (
@@ -417,6 +417,7 @@ RULES: tuple[Rule, ...] = (
     ),
     *SERVING_RULES,
     *GPU_RULES,
+    *DRA_RULES,
     Rule(
         id="s3-needs-bucket",
         location="spec.modelSource",

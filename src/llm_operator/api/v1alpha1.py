@@ -110,6 +110,12 @@ class ResourcesSpec(Wire):
         '"AMD Instinct MI300X", "Intel Gaudi 3". Used as a scheduling preference and by the '
         "planner to know the card's memory.",
     )
+    allocation: Literal["device-plugin", "dra"] = Field(
+        "device-plugin", description="How the pods get their accelerators: device-plugin "
+        "(an extended resource such as nvidia.com/gpu), or dra: a ResourceClaim per pod from "
+        "a ResourceClaimTemplate (Dynamic Resource Allocation, resource.k8s.io/v1, "
+        "Kubernetes 1.34+) asking the vendor's device class for acceleratorCount devices "
+        "with at least the memory the planner needs each (and the named card).")
     gpu_sharing: GpuSharingSpec | None = Field(
         None, alias="gpuSharing", description="NVIDIA only: share a GPU (MIG or time-slicing) "
         "instead of taking whole ones.")

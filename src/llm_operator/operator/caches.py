@@ -13,6 +13,7 @@ from llm_operator.reconcile import workloads
 MODEL_KIND = (API_VERSION, "LLMModel")
 POD_KIND = ("v1", "Pod")
 NODE_KIND = ("v1", "Node")
+SLICE_KIND = ("resource.k8s.io/v1", "ResourceSlice")
 
 
 @dataclass

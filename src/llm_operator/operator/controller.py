@@ -20,7 +20,7 @@ from llm_operator.informer import Informer, Key, key_of
 from llm_operator.kube import PLURALS, ApiError, Kube
 from llm_operator.operator import mcp_push
 from llm_operator.operator.autoscaler import ROUTER_SLICES_KIND, Autoscaler
-from llm_operator.operator.caches import MODEL_KIND, NODE_KIND, POD_KIND, Caches
+from llm_operator.operator.caches import MODEL_KIND, NODE_KIND, POD_KIND, SLICE_KIND, Caches
 from llm_operator.operator.gpu_queue import GpuQueue, wants_accelerators
 from llm_operator.operator.metrics import OperatorMetrics
 from llm_operator.operator.prometheus import status_metrics
@@ -103,12 +103,18 @@ class Controller:
         nodes = informer("v1", "nodes", on_change=self._nodes_changed)
         self.caches.informers[NODE_KIND] = {None: nodes}
         if settings.scheduling.gpu_queue:
+            slices = informer("resource.k8s.io/v1", "resourceslices",
+                              on_change=self._slices_changed)
+            self.caches.informers[SLICE_KIND] = {None: slices}
 
             def cached_nodes() -> list[dict[str, Any]]:
                 return list(nodes.objects.values())  # a relist replaces the dict
 
+            def cached_slices() -> list[dict[str, Any]]:
+                return list(slices.objects.values())  # none where DRA is not served
+
             self.gpu_queue = GpuQueue(settings, self._accelerator_models,
-                                      self.caches.workloads, cached_nodes)
+                                      self.caches.workloads, cached_nodes, cached_slices)
 
     @property
     def push(self) -> McpPush | None:
@@ -167,6 +173,11 @@ class Controller:
             for doc in self.caches.models():  # how model images mount may change
                 if ((doc.get("spec") or {}).get("modelSource") or {}).get("type") == "oci":
                     self.queue.add(key_of(doc))
+
+    def _slices_changed(self, kind: str, obj: dict[str, Any], previous: dict[str, Any] | None
+                        ) -> None:
+        """A DRA driver published or withdrew devices: the GPU queue counts them."""
+        self._admissions_changed()
 
     def _admissions_changed(self, *, besides: Key | None = None) -> None:
         """Reconcile the models whose place in the GPU queue changed.

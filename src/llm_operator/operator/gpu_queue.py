@@ -16,7 +16,15 @@ from llm_operator.api.validation import InvalidModel, parse_llmmodel
 from llm_operator.informer import Key, key_of
 from llm_operator.profiles.settings import Settings
 from llm_operator.reconcile import workloads
-from llm_operator.reconcile.queue import Admission, Claim, Workload, admit, claim_of, node_of
+from llm_operator.reconcile.queue import (
+    Admission,
+    Claim,
+    Workload,
+    admit,
+    claim_of,
+    devices_by_node,
+    node_of,
+)
 from llm_operator.render import RenderError, render
 
 # The model's resourceVersion, and each live workload's kind, name and replicas.
@@ -33,6 +41,7 @@ class GpuQueue:
     models: Callable[[], Iterable[dict[str, Any]]]
     workloads: Live
     nodes: Callable[[], Iterable[dict[str, Any]]]
+    slices: Callable[[], Iterable[dict[str, Any]]] = lambda: ()  # DRA drivers' ResourceSlices
     _claims: dict[Key, tuple[Stamp, Claim | None]] = field(default_factory=dict)
     _last: dict[Key, Admission] = field(default_factory=dict)
 
@@ -64,7 +73,9 @@ class GpuQueue:
         for gone in set(self._claims) - alive:
             del self._claims[gone]
         claims = [c for d in docs if (c := self.claim(d)) is not None]
-        return admit(claims, [node_of(n) for n in self.nodes()])
+        drivers = {dc.driver: vendor for vendor, dc in self.settings.dra.device_classes.items()}
+        devices = devices_by_node(self.slices(), drivers)
+        return admit(claims, [node_of(n, devices) for n in self.nodes()])
 
     def admission(self, model: LLMModel) -> Admission | None:
         return self.admissions().get((model.namespace or "", model.name))

@@ -20,11 +20,12 @@ from llm_operator.reconcile.autoscaling import Report
 from llm_operator.reconcile.ownership import drift
 from llm_operator.reconcile.queue import Admission
 from llm_operator.reconcile.status import Blocker, Event, Observation, compute_status
-from llm_operator.render import placement_problems, pod_node_selector, render
+from llm_operator.render import claims, placement_problems, pod_node_selector, render
 from llm_operator.render.networking import endpoint
 from llm_operator.render.registration import lease_left
 from llm_operator.render.scaling import autoscaled
 
+CLAIM_TEMPLATE = (claims.API_VERSION, claims.KIND)
 # Kinds the operator may have created for a model, checked when pruning.
 CHILD_KINDS = (
     ("v1", "ServiceAccount"), ("rbac.authorization.k8s.io/v1", "Role"),
@@ -35,11 +36,12 @@ CHILD_KINDS = (
     ("monitoring.coreos.com/v1", "PodMonitor"), ("networking.k8s.io/v1", "NetworkPolicy"),
     ("inference.networking.k8s.io/v1", "InferencePool"),
     ("gateway.networking.k8s.io/v1", "HTTPRoute"),
-    workloads.LWS_REF, workloads.DS_REF,
+    workloads.LWS_REF, workloads.DS_REF, CLAIM_TEMPLATE,
 )
-# Workloads a model cannot be served without, when the cluster lacks their CRD: the reason
-# and what to do (unlike KEDA's or Prometheus-Operator's objects, which are skipped).
-REQUIRED_CRDS = {
+# Kinds a model cannot be served without, when the cluster does not serve them (a CRD not
+# installed, an API too old): the reason and what to do (unlike KEDA's or
+# Prometheus-Operator's objects, which are skipped).
+REQUIRED_KINDS = {
     workloads.LWS_REF: ("LeaderWorkerSetNotInstalled",
                "spans {nodes} nodes per replica, served by a LeaderWorkerSet, and this cluster "
                "has no LeaderWorkerSet CRD: install LeaderWorkerSet "
@@ -49,6 +51,11 @@ REQUIRED_CRDS = {
               "disaggregation.workload: disaggregatedset), and this cluster has no "
               "DisaggregatedSet CRD: install it (LeaderWorkerSet's disaggregatedset), or set "
               "disaggregation.workload to auto or deployments"),
+    CLAIM_TEMPLATE: ("DynamicResourceAllocationUnavailable",
+                     "claims its accelerators with Dynamic Resource Allocation "
+                     "(resources.allocation: dra), and this cluster does not serve "
+                     "resource.k8s.io/v1 ResourceClaimTemplates (Kubernetes 1.34 or later): "
+                     "upgrade, or use allocation device-plugin"),
 }
 
 
@@ -278,11 +285,11 @@ async def _workload(view: ClusterView, model: LLMModel) -> dict[str, Any] | None
     return workloads.summary(live, model.name)
 
 
-def _missing_crds(view: ClusterView, desired: list[dict[str, Any]], nodes: int
-                  ) -> list[Blocker]:
-    """A workload whose kind the cluster does not serve: the model cannot be served."""
+def _missing_kinds(view: ClusterView, desired: list[dict[str, Any]], nodes: int
+                   ) -> list[Blocker]:
+    """A workload (or claim) whose kind the cluster does not serve: it cannot be served."""
     return [Blocker(reason, message.format(nodes=nodes))
-            for (api, kind), (reason, message) in REQUIRED_CRDS.items()
+            for (api, kind), (reason, message) in REQUIRED_KINDS.items()
             if any(o["apiVersion"] == api and o["kind"] == kind for o in desired)
             and not view.serves(api, kind)]
 
@@ -379,7 +386,7 @@ async def reconcile(kube: Kube, doc: dict[str, Any], settings: Settings, *,
         blockers += [unmountable] if unmountable else []
     if not blockers:
         desired = render(model, resolved(settings, view), owner_uid=meta.get("uid"))
-        blockers = _missing_crds(view, desired, model_plan.nodes) \
+        blockers = _missing_kinds(view, desired, model_plan.nodes) \
             + await _missing_priority_classes(view, desired)
     if not blockers:
         if queued is not None:

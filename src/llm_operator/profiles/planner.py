@@ -82,7 +82,8 @@ class Plan:
         }
 
 
-def _utilization(spec: LLMModelSpec) -> float:
+def utilization(spec: LLMModelSpec) -> float:
+    """The share of accelerator memory the engine takes (its engineArg, else its default)."""
     if spec.inference_engine not in UTILIZATION_ARG:
         return GGUF_GPU_UTILIZATION
     raw = (spec.engine_args or {}).get(UTILIZATION_ARG[spec.inference_engine])
@@ -148,7 +149,7 @@ def _plan_local(model: LLMModel, est: Estimate, cache: int, vp: VendorProfile,
             return _plan_vllm_cpu(name, spec, est, cache)
         return _plan_cpu(name, spec, est, cache)
 
-    util = _utilization(spec)
+    util = utilization(spec)
     count = spec.resources.accelerator_count
     declared = spec.resources.vram_per_accelerator_gi_b
     preferred = spec.resources.preferred_accelerator_model

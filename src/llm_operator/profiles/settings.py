@@ -253,6 +253,36 @@ class Gpus(_Settings):
         "(renameByDefault: true).")
 
 
+class DeviceClass(_Settings):
+    """A vendor's DRA device class, and how its driver names what the selectors read."""
+
+    name: str = Field(min_length=1, max_length=253, description="The DeviceClass a claim "
+                      "asks (installed by the vendor's DRA driver).")
+    driver: str = Field(min_length=1, max_length=63, pattern=r"^[a-z0-9.-]+$",
+                        description="The driver's name: the domain of its devices' "
+                        "attributes and capacities in CEL, and of its ResourceSlices.")
+    memory_capacity: str = Field("memory", description="The capacity holding a device's "
+                                 "memory (a quantity).")
+    product_attribute: str | None = Field(
+        "productName", description="The attribute holding the card's name (a string), "
+        "matched against preferredAcceleratorModel; null: not selected on.")
+
+
+def _device_classes() -> dict[str, DeviceClass]:
+    return {"nvidia": DeviceClass(name="gpu.nvidia.com", driver="gpu.nvidia.com"),
+            "amd": DeviceClass(name="gpu.amd.com", driver="gpu.amd.com"),
+            "intel-gaudi": DeviceClass(name="gaudi.intel.com", driver="gaudi.intel.com",
+                                       product_attribute="model")}
+
+
+class Dra(_Settings):
+    """Dynamic Resource Allocation (resources.allocation: dra): each vendor's device class."""
+
+    device_classes: dict[str, DeviceClass] = Field(
+        default_factory=_device_classes, description="vendor -> the device class its claims "
+        "ask for (NVIDIA's, AMD's and Intel's DRA drivers by default).")
+
+
 MountMode = Literal["image-volume", "modelcar", "pull"]
 
 
@@ -310,6 +340,7 @@ class Settings(_Settings):
     disaggregation: Disaggregation = Field(default_factory=Disaggregation)
     model_images: ModelImages = Field(default_factory=ModelImages)
     gpus: Gpus = Field(default_factory=Gpus)
+    dra: Dra = Field(default_factory=Dra)
     cluster_domain: str = "cluster.local"
 
 

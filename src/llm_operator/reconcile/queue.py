@@ -2,7 +2,8 @@
 
 Capacity is what Nodes offer (allocatable ``nvidia.com/gpu``, ``amd.com/gpu``,
 ``habana.ai/gaudi``, or the resource the pods ask for instead, a MIG instance's
-``nvidia.com/mig-3g.40gb`` or a shared GPU's) on schedulable nodes that match a model's
+``nvidia.com/mig-3g.40gb`` or a shared GPU's; with DRA the devices the drivers'
+ResourceSlices publish for the node) on schedulable nodes that match a model's
 node selector and required node affinity. Running models (those with a workload: a
 Deployment, a LeaderWorkerSet, prefill and decode roles) keep what they hold and are never
 queued. The others are
@@ -98,8 +99,40 @@ def _matches(labels: Mapping[str, str], expression: Mapping[str, Any]) -> bool:
     return False
 
 
-def node_of(obj: Mapping[str, Any]) -> Node:
-    """A Kubernetes Node object as the queue sees it."""
+DEVICES = "devices/"  # what a DRA claim counts: devices/<vendor>, from ResourceSlices
+
+
+def devices_by_node(slices: Iterable[Mapping[str, Any]], vendors: Mapping[str, str]
+                    ) -> dict[str, dict[str, int]]:
+    """Devices each node's DRA drivers publish: node -> {devices/<vendor>: count}.
+
+    ``vendors`` maps a driver's name to its vendor. Only a pool's newest generation counts
+    (a driver replaces its slices by publishing a new one), and only node-local slices.
+    """
+    slices = [s for s in slices if (s.get("spec") or {}).get("driver") in vendors]
+    newest: dict[tuple[str, str], int] = {}
+    for piece in slices:
+        spec = piece.get("spec") or {}
+        pool = spec.get("pool") or {}
+        key = (str(spec.get("driver")), str(pool.get("name")))
+        newest[key] = max(newest.get(key, 0), int(pool.get("generation", 0)))
+    out: dict[str, dict[str, int]] = {}
+    for piece in slices:
+        spec = piece.get("spec") or {}
+        pool = spec.get("pool") or {}
+        node = spec.get("nodeName")
+        if not node or int(pool.get("generation", 0)) < newest[
+                (str(spec.get("driver")), str(pool.get("name")))]:
+            continue
+        resource = f"{DEVICES}{vendors[str(spec.get('driver'))]}"
+        counts = out.setdefault(str(node), {})
+        counts[resource] = counts.get(resource, 0) + len(spec.get("devices") or [])
+    return out
+
+
+def node_of(obj: Mapping[str, Any], devices: Mapping[str, Mapping[str, int]] | None = None
+            ) -> Node:
+    """A Kubernetes Node object as the queue sees it (with its DRA devices, if given)."""
     allocatable = {}
     for key, quantity in ((obj.get("status") or {}).get("allocatable") or {}).items():
         try:
@@ -107,6 +140,7 @@ def node_of(obj: Mapping[str, Any]) -> Node:
         except ValueError:
             continue  # cpu "7500m", memory "31Gi": not accelerator counts
     meta = obj.get("metadata") or {}
+    allocatable.update((devices or {}).get(str(meta.get("name", "")), {}))
     return Node(str(meta.get("name", "")), allocatable, dict(meta.get("labels") or {}),
                 not (obj.get("spec") or {}).get("unschedulable", False))
 
@@ -238,9 +272,14 @@ def claim_of(model: LLMModel, workloads: list[Workload], *, running: bool) -> Cl
     if not spec.needs_accelerators or resource is None or not workloads:
         return None
     pod = _pod_spec(workloads[0])
-    resource = _asked(pod, resource)
     default = max(1, spec.scaling.min_replicas)
-    pods = tuple(n for w in workloads for n in pods_of(w, resource, default))
+    if pod.get("resourceClaims"):  # DRA: each pod's claim asks acceleratorCount devices
+        resource = f"{DEVICES}{spec.accelerator_vendor}"
+        pods = tuple(spec.resources.accelerator_count for w in workloads
+                     for _ in pods_of(w, resource, default))
+    else:
+        resource = _asked(pod, resource)
+        pods = tuple(n for w in workloads for n in pods_of(w, resource, default))
     terms = ((((pod.get("affinity") or {}).get("nodeAffinity") or {}).get(
         "requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or [])
     return Claim((model.namespace, model.name), resource, pods,

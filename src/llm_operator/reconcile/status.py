@@ -287,6 +287,9 @@ def _facts(model: LLMModel, obs: Observation) -> _Facts:
         phase, message = "Starting", "containers are starting; the model is loading"
     elif desired == 0 and obs.scaled_to_zero_allowed:
         phase, message = "Idle", "scaled to zero; the next request wakes it"
+    elif unschedulable and any((p.get("spec") or {}).get("resourceClaims") for p in pods):
+        phase, message = "WaitingForGPU", ("waiting for accelerators: no devices satisfy the "
+                                           f"model's claim now: {unschedulable}")
     elif unschedulable:
         phase, message = "Pending", f"no node can run the model: {unschedulable}"
     else:

@@ -15,6 +15,7 @@ from llm_operator.profiles.settings import DEFAULT_SETTINGS, Settings
 from llm_operator.profiles.vendors import VendorProfile, vendor
 from llm_operator.render import (
     adapters,
+    claims,
     disaggregation,
     disruption,
     monitoring,
@@ -60,6 +61,11 @@ def placement_problems(model: LLMModel, settings: Settings, model_plan: Plan) ->
         problems.append(Problem("spec.inferenceEngine", reason))
     if model_plan.verdict == "does-not-fit":
         problems.append(Problem(model_plan.field, model_plan.reason))
+    if claims.claimed(spec) and claims.device_class(spec, settings) is None:
+        problems.append(Problem("spec.resources.allocation", (
+            f"dra: no device class is configured for acceleratorVendor {vp.name}: set the "
+            f"operator setting dra.deviceClasses.{vp.name} (its DRA driver's DeviceClass), "
+            "or use allocation device-plugin")))
     if scaling.autoscaled(model) and spec.scaling.min_replicas == 0 \
             and not settings.router.enabled:
         if settings.autoscaler == "builtin":
@@ -140,11 +146,15 @@ def _layout(model: LLMModel, settings: Settings, *, nodes: int, cache: int,
 
 
 def pod_node_selector(spec: LLMModelSpec, settings: Settings) -> dict[str, str]:
-    """The inference pods' nodeSelector: the vendor's, or the settings' override of it."""
+    """The inference pods' nodeSelector: the vendor's, or the settings' override of it.
+
+    None of the vendor's with a DRA claim: the devices it is allocated decide the node
+    (a DRA driver's nodes need not carry the device plugin's labels).
+    """
     override = settings.vendors.get(spec.accelerator_vendor)
     if override and override.node_selector is not None:
         return dict(override.node_selector)
-    return dict(vendor(spec.accelerator_vendor).node_selector)
+    return {} if claims.claimed(spec) else dict(vendor(spec.accelerator_vendor).node_selector)
 
 
 def _render_local(
@@ -176,6 +186,8 @@ def _render_local(
         *([workload.model_cache_pvc(model, cache, settings, owner_uid)] if cached else []),
         *([adapters.config_map(model, workload.COMPONENT, owner_uid)]
           if adapters.synced(spec) else []),
+        *([claims.resource_claim_template(model, settings, model_plan, workload.COMPONENT,
+                                          owner_uid)] if claims.claimed(spec) else []),
         *layout.workloads,
         networking.service(model, workload.COMPONENT, owner_uid, layout.serving),
         *disruption.budgets(model, layout.workloads, workload.COMPONENT, owner_uid,

@@ -8,6 +8,7 @@ from typing import Any
 from llm_operator.api.v1alpha1 import LLMModelSpec
 from llm_operator.profiles.settings import Settings
 from llm_operator.profiles.vendors import VendorProfile
+from llm_operator.render import claims
 
 # GPU Feature Discovery's label for how a node's GPUs are shared: none, time-slicing or mps.
 SHARING_LABEL = "nvidia.com/gpu.sharing-strategy"
@@ -34,12 +35,16 @@ def resource_key(spec: LLMModelSpec, vp: VendorProfile, settings: Settings) -> s
 
 
 def resources(spec: LLMModelSpec, vp: VendorProfile, settings: Settings) -> dict[str, Any]:
+    """CPU and memory, and the accelerators: an extended resource, or the pod's DRA claim."""
     amounts = {"cpu": cpu_quantity(spec.resources.cpu_millicores),
                "memory": f"{spec.resources.memory_gi_b}Gi"}
     key = resource_key(spec, vp, settings)
-    if key:
+    if key and not claims.claimed(spec):
         amounts[key] = str(spec.resources.accelerator_count)
-    return {"requests": dict(amounts), "limits": dict(amounts)}
+    out: dict[str, Any] = {"requests": dict(amounts), "limits": dict(amounts)}
+    if claims.claimed(spec):
+        out["claims"] = [{"name": claims.CLAIM}]
+    return out
 
 
 def product_label_value(model: str) -> str:
@@ -55,7 +60,10 @@ def affinity(spec: LLMModelSpec, vp: VendorProfile, settings: Settings) -> dict[
     strategy the partitioned product (nvidia.com/gpu.product ending -MIG-<profile>); and no
     time-sliced or MPS-shared GPU unless gpuSharing.timeSliced allows one. Preferred: the
     named card, or with timeSliced the shared GPUs (whole ones stay free for whole models).
+    None with a DRA claim.
     """
+    if claims.claimed(spec):
+        return None  # the claim's selectors choose the devices, and so the node
     sharing = spec.resources.gpu_sharing
     mig = sharing.mig_profile if sharing else None
     time_sliced = bool(sharing and sharing.time_sliced)

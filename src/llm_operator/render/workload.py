@@ -21,7 +21,7 @@ from llm_operator.profiles.engines import (
 )
 from llm_operator.profiles.settings import Settings, Storage
 from llm_operator.profiles.vendors import VendorProfile
-from llm_operator.render import accelerators
+from llm_operator.render import accelerators, claims
 from llm_operator.render import adapters as lora
 from llm_operator.render.meta import (
     child_labels,
@@ -321,6 +321,8 @@ def inference_deployment(
         "containers": [server],
         "volumes": volumes,
     }
+    if claims.claimed(spec):
+        pod["resourceClaims"] = claims.pod_claims(model)
     if origin(spec, settings) == "modelcar":
         pod["shareProcessNamespace"] = True  # the engine reads the modelcar's /proc/<pid>/root
     if lora.synced(spec):
