@@ -34,6 +34,8 @@ PLURALS: MappingProxyType[tuple[str, str], str] = MappingProxyType({
     ("v1", "Secret"): "secrets",
     ("v1", "Service"): "services",
     ("apps/v1", "Deployment"): "deployments",
+    ("apps/v1", "DaemonSet"): "daemonsets",
+    ("v1", "Pod/prefetch"): "pods",  # pods labelled prefetch-for (operator/caches.py)
     ("policy/v1", "PodDisruptionBudget"): "poddisruptionbudgets",
     ("scheduling.k8s.io/v1", "PriorityClass"): "priorityclasses",
     ("keda.sh/v1alpha1", "ScaledObject"): "scaledobjects",

@@ -283,6 +283,9 @@ CASES: list[tuple[str, dict[str, Any], set[str]]] = [
      {"dra-without-gpu-sharing"}),
     ("roles claimed with DRA", {"resources": {"allocation": "dra"},
                                 "serving": {"disaggregation": PD}}, {"dra-without-roles"}),
+    ("images prefetched", {"scaling": {"prefetchImages": True}}, set()),
+    ("a remote model's images prefetched", {**REMOTE, "scaling": {"prefetchImages": True}},
+     {"prefetch-local"}),
 ]
 
 

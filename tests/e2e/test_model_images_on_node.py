@@ -90,6 +90,22 @@ def test_the_operator_mounts_the_model_image_as_a_volume_on_a_node_that_can(
     said = imaged.kubectl("-n", NS, "exec", pod["metadata"]["name"], "-c", "inference-server",
                           "--", "sh", "-c", "touch /model-cache/source/x 2>&1 || true")
     assert "Read-only file system" in said
+    # prefetchImages: a DaemonSet holds both images on the node, and status says where
+    imaged.kubectl("-n", NS, "rollout", "status", f"daemonset/{NAME}-prefetch",
+                   "--timeout=60s")
+    imaged.plane.kubectl("-n", NS, "wait", f"llmmodel/{NAME}", "--timeout=30s",
+                         "--for=jsonpath={.status.prefetchedNodes[0]}=node-1")
+    (held,) = imaged.json("-n", NS, "get", "pods", "-l",
+                          f"ai.example.io/prefetch-for={NAME}")["items"]
+    assert [c["image"] for c in held["spec"]["initContainers"]] == [
+        pod["spec"]["containers"][0]["image"]]
+    assert {"name": "model-image", "image": {"reference": PLAIN, "pullPolicy": "Never"}} \
+        in held["spec"]["volumes"]
+    # it is not a replica: the Service's endpoints are the inference pod's alone
+    slices = imaged.json("-n", NS, "get", "endpointslices", "-l",
+                         f"kubernetes.io/service-name={NAME}")["items"]
+    addresses = [a for s in slices for e in s.get("endpoints") or [] for a in e["addresses"]]
+    assert addresses == [pod["status"]["podIP"]]
     imaged.clear_models(NAME)
 
 

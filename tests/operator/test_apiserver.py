@@ -260,12 +260,12 @@ async def test_a_restart_with_nothing_changed_writes_nothing_and_reads_from_watc
     assert writes_of(requests) == []
     assert [o.applied for o in first + resync] == [[]] * len(first + resync)
     counts = ControlPlane.count(requests)
-    # Reads: one list per watched kind at start (24: the models, 18 kinds of children
-    # and Pods, Nodes for the GPU queue and model images' mounts, the DRA drivers'
-    # ResourceSlices, PriorityClasses, and the router's EndpointSlices for the built-in
-    # autoscaler), then at most one GET per reconcile: the Secret a model needs (each of
-    # these needs one); the rest comes from the watches.
-    assert counts["reads"] - counts["get secrets"] == counts["list"] == 24
+    # Reads: one list per watched kind at start (26: the models, 19 kinds of children,
+    # the models' Pods and their prefetch Pods, Nodes for the GPU queue and model images'
+    # mounts, the DRA drivers' ResourceSlices, PriorityClasses, and the router's
+    # EndpointSlices for the built-in autoscaler), then at most one GET per reconcile: the
+    # Secret a model needs (each of these needs one); the rest comes from the watches.
+    assert counts["reads"] - counts["get secrets"] == counts["list"] == 26
     assert counts["get secrets"] <= seen.total + len(stems)  # + those cut short by the stop
 
 

@@ -237,6 +237,24 @@ def test_a_claim_no_devices_satisfy_waits_for_gpus_in_the_schedulers_words() -> 
                               f"now: {message}")
 
 
+def test_prefetched_nodes_are_those_whose_prefetch_pod_runs() -> None:
+    def prefetching(node: str | None, phase: str, terminating: bool = False) -> dict[str, Any]:
+        found = pod(name=f"p-{node}", node=node, terminating=terminating)
+        found["status"]["phase"] = phase
+        return found
+
+    obs = Observation(deployment=deployment(), pods=[pod()], prefetch_pods=[
+        prefetching("gpu-2", "Running"), prefetching("gpu-1", "Running"),
+        prefetching("gpu-3", "Pending"),  # still pulling (its init containers)
+        prefetching(None, "Pending"),  # not scheduled
+        prefetching("gpu-4", "Running", terminating=True)])
+    status = compute_status(local(), obs, ENDPOINT, NOW).status
+    assert status.prefetched_nodes == ["gpu-1", "gpu-2"]
+    assert status.accelerator_nodes == ["gpu-node-1"]  # prefetch pods are not replicas
+    assert compute_status(local(), Observation(deployment=deployment(), pods=[pod()]),
+                          ENDPOINT, NOW).status.prefetched_nodes is None
+
+
 def test_nodes_replicas_and_metrics_are_reported() -> None:
     obs = Observation(deployment=deployment(2, 2), pods=[
         pod(name="a", node="gpu-2", ready=True), pod(name="b", node="gpu-1", ready=True)],

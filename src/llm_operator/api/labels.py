@@ -8,6 +8,9 @@ PREFIX = f"{GROUP}/"
 
 # --- keys on children -----------------------------------------------------------------
 MODEL_NAME = f"{PREFIX}model-name"
+# On a model's prefetch pods instead of MODEL_NAME, which its Service, monitors and pools
+# select: they hold images, never serve.
+PREFETCH_FOR = f"{PREFIX}prefetch-for"
 ENGINE = f"{PREFIX}engine"
 VENDOR = f"{PREFIX}vendor"
 MODE = f"{PREFIX}mode"

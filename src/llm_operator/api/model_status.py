@@ -84,6 +84,9 @@ class LLMModelStatus(Wire):
         None, max_length=1000,
         description="Nodes where this model's inference pods are scheduled.",
     )
+    prefetched_nodes: list[Annotated[str, Field(max_length=253)]] | None = Field(
+        None, max_length=1000, description="Nodes that hold the model's images ahead "
+        "(scaling.prefetchImages): their prefetch pod pulled them.")
     current_replicas: int | None = Field(None, ge=0, description="Ready replicas.")
     desired_replicas: int | None = Field(
         None, ge=0, description="Replicas asked for (the Deployment's spec.replicas, as the "

@@ -419,6 +419,16 @@ RULES: tuple[Rule, ...] = (
     *GPU_RULES,
     *DRA_RULES,
     Rule(
+        id="prefetch-local",
+        location="spec",
+        field=".scaling.prefetchImages",
+        cel="self.deploymentMode == 'local' || !has(self.scaling) || "
+        "!has(self.scaling.prefetchImages) || !self.scaling.prefetchImages",
+        message="scaling.prefetchImages pulls a local model's engine and model images ahead: "
+        "a remote model has none; remove it",
+        holds=lambda s: is_local(s) or not s.scaling.prefetch_images,
+    ),
+    Rule(
         id="s3-needs-bucket",
         location="spec.modelSource",
         field=".s3Bucket",

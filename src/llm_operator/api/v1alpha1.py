@@ -193,6 +193,12 @@ class ScalingSpec(Wire):
         description="Seconds without a request before a model at minReplicas 0 scales to "
         "zero (KEDA's cooldownPeriod).",
     )
+    prefetch_images: bool = Field(
+        False, description="Pull the engine image and the model image (modelSource.type oci) "
+        "ahead on every node the model may run on (its node selector, affinity and "
+        "tolerations), so that a replica started there, from zero or by a scale-up, does "
+        "not wait for a pull: a DaemonSet <name>-prefetch that holds them; "
+        "status.prefetchedNodes lists the nodes that have them.")
 
 
 class RemoteApiSpec(Wire):

@@ -12,6 +12,7 @@ from llm_operator.reconcile import workloads
 
 MODEL_KIND = (API_VERSION, "LLMModel")
 POD_KIND = ("v1", "Pod")
+PREFETCH_POD_KIND = ("v1", "Pod/prefetch")  # a second watch on pods: prefetch-for=<model>
 NODE_KIND = ("v1", "Node")
 SLICE_KIND = ("resource.k8s.io/v1", "ResourceSlice")
 

@@ -20,7 +20,14 @@ from llm_operator.informer import Informer, Key, key_of
 from llm_operator.kube import PLURALS, ApiError, Kube
 from llm_operator.operator import mcp_push
 from llm_operator.operator.autoscaler import ROUTER_SLICES_KIND, Autoscaler
-from llm_operator.operator.caches import MODEL_KIND, NODE_KIND, POD_KIND, SLICE_KIND, Caches
+from llm_operator.operator.caches import (
+    MODEL_KIND,
+    NODE_KIND,
+    POD_KIND,
+    PREFETCH_POD_KIND,
+    SLICE_KIND,
+    Caches,
+)
 from llm_operator.operator.gpu_queue import GpuQueue, wants_accelerators
 from llm_operator.operator.metrics import OperatorMetrics
 from llm_operator.operator.prometheus import status_metrics
@@ -84,6 +91,9 @@ class Controller:
             self.caches.add(kind, functools.partial(
                 informer, kind[0], PLURALS[kind], label_selector=managed,
                 on_change=self._child_changed, index_label=L.MODEL_NAME))
+        self.caches.add(PREFETCH_POD_KIND, functools.partial(
+            informer, "v1", "pods", label_selector=L.PREFETCH_FOR,
+            on_change=self._prefetch_changed, index_label=L.PREFETCH_FOR))
         self.caches.add(POD_KIND, functools.partial(
             informer, "v1", "pods", label_selector=L.MODEL_NAME, on_change=self._child_changed,
             index_label=L.MODEL_NAME))
@@ -144,6 +154,14 @@ class Controller:
                        ) -> None:
         namespace = key_of(obj)[0]
         name = ((obj.get("metadata") or {}).get("labels") or {}).get(L.MODEL_NAME)
+        if name and self.caches.model(namespace, name) is not None:
+            self.queue.add((namespace, name))
+
+    def _prefetch_changed(self, kind: str, obj: dict[str, Any],
+                          previous: dict[str, Any] | None) -> None:
+        """A prefetch pod came, went or pulled its images: its model's status lists nodes."""
+        namespace = key_of(obj)[0]
+        name = ((obj.get("metadata") or {}).get("labels") or {}).get(L.PREFETCH_FOR)
         if name and self.caches.model(namespace, name) is not None:
             self.queue.add((namespace, name))
 

@@ -12,6 +12,7 @@ from llm_operator.api import labels as L
 from llm_operator.api.v1alpha1 import API_VERSION, LLMModel
 from llm_operator.api.validation import Problem, parse_llmmodel
 from llm_operator.kube import FIELD_MANAGER, PLURALS, ApiError, Kube
+from llm_operator.operator.caches import PREFETCH_POD_KIND
 from llm_operator.profiles import image_mounts
 from llm_operator.profiles.planner import plan
 from llm_operator.profiles.settings import Settings
@@ -31,6 +32,7 @@ CHILD_KINDS = (
     ("v1", "ServiceAccount"), ("rbac.authorization.k8s.io/v1", "Role"),
     ("rbac.authorization.k8s.io/v1", "RoleBinding"),
     ("v1", "PersistentVolumeClaim"), ("v1", "ConfigMap"), ("apps/v1", "Deployment"),
+    ("apps/v1", "DaemonSet"),
     ("v1", "Service"), ("policy/v1", "PodDisruptionBudget"), ("keda.sh/v1alpha1", "ScaledObject"),
     ("http.keda.sh/v1alpha1", "HTTPScaledObject"), ("monitoring.coreos.com/v1", "ServiceMonitor"),
     ("monitoring.coreos.com/v1", "PodMonitor"), ("networking.k8s.io/v1", "NetworkPolicy"),
@@ -271,11 +273,13 @@ async def _prune(kube: Kube, view: ClusterView, model: LLMModel, desired: list[d
                 outcome.pruned.append(f"{kind}/{name}")
 
 
-async def _observe(view: ClusterView, model: LLMModel) -> tuple[dict[str, Any] | None,
-                                                                list[dict[str, Any]]]:
-    """The model's workload (see _workload) and its pods."""
+async def _observe(view: ClusterView, model: LLMModel) -> tuple[
+        dict[str, Any] | None, list[dict[str, Any]], list[dict[str, Any]]]:
+    """The model's workload (see _workload), its pods, and its prefetch pods."""
     pods = await view.children("v1", "Pod", model.namespace, {L.MODEL_NAME: model.name})
-    return await _workload(view, model), pods or []
+    prefetching = await view.children(*PREFETCH_POD_KIND, model.namespace,
+                                      {L.PREFETCH_FOR: model.name})
+    return await _workload(view, model), pods or [], prefetching or []
 
 
 async def _workload(view: ClusterView, model: LLMModel) -> dict[str, Any] | None:
@@ -393,10 +397,12 @@ async def reconcile(kube: Kube, doc: dict[str, Any], settings: Settings, *,
             desired = [o for o in desired if o["kind"] not in WORKLOAD_KINDS]
         await _apply_children(kube, view, desired, outcome)
         await _prune(kube, view, model, desired, outcome)
-    deployment, pods = (None, []) if blockers else await _observe(view, model)
+    deployment, pods, prefetching = (None, [], []) if blockers else \
+        await _observe(view, model)
     metrics = await usage(model) if usage is not None else (None, None)
     observation = Observation(
-        deployment=deployment, pods=pods, blockers=blockers, plan_verdict=model_plan.verdict,
+        deployment=deployment, pods=pods, prefetch_pods=prefetching, blockers=blockers,
+        plan_verdict=model_plan.verdict,
         plan_reason=model_plan.reason,
         scaled_to_zero_allowed=autoscaled(model) and model.spec.scaling.min_replicas == 0,
         requests_per_minute=metrics[0], average_latency_ms=metrics[1], queued=queued,

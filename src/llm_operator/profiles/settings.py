@@ -28,6 +28,8 @@ class Images(_Settings):
     engines: dict[str, dict[str, str]] = Field(
         default_factory=dict, description="vendor -> engine -> image overrides."
     )
+    pause: str = Field("registry.k8s.io/pause:3.10", min_length=1, description="What a "
+                       "prefetch pod runs once it has pulled a model's images.")
     pull_policy: Literal["IfNotPresent", "Always", "Never"] = "IfNotPresent"
     pull_secrets: list[str] = Field(default_factory=list)
 

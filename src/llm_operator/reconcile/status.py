@@ -78,6 +78,7 @@ class Observation:
 
     deployment: dict[str, Any] | None = None
     pods: list[dict[str, Any]] = field(default_factory=list)
+    prefetch_pods: list[dict[str, Any]] = field(default_factory=list)  # scaling.prefetchImages
     blockers: list[Blocker] = field(default_factory=list)
     plan_verdict: str = "fits"
     plan_reason: str = ""
@@ -207,6 +208,14 @@ def model_file(pods: list[dict[str, Any]]) -> ModelFileStatus | None:
                     except ValidationError:
                         continue
     return None
+
+
+def prefetched_nodes(pods: list[dict[str, Any]]) -> list[str]:
+    """Nodes whose prefetch pod runs: its init containers pulled every image it holds."""
+    return sorted({str(node) for p in pods
+                   if (p.get("status") or {}).get("phase") == "Running"
+                   and not (p.get("metadata") or {}).get("deletionTimestamp")
+                   and (node := (p.get("spec") or {}).get("nodeName"))})
 
 
 def _unschedulable(pod: dict[str, Any]) -> str | None:
@@ -364,6 +373,7 @@ def compute_status(model: LLMModel, obs: Observation, endpoint: str, now: str) -
         endpoint=endpoint if serving else None,
         conditions=conditions,
         accelerator_nodes=facts.nodes or None,
+        prefetched_nodes=prefetched_nodes(obs.prefetch_pods) or None,
         current_replicas=facts.ready,
         desired_replicas=facts.desired if obs.deployment is not None else None,
         requests_per_minute=obs.requests_per_minute,

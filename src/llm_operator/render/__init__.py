@@ -14,6 +14,7 @@ from llm_operator.profiles.planner import Plan, plan
 from llm_operator.profiles.settings import DEFAULT_SETTINGS, Settings
 from llm_operator.profiles.vendors import VendorProfile, vendor
 from llm_operator.render import (
+    accelerators,
     adapters,
     claims,
     disaggregation,
@@ -23,6 +24,7 @@ from llm_operator.render import (
     networking,
     picker,
     pools,
+    prefetch,
     remote,
     scaling,
     weights,
@@ -193,6 +195,11 @@ def _render_local(
         *disruption.budgets(model, layout.workloads, workload.COMPONENT, owner_uid,
                             most=spec.scaling.max_replicas),
     ]
+    if spec.scaling.prefetch_images:
+        objects.append(prefetch.daemon_set(
+            model, engine_image=image, settings=settings, node_selector=node_selector,
+            tolerations=tolerations, owner_uid=owner_uid,
+            affinity=accelerators.affinity(spec, vp, settings) if vp.resource_key else None))
     if scaling.keda_scales(model, settings):
         objects.append(scaling.scaled_object(model, eng, settings, owner_uid, layout.target))
     if scaling.wants_http_addon(model, settings):
