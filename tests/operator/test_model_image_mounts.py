@@ -51,7 +51,7 @@ def pod_spec(cluster: Cluster) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(("runtimes", "mounted"), [
-    (["containerd://2.3.4", "cri-o://1.32.0"], "image-volume"),
+    (["containerd://2.3.4", "cri-o://1.33.0"], "image-volume"),
     (["containerd://2.3.4", "containerd://1.7.27"], "modelcar"),
 ])
 async def test_auto_takes_the_image_volume_only_where_every_node_can(
@@ -80,7 +80,7 @@ async def test_image_volumes_asked_for_where_no_node_can_mount_them_fail_with_th
     assert placed["message"] == (
         "operator setting modelImages.mount: image-volume, and no node that may run this "
         "model can mount an image volume (Kubernetes 1.35+ with containerd 2.1+ or CRI-O "
-        "1.31+): node-1 runs containerd://1.7.27; set modelImages.mount to auto, modelcar "
+        "1.33+): node-1 runs containerd://1.7.27; set modelImages.mount to auto, modelcar "
         "or pull")
     # the nodes are upgraded: the next reconcile serves it
     await kube.merge_patch("v1", "nodes", None, "node-1", body={"status": {"nodeInfo": {

@@ -20,10 +20,10 @@ def node(name: str, runtime: str, kubelet: str = "v1.36.0", *, labels: dict[str,
 @pytest.mark.parametrize(("runtime", "kubelet", "gap"), [
     ("containerd://2.3.4", "v1.36.0", None),
     ("containerd://2.1.0", "v1.35.2", None),
-    ("cri-o://1.31.3", "v1.35.0", None),
+    ("cri-o://1.33.1", "v1.35.0", None),
+    ("cri-o://1.31.3", "v1.35.0", "runs cri-o://1.31.3"),  # image volumes, but no subPath
     ("containerd://2.0.5", "v1.36.0", "runs containerd://2.0.5"),
     ("containerd://1.7.27", "v1.36.0", "runs containerd://1.7.27"),
-    ("cri-o://1.30.1", "v1.36.0", "runs cri-o://1.30.1"),
     ("docker://28.1.1", "v1.36.0", "runs docker://28.1.1"),
     ("", "v1.36.0", "runs an unknown runtime"),
     ("containerd://2.3.4", "v1.34.1", "runs kubelet v1.34.1"),  # ImageVolume off by default

@@ -10,10 +10,11 @@ from typing import Any
 from llm_operator.profiles.settings import MountMode, Settings
 
 # Image volumes (volumes[].image, KEP 4639): on by default from Kubernetes 1.35 (beta, with
-# subPath since 1.33); the runtime mounts them: containerd from 2.1, CRI-O from 1.31.
+# subPath since 1.33); the runtime mounts them: containerd from 2.1, CRI-O from 1.33 (the
+# book's floor: the subPath this project mounts with).
 KUBELET_FLOOR = (1, 35)
-RUNTIME_FLOORS = {"containerd": (2, 1), "cri-o": (1, 31)}
-REQUIREMENT = "Kubernetes 1.35+ with containerd 2.1+ or CRI-O 1.31+"
+RUNTIME_FLOORS = {"containerd": (2, 1), "cri-o": (1, 33)}
+REQUIREMENT = "Kubernetes 1.35+ with containerd 2.1+ or CRI-O 1.33+"
 SETTING = "modelImages.mount"
 
 

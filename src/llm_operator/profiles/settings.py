@@ -293,7 +293,7 @@ class ModelImages(_Settings):
 
     mount: Literal["auto", "image-volume", "modelcar", "pull"] = Field(
         "auto", description="image-volume: the image mounted read-only as a volume "
-        "(Kubernetes 1.35+, containerd 2.1+ or CRI-O 1.31+); modelcar: the image runs as a "
+        "(Kubernetes 1.35+, containerd 2.1+ or CRI-O 1.33+); modelcar: the image runs as a "
         "sidecar whose files the engine reads through the pod's shared process namespace "
         "(any runtime; the image needs sh, ln and sleep, e.g. built on busybox); pull: "
         "oras pulls it into the model cache (an OCI artifact). auto: image-volume when "
