@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from llm_operator.api.mig import MIG_CARDS, card_cel, profile_fits_card
 from llm_operator.api.rule import VENDOR, Rule, is_local
-from llm_operator.api.serving_rules import DISAGGREGATED, NODES_ASKED
+from llm_operator.api.serving_rules import DISAGGREGATED, NODES_ASKED, asked_nodes
 from llm_operator.api.v1alpha1 import LLMModelSpec, ResourcesSpec
 
 SHARING = "(has(self.resources) && has(self.resources.gpuSharing))"
@@ -18,9 +18,8 @@ def mig_profile(spec: LLMModelSpec) -> str | None:
 
 
 def _one_instance(spec: LLMModelSpec) -> bool:
-    serving = spec.serving
-    return spec.resources.accelerator_count == 1 and not (
-        serving and ((serving.nodes or 1) > 1 or serving.disaggregation is not None))
+    return spec.resources.accelerator_count == 1 and asked_nodes(spec) == 1 and not (
+        spec.serving and spec.serving.disaggregation is not None)
 
 
 def _profile_of_card(resources: ResourcesSpec) -> bool:

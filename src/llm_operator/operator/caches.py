@@ -77,7 +77,7 @@ class Caches:
             informer.store(obj)
 
     async def nodes(self) -> list[dict[str, Any]] | None:
-        """The cluster's nodes, if watched (the GPU queue's informer), else None."""
+        """The cluster's nodes, once their watch has synced; None before (or not served)."""
         by_ns = self.informers.get(NODE_KIND)
         informer = by_ns.get(None) if by_ns else None
         if informer is None or informer.absent or not informer.synced.is_set():

@@ -93,7 +93,8 @@ class Controller:
                 on_change=self._child_changed, index_label=L.MODEL_NAME))
         self.caches.add(PREFETCH_POD_KIND, functools.partial(
             informer, "v1", "pods", label_selector=L.PREFETCH_FOR,
-            on_change=self._prefetch_changed, index_label=L.PREFETCH_FOR))
+            on_change=functools.partial(self._child_changed, label=L.PREFETCH_FOR),
+            index_label=L.PREFETCH_FOR))
         self.caches.add(POD_KIND, functools.partial(
             informer, "v1", "pods", label_selector=L.MODEL_NAME, on_change=self._child_changed,
             index_label=L.MODEL_NAME))
@@ -150,18 +151,11 @@ class Controller:
                 self.terminating.discard(key[0])
             self.queue.add(key)
 
-    def _child_changed(self, kind: str, obj: dict[str, Any], previous: dict[str, Any] | None
-                       ) -> None:
+    def _child_changed(self, kind: str, obj: dict[str, Any], previous: dict[str, Any] | None,
+                       *, label: str = L.MODEL_NAME) -> None:
+        """A child (or a prefetch pod, whose model is named by ``label``) changed."""
         namespace = key_of(obj)[0]
-        name = ((obj.get("metadata") or {}).get("labels") or {}).get(L.MODEL_NAME)
-        if name and self.caches.model(namespace, name) is not None:
-            self.queue.add((namespace, name))
-
-    def _prefetch_changed(self, kind: str, obj: dict[str, Any],
-                          previous: dict[str, Any] | None) -> None:
-        """A prefetch pod came, went or pulled its images: its model's status lists nodes."""
-        namespace = key_of(obj)[0]
-        name = ((obj.get("metadata") or {}).get("labels") or {}).get(L.PREFETCH_FOR)
+        name = ((obj.get("metadata") or {}).get("labels") or {}).get(label)
         if name and self.caches.model(namespace, name) is not None:
             self.queue.add((namespace, name))
 
@@ -183,11 +177,11 @@ class Controller:
                 now, before = now.get(key) or {}, before.get(key) or {}
             return now != before
 
-        if kind == "DELETED" or previous is None or differs("status", "allocatable") or \
-                differs("spec", "unschedulable") or differs("metadata", "labels"):
+        placeable = kind == "DELETED" or previous is None or \
+            differs("spec", "unschedulable") or differs("metadata", "labels")
+        if placeable or differs("status", "allocatable"):
             self._admissions_changed()
-        if kind == "DELETED" or previous is None or differs("status", "nodeInfo") or \
-                differs("metadata", "labels") or differs("spec", "unschedulable"):
+        if placeable or differs("status", "nodeInfo"):
             for doc in self.caches.models():  # how model images mount may change
                 if ((doc.get("spec") or {}).get("modelSource") or {}).get("type") == "oci":
                     self.queue.add(key_of(doc))

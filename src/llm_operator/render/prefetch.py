@@ -45,21 +45,21 @@ def daemon_set(model: LLMModel, *, engine_image: str, settings: Settings,
     """
     spec = model.spec
     pull = settings.images.pull_policy
-    security = restricted_container_security(non_root=False)
-    init: list[dict[str, Any]] = [
-        {"name": "engine", "image": engine_image, "imagePullPolicy": pull, "command": PULLED,
-         "resources": _small(), "securityContext": security}]
+
+    def pulled(container: str, image: str) -> dict[str, Any]:
+        return {"name": container, "image": image, "imagePullPolicy": pull, "command": list(PULLED),
+                "resources": _small(),
+                "securityContext": restricted_container_security(non_root=False)}
+
+    init = [pulled("engine", engine_image)]
     volumes: list[dict[str, Any]] = []
     mounts: list[dict[str, Any]] = []
     where = weights.origin(spec, settings)
     source = spec.model_source
     if where == "modelcar" and source is not None and source.oci_image:
-        init.append({"name": weights.MODEL_IMAGE, "image": source.oci_image,
-                     "imagePullPolicy": pull, "command": PULLED, "resources": _small(),
-                     "securityContext": security})
-    elif where == "image-volume" and source is not None and source.oci_image:
-        volumes.append({"name": weights.MODEL_IMAGE, "image": {
-            "reference": source.oci_image, "pullPolicy": pull}})
+        init.append(pulled(weights.MODEL_IMAGE, source.oci_image))
+    elif where == "image-volume":
+        volumes.append(weights.image_volume(spec, settings))
         mounts.append({"name": weights.MODEL_IMAGE, "mountPath": "/model-image",
                        "readOnly": True})
     hold: dict[str, Any] = {"name": "hold", "image": settings.images.pause,

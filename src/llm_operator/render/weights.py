@@ -106,11 +106,15 @@ def cache_volumes(model: LLMModel, settings: Settings) -> list[dict[str, Any]]:
         kind = "Directory" if _node_directory(spec) else "File"
         volumes.append({"name": "model-file", "hostPath": {"path": path, "type": kind}})
     elif where == "image-volume":
-        assert spec.model_source is not None and spec.model_source.oci_image is not None
-        volumes.append({"name": MODEL_IMAGE, "image": {
-            "reference": spec.model_source.oci_image,
-            "pullPolicy": settings.images.pull_policy}})
+        volumes.append(image_volume(spec, settings))
     return volumes
+
+
+def image_volume(spec: LLMModelSpec, settings: Settings) -> dict[str, Any]:
+    """The model image as a volume (pulled by the kubelet as it pulls container images)."""
+    assert spec.model_source is not None and spec.model_source.oci_image is not None
+    return {"name": MODEL_IMAGE, "image": {"reference": spec.model_source.oci_image,
+                                           "pullPolicy": settings.images.pull_policy}}
 
 
 def reader_non_root(spec: LLMModelSpec, settings: Settings) -> bool:
