@@ -13,6 +13,7 @@ import yaml
 from llm_operator.api import labels as L
 from llm_operator.api.validation import parse_llmmodel
 from llm_operator.cli.main import cli
+from llm_operator.gateway.config import FlowControl, parse_config
 from llm_operator.profiles.settings import Settings
 from llm_operator.render import render
 
@@ -87,6 +88,23 @@ def test_the_router_keys_overlay_mounts_the_secret_its_keys_file_names() -> None
     assert {"name": "keys", "secret": {"secretName": "llmop-router-keys"}} in pod["volumes"]
     assert len(objects) == len([d for p in (CONFIG / "router").glob("*.yaml")
                                 if p.name != "kustomization.yaml" for d in docs(p)])
+
+
+def test_the_router_reads_the_flow_control_settings_its_config_map_holds() -> None:
+    """config/router/settings.yaml: the defaults written out, mounted where --settings says."""
+    config_map = docs(CONFIG / "router" / "settings.yaml")[0]
+    settings = yaml.safe_load(config_map["data"]["settings.yaml"])
+    parsed = parse_config({"routes": [], **settings}, "settings.yaml", empty_ok=True)
+    assert parsed.flow_control == FlowControl()  # the file shows what the defaults are
+    pod = docs(CONFIG / "router" / "deployment.yaml")[0]["spec"]["template"]["spec"]
+    args = pod["containers"][0]["args"]
+    router = cli.get_command(click.Context(cli), "router")
+    assert router is not None
+    settings_file = router.make_context("router", args[1:]).params["settings_file"]
+    mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "settings")
+    assert Path(settings_file).parent == Path(mount["mountPath"])
+    assert {"name": "settings", "configMap": {"name": config_map["metadata"]["name"]}} \
+        in pod["volumes"]
 
 
 def test_mcp_server_runs_two_replicas_reachable_only_inside_the_cluster() -> None:

@@ -165,10 +165,12 @@ async def test_a_model_with_no_replica_holds_its_request_until_one_is_ready(
         await cluster.held(label, 2)
         async with http.get(f"{cluster.url}/scale/{namespace}/gemma") as r:
             # what KEDA and the built-in autoscaler read
-            assert await r.json() == {"pending": 2, "held": 2, "inFlight": 0, "waiting": 0}
+            assert await r.json() == {"pending": 2, "held": 2, "queued": 0, "inFlight": 0,
+                                      "waiting": 0}
         async with http.get(f"{cluster.url}/scale") as r:  # every model in one read
             assert await r.json() == {"models": {
-                f"{namespace}/gemma": {"pending": 2, "held": 2, "inFlight": 0, "waiting": 0}}}
+                f"{namespace}/gemma": {"pending": 2, "held": 2, "queued": 0,
+                                       "inFlight": 0, "waiting": 0}}}
         async with http.get(f"{cluster.url}/metrics") as r:
             assert f'llmop_router_pending_requests{{model="gemma",namespace="{namespace}"}} 2.0' \
                 in await r.text()

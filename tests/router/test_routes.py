@@ -94,7 +94,8 @@ def test_local_models_route_to_their_endpoints_and_hold_without_any() -> None:
     table = cluster([ready, starting], slices, Options(hold_seconds=30, keepalive_seconds=2))
     gemma, qwen = table.routes
     assert gemma["upstreams"] == [{"name": "gemma-0", "baseUrl": "http://10.0.0.1:8000/v1",
-                                   "auth": "none", "model": "google/gemma-4-31b-it"}]
+                                   "auth": "none", "model": "google/gemma-4-31b-it",
+                                   "slots": 256}]  # vLLM's max_num_seqs: flow control
     assert gemma["balancing"] == {"strategy": "prefix-hash", "prefixChars": 512,
                                   "loadBound": 1.5}
     assert qwen["upstreams"] == [] and qwen["balancing"] == {"strategy": "least-load"}
@@ -138,6 +139,10 @@ def test_adapters_are_routes_of_their_own_by_each_engines_means() -> None:
     assert "defaultFields" not in routes["ai-models/llama32-3b-lora"]
     assert table.labels[("ai-models", "qwen25-1b-lora")] == [
         "ai-models/qwen25-1b-lora", "ai-models/qwen25-1b-lora/pirate"]
+    # an adapter's requests take the base model's slots: one flow-control pool
+    assert pirate["pool"] == sql["pool"].replace("llama32-3b", "qwen25-1b") == \
+        "ai-models/qwen25-1b-lora"
+    assert "pool" not in base
     parse_config({"routes": table.routes})
 
 

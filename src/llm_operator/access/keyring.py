@@ -45,6 +45,11 @@ class ClientKey(_Entry):
     requests_per_minute: int | None = Field(None, ge=1)
     tokens_per_minute: int | None = Field(None, ge=1)
     budget: Budget | None = None
+    band: str | None = Field(
+        None, pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$",
+        description="The flow-control band of the key's requests (the gateway's "
+        "flowControl.bands); unset: its default band. A request's objective header may "
+        "lower it, never raise it.")
     disabled: bool = False
 
     @property

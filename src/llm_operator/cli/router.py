@@ -36,12 +36,17 @@ import click
               "across router replicas, e.g. redis://redis.llm-operator-system.svc:6379/0.")
 @click.option("--redis-password-file", type=click.Path(dir_okay=False), metavar="PATH",
               help="Redis's password, e.g. a mounted Secret.")
+@click.option("--settings", "settings_file", type=click.Path(dir_okay=False), metavar="PATH",
+              help="YAML of the router's gateway settings: flowControl (priority bands, "
+              "objectives, perReplicaConcurrency; docs/flow-control.md). Unset: flow "
+              "control on with the interactive, standard and batch bands.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
               default="info", show_default=True)
 def router(*, namespaces: tuple[str, ...], host: str, port: int, hold_seconds: float,
            keepalive_seconds: float, max_held: int, max_held_per_model: int,
            scrape_seconds: float, keys_file: str | None, redis_url: str | None,
-           redis_password_file: str | None, log_level: str) -> None:
+           redis_password_file: str | None, settings_file: str | None,
+           log_level: str) -> None:
     """Serve every LLMModel behind one OpenAI endpoint (docs/routing.md).
 
     \b
@@ -53,7 +58,11 @@ def router(*, namespaces: tuple[str, ...], host: str, port: int, hold_seconds: f
         earlier turns);
       - a remote model goes to its gateway (keys, limits and spend are applied there);
       - a model with no ready replica (scaled to zero, starting) holds the request until
-        one is ready; a stream gets ": waiting for model (...)" keepalives meanwhile.
+        one is ready; a stream gets ": waiting for model (...)" keepalives meanwhile;
+      - once every slot of a model's replicas is busy, requests wait in the router by
+        priority band (x-gateway-inference-objective, or the client key's band) and fair
+        share (x-gateway-inference-fairness-id, or the client key), bounded in length and
+        wait (--settings, docs/flow-control.md).
     With --keys-file, only listed client keys get in, each to the models its globs
     allow, within its rate limits (docs/gateway.md); unset, keep the router behind its
     NetworkPolicy (config/router).
@@ -76,6 +85,8 @@ def router(*, namespaces: tuple[str, ...], host: str, port: int, hold_seconds: f
     logging.basicConfig(level=log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings: dict[str, object] = {}
+    if settings_file is not None:
+        settings.update(_settings(Path(settings_file)))
     if keys_file is not None:
         try:
             load_keyring(Path(keys_file))  # before connecting: a bad file is the user's to fix
@@ -88,7 +99,8 @@ def router(*, namespaces: tuple[str, ...], host: str, port: int, hold_seconds: f
     elif redis_password_file is not None:
         raise click.UsageError("--redis-password-file needs --redis-url")
     try:
-        parse_config({"routes": [], **settings}, "router settings", empty_ok=True)
+        parse_config({"routes": [], **settings}, settings_file or "router settings",
+                     empty_ok=True)
         proxy_settings(os.environ)  # what the gateway it runs reads at start
     except (ConfigError, ProxyError) as exc:
         raise click.UsageError(str(exc)) from None
@@ -105,3 +117,28 @@ def router(*, namespaces: tuple[str, ...], host: str, port: int, hold_seconds: f
             await serve(routing, host, port, stop=stop)
 
     asyncio.run(main())
+
+
+SETTINGS_SECTIONS = ("flowControl",)
+
+
+def _settings(path: Path) -> dict[str, object]:
+    """The settings file's sections; ClickException naming what is wrong."""
+    import yaml  # noqa: PLC0415
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise click.ClickException(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise click.ClickException(f"{path}: malformed YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise click.ClickException(f"{path}: expected a mapping of settings "
+                                   f"({', '.join(SETTINGS_SECTIONS)})")
+    unknown = sorted(set(data) - set(SETTINGS_SECTIONS))
+    if unknown:
+        raise click.ClickException(f"{path}: {', '.join(unknown)}: unknown setting; the "
+                                   f"router's are {', '.join(SETTINGS_SECTIONS)}")
+    return data

@@ -12,8 +12,10 @@ from typing import Any
 from aiohttp import web
 
 from llm_operator.access.limits import Reservation, admit, retry_after_header
+from llm_operator.gateway.classify import BadFairnessId, Classified, classify
 from llm_operator.gateway.clients import Client
 from llm_operator.gateway.errors import Refusal, error_response
+from llm_operator.gateway.flow import FREE, FlowRefused
 from llm_operator.gateway.forwarding import Forwarding
 from llm_operator.gateway.inbound.messages import (
     MessagesError,
@@ -102,6 +104,7 @@ class Admission(Forwarding):
         client = None
         if self.gate is not None:  # who is asking, before reading what they ask
             client = request[CLIENT_KEY] = self.gate.identify(request)
+        who = self._classify(request, client)
         raw, body, model = await self._read_json(request)
         state = request[ROUTE_KEY] = self._resolve(model, client)
         unavailable = self._unavailable_error(state, model)
@@ -119,57 +122,41 @@ class Admission(Forwarding):
         refused = await self._rate_limited(state, client, body, reservation)  # sendable
         if refused is not None:
             return refused
-        stream = body.get("stream") is True
-        # Usage is what limits and cost are counted from: ask for it on every stream, and
-        # keep the usage event from clients that did not ask.
-        hide_usage = stream and request.path in USAGE_OPTION_PATHS and not _asks_usage(body)
-        if hide_usage:
-            options = body.get("stream_options")
-            body["stream_options"] = {**(options if isinstance(options, dict) else {}),
-                                      "include_usage": True}
-        # a plain answer asked of the upstream as a stream (route streamUpstream): leaving
-        # clients then stop the generation (assembled in relaying)
-        collect = not stream and state.route.stream_upstream \
-            and request.path in USAGE_OPTION_PATHS and not request.get(ANTHROPIC)
-        if collect:
-            body["stream"] = True
-            body["stream_options"] = {"include_usage": True}
-        path = CHAT_PATH if request.get(ANTHROPIC) else request.path.removeprefix("/v1")
-        payloads: dict[str, bytes] = {}
-        translated: dict[str, Outbound] = {}
-
-        def outbound(deployment: Deployment) -> Outbound:
-            """The request for one deployment: the client's bytes unless its model id differs.
-
-            A native API gets a translation (Untranslatable if there is none).
-            """
-            upstream_model = state.route.upstream_model(deployment.upstream)
-            if deployment.native is not None:
-                if deployment.label not in translated:
-                    translated[deployment.label] = deployment.translate(
-                        body, upstream_model, path=path, stream=stream)
-                return translated[deployment.label]
-            url = f"{deployment.url_base}{path}"
-            fields = state.route.set_fields
-            defaults = {k: v for k, v in state.route.default_fields.items() if k not in body}
-            if upstream_model == model and not (hide_usage or collect or fields or defaults):
-                return Outbound(url, raw)
-            if upstream_model not in payloads:
-                payloads[upstream_model] = json.dumps(
-                    {**defaults, **body, "model": upstream_model, **fields},
-                    separators=(",", ":")).encode()
-            return Outbound(url, payloads[upstream_model])
-
+        stream, hide_usage, collect = _shape(request, state, body)
+        outbound = _Outbounds(state, model, raw, body, stream=stream,
+                              rewrite=hide_usage or collect, path=CHAT_PATH if request.get(
+                                  ANTHROPIC) else request.path.removeprefix("/v1"))
         try:
-            response = await self._forward(request, state, outbound=outbound, stream=stream,
-                                           started=started, client=client,
-                                           reservation=reservation, hide_usage=hide_usage,
-                                           held=held, body=body, collect=collect)
+            try:  # a slot of the model's replicas: at once, or after its turn in the queue
+                lease = FREE if who is None else \
+                    await self.flow.acquire(state.route.pool_name, who)
+            except FlowRefused as denied:
+                response: web.StreamResponse = _flow_error(denied)
+            else:
+                try:
+                    response = await self._forward(
+                        request, state, outbound=outbound, stream=stream, started=started,
+                        client=client, reservation=reservation, hide_usage=hide_usage,
+                        held=held, body=body, collect=collect)
+                finally:
+                    lease.release()
         finally:
             reservation.settle()  # no usage came back (an error, a cancel): give it back
         if held is not None and response is not held and isinstance(response, web.Response):
             return await held.fail(response)  # the headers went out with the keepalives
         return response
+
+    def _classify(self, request: web.Request, client: Client | None) -> Classified | None:
+        """The request's band and fairness ID (None: flow control is off); Refusal (400)."""
+        flow = self.config.flow_control
+        if not flow.enabled:
+            return None
+        try:
+            return classify(flow, request.headers, client.key if client else None,
+                            self.objectives)
+        except BadFairnessId as exc:
+            raise Refusal(error_response(400, str(exc), "invalid_request_error",
+                                         "invalid_fairness_id")) from None
 
     async def _hold(self, request: web.Request, state: RouteState, model: str,
                     client: Client | None, *, stream: bool
@@ -257,3 +244,67 @@ class Admission(Forwarding):
             429, f"rate limit of {party.name} reached; retry after "
             f"{retry_after_header(wait)}s", "rate_limit_error", "rate_limit_exceeded",
             headers={"Retry-After": retry_after_header(wait)})
+
+
+def _flow_error(refused: FlowRefused) -> web.Response:
+    """Flow control's refusal in OpenAI's shape: 429 or 503, with Retry-After."""
+    return error_response(refused.status, refused.message,
+                          "rate_limit_error" if refused.status == 429 else "server_error",
+                          refused.code,
+                          headers={"Retry-After": retry_after_header(refused.retry_after)})
+
+
+def _shape(request: web.Request, state: RouteState, body: dict[str, Any]
+           ) -> tuple[bool, bool, bool]:
+    """(stream, hide_usage, collect): how the body is asked of upstreams (``body`` edited).
+
+    Usage is what limits and cost are counted from: it is asked for on every stream, and
+    the usage event kept from clients that did not ask (hide_usage). A plain answer is
+    asked of the upstream as a stream where the route says so (streamUpstream: leaving
+    clients then stop the generation) and assembled in relaying (collect).
+    """
+    stream = body.get("stream") is True
+    hide_usage = stream and request.path in USAGE_OPTION_PATHS and not _asks_usage(body)
+    if hide_usage:
+        options = body.get("stream_options")
+        body["stream_options"] = {**(options if isinstance(options, dict) else {}),
+                                  "include_usage": True}
+    collect = not stream and state.route.stream_upstream \
+        and request.path in USAGE_OPTION_PATHS and not request.get(ANTHROPIC)
+    if collect:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+    return stream, hide_usage, collect
+
+
+class _Outbounds:
+    """The request for each deployment: the client's bytes unless its model id differs.
+
+    A native API gets a translation (Untranslatable if there is none); each is built once.
+    """
+
+    def __init__(self, state: RouteState, model: str, raw: bytes, body: dict[str, Any], *,
+                 stream: bool, rewrite: bool, path: str) -> None:
+        self.state, self.model, self.raw, self.body = state, model, raw, body
+        self.stream, self.rewrite, self.path = stream, rewrite, path
+        self.payloads: dict[str, bytes] = {}
+        self.translated: dict[str, Outbound] = {}
+
+    def __call__(self, deployment: Deployment) -> Outbound:
+        route, body = self.state.route, self.body
+        upstream_model = route.upstream_model(deployment.upstream)
+        if deployment.native is not None:
+            if deployment.label not in self.translated:
+                self.translated[deployment.label] = deployment.translate(
+                    body, upstream_model, path=self.path, stream=self.stream)
+            return self.translated[deployment.label]
+        url = f"{deployment.url_base}{self.path}"
+        fields = route.set_fields
+        defaults = {k: v for k, v in route.default_fields.items() if k not in body}
+        if upstream_model == self.model and not (self.rewrite or fields or defaults):
+            return Outbound(url, self.raw)
+        if upstream_model not in self.payloads:
+            self.payloads[upstream_model] = json.dumps(
+                {**defaults, **body, "model": upstream_model, **fields},
+                separators=(",", ":")).encode()
+        return Outbound(url, self.payloads[upstream_model])

@@ -81,7 +81,13 @@ class Upstream(_Config):
     max_concurrent: int | None = Field(
         None, ge=1, le=100_000, description="Requests the upstream takes at once (a local "
         "engine's slots plus the queue it may hold); at the limit the gateway answers 503 "
-        "with Retry-After instead of sending more. Unset: no limit.")
+        "with Retry-After instead of sending more; with flow control, requests queued for "
+        "the route count too. Unset: no limit.")
+    slots: int | None = Field(
+        None, ge=1, le=100_000, description="Requests the upstream serves at once (an "
+        "engine's slots or max sequences): with flow control the gateway sends no more and "
+        "queues the rest by priority and fairness. Unset: flowControl.perReplicaConcurrency, "
+        "else the route is not flow-controlled.")
 
     @model_validator(mode="after")
     def _url_fits_api(self) -> Upstream:
@@ -200,6 +206,10 @@ class Route(_Config):
         default_factory=dict, description="Body fields sent to an OpenAI-compatible upstream "
         "when the client's request has none of that name: e.g. lora: [{id: 0, scale: 0}] "
         "on a llama.cpp model's base route (no adapter unless the client names one).")
+    pool: str | None = Field(
+        None, min_length=1, max_length=300, description="Routes naming one pool share its "
+        "upstreams' slots and one flow-control queue (a model and its LoRA adapters' "
+        "routes); default: the route's own.")
     rate_limit: RateLimit = Field(default_factory=RateLimit)
     timeouts: Timeouts = Field(default_factory=Timeouts)
     retry: Retry = Field(default_factory=Retry)
@@ -219,6 +229,11 @@ class Route(_Config):
             raise ValueError("upstreams: two share a name (default: the host); give each a "
                              "distinct name")
         return self
+
+    @property
+    def pool_name(self) -> str:
+        """The flow-control pool the route's requests queue in."""
+        return self.pool or self.label
 
     @property
     def deployments(self) -> list[Upstream]:
@@ -267,6 +282,88 @@ class SharedState(_Config):
         return Path(self.password_file).read_text(encoding="utf-8").strip()
 
 
+BAND_NAME = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
+
+
+class Band(_Config):
+    """A priority band: requests wait here for a slot, the highest band's first."""
+
+    name: str = Field(pattern=BAND_NAME, description="What client keys' band and the "
+                      "x-gateway-inference-objective header name.")
+    priority: int = Field(ge=-1_000_000, le=1_000_000, description="Higher is served "
+                          "first, strictly. An InferenceObjective's priority selects the "
+                          "band with the highest priority not above it.")
+    sheddable: bool = Field(False, description="Refused at once (429) when every slot is "
+                            "busy, instead of queued.")
+    max_queue: int = Field(1000, ge=0, le=1_000_000, description="Requests of this band "
+                           "one model may queue; more get 429 queue_full.")
+    max_wait_seconds: float = Field(60.0, ge=0, le=3600, description="How long one "
+                                    "request waits for a slot; then 503 queue_timeout.")
+
+    @model_validator(mode="after")
+    def _can_queue(self) -> Band:
+        if not self.sheddable and self.max_wait_seconds == 0:
+            raise ValueError(f"band {self.name!r}: maxWaitSeconds 0 lets no request wait, "
+                             "so every request that finds the slots busy fails: give it a "
+                             "wait, or make the band sheddable: true")
+        if not self.sheddable and self.max_queue == 0:
+            raise ValueError(f"band {self.name!r}: maxQueue 0 queues nothing: give it a "
+                             "length, or make the band sheddable: true")
+        return self
+
+
+def _default_bands() -> list[Band]:
+    return [Band(name="interactive", priority=100, max_queue=1000, max_wait_seconds=60),
+            Band(name="standard", priority=0, max_queue=1000, max_wait_seconds=120),
+            Band(name="batch", priority=-100, max_queue=10_000, max_wait_seconds=300)]
+
+
+class FlowControl(_Config):
+    """Requests beyond the upstreams' slots wait in the gateway (docs/flow-control.md).
+
+    Strict priority between bands; within a band, fair shares between fairness IDs (the
+    client key, or the x-gateway-inference-fairness-id header).
+    """
+
+    enabled: bool = Field(True, description="Off: every request goes straight to an "
+                          "upstream, which queues it first come, first served.")
+    bands: list[Band] = Field(default_factory=_default_bands, min_length=1)
+    default_band: str = Field("standard", pattern=BAND_NAME, description="The band of a "
+                              "request that names none (or an unknown one).")
+    objectives: dict[str, str] = Field(
+        default_factory=dict, description="x-gateway-inference-objective names and the "
+        "band each selects (where no InferenceObjective of that name is served).")
+    per_replica_concurrency: int | None = Field(
+        None, ge=1, le=100_000, description="Requests each upstream serves at once, for "
+        "upstreams that do not say (slots); unset: those routes are not flow-controlled.")
+    engine_queue: int = Field(
+        0, ge=0, le=100_000, description="Requests each upstream may hold beyond its slots, "
+        "waiting in its engine: a freed slot is refilled without a round trip (more "
+        "throughput for short requests), but a request sent there waits first come, first "
+        "served behind them (docs/flow-control.md, bench/flow).")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> FlowControl:
+        names = [b.name for b in self.bands]
+        for index, band in enumerate(self.bands):
+            if names.index(band.name) != index:
+                raise ValueError(f"bands[{index}]: name {band.name!r} is used twice")
+        priorities = [b.priority for b in self.bands]
+        if len(set(priorities)) != len(priorities):
+            raise ValueError("bands: two share a priority; give each band its own")
+        if self.default_band not in names:
+            raise ValueError(f"defaultBand: {self.default_band!r} is not a band (bands: "
+                             f"{', '.join(names)})")
+        for objective, target in self.objectives.items():
+            if target not in names:
+                raise ValueError(f"objectives.{objective}: {target!r} is not a band (bands: "
+                                 f"{', '.join(names)})")
+        return self
+
+    def band(self, name: str) -> Band | None:
+        return next((b for b in self.bands if b.name == name), None)
+
+
 class GatewayConfig(_Config):
     listen: Listen = Field(default_factory=Listen)
     redis: SharedState | None = Field(
@@ -280,6 +377,7 @@ class GatewayConfig(_Config):
                                     description="Requests one route may hold at once.")
     max_held: int = Field(1000, ge=1, le=1_000_000,
                           description="Requests all routes may hold at once.")
+    flow_control: FlowControl = Field(default_factory=FlowControl)
     routes: list[Route] = Field(default_factory=list)
 
     @model_validator(mode="after")

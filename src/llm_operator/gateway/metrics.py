@@ -6,7 +6,11 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from llm_operator.gateway.flow import FlowObserver
+
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+QUEUE_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120,
+                 300)
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60)
 NO_ROUTE = "none"  # label for requests that matched no route
 
@@ -65,6 +69,21 @@ class GatewayMetrics:
                                "1 while limits and spend are shared in Redis, 0 while this "
                                "process falls back to its own (redis configured).",
                                registry=r)
+        # Flow control: by route pool (a model's routes share one) and band.
+        self.queue_depth = Gauge("llmop_gateway_queue_depth",
+                                 "Requests waiting for a free slot of a model's replicas.",
+                                 ["route", "band"], registry=r)
+        self.queue_wait = Histogram("llmop_gateway_queue_wait_seconds",
+                                    "Time a request waited for a slot (0: none).",
+                                    ["route", "band"], buckets=QUEUE_BUCKETS, registry=r)
+        self.flow_requests = Counter("llmop_gateway_flow_requests",
+                                     "Requests by flow-control outcome: admitted, shed, "
+                                     "queue_full, timeout, cancelled, overloaded.",
+                                     ["route", "band", "outcome"], registry=r)
+        self.flow_ignored = Counter("llmop_gateway_flow_band_ignored",
+                                    "Band or objective headers not taken: unknown, above_key "
+                                    "(higher than the client key's band), unknown_key_band.",
+                                    ["route", "reason"], registry=r)
         self.auth_failures = Counter("llmop_gateway_auth_failures",
                                      "Requests without a valid key: missing, invalid.",
                                      ["reason"], registry=r)
@@ -109,3 +128,31 @@ class RouteMetrics:
 
     def upstream_error(self, reason: str) -> None:
         self._errors(reason).inc()
+
+
+class FlowMetrics(FlowObserver):
+    """Flow control's reports as Prometheus series (a flow.FlowObserver)."""
+
+    def __init__(self, metrics: GatewayMetrics) -> None:
+        self._metrics = metrics
+        self._bound: dict[tuple[str, ...], Any] = {}
+
+    def _child(self, metric: Any, *labels: str) -> Any:
+        key = (str(id(metric)), *labels)
+        child = self._bound.get(key)
+        if child is None:
+            child = self._bound[key] = metric.labels(*labels)
+        return child
+
+    def depth(self, pool: str, band: str, queued: int) -> None:
+        self._child(self._metrics.queue_depth, pool, band).set(queued)
+
+    def admitted(self, pool: str, band: str, waited: float) -> None:
+        self._child(self._metrics.queue_wait, pool, band).observe(waited)
+        self._child(self._metrics.flow_requests, pool, band, "admitted").inc()
+
+    def refused(self, pool: str, band: str, outcome: str) -> None:
+        self._child(self._metrics.flow_requests, pool, band, outcome).inc()
+
+    def ignored(self, pool: str, reason: str) -> None:
+        self._child(self._metrics.flow_ignored, pool, reason).inc()

@@ -29,10 +29,11 @@ from llm_operator.gateway.breaker import Breaker
 from llm_operator.gateway.clients import Client, ClientGate
 from llm_operator.gateway.config import GatewayConfig, Route, Upstream
 from llm_operator.gateway.errors import error_response
+from llm_operator.gateway.flow import Flow
 from llm_operator.gateway.holding import Holds
 from llm_operator.gateway.http1 import Client as UpstreamClient
 from llm_operator.gateway.keys import KeySource
-from llm_operator.gateway.metrics import NO_ROUTE, GatewayMetrics, RouteMetrics
+from llm_operator.gateway.metrics import NO_ROUTE, FlowMetrics, GatewayMetrics, RouteMetrics
 from llm_operator.gateway.picking import (
     Load,
     PrefixIndex,
@@ -157,6 +158,28 @@ class RouteState:
         return [first, *rest]
 
 
+def _pools(config: GatewayConfig) -> dict[str, tuple[int | None, int | None]]:
+    """Each flow-control pool's (slots, bound), from its first route's upstreams.
+
+    Slots: the upstreams' ``slots`` (else ``perReplicaConcurrency``) plus ``engineQueue``
+    each, added up; None when one is unknown (the pool is then not flow-controlled);
+    bound: their maxConcurrent added up, None when one has none.
+    """
+    per_replica = config.flow_control.per_replica_concurrency
+    extra = config.flow_control.engine_queue
+    pools: dict[str, tuple[int | None, int | None]] = {}
+    for route in config.routes:
+        if route.pool_name in pools:
+            continue
+        slots = [None if (n := u.slots or per_replica) is None else n + extra
+                 for u in route.deployments]
+        bounds = [u.max_concurrent for u in route.deployments]
+        pools[route.pool_name] = (
+            None if None in slots else sum(s for s in slots if s is not None),
+            None if None in bounds or not bounds else sum(b for b in bounds if b is not None))
+    return pools
+
+
 ROUTE_KEY = web.RequestKey("route", RouteState)  # the route a request resolved to
 CLIENT_KEY = web.RequestKey("client", Client)  # the client key it came with
 
@@ -193,6 +216,9 @@ class RouteTable:
         self.before_scrape: list[Callable[[], None]] = []  # gauges set when /metrics is read
         self.holds = Holds(config.max_held_per_route, config.max_held,
                            on_change=lambda label, n: self.metrics.held.labels(label).set(n))
+        self.flow = Flow(config.flow_control, clock, FlowMetrics(self.metrics))
+        # InferenceObjective names and their priorities (the router watches them)
+        self.objectives: dict[str, int] = {}
         self.reconfigure(config)
 
     def _shared(self, config: GatewayConfig) -> SharedLimits | None:
@@ -252,6 +278,7 @@ class RouteTable:
         elif self.gate is None or str(self.gate.source.path) != keys.file:
             self.gate = ClientGate(KeyringSource(Path(keys.file)), self.ledger, self.metrics,
                                    self._clock, local_share=self._local_share)
+        self.flow.configure(config.flow_control, _pools(config))
         self.config, self.routes = config, routes
         self._breakers, self._loads, self._indexes = breakers, loads, indexes
         self.holds.per_route, self.holds.total = config.max_held_per_route, config.max_held

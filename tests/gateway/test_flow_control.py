@@ -1,0 +1,319 @@
+"""Flow control through the gateway: requests beyond the slots wait by band and fair share.
+
+A real gateway on loopback in front of an upstream that holds every request until the
+test lets it answer, called with aiohttp and the OpenAI SDK.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import openai
+import pytest
+import yaml
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from llm_operator.access.keyring import digest
+from llm_operator.gateway.app import Gateway
+from llm_operator.gateway.classify import FAIRNESS_HEADER, OBJECTIVE_HEADER
+from llm_operator.gateway.config import parse_config
+
+from fake_upstream import completion
+from gwtools import metric
+
+
+class GatedEngine:
+    """An OpenAI-compatible upstream that answers a request only once the test opens it.
+
+    Requests are named by their ``user`` field; ``arrived`` lists them in arrival order.
+    """
+
+    def __init__(self) -> None:
+        self.arrived: list[str] = []
+        self.headers: dict[str, dict[str, str]] = {}
+        self._gates: dict[str, asyncio.Event] = {}
+        self.app = web.Application()
+        self.app.router.add_post("/v1/chat/completions", self.handle)
+
+    def gate(self, name: str) -> asyncio.Event:
+        return self._gates.setdefault(name, asyncio.Event())
+
+    async def handle(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        name = str(body.get("user", ""))
+        self.arrived.append(name)
+        self.headers[name] = dict(request.headers)
+        await self.gate(name).wait()
+        return web.json_response(completion(body["model"], text=name))
+
+    async def until_arrived(self, count: int) -> None:
+        async with asyncio.timeout(10):
+            while len(self.arrived) < count:
+                await asyncio.sleep(0)
+
+
+@pytest.fixture
+async def engine() -> AsyncIterator[tuple[GatedEngine, str]]:
+    fake = GatedEngine()
+    server = TestServer(fake.app, host="127.0.0.1")
+    await server.start_server()
+    yield fake, f"http://127.0.0.1:{server.port}/v1"
+    for gate in fake._gates.values():  # let held handlers end
+        gate.set()
+    await server.close()
+
+
+class Front:
+    """The gateway under test, served on loopback, and requests sent to it."""
+
+    def __init__(self, gateway: Gateway, url: str, http: aiohttp.ClientSession) -> None:
+        self.gateway, self.url, self.http = gateway, url, http
+        self.sent: list[asyncio.Task[tuple[int, dict[str, Any], dict[str, str]]]] = []
+
+    def send(self, name: str, headers: dict[str, str] | None = None
+             ) -> asyncio.Task[tuple[int, dict[str, Any], dict[str, str]]]:
+        async def call() -> tuple[int, dict[str, Any], dict[str, str]]:
+            async with self.http.post(f"{self.url}/v1/chat/completions", headers=headers,
+                                      json={"model": "m", "user": name, "messages": [
+                                          {"role": "user", "content": "hi"}]}) as resp:
+                return resp.status, await resp.json(), dict(resp.headers)
+        task = asyncio.create_task(call())
+        self.sent.append(task)
+        return task
+
+    async def until_queued(self, count: int) -> None:
+        async with asyncio.timeout(10):
+            while self.gateway.flow.queued("m") != count:
+                await asyncio.sleep(0)
+
+
+@contextlib.asynccontextmanager
+async def front(upstream_url: str, *, slots: int = 1, flow: dict[str, Any] | None = None,
+                **config: Any) -> AsyncIterator[Front]:
+    gw = Gateway(parse_config({
+        "routes": [{"models": ["m"], "upstream": {"baseUrl": upstream_url, "auth": "none",
+                                                  "slots": slots}}],
+        **({"flowControl": flow} if flow is not None else {}), **config}))
+    runner = web.AppRunner(gw.app(), handler_cancellation=True)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        async with aiohttp.ClientSession() as http:
+            out = Front(gw, f"http://127.0.0.1:{port}", http)
+            try:
+                yield out
+            finally:
+                for task in out.sent:
+                    task.cancel()
+                await asyncio.gather(*out.sent, return_exceptions=True)
+    finally:
+        await runner.cleanup()
+
+
+def objective(band: str) -> dict[str, str]:
+    return {OBJECTIVE_HEADER: band}
+
+
+async def test_a_freed_slot_goes_to_the_highest_band_waiting(
+        engine: tuple[GatedEngine, str]) -> None:
+    fake, url = engine
+    async with front(url) as gw:
+        gw.send("first")
+        await fake.until_arrived(1)
+        for name in ("batch", "standard", "interactive"):
+            gw.send(name, objective(name))
+            await gw.until_queued(len(gw.sent) - 1)
+        for count, name in enumerate(("first", "interactive", "standard"), start=2):
+            fake.gate(name).set()
+            await fake.until_arrived(count)
+        fake.gate("batch").set()
+        answers = await asyncio.gather(*gw.sent)
+    assert fake.arrived == ["first", "interactive", "standard", "batch"]
+    assert [status for status, _, _ in answers] == [200] * 4
+    assert metric(gw.gateway, "llmop_gateway_queue_wait_seconds_count", route="m",
+                  band="batch") == 1
+    assert metric(gw.gateway, "llmop_gateway_flow_requests_total", route="m",
+                  band="standard", outcome="admitted") == 2
+
+
+async def test_a_light_fairness_id_is_not_stuck_behind_a_heavy_one(
+        engine: tuple[GatedEngine, str]) -> None:
+    fake, url = engine
+    async with front(url, slots=2) as gw:
+        for index in range(6):  # two out, four queued
+            gw.send(f"heavy{index}", {FAIRNESS_HEADER: "heavy"})
+        await gw.until_queued(4)
+        gw.send("light", {FAIRNESS_HEADER: "light"})
+        await gw.until_queued(5)
+        fake.gate(fake.arrived[0]).set()
+        await fake.until_arrived(3)
+    assert fake.arrived[2] == "light"
+
+
+async def test_a_full_queue_is_a_429_the_openai_sdk_reads(
+        engine: tuple[GatedEngine, str]) -> None:
+    fake, url = engine
+    flow = {"bands": [{"name": "standard", "priority": 0, "maxQueue": 1}]}
+    async with front(url, flow=flow) as gw:
+        gw.send("first")
+        await fake.until_arrived(1)
+        gw.send("queued")
+        await gw.until_queued(1)
+        sdk = openai.AsyncOpenAI(base_url=f"{gw.url}/v1", api_key="unused", max_retries=0)
+        async with sdk:
+            with pytest.raises(openai.RateLimitError) as refused:
+                await sdk.chat.completions.create(
+                    model="m", messages=[{"role": "user", "content": "hi"}])
+    error = refused.value
+    assert error.code == "queue_full"
+    assert "band 'standard'" in error.message and "maxQueue" in error.message
+    assert int(error.response.headers["Retry-After"]) >= 1
+    assert metric(gw.gateway, "llmop_gateway_flow_requests_total", route="m",
+                  band="standard", outcome="queue_full") == 1
+
+
+async def test_a_request_that_waits_too_long_gets_503_with_retry_after(
+        engine: tuple[GatedEngine, str]) -> None:
+    fake, url = engine
+    flow = {"bands": [{"name": "standard", "priority": 0, "maxWaitSeconds": 0.1}]}
+    async with front(url, flow=flow) as gw:
+        gw.send("first")
+        await fake.until_arrived(1)
+        status, body, headers = await gw.send("late")
+    assert status == 503
+    assert body["error"]["code"] == "queue_timeout"
+    assert body["error"]["type"] == "server_error"
+    assert "maxWaitSeconds" in body["error"]["message"]
+    assert int(headers["Retry-After"]) >= 1
+    assert fake.arrived == ["first"]
+
+
+async def test_a_sheddable_band_is_refused_at_once_when_the_slots_are_busy(
+        engine: tuple[GatedEngine, str]) -> None:
+    fake, url = engine
+    flow = {"bands": [{"name": "standard", "priority": 0},
+                      {"name": "best-effort", "priority": -1, "sheddable": True}]}
+    async with front(url, flow=flow) as gw:
+        gw.send("first")
+        await fake.until_arrived(1)
+        status, body, _ = await gw.send("extra", objective("best-effort"))
+    assert (status, body["error"]["code"]) == (429, "request_shed")
+
+
+async def test_a_client_that_leaves_while_queued_is_removed_at_once(
+        engine: tuple[GatedEngine, str]) -> None:
+    fake, url = engine
+    async with front(url) as gw:
+        gw.send("first")
+        await fake.until_arrived(1)
+        leaving = gw.send("leaving")
+        await gw.until_queued(1)
+        leaving.cancel()  # the client closes its connection
+        await gw.until_queued(0)
+        staying = gw.send("staying")
+        await gw.until_queued(1)
+        fake.gate("first").set()
+        fake.gate("staying").set()
+        status, _, _ = await staying
+        assert metric(gw.gateway, "llmop_gateway_flow_requests_total", route="m",
+                      band="standard", outcome="cancelled") == 1
+    assert status == 200
+    assert fake.arrived == ["first", "staying"]
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("t" * 300, "x-gateway-inference-fairness-id is 300 bytes; at most 256"),
+    ("tenant\t7", "contains control characters"),
+], ids=["too-long", "control-character"])
+async def test_an_unusable_fairness_id_is_a_400_saying_why(
+        engine: tuple[GatedEngine, str], value: str, message: str) -> None:
+    fake, url = engine
+    async with front(url) as gw:
+        status, body, _ = await gw.send("bad", {FAIRNESS_HEADER: value})
+    assert status == 400
+    assert body["error"]["code"] == "invalid_fairness_id"
+    assert message in body["error"]["message"]
+    assert fake.arrived == []
+
+
+async def test_an_unknown_objective_is_served_in_the_default_band_and_counted(
+        engine: tuple[GatedEngine, str]) -> None:
+    fake, url = engine
+    fake.gate("typo").set()
+    async with front(url) as gw:
+        status, _, _ = await gw.send("typo", objective("interactve"))
+    assert status == 200
+    assert metric(gw.gateway, "llmop_gateway_flow_band_ignored_total", route="m",
+                  reason="unknown") == 1
+    assert metric(gw.gateway, "llmop_gateway_flow_requests_total", route="m",
+                  band="standard", outcome="admitted") == 1
+
+
+async def test_a_key_decides_its_band_and_a_header_cannot_raise_it(
+        engine: tuple[GatedEngine, str], tmp_path: Path) -> None:
+    fake, url = engine
+    keys = tmp_path / "keys.yaml"
+    keys.write_text(yaml.safe_dump({"keys": [
+        {"id": "etl", "sha256": digest("sk-etl"), "band": "batch"},
+        {"id": "chat", "sha256": digest("sk-chat"), "band": "interactive"}]}))
+    async with front(url, clientKeys={"file": str(keys)}) as gw:
+        gw.send("first", {"Authorization": "Bearer sk-chat"})
+        await fake.until_arrived(1)
+        gw.send("etl-claims-interactive", {"Authorization": "Bearer sk-etl",
+                                           **objective("interactive")})
+        await gw.until_queued(1)
+        gw.send("chat-lowered", {"Authorization": "Bearer sk-chat", **objective("standard")})
+        await gw.until_queued(2)
+        fake.gate("first").set()
+        await fake.until_arrived(2)
+        fake.gate("chat-lowered").set()
+        await fake.until_arrived(3)
+    assert fake.arrived == ["first", "chat-lowered", "etl-claims-interactive"]
+    assert metric(gw.gateway, "llmop_gateway_flow_band_ignored_total", route="m",
+                  reason="above_key") == 1
+
+
+async def test_flow_control_off_sends_everything_to_the_engine(
+        engine: tuple[GatedEngine, str]) -> None:
+    fake, url = engine
+    async with front(url, flow={"enabled": False}) as gw:
+        for index in range(4):
+            gw.send(f"r{index}")
+        await fake.until_arrived(4)
+        assert gw.gateway.flow.queued("m") == 0
+
+
+@pytest.mark.parametrize(("upstreams", "flow", "capacity", "bound"), [
+    ([{"slots": 4}, {"slots": 2}], {}, 6, None),
+    ([{"slots": 4}, {"slots": 2}], {"engineQueue": 1}, 8, None),
+    ([{"slots": 4}, {}], {}, None, None),
+    ([{"slots": 4}, {}], {"perReplicaConcurrency": 3}, 7, None),
+    ([{}], {}, None, None),
+    ([{"slots": 1, "maxConcurrent": 9}, {"slots": 1, "maxConcurrent": 3}], {}, 2, 12),
+    ([{"slots": 4}], {"enabled": False}, None, None),
+], ids=["slots-added-up", "engine-queue-per-replica", "one-unknown-means-none",
+        "per-replica-default", "unknown", "bound-from-max-concurrent", "off"])
+def test_a_models_slots_are_its_upstreams_added_up(
+        upstreams: list[dict[str, Any]], flow: dict[str, Any], capacity: int | None,
+        bound: int | None) -> None:
+    gw = Gateway(parse_config({"flowControl": flow, "routes": [{
+        "models": ["m"], "upstreams": [{"name": f"r{i}", "baseUrl": f"http://10.0.0.{i}/v1",
+                                        **u} for i, u in enumerate(upstreams)]}]}))
+    pool = gw.flow.pools["m"]
+    assert (pool.capacity, pool.bound) == (capacity, bound)
+
+
+def test_a_models_adapter_routes_share_its_pool() -> None:
+    upstream = {"baseUrl": "http://10.0.0.1/v1", "slots": 2}
+    gw = Gateway(parse_config({"routes": [
+        {"name": "ns/m", "models": ["m"], "upstream": upstream},
+        {"name": "ns/m/sql", "models": ["sql"], "pool": "ns/m", "upstream": upstream}]}))
+    assert list(gw.flow.pools) == ["ns/m"]

@@ -1,0 +1,252 @@
+"""Flow control's queue: strict priority between bands, fair shares within one, bounds."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from llm_operator.gateway.classify import Classified
+from llm_operator.gateway.config import Band, FlowControl
+from llm_operator.gateway.flow import Flow, FlowObserver, FlowRefused, Lease
+
+SETTINGS = FlowControl()
+
+
+def band(name: str) -> Band:
+    found = SETTINGS.band(name)
+    assert found is not None
+    return found
+
+
+def who(band_name: str = "standard", group: str = "", member: str = "") -> Classified:
+    return Classified(band(band_name), group, member)
+
+
+class Seen(FlowObserver):
+    """Records what flow control reports."""
+
+    def __init__(self) -> None:
+        self.depths: dict[tuple[str, str], int] = {}
+        self.outcomes: list[tuple[str, str]] = []
+
+    def depth(self, pool: str, band: str, queued: int) -> None:
+        self.depths[(pool, band)] = queued
+
+    def admitted(self, pool: str, band: str, waited: float) -> None:
+        self.outcomes.append((band, "admitted"))
+
+    def refused(self, pool: str, band: str, outcome: str) -> None:
+        self.outcomes.append((band, outcome))
+
+
+def flow(slots: int | None = 1, bound: int | None = None,
+         settings: FlowControl = SETTINGS) -> tuple[Flow, Seen]:
+    seen = Seen()
+    out = Flow(settings, clock=lambda: 0.0, observer=seen)
+    out.configure(settings, {"m": (slots, bound)})
+    return out, seen
+
+
+async def queued(f: Flow, count: int, pool: str = "m") -> None:
+    """Until ``count`` requests wait in ``pool`` (the waiters run on this loop)."""
+    async with asyncio.timeout(5):
+        while f.queued(pool) != count:
+            await asyncio.sleep(0)
+
+
+class Waiters:
+    """Requests queued in arrival order; ``granted`` lists their names as slots come."""
+
+    def __init__(self, f: Flow) -> None:
+        self.flow = f
+        self.granted: list[str] = []
+        self.leases: dict[str, Lease] = {}
+        self.tasks: list[asyncio.Task[None]] = []
+
+    async def add(self, name: str, request: Classified) -> None:
+        async def wait() -> None:
+            self.leases[name] = await self.flow.acquire("m", request)
+            self.granted.append(name)
+        before = self.flow.queued("m")
+        self.tasks.append(asyncio.create_task(wait()))
+        await queued(self.flow, before + 1)
+
+    async def settle(self, count: int) -> None:
+        """Until ``count`` waiters have their slot (they resume on this loop)."""
+        async with asyncio.timeout(5):
+            while len(self.granted) < count:
+                await asyncio.sleep(0)
+
+    async def release(self, name: str) -> None:
+        """Give back ``name``'s slot; the next waiter (if any) takes it."""
+        count = len(self.granted)
+        self.leases[name].release()
+        if self.flow.queued("m") < self.waiting(count):
+            await self.settle(count + 1)
+
+    def waiting(self, granted: int) -> int:
+        return len(self.tasks) - granted
+
+
+async def test_a_freed_slot_goes_to_the_highest_band_whatever_the_arrival_order() -> None:
+    f, _ = flow(slots=1)
+    first = await f.acquire("m", who())
+    waiters = Waiters(f)
+    for name in ("batch", "standard", "interactive"):
+        await waiters.add(name, who(name))
+    first.release()
+    await waiters.settle(1)
+    for name in ("interactive", "standard"):
+        await waiters.release(name)
+    assert waiters.granted == ["interactive", "standard", "batch"]
+
+
+async def test_one_id_is_served_first_come_first_served() -> None:
+    f, _ = flow(slots=1)
+    first = await f.acquire("m", who())
+    waiters = Waiters(f)
+    for name in ("a1", "a2", "a3"):
+        await waiters.add(name, who(group="a"))
+    first.release()
+    await waiters.settle(1)
+    for name in ("a1", "a2"):
+        await waiters.release(name)
+    assert waiters.granted == ["a1", "a2", "a3"]
+
+
+async def test_a_light_id_gets_the_next_slots_while_a_heavy_one_holds_the_rest() -> None:
+    f, _ = flow(slots=4)
+    heavy = [await f.acquire("m", who(group="heavy")) for _ in range(4)]
+    waiters = Waiters(f)
+    for index in range(10):
+        await waiters.add(f"heavy{index}", who(group="heavy"))
+    await waiters.add("light0", who(group="light"))
+    await waiters.add("light1", who(group="light"))
+    heavy[0].release()
+    heavy[1].release()
+    await waiters.settle(2)
+    # both light requests went first: heavy held 3 slots, then light 1 and heavy 3
+    assert waiters.granted == ["light0", "light1"]
+
+
+async def test_within_a_key_its_members_share_fairly() -> None:
+    f, _ = flow(slots=2)
+    held = [await f.acquire("m", who(group="team", member="bulk")) for _ in range(2)]
+    waiters = Waiters(f)
+    for index in range(3):
+        await waiters.add(f"bulk{index}", who(group="team", member="bulk"))
+    await waiters.add("alice", who(group="team", member="alice"))
+    held[0].release()
+    await waiters.settle(1)
+    assert waiters.granted == ["alice"]
+
+
+ONE_BAND = [Band(name="standard", priority=0)]
+
+
+@pytest.mark.parametrize(("bands", "bound", "status", "code", "outcome"), [
+    ([Band(name="standard", priority=0, sheddable=True)], None, 429, "request_shed", "shed"),
+    ([Band(name="standard", priority=0, max_queue=1)], None, 429, "queue_full",
+     "queue_full"),
+    (ONE_BAND, 2, 503, "model_overloaded", "overloaded"),
+], ids=["sheddable-band", "queue-full", "upstreams-bound"])
+async def test_a_request_that_cannot_wait_is_refused_at_once(
+        bands: list[Band], bound: int | None, status: int, code: str, outcome: str) -> None:
+    settings = FlowControl(bands=bands)
+    f, seen = flow(1, bound, settings)
+    request = Classified(settings.bands[0], "")
+    await f.acquire("m", request)
+    waiting: list[asyncio.Task[Lease]] = []
+    if not settings.bands[0].sheddable:  # one waits already
+        waiting.append(asyncio.create_task(f.acquire("m", request)))
+        await queued(f, 1)
+    with pytest.raises(FlowRefused) as refused:
+        await f.acquire("m", request)
+    assert (refused.value.status, refused.value.code) == (status, code)
+    assert refused.value.retry_after >= 1
+    assert seen.outcomes[-1] == ("standard", outcome)
+    for task in waiting:
+        task.cancel()
+    await asyncio.gather(*waiting, return_exceptions=True)
+
+
+async def test_a_request_that_waits_past_its_band_limit_gets_503_and_leaves_the_queue() -> None:
+    settings = FlowControl(bands=[Band(name="standard", priority=0, max_wait_seconds=0.05)])
+    f, seen = flow(1, None, settings)
+    await f.acquire("m", Classified(settings.bands[0], ""))
+    with pytest.raises(FlowRefused) as refused:
+        await f.acquire("m", Classified(settings.bands[0], ""))
+    assert (refused.value.status, refused.value.code) == (503, "queue_timeout")
+    assert "maxWaitSeconds" in refused.value.message
+    assert f.queued("m") == 0
+    assert seen.outcomes[-1] == ("standard", "timeout")
+
+
+async def test_a_client_that_leaves_while_queued_is_removed_at_once() -> None:
+    f, seen = flow(slots=1)
+    first = await f.acquire("m", who())
+    leaving = asyncio.create_task(f.acquire("m", who(group="gone")))
+    await queued(f, 1)
+    staying = asyncio.create_task(f.acquire("m", who(group="stays")))
+    await queued(f, 2)
+    leaving.cancel()
+    await asyncio.gather(leaving, return_exceptions=True)
+    assert f.queued("m") == 1
+    assert ("standard", "cancelled") in seen.outcomes
+    first.release()
+    lease = await staying
+    assert lease.group == "stays"
+    assert f.pools["m"].in_flight == 1
+
+
+async def test_a_slot_granted_to_a_client_that_just_left_is_given_back() -> None:
+    f, _ = flow(slots=1)
+    first = await f.acquire("m", who())
+    leaving = asyncio.create_task(f.acquire("m", who()))
+    await queued(f, 1)
+    first.release()  # granted to the waiter, which is cancelled before it runs
+    leaving.cancel()
+    await asyncio.gather(leaving, return_exceptions=True)
+    assert f.pools["m"].in_flight == 0
+
+
+async def test_new_replicas_take_waiting_requests_and_a_removed_model_refuses_them() -> None:
+    f, _ = flow(slots=1)
+    await f.acquire("m", who())
+    waiting = [asyncio.create_task(f.acquire("m", who())) for _ in range(3)]
+    await queued(f, 3)
+    f.configure(SETTINGS, {"m": (2, None)})  # a second replica
+    await queued(f, 2)
+    f.configure(SETTINGS, {})  # the model is gone
+    results = await asyncio.gather(*waiting, return_exceptions=True)
+    refused = [r for r in results if isinstance(r, FlowRefused)]
+    assert [(r.status, r.code) for r in refused] == [(503, "model_unavailable")] * 2
+
+
+async def test_requests_of_a_band_removed_from_the_settings_wait_in_the_default_band() -> None:
+    f, _ = flow(slots=1)
+    first = await f.acquire("m", who())
+    moved = asyncio.create_task(f.acquire("m", who("batch")))
+    await queued(f, 1)
+    fewer = FlowControl(bands=[b for b in SETTINGS.bands if b.name != "batch"])
+    f.configure(fewer, {"m": (1, None)})
+    assert f.pools["m"].queues["standard"].size == 1
+    first.release()
+    assert (await moved).group == ""
+
+
+async def test_a_pool_without_known_slots_is_not_flow_controlled() -> None:
+    f, seen = flow(slots=None)
+    leases = [await f.acquire("m", who()) for _ in range(100)]
+    assert f.queued("m") == 0 and seen.outcomes == []
+    for lease in leases:
+        lease.release()
+
+
+async def test_flow_control_off_lets_everything_through() -> None:
+    off = FlowControl(enabled=False)
+    f, _ = flow(slots=1, settings=off)
+    leases: list[Any] = [await f.acquire("m", who()) for _ in range(5)]
+    assert len(leases) == 5 and f.queued("m") == 0
