@@ -29,13 +29,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import socket
-import subprocess
+import importlib.util
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -53,35 +50,13 @@ TOKENS = 16
 OBJECTIVE, FAIRNESS = "x-gateway-inference-objective", "x-gateway-inference-fairness-id"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextlib.contextmanager
-def processes(*argvs: list[str]) -> Iterator[None]:
-    procs = [subprocess.Popen(a, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-             for a in argvs]
-    try:
-        yield
-    finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            proc.wait(timeout=10)
-
-
-async def until_up(url: str, timeout: float = 120) -> None:
-    async with aiohttp.ClientSession() as http:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with contextlib.suppress(aiohttp.ClientError):
-                async with http.get(url) as r:
-                    if r.status == 200:
-                        return
-            await asyncio.sleep(0.2)
-    raise SystemExit(f"{url} did not come up within {timeout:g} s")
+_spec = importlib.util.spec_from_file_location("router_bench", ROOT / "bench/router/run.py")
+assert _spec is not None and _spec.loader is not None
+router_bench = importlib.util.module_from_spec(_spec)
+sys.modules["router_bench"] = router_bench
+_spec.loader.exec_module(router_bench)
+free_port, processes, until_up = \
+    router_bench.free_port, router_bench.processes, router_bench.until_up
 
 
 @dataclass
@@ -174,7 +149,7 @@ async def main() -> None:
         gateways = [[LLMOP, "gateway", "--config", str(c), "--log-level", "warning"]
                     for c in configs]
         with processes(llama, *gateways):
-            await until_up(f"http://127.0.0.1:{engine}/health")
+            await until_up(f"http://127.0.0.1:{engine}/health", timeout=120)
             for port in ports.values():
                 await until_up(f"http://127.0.0.1:{port}/health")
             urls = {mode: f"http://127.0.0.1:{port}" for mode, port in ports.items()}

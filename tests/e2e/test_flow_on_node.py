@@ -16,9 +16,19 @@ import aiohttp
 import openai
 import pytest
 from e2e_cluster import GEMMA_ID, GEMMA_NAME, MODELS_NS, OPERATOR_NS, NodeCluster
+from prometheus_client.parser import text_string_to_metric_families
 
 pytestmark = pytest.mark.e2e
 OBJECTIVE = "x-gateway-inference-objective"
+
+
+def sample(exposition: str, name: str, **labels: str) -> float | None:
+    """One sample's value in a Prometheus exposition (None: absent)."""
+    for family in text_string_to_metric_families(exposition):
+        for found in family.samples:
+            if found.name == name and found.labels == labels:
+                return found.value
+    return None
 
 
 async def until_load(http: aiohttp.ClientSession, url: str,
@@ -58,8 +68,8 @@ async def test_a_queued_interactive_request_is_served_before_queued_batch_ones(
             metrics = await r.text()
     assert finished[:2] == ["long", "interactive"]
     assert sorted(finished[2:]) == ["batch0", "batch1"]
-    route = f'route="{MODELS_NS}/{GEMMA_NAME}"'
-    assert f'llmop_gateway_queue_wait_seconds_count{{{route},band="interactive"}} 1.0' \
-        in metrics
-    assert f'llmop_gateway_flow_requests_total{{{route},band="batch",outcome="admitted"}} 2.0' \
-        in metrics
+    route = f"{MODELS_NS}/{GEMMA_NAME}"
+    assert sample(metrics, "llmop_gateway_queue_wait_seconds_count",
+                  route=route, band="interactive") == 1
+    assert sample(metrics, "llmop_gateway_flow_requests_total",
+                  route=route, band="batch", outcome="admitted") == 2

@@ -38,8 +38,9 @@ import click
               help="Redis's password, e.g. a mounted Secret.")
 @click.option("--settings", "settings_file", type=click.Path(dir_okay=False), metavar="PATH",
               help="YAML of the router's gateway settings: flowControl (priority bands, "
-              "objectives, perReplicaConcurrency; docs/flow-control.md). Unset: flow "
-              "control on with the interactive, standard and batch bands.")
+              "objectives, perReplicaConcurrency; docs/flow-control.md) and tracing "
+              "(OpenTelemetry over OTLP/HTTP; docs/tracing.md). Unset: flow control on with "
+              "the interactive, standard and batch bands; traces only where OTEL_* say.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
               default="info", show_default=True)
 def router(*, namespaces: tuple[str, ...], host: str, port: int, hold_seconds: float,
@@ -119,7 +120,7 @@ def router(*, namespaces: tuple[str, ...], host: str, port: int, hold_seconds: f
     asyncio.run(main())
 
 
-SETTINGS_SECTIONS = ("flowControl",)
+SETTINGS_SECTIONS = ("flowControl", "tracing")
 
 
 def _settings(path: Path) -> dict[str, object]:

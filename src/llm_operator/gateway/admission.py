@@ -7,6 +7,7 @@ model id, or translated) and forwarded (forwarding.py).
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -15,7 +16,7 @@ from llm_operator.access.limits import Reservation, admit, retry_after_header
 from llm_operator.gateway.classify import BadFairnessId, Classified, classify
 from llm_operator.gateway.clients import Client
 from llm_operator.gateway.errors import Refusal, error_response
-from llm_operator.gateway.flow import FREE, FlowRefused
+from llm_operator.gateway.flow import FREE, FlowRefused, Lease
 from llm_operator.gateway.forwarding import Forwarding
 from llm_operator.gateway.inbound.messages import (
     MessagesError,
@@ -33,8 +34,23 @@ from llm_operator.gateway.routes import (
     Outbound,
     RouteState,
 )
+from llm_operator.gateway.tracing import TRACE
 
 USAGE_OPTION_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
+
+
+@dataclass
+class _Admitted:
+    """A request admitted to its route: who, what, where, and the tokens it reserved."""
+
+    client: Client | None
+    who: Classified | None
+    raw: bytes
+    body: dict[str, Any]
+    model: str
+    state: RouteState
+    held: HeldStream | None
+    reservation: Reservation
 
 
 def _asks_usage(body: dict[str, Any]) -> bool:
@@ -101,12 +117,52 @@ class Admission(Forwarding):
         return state
 
     async def _admit(self, request: web.Request, started: float) -> web.StreamResponse:
+        trace = request.get(TRACE)
+        if trace is None:
+            admitted = await self._admission(request)
+        else:
+            with trace.span("llmop.admission"):
+                admitted = await self._admission(request)
+        if not isinstance(admitted, _Admitted):
+            return admitted
+        state, body, held, reservation = admitted.state, admitted.body, admitted.held, \
+            admitted.reservation
+        stream, hide_usage, collect = _shape(request, state, body)
+        outbound = _Outbounds(state, admitted.model, admitted.raw, body, stream=stream,
+                              rewrite=hide_usage or collect, path=CHAT_PATH if request.get(
+                                  ANTHROPIC) else request.path.removeprefix("/v1"))
+        try:
+            try:  # a slot of the model's replicas: at once, or after its turn in the queue
+                lease = FREE if admitted.who is None else \
+                    await self._slot(request, state, admitted.who)
+            except FlowRefused as denied:
+                response: web.StreamResponse = _flow_error(denied)
+            else:
+                try:
+                    response = await self._forward(
+                        request, state, outbound=outbound, stream=stream, started=started,
+                        client=admitted.client, reservation=reservation,
+                        hide_usage=hide_usage, held=held, body=body, collect=collect)
+                finally:
+                    lease.release()
+        finally:
+            reservation.settle()  # no usage came back (an error, a cancel): give it back
+        if held is not None and response is not held and isinstance(response, web.Response):
+            return await held.fail(response)  # the headers went out with the keepalives
+        return response
+
+    async def _admission(self, request: web.Request) -> _Admitted | web.StreamResponse:
+        """Who asks, for what, on which route, within which limits; or the answer now."""
         client = None
         if self.gate is not None:  # who is asking, before reading what they ask
             client = request[CLIENT_KEY] = self.gate.identify(request)
+            if (trace := request.get(TRACE)) is not None:
+                trace.note(**{"llmop.client_key": client.key.id})
         who = self._classify(request, client)
         raw, body, model = await self._read_json(request)
         state = request[ROUTE_KEY] = self._resolve(model, client)
+        if (trace := request.get(TRACE)) is not None:
+            trace.note(**{"gen_ai.request.model": model, "llmop.route": state.route.label})
         unavailable = self._unavailable_error(state, model)
         if unavailable is not None:
             return unavailable
@@ -120,31 +176,25 @@ class Admission(Forwarding):
             await self.gate.check_budget(client)
         reservation = Reservation()
         refused = await self._rate_limited(state, client, body, reservation)  # sendable
+        if trace is not None:
+            trace.note(**{"llmop.rate_limited": refused is not None})
         if refused is not None:
             return refused
-        stream, hide_usage, collect = _shape(request, state, body)
-        outbound = _Outbounds(state, model, raw, body, stream=stream,
-                              rewrite=hide_usage or collect, path=CHAT_PATH if request.get(
-                                  ANTHROPIC) else request.path.removeprefix("/v1"))
-        try:
-            try:  # a slot of the model's replicas: at once, or after its turn in the queue
-                lease = FREE if who is None else \
-                    await self.flow.acquire(state.route.pool_name, who)
-            except FlowRefused as denied:
-                response: web.StreamResponse = _flow_error(denied)
-            else:
-                try:
-                    response = await self._forward(
-                        request, state, outbound=outbound, stream=stream, started=started,
-                        client=client, reservation=reservation, hide_usage=hide_usage,
-                        held=held, body=body, collect=collect)
-                finally:
-                    lease.release()
-        finally:
-            reservation.settle()  # no usage came back (an error, a cancel): give it back
-        if held is not None and response is not held and isinstance(response, web.Response):
-            return await held.fail(response)  # the headers went out with the keepalives
-        return response
+        return _Admitted(client, who, raw, body, model, state, held, reservation)
+
+    async def _slot(self, request: web.Request, state: RouteState, who: Classified
+                    ) -> Lease:
+        """A slot from flow control, in a queue span when the request is traced."""
+        pool = state.route.pool_name
+        trace = request.get(TRACE)
+        if trace is None or not trace.recording or not self.flow.controls(pool):
+            return await self.flow.acquire(pool, who)
+        with trace.span("llmop.queue", {"llmop.band": who.band.name,
+                                        "llmop.queue.position": self.flow.queued(pool)}):
+            waiting = self._clock()
+            lease = await self.flow.acquire(pool, who)
+            trace.note(**{"llmop.queue.wait_seconds": self._clock() - waiting})
+            return lease
 
     def _classify(self, request: web.Request, client: Client | None) -> Classified | None:
         """The request's band and fairness ID (None: flow control is off); Refusal (400)."""

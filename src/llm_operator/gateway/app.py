@@ -31,6 +31,7 @@ from llm_operator.gateway.relaying import (
     as_anthropic_error,
 )
 from llm_operator.gateway.routes import ANTHROPIC, CLIENT_KEY, ROUTE_KEY, STREAM_STARTED
+from llm_operator.gateway.tracing import TRACE
 
 log = logging.getLogger("llm_operator.gateway")
 
@@ -99,6 +100,8 @@ class Gateway(Admission):
             await self.ledger.close()  # what was spent since the last flush
         if self.shared is not None:
             await self.shared.client.aclose()
+        if self.traces is not None:
+            await self.traces.close()  # the spans still batched
 
     # --- small endpoints ---------------------------------------------------------------
 
@@ -161,6 +164,23 @@ class Gateway(Admission):
         return response
 
     async def proxy(self, request: web.Request) -> web.StreamResponse:
+        """A proxied request, in its trace's server span when tracing is on."""
+        if self.traces is None:
+            return await self._counted(request)
+        trace = request[TRACE] = self.traces.begin(request.method, request.path,
+                                                   request.headers)
+        try:
+            response = await self._counted(request)
+        except asyncio.CancelledError:
+            trace.end(None, "the client went away")
+            raise
+        except BaseException as exc:
+            trace.end(None, type(exc).__name__)
+            raise
+        trace.end(response.status)
+        return response
+
+    async def _counted(self, request: web.Request) -> web.StreamResponse:
         started = self._clock()
         try:
             response, state = await self._proxy(request, started)

@@ -19,6 +19,7 @@ from pydantic.alias_generators import to_camel
 
 from llm_operator.api.rules import GEMINI_MESSAGE, GEMINI_NATIVE_MESSAGE, gemini_url_fits
 from llm_operator.api.validation import field_errors
+from llm_operator.profiles.tracing import Tracing
 
 HEADER_NAME = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+")  # RFC 9110 token
 
@@ -378,6 +379,8 @@ class GatewayConfig(_Config):
     max_held: int = Field(1000, ge=1, le=1_000_000,
                           description="Requests all routes may hold at once.")
     flow_control: FlowControl = Field(default_factory=FlowControl)
+    tracing: Tracing = Field(default_factory=Tracing, description="OpenTelemetry traces "
+                             "(docs/tracing.md); read at start.")
     routes: list[Route] = Field(default_factory=list)
 
     @model_validator(mode="after")

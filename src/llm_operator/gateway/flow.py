@@ -238,6 +238,11 @@ class Flow:
                                 "the request waited for a slot", 5.0))
                 self.observer.depth(pool.name, queue.band.name, 0)
 
+    def controls(self, pool: str) -> bool:
+        """Whether requests to ``pool`` may wait for a slot (its slots are known)."""
+        found = self.pools.get(pool)
+        return found is not None and found.capacity is not None
+
     def queued(self, pool: str) -> int:
         """Requests waiting for a slot of ``pool``."""
         found = self.pools.get(pool)

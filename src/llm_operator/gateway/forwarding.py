@@ -7,11 +7,14 @@ client (http1.py); what comes back is relayed (relaying.py).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
+from opentelemetry.trace import Span, SpanKind
 
 from llm_operator.access.limits import Reservation, retry_after_header
 from llm_operator.gateway.breaker import State
@@ -22,11 +25,35 @@ from llm_operator.gateway.http1 import UpstreamError
 from llm_operator.gateway.keys import KeyUnavailable
 from llm_operator.gateway.relaying import AnswerFailed, HeldStream, Relaying
 from llm_operator.gateway.routes import Deployment, Outbound, RouteState
+from llm_operator.gateway.tracing import TRACE, RequestTrace
 from llm_operator.gateway.upstreams import Untranslatable
 
 log = logging.getLogger("llm_operator.gateway")
 
 RETRYABLE = frozenset({429, 502, 503, 504, 529})  # 529: Anthropic overloaded
+
+
+@dataclass(frozen=True)
+class _Call:
+    """What every attempt of one request shares: the client's side and its deadline."""
+
+    request: web.Request
+    state: RouteState
+    stream: bool
+    collect: bool
+    started: float
+    client: Client | None
+    reservation: Reservation
+    hide_usage: bool
+    held: HeldStream | None
+    deadline: float
+
+
+def _why(outcome: UpstreamResponse | str | AnswerFailed) -> str:
+    """What a failed attempt's span and the next attempt's retry reason say."""
+    if isinstance(outcome, UpstreamResponse):
+        return str(outcome.status)
+    return outcome.reason if isinstance(outcome, AnswerFailed) else outcome
 
 
 def _full(deployment: Deployment) -> bool:
@@ -68,8 +95,12 @@ class Forwarding(Relaying):
         """
         route, label = state.route, state.route.label
         deadline = started + route.timeouts.request_seconds
+        call = _Call(request, state, stream=stream, collect=collect, started=started,
+                     client=client, reservation=reservation, hide_usage=hide_usage, held=held,
+                     deadline=deadline)
         order = state.order(self._pick(), body)
         attempt = position = skipped = 0
+        failure: str | None = None  # why the previous attempt failed (its span says)
         while True:
             deployment = order[position % len(order)]
             position += 1
@@ -98,30 +129,11 @@ class Forwarding(Relaying):
             tried = {"x-llmop-upstream": deployment.label, "x-llmop-attempts": str(attempt),
                      **({"x-llmop-dropped-params": ",".join(sending.dropped)}
                         if sending.dropped else {})}
-            deployment.load.in_flight += 1  # until its answer is relayed in full
-            sent = self._clock()
-            outcome: UpstreamResponse | str | AnswerFailed
-            try:
-                outcome = await self._attempt(deployment, state, sending.url, sending.body,
-                                              stream=stream or collect, deadline=deadline)
-                if isinstance(outcome, UpstreamResponse) \
-                        and outcome.status not in RETRYABLE:
-                    try:
-                        return await (self._relay_stream(
-                            request, state, outcome, started, client=client,
-                            reservation=reservation, hide_usage=hide_usage, extra=tried,
-                            native=deployment.native, prepared=held)
-                            if stream and outcome.status == 200 else self._relay(
-                            request, state, outcome, client=client, reservation=reservation,
-                            extra=tried, native=deployment.native,
-                            collect=collect and outcome.status == 200))
-                    except AnswerFailed as failed:  # the client has nothing yet: go on
-                        deployment.breaker.failure()
-                        state.metrics.upstream_error(failed.reason)
-                        outcome = failed
-            finally:
-                deployment.load.in_flight -= 1
-                deployment.load.answered(self._clock() - sent)
+            outcome = await self._try_one(call, deployment, sending, attempt=attempt,
+                                          retry_reason=failure, tried=tried)
+            if isinstance(outcome, web.StreamResponse):
+                return outcome  # answered
+            failure = _why(outcome)
             if (go_on := self._next_try(state, order, deployment, attempt=attempt,
                                         position=position, outcome=outcome,
                                         deadline=deadline)) is not None:
@@ -141,6 +153,62 @@ class Forwarding(Relaying):
                     state.metrics.upstream_error(failed.reason)
                     outcome = failed
             return self._gave_up(label, outcome, attempt, tried)
+
+    async def _try_one(self, call: _Call, deployment: Deployment, sending: Outbound, *,
+                       attempt: int, retry_reason: str | None, tried: dict[str, str]
+                       ) -> web.StreamResponse | UpstreamResponse | str | AnswerFailed:
+        """One attempt: the answer relayed to the client, or why it failed.
+
+        A retryable answer (429, 5xx) comes back unrelayed, for the caller to retry or
+        pass on.
+        """
+        state = call.state
+        deployment.load.in_flight += 1  # until its answer is relayed in full
+        sent = self._clock()
+        outcome: UpstreamResponse | str | AnswerFailed
+        trace = call.request.get(TRACE)
+        with self._attempt_span(trace, deployment, attempt, retry_reason) as span:
+            try:
+                outcome = await self._attempt(deployment, state, sending.url, sending.body,
+                                              stream=call.stream or call.collect,
+                                              deadline=call.deadline, trace=trace)
+                if isinstance(outcome, UpstreamResponse) \
+                        and outcome.status not in RETRYABLE:
+                    try:
+                        return await (self._relay_stream(
+                            call.request, state, outcome, call.started, client=call.client,
+                            reservation=call.reservation, hide_usage=call.hide_usage,
+                            extra=tried, native=deployment.native, prepared=call.held)
+                            if call.stream and outcome.status == 200 else self._relay(
+                            call.request, state, outcome, client=call.client,
+                            reservation=call.reservation, extra=tried,
+                            native=deployment.native,
+                            collect=call.collect and outcome.status == 200))
+                    except AnswerFailed as failed:  # the client has nothing yet: go on
+                        deployment.breaker.failure()
+                        state.metrics.upstream_error(failed.reason)
+                        outcome = failed
+            finally:
+                deployment.load.in_flight -= 1
+                deployment.load.answered(self._clock() - sent)
+            RequestTrace.failed(span, _why(outcome))
+        return outcome
+
+    @staticmethod
+    @contextlib.contextmanager
+    def _attempt_span(trace: RequestTrace | None, deployment: Deployment, attempt: int,
+                      retry_reason: str | None) -> Iterator[Span | None]:
+        """One attempt's client span (None when the request is not traced)."""
+        if trace is None or not trace.recording:
+            yield None
+            return
+        attributes: dict[str, str | int] = {
+            "llmop.upstream": deployment.label, "llmop.attempt": attempt,
+            "server.address": deployment.url_base}
+        if retry_reason is not None:
+            attributes["llmop.retry_reason"] = retry_reason
+        with trace.span("llmop.upstream", attributes, SpanKind.CLIENT) as span:
+            yield span
 
     def _next_try(self, state: RouteState, order: list[Deployment], deployment: Deployment,
                   *, attempt: int, position: int, outcome: UpstreamResponse | str | AnswerFailed,
@@ -193,8 +261,8 @@ class Forwarding(Relaying):
             "model_overloaded", headers={"Retry-After": wait})
 
     async def _attempt(self, deployment: Deployment, state: RouteState, url: str,
-                       payload: bytes, *, stream: bool, deadline: float
-                       ) -> UpstreamResponse | str:
+                       payload: bytes, *, stream: bool, deadline: float,
+                       trace: RequestTrace | None = None) -> UpstreamResponse | str:
         """One call to one deployment, its verdict recorded on the deployment's breaker.
 
         The upstream's response, or why there was none: connect, timeout, credentials.
@@ -206,6 +274,8 @@ class Forwarding(Relaying):
             log.error("route %s upstream %s: %s", state.route.label, deployment.label, exc)
             deployment.breaker.release()
             return "credentials"
+        if trace is not None:
+            trace.inject(headers)  # the engine continues the trace (W3C traceparent)
         timeouts = state.route.timeouts
         try:
             upstream = await self._http.post(
@@ -221,6 +291,8 @@ class Forwarding(Relaying):
             log.info("route %s upstream %s: %s", state.route.label, deployment.label, exc)
             return exc.reason
         status = upstream.status
+        if trace is not None:
+            trace.event("first byte", **{"http.response.status_code": status})
         if status >= 500:
             deployment.breaker.failure()
         else:

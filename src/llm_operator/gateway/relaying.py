@@ -32,6 +32,7 @@ from llm_operator.gateway.sse import (
     usage_from_sse,
     usage_only,
 )
+from llm_operator.gateway.tracing import TRACE
 from llm_operator.gateway.upstreams import NativeApi
 from llm_operator.gateway.upstreams.shapes import error_body as openai_error_body
 
@@ -195,6 +196,12 @@ class Relaying(RouteTable):
             upstream.close()
             raise
 
+    def _first_token(self, request: web.Request, state: RouteState, started: float) -> None:
+        """A stream's first chunk went to the client: time to first token, a span event."""
+        state.metrics.ttft.observe(self._clock() - started)
+        if (trace := request.get(TRACE)) is not None:
+            trace.event("first token sent")
+
     async def _relay_stream(self, request: web.Request, state: RouteState,
                             upstream: UpstreamResponse, started: float, *,
                             client: Client | None, reservation: Reservation,
@@ -238,7 +245,7 @@ class Relaying(RouteTable):
             request[STREAM_STARTED] = True
             async for chunk in chunks:
                 if first:
-                    state.metrics.ttft.observe(self._clock() - started)
+                    self._first_token(request, state, started)
                     first = False
                 await relay(adapter.feed(chunk) if adapter is not None else chunk)
             if adapter is not None:

@@ -43,8 +43,10 @@ from llm_operator.gateway.picking import (
     prefix_text,
 )
 from llm_operator.gateway.proxies import proxy_settings
+from llm_operator.gateway.tracing import Traces
 from llm_operator.gateway.upstreams import NATIVE, NativeApi, Untranslatable
 from llm_operator.gateway.upstreams.anthropic import VERSION as ANTHROPIC_VERSION
+from llm_operator.telemetry import tracer_provider
 
 log = logging.getLogger("llm_operator.gateway")
 
@@ -190,8 +192,11 @@ class RouteTable:
     def __init__(self, config: GatewayConfig, *, clock: Clock = time.monotonic,
                  sleep: Sleep = asyncio.sleep, jitter: Callable[[], float] = random.random,
                  ledger: Ledger | None = None,
-                 pick: Callable[[], float] = random.random) -> None:
+                 pick: Callable[[], float] = random.random, component: str = "gateway"
+                 ) -> None:
         self.metrics = GatewayMetrics()
+        provider = tracer_provider(config.tracing, component)  # read once, at start
+        self.traces = Traces(provider) if provider is not None else None
         self._clock, self._sleep, self._jitter = clock, sleep, jitter
         self._pick = pick  # draws the first deployment of each request, by weight
         self.shared = self._shared(config)

@@ -11,6 +11,7 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 import aiohttp
+from opentelemetry.trace import NoOpTracer, Tracer
 
 from llm_operator.api import labels as L
 from llm_operator.api.v1alpha1 import API_VERSION, LLMModel
@@ -41,6 +42,7 @@ from llm_operator.operator.reconciler import (
 from llm_operator.operator.workqueue import WorkQueue
 from llm_operator.profiles.settings import McpPush, Settings
 from llm_operator.reconcile.status import Event
+from llm_operator.telemetry import tracer_provider
 
 log = logging.getLogger("llm_operator.operator")
 FINALIZER = L.MCP_CLEANUP_FINALIZER
@@ -70,6 +72,10 @@ class Controller:
                  on_reconcile: Callable[[Key, Outcome], None] | None = None) -> None:
         self.kube, self.settings = kube, settings
         self.on_reconcile = on_reconcile  # told of every finished reconcile (tests, benches)
+        # a span per reconcile and per write, where tracing is configured (docs/tracing.md)
+        self.tracing = tracer_provider(settings.tracing, "operator")
+        self.tracer: Tracer = self.tracing.get_tracer("llm_operator.operator") \
+            if self.tracing is not None else NoOpTracer()
         self.resync_seconds, self.workers = resync_seconds, workers
         self.metrics = metrics or OperatorMetrics()
         self.queue: WorkQueue[Key] = WorkQueue()
@@ -230,6 +236,8 @@ class Controller:
             for session in (self.prometheus, self.http):
                 if session is not None:
                     await session.close()
+            if self.tracing is not None:  # the spans still batched (its HTTP is blocking)
+                await asyncio.to_thread(self.tracing.shutdown)
 
     async def _resync(self) -> None:
         """Queue every model now (the start-up pass), then every ``resync_seconds``."""
@@ -289,10 +297,15 @@ class Controller:
                                       self.settings.prometheus_address)
         started = time.monotonic()
         try:
-            outcome = await reconcile(
-                self.kube, doc, self.settings, view=self.caches, usage=usage,
-                admission=self.gpu_queue.admission if self.gpu_queue else None,
-                scaling=self.autoscaler.report)
+            with self.tracer.start_as_current_span("llmop.reconcile", attributes={
+                    "k8s.namespace.name": key[0], "llmop.model": key[1]}) as span:
+                outcome = await reconcile(
+                    self.kube, doc, self.settings, view=self.caches, usage=usage,
+                    admission=self.gpu_queue.admission if self.gpu_queue else None,
+                    scaling=self.autoscaler.report, tracer=self.tracer)
+                span.set_attributes({"llmop.phase": outcome.phase or "",
+                                     "llmop.applied": len(outcome.applied),
+                                     "llmop.pruned": len(outcome.pruned)})
         except InvalidModel as exc:  # the CRD's validation should have refused it
             metrics.reconciles.labels("invalid").inc()
             log.error("%s/%s: invalid LLMModel, not reconciled: %s", *key, exc)

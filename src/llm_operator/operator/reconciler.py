@@ -8,6 +8,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from opentelemetry.trace import NoOpTracer, Tracer
+
 from llm_operator.api import labels as L
 from llm_operator.api.v1alpha1 import API_VERSION, LLMModel
 from llm_operator.api.validation import Problem, parse_llmmodel
@@ -238,7 +240,7 @@ async def _blockers(kube: Kube, model: LLMModel, problems: list[Problem]) -> lis
 
 
 async def _apply_children(kube: Kube, view: ClusterView, desired: list[dict[str, Any]],
-                          outcome: Outcome) -> None:
+                          outcome: Outcome, tracer: Tracer) -> None:
     for obj in desired:
         meta, what = obj["metadata"], f"{obj['kind']}/{obj['metadata']['name']}"
         if not view.serves(obj["apiVersion"], obj["kind"]):
@@ -250,7 +252,10 @@ async def _apply_children(kube: Kube, view: ClusterView, desired: list[dict[str,
         if reason is None:
             continue  # every field we render is ours and as rendered: no write
         try:
-            view.stored(await kube.apply(obj))
+            with tracer.start_as_current_span(f"apply {what}", attributes={
+                    "k8s.kind": obj["kind"], "k8s.namespace.name": meta["namespace"],
+                    "k8s.name": meta["name"], "llmop.apply.reason": reason}):
+                view.stored(await kube.apply(obj))
         except ApiError as exc:
             if exc.status != 404 or current is not None:
                 raise
@@ -354,15 +359,16 @@ async def reconcile(kube: Kube, doc: dict[str, Any], settings: Settings, *,
                     view: ClusterView | None = None,
                     usage: Callable[[LLMModel], Awaitable[Usage]] | None = None,
                     admission: Callable[[LLMModel], Admission | None] | None = None,
-                    scaling: Callable[[LLMModel], Report | None] | None = None
-                    ) -> Outcome:
+                    scaling: Callable[[LLMModel], Report | None] | None = None,
+                    tracer: Tracer | None = None) -> Outcome:
     """Bring one model's children, labels and status in line with its spec.
 
     A model that cannot be placed gets phase Failed with the reasons and no new workload
     (existing children are left as they are). A model the GPU queue (``admission``) does not
     admit yet gets everything but its workload, and phase WaitingForGPU. Reads come from
     ``view`` (the API itself when None); unchanged state costs no write. A document the CRD
-    should have refused raises InvalidModel (the caller reports it).
+    should have refused raises InvalidModel (the caller reports it). Each write of a child
+    is a span of ``tracer`` (docs/tracing.md).
     """
     view = view or DirectView(kube)
     outcome = Outcome()
@@ -395,7 +401,7 @@ async def reconcile(kube: Kube, doc: dict[str, Any], settings: Settings, *,
     if not blockers:
         if queued is not None:
             desired = [o for o in desired if o["kind"] not in WORKLOAD_KINDS]
-        await _apply_children(kube, view, desired, outcome)
+        await _apply_children(kube, view, desired, outcome, tracer or NoOpTracer())
         await _prune(kube, view, model, desired, outcome)
     deployment, pods, prefetching = (None, [], []) if blockers else \
         await _observe(view, model)

@@ -8,6 +8,8 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
+from llm_operator.profiles.tracing import Tracing
+
 
 class _Settings(BaseModel):
     model_config = ConfigDict(
@@ -343,6 +345,10 @@ class Settings(_Settings):
     model_images: ModelImages = Field(default_factory=ModelImages)
     gpus: Gpus = Field(default_factory=Gpus)
     dra: Dra = Field(default_factory=Dra)
+    tracing: Tracing = Field(default_factory=Tracing, description="The operator's own "
+                             "OpenTelemetry traces: a span per reconcile, one per apply "
+                             "(docs/tracing.md). Off unless an endpoint is set here or in "
+                             "OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT.")
     cluster_domain: str = "cluster.local"
 
 

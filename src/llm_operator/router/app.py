@@ -67,7 +67,8 @@ class Router:
         self.options = options or Options()
         self.base = {**(settings or {}), "maxHeldPerRoute": max_held_per_route,
                      "maxHeld": max_held}
-        self.gateway = Gateway(parse_config({"routes": [], **self.base}, empty_ok=True))
+        self.gateway = Gateway(parse_config({"routes": [], **self.base}, empty_ok=True),
+                               component="router")
         self.table = Table()
         self.synced = asyncio.Event()
         self.rebuilt = asyncio.Event()  # set after every rebuild (tests wait on it)

@@ -1,0 +1,100 @@
+"""Tracing benchmark: what exporting traces adds to the gateway at 50 connections.
+
+The fast upstream of bench/gateway, and `llmop gateway` on the same route: tracing off
+(the baseline), on with every trace recorded, and on with 10% and 1% samples. The
+traced gateways export over OTLP/HTTP to a sink on loopback that decodes nothing (a
+collector's cost is not the gateway's). wrk drives 50 connections; rounds alternate so that
+drift hits every path alike; medians of p50, p99 and requests per second. The gateway is
+pinned to CPU 0, the upstream, the sink and wrk to CPU 1 (bench/gateway's layout).
+
+    .venv/bin/python bench/tracing/run.py [--rounds 3] [--duration 8]   # needs wrk
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+LLMOP = str(ROOT / ".venv/bin/llmop")
+CONNECTIONS = 50
+
+_spec = importlib.util.spec_from_file_location("gateway_bench", ROOT / "bench/gateway/run.py")
+assert _spec is not None and _spec.loader is not None
+gateway_bench = importlib.util.module_from_spec(_spec)
+sys.modules["gateway_bench"] = gateway_bench  # its dataclasses look their module up
+_spec.loader.exec_module(gateway_bench)
+
+SINK = """
+import sys
+from aiohttp import web
+async def traces(request):
+    await request.read()
+    return web.Response(content_type="application/x-protobuf")
+app = web.Application(client_max_size=64 * 1024 * 1024)
+app.router.add_post("/v1/traces", traces)
+web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None, access_log=None)
+"""
+MODES = {"off (baseline)": None, "on, every trace": 1.0, "on, 10% sampled": 0.1,
+         "on, 1% sampled": 0.01}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--duration", type=int, default=8, help="seconds per wrk run")
+    args = parser.parse_args()
+    if not shutil.which("wrk"):
+        sys.exit("wrk is required: apt-get install wrk")
+    gb = gateway_bench
+    up_port, sink_port = gb.free_port(), gb.free_port()
+    ports = {mode: gb.free_port() for mode in MODES}
+    route = {"models": ["bench"], "upstream": {
+        "baseUrl": f"http://127.0.0.1:{up_port}/v1", "model": "bench-upstream",
+        "apiKey": {"env": "BENCH_KEY"}}}
+    work = Path(tempfile.mkdtemp(prefix="llmop-bench-tracing-"))
+    argvs = []
+    for index, (mode, ratio) in enumerate(MODES.items()):
+        config: dict[str, object] = {"listen": {"host": "127.0.0.1", "port": ports[mode]},
+                                     "routes": [route]}
+        if ratio is not None:
+            config["tracing"] = {"endpoint": f"http://127.0.0.1:{sink_port}/v1/traces",
+                                 "sampleRatio": ratio}
+        path = work / f"gateway-{index}.yaml"
+        path.write_text(json.dumps(config))
+        argvs.append((mode, [LLMOP, "gateway", "--config", str(path), "--log-level",
+                             "warning"]))
+    results: dict[str, list[dict[str, float]]] = {mode: [] for mode in MODES}
+    upstream = [sys.executable, str(ROOT / "bench/gateway/upstream.py"), str(up_port), "0"]
+    with gb.started(gb.pinned(gb.LOAD_CPU, upstream)), \
+            gb.started(gb.pinned(gb.LOAD_CPU, [sys.executable, "-c", SINK, str(sink_port)])):
+        gb.wait_ready(f"http://127.0.0.1:{up_port}/v1/chat/completions", 10)
+        for _ in range(args.rounds):
+            for mode, argv in argvs:  # one gateway at a time on CPU 0
+                url = f"http://127.0.0.1:{ports[mode]}/v1/chat/completions"
+                with gb.started(gb.pinned(gb.PROXY_CPU, argv), {"BENCH_KEY": "sk-bench"}):
+                    gb.wait_ready(url, 60)
+                    gb.wrk(url, 10, 2)  # warm-up
+                    results[mode].append(gb.wrk(url, CONNECTIONS, args.duration))
+                    print(f"  {mode}: {results[mode][-1]}", flush=True)
+    base = {k: statistics.median(r[k] for r in results["off (baseline)"])
+            for k in ("p50", "p99", "rps")}
+    print(f"\nwrk -c{CONNECTIONS}, {args.duration} s x {args.rounds} rounds, medians; "
+          "gateway on CPU 0\n")
+    print("| tracing | p50 (ms) | added p50 (ms) | p99 (ms) | req/s | vs baseline |")
+    print("|---|---|---|---|---|---|")
+    for mode in MODES:
+        med = {k: statistics.median(r[k] for r in results[mode]) for k in ("p50", "p99", "rps")}
+        print(f"| {mode} | {med['p50']:.2f} | {med['p50'] - base['p50']:+.2f} | "
+              f"{med['p99']:.2f} | {med['rps']:.0f} | {med['rps'] / base['rps']:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
