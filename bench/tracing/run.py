@@ -3,11 +3,14 @@
 The fast upstream of bench/gateway, and `llmop gateway` on the same route: tracing off
 (the baseline), on with every trace recorded, and on with 10% and 1% samples. The
 traced gateways export over OTLP/HTTP to a sink on loopback that decodes nothing (a
-collector's cost is not the gateway's). wrk drives 50 connections; rounds alternate so that
-drift hits every path alike; medians of p50, p99 and requests per second. The gateway is
+collector's cost is not the gateway's). wrk drives 50 connections, against an upstream
+answering at once (the gateway saturated: what tracing costs in throughput) and in 50 ms
+(the gateway below saturation, as in front of a model: what it adds to each request);
+rounds alternate so that drift hits every path alike; medians of p50, p99 and requests per
+second. The gateway is
 pinned to CPU 0, the upstream, the sink and wrk to CPU 1 (bench/gateway's layout).
 
-    .venv/bin/python bench/tracing/run.py [--rounds 3] [--duration 8]   # needs wrk
+    .venv/bin/python bench/tracing/run.py [--rounds 3] [--duration 8] [--latency-ms 50]
 """
 
 from __future__ import annotations
@@ -50,9 +53,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--duration", type=int, default=8, help="seconds per wrk run")
+    parser.add_argument("--latency-ms", type=float, action="append",
+                        help="the upstream's answer time (repeatable; default: 0 and 50)")
     args = parser.parse_args()
     if not shutil.which("wrk"):
         sys.exit("wrk is required: apt-get install wrk")
+    for latency in args.latency_ms or [0.0, 50.0]:
+        run(latency, args.rounds, args.duration)
+
+
+def run(latency: float, rounds: int, duration: int) -> None:
+    """Every mode at one upstream latency: alternating rounds, then the table."""
     gb = gateway_bench
     up_port, sink_port = gb.free_port(), gb.free_port()
     ports = {mode: gb.free_port() for mode in MODES}
@@ -72,22 +83,23 @@ def main() -> None:
         argvs.append((mode, [LLMOP, "gateway", "--config", str(path), "--log-level",
                              "warning"]))
     results: dict[str, list[dict[str, float]]] = {mode: [] for mode in MODES}
-    upstream = [sys.executable, str(ROOT / "bench/gateway/upstream.py"), str(up_port), "0"]
+    upstream = [sys.executable, str(ROOT / "bench/gateway/upstream.py"), str(up_port),
+                str(latency)]
     with gb.started(gb.pinned(gb.LOAD_CPU, upstream)), \
             gb.started(gb.pinned(gb.LOAD_CPU, [sys.executable, "-c", SINK, str(sink_port)])):
         gb.wait_ready(f"http://127.0.0.1:{up_port}/v1/chat/completions", 10)
-        for _ in range(args.rounds):
+        for _ in range(rounds):
             for mode, argv in argvs:  # one gateway at a time on CPU 0
                 url = f"http://127.0.0.1:{ports[mode]}/v1/chat/completions"
                 with gb.started(gb.pinned(gb.PROXY_CPU, argv), {"BENCH_KEY": "sk-bench"}):
                     gb.wait_ready(url, 60)
                     gb.wrk(url, 10, 2)  # warm-up
-                    results[mode].append(gb.wrk(url, CONNECTIONS, args.duration))
+                    results[mode].append(gb.wrk(url, CONNECTIONS, duration))
                     print(f"  {mode}: {results[mode][-1]}", flush=True)
     base = {k: statistics.median(r[k] for r in results["off (baseline)"])
             for k in ("p50", "p99", "rps")}
-    print(f"\nwrk -c{CONNECTIONS}, {args.duration} s x {args.rounds} rounds, medians; "
-          "gateway on CPU 0\n")
+    print(f"\nupstream {latency:g} ms; wrk -c{CONNECTIONS}, {duration} s x {rounds} rounds, "
+          "medians; gateway on CPU 0\n")
     print("| tracing | p50 (ms) | added p50 (ms) | p99 (ms) | req/s | vs baseline |")
     print("|---|---|---|---|---|---|")
     for mode in MODES:

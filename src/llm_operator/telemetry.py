@@ -19,6 +19,8 @@ from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from llm_operator.profiles.tracing import Tracing, export_endpoint
 
 SERVICE_NAME_ENV = "OTEL_SERVICE_NAME"
+BATCH_SIZE_ENV = "OTEL_BSP_MAX_EXPORT_BATCH_SIZE"
+EXPORT_BATCH = 64
 
 
 def tracer_provider(settings: Tracing | None, component: str,
@@ -38,5 +40,10 @@ def tracer_provider(settings: Tracing | None, component: str,
         ParentBased(TraceIdRatioBased(settings.sample_ratio))
     provider = TracerProvider(resource=Resource.create({SERVICE_NAME: name}),
                               sampler=sampler)
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
+    # Small batches: the exporter's thread encodes a batch holding the interpreter, so a
+    # 512-span batch (the SDK's default) stalls requests for tens of milliseconds (p99);
+    # OTEL_BSP_MAX_EXPORT_BATCH_SIZE still decides where it is set.
+    batch = None if env.get(BATCH_SIZE_ENV) else EXPORT_BATCH
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint),
+                                                   max_export_batch_size=batch))
     return provider

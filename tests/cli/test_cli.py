@@ -105,10 +105,24 @@ def test_bad_settings_file_is_a_usage_error(tmp_path: Path) -> None:
     (["--keys-file", "{tmp}/keys.yaml"], "invalid client keys file"),
     (["--redis-password-file", "{tmp}/pw"], "--redis-password-file needs --redis-url"),
     (["--redis-url", "http://redis:6379"], "redis.url"),
+    (["--settings", "{tmp}/wait.yaml"], "{tmp}/wait.yaml: flowControl.bands.0: band 'batch': "
+     "maxWaitSeconds 0 lets no request wait"),
+    (["--settings", "{tmp}/negative.yaml"], "{tmp}/negative.yaml: "
+     "flowControl.bands.0.maxQueue: Input should be greater than or equal to 0"),
+    (["--settings", "{tmp}/unknown.yaml"], "{tmp}/unknown.yaml: flowcontrol: unknown "
+     "setting; the router's are flowControl, tracing"),
+    (["--settings", "{tmp}/tracing.yaml"], "tracing.sampleRatio: Input should be less than "
+     "or equal to 1"),
 ])
 def test_router_settings_are_checked_before_it_connects(tmp_path: Path, args: list[str],
                                                          expected: str) -> None:
     (tmp_path / "keys.yaml").write_text("keys: [{id: team, sha256: not-a-digest}]\n")
+    (tmp_path / "wait.yaml").write_text("flowControl: {defaultBand: batch, bands: "
+                                        "[{name: batch, priority: 0, maxWaitSeconds: 0}]}\n")
+    (tmp_path / "negative.yaml").write_text("flowControl: {defaultBand: batch, bands: "
+                                            "[{name: batch, priority: 0, maxQueue: -1}]}\n")
+    (tmp_path / "unknown.yaml").write_text("flowcontrol: {enabled: false}\n")
+    (tmp_path / "tracing.yaml").write_text("tracing: {sampleRatio: 2}\n")
     code, _, err = run("router", *(a.format(tmp=tmp_path) for a in args))
     assert code != 0 and expected.format(tmp=tmp_path) in err
 

@@ -73,6 +73,8 @@ def router(*, namespaces: tuple[str, ...], host: str, port: int, hold_seconds: f
     Example:
       llmop router -n ai-models --port 8080
       llmop router --keys-file /etc/llmop/keys/keys.yaml --redis-url redis://redis:6379/0
+      llmop router --settings router.yaml   # flowControl, tracing (see config/router/settings.yaml)
+      OTEL_EXPORTER_OTLP_ENDPOINT=http://otel-collector:4318 llmop router   # traces
       curl localhost:8080/v1/chat/completions -d '{"model": "google/gemma-4-31b-it", ...}'
     """
     from llm_operator.access.keyfile import load_keyring  # noqa: PLC0415
