@@ -132,10 +132,11 @@ class Cluster:
 
 @contextlib.asynccontextmanager
 async def routing(conn: Connection, admin: Kube, namespace: str,
-                  hold_seconds: float = 60, **settings: Any) -> AsyncIterator[Cluster]:
+                  hold_seconds: float = 60, peers: tuple[str, str] | None = None,
+                  **settings: Any) -> AsyncIterator[Cluster]:
     async with Kube(conn) as kube:
         router = Router(kube, [namespace], options=Options(hold_seconds, 0.1),
-                        scrape_seconds=0.1, settings=settings)
+                        scrape_seconds=0.1, settings=settings, peers=peers)
         ready, stop = asyncio.Event(), asyncio.Event()
         port = free_port()
         task = asyncio.create_task(serve(router, "127.0.0.1", port, ready=ready, stop=stop))

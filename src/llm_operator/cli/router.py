@@ -41,13 +41,17 @@ import click
               "objectives, perReplicaConcurrency; docs/flow-control.md) and tracing "
               "(OpenTelemetry over OTLP/HTTP; docs/tracing.md). Unset: flow control on with "
               "the interactive, standard and batch bands; traces only where OTEL_* say.")
+@click.option("--peers-service", metavar="NAMESPACE/NAME",
+              help="The router's own Service: with N ready replicas behind it, each takes "
+              "1/N of every model's slots (rounded up) for flow control, so replicas "
+              "together send no more than the engines run. config/router sets it.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
               default="info", show_default=True)
 def router(*, namespaces: tuple[str, ...], host: str, port: int, hold_seconds: float,
            keepalive_seconds: float, max_held: int, max_held_per_model: int,
            scrape_seconds: float, keys_file: str | None, redis_url: str | None,
            redis_password_file: str | None, settings_file: str | None,
-           log_level: str) -> None:
+           peers_service: str | None, log_level: str) -> None:
     """Serve every LLMModel behind one OpenAI endpoint (docs/routing.md).
 
     \b
@@ -101,6 +105,13 @@ def router(*, namespaces: tuple[str, ...], host: str, port: int, hold_seconds: f
             {"passwordFile": redis_password_file} if redis_password_file else {})}
     elif redis_password_file is not None:
         raise click.UsageError("--redis-password-file needs --redis-url")
+    peers = None
+    if peers_service is not None:
+        namespace, _, name = peers_service.partition("/")
+        if not namespace or not name:
+            raise click.UsageError(f"--peers-service {peers_service!r}: give "
+                                   "NAMESPACE/NAME, e.g. llm-operator-system/llmop-router")
+        peers = (namespace, name)
     try:
         parse_config({"routes": [], **settings}, settings_file or "router settings",
                      empty_ok=True)
@@ -116,7 +127,8 @@ def router(*, namespaces: tuple[str, ...], host: str, port: int, hold_seconds: f
         async with Kube(connection()) as kube:
             routing = Router(kube, namespaces, options=Options(hold_seconds, keepalive_seconds),
                              scrape_seconds=scrape_seconds, max_held=max_held,
-                             max_held_per_route=max_held_per_model, settings=settings)
+                             max_held_per_route=max_held_per_model, settings=settings,
+                             peers=peers)
             await serve(routing, host, port, stop=stop)
 
     asyncio.run(main())

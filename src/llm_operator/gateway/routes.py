@@ -160,12 +160,15 @@ class RouteState:
         return [first, *rest]
 
 
-def _pools(config: GatewayConfig) -> dict[str, tuple[int | None, int | None]]:
+def _pools(config: GatewayConfig, peers: int = 1
+           ) -> dict[str, tuple[int | None, int | None]]:
     """Each flow-control pool's (slots, bound), from its first route's upstreams.
 
     Slots: the upstreams' ``slots`` (else ``perReplicaConcurrency``) plus ``engineQueue``
-    each, added up; None when one is unknown (the pool is then not flow-controlled);
-    bound: their maxConcurrent added up, None when one has none.
+    each, added up, and this gateway's share of them when ``peers`` gateways (router
+    replicas) send to the same replicas (rounded up: never none); None when one is
+    unknown (the pool is then not flow-controlled); bound: their maxConcurrent added up,
+    None when one has none.
     """
     per_replica = config.flow_control.per_replica_concurrency
     extra = config.flow_control.engine_queue
@@ -177,7 +180,7 @@ def _pools(config: GatewayConfig) -> dict[str, tuple[int | None, int | None]]:
                  for u in route.deployments]
         bounds = [u.max_concurrent for u in route.deployments]
         pools[route.pool_name] = (
-            None if None in slots else sum(s for s in slots if s is not None),
+            None if None in slots else -(-sum(s for s in slots if s is not None) // peers),
             None if None in bounds or not bounds else sum(b for b in bounds if b is not None))
     return pools
 
@@ -224,6 +227,7 @@ class RouteTable:
         self.flow = Flow(config.flow_control, clock, FlowMetrics(self.metrics))
         # InferenceObjective names and their priorities (the router watches them)
         self.objectives: dict[str, int] = {}
+        self.peers = 1  # gateways sharing the upstreams' slots (the router's replicas)
         self.reconfigure(config)
 
     def _shared(self, config: GatewayConfig) -> SharedLimits | None:
@@ -283,7 +287,7 @@ class RouteTable:
         elif self.gate is None or str(self.gate.source.path) != keys.file:
             self.gate = ClientGate(KeyringSource(Path(keys.file)), self.ledger, self.metrics,
                                    self._clock, local_share=self._local_share)
-        self.flow.configure(config.flow_control, _pools(config))
+        self.flow.configure(config.flow_control, _pools(config, self.peers))
         self.config, self.routes = config, routes
         self._breakers, self._loads, self._indexes = breakers, loads, indexes
         self.holds.per_route, self.holds.total = config.max_held_per_route, config.max_held

@@ -19,7 +19,14 @@ from llm_operator.gateway.app import Gateway
 from llm_operator.gateway.config import parse_config
 from llm_operator.informer import Informer, Key
 from llm_operator.kube import Kube
-from llm_operator.router.routes import SERVICE_NAME_LABEL, Options, Table, build, in_cluster
+from llm_operator.router.routes import (
+    SERVICE_NAME_LABEL,
+    Options,
+    Table,
+    build,
+    in_cluster,
+    ready_endpoints,
+)
 
 log = logging.getLogger("llm_operator.router")
 MODELS = ("ai.example.io/v1alpha1", "llmmodels")
@@ -62,7 +69,8 @@ class Router:
     def __init__(self, kube: Kube, namespaces: Collection[str] = (), *,
                  options: Options | None = None, scrape_seconds: float = 2.0,
                  max_held_per_route: int = 100, max_held: int = 1000,
-                 settings: Mapping[str, Any] | None = None) -> None:
+                 settings: Mapping[str, Any] | None = None,
+                 peers: tuple[str, str] | None = None) -> None:
         self.scrape_seconds = scrape_seconds
         self.options = options or Options()
         self.base = {**(settings or {}), "maxHeldPerRoute": max_held_per_route,
@@ -82,6 +90,10 @@ class Router:
                                 for ns in where]
         self.objective_informers = [Informer(kube, *OBJECTIVES, namespace=ns,
                                              on_change=self._changed) for ns in where]
+        # the router's own Service: its ready replicas share every model's slots
+        self.peer_informers = [] if peers is None else [Informer(
+            kube, *SLICES, namespace=peers[0], on_change=self._changed,
+            label_selector=f"{SERVICE_NAME_LABEL}={peers[1]}")]
         self.pending = Gauge("llmop_router_pending_requests", "Requests for a model held, "
                              "queued or in flight: what KEDA scales on (GET "
                              "/scale/<ns>/<name>).",
@@ -109,6 +121,9 @@ class Router:
                     slices.setdefault((namespace, service), []).append(piece)
         table = build(((m, in_cluster(m, slices.get((m.namespace, m.name), [])))
                        for m in models), self.options)
+        if self.peer_informers:  # this replica's share of the slots (at least its own)
+            self.gateway.peers = max(1, len(ready_endpoints(
+                list(self.peer_informers[0].objects.values()))))
         self.gateway.reconfigure(parse_config({"routes": table.routes, **self.base},
                                               empty_ok=True))
         self.gateway.set_absent(table.absent)
@@ -177,7 +192,7 @@ class Router:
         """Watch, rebuild on every change, scrape the engines; until cancelled."""
         informers = [*self.model_informers, *self.slice_informers]
         tasks = [asyncio.create_task(i.run())
-                 for i in [*informers, *self.objective_informers]]
+                 for i in [*informers, *self.objective_informers, *self.peer_informers]]
         tasks.append(asyncio.create_task(self._scrape_forever()))
         try:  # objectives are optional (their CRD, the router's RBAC): not waited for
             await asyncio.gather(*(i.synced.wait() for i in informers))
