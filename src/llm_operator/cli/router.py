@@ -139,14 +139,12 @@ SETTINGS_SECTIONS = ("flowControl", "tracing")
 
 def _settings(path: Path) -> dict[str, object]:
     """The settings file's sections; ClickException naming what is wrong."""
-    import yaml  # noqa: PLC0415
+    from llm_operator.gateway.config import ConfigError, read_yaml  # noqa: PLC0415
 
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise click.ClickException(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise click.ClickException(f"{path}: malformed YAML: {exc}") from None
+        data = read_yaml(path)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
     if data is None:
         return {}
     if not isinstance(data, dict):

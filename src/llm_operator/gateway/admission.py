@@ -34,12 +34,12 @@ from llm_operator.gateway.routes import (
     Outbound,
     RouteState,
 )
-from llm_operator.gateway.tracing import TRACE
+from llm_operator.gateway.tracing import TRACE, RequestTrace
 
 USAGE_OPTION_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
 
 
-@dataclass
+@dataclass(slots=True)
 class _Admitted:
     """A request admitted to its route: who, what, where, and the tokens it reserved."""
 
@@ -117,12 +117,12 @@ class Admission(Forwarding):
         return state
 
     async def _admit(self, request: web.Request, started: float) -> web.StreamResponse:
-        trace = request.get(TRACE)
+        trace = request.get(TRACE)  # once: the request's parts are handed it
         if trace is None:
-            admitted = await self._admission(request)
+            admitted = await self._admission(request, None)
         else:
             with trace.span("llmop.admission"):
-                admitted = await self._admission(request)
+                admitted = await self._admission(request, trace)
         if not isinstance(admitted, _Admitted):
             return admitted
         state, body, held, reservation = admitted.state, admitted.body, admitted.held, \
@@ -133,8 +133,9 @@ class Admission(Forwarding):
                                   ANTHROPIC) else request.path.removeprefix("/v1"))
         try:
             try:  # a slot of the model's replicas: at once, or after its turn in the queue
-                lease = FREE if admitted.who is None else \
-                    await self._slot(request, state, admitted.who)
+                lease = self._slot_now(trace, state, admitted.who)
+                if lease is None:  # the pool is full, or the request is traced
+                    lease = await self._slot(trace, state, admitted.who)
             except FlowRefused as denied:
                 response: web.StreamResponse = _flow_error(denied)
             else:
@@ -142,7 +143,8 @@ class Admission(Forwarding):
                     response = await self._forward(
                         request, state, outbound=outbound, stream=stream, started=started,
                         client=admitted.client, reservation=reservation,
-                        hide_usage=hide_usage, held=held, body=body, collect=collect)
+                        hide_usage=hide_usage, held=held, body=body, collect=collect,
+                        trace=trace)
                 finally:
                     lease.release()
         finally:
@@ -151,17 +153,18 @@ class Admission(Forwarding):
             return await held.fail(response)  # the headers went out with the keepalives
         return response
 
-    async def _admission(self, request: web.Request) -> _Admitted | web.StreamResponse:
+    async def _admission(self, request: web.Request, trace: RequestTrace | None
+                         ) -> _Admitted | web.StreamResponse:
         """Who asks, for what, on which route, within which limits; or the answer now."""
         client = None
         if self.gate is not None:  # who is asking, before reading what they ask
             client = request[CLIENT_KEY] = self.gate.identify(request)
-            if (trace := request.get(TRACE)) is not None:
+            if trace is not None:
                 trace.note(**{"llmop.client_key": client.key.id})
         who = self._classify(request, client)
         raw, body, model = await self._read_json(request)
         state = request[ROUTE_KEY] = self._resolve(model, client)
-        if (trace := request.get(TRACE)) is not None:
+        if trace is not None:
             trace.note(**{"gen_ai.request.model": model, "llmop.route": state.route.label})
         unavailable = self._unavailable_error(state, model)
         if unavailable is not None:
@@ -182,13 +185,23 @@ class Admission(Forwarding):
             return refused
         return _Admitted(client, who, raw, body, model, state, held, reservation)
 
-    async def _slot(self, request: web.Request, state: RouteState, who: Classified
-                    ) -> Lease:
-        """A slot from flow control, in a queue span when the request is traced."""
+    def _slot_now(self, trace: RequestTrace | None, state: RouteState,
+                  who: Classified | None) -> Lease | None:
+        """A slot without waiting, as most requests get one; None: ``_slot`` must wait."""
+        if who is None:  # flow control is off
+            return FREE
         pool = state.route.pool_name
-        trace = request.get(TRACE)
+        if trace is not None and trace.recording and self.flow.controls(pool):
+            return None  # its queue span is _slot's
+        return self.flow.at_once(pool, who)
+
+    async def _slot(self, trace: RequestTrace | None, state: RouteState,
+                    who: Classified | None) -> Lease:
+        """A slot from flow control after its turn, in a queue span when traced."""
+        assert who is not None  # _slot_now answered FREE for flow control off
+        pool = state.route.pool_name
         if trace is None or not trace.recording or not self.flow.controls(pool):
-            return await self.flow.acquire(pool, who)
+            return await self.flow.wait(pool, who)
         with trace.span("llmop.queue", {"llmop.band": who.band.name,
                                         "llmop.queue.position": self.flow.queued(pool)}):
             waiting = self._clock()

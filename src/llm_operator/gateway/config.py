@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -361,8 +362,13 @@ class FlowControl(_Config):
                                  f"{', '.join(names)})")
         return self
 
+    @functools.cached_property
+    def _by_name(self) -> dict[str, Band]:
+        return {b.name: b for b in self.bands}
+
     def band(self, name: str) -> Band | None:
-        return next((b for b in self.bands if b.name == name), None)
+        """The band called ``name`` (a lookup: every request's classification asks)."""
+        return self._by_name.get(name)
 
 
 class GatewayConfig(_Config):
@@ -414,11 +420,15 @@ def parse_config(data: object, source: str = "<config>", *, empty_ok: bool = Fal
     return config
 
 
-def load_config(path: str | Path) -> GatewayConfig:
+def read_yaml(path: str | Path) -> object:
+    """A config file's YAML; ConfigError when it cannot be read or parsed."""
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        return yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: malformed YAML: {exc}") from None
-    return parse_config(data, str(path))
+
+
+def load_config(path: str | Path) -> GatewayConfig:
+    return parse_config(read_yaml(path), str(path))

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections import Counter, deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from llm_operator.gateway.classify import Classified
@@ -85,6 +85,12 @@ class _BandQueue:
         self.groups.setdefault(ticket.group, {}).setdefault(ticket.member, deque()) \
             .append(ticket)
         self.size += 1
+
+    def tickets(self) -> Iterator[_Ticket]:
+        """Every waiting request, group by group, each member's in arrival order."""
+        for members in self.groups.values():
+            for fifo in members.values():
+                yield from fifo
 
     def remove(self, ticket: _Ticket) -> bool:
         """Take ``ticket`` out (its client left); False when it is not in this queue."""
@@ -220,22 +226,18 @@ class Flow:
                 if band is None:  # moved to the default band, in their order
                     del pool.queues[band_name]
                     target = pool.queue(default)
-                    for members in queue.groups.values():
-                        for fifo in members.values():
-                            for ticket in fifo:
-                                target.push(ticket)
+                    for ticket in queue.tickets():
+                        target.push(ticket)
                 else:
                     queue.band = band
             self.pools[name] = pool
             pool.dispatch()
         for pool in old.values():
             for queue in pool.queues.values():
-                for members in queue.groups.values():
-                    for fifo in members.values():
-                        for ticket in fifo:
-                            ticket.future.set_exception(FlowRefused(
-                                503, "model_unavailable", f"{pool.name!r} was removed while "
-                                "the request waited for a slot", 5.0))
+                for ticket in queue.tickets():
+                    ticket.future.set_exception(FlowRefused(
+                        503, "model_unavailable", f"{pool.name!r} was removed while the "
+                        "request waited for a slot", 5.0))
                 self.observer.depth(pool.name, queue.band.name, 0)
 
     def controls(self, pool: str) -> bool:
@@ -255,16 +257,29 @@ class Flow:
         holds as many requests as its upstreams' bound. A cancelled caller leaves the queue
         (or gives back the slot it was just granted).
         """
-        pool = self.pools.get(pool_name)
-        band = who.band
+        lease = self.at_once(pool_name, who)
+        return lease if lease is not None else await self.wait(pool_name, who)
+
+    def at_once(self, pool_name: str, who: Classified) -> Lease | None:
+        """A slot without waiting (a pool not flow-controlled gives FREE), or None.
+
+        Every request comes here first: no coroutine, so the common case costs a lookup.
+        """
         if who.ignored is not None:
             self.observer.ignored(pool_name, who.ignored)
+        pool = self.pools.get(pool_name)
         if pool is None or pool.capacity is None:
             return FREE
-        queued = pool.queued
-        if pool.in_flight < pool.capacity and not queued:
-            self.observer.admitted(pool_name, band.name, 0.0)
+        if pool.in_flight < pool.capacity and not pool.queued:
+            self.observer.admitted(pool_name, who.band.name, 0.0)
             return pool.grant(who.group, who.member)
+        return None
+
+    async def wait(self, pool_name: str, who: Classified) -> Lease:
+        """Queue for a slot of a full pool (``at_once`` said None): acquire's second half."""
+        pool = self.pools[pool_name]
+        band = who.band
+        queued = pool.queued
         if band.sheddable:
             self.observer.refused(pool_name, band.name, "shed")
             raise FlowRefused(429, "request_shed", f"{pool_name!r} has no free slot and "

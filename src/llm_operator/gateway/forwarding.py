@@ -25,7 +25,7 @@ from llm_operator.gateway.http1 import UpstreamError
 from llm_operator.gateway.keys import KeyUnavailable
 from llm_operator.gateway.relaying import AnswerFailed, HeldStream, Relaying
 from llm_operator.gateway.routes import Deployment, Outbound, RouteState
-from llm_operator.gateway.tracing import TRACE, RequestTrace
+from llm_operator.gateway.tracing import RequestTrace
 from llm_operator.gateway.upstreams import Untranslatable
 
 log = logging.getLogger("llm_operator.gateway")
@@ -33,7 +33,7 @@ log = logging.getLogger("llm_operator.gateway")
 RETRYABLE = frozenset({429, 502, 503, 504, 529})  # 529: Anthropic overloaded
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Call:
     """What every attempt of one request shares: the client's side and its deadline."""
 
@@ -47,6 +47,10 @@ class _Call:
     hide_usage: bool
     held: HeldStream | None
     deadline: float
+    trace: RequestTrace | None
+
+
+_NO_SPAN: contextlib.nullcontext[None] = contextlib.nullcontext()  # reusable: not traced
 
 
 def _why(outcome: UpstreamResponse | str | AnswerFailed) -> str:
@@ -81,7 +85,8 @@ class Forwarding(Relaying):
                        started: float,
                        client: Client | None, reservation: Reservation, hide_usage: bool,
                        held: HeldStream | None = None, body: dict[str, Any] | None = None,
-                       collect: bool = False) -> web.StreamResponse:
+                       collect: bool = False, trace: RequestTrace | None = None
+                       ) -> web.StreamResponse:
         """Try the route's deployments in order (failover), then again after a backoff.
 
         A deployment whose circuit is open is skipped; a failure (429, 502-504, connection
@@ -97,7 +102,7 @@ class Forwarding(Relaying):
         deadline = started + route.timeouts.request_seconds
         call = _Call(request, state, stream=stream, collect=collect, started=started,
                      client=client, reservation=reservation, hide_usage=hide_usage, held=held,
-                     deadline=deadline)
+                     deadline=deadline, trace=trace)
         order = state.order(self._pick(), body)
         attempt = position = skipped = 0
         failure: str | None = None  # why the previous attempt failed (its span says)
@@ -166,8 +171,9 @@ class Forwarding(Relaying):
         deployment.load.in_flight += 1  # until its answer is relayed in full
         sent = self._clock()
         outcome: UpstreamResponse | str | AnswerFailed
-        trace = call.request.get(TRACE)
-        with self._attempt_span(trace, deployment, attempt, retry_reason) as span:
+        trace = call.trace
+        with _NO_SPAN if trace is None or not trace.recording else \
+                self._attempt_span(trace, deployment, attempt, retry_reason) as span:
             try:
                 outcome = await self._attempt(deployment, state, sending.url, sending.body,
                                               stream=call.stream or call.collect,
@@ -196,12 +202,9 @@ class Forwarding(Relaying):
 
     @staticmethod
     @contextlib.contextmanager
-    def _attempt_span(trace: RequestTrace | None, deployment: Deployment, attempt: int,
+    def _attempt_span(trace: RequestTrace, deployment: Deployment, attempt: int,
                       retry_reason: str | None) -> Iterator[Span | None]:
-        """One attempt's client span (None when the request is not traced)."""
-        if trace is None or not trace.recording:
-            yield None
-            return
+        """One attempt's client span, in a request that is recorded."""
         attributes: dict[str, str | int] = {
             "llmop.upstream": deployment.label, "llmop.attempt": attempt,
             "server.address": deployment.url_base}
