@@ -49,11 +49,13 @@ class Receiver:
 
     def __init__(self) -> None:
         self.spans: list[ReceivedSpan] = []
+        self.headers: list[dict[str, str]] = []  # each export request's
         self.url = ""
         self.changed = asyncio.Event()
 
     async def handle(self, request: web.Request) -> web.Response:
         raw = await request.read()
+        self.headers.append(dict(request.headers))
         if request.headers.get("Content-Encoding") == "gzip":
             raw = gzip.decompress(raw)
         export = ExportTraceServiceRequest.FromString(raw)

@@ -6,9 +6,11 @@ traced gateways export over OTLP/HTTP to a sink on loopback that decodes nothing
 collector's cost is not the gateway's). wrk drives 50 connections, against an upstream
 answering at once (the gateway saturated: what tracing costs in throughput) and in 50 ms
 (the gateway below saturation, as in front of a model: what it adds to each request);
-rounds alternate so that drift hits every path alike; medians of p50, p99 and requests per
-second. The gateway is
-pinned to CPU 0, the upstream, the sink and wrk to CPU 1 (bench/gateway's layout).
+and the CPU time each request costs the gateway's process and its span export child.
+Rounds alternate so that drift hits every path alike; medians of p50, p99 and requests
+per second. The gateway is pinned to CPU 0 and its export child inherits that CPU (at
+saturation the two share one core); the upstream, the sink and wrk run on CPU 1
+(bench/gateway's layout).
 
     .venv/bin/python bench/tracing/run.py [--rounds 3] [--duration 8] [--latency-ms 50]
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -91,21 +94,41 @@ def run(latency: float, rounds: int, duration: int) -> None:
         for _ in range(rounds):
             for mode, argv in argvs:  # one gateway at a time on CPU 0
                 url = f"http://127.0.0.1:{ports[mode]}/v1/chat/completions"
-                with gb.started(gb.pinned(gb.PROXY_CPU, argv), {"BENCH_KEY": "sk-bench"}):
+                with gb.started(gb.pinned(gb.PROXY_CPU, argv), {"BENCH_KEY": "sk-bench"}
+                                ) as gateway:
                     gb.wait_ready(url, 60)
-                    gb.wrk(url, 10, 2)  # warm-up
-                    results[mode].append(gb.wrk(url, CONNECTIONS, duration))
+                    gb.wrk(url, 10, 2)  # warm-up (and the export child started)
+                    before = cpu_seconds(gateway.pid)
+                    result = gb.wrk(url, CONNECTIONS, duration)
+                    after = cpu_seconds(gateway.pid)
+                    served = result["rps"] * duration
+                    result["cpu_us"] = (after[0] - before[0]) / served * 1e6
+                    result["child_us"] = (after[1] - before[1]) / served * 1e6
+                    results[mode].append(result)
                     print(f"  {mode}: {results[mode][-1]}", flush=True)
     base = {k: statistics.median(r[k] for r in results["off (baseline)"])
             for k in ("p50", "p99", "rps")}
     print(f"\nupstream {latency:g} ms; wrk -c{CONNECTIONS}, {duration} s x {rounds} rounds, "
           "medians; gateway on CPU 0\n")
-    print("| tracing | p50 (ms) | added p50 (ms) | p99 (ms) | req/s | vs baseline |")
-    print("|---|---|---|---|---|---|")
+    print("| tracing | p50 (ms) | added p50 (ms) | p99 (ms) | req/s | vs baseline | "
+          "gateway CPU µs/req | export child CPU µs/req |")
+    print("|---|---|---|---|---|---|---|---|")
     for mode in MODES:
-        med = {k: statistics.median(r[k] for r in results[mode]) for k in ("p50", "p99", "rps")}
+        med = {k: statistics.median(r[k] for r in results[mode])
+               for k in ("p50", "p99", "rps", "cpu_us", "child_us")}
         print(f"| {mode} | {med['p50']:.2f} | {med['p50'] - base['p50']:+.2f} | "
-              f"{med['p99']:.2f} | {med['rps']:.0f} | {med['rps'] / base['rps']:.2f}x |")
+              f"{med['p99']:.2f} | {med['rps']:.0f} | {med['rps'] / base['rps']:.2f}x | "
+              f"{med['cpu_us']:.0f} | {med['child_us']:.0f} |")
+
+
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """CPU seconds the gateway has used, and its live children (the export child)."""
+    def used(process: int) -> float:
+        fields = Path(f"/proc/{process}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return used(pid), sum(used(int(child)) for child in children)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
-from opentelemetry.trace import Span, SpanKind
+from opentelemetry.trace import SpanKind
 
 from llm_operator.access.limits import Reservation, retry_after_header
 from llm_operator.gateway.breaker import State
@@ -25,7 +25,7 @@ from llm_operator.gateway.http1 import UpstreamError
 from llm_operator.gateway.keys import KeyUnavailable
 from llm_operator.gateway.relaying import AnswerFailed, HeldStream, Relaying
 from llm_operator.gateway.routes import Deployment, Outbound, RouteState
-from llm_operator.gateway.tracing import RequestTrace
+from llm_operator.gateway.tracing import RequestTrace, Span
 from llm_operator.gateway.upstreams import Untranslatable
 
 log = logging.getLogger("llm_operator.gateway")

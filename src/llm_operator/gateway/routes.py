@@ -46,7 +46,8 @@ from llm_operator.gateway.proxies import proxy_settings
 from llm_operator.gateway.tracing import Traces
 from llm_operator.gateway.upstreams import NATIVE, NativeApi, Untranslatable
 from llm_operator.gateway.upstreams.anthropic import VERSION as ANTHROPIC_VERSION
-from llm_operator.telemetry import tracer_provider
+from llm_operator.span_export import SpanShipper
+from llm_operator.telemetry import trace_target
 
 log = logging.getLogger("llm_operator.gateway")
 
@@ -198,8 +199,9 @@ class RouteTable:
                  pick: Callable[[], float] = random.random, component: str = "gateway"
                  ) -> None:
         self.metrics = GatewayMetrics()
-        provider = tracer_provider(config.tracing, component)  # read once, at start
-        self.traces = Traces(provider) if provider is not None else None
+        target = trace_target(config.tracing, component)  # read once, at start
+        self.traces = None if target is None else Traces(target.sampler, SpanShipper(
+            target.endpoint, target.service, "llm_operator.gateway"))
         self._clock, self._sleep, self._jitter = clock, sleep, jitter
         self._pick = pick  # draws the first deployment of each request, by weight
         self.shared = self._shared(config)
