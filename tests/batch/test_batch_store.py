@@ -20,7 +20,7 @@ def test_a_file_belongs_to_its_owner_and_survives_a_restart(tmp_path: Path) -> N
     assert reopened.content(stored.id, "team-a") == b'{"custom_id": "a"}\n'
     assert stored.as_openai() == {"id": stored.id, "object": "file", "bytes": 19,
                                   "created_at": 1000, "filename": "in.jsonl",
-                                  "purpose": "batch"}
+                                  "purpose": "batch", "status": "processed"}
     assert reopened.file(stored.id, "team-b") is None  # another key: it does not exist
     assert reopened.content(stored.id, "team-b") is None
     assert not reopened.delete_file(stored.id, "team-b")

@@ -48,7 +48,7 @@ class StoredFile:
     def as_openai(self) -> dict[str, Any]:
         return {"id": self.id, "object": "file", "bytes": self.bytes,
                 "created_at": self.created_at, "filename": self.filename,
-                "purpose": self.purpose}
+                "purpose": self.purpose, "status": "processed"}
 
 
 class BatchStore:
@@ -83,6 +83,14 @@ class BatchStore:
                              "FROM files WHERE id = ? AND owner = ?",
                              (file_id, owner)).fetchone()
         return StoredFile(*row) if row else None
+
+    def files(self, owner: str) -> list[StoredFile]:
+        """The owner's files, newest first."""
+        with self._db() as db:
+            rows = db.execute("SELECT id, owner, filename, purpose, created_at, length(data) "
+                              "FROM files WHERE owner = ? ORDER BY created_at DESC, id",
+                              (owner,)).fetchall()
+        return [StoredFile(*row) for row in rows]
 
     def content(self, file_id: str, owner: str) -> bytes | None:
         with self._db() as db:
@@ -158,6 +166,13 @@ class BatchStore:
             rows = db.execute("SELECT line FROM results WHERE batch_id = ?",
                               (batch_id,)).fetchall()
         return {row[0] for row in rows}
+
+    def counts(self, batch_id: str) -> tuple[int, int]:
+        """How many of a batch's requests are in its output file, and in its error file."""
+        with self._db() as db:
+            rows = dict(db.execute("SELECT kind, count(*) FROM results WHERE batch_id = ? "
+                                   "GROUP BY kind", (batch_id,)).fetchall())
+        return rows.get("output", 0), rows.get("error", 0)
 
     def results(self, batch_id: str, kind: ResultKind) -> list[dict[str, Any]]:
         """A batch's output or error lines, in input order."""

@@ -7,12 +7,14 @@ model id, or translated) and forwarded (forwarding.py).
 from __future__ import annotations
 
 import json
+import secrets
 from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
 from llm_operator.access.limits import Reservation, admit, retry_after_header
+from llm_operator.batch.runner import OWNER_HEADER, RUN_HEADER
 from llm_operator.gateway.classify import BadFairnessId, Classified, classify
 from llm_operator.gateway.clients import Client
 from llm_operator.gateway.errors import Refusal, error_response
@@ -25,6 +27,7 @@ from llm_operator.gateway.inbound.messages import (
 from llm_operator.gateway.relaying import HeldEnded, HeldStream
 from llm_operator.gateway.routes import (
     ANTHROPIC,
+    BATCH_RUN,
     CHAT_PATH,
     CLIENT_KEY,
     ROUTE_KEY,
@@ -157,8 +160,11 @@ class Admission(Forwarding):
                          ) -> _Admitted | web.StreamResponse:
         """Who asks, for what, on which route, within which limits; or the answer now."""
         client = None
+        runner = self.batch_runner is not None and request.headers.get(RUN_HEADER)
+        if runner:  # the batch runner, acting as a batch's owner
+            client = self._batch_client(request, runner)
         if self.gate is not None:  # who is asking, before reading what they ask
-            client = request[CLIENT_KEY] = self.gate.identify(request)
+            client = request[CLIENT_KEY] = client or self.gate.identify(request)
             if trace is not None:
                 trace.note(**{"llmop.client_key": client.key.id})
         who = self._classify(request, client)
@@ -184,6 +190,15 @@ class Admission(Forwarding):
         if refused is not None:
             return refused
         return _Admitted(client, who, raw, body, model, state, held, reservation)
+
+    def _batch_client(self, request: web.Request, token: str) -> Client | None:
+        """The owner of a batch the runner sends a request of (its secret checked)."""
+        assert self.batch_runner is not None
+        if not secrets.compare_digest(token, self.batch_runner.token):
+            return None  # not the runner: the request identifies itself as any other
+        request[BATCH_RUN] = True
+        owner = request.headers.get(OWNER_HEADER, "")
+        return self.gate.member(owner) if self.gate is not None else None
 
     def _slot_now(self, trace: RequestTrace | None, state: RouteState,
                   who: Classified | None) -> Lease | None:

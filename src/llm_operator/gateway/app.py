@@ -19,7 +19,10 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from llm_operator.access.shared import RedisLedger
+from llm_operator.batch.runner import BatchRunner, RunnerSettings
+from llm_operator.batch.store import BatchStore
 from llm_operator.gateway.admission import Admission
+from llm_operator.gateway.batches import BatchApi
 from llm_operator.gateway.config import GatewayConfig
 from llm_operator.gateway.errors import Refusal, error_response
 from llm_operator.gateway.http1 import Client as UpstreamClient
@@ -70,6 +73,31 @@ async def openai_errors(request: web.Request, handler: Callable[[web.Request], A
 class Gateway(Admission):
     """Routes, limits and metrics behind an aiohttp application."""
 
+    batch_api: BatchApi | None = None  # the Files and Batch APIs, once enabled
+    _batch_task: asyncio.Task[None] | None = None
+
+    def enable_batches(self, store: BatchStore, base_url: Callable[[], str],
+                       settings: RunnerSettings | None = None) -> None:
+        """Serve OpenAI's Files and Batch APIs from ``store``.
+
+        Batches run through this gateway at ``base_url()`` (its own address, asked when a
+        request is sent). Call before ``app()``: the routes are added there, and the
+        runner runs while the app does.
+        """
+        wake = settings.wake_models if settings is not None else False
+        self.batch_runner = BatchRunner(
+            store, base_url, served=lambda model: model in self.routes,
+            may_send=lambda model: wake or self._has_replica(model), settings=settings)
+        self.batch_api = BatchApi(store, self.batch_runner, self._owner)
+
+    def _has_replica(self, model: str) -> bool:
+        state = self.routes.get(model)
+        return state is None or bool(state.deployments)  # an unknown model: its error
+
+    def _owner(self, request: web.Request) -> str:
+        """Whose files and batches a request sees: its client key's ("" without keys)."""
+        return "" if self.gate is None else self.gate.identify(request).key.id
+
     # --- application -------------------------------------------------------------------
 
     def app(self) -> web.Application:
@@ -83,16 +111,28 @@ class Gateway(Admission):
         app.router.add_get("/health", self.health)
         app.router.add_get("/ready", self.ready)
         app.router.add_get("/metrics", self.prometheus)
+        if self.batch_api is not None:
+            self.batch_api.add_routes(app)
         app.on_startup.append(self._open)
+        app.on_shutdown.append(self._stop_batches)
         app.on_cleanup.append(self._close)
         return app
 
     async def _open(self, _: web.Application) -> None:
+        if self.batch_runner is not None:
+            self._batch_task = asyncio.create_task(self.batch_runner.run())
         # No cookies are kept: a cookie one client's call earned (a provider's __cf_bm) must
         # not ride on every later client's calls.
         self._http = UpstreamClient(keepalive_seconds=60, proxies=self.proxies)
         if (proxied := self.proxies.describe()) is not None:
             log.info("egress proxies: %s", proxied)
+
+    async def _stop_batches(self, _: web.Application) -> None:
+        """Before the server waits for its requests: the runner's are given up."""
+        if self._batch_task is not None:
+            self._batch_task.cancel()  # what it had in flight is sent again after a restart
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._batch_task
 
     async def _close(self, _: web.Application) -> None:
         if self._http is not None:

@@ -86,6 +86,11 @@ class ClientGate:
             self._keyring = keyring
         return self._clients
 
+    def member(self, key_id: str) -> Client | None:
+        """The client of an enabled key by its id (the batch runner acts as the key)."""
+        client = self._current().get(key_id)
+        return None if client is None or client.key.disabled else client
+
     def identify(self, request: web.Request) -> Client:
         """The calling client, or Refusal with the 401 to answer."""
         clients = self._current()

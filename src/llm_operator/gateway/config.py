@@ -143,6 +143,8 @@ class CircuitBreaker(_Config):
 class Pricing(_Config):
     input_per_million: float = Field(ge=0)
     output_per_million: float = Field(ge=0)
+    batch_factor: float = Field(0.5, ge=0, le=1, description="What a request of a batch "
+                                "(the Batch API) pays of these prices; OpenAI's is half.")
 
 
 class Balancing(_Config):

@@ -24,7 +24,13 @@ from llm_operator.gateway.inbound.messages import (
     error_body,
     from_openai,
 )
-from llm_operator.gateway.routes import ANTHROPIC, STREAM_STARTED, RouteState, RouteTable
+from llm_operator.gateway.routes import (
+    ANTHROPIC,
+    BATCH_RUN,
+    STREAM_STARTED,
+    RouteState,
+    RouteTable,
+)
 from llm_operator.gateway.sse import (
     split_events,
     sse_data,
@@ -91,7 +97,7 @@ class Relaying(RouteTable):
         return out
 
     async def _account(self, state: RouteState, client: Client | None, prompt: int,
-                       completion: int, reservation: Reservation) -> None:
+                       completion: int, reservation: Reservation, *, batch: bool) -> None:
         if not prompt and not completion:
             return
         reservation.settle(prompt + completion)
@@ -102,6 +108,8 @@ class Relaying(RouteTable):
             price = state.route.pricing
             usd = (prompt * price.input_per_million / 1e6
                    + completion * price.output_per_million / 1e6)
+            if batch:
+                usd *= price.batch_factor
             state.metrics.cost.inc(usd)
         if client is not None and self.gate is not None:
             await self.gate.charge(client, usd, prompt, completion)
@@ -129,7 +137,8 @@ class Relaying(RouteTable):
         if native is not None:
             body = self._from_native(native, upstream.status, body)
         if status == 200:
-            await self._account(state, client, *usage_from_body(body), reservation)
+            await self._account(state, client, *usage_from_body(body), reservation,
+                                    batch=request.get(BATCH_RUN, False))
             if request.get(ANTHROPIC):
                 try:
                     answer = json.loads(body)
@@ -267,7 +276,8 @@ class Relaying(RouteTable):
             if client is not None:
                 client.request(200 if completed else CLIENT_CLOSED)
         if completed:
-            await self._account(state, client, *usage_from_sse(tail), reservation)
+            await self._account(state, client, *usage_from_sse(tail), reservation,
+                                    batch=request.get(BATCH_RUN, False))
         return out
 
 

@@ -25,6 +25,7 @@ from llm_operator.access.keyfile import KeyringSource
 from llm_operator.access.limits import Limits, limits
 from llm_operator.access.shared import RedisLedger, SharedLimits, redis_client
 from llm_operator.access.spend import Ledger, MemoryLedger
+from llm_operator.batch.runner import BatchRunner
 from llm_operator.gateway.breaker import Breaker
 from llm_operator.gateway.clients import Client, ClientGate
 from llm_operator.gateway.config import GatewayConfig, Route, Upstream
@@ -188,6 +189,7 @@ def _pools(config: GatewayConfig, peers: int = 1
 
 ROUTE_KEY = web.RequestKey("route", RouteState)  # the route a request resolved to
 CLIENT_KEY = web.RequestKey("client", Client)  # the client key it came with
+BATCH_RUN = web.RequestKey("batch_run", bool)  # sent by the batch runner: batch prices
 
 
 class RouteTable:
@@ -204,6 +206,7 @@ class RouteTable:
             target.endpoint, target.service, "llm_operator.gateway"))
         self._clock, self._sleep, self._jitter = clock, sleep, jitter
         self._pick = pick  # draws the first deployment of each request, by weight
+        self.batch_runner: BatchRunner | None = None  # with the Batch API (enable_batches)
         self.shared = self._shared(config)
         self._local_share = config.redis.local_share if config.redis else 1.0
         self.ledger: Ledger = ledger or (

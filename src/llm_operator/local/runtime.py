@@ -17,6 +17,7 @@ import uvicorn
 from aiohttp import web
 
 from llm_operator.api.v1alpha1 import LLMModel
+from llm_operator.batch.store import BatchStore
 from llm_operator.gateway.app import Gateway
 from llm_operator.gateway.config import ConfigError, parse_config
 from llm_operator.local.entries import Entry, read_models, runtime_key
@@ -185,6 +186,9 @@ class Runtime:
         self.mcp_url = f"http://{LOOPBACK}:{mcp_sock.getsockname()[1]}/mcp"
         options.state.logs.mkdir(parents=True, exist_ok=True)
         options.state.write_statuses({})
+        # the Batch API: its runner sends each request to this gateway's own address
+        self.gateway.enable_batches(BatchStore(options.state.batches),
+                                    lambda: self.gateway_url.removesuffix("/v1"))
         try:
             async with self._gateway(gateway_sock), self._mcp(mcp_sock), \
                     self._registered(gateway_sock.getsockname()[1]):

@@ -14,6 +14,7 @@ import yaml
 STATE_FILE = "up.json"
 STATUS_FILE = "status.yaml"
 LOG_DIR = "logs"
+BATCH_STORE = "batches.sqlite"
 RUNTIME_LOG = "up.log"
 
 
@@ -62,6 +63,11 @@ class StateDir:
     @property
     def logs(self) -> Path:
         return self.root / LOG_DIR
+
+    @property
+    def batches(self) -> Path:
+        """The Batch API's files, batches and results (kept across restarts and `down`)."""
+        return self.root / BATCH_STORE
 
     @property
     def runtime_log(self) -> Path:

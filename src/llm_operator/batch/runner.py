@@ -1,0 +1,239 @@
+"""The batch runner: each unfinished batch's requests sent through the gateway, results kept.
+
+One runner per store. It validates a new batch's file, then sends each request that has no
+result yet to the gateway's own address (loopback) as the batch's owner, in the lowest
+flow-control band: batch work waits behind interactive traffic in the same queues, is
+limited and charged like any request of its key. A refusal that means "not now" (429,
+503: a full queue, no replica yet) is retried after its Retry-After until the batch's
+window closes; any other answer is the request's result, recorded before the batch's
+counts. After a restart the runner goes on from the store: a request whose result was
+recorded is not sent again, one in flight is sent again and replaces its line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from contextlib import suppress
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from llm_operator.batch.input import BatchRequest, FileRefused, read_requests
+from llm_operator.batch.state import Batch, NotNow, result_line, unanswered_line
+from llm_operator.batch.store import BatchStore, ResultKind
+
+log = logging.getLogger(__name__)
+
+RUN_HEADER = "x-llmop-batch-run"  # the runner's secret: the gateway trusts the owner header
+OWNER_HEADER = "x-llmop-batch-owner"  # the client key the request runs as
+OBJECTIVE_HEADER = "x-gateway-inference-objective"
+NOT_NOW = frozenset({429, 502, 503, 504})  # retried until the window closes
+OUTPUT_PURPOSE, ERROR_PURPOSE = "batch_output", "batch_error"
+
+
+@dataclass(frozen=True)
+class RunnerSettings:
+    """How the runner sends: how many at once, in which band, and when it may wake."""
+
+    concurrency: int = 16  # requests of all batches in flight at once
+    band: str = "batch"  # the flow-control band (objective header) its requests ask for
+    retry_seconds: float = 5.0  # after a "not now" without Retry-After, or no connection
+    idle_seconds: float = 30.0  # how often an idle runner looks for expired batches
+    wake_models: bool = False  # send to a model with no replica (it scales up from zero)
+
+
+class BatchRunner:
+    """Runs the store's unfinished batches, oldest first, until stopped."""
+
+    def __init__(self, store: BatchStore, base_url: Callable[[], str], *,
+                 served: Callable[[str], bool], may_send: Callable[[str], bool],
+                 settings: RunnerSettings | None = None,
+                 now: Callable[[], float] = time.time) -> None:
+        self.store, self._base_url = store, base_url
+        self._served, self._may_send = served, may_send
+        self.settings = settings or RunnerSettings()
+        self._now = now
+        self.token = secrets.token_urlsafe(32)  # only this process's runner knows it
+        self._wake = asyncio.Event()
+        self._active: dict[str, Batch] = {}  # running now: the runner writes them
+        self._stops: dict[str, asyncio.Event] = {}  # set when a running batch is cancelled
+        self._slots = asyncio.Semaphore(self.settings.concurrency)
+        self._http: aiohttp.ClientSession | None = None
+        self.changed = asyncio.Event()  # set whenever the runner stores a batch
+
+    def wake(self) -> None:
+        """A batch was created or cancelled: look again now."""
+        self._wake.set()
+
+    def running(self, batch_id: str) -> Batch | None:
+        return self._active.get(batch_id)
+
+    def cancel(self, batch: Batch) -> Batch:
+        """Cancel a batch (NotNow once finished); a running one stops sending at once."""
+        current = self._active.get(batch.id, batch)
+        current.cancel(int(self._now()))
+        self.store.save(current)
+        if (stop := self._stops.get(batch.id)) is not None:
+            stop.set()
+        return current
+
+    async def run(self) -> None:
+        """Until cancelled: every unfinished batch, then wait for a new one."""
+        self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
+        try:
+            while True:
+                self._wake.clear()
+                for batch in await asyncio.to_thread(self.store.unfinished):
+                    await self._run_one(batch)
+                try:
+                    async with asyncio.timeout(self.settings.idle_seconds):
+                        await self._wake.wait()
+                except TimeoutError:
+                    pass  # look for batches whose window closed
+        finally:
+            await self._http.close()
+
+    # --- one batch -----------------------------------------------------------------------
+
+    async def _run_one(self, batch: Batch) -> None:
+        data = await asyncio.to_thread(self.store.content, batch.input_file_id, batch.owner)
+        try:
+            if data is None:
+                raise FileRefused(f"the input file {batch.input_file_id} was deleted")
+            requests, errors = read_requests(data, batch.endpoint, self._served)
+        except FileRefused as exc:
+            batch.errors = [{"code": "invalid_file", "message": str(exc), "param": None,
+                             "line": None}]
+            batch.stamps["failed_at"] = int(self._now())
+            batch.status = "failed"
+            await self._save(batch)
+            return
+        if batch.status == "validating":
+            batch.validated(requests, errors, int(self._now()))
+            await self._save(batch)
+            if batch.finished:  # its file did not validate
+                return
+        done = await asyncio.to_thread(self.store.done_lines, batch.id)
+        batch.completed, batch.failed = await asyncio.to_thread(self.store.counts, batch.id)
+        self._active[batch.id] = batch
+        self._stops[batch.id] = asyncio.Event()
+        try:
+            todo = [r for r in requests if r.line not in done]
+            if batch.status == "in_progress" and todo:
+                async with asyncio.TaskGroup() as group:
+                    for request in todo:
+                        group.create_task(self._send(batch, request))
+            await self._close(batch, requests)
+        finally:
+            del self._active[batch.id], self._stops[batch.id]
+
+    async def _send(self, batch: Batch, request: BatchRequest) -> None:
+        """One request, retried while the answer is "not now"; its result recorded."""
+        while not self._stopped(batch):
+            if not self._may_send(request.model):
+                await self._pause(self.settings.retry_seconds, batch)
+                continue
+            async with self._slots:
+                if self._stopped(batch):
+                    return
+                answer = await self._post(batch, request)
+            if isinstance(answer, float):
+                await self._pause(answer, batch)
+                continue
+            status, body, upstream_id = answer
+            line = result_line(f"batch_req_{secrets.token_hex(12)}", request, status, body,
+                               upstream_id)
+            ok = 200 <= status < 300
+            await asyncio.to_thread(self.store.record, batch.id, request.line,
+                                    "output" if ok else "error", line)
+            batch.answered(ok)
+            await self._save(batch)
+            return
+
+    async def _post(self, batch: Batch, request: BatchRequest
+                    ) -> tuple[int, Any, str] | float:
+        """The gateway's answer, or how long to wait before trying again."""
+        assert self._http is not None
+        headers = {RUN_HEADER: self.token, OWNER_HEADER: batch.owner,
+                   OBJECTIVE_HEADER: self.settings.band}
+        try:
+            async with self._http.post(self._base_url() + request.url, json=request.body,
+                                       headers=headers) as resp:
+                raw = await resp.read()
+                if resp.status in NOT_NOW:
+                    return _retry_after(resp.headers.get("Retry-After"),
+                                        self.settings.retry_seconds)
+                try:
+                    body: Any = json.loads(raw)
+                except ValueError:
+                    body = raw.decode("utf-8", "replace")
+                return resp.status, body, resp.headers.get("x-request-id", "")
+        except (aiohttp.ClientError, OSError) as exc:
+            log.warning("batch %s: the gateway did not answer (%s); retrying", batch.id, exc)
+            return self.settings.retry_seconds
+
+    async def _save(self, batch: Batch) -> None:
+        await asyncio.to_thread(self.store.save, batch)
+        self.changed.set()
+
+    def _stopped(self, batch: Batch) -> bool:
+        return batch.status != "in_progress" or self._now() >= batch.expires_at
+
+    async def _pause(self, seconds: float, batch: Batch) -> None:
+        """Wait ``seconds``, or less when the batch is cancelled or its window closes."""
+        left = max(0.0, batch.expires_at - self._now())
+        try:
+            async with asyncio.timeout(min(seconds, left)):
+                await self._stops[batch.id].wait()
+        except TimeoutError:
+            pass
+
+    async def _close(self, batch: Batch, requests: list[BatchRequest]) -> None:
+        """Unsent requests to the error file (cancelled, expired), then both files."""
+        now = int(self._now())
+        expired = batch.status == "in_progress" and now >= batch.expires_at
+        if batch.status == "in_progress" and not expired:
+            batch.finalize(now)
+            await self._save(batch)
+        done = await asyncio.to_thread(self.store.done_lines, batch.id)
+        code, why = ("batch_expired", "the batch's completion window closed before this "
+                     "request ran") if expired else \
+            ("batch_cancelled", "the batch was cancelled before this request ran")
+        for request in requests:
+            if request.line not in done:
+                await asyncio.to_thread(self.store.record, batch.id, request.line, "error",
+                                        unanswered_line(f"batch_req_{secrets.token_hex(12)}",
+                                                        request, code, why))
+        output, error = await asyncio.to_thread(self._files, batch)
+        with suppress(NotNow):  # cancelled meanwhile: it closes as cancelled
+            batch.close(output, error, now, expired=expired)
+        await self._save(batch)
+
+    def _files(self, batch: Batch) -> tuple[str | None, str | None]:
+        """The output and error files (JSONL, input order); None for an empty one."""
+        ids: list[str | None] = []
+        kinds: tuple[tuple[ResultKind, str], ...] = (("output", OUTPUT_PURPOSE),
+                                                     ("error", ERROR_PURPOSE))
+        for kind, purpose in kinds:
+            lines = self.store.results(batch.id, kind)
+            if not lines:
+                ids.append(None)
+                continue
+            data = "".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines)
+            stored = self.store.add_file(batch.owner, f"{batch.id}_{kind}.jsonl", purpose,
+                                         data.encode(), int(self._now()))
+            ids.append(stored.id)
+        return ids[0], ids[1]
+
+
+def _retry_after(header: str | None, default: float) -> float:
+    try:
+        return max(0.1, float(header)) if header else default
+    except ValueError:
+        return default

@@ -1,0 +1,215 @@
+"""OpenAI's Files and Batch APIs on the gateway: uploads, batches, their results.
+
+``POST /v1/files`` (purpose ``batch``), ``GET /v1/files[/{id}[/content]]``, ``DELETE
+/v1/files/{id}``; ``POST /v1/batches``, ``GET /v1/batches[/{id}]``, ``POST
+/v1/batches/{id}/cancel``, as the OpenAI SDK calls them. Files and batches belong to the
+calling client key (without client keys, to everyone); another key's are not found (404).
+The work is the ``BatchRunner``'s; this object answers the API and wakes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import BodyPartReader, web
+
+from llm_operator.batch.input import ENDPOINTS, MAX_BYTES, FileRefused, check_upload
+from llm_operator.batch.runner import BatchRunner
+from llm_operator.batch.state import WINDOW_SECONDS, Batch, NotNow
+from llm_operator.batch.store import BatchStore
+from llm_operator.gateway.errors import Refusal, error_response
+
+MAX_METADATA = 16  # OpenAI's: 16 pairs, keys to 64 characters, values to 512
+PURPOSE = "batch"
+
+
+class BatchApi:
+    """The Files and Batch endpoints over one store, one runner."""
+
+    def __init__(self, store: BatchStore, runner: BatchRunner,
+                 owner: Callable[[web.Request], str],
+                 now: Callable[[], float] = time.time) -> None:
+        self.store, self.runner, self._owner, self._now = store, runner, owner, now
+
+    def add_routes(self, app: web.Application) -> None:
+        app.router.add_post("/v1/files", self._answering(self.upload))
+        app.router.add_get("/v1/files", self._answering(self.files))
+        app.router.add_get("/v1/files/{id}", self._answering(self.file))
+        app.router.add_get("/v1/files/{id}/content", self._answering(self.content))
+        app.router.add_delete("/v1/files/{id}", self._answering(self.delete))
+        app.router.add_post("/v1/batches", self._answering(self.create))
+        app.router.add_get("/v1/batches", self._answering(self.batches))
+        app.router.add_get("/v1/batches/{id}", self._answering(self.batch))
+        app.router.add_post("/v1/batches/{id}/cancel", self._answering(self.cancel))
+
+    def _answering(self, handler: Callable[[web.Request, str], Any]
+                   ) -> Callable[[web.Request], Any]:
+        """The handler with its caller identified; a Refusal becomes its answer."""
+        async def answer(request: web.Request) -> web.StreamResponse:
+            try:
+                response: web.StreamResponse = await handler(request, self._owner(request))
+            except Refusal as refused:
+                return refused.response
+            return response
+        return answer
+
+    # --- files ---------------------------------------------------------------------------
+
+    async def upload(self, request: web.Request, owner: str) -> web.Response:
+        purpose, filename, data = await _form(request)
+        if purpose != PURPOSE:
+            raise _bad(f"purpose {purpose!r} is not served here: upload batch input files "
+                       "with purpose 'batch'", "purpose")
+        try:
+            check_upload(data)
+        except FileRefused as exc:
+            raise _bad(str(exc), "file") from None
+        stored = await asyncio.to_thread(self.store.add_file, owner, filename, purpose, data,
+                                         int(self._now()))
+        return web.json_response(stored.as_openai())
+
+    async def files(self, request: web.Request, owner: str) -> web.Response:
+        found = await asyncio.to_thread(self.store.files, owner)
+        return web.json_response({"object": "list", "data": [f.as_openai() for f in found],
+                                  "has_more": False})
+
+    async def file(self, request: web.Request, owner: str) -> web.Response:
+        found = await asyncio.to_thread(self.store.file, request.match_info["id"], owner)
+        if found is None:
+            raise _no_file(request.match_info["id"])
+        return web.json_response(found.as_openai())
+
+    async def content(self, request: web.Request, owner: str) -> web.Response:
+        data = await asyncio.to_thread(self.store.content, request.match_info["id"], owner)
+        if data is None:
+            raise _no_file(request.match_info["id"])
+        return web.Response(body=data, content_type="application/jsonl")
+
+    async def delete(self, request: web.Request, owner: str) -> web.Response:
+        file_id = request.match_info["id"]
+        if not await asyncio.to_thread(self.store.delete_file, file_id, owner):
+            raise _no_file(file_id)
+        return web.json_response({"id": file_id, "object": "file", "deleted": True})
+
+    # --- batches -------------------------------------------------------------------------
+
+    async def create(self, request: web.Request, owner: str) -> web.Response:
+        try:
+            asked = await request.json()
+        except ValueError:
+            raise _bad("the request body is not valid JSON", None) from None
+        if not isinstance(asked, dict):
+            raise _bad("the request body must be a JSON object", None)
+        endpoint, window = asked.get("endpoint"), asked.get("completion_window")
+        if endpoint not in ENDPOINTS:
+            raise _bad(f"endpoint {endpoint!r} is not one a batch may use: "
+                       f"{', '.join(ENDPOINTS)}", "endpoint")
+        if window not in WINDOW_SECONDS:
+            raise _bad(f"completion_window {window!r} is not offered: use "
+                       f"{', '.join(WINDOW_SECONDS)}", "completion_window")
+        metadata = asked.get("metadata")
+        if metadata is not None and not _valid_metadata(metadata):
+            raise _bad(f"metadata must be an object of at most {MAX_METADATA} string pairs "
+                       "(keys up to 64 characters, values up to 512)", "metadata")
+        file_id = asked.get("input_file_id")
+        if not isinstance(file_id, str) or \
+                await asyncio.to_thread(self.store.file, file_id, owner) is None:
+            raise _no_file(str(file_id), "input_file_id")
+        batch = Batch(BatchStore.new_batch_id(), owner, endpoint, file_id,
+                      int(self._now()), window, metadata)
+        await asyncio.to_thread(self.store.save, batch)
+        self.runner.wake()
+        return web.json_response(batch.as_openai())
+
+    async def batch(self, request: web.Request, owner: str) -> web.Response:
+        return web.json_response((await self._batch(request, owner)).as_openai())
+
+    async def batches(self, request: web.Request, owner: str) -> web.Response:
+        try:
+            limit = int(request.query.get("limit", "20"))
+        except ValueError:
+            limit = 0
+        if not 1 <= limit <= 100:
+            raise _bad("limit must be a whole number from 1 to 100", "limit")
+        found, more = await asyncio.to_thread(self.store.batches, owner,
+                                              after=request.query.get("after"), limit=limit)
+        data = [(self.runner.running(b.id) or b).as_openai() for b in found]
+        return web.json_response({
+            "object": "list", "data": data, "has_more": more,
+            "first_id": data[0]["id"] if data else None,
+            "last_id": data[-1]["id"] if data else None})
+
+    async def cancel(self, request: web.Request, owner: str) -> web.Response:
+        batch = await self._batch(request, owner)
+        try:
+            batch = self.runner.cancel(batch)
+        except NotNow as exc:
+            raise Refusal(error_response(409, f"{exc}; only a batch that has not finished "
+                                         "can be cancelled", "invalid_request_error",
+                                         "batch_not_cancellable")) from None
+        return web.json_response(batch.as_openai())
+
+    async def _batch(self, request: web.Request, owner: str) -> Batch:
+        batch_id = request.match_info["id"]
+        batch = self.runner.running(batch_id)
+        if batch is not None and batch.owner == owner:
+            return batch  # its counts as they are now
+        batch = await asyncio.to_thread(self.store.batch, batch_id, owner)
+        if batch is None:
+            raise Refusal(error_response(404, f"no batch {batch_id!r} here",
+                                         "invalid_request_error", "not_found"))
+        return batch
+
+
+async def _form(request: web.Request) -> tuple[str, str, bytes]:
+    """The upload's purpose, file name and bytes; Refusal when it is not one."""
+    if not request.content_type.startswith("multipart/"):
+        raise _bad("upload a file as multipart/form-data with the fields 'file' and "
+                   "'purpose' (as the OpenAI SDK's files.create does)", "file")
+    purpose, filename, data = None, "", None
+    reader = await request.multipart()
+    while (part := await reader.next()) is not None:
+        if not isinstance(part, BodyPartReader):
+            continue
+        if part.name == "purpose":
+            purpose = (await part.text()).strip()
+        elif part.name == "file":
+            filename = part.filename or "upload.jsonl"
+            data = await _read_capped(part)
+    if purpose is None:
+        raise _bad("the form needs a 'purpose' field ('batch')", "purpose")
+    if data is None:
+        raise _bad("the form needs a 'file' field: the JSONL batch input", "file")
+    return purpose, filename, data
+
+
+async def _read_capped(part: BodyPartReader) -> bytes:
+    chunks, size = [], 0
+    while chunk := await part.read_chunk(1 << 20):
+        size += len(chunk)
+        if size > MAX_BYTES:
+            raise Refusal(error_response(
+                413, f"the file is over {MAX_BYTES // (1024 * 1024)} MB, the most a batch "
+                "input file may be; split it into several batches", "invalid_request_error",
+                "file_too_large", param="file"))
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _valid_metadata(metadata: object) -> bool:
+    return isinstance(metadata, dict) and len(metadata) <= MAX_METADATA and all(
+        isinstance(k, str) and isinstance(v, str) and len(k) <= 64 and len(v) <= 512
+        for k, v in metadata.items())
+
+
+def _bad(message: str, param: str | None) -> Refusal:
+    return Refusal(error_response(400, message, "invalid_request_error", "invalid_request",
+                                  param=param))
+
+
+def _no_file(file_id: str, param: str | None = None) -> Refusal:
+    return Refusal(error_response(404, f"no file {file_id!r} here", "invalid_request_error",
+                                  "not_found", param=param))

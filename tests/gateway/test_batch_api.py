@@ -1,0 +1,285 @@
+"""OpenAI's Files and Batch APIs on the gateway, as the OpenAI SDK calls them.
+
+A batch's requests run through the gateway itself (loopback) as the batch's owner, in the
+lowest flow-control band, at the route's batch price; results are kept in a SQLite store
+that a restarted gateway goes on from, each request appearing once in the output.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+import yaml
+from aiohttp.test_utils import TestServer
+
+from llm_operator.access.keyring import digest
+from llm_operator.batch.runner import RUN_HEADER, RunnerSettings
+from llm_operator.batch.state import FINISHED
+from llm_operator.batch.store import BatchStore
+from llm_operator.gateway.app import Gateway
+from llm_operator.gateway.config import parse_config
+
+from fake_upstream import FakeUpstream, Reply, completion
+
+ALICE, BOB = "sk-alice-0123456789", "sk-bob-0123456789"
+
+
+def jsonl(*lines: dict[str, Any]) -> bytes:
+    return b"".join(json.dumps(line).encode() + b"\n" for line in lines)
+
+
+def chat(custom_id: str, model: str = "m", url: str = "/v1/chat/completions"
+         ) -> dict[str, Any]:
+    return {"custom_id": custom_id, "method": "POST", "url": url, "body": {
+        "model": model, "messages": [{"role": "user", "content": custom_id}]}}
+
+
+@dataclass
+class Front:
+    gateway: Gateway
+    url: str
+
+    def sdk(self, key: str = "unused") -> openai.AsyncOpenAI:
+        return openai.AsyncOpenAI(base_url=f"{self.url}/v1", api_key=key, max_retries=0)
+
+    async def until_finished(self, batch_id: str, owner: str = "") -> str:
+        """The batch's final status, waiting on the runner's writes."""
+        runner = self.gateway.batch_runner
+        assert runner is not None
+        async with asyncio.timeout(20):
+            while True:
+                runner.changed.clear()
+                batch = runner.store.batch(batch_id, owner)
+                assert batch is not None
+                if batch.status in FINISHED:
+                    return batch.status
+                await runner.changed.wait()
+
+
+@pytest.fixture
+async def upstream() -> AsyncIterator[tuple[FakeUpstream, str]]:
+    fake = FakeUpstream()
+    server = TestServer(fake.app, host="127.0.0.1")
+    await server.start_server()
+    yield fake, f"http://127.0.0.1:{server.port}/v1"
+    await server.close()
+
+
+@asynccontextmanager
+async def front(store: Path, upstream_url: str, **config: Any) -> AsyncIterator[Front]:
+    route = {"name": "ns/m", "models": ["m"], "upstreams": [
+        {"name": "r0", "baseUrl": upstream_url, "auth": "none", "slots": 2}],
+        **config.pop("route", {})}
+    gateway = Gateway(parse_config({"routes": [route], **config}))
+    address: list[str] = []
+    gateway.enable_batches(BatchStore(store), lambda: address[0],
+                           RunnerSettings(concurrency=2, retry_seconds=0.05))
+    # as llmop up and the router serve: a request whose client left is cancelled
+    server = TestServer(gateway.app(), host="127.0.0.1", handler_cancellation=True)
+    await server.start_server()
+    address.append(f"http://127.0.0.1:{server.port}")
+    try:
+        yield Front(gateway, address[0])
+    finally:
+        await server.close()
+
+
+@pytest.fixture
+def keys(tmp_path: Path) -> Path:
+    path = tmp_path / "keys.yaml"
+    path.write_text(yaml.safe_dump({"keys": [
+        {"id": "alice", "sha256": digest(ALICE)}, {"id": "bob", "sha256": digest(BOB)}]}))
+    return path
+
+
+async def run_batch(sdk: openai.AsyncOpenAI, data: bytes) -> str:
+    uploaded = await sdk.files.create(file=("input.jsonl", data), purpose="batch")
+    batch = await sdk.batches.create(input_file_id=uploaded.id,
+                                     endpoint="/v1/chat/completions",
+                                     completion_window="24h", metadata={"job": "eval"})
+    assert batch.status == "validating"
+    return batch.id
+
+
+async def test_a_batch_runs_through_the_gateway_and_its_output_keeps_each_custom_id(
+        tmp_path: Path, upstream: tuple[FakeUpstream, str]) -> None:
+    fake, url = upstream
+    async with front(tmp_path / "b.db", url) as gw, gw.sdk() as sdk:
+        batch_id = await run_batch(sdk, jsonl(chat("a"), chat("b"), chat("c")))
+        assert await gw.until_finished(batch_id) == "completed"
+        batch = await sdk.batches.retrieve(batch_id)
+        assert batch.output_file_id is not None
+        output = (await sdk.files.content(batch.output_file_id)).text
+    assert (batch.request_counts.total, batch.request_counts.completed,
+            batch.request_counts.failed) == (3, 3, 0)
+    assert batch.metadata == {"job": "eval"} and batch.error_file_id is None
+    assert batch.completed_at is not None and batch.in_progress_at is not None
+    lines = [json.loads(line) for line in output.splitlines()]
+    assert [line["custom_id"] for line in lines] == ["a", "b", "c"]
+    assert {line["response"]["status_code"] for line in lines} == {200}
+    assert lines[0]["response"]["body"]["choices"][0]["message"]["content"] == "Hello!"
+    assert sorted(r["body"]["messages"][0]["content"] for r in fake.requests) == \
+        ["a", "b", "c"]
+    assert all(RUN_HEADER not in r["headers"] for r in fake.requests)  # never leaves
+
+
+async def test_a_file_with_bad_lines_fails_the_batch_with_one_error_per_line(
+        tmp_path: Path, upstream: tuple[FakeUpstream, str]) -> None:
+    fake, url = upstream
+    data = jsonl(chat("a"), chat("a"), chat("b", url="/v1/embeddings"),
+                 chat("c", model="nope"))
+    async with front(tmp_path / "b.db", url) as gw, gw.sdk() as sdk:
+        batch_id = await run_batch(sdk, data)
+        assert await gw.until_finished(batch_id) == "failed"
+        batch = await sdk.batches.retrieve(batch_id)
+    assert batch.errors is not None and batch.errors.data is not None
+    assert [(e.code, e.line) for e in batch.errors.data] == [
+        ("duplicate_custom_id", 2), ("invalid_url", 3), ("model_not_found", 4)]
+    assert fake.requests == []  # nothing of a failed batch runs
+
+
+async def test_an_answer_that_is_an_error_goes_to_the_error_file(
+        tmp_path: Path, upstream: tuple[FakeUpstream, str]) -> None:
+    fake, url = upstream
+    fake.then(Reply(status=400, body={"error": {"message": "too long"}}))
+    async with front(tmp_path / "b.db", url) as gw, gw.sdk() as sdk:
+        batch_id = await run_batch(sdk, jsonl(chat("only")))
+        assert await gw.until_finished(batch_id) == "completed"
+        batch = await sdk.batches.retrieve(batch_id)
+        assert batch.error_file_id is not None and batch.output_file_id is None
+        errors = (await sdk.files.content(batch.error_file_id)).text
+    (line,) = [json.loads(text) for text in errors.splitlines()]
+    assert (line["custom_id"], line["response"]["status_code"]) == ("only", 400)
+    assert (batch.request_counts.completed, batch.request_counts.failed) == (0, 1)
+
+
+@pytest.mark.parametrize(("data", "purpose", "says"), [
+    (b'{"custom_id": "a"}\nnot json\n', "batch", "line 2"),
+    (b"\xff\xfe", "batch", "UTF-8"),
+    (jsonl(chat("a")), "fine-tune", "purpose 'fine-tune'"),
+], ids=["not-jsonl", "not-utf8", "other-purpose"])
+async def test_an_upload_that_cannot_be_a_batch_file_is_a_400_and_stores_nothing(
+        tmp_path: Path, upstream: tuple[FakeUpstream, str], data: bytes, purpose: str,
+        says: str) -> None:
+    async with front(tmp_path / "b.db", upstream[1]) as gw, gw.sdk() as sdk:
+        with pytest.raises(openai.BadRequestError) as refused:
+            await sdk.files.create(file=("in.jsonl", data), purpose=purpose)  # type: ignore[arg-type]
+        listed = await sdk.files.list()
+    assert says in refused.value.message
+    assert listed.data == []
+
+
+async def test_another_keys_files_and_batches_do_not_exist_for_it(
+        tmp_path: Path, upstream: tuple[FakeUpstream, str], keys: Path) -> None:
+    async with front(tmp_path / "b.db", upstream[1],
+                     clientKeys={"file": str(keys)}) as gw, \
+            gw.sdk(ALICE) as alice, gw.sdk(BOB) as bob:
+        uploaded = await alice.files.create(file=("in.jsonl", jsonl(chat("a"))),
+                                            purpose="batch")
+        batch_id = await run_batch(alice, jsonl(chat("b")))
+        assert await gw.until_finished(batch_id, "alice") == "completed"
+        for call in (lambda: bob.files.retrieve(uploaded.id),
+                     lambda: bob.files.content(uploaded.id),
+                     lambda: bob.batches.retrieve(batch_id),
+                     lambda: bob.batches.cancel(batch_id),
+                     lambda: bob.batches.create(input_file_id=uploaded.id,
+                                                endpoint="/v1/chat/completions",
+                                                completion_window="24h")):
+            with pytest.raises(openai.NotFoundError):
+                await call()
+        assert (await bob.batches.list()).data == []
+        await alice.files.delete(uploaded.id)
+        with pytest.raises(openai.NotFoundError):  # a deleted file
+            await alice.batches.create(input_file_id=uploaded.id,
+                                       endpoint="/v1/chat/completions",
+                                       completion_window="24h")
+        assert [b.id for b in (await alice.batches.list()).data] == [batch_id]
+
+
+async def test_cancelling_a_finished_batch_is_a_409_and_changes_nothing(
+        tmp_path: Path, upstream: tuple[FakeUpstream, str]) -> None:
+    async with front(tmp_path / "b.db", upstream[1]) as gw, gw.sdk() as sdk:
+        batch_id = await run_batch(sdk, jsonl(chat("a")))
+        await gw.until_finished(batch_id)
+        with pytest.raises(openai.ConflictError) as refused:
+            await sdk.batches.cancel(batch_id)
+        assert (await sdk.batches.retrieve(batch_id)).status == "completed"
+    assert refused.value.code == "batch_not_cancellable"
+
+
+async def test_a_cancelled_batch_sends_no_more_and_lists_what_it_did_not_send(
+        tmp_path: Path, upstream: tuple[FakeUpstream, str]) -> None:
+    fake, url = upstream
+    fake.then(Reply(body=completion("m"), delay=0.5), Reply(body=completion("m"), delay=0.5))
+    async with front(tmp_path / "b.db", url) as gw, gw.sdk() as sdk:
+        batch_id = await run_batch(sdk, jsonl(*(chat(f"r{i}") for i in range(6))))
+        await asyncio.wait_for(fake.received.wait(), 10)
+        cancelling = await sdk.batches.cancel(batch_id)
+        assert cancelling.status == "cancelling"
+        assert await gw.until_finished(batch_id) == "cancelled"
+        batch = await sdk.batches.retrieve(batch_id)
+        assert batch.error_file_id is not None
+        errors = [json.loads(t) for t in (await sdk.files.content(batch.error_file_id)
+                                          ).text.splitlines()]
+    assert len(fake.requests) == 2  # the two in flight (concurrency 2) finished
+    assert {e["error"]["code"] for e in errors} == {"batch_cancelled"}
+    assert len(errors) == 4 and batch.request_counts.completed == 2
+
+
+async def test_a_restarted_gateway_goes_on_and_each_request_appears_once(
+        tmp_path: Path, upstream: tuple[FakeUpstream, str]) -> None:
+    fake, url = upstream
+    store = tmp_path / "b.db"
+    fake.then(Reply(body=completion("m")), Reply(body=completion("m"), delay=30))
+    async with front(store, url) as gw, gw.sdk() as sdk:
+        batch_id = await run_batch(sdk, jsonl(chat("a"), chat("b"), chat("c")))
+        runner = gw.gateway.batch_runner
+        assert runner is not None
+        async with asyncio.timeout(10):  # until "a" is answered and "b" is being answered
+            while True:
+                runner.changed.clear()
+                fake.received.clear()
+                if runner.store.done_lines(batch_id) and len(fake.requests) >= 2:
+                    break
+                waits = [asyncio.ensure_future(runner.changed.wait()),
+                         asyncio.ensure_future(fake.received.wait())]
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                for waiting in waits:
+                    waiting.cancel()
+    sent_before = len(fake.requests)
+    async with front(store, url) as gw, gw.sdk() as sdk:  # the same store: a restart
+        assert await gw.until_finished(batch_id) == "completed"
+        batch = await sdk.batches.retrieve(batch_id)
+        assert batch.output_file_id is not None
+        output = (await sdk.files.content(batch.output_file_id)).text
+    assert [json.loads(t)["custom_id"] for t in output.splitlines()] == ["a", "b", "c"]
+    assert batch.request_counts.completed == 3
+    resent = [r["body"]["messages"][0]["content"] for r in fake.requests[sent_before:]]
+    assert "a" not in resent  # a recorded result is not asked for again
+
+
+async def test_a_batch_runs_in_the_lowest_band_as_its_owner_at_the_batch_price(
+        tmp_path: Path, upstream: tuple[FakeUpstream, str], keys: Path) -> None:
+    fake, url = upstream
+    pricing = {"inputPerMillion": 1_000_000, "outputPerMillion": 1_000_000}
+    async with front(tmp_path / "b.db", url, clientKeys={"file": str(keys)},
+                     route={"pricing": pricing}) as gw, gw.sdk(ALICE) as alice:
+        await alice.chat.completions.create(model="m", messages=[
+            {"role": "user", "content": "interactive"}])
+        batch_id = await run_batch(alice, jsonl(chat("a")))
+        assert await gw.until_finished(batch_id, "alice") == "completed"
+        registry = gw.gateway.metrics.registry
+        cost: Callable[[], float | None] = lambda: registry.get_sample_value(
+            "llmop_gateway_key_cost_usd_total", {"key": "alice"})
+        banded = registry.get_sample_value("llmop_gateway_flow_requests_total", {
+            "route": "ns/m", "band": "batch", "outcome": "admitted"})
+    assert cost() == pytest.approx(14 + 7)  # 11 + 3 tokens, then half of them
+    assert banded == 1
