@@ -2,14 +2,15 @@
 
 A batch's requests run through the gateway itself (loopback) as the batch's owner, in the
 lowest flow-control band, at the route's batch price; results are kept in a SQLite store
-that a restarted gateway goes on from, each request appearing once in the output.
+that a restarted gateway goes on from, each request appearing once in the output. The
+upstream is tests/conftest.py's scripted fake.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,15 +63,6 @@ class Front:
                 if batch.status in FINISHED:
                     return batch.status
                 await runner.changed.wait()
-
-
-@pytest.fixture
-async def upstream() -> AsyncIterator[tuple[FakeUpstream, str]]:
-    fake = FakeUpstream()
-    server = TestServer(fake.app, host="127.0.0.1")
-    await server.start_server()
-    yield fake, f"http://127.0.0.1:{server.port}/v1"
-    await server.close()
 
 
 @asynccontextmanager
@@ -268,7 +260,7 @@ async def test_a_restarted_gateway_goes_on_and_each_request_appears_once(
 
 async def test_a_batch_runs_in_the_lowest_band_as_its_owner_at_the_batch_price(
         tmp_path: Path, upstream: tuple[FakeUpstream, str], keys: Path) -> None:
-    fake, url = upstream
+    url = upstream[1]
     pricing = {"inputPerMillion": 1_000_000, "outputPerMillion": 1_000_000}
     async with front(tmp_path / "b.db", url, clientKeys={"file": str(keys)},
                      route={"pricing": pricing}) as gw, gw.sdk(ALICE) as alice:
@@ -277,9 +269,9 @@ async def test_a_batch_runs_in_the_lowest_band_as_its_owner_at_the_batch_price(
         batch_id = await run_batch(alice, jsonl(chat("a")))
         assert await gw.until_finished(batch_id, "alice") == "completed"
         registry = gw.gateway.metrics.registry
-        cost: Callable[[], float | None] = lambda: registry.get_sample_value(
-            "llmop_gateway_key_cost_usd_total", {"key": "alice"})
+        cost = registry.get_sample_value("llmop_gateway_key_cost_usd_total",
+                                         {"key": "alice"})
         banded = registry.get_sample_value("llmop_gateway_flow_requests_total", {
             "route": "ns/m", "band": "batch", "outcome": "admitted"})
-    assert cost() == pytest.approx(14 + 7)  # 11 + 3 tokens, then half of them
+    assert cost == pytest.approx(14 + 7)  # 11 + 3 tokens, then half of them
     assert banded == 1

@@ -15,7 +15,6 @@ import signal
 from collections.abc import AsyncIterator
 
 import pytest
-
 from opentelemetry.trace import SpanKind
 
 from llm_operator.span_export import ERROR, SpanShipper, TraceRecord
@@ -31,10 +30,10 @@ def record(trace_id: int) -> TraceRecord:
     Kinds are the SDK's values; OTLP numbers them one higher (its 0 is "unspecified").
     """
     return (trace_id, True, "vendor=x", [
-        ("POST /v1/chat/completions", 0xA, 0xC0FFEE, SpanKind.SERVER.value, T0, T0 + 9, {"url.path": "/x"},
-         [], None),
-        ("llmop.admission", 0xB, 0xA, SpanKind.INTERNAL.value, T0 + 1, T0 + 2, {"llmop.route": "ns/m"}, [],
-         None),
+        ("POST /v1/chat/completions", 0xA, 0xC0FFEE, SpanKind.SERVER.value, T0, T0 + 9,
+         {"url.path": "/x"}, [], None),
+        ("llmop.admission", 0xB, 0xA, SpanKind.INTERNAL.value, T0 + 1, T0 + 2,
+         {"llmop.route": "ns/m"}, [], None),
         ("llmop.upstream", 0xC, 0xA, SpanKind.CLIENT.value, T0 + 3, T0 + 8, {"llmop.replica": "r0"},
          [("first byte", T0 + 5, {"http.response.status_code": 503})], (ERROR, "503")),
     ])
