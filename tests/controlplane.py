@@ -291,10 +291,15 @@ class ControlPlane:
                 raise TimeoutError(f"{path} still answers {status} after {timeout} s")
             time.sleep(0.1)  # a process we do not control: nothing to wait on
 
-    def wait_allowed(self, user: str, verb: str, resource: str, timeout: float = 30) -> None:
-        """Until RBAC lets ``user`` do it: new bindings reach the authorizer's cache late."""
+    def wait_allowed(self, user: str, verb: str, resource: str, timeout: float = 30, *,
+                     namespace: str | None = None) -> None:
+        """Until RBAC lets ``user`` do it (in every namespace, or in ``namespace``).
+
+        New bindings reach the authorizer's cache late.
+        """
         deadline = time.monotonic() + timeout
-        while self.kubectl("auth", "can-i", verb, resource, "-A", f"--as={user}",
+        where = ["-A"] if namespace is None else ["-n", namespace]
+        while self.kubectl("auth", "can-i", verb, resource, *where, f"--as={user}",
                            check=False).stdout.strip() != "yes":
             if time.monotonic() > deadline:
                 raise TimeoutError(f"RBAC never allowed {user} to {verb} {resource}")

@@ -47,6 +47,7 @@ class FakeVllm:
         self.waiting = self.running = 0  # what /metrics reports of the queue
         self.kv_usage = 0.0
         self.served: list[str] = []  # the model of every chat completion answered
+        self.hold: asyncio.Event | None = None  # set: chat completions wait until it is set
         self._runner: web.AppRunner | None = None
         self.port = 0
         self.host = "127.0.0.1"
@@ -145,6 +146,8 @@ class FakeVllm:
         if model != self.base_model and model not in self.adapters:
             return self._error(f"The model `{model}` does not exist.", 404, "NotFoundError")
         self.served.append(model)
+        if self.hold is not None:
+            await self.hold.wait()
         if body.get("stream"):
             out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
             await out.prepare(request)

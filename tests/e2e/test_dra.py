@@ -76,6 +76,12 @@ def _claims(node: NodeCluster, model: str) -> list[dict[str, Any]]:
 def test_the_scheduler_allocates_the_device_the_claim_asks_for_and_binds_the_pod(
         devices: NodeCluster) -> None:
     devices.kubectl("apply", "-f", "-", stdin=json.dumps(_model("h100-claimed", "NVIDIA H100")))
+    # a label selector that matches nothing yet fails at once: first the pod must exist
+    # (the operator's Deployment, then its ReplicaSet's pod)
+    devices.kubectl("-n", NS, "wait", "--for=create", "deployment/h100-claimed",
+                    "--timeout=90s")
+    devices.kubectl("-n", NS, "wait", "--for=jsonpath={.status.replicas}=1",
+                    "deployment/h100-claimed", "--timeout=90s")
     devices.kubectl("-n", NS, "wait", "pods", "-l", "app=h100-claimed",
                     "--for=jsonpath={.spec.nodeName}=node-1", "--timeout=90s")
     template = devices.json("-n", NS, "get", "resourceclaimtemplate",

@@ -9,8 +9,10 @@ upstream is tests/conftest.py's scripted fake.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import AsyncIterator
+import sqlite3
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +26,7 @@ from aiohttp.test_utils import TestServer
 from llm_operator.access.keyring import digest
 from llm_operator.batch.runner import RUN_HEADER, RunnerSettings
 from llm_operator.batch.state import FINISHED
-from llm_operator.batch.store import BatchStore
+from llm_operator.batch.store import BatchStore, Store
 from llm_operator.gateway.app import Gateway
 from llm_operator.gateway.config import parse_config
 
@@ -66,13 +68,15 @@ class Front:
 
 
 @asynccontextmanager
-async def front(store: Path, upstream_url: str, **config: Any) -> AsyncIterator[Front]:
+async def front(store: Path | Store, upstream_url: str, **config: Any
+                ) -> AsyncIterator[Front]:
     route = {"name": "ns/m", "models": ["m"], "upstreams": [
         {"name": "r0", "baseUrl": upstream_url, "auth": "none", "slots": 2}],
         **config.pop("route", {})}
     gateway = Gateway(parse_config({"routes": [route], **config}))
     address: list[str] = []
-    gateway.enable_batches(BatchStore(store), lambda: address[0],
+    gateway.enable_batches(BatchStore(store) if isinstance(store, Path) else store,
+                           lambda: address[0],
                            RunnerSettings(concurrency=2, retry_seconds=0.05))
     # as llmop up and the router serve: a request whose client left is cancelled
     server = TestServer(gateway.app(), host="127.0.0.1", handler_cancellation=True)
@@ -110,6 +114,9 @@ async def test_a_batch_runs_through_the_gateway_and_its_output_keeps_each_custom
         batch = await sdk.batches.retrieve(batch_id)
         assert batch.output_file_id is not None
         output = (await sdk.files.content(batch.output_file_id)).text
+        answered = gw.gateway.metrics.registry.get_sample_value(
+            "llmop_gateway_batch_requests_total", {"outcome": "completed"})
+    assert answered == 3
     assert (batch.request_counts.total, batch.request_counts.completed,
             batch.request_counts.failed) == (3, 3, 0)
     assert batch.metadata == {"job": "eval"} and batch.error_file_id is None
@@ -275,3 +282,52 @@ async def test_a_batch_runs_in_the_lowest_band_as_its_owner_at_the_batch_price(
             "route": "ns/m", "band": "batch", "outcome": "admitted"})
     assert cost == pytest.approx(14 + 7)  # 11 + 3 tokens, then half of them
     assert banded == 1
+
+
+class SmallDisk(BatchStore):
+    """A SQLite store whose file may not grow past ``pages`` pages once they are set:
+    SQLite's own "database or disk is full", as on a full disk."""
+
+    pages: int | None = None
+
+    @contextlib.contextmanager
+    def _db(self) -> Iterator[sqlite3.Connection]:
+        with contextlib.closing(sqlite3.connect(self.path)) as db, db:
+            if self.pages is not None:
+                db.execute(f"PRAGMA max_page_count = {self.pages}")
+            yield db
+
+    def page_count(self) -> int:
+        with self._db() as db:
+            return int(db.execute("PRAGMA page_count").fetchone()[0])
+
+
+async def test_a_store_that_fills_fails_the_batch_saying_so_and_keeps_its_results(
+        tmp_path: Path, upstream: tuple[FakeUpstream, str]) -> None:
+    store = SmallDisk(tmp_path / "b.db")
+    async with front(store, upstream[1]) as gw, gw.sdk() as sdk:
+        uploaded = await sdk.files.create(
+            file=("in.jsonl", jsonl(*(chat(f"r{i:02}") for i in range(60)))), purpose="batch")
+        store.pages = store.page_count() + 1  # room for a few results, then full
+        batch = await sdk.batches.create(input_file_id=uploaded.id,
+                                         endpoint="/v1/chat/completions",
+                                         completion_window="24h")
+        runner = gw.gateway.batch_runner
+        assert runner is not None
+        async with asyncio.timeout(20):
+            while (found := runner.running(batch.id) or store.batch(batch.id, "")) is None \
+                    or found.status != "failed":
+                runner.changed.clear()
+                await runner.changed.wait()
+        failed = await sdk.batches.retrieve(batch.id)
+        with pytest.raises(openai.InternalServerError) as refused:  # no room for a file
+            await sdk.files.create(file=("more.jsonl", jsonl(*(chat(f"x{i}") for i in
+                                                              range(200)))), purpose="batch")
+    assert refused.value.status_code == 503
+    assert refused.value.code == "batch_store_unavailable"
+    assert failed.status == "failed" and failed.errors is not None
+    (error,) = failed.errors.data or []
+    assert error.code == "store_write_failed"
+    assert "database or disk is full" in (error.message or "")
+    kept = store.done_lines(batch.id)
+    assert 0 < len(kept) < 60  # what was recorded before the disk filled is kept

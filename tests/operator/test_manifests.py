@@ -90,6 +90,37 @@ def test_the_router_keys_overlay_mounts_the_secret_its_keys_file_names() -> None
                                 if p.name != "kustomization.yaml" for d in docs(p)])
 
 
+def test_the_router_batch_overlay_elects_a_runner_and_reaches_redis_with_its_password(
+        ) -> None:
+    """`kubectl apply -k config/router-batch`: the Batch API, Redis, the Lease's RBAC."""
+    built = subprocess.run([kubectl_path(), "kustomize", str(CONFIG / "router-batch")],
+                           check=True, capture_output=True, text=True).stdout
+    objects = [d for d in yaml.safe_load_all(built) if d]
+    assert [e for d in objects for e in validate_object(d)] == []
+    pod = next(d for d in objects if d["kind"] == "Deployment")["spec"]["template"]["spec"]
+    args = pod["containers"][0]["args"]
+    router = cli.get_command(click.Context(cli), "router")
+    assert router is not None
+    params = router.make_context("router", args[1:]).params
+    lease_ns, lease_name = params["batch_lease"].split("/")
+    role = next(d for d in objects if d["kind"] == "Role")
+    assert (role["metadata"]["namespace"], role["rules"][0]["resources"]) == \
+        (lease_ns, ["leases"])
+    assert {"get", "create", "update"} <= set(role["rules"][0]["verbs"])
+    binding = next(d for d in objects if d["kind"] == "RoleBinding")
+    assert binding["subjects"][0]["name"] == pod["serviceAccountName"]
+    mount = next(m for m in pod["containers"][0]["volumeMounts"]
+                 if m["name"] == "redis-password")
+    assert Path(params["redis_password_file"]).parent == Path(mount["mountPath"])
+    redis_service = docs(CONFIG / "redis" / "service.yaml")[0]["metadata"]
+    assert f"{redis_service['name']}.{redis_service['namespace']}.svc" in params["redis_url"]
+    access = next(d for d in objects if d["kind"] == "NetworkPolicy"
+                  and d["metadata"]["namespace"] == redis_service["namespace"])
+    assert access["spec"]["ingress"][0]["from"][0]["podSelector"]["matchLabels"] == \
+        {"app": "llmop-router"}
+    assert lease_name and params["redis_url"].startswith("redis://")
+
+
 def test_the_router_reads_the_flow_control_settings_its_config_map_holds() -> None:
     """config/router/settings.yaml: the defaults written out, mounted where --settings says."""
     config_map = docs(CONFIG / "router" / "settings.yaml")[0]

@@ -22,6 +22,7 @@ from llm_operator.access.keyring import digest
 from llm_operator.api import labels as L
 from llm_operator.api.validation import parse_llmmodel
 from llm_operator.kube import Connection, Kube
+from llm_operator.operator.leader import LeaseTerms
 from llm_operator.render.meta import selector_labels
 from llm_operator.render.networking import service
 from llm_operator.router.app import Router, serve
@@ -133,12 +134,14 @@ class Cluster:
 @contextlib.asynccontextmanager
 async def routing(conn: Connection, admin: Kube, namespace: str,
                   hold_seconds: float = 60, peers: tuple[str, str] | None = None,
+                  batch_lease: LeaseTerms | None = None,
                   **settings: Any) -> AsyncIterator[Cluster]:
     async with Kube(conn) as kube:
-        router = Router(kube, [namespace], options=Options(hold_seconds, 0.1),
-                        scrape_seconds=0.1, settings=settings, peers=peers)
-        ready, stop = asyncio.Event(), asyncio.Event()
         port = free_port()
+        router = Router(kube, [namespace], options=Options(hold_seconds, 0.1),
+                        scrape_seconds=0.1, settings=settings, peers=peers, port=port,
+                        batch_lease=batch_lease)
+        ready, stop = asyncio.Event(), asyncio.Event()
         task = asyncio.create_task(serve(router, "127.0.0.1", port, ready=ready, stop=stop))
         await ready.wait()
         cluster = Cluster(admin, namespace, router, f"http://127.0.0.1:{port}")

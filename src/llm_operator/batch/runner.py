@@ -17,6 +17,7 @@ import json
 import logging
 import secrets
 import time
+from collections import deque
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ import aiohttp
 
 from llm_operator.batch.input import BatchRequest, FileRefused, read_requests
 from llm_operator.batch.state import Batch, NotNow, result_line, unanswered_line
-from llm_operator.batch.store import BatchStore, ResultKind
+from llm_operator.batch.store import ResultKind, Store
 
 log = logging.getLogger(__name__)
 
@@ -41,29 +42,31 @@ OUTPUT_PURPOSE, ERROR_PURPOSE = "batch_output", "batch_error"
 class RunnerSettings:
     """How the runner sends: how many at once, in which band, and when it may wake."""
 
-    concurrency: int = 16  # requests of all batches in flight at once
+    concurrency: int = 16  # requests in flight at once (batches run one after another)
     band: str = "batch"  # the flow-control band (objective header) its requests ask for
     retry_seconds: float = 5.0  # after a "not now" without Retry-After, or no connection
-    idle_seconds: float = 30.0  # how often an idle runner looks for expired batches
+    idle_seconds: float = 2.0  # how often an idle runner looks for new or expired batches
     wake_models: bool = False  # send to a model with no replica (it scales up from zero)
 
 
 class BatchRunner:
     """Runs the store's unfinished batches, oldest first, until stopped."""
 
-    def __init__(self, store: BatchStore, base_url: Callable[[], str], *,
+    def __init__(self, store: Store, base_url: Callable[[], str], *,
                  served: Callable[[str], bool], may_send: Callable[[str], bool],
                  settings: RunnerSettings | None = None,
-                 now: Callable[[], float] = time.time) -> None:
+                 now: Callable[[], float] = time.time,
+                 counted: Callable[[str], None] = lambda outcome: None) -> None:
         self.store, self._base_url = store, base_url
         self._served, self._may_send = served, may_send
         self.settings = settings or RunnerSettings()
-        self._now = now
+        self._now, self._counted = now, counted
+        self.unfinished = 0  # batches not finished, at the runner's last look
         self.token = secrets.token_urlsafe(32)  # only this process's runner knows it
         self._wake = asyncio.Event()
         self._active: dict[str, Batch] = {}  # running now: the runner writes them
         self._stops: dict[str, asyncio.Event] = {}  # set when a running batch is cancelled
-        self._slots = asyncio.Semaphore(self.settings.concurrency)
+        self._unstored: dict[str, Batch] = {}  # failed, and the store refused that too
         self._http: aiohttp.ClientSession | None = None
         self.changed = asyncio.Event()  # set whenever the runner stores a batch
 
@@ -71,8 +74,13 @@ class BatchRunner:
         """A batch was created or cancelled: look again now."""
         self._wake.set()
 
+    def left(self) -> int:
+        """Requests of the batches being run that have no result yet."""
+        return sum(b.total - b.completed - b.failed for b in self._active.values())
+
     def running(self, batch_id: str) -> Batch | None:
-        return self._active.get(batch_id)
+        """The runner's own copy of a batch: running now, or failed where the store is."""
+        return self._active.get(batch_id) or self._unstored.get(batch_id)
 
     def cancel(self, batch: Batch) -> Batch:
         """Cancel a batch (NotNow once finished); a running one stops sending at once."""
@@ -89,8 +97,15 @@ class BatchRunner:
         try:
             while True:
                 self._wake.clear()
-                for batch in await asyncio.to_thread(self.store.unfinished):
-                    await self._run_one(batch)
+                try:
+                    waiting = await asyncio.to_thread(self.store.unfinished)
+                    self.unfinished = len(waiting)
+                    for batch in waiting:
+                        if batch.id not in self._unstored:
+                            await self._run_one(batch)
+                except Exception:  # the store unreachable: look again at the next round
+                    log.exception("the batch runner could not go on; retrying in %.0f s",
+                                  self.settings.idle_seconds)
                 try:
                     async with asyncio.timeout(self.settings.idle_seconds):
                         await self._wake.wait()
@@ -108,10 +123,7 @@ class BatchRunner:
                 raise FileRefused(f"the input file {batch.input_file_id} was deleted")
             requests, errors = read_requests(data, batch.endpoint, self._served)
         except FileRefused as exc:
-            batch.errors = [{"code": "invalid_file", "message": str(exc), "param": None,
-                             "line": None}]
-            batch.stamps["failed_at"] = int(self._now())
-            batch.status = "failed"
+            batch.fail("invalid_file", str(exc), int(self._now()))
             await self._save(batch)
             return
         if batch.status == "validating":
@@ -124,14 +136,50 @@ class BatchRunner:
         self._active[batch.id] = batch
         self._stops[batch.id] = asyncio.Event()
         try:
-            todo = [r for r in requests if r.line not in done]
+            todo = deque(r for r in requests if r.line not in done)
             if batch.status == "in_progress" and todo:
-                async with asyncio.TaskGroup() as group:
-                    for request in todo:
-                        group.create_task(self._send(batch, request))
+                watching = asyncio.create_task(self._watch(batch))
+                try:
+                    async with asyncio.TaskGroup() as group:
+                        for _ in range(min(self.settings.concurrency, len(todo))):
+                            group.create_task(self._work(batch, todo))
+                finally:
+                    watching.cancel()
             await self._close(batch, requests)
+        except* self.store.errors as refused:  # a full disk, a full Redis
+            await self._store_failed(batch, refused.exceptions[0])
         finally:
             del self._active[batch.id], self._stops[batch.id]
+
+    async def _store_failed(self, batch: Batch, error: BaseException) -> None:
+        """The store refused a write: the batch fails saying so; its results are kept."""
+        log.error("batch %s: the store refused a write (%s); the batch fails", batch.id,
+                  error)
+        with suppress(NotNow):
+            batch.fail("store_write_failed", f"the batch store refused a write ({error}); "
+                       "the results recorded so far are kept; make room and create the "
+                       "batch again for the rest", int(self._now()))
+        try:
+            await asyncio.to_thread(self.store.save, batch)
+        except self.store.errors as again:
+            log.error("batch %s: its failure could not be stored either (%s); it is taken "
+                      "up again at the next start", batch.id, again)
+            self._unstored[batch.id] = batch  # shown as failed until then
+        self.changed.set()
+
+    async def _work(self, batch: Batch, todo: deque[BatchRequest]) -> None:
+        """One of ``concurrency`` workers: the next request, until none is left."""
+        while todo and not self._stopped(batch):
+            await self._send(batch, todo.popleft())
+
+    async def _watch(self, batch: Batch) -> None:
+        """Every ``idle_seconds``: a cancel another replica stored stops this batch."""
+        while True:
+            await asyncio.sleep(self.settings.idle_seconds)
+            stored = await asyncio.to_thread(self.store.batch, batch.id, batch.owner)
+            if stored is not None and stored.status == "cancelling":
+                await self._save(batch)  # takes the cancel up
+                return
 
     async def _send(self, batch: Batch, request: BatchRequest) -> None:
         """One request, retried while the answer is "not now"; its result recorded."""
@@ -139,11 +187,9 @@ class BatchRunner:
             if not self._may_send(request.model):
                 await self._pause(self.settings.retry_seconds, batch)
                 continue
-            async with self._slots:
-                if self._stopped(batch):
-                    return
-                answer = await self._post(batch, request)
+            answer = await self._post(batch, request)
             if isinstance(answer, float):
+                self._counted("retried")
                 await self._pause(answer, batch)
                 continue
             status, body, upstream_id = answer
@@ -153,6 +199,7 @@ class BatchRunner:
             await asyncio.to_thread(self.store.record, batch.id, request.line,
                                     "output" if ok else "error", line)
             batch.answered(ok)
+            self._counted("completed" if ok else "failed")
             await self._save(batch)
             return
 
@@ -179,6 +226,13 @@ class BatchRunner:
             return self.settings.retry_seconds
 
     async def _save(self, batch: Batch) -> None:
+        """Store the runner's copy; a cancel another replica stored is taken up first."""
+        stored = await asyncio.to_thread(self.store.batch, batch.id, batch.owner)
+        if stored is not None and stored.status == "cancelling" \
+                and batch.status in ("in_progress", "finalizing"):
+            batch.status, batch.stamps = "cancelling", {**batch.stamps, **stored.stamps}
+            if (stop := self._stops.get(batch.id)) is not None:
+                stop.set()
         await asyncio.to_thread(self.store.save, batch)
         self.changed.set()
 

@@ -100,6 +100,13 @@ class Batch:
         self._to("expired" if expired else "cancelled" if self.status == "cancelling"
                  else "completed", now)
 
+    def fail(self, code: str, message: str, now: int) -> None:
+        """It cannot go on (its store is full): failed with the reason; results kept."""
+        if self.finished:
+            raise NotNow(f"batch {self.id} is {self.status} already")
+        self.errors = [{"code": code, "message": message, "param": None, "line": None}]
+        self._to("failed", now)
+
     def as_openai(self) -> dict[str, Any]:
         """The batch object the API answers (the owner is not shown)."""
         stamps = {name: self.stamps.get(name) for name in (

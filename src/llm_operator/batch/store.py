@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from llm_operator.batch.state import Batch
 
@@ -51,8 +51,48 @@ class StoredFile:
                 "purpose": self.purpose, "status": "processed"}
 
 
+def new_file_id() -> str:
+    return f"file-{secrets.token_hex(12)}"
+
+
+def new_batch_id() -> str:
+    return f"batch_{secrets.token_hex(12)}"
+
+
+class Store(Protocol):
+    """What the Batch API and its runner keep their files, batches and results in.
+
+    ``BatchStore`` (SQLite, `llmop up`) or ``RedisBatchStore`` (the router's). Every call
+    blocks: callers use a thread.
+    """
+
+    def add_file(self, owner: str, filename: str, purpose: str, data: bytes,
+                 now: int) -> StoredFile: ...
+    def file(self, file_id: str, owner: str) -> StoredFile | None: ...
+    def files(self, owner: str) -> list[StoredFile]: ...
+    def content(self, file_id: str, owner: str) -> bytes | None: ...
+    def delete_file(self, file_id: str, owner: str) -> bool: ...
+    def save(self, batch: Batch) -> None: ...
+    def batch(self, batch_id: str, owner: str) -> Batch | None: ...
+    def batches(self, owner: str, *, after: str | None = None, limit: int = 20
+                ) -> tuple[list[Batch], bool]: ...
+    def unfinished(self) -> list[Batch]: ...
+    def record(self, batch_id: str, line: int, kind: ResultKind, body: dict[str, Any]
+               ) -> None: ...
+    def done_lines(self, batch_id: str) -> set[int]: ...
+    def counts(self, batch_id: str) -> tuple[int, int]: ...
+    def results(self, batch_id: str, kind: ResultKind) -> list[dict[str, Any]]: ...
+
+    @property
+    def errors(self) -> tuple[type[Exception], ...]:
+        """What a write that failed raises (a full disk, a full Redis)."""
+        ...
+
+
 class BatchStore:
     """Files, batches and results in one SQLite database (``path``)."""
+
+    errors: tuple[type[Exception], ...] = (sqlite3.Error,)
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -70,8 +110,7 @@ class BatchStore:
 
     def add_file(self, owner: str, filename: str, purpose: str, data: bytes,
                  now: int) -> StoredFile:
-        stored = StoredFile(f"file-{secrets.token_hex(12)}", owner, filename, purpose, now,
-                            len(data))
+        stored = StoredFile(new_file_id(), owner, filename, purpose, now, len(data))
         with self._db() as db:
             db.execute("INSERT INTO files VALUES (?, ?, ?, ?, ?, ?)",
                        (stored.id, owner, filename, purpose, now, data))
@@ -104,10 +143,6 @@ class BatchStore:
                               (file_id, owner)).rowcount == 1
 
     # --- batches -------------------------------------------------------------------------
-
-    @staticmethod
-    def new_batch_id() -> str:
-        return f"batch_{secrets.token_hex(12)}"
 
     def save(self, batch: Batch) -> None:
         """Store the batch as it stands (after every change)."""

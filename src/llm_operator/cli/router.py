@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 import signal
+import socket
 from pathlib import Path
 
 import click
@@ -39,19 +40,26 @@ import click
 @click.option("--settings", "settings_file", type=click.Path(dir_okay=False), metavar="PATH",
               help="YAML of the router's gateway settings: flowControl (priority bands, "
               "objectives, perReplicaConcurrency; docs/flow-control.md) and tracing "
-              "(OpenTelemetry over OTLP/HTTP; docs/tracing.md). Unset: flow control on with "
-              "the interactive, standard and batch bands; traces only where OTEL_* say.")
+              "(OpenTelemetry over OTLP/HTTP; docs/tracing.md) and batch (OpenAI's Batch "
+              "API, kept in --redis-url's Redis; docs/batch.md). Unset: flow control on "
+              "with the interactive, standard and batch bands; traces only where OTEL_* "
+              "say; no Batch API.")
 @click.option("--peers-service", metavar="NAMESPACE/NAME",
               help="The router's own Service: with N ready replicas behind it, each takes "
               "1/N of every model's slots (rounded up) for flow control, so replicas "
               "together send no more than the engines run. config/router sets it.")
+@click.option("--batch-lease", metavar="NAMESPACE/NAME",
+              help="Serve OpenAI's Batch API (docs/batch.md; needs --redis-url, where "
+              "every replica keeps files, batches and results), and elect the one replica "
+              "running batches with this Lease (its identity: the pod's HOSTNAME). "
+              "config/router-batch sets it.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
               default="info", show_default=True)
 def router(*, namespaces: tuple[str, ...], host: str, port: int, hold_seconds: float,
            keepalive_seconds: float, max_held: int, max_held_per_model: int,
            scrape_seconds: float, keys_file: str | None, redis_url: str | None,
            redis_password_file: str | None, settings_file: str | None,
-           peers_service: str | None, log_level: str) -> None:
+           peers_service: str | None, batch_lease: str | None, log_level: str) -> None:
     """Serve every LLMModel behind one OpenAI endpoint (docs/routing.md).
 
     \b
@@ -86,6 +94,7 @@ def router(*, namespaces: tuple[str, ...], host: str, port: int, hold_seconds: f
     from llm_operator.gateway.config import ConfigError, parse_config  # noqa: PLC0415
     from llm_operator.gateway.proxies import ProxyError, proxy_settings  # noqa: PLC0415
     from llm_operator.kube import Kube, connection  # noqa: PLC0415
+    from llm_operator.operator.leader import LeaseTerms  # noqa: PLC0415
     from llm_operator.router.app import Router, serve  # noqa: PLC0415
     from llm_operator.router.routes import Options  # noqa: PLC0415
 
@@ -112,6 +121,16 @@ def router(*, namespaces: tuple[str, ...], host: str, port: int, hold_seconds: f
             raise click.UsageError(f"--peers-service {peers_service!r}: give "
                                    "NAMESPACE/NAME, e.g. llm-operator-system/llmop-router")
         peers = (namespace, name)
+    lease = None
+    if batch_lease is not None:
+        namespace, _, name = batch_lease.partition("/")
+        if not namespace or not name:
+            raise click.UsageError(f"--batch-lease {batch_lease!r}: give NAMESPACE/NAME, "
+                                   "e.g. llm-operator-system/llmop-router-batches")
+        lease = LeaseTerms(namespace, os.environ.get("HOSTNAME") or socket.gethostname(),
+                           name)
+        batch = settings.get("batch")
+        settings["batch"] = {**(batch if isinstance(batch, dict) else {}), "enabled": True}
     try:
         parse_config({"routes": [], **settings}, settings_file or "router settings",
                      empty_ok=True)
@@ -128,13 +147,13 @@ def router(*, namespaces: tuple[str, ...], host: str, port: int, hold_seconds: f
             routing = Router(kube, namespaces, options=Options(hold_seconds, keepalive_seconds),
                              scrape_seconds=scrape_seconds, max_held=max_held,
                              max_held_per_route=max_held_per_model, settings=settings,
-                             peers=peers)
+                             peers=peers, port=port, batch_lease=lease)
             await serve(routing, host, port, stop=stop)
 
     asyncio.run(main())
 
 
-SETTINGS_SECTIONS = ("flowControl", "tracing")
+SETTINGS_SECTIONS = ("flowControl", "tracing", "batch")
 
 
 def _settings(path: Path) -> dict[str, object]:

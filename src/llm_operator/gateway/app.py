@@ -20,9 +20,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from llm_operator.access.shared import RedisLedger
 from llm_operator.batch.runner import BatchRunner, RunnerSettings
-from llm_operator.batch.store import BatchStore
+from llm_operator.batch.store import Store
 from llm_operator.gateway.admission import Admission
-from llm_operator.gateway.batches import BatchApi
+from llm_operator.gateway.batches import BatchApi, open_store, own_address, runner_settings
 from llm_operator.gateway.config import GatewayConfig
 from llm_operator.gateway.errors import Refusal, error_response
 from llm_operator.gateway.http1 import Client as UpstreamClient
@@ -75,20 +75,39 @@ class Gateway(Admission):
 
     batch_api: BatchApi | None = None  # the Files and Batch APIs, once enabled
     _batch_task: asyncio.Task[None] | None = None
+    _batch_autostart = True
 
-    def enable_batches(self, store: BatchStore, base_url: Callable[[], str],
-                       settings: RunnerSettings | None = None) -> None:
+    def enable_batches(self, store: Store, base_url: Callable[[], str],
+                       settings: RunnerSettings | None = None, *, autostart: bool = True
+                       ) -> None:
         """Serve OpenAI's Files and Batch APIs from ``store``.
 
         Batches run through this gateway at ``base_url()`` (its own address, asked when a
         request is sent). Call before ``app()``: the routes are added there, and the
-        runner runs while the app does.
+        runner runs while the app does (``autostart``; else the caller runs it, as the
+        router does while it holds the batch Lease).
         """
         wake = settings.wake_models if settings is not None else False
-        self.batch_runner = BatchRunner(
+        counted = self.metrics.batch_requests
+        runner = self.batch_runner = BatchRunner(
             store, base_url, served=lambda model: model in self.routes,
-            may_send=lambda model: wake or self._has_replica(model), settings=settings)
-        self.batch_api = BatchApi(store, self.batch_runner, self._owner)
+            may_send=lambda model: wake or self._has_replica(model), settings=settings,
+            counted=lambda outcome: counted.labels(outcome).inc())
+        self.batch_api = BatchApi(store, runner, self._owner)
+        self.before_scrape.append(self._export_batches)
+        self._batch_autostart = autostart
+
+    def _export_batches(self) -> None:
+        if self.batch_runner is not None:
+            self.metrics.batches_unfinished.set(self.batch_runner.unfinished)
+            self.metrics.batch_requests_left.set(self.batch_runner.left())
+
+    def configured_batches(self, base_url: Callable[[], str], *, autostart: bool = True
+                           ) -> None:
+        """``enable_batches`` as the config's ``batch`` section says, when it is enabled."""
+        if self.config.batch.enabled:
+            self.enable_batches(open_store(self.config.batch, self.config.redis), base_url,
+                                runner_settings(self.config.batch), autostart=autostart)
 
     def _has_replica(self, model: str) -> bool:
         state = self.routes.get(model)
@@ -119,7 +138,7 @@ class Gateway(Admission):
         return app
 
     async def _open(self, _: web.Application) -> None:
-        if self.batch_runner is not None:
+        if self.batch_runner is not None and self._batch_autostart:
             self._batch_task = asyncio.create_task(self.batch_runner.run())
         # No cookies are kept: a cookie one client's call earned (a provider's __cf_bm) must
         # not ride on every later client's calls.
@@ -246,6 +265,8 @@ async def serve(config: GatewayConfig, host: str | None = None, port: int | None
                 ready: asyncio.Event | None = None) -> None:
     """Run the gateway until cancelled. Client disconnects cancel their upstream request."""
     gateway = Gateway(config)
+    gateway.configured_batches(lambda: own_address(
+        host or config.listen.host, config.listen.port if port is None else port))
     runner = web.AppRunner(gateway.app(), handler_cancellation=True, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host or config.listen.host, config.listen.port

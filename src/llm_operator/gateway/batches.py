@@ -10,26 +10,54 @@ The work is the ``BatchRunner``'s; this object answers the API and wakes it.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import redis
 from aiohttp import BodyPartReader, web
 
 from llm_operator.batch.input import ENDPOINTS, MAX_BYTES, FileRefused, check_upload
-from llm_operator.batch.runner import BatchRunner
+from llm_operator.batch.redis_store import RedisBatchStore
+from llm_operator.batch.runner import BatchRunner, RunnerSettings
 from llm_operator.batch.state import WINDOW_SECONDS, Batch, NotNow
-from llm_operator.batch.store import BatchStore
+from llm_operator.batch.store import BatchStore, Store, new_batch_id
+from llm_operator.gateway.config import Batches, SharedState
 from llm_operator.gateway.errors import Refusal, error_response
 
+log = logging.getLogger(__name__)
 MAX_METADATA = 16  # OpenAI's: 16 pairs, keys to 64 characters, values to 512
 PURPOSE = "batch"
+
+
+def open_store(settings: Batches, shared: SharedState | None) -> Store:
+    """The configured store: SQLite at ``batch.path``, else the ``redis`` every replica uses."""
+    if settings.path is not None:
+        return BatchStore(Path(settings.path))
+    assert shared is not None  # the config's validator: one of the two is set
+    client = redis.Redis.from_url(shared.url, password=shared.password(),
+                                  socket_timeout=30, socket_connect_timeout=10)
+    return RedisBatchStore(client, shared.key_prefix)
+
+
+def runner_settings(settings: Batches) -> RunnerSettings:
+    return RunnerSettings(concurrency=settings.concurrency, retry_seconds=settings.retry_seconds,
+                          idle_seconds=settings.poll_seconds, wake_models=settings.wake_models)
+
+
+def own_address(host: str, port: int) -> str:
+    """Where a server listening on ``host``:``port`` reaches itself."""
+    if host in ("0.0.0.0", "::", ""):
+        host = "127.0.0.1"
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
 class BatchApi:
     """The Files and Batch endpoints over one store, one runner."""
 
-    def __init__(self, store: BatchStore, runner: BatchRunner,
+    def __init__(self, store: Store, runner: BatchRunner,
                  owner: Callable[[web.Request], str],
                  now: Callable[[], float] = time.time) -> None:
         self.store, self.runner, self._owner, self._now = store, runner, owner, now
@@ -53,6 +81,12 @@ class BatchApi:
                 response: web.StreamResponse = await handler(request, self._owner(request))
             except Refusal as refused:
                 return refused.response
+            except self.store.errors as exc:  # a full disk, a full or unreachable Redis
+                log.error("batch store: %s %s: %s", request.method, request.path, exc)
+                return error_response(503, f"the batch store refused this ({exc}); nothing "
+                                      "was changed: retry later", "server_error",
+                                      "batch_store_unavailable",
+                                      headers={"Retry-After": "30"})
             return response
         return answer
 
@@ -118,7 +152,7 @@ class BatchApi:
         if not isinstance(file_id, str) or \
                 await asyncio.to_thread(self.store.file, file_id, owner) is None:
             raise _no_file(str(file_id), "input_file_id")
-        batch = Batch(BatchStore.new_batch_id(), owner, endpoint, file_id,
+        batch = Batch(new_batch_id(), owner, endpoint, file_id,
                       int(self._now()), window, metadata)
         await asyncio.to_thread(self.store.save, batch)
         self.runner.wake()

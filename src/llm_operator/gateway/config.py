@@ -373,6 +373,24 @@ class FlowControl(_Config):
         return self._by_name.get(name)
 
 
+class Batches(_Config):
+    """OpenAI's Files and Batch APIs on this gateway (docs/batch.md)."""
+
+    enabled: bool = Field(False, description="Serve /v1/files and /v1/batches and run "
+                          "batches in the lowest flow-control band.")
+    path: str | None = Field(None, min_length=1, description="SQLite file of the files, "
+                             "batches and results; unset with `redis`: kept in Redis "
+                             "(every replica shares them).")
+    concurrency: int = Field(16, ge=1, le=1024, description="Batch requests in flight at "
+                             "once, all batches together.")
+    wake_models: bool = Field(False, description="Send batch requests to a model with no "
+                              "replica (it scales up for them); off: they wait for one.")
+    retry_seconds: float = Field(5.0, gt=0, le=3600, description="Wait before sending again "
+                                 "a request refused for now without Retry-After.")
+    poll_seconds: float = Field(2.0, gt=0, le=3600, description="How often the runner "
+                                "looks for batches created on another replica.")
+
+
 class GatewayConfig(_Config):
     listen: Listen = Field(default_factory=Listen)
     redis: SharedState | None = Field(
@@ -389,7 +407,15 @@ class GatewayConfig(_Config):
     flow_control: FlowControl = Field(default_factory=FlowControl)
     tracing: Tracing = Field(default_factory=Tracing, description="OpenTelemetry traces "
                              "(docs/tracing.md); read at start.")
+    batch: Batches = Field(default_factory=Batches)
     routes: list[Route] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _batch_store(self) -> GatewayConfig:
+        if self.batch.enabled and self.batch.path is None and self.redis is None:
+            raise ValueError("batch: enabled needs a store: batch.path (a SQLite file) or "
+                             "redis (shared by every replica)")
+        return self
 
     @model_validator(mode="after")
     def _unique_models(self) -> GatewayConfig:

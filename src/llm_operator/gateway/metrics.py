@@ -84,6 +84,17 @@ class GatewayMetrics:
                                     "Band or objective headers not taken: unknown, above_key "
                                     "(higher than the client key's band), unknown_key_band.",
                                     ["route", "reason"], registry=r)
+        self.batches_unfinished = Gauge(
+            "llmop_gateway_batches_unfinished", "Batch API batches not finished (validating, "
+            "in progress, finalizing, cancelling), as the replica running batches sees them "
+            "(0 on the others).", registry=r)
+        self.batch_requests_left = Gauge(
+            "llmop_gateway_batch_requests_left", "Requests of the batch being run that have "
+            "no result yet.", registry=r)
+        self.batch_requests = Counter(
+            "llmop_gateway_batch_requests", "Batch requests by result: completed (the "
+            "output file), failed (the error file), retried (refused for now: sent again).",
+            ["outcome"], registry=r)
         self.auth_failures = Counter("llmop_gateway_auth_failures",
                                      "Requests without a valid key: missing, invalid.",
                                      ["reason"], registry=r)

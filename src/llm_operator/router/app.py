@@ -15,10 +15,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from llm_operator.api import labels as L
 from llm_operator.api.validation import InvalidModel, parse_llmmodel
+from llm_operator.batch.runner import BatchRunner
 from llm_operator.gateway.app import Gateway
+from llm_operator.gateway.batches import own_address
 from llm_operator.gateway.config import parse_config
 from llm_operator.informer import Informer, Key
 from llm_operator.kube import Kube
+from llm_operator.operator.leader import LeaderElector, LeaseTerms
 from llm_operator.router.routes import (
     SERVICE_NAME_LABEL,
     Options,
@@ -70,13 +73,19 @@ class Router:
                  options: Options | None = None, scrape_seconds: float = 2.0,
                  max_held_per_route: int = 100, max_held: int = 1000,
                  settings: Mapping[str, Any] | None = None,
-                 peers: tuple[str, str] | None = None) -> None:
-        self.scrape_seconds = scrape_seconds
+                 peers: tuple[str, str] | None = None, port: int = 8080,
+                 batch_lease: LeaseTerms | None = None) -> None:
+        self.kube, self.scrape_seconds = kube, scrape_seconds
         self.options = options or Options()
         self.base = {**(settings or {}), "maxHeldPerRoute": max_held_per_route,
                      "maxHeld": max_held}
         self.gateway = Gateway(parse_config({"routes": [], **self.base}, empty_ok=True),
                                component="router")
+        # the Batch API (settings batch.enabled): every replica answers it from Redis; the
+        # one holding ``batch_lease`` runs the batches, through itself
+        self.gateway.configured_batches(lambda: own_address("127.0.0.1", port),
+                                        autostart=False)
+        self.batch_lease = batch_lease
         self.table = Table()
         self.synced = asyncio.Event()
         self.rebuilt = asyncio.Event()  # set after every rebuild (tests wait on it)
@@ -194,6 +203,8 @@ class Router:
         tasks = [asyncio.create_task(i.run())
                  for i in [*informers, *self.objective_informers, *self.peer_informers]]
         tasks.append(asyncio.create_task(self._scrape_forever()))
+        if self.gateway.batch_runner is not None:
+            tasks.append(asyncio.create_task(self._run_batches(self.gateway.batch_runner)))
         try:  # objectives are optional (their CRD, the router's RBAC): not waited for
             await asyncio.gather(*(i.synced.wait() for i in informers))
             while True:
@@ -205,6 +216,33 @@ class Router:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _run_batches(self, runner: BatchRunner) -> None:
+        """The batch runner, on the replica that holds the batch Lease, while it holds it."""
+        if self.batch_lease is None:  # one replica: it runs them
+            await runner.run()
+            return
+        elector = LeaderElector(self.kube, self.batch_lease)
+        while True:
+            await elector.acquire()
+            elector.lost.clear()
+            log.info("running batches (Lease %s/%s)", self.batch_lease.namespace,
+                     self.batch_lease.name)
+            work = asyncio.create_task(runner.run())
+            holding = asyncio.create_task(elector.hold())
+            try:
+                await asyncio.wait({work, holding}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in (work, holding):
+                    task.cancel()
+                await asyncio.gather(work, holding, return_exceptions=True)
+                if not holding.done() or holding.cancelled():  # stopping: hand it over
+                    with contextlib.suppress(Exception):
+                        await asyncio.shield(elector.release())
+            if not work.cancelled() and work.exception() is not None:
+                log.error("the batch runner failed (%s); starting it again",
+                          work.exception())
+                await asyncio.sleep(self.batch_lease.retry)
 
     async def _scrape_forever(self) -> None:
         timeout = aiohttp.ClientTimeout(total=max(1.0, self.scrape_seconds))
