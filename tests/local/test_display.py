@@ -73,3 +73,20 @@ def test_a_file_being_assembled_shows_its_progress() -> None:
 ])
 def test_event_lines(row: dict[str, Any], line: str) -> None:
     assert event_line(row) == line
+
+
+@pytest.mark.parametrize(("batches", "shown"), [
+    (None, None),
+    ({"unfinished": 0, "running": []}, None),
+    ({"unfinished": 3, "running": [{"id": "batch_1", "status": "in_progress", "total": 1000,
+                                    "completed": 118, "failed": 2}]},
+     "Batches  batch_1 in_progress: 120/1000 requests (2 failed); 2 waiting"),
+    ({"unfinished": 1, "running": [{"id": "batch_1", "status": "cancelling", "total": 10,
+                                    "completed": 4, "failed": 0}]},
+     "Batches  batch_1 cancelling: 4/10 requests; none waiting"),
+], ids=["batch-api-off", "no-batches", "one-running-two-waiting", "cancelling"])
+def test_batches_are_shown_while_there_are_any(batches: dict[str, Any] | None,
+                                                shown: str | None) -> None:
+    lines = render({**SNAPSHOT, "batches": batches}).splitlines()
+    found = [line for line in lines if line.startswith("Batches")]
+    assert found == ([] if shown is None else [shown])

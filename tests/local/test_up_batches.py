@@ -90,6 +90,8 @@ async def test_a_batch_survives_a_restart_of_llmop_up(
             while not runner.store.done_lines(batch_id):
                 runner.changed.clear()
                 await runner.changed.wait()
+        (shown,) = up.snapshot()["batches"]["running"]  # what `llmop status` prints
+        assert (shown["id"], shown["total"]) == (batch_id, 3) and shown["completed"] >= 1
     async with running(options(models, state, model_cache, env=env)) as up, \
             openai.AsyncOpenAI(base_url=up.gateway_url, api_key="unused") as sdk:
         await until_finished(up, batch_id)

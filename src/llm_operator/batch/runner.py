@@ -56,11 +56,12 @@ class BatchRunner:
                  served: Callable[[str], bool], may_send: Callable[[str], bool],
                  settings: RunnerSettings | None = None,
                  now: Callable[[], float] = time.time,
-                 counted: Callable[[str], None] = lambda outcome: None) -> None:
+                 counted: Callable[[str], None] = lambda outcome: None,
+                 on_change: Callable[[], None] = lambda: None) -> None:
         self.store, self._base_url = store, base_url
         self._served, self._may_send = served, may_send
         self.settings = settings or RunnerSettings()
-        self._now, self._counted = now, counted
+        self._now, self._counted, self._on_change = now, counted, on_change
         self.unfinished = 0  # batches not finished, at the runner's last look
         self.token = secrets.token_urlsafe(32)  # only this process's runner knows it
         self._wake = asyncio.Event()
@@ -73,6 +74,12 @@ class BatchRunner:
     def wake(self) -> None:
         """A batch was created or cancelled: look again now."""
         self._wake.set()
+
+    def summary(self) -> dict[str, Any]:
+        """What `llmop status` shows: how many wait, and the one being run."""
+        return {"unfinished": self.unfinished, "running": [
+            {"id": b.id, "status": b.status, "total": b.total, "completed": b.completed,
+             "failed": b.failed} for b in self._active.values()]}
 
     def left(self) -> int:
         """Requests of the batches being run that have no result yet."""
@@ -99,7 +106,9 @@ class BatchRunner:
                 self._wake.clear()
                 try:
                     waiting = await asyncio.to_thread(self.store.unfinished)
-                    self.unfinished = len(waiting)
+                    if len(waiting) != self.unfinished:
+                        self.unfinished = len(waiting)
+                        self._on_change()
                     for batch in waiting:
                         if batch.id not in self._unstored:
                             await self._run_one(batch)
@@ -166,6 +175,7 @@ class BatchRunner:
                       "up again at the next start", batch.id, again)
             self._unstored[batch.id] = batch  # shown as failed until then
         self.changed.set()
+        self._on_change()
 
     async def _work(self, batch: Batch, todo: deque[BatchRequest]) -> None:
         """One of ``concurrency`` workers: the next request, until none is left."""
@@ -235,6 +245,7 @@ class BatchRunner:
                 stop.set()
         await asyncio.to_thread(self.store.save, batch)
         self.changed.set()
+        self._on_change()
 
     def _stopped(self, batch: Batch) -> bool:
         return batch.status != "in_progress" or self._now() >= batch.expires_at

@@ -78,8 +78,8 @@ class Gateway(Admission):
     _batch_autostart = True
 
     def enable_batches(self, store: Store, base_url: Callable[[], str],
-                       settings: RunnerSettings | None = None, *, autostart: bool = True
-                       ) -> None:
+                       settings: RunnerSettings | None = None, *, autostart: bool = True,
+                       on_change: Callable[[], None] = lambda: None) -> None:
         """Serve OpenAI's Files and Batch APIs from ``store``.
 
         Batches run through this gateway at ``base_url()`` (its own address, asked when a
@@ -92,7 +92,7 @@ class Gateway(Admission):
         runner = self.batch_runner = BatchRunner(
             store, base_url, served=lambda model: model in self.routes,
             may_send=lambda model: wake or self._has_replica(model), settings=settings,
-            counted=lambda outcome: counted.labels(outcome).inc())
+            counted=lambda outcome: counted.labels(outcome).inc(), on_change=on_change)
         self.batch_api = BatchApi(store, runner, self._owner)
         self.before_scrape.append(self._export_batches)
         self._batch_autostart = autostart

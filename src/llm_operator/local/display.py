@@ -76,6 +76,22 @@ def problems_text(snapshot: dict[str, Any]) -> Text | None:
     return text
 
 
+def batches_text(snapshot: dict[str, Any]) -> Text | None:
+    """The Batch API's work, when there is any: the batch being run, and how many wait."""
+    batches = snapshot.get("batches")
+    if not batches or not batches["unfinished"]:
+        return None
+    text = Text("Batches  ", style="bold")
+    running = batches["running"]
+    for batch in running:
+        done = batch["completed"] + batch["failed"]
+        text.append(f"{batch['id']} {batch['status']}: {done}/{batch['total']} requests"
+                    + (f" ({batch['failed']} failed)" if batch["failed"] else "") + "; ")
+    waiting = batches["unfinished"] - len(running)
+    text.append(f"{waiting} waiting\n" if waiting else "none waiting\n")
+    return text
+
+
 def first_serving_local(snapshot: dict[str, Any]) -> str | None:
     for row in snapshot["models"]:
         if row["phase"] == "Ready":
@@ -114,6 +130,9 @@ def view(snapshot: dict[str, Any], *, stop: str | None = None) -> Group:
     problems = problems_text(snapshot)
     if problems is not None:
         parts.append(problems)
+    batches = batches_text(snapshot)
+    if batches is not None:
+        parts.append(batches)
     parts.append(endpoints_text(snapshot, stop=stop))
     return Group(*parts)
 

@@ -149,6 +149,8 @@ class Runtime:
                 "mcp": self.mcp_url, "logs": str(self.options.state.logs),
                 "settled": self._scanned and all(r["phase"] not in UNSETTLED for r in rows),
                 "models": rows, "problems": list(self.problems),
+                "batches": None if self.gateway.batch_runner is None
+                else self.gateway.batch_runner.summary(),
                 "registered": None if self.registrar is None else {
                     "namespace": self.registrar.registration.namespace,
                     "lease": self.registrar.registration.machine,
@@ -188,7 +190,8 @@ class Runtime:
         options.state.write_statuses({})
         # the Batch API: its runner sends each request to this gateway's own address
         self.gateway.enable_batches(BatchStore(options.state.batches),
-                                    lambda: self.gateway_url.removesuffix("/v1"))
+                                    lambda: self.gateway_url.removesuffix("/v1"),
+                                    on_change=self._touch)
         try:
             async with self._gateway(gateway_sock), self._mcp(mcp_sock), \
                     self._registered(gateway_sock.getsockname()[1]):
