@@ -46,6 +46,7 @@ FINISHED = {"completed", "failed", "expired", "cancelled"}
 
 
 def body(index: int, max_tokens: int) -> dict[str, object]:
+    """One request (interactive or a batch line): the same size, every answer as long."""
     return {"model": GEMMA_ID, "max_tokens": max_tokens, "temperature": 0,
             "ignore_eos": True,
             "messages": [{"role": "user", "content": f"Say a word for {index}."}]}
@@ -57,8 +58,11 @@ async def interactive(sdk: openai.AsyncOpenAI, requests: int, max_tokens: int
     out = []
     for index in range(requests):
         started = time.perf_counter()
-        await sdk.chat.completions.create(**body(index, max_tokens),  # type: ignore[arg-type]
-                                          extra_headers=INTERACTIVE)
+        request = body(index, max_tokens)
+        await sdk.chat.completions.create(
+            model=GEMMA_ID, messages=request["messages"],  # type: ignore[arg-type]
+            max_tokens=max_tokens, temperature=0, extra_body={"ignore_eos": True},
+            extra_headers=INTERACTIVE)
         out.append(time.perf_counter() - started)
     return out
 

@@ -110,7 +110,11 @@ def test_bad_settings_file_is_a_usage_error(tmp_path: Path) -> None:
     (["--settings", "{tmp}/negative.yaml"], "{tmp}/negative.yaml: "
      "flowControl.bands.0.maxQueue: Input should be greater than or equal to 0"),
     (["--settings", "{tmp}/unknown.yaml"], "{tmp}/unknown.yaml: flowcontrol: unknown "
-     "setting; the router's are flowControl, tracing"),
+     "setting; the router's are flowControl, tracing, batch"),
+    (["--batch-lease", "batches"], "--batch-lease 'batches': give NAMESPACE/NAME"),
+    (["--peers-service", "ns/router/x"], "--peers-service 'ns/router/x': give NAMESPACE/NAME"),
+    (["--batch-lease", "ns/batches"], "batch: enabled needs a store: batch.path (a SQLite "
+     "file) or redis"),
     (["--settings", "{tmp}/tracing.yaml"], "tracing.sampleRatio: Input should be less than "
      "or equal to 1"),
 ])

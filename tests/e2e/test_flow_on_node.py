@@ -73,3 +73,33 @@ async def test_a_queued_interactive_request_is_served_before_queued_batch_ones(
                   route=route, band="interactive") == 1
     assert sample(metrics, "llmop_gateway_flow_requests_total",
                   route=route, band="batch", outcome="admitted") == 2
+
+
+async def test_requests_queued_for_a_killed_pod_are_served_by_its_replacement(
+        routed: NodeCluster) -> None:
+    """A full slot, two requests queued behind it, and the model's pod killed: the one in
+    flight is sent again and the queued ones wait, all for the replacement pod."""
+    base = routed.service_url(OPERATOR_NS, "llmop-router", 8080)
+    scale = base.removesuffix("/v1") + f"/scale/{MODELS_NS}/{GEMMA_NAME}"
+    client = openai.AsyncOpenAI(base_url=base, api_key="unused", timeout=300, max_retries=0)
+    before = routed.kubectl("-n", MODELS_NS, "get", "pods", "-l", f"app={GEMMA_NAME}",
+                            "-o", "jsonpath={.items[*].metadata.name}").split()
+
+    async def ask(tokens: int, band: str) -> str:
+        answer = await client.completions.create(
+            model=GEMMA_ID, prompt="Once upon a time", max_tokens=tokens,
+            extra_body={"ignore_eos": True}, extra_headers={OBJECTIVE: band})
+        return answer.choices[0].text
+
+    async with client, aiohttp.ClientSession() as http:
+        calls = [asyncio.create_task(ask(400, "standard"))]
+        await until_load(http, scale, lambda load: load["inFlight"] == 1)
+        calls += [asyncio.create_task(ask(4, band)) for band in ("batch", "interactive")]
+        await until_load(http, scale, lambda load: load["queued"] == 2)
+        routed.kubectl("-n", MODELS_NS, "delete", "pods", *before, "--grace-period=0",
+                       "--force", "--wait=true")
+        answers = await asyncio.gather(*calls)
+    after = routed.kubectl("-n", MODELS_NS, "get", "pods", "-l", f"app={GEMMA_NAME}",
+                           "-o", "jsonpath={.items[*].metadata.name}").split()
+    assert after and not set(after) & set(before)  # served by the replacement
+    assert all(answers)

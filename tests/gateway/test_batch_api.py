@@ -27,6 +27,7 @@ from llm_operator.access.keyring import digest
 from llm_operator.batch.runner import RUN_HEADER, RunnerSettings
 from llm_operator.batch.state import FINISHED
 from llm_operator.batch.store import BatchStore, Store
+from llm_operator.gateway import batches
 from llm_operator.gateway.app import Gateway
 from llm_operator.gateway.config import parse_config
 
@@ -174,6 +175,19 @@ async def test_an_upload_that_cannot_be_a_batch_file_is_a_400_and_stores_nothing
         listed = await sdk.files.list()
     assert says in refused.value.message
     assert listed.data == []
+
+
+async def test_a_file_over_the_size_limit_is_a_400_naming_it_and_stores_nothing(
+        tmp_path: Path, upstream: tuple[FakeUpstream, str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(batches, "MAX_BYTES", 1000)  # OpenAI's 200 MB, made small
+    async with front(tmp_path / "b.db", upstream[1]) as gw, gw.sdk() as sdk:
+        with pytest.raises(openai.BadRequestError) as refused:
+            await sdk.files.create(file=("in.jsonl", jsonl(*(chat(f"r{i}") for i in
+                                                             range(20)))), purpose="batch")
+        assert (await sdk.files.list()).data == []
+    assert refused.value.code == "file_too_large"
+    assert "over 1,000 bytes" in refused.value.message
 
 
 async def test_another_keys_files_and_batches_do_not_exist_for_it(

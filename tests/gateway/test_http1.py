@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import socket
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -357,3 +358,18 @@ async def test_an_https_upstream_is_verified_against_the_trusted_ca(
     finally:
         await http.close()
         await untrusting.close()
+
+
+async def test_upstream_connections_probe_a_peer_that_vanished(
+        serve: Callable[..., Awaitable[Server]], client: Client) -> None:
+    """TCP keepalive on every upstream socket: a deleted pod sends no reset, and a request
+    waiting on it fails within ~30 s (15 s idle, then 3 probes 5 s apart), not at its
+    deadline."""
+    server = await serve(fixed(b"{}"))
+    await post(client, server)
+    (kept,) = [c for idle in client._idle_connections.values() for c in idle]
+    assert kept.transport is not None
+    sock = kept.transport.get_extra_info("socket")
+    assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+    assert [sock.getsockopt(socket.IPPROTO_TCP, option) for option in (
+        socket.TCP_KEEPIDLE, socket.TCP_KEEPINTVL, socket.TCP_KEEPCNT)] == [15, 5, 3]

@@ -114,19 +114,12 @@ def router(*, namespaces: tuple[str, ...], host: str, port: int, hold_seconds: f
             {"passwordFile": redis_password_file} if redis_password_file else {})}
     elif redis_password_file is not None:
         raise click.UsageError("--redis-password-file needs --redis-url")
-    peers = None
-    if peers_service is not None:
-        namespace, _, name = peers_service.partition("/")
-        if not namespace or not name:
-            raise click.UsageError(f"--peers-service {peers_service!r}: give "
-                                   "NAMESPACE/NAME, e.g. llm-operator-system/llmop-router")
-        peers = (namespace, name)
+    peers = None if peers_service is None else _named(
+        "--peers-service", peers_service, "llm-operator-system/llmop-router")
     lease = None
     if batch_lease is not None:
-        namespace, _, name = batch_lease.partition("/")
-        if not namespace or not name:
-            raise click.UsageError(f"--batch-lease {batch_lease!r}: give NAMESPACE/NAME, "
-                                   "e.g. llm-operator-system/llmop-router-batches")
+        namespace, name = _named("--batch-lease", batch_lease,
+                                 "llm-operator-system/llmop-router-batches")
         lease = LeaseTerms(namespace, os.environ.get("HOSTNAME") or socket.gethostname(),
                            name)
         batch = settings.get("batch")
@@ -154,6 +147,14 @@ def router(*, namespaces: tuple[str, ...], host: str, port: int, hold_seconds: f
 
 
 SETTINGS_SECTIONS = ("flowControl", "tracing", "batch")
+
+
+def _named(option: str, value: str, example: str) -> tuple[str, str]:
+    """NAMESPACE/NAME; UsageError naming the option otherwise."""
+    namespace, _, name = value.partition("/")
+    if not namespace or not name or "/" in name:
+        raise click.UsageError(f"{option} {value!r}: give NAMESPACE/NAME, e.g. {example}")
+    return namespace, name
 
 
 def _settings(path: Path) -> dict[str, object]:

@@ -19,7 +19,7 @@ from llm_operator.gateway.classify import BadFairnessId, Classified, classify
 from llm_operator.gateway.clients import Client
 from llm_operator.gateway.errors import Refusal, error_response
 from llm_operator.gateway.flow import FREE, FlowRefused, Lease
-from llm_operator.gateway.forwarding import Forwarding
+from llm_operator.gateway.forwarding import UNREACHABLE, Forwarding
 from llm_operator.gateway.inbound.messages import (
     MessagesError,
     to_openai,
@@ -143,11 +143,18 @@ class Admission(Forwarding):
                 response: web.StreamResponse = _flow_error(denied)
             else:
                 try:
-                    response = await self._forward(
-                        request, state, outbound=outbound, stream=stream, started=started,
-                        client=admitted.client, reservation=reservation,
-                        hide_usage=hide_usage, held=held, body=body, collect=collect,
-                        trace=trace)
+                    while True:
+                        response = await self._forward(
+                            request, state, outbound=outbound, stream=stream,
+                            started=started, client=admitted.client,
+                            reservation=reservation, hide_usage=hide_usage, held=held,
+                            body=body, collect=collect, trace=trace)
+                        if not response.get(UNREACHABLE):
+                            break
+                        replaced = await self._replaced(state, admitted.model, started)
+                        if replaced is None:
+                            break
+                        state = request[ROUTE_KEY] = replaced
                 finally:
                     lease.release()
         finally:
@@ -155,6 +162,33 @@ class Admission(Forwarding):
         if held is not None and response is not held and isinstance(response, web.Response):
             return await held.fail(response)  # the headers went out with the keepalives
         return response
+
+    async def _replaced(self, state: RouteState, model: str, started: float
+                        ) -> RouteState | None:
+        """The route once its replicas changed, within its hold; None: give up.
+
+        Called after no replica could be connected to: a pod killed and not yet out of the
+        table. Routes without ``hold`` (providers, `llmop gateway`'s fixed upstreams) give
+        up at once.
+        """
+        hold = state.route.hold
+        if hold is None:
+            return None
+        gone = {d.url_base for d in state.deployments}
+        deadline = started + hold.seconds
+        label = state.route.label
+        async with self.holds.holding(label):  # held, as for a model with no replica
+            while (left := deadline - self._clock()) > 0:
+                # woken when the table changes; else tried again every keepalive interval
+                # (`llmop up` restarts a process at the same address)
+                woken = await self.holds.wait(label, min(left, hold.keepalive_seconds))
+                current = self.routes.get(model)
+                if current is None or current.route.label != label:
+                    return None
+                if any(d.url_base not in gone for d in current.deployments) or \
+                        (current.deployments and not woken):
+                    return current
+        return None
 
     async def _admission(self, request: web.Request, trace: RequestTrace | None
                          ) -> _Admitted | web.StreamResponse:

@@ -225,12 +225,17 @@ async def _read_capped(part: BodyPartReader) -> bytes:
     while chunk := await part.read_chunk(1 << 20):
         size += len(chunk)
         if size > MAX_BYTES:
-            raise Refusal(error_response(
-                413, f"the file is over {MAX_BYTES // (1024 * 1024)} MB, the most a batch "
-                "input file may be; split it into several batches", "invalid_request_error",
+            raise Refusal(error_response(  # a 400, as OpenAI answers it
+                400, f"the file is over {_size(MAX_BYTES)}, the most a batch input file "
+                "may be; split it into several batches", "invalid_request_error",
                 "file_too_large", param="file"))
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def _size(limit: int) -> str:
+    mib = 1024 * 1024
+    return f"{limit // mib} MB" if limit % mib == 0 else f"{limit:,} bytes"
 
 
 def _valid_metadata(metadata: object) -> bool:

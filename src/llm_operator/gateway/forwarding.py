@@ -50,6 +50,9 @@ class _Call:
     trace: RequestTrace | None
 
 
+UNREACHABLE = web.ResponseKey("unreachable", bool)  # a give-up: the replica may be gone
+LOST = frozenset({"connect", "connect_timeout"})  # no connection, or it died mid-answer
+TIMEOUTS = frozenset({"timeout", "connect_timeout"})
 _NO_SPAN: contextlib.nullcontext[None] = contextlib.nullcontext()  # reusable: not traced
 
 
@@ -233,19 +236,23 @@ class Forwarding(Relaying):
         """The error once no attempt is left: why the last one failed."""
         if isinstance(outcome, AnswerFailed):
             reason = outcome.reason
-            return error_response(504 if reason == "timeout" else 502,
-                                  f"upstream of {label!r} failed while it answered "
-                                  f"({reason}) after {attempt} attempt(s)", "server_error",
-                                  f"upstream_{reason}", headers=tried)
+            response = error_response(504 if reason in TIMEOUTS else 502,
+                                      f"upstream of {label!r} failed while it answered "
+                                      f"({reason}) after {attempt} attempt(s)",
+                                      "server_error", f"upstream_{reason}", headers=tried)
+            response[UNREACHABLE] = reason in LOST
+            return response
         log.warning("route %s: upstream %s after %d attempts", label, outcome, attempt)
         if outcome == "credentials":
             return error_response(503, f"the gateway has no credentials for {label!r}; "
                                   "its operator must provide the API key", "server_error",
                                   "credentials_unavailable", headers=tried)
-        status = 504 if outcome == "timeout" else 502
-        return error_response(status, f"upstream of {label!r} did not answer ({outcome}) "
-                              f"after {attempt} attempt(s)", "server_error",
-                              f"upstream_{outcome}", headers=tried)
+        status = 504 if outcome in TIMEOUTS else 502
+        response = error_response(status, f"upstream of {label!r} did not answer "
+                                  f"({outcome}) after {attempt} attempt(s)", "server_error",
+                                  f"upstream_{outcome}", headers=tried)
+        response[UNREACHABLE] = outcome in LOST  # its replica may be gone
+        return response
 
     def _blocked(self, state: RouteState, order: list[Deployment], why: str
                  ) -> web.Response:
@@ -253,9 +260,11 @@ class Forwarding(Relaying):
         label = state.route.label
         if why == "circuit_open":
             wait = retry_after_header(min(d.breaker.retry_in() for d in order))
-            return error_response(503, f"upstream of {label!r} is failing; the gateway "
-                                  f"stops calling it for {wait}s", "server_error",
-                                  "circuit_open", headers={"Retry-After": wait})
+            response = error_response(503, f"upstream of {label!r} is failing; the gateway "
+                                      f"stops calling it for {wait}s", "server_error",
+                                      "circuit_open", headers={"Retry-After": wait})
+            response[UNREACHABLE] = True  # a route that holds waits for another replica
+            return response
         limits = ", ".join(f"{d.label}: {d.upstream.max_concurrent}" for d in order)
         wait = retry_after_header(max(1.0, min(d.load.answer_seconds for d in order)))
         return error_response(

@@ -12,6 +12,7 @@ the HTTP proxy the environment names (gateway.proxies). Responses are parsed by 
 from __future__ import annotations
 
 import asyncio
+import socket
 import ssl
 import zlib
 from collections import deque
@@ -31,6 +32,24 @@ MAX_TUNNEL_ANSWER = 65536  # a proxy's answer to CONNECT, headers included
 DECODERS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
 
 
+KEEPALIVE = ((socket.TCP_KEEPIDLE, 15), (socket.TCP_KEEPINTVL, 5), (socket.TCP_KEEPCNT, 3))
+
+
+def _keepalive(connection: asyncio.Protocol) -> None:
+    """Probe idle connections: a peer that vanished fails its request within ~30 s.
+
+    A pod deleted sends no reset; without probes a request waiting on it would wait
+    until its deadline.
+    """
+    transport = getattr(connection, "transport", None)
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for option, value in KEEPALIVE:
+        sock.setsockopt(socket.IPPROTO_TCP, option, value)
+
+
 class UpstreamError(Exception):
     """No usable answer from the upstream; ``reason`` is "connect" or "timeout"."""
 
@@ -38,9 +57,18 @@ class UpstreamError(Exception):
 
 
 class UpstreamTimeout(UpstreamError, TimeoutError):
-    """The upstream did not connect, answer or go on answering in time."""
+    """The upstream did not answer or go on answering in time."""
 
     reason = "timeout"
+
+
+class UpstreamConnectTimeout(UpstreamTimeout):
+    """No connection within the connect timeout: nothing answers at that address.
+
+    A pod that is gone drops the packets instead of refusing them.
+    """
+
+    reason = "connect_timeout"
 
 
 @dataclass(frozen=True)
@@ -432,11 +460,12 @@ class Client:
                 else:
                     connection = await self._tunnel(where, proxy)
         except TimeoutError:
-            raise UpstreamTimeout(f"could not connect to {where.host_header}{through} within "
-                                  f"{timeout:g} s") from None
+            raise UpstreamConnectTimeout(f"could not connect to {where.host_header}{through} "
+                                         f"within {timeout:g} s") from None
         except (OSError, ssl.SSLError) as exc:
             raise UpstreamError(f"could not connect to {where.host_header}{through}: "
                                 f"{exc}") from None
+        _keepalive(connection)
         return connection
 
     async def _tunnel(self, where: Target, proxy: Proxy) -> _Connection:
