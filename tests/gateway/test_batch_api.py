@@ -354,8 +354,6 @@ async def test_a_model_with_no_replica_is_woken_for_batch_work_only_when_allowed
             "hold": {"seconds": 60, "reason": "scaled to zero"}}
     gateway = Gateway(parse_config({"routes": [held]}, empty_ok=True))
     address: list[str] = []
-    gateway.enable_batches(BatchStore(tmp_path / "b.db"), lambda: address[0],
-                           RunnerSettings(retry_seconds=0.05, wake_models=wake))
     asked = asyncio.Event()
     has_replica = gateway._has_replica
 
@@ -363,6 +361,8 @@ async def test_a_model_with_no_replica_is_woken_for_batch_work_only_when_allowed
         asked.set()
         return has_replica(model)
     gateway._has_replica = spied  # type: ignore[method-assign]
+    gateway.enable_batches(BatchStore(tmp_path / "b.db"), lambda: address[0],
+                           RunnerSettings(retry_seconds=0.05, wake_models=wake))
     server = TestServer(gateway.app(), host="127.0.0.1", handler_cancellation=True)
     await server.start_server()
     address.append(f"http://127.0.0.1:{server.port}")

@@ -117,10 +117,16 @@ class RedisBatchStore:
     def record(self, batch_id: str, line: int, kind: ResultKind, body: dict[str, Any]
                ) -> None:
         """One request's result line; a request run again replaces its line."""
+        self.record_many(batch_id, kind, [(line, body)])
+
+    def record_many(self, batch_id: str, kind: ResultKind,
+                    lines: list[tuple[int, dict[str, Any]]]) -> None:
+        """Result lines of one kind, in one MULTI/EXEC."""
         other = KINDS[1] if kind == KINDS[0] else KINDS[0]
         with self.client.pipeline() as pipe:
-            pipe.hset(f"{self._p}:r:{batch_id}:{kind}", str(line), json.dumps(body))
-            pipe.hdel(f"{self._p}:r:{batch_id}:{other}", str(line))
+            pipe.hset(f"{self._p}:r:{batch_id}:{kind}",
+                      mapping={str(line): json.dumps(body) for line, body in lines})
+            pipe.hdel(f"{self._p}:r:{batch_id}:{other}", *(str(line) for line, _ in lines))
             pipe.execute()
 
     def done_lines(self, batch_id: str) -> set[int]:

@@ -53,13 +53,13 @@ class BatchRunner:
     """Runs the store's unfinished batches, oldest first, until stopped."""
 
     def __init__(self, store: Store, base_url: Callable[[], str], *,
-                 served: Callable[[str], bool], may_send: Callable[[str], bool],
+                 served: Callable[[str], bool], has_replica: Callable[[str], bool],
                  settings: RunnerSettings | None = None,
                  now: Callable[[], float] = time.time,
                  counted: Callable[[str], None] = lambda outcome: None,
                  on_change: Callable[[], None] = lambda: None) -> None:
         self.store, self._base_url = store, base_url
-        self._served, self._may_send = served, may_send
+        self._served, self._has_replica = served, has_replica
         self.settings = settings or RunnerSettings()
         self._now, self._counted, self._on_change = now, counted, on_change
         self.unfinished = 0  # batches not finished, at the runner's last look
@@ -89,11 +89,11 @@ class BatchRunner:
         """The runner's own copy of a batch: running now, or failed where the store is."""
         return self._active.get(batch_id) or self._unstored.get(batch_id)
 
-    def cancel(self, batch: Batch) -> Batch:
+    async def cancel(self, batch: Batch) -> Batch:
         """Cancel a batch (NotNow once finished); a running one stops sending at once."""
         current = self._active.get(batch.id, batch)
         current.cancel(int(self._now()))
-        self.store.save(current)
+        await asyncio.to_thread(self.store.save, current)
         if (stop := self._stops.get(batch.id)) is not None:
             stop.set()
         return current
@@ -194,7 +194,7 @@ class BatchRunner:
     async def _send(self, batch: Batch, request: BatchRequest) -> None:
         """One request, retried while the answer is "not now"; its result recorded."""
         while not self._stopped(batch):
-            if not self._may_send(request.model):
+            if not (self.settings.wake_models or self._has_replica(request.model)):
                 await self._pause(self.settings.retry_seconds, batch)
                 continue
             answer = await self._post(batch, request)
@@ -270,11 +270,10 @@ class BatchRunner:
         code, why = ("batch_expired", "the batch's completion window closed before this "
                      "request ran") if expired else \
             ("batch_cancelled", "the batch was cancelled before this request ran")
-        for request in requests:
-            if request.line not in done:
-                await asyncio.to_thread(self.store.record, batch.id, request.line, "error",
-                                        unanswered_line(f"batch_req_{secrets.token_hex(12)}",
-                                                        request, code, why))
+        unsent = [(r.line, unanswered_line(f"batch_req_{secrets.token_hex(12)}", r, code,
+                                           why)) for r in requests if r.line not in done]
+        if unsent:  # one write, not one per line: a cancelled batch may have 50,000
+            await asyncio.to_thread(self.store.record_many, batch.id, "error", unsent)
         output, error = await asyncio.to_thread(self._files, batch)
         with suppress(NotNow):  # cancelled meanwhile: it closes as cancelled
             batch.close(output, error, now, expired=expired)

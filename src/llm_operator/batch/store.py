@@ -79,6 +79,8 @@ class Store(Protocol):
     def unfinished(self) -> list[Batch]: ...
     def record(self, batch_id: str, line: int, kind: ResultKind, body: dict[str, Any]
                ) -> None: ...
+    def record_many(self, batch_id: str, kind: ResultKind,
+                    lines: list[tuple[int, dict[str, Any]]]) -> None: ...
     def done_lines(self, batch_id: str) -> set[int]: ...
     def counts(self, batch_id: str) -> tuple[int, int]: ...
     def results(self, batch_id: str, kind: ResultKind) -> list[dict[str, Any]]: ...
@@ -190,10 +192,15 @@ class BatchStore:
     def record(self, batch_id: str, line: int, kind: ResultKind, body: dict[str, Any]
                ) -> None:
         """One request's result line; a request run again replaces its line."""
+        self.record_many(batch_id, kind, [(line, body)])
+
+    def record_many(self, batch_id: str, kind: ResultKind,
+                    lines: list[tuple[int, dict[str, Any]]]) -> None:
+        """Result lines of one kind, in one transaction."""
         with self._db() as db:
-            db.execute("INSERT INTO results VALUES (?, ?, ?, ?) ON CONFLICT(batch_id, line) "
-                       "DO UPDATE SET kind = excluded.kind, body = excluded.body",
-                       (batch_id, line, kind, json.dumps(body)))
+            db.executemany("INSERT INTO results VALUES (?, ?, ?, ?) ON CONFLICT(batch_id, "
+                           "line) DO UPDATE SET kind = excluded.kind, body = excluded.body",
+                           [(batch_id, line, kind, json.dumps(body)) for line, body in lines])
 
     def done_lines(self, batch_id: str) -> set[int]:
         """The input lines that have a result (a restarted runner skips them)."""

@@ -87,13 +87,12 @@ class Gateway(Admission):
         runner runs while the app does (``autostart``; else the caller runs it, as the
         router does while it holds the batch Lease).
         """
-        wake = settings.wake_models if settings is not None else False
         counted = self.metrics.batch_requests
         runner = self.batch_runner = BatchRunner(
             store, base_url, served=lambda model: model in self.routes,
-            may_send=lambda model: wake or self._has_replica(model), settings=settings,
+            has_replica=self._has_replica, settings=settings,
             counted=lambda outcome: counted.labels(outcome).inc(), on_change=on_change)
-        self.batch_api = BatchApi(store, runner, self._owner)
+        self.batch_api = BatchApi(runner, self._owner)
         self.before_scrape.append(self._export_batches)
         self._batch_autostart = autostart
 

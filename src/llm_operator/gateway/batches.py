@@ -57,10 +57,10 @@ def own_address(host: str, port: int) -> str:
 class BatchApi:
     """The Files and Batch endpoints over one store, one runner."""
 
-    def __init__(self, store: Store, runner: BatchRunner,
-                 owner: Callable[[web.Request], str],
+    def __init__(self, runner: BatchRunner, owner: Callable[[web.Request], str],
                  now: Callable[[], float] = time.time) -> None:
-        self.store, self.runner, self._owner, self._now = store, runner, owner, now
+        self.runner, self._owner, self._now = runner, owner, now
+        self.store = runner.store  # the one the runner works from
 
     def add_routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/files", self._answering(self.upload))
@@ -179,7 +179,7 @@ class BatchApi:
     async def cancel(self, request: web.Request, owner: str) -> web.Response:
         batch = await self._batch(request, owner)
         try:
-            batch = self.runner.cancel(batch)
+            batch = await self.runner.cancel(batch)
         except NotNow as exc:
             raise Refusal(error_response(409, f"{exc}; only a batch that has not finished "
                                          "can be cancelled", "invalid_request_error",

@@ -35,13 +35,13 @@ DECODERS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate
 KEEPALIVE = ((socket.TCP_KEEPIDLE, 15), (socket.TCP_KEEPINTVL, 5), (socket.TCP_KEEPCNT, 3))
 
 
-def _keepalive(connection: asyncio.Protocol) -> None:
+def _keepalive(connection: _Connection) -> None:
     """Probe idle connections: a peer that vanished fails its request within ~30 s.
 
     A pod deleted sends no reset; without probes a request waiting on it would wait
     until its deadline.
     """
-    transport = getattr(connection, "transport", None)
+    transport = connection.transport
     sock = transport.get_extra_info("socket") if transport is not None else None
     if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
         return
