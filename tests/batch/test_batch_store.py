@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -85,12 +86,25 @@ def test_a_request_run_again_after_a_restart_appears_once(opener: Opener) -> Non
     assert store.results("batch_1", "error") == []
 
 
-def test_an_owners_files_are_listed_newest_first(opener: Opener) -> None:
+def test_an_owners_files_are_listed_newest_first_a_page_at_a_time(opener: Opener) -> None:
     store = opener()
-    old = store.add_file("team-a", "old.jsonl", "batch", b"{}\n", 1000)
-    new = store.add_file("team-a", "new.jsonl", "batch", b"{}\n", 2000)
+    ids = [store.add_file("team-a", f"f{i}.jsonl", "batch", b"{}\n", 1000 + i).id
+           for i in range(5)]
+    output = store.add_file("team-a", "out.jsonl", "batch_output", b"{}\n", 1000).id
     store.add_file("team-b", "theirs.jsonl", "batch", b"{}\n", 3000)
-    assert [f.id for f in store.files("team-a")] == [new.id, old.id]
+    newest = ids[::-1]
+
+    def page(**query: Any) -> tuple[list[str], bool]:
+        found, more = store.files("team-a", **query)
+        return [f.id for f in found], more
+
+    assert page(purpose="batch") == (newest, False)
+    assert page(limit=2, purpose="batch") == (newest[:2], True)
+    assert page(after=newest[1], limit=2, purpose="batch") == (newest[2:4], True)
+    assert page(after=newest[3], limit=2, purpose="batch") == (newest[4:], False)
+    assert page(newest_first=False, after=ids[2], purpose="batch") == (ids[3:], False)
+    assert page(purpose="batch_output") == ([output], False)
+    assert len(page()[0]) == 6  # every purpose; never another owner's
 
 
 def test_batches_are_listed_newest_first_a_page_at_a_time(opener: Opener) -> None:

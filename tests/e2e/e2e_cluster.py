@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 import secrets
 import shutil
 import socket
@@ -149,9 +150,17 @@ def installed(root: Path) -> Iterator[NodeCluster]:
         yield cluster
 
 
+REDIS_DATA = Path("/var/lib/llmop-e2e/redis")  # tests/e2e/redis/volume.yaml's directory
+REDIS_UID = 999  # config/redis runs Redis as this user
+
+
 def install_batching(cluster: NodeCluster) -> None:
-    """config/redis and config/router-batch (tests/e2e's overlays: local images, no PVC),
-    with the Redis password in both namespaces, as config/router-batch's header says."""
+    """config/redis and config/router-batch (tests/e2e's overlays: local images, Redis's data
+    in an empty directory of the node), with the Redis password in both namespaces, as
+    config/router-batch's header says."""
+    shutil.rmtree(REDIS_DATA, ignore_errors=True)  # nothing from an earlier run
+    REDIS_DATA.mkdir(parents=True)
+    os.chown(REDIS_DATA, REDIS_UID, REDIS_UID)
     password = secrets.token_hex(16)
     for namespace in (MODELS_NS, OPERATOR_NS):
         cluster.namespace(namespace)

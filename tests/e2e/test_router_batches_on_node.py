@@ -1,9 +1,12 @@
-"""On the real node: the router's Batch API, and a batch that outlives every router pod.
+"""On the real node: the router's Batch API, and a batch that outlives Redis's pod and every
+router pod.
 
 config/router-batch (two replicas, Redis for the state, a Lease for the runner) beside
-config/redis, both as the overlays' headers say to apply them. With the OpenAI SDK through
-the router's Service: a batch of Gemma requests is created; while it runs, every router
-pod is deleted; the replicas that replace them finish it, each request once in the output.
+config/redis, both as the overlays' headers say to apply them (Redis's append-only file on
+a PersistentVolume). With the OpenAI SDK through the router's Service: a batch of Gemma
+requests is created; while it runs, Redis's pod is deleted (the runner waits for the new
+one and goes on), then every router pod (the replicas that replace them finish it); each
+request appears once in the output.
 """
 
 from __future__ import annotations
@@ -14,12 +17,13 @@ from collections.abc import Callable
 
 import openai
 import pytest
-from e2e_cluster import GEMMA_ID, OPERATOR_NS, NodeCluster, install_batching
+from e2e_cluster import GEMMA_ID, MODELS_NS, OPERATOR_NS, NodeCluster, install_batching
 from openai.types import Batch
 
 pytestmark = pytest.mark.e2e
 ROUTER = "app=llmop-router"
-LINES = 16  # Gemma's one slot answers them one after another: long enough to interrupt
+LINES = 32  # Gemma's one slot answers them one after another (~1.3 s each): long enough
+# to interrupt twice
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +47,11 @@ async def until_batch(sdk: openai.AsyncOpenAI, batch_id: str, check: Callable[[B
             await asyncio.sleep(0.5)  # the batch runs in another process: poll it
 
 
-async def test_a_batch_finishes_once_after_every_router_pod_is_replaced(
+def completed(batch: Batch) -> int:
+    return batch.request_counts.completed if batch.request_counts is not None else 0
+
+
+async def test_a_batch_finishes_once_after_redis_and_every_router_pod_are_replaced(
         batching: NodeCluster) -> None:
     base = batching.service_url(OPERATOR_NS, "llmop-router", 8080)
     lines = [{"custom_id": f"q{i}", "method": "POST", "url": "/v1/chat/completions",
@@ -58,8 +66,12 @@ async def test_a_batch_finishes_once_after_every_router_pod_is_replaced(
         batch = await sdk.batches.create(input_file_id=uploaded.id,
                                          endpoint="/v1/chat/completions",
                                          completion_window="24h")
-        await until_batch(sdk, batch.id, lambda b: b.request_counts is not None
-                          and b.request_counts.completed >= 2)
+        await until_batch(sdk, batch.id, lambda b: completed(b) >= 2)
+        batching.kubectl("-n", MODELS_NS, "delete", "pod", "llmop-redis-0", "--wait=true")
+        since = completed(await until_batch(sdk, batch.id, lambda b: True))
+        assert 2 <= since < LINES - 2  # what was recorded before Redis's pod went is kept
+        going = await until_batch(sdk, batch.id, lambda b: completed(b) >= since + 2)
+        assert going.status == "in_progress"  # the router pods go while it runs
         before = set(batching.kubectl("-n", OPERATOR_NS, "get", "pods", "-l", ROUTER, "-o",
                                       "jsonpath={.items[*].metadata.name}").split())
         batching.kubectl("-n", OPERATOR_NS, "delete", "pods", "-l", ROUTER, "--wait=false")

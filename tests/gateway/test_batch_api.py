@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import json
 import sqlite3
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,10 +20,12 @@ from typing import Any
 
 import openai
 import pytest
+import redis
 import yaml
 from aiohttp.test_utils import TestServer
 
 from llm_operator.access.keyring import digest
+from llm_operator.batch.redis_store import RedisBatchStore
 from llm_operator.batch.runner import RUN_HEADER, RunnerSettings
 from llm_operator.batch.state import FINISHED
 from llm_operator.batch.store import BatchStore, Store
@@ -32,6 +34,7 @@ from llm_operator.gateway.app import Gateway
 from llm_operator.gateway.config import parse_config
 
 from fake_upstream import FakeUpstream, Reply, completion
+from redisserver import RedisServer
 
 ALICE, BOB = "sk-alice-0123456789", "sk-bob-0123456789"
 
@@ -53,6 +56,17 @@ class Front:
 
     def sdk(self, key: str = "unused") -> openai.AsyncOpenAI:
         return openai.AsyncOpenAI(base_url=f"{self.url}/v1", api_key=key, max_retries=0)
+
+    async def until(self, done: Callable[[], bool]) -> None:
+        """Until ``done()`` holds, looking again at each of the runner's writes."""
+        runner = self.gateway.batch_runner
+        assert runner is not None
+        async with asyncio.timeout(20):
+            while True:
+                runner.changed.clear()
+                if done():
+                    return
+                await runner.changed.wait()
 
     async def until_finished(self, batch_id: str, owner: str = "") -> str:
         """The batch's final status, waiting on the runner's writes."""
@@ -188,6 +202,25 @@ async def test_a_file_over_the_size_limit_is_a_400_naming_it_and_stores_nothing(
         assert (await sdk.files.list()).data == []
     assert refused.value.code == "file_too_large"
     assert "over 1,000 bytes" in refused.value.message
+
+
+async def test_files_are_listed_a_page_at_a_time_as_the_sdk_pages_them(
+        tmp_path: Path, upstream: tuple[FakeUpstream, str]) -> None:
+    async with front(tmp_path / "b.db", upstream[1]) as gw, gw.sdk() as sdk:
+        uploaded = [(await sdk.files.create(file=(f"f{i}.jsonl", jsonl(chat(f"r{i}"))),
+                                            purpose="batch")).id for i in range(5)]
+        first = await sdk.files.list(limit=2)
+        every = [f.id async for f in sdk.files.list(limit=2)]  # the SDK follows has_more
+        oldest = [f.id async for f in sdk.files.list(limit=3, order="asc", purpose="batch")]
+        none = await sdk.files.list(purpose="batch_output")
+        with pytest.raises(openai.BadRequestError) as refused:
+            await sdk.files.list(limit=0)
+    assert len(first.data) == 2 and first.has_more
+    assert sorted(every) == sorted(uploaded) and len(every) == 5
+    assert sorted(oldest) == sorted(uploaded) and oldest == every[::-1]
+    assert none.data == []
+    assert refused.value.param == "limit"
+    assert "limit must be a whole number from 1 to 10000" in refused.value.message
 
 
 async def test_another_keys_files_and_batches_do_not_exist_for_it(
@@ -345,6 +378,41 @@ async def test_a_store_that_fills_fails_the_batch_saying_so_and_keeps_its_result
     assert "database or disk is full" in (error.message or "")
     kept = store.done_lines(batch.id)
     assert 0 < len(kept) < 60  # what was recorded before the disk filled is kept
+
+
+async def test_a_store_that_restarts_mid_batch_holds_the_batch_up_and_loses_nothing(
+        tmp_path: Path, upstream: tuple[FakeUpstream, str]) -> None:
+    fake, url = upstream
+    fake.then(*(Reply(body=completion("m"), delay=0.05) for _ in range(40)))
+    server = RedisServer(tmp_path, appendonly=True)  # config/redis's persistence
+    await server.start()
+    client = redis.Redis.from_url(server.url, socket_connect_timeout=2, socket_timeout=5)
+    store = RedisBatchStore(client)
+    try:
+        async with front(store, url) as gw, gw.sdk() as sdk:
+            batch_id = await run_batch(sdk, jsonl(*(chat(f"r{i:02}") for i in range(12))))
+            runner = gw.gateway.batch_runner
+            assert runner is not None
+            await gw.until(lambda: len(store.done_lines(batch_id)) >= 2)
+            server.stop()  # as Kubernetes replaces Redis's pod
+            await gw.until(lambda: runner.outage is not None)
+            running = await sdk.batches.retrieve(batch_id)  # the runner's own copy
+            with pytest.raises(openai.InternalServerError) as refused:
+                await sdk.files.list()
+            await server.start()
+            assert await gw.until_finished(batch_id) == "completed"
+            batch = await sdk.batches.retrieve(batch_id)
+            assert batch.output_file_id is not None
+            output = (await sdk.files.content(batch.output_file_id)).text
+    finally:
+        client.close()
+        server.stop()
+    assert running.status == "in_progress"
+    assert refused.value.code == "batch_store_unavailable"  # what needs the store says so
+    assert runner.outage is None
+    assert [json.loads(t)["custom_id"] for t in output.splitlines()] == \
+        [f"r{i:02}" for i in range(12)]  # each once, none lost
+    assert batch.request_counts is not None and batch.request_counts.completed == 12
 
 
 @pytest.mark.parametrize("wake", [False, True], ids=["waits-for-a-replica", "wakes-it"])

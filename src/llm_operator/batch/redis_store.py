@@ -21,12 +21,15 @@ from llm_operator.batch.state import Batch
 from llm_operator.batch.store import ResultKind, StoredFile, new_file_id
 
 KINDS: tuple[ResultKind, ResultKind] = ("output", "error")
+LOOKUP = 500  # files' metadata read per round trip while listing
 
 
 class RedisBatchStore:
     """Files, batches and results in Redis under ``prefix``."""
 
     errors: tuple[type[Exception], ...] = (redis.RedisError,)
+    # no connection, or Redis loading its append-only file after a restart (a subclass)
+    outages: tuple[type[Exception], ...] = (redis.ConnectionError, redis.TimeoutError)
 
     def __init__(self, client: redis.Redis, prefix: str = "llmop") -> None:
         self.client, self._p = client, f"{prefix}:batch"
@@ -50,10 +53,30 @@ class RedisBatchStore:
         found = StoredFile(**json.loads(raw))
         return found if found.owner == owner else None
 
-    def files(self, owner: str) -> list[StoredFile]:
-        ids = self.client.zrevrange(f"{self._p}:files:{owner}", 0, -1)
-        found = [self.file(_text(i), owner) for i in ids]
-        return [f for f in found if f is not None]
+    def files(self, owner: str, *, after: str | None = None, limit: int = 10_000,
+              newest_first: bool = True, purpose: str | None = None
+              ) -> tuple[list[StoredFile], bool]:
+        """The owner's files (of ``purpose``), after the one named ``after``, a page.
+
+        And whether more follow (OpenAI's ``has_more``).
+        """
+        key = f"{self._p}:files:{owner}"
+        listed = self.client.zrevrange(key, 0, -1) if newest_first else \
+            self.client.zrange(key, 0, -1)
+        ids = [_text(i) for i in listed]
+        if after is not None and after in ids:
+            ids = ids[ids.index(after) + 1:]
+        found: list[StoredFile] = []
+        for start in range(0, len(ids), LOOKUP):
+            chunk = ids[start:start + LOOKUP]
+            for raw in self.client.mget([f"{self._p}:file:{i}" for i in chunk]):
+                stored = StoredFile(**json.loads(raw)) if raw is not None else None
+                if stored is not None and stored.owner == owner and \
+                        purpose in (None, stored.purpose):
+                    found.append(stored)
+                    if len(found) > limit:
+                        return found[:limit], True
+        return found, False
 
     def content(self, file_id: str, owner: str) -> bytes | None:
         if self.file(file_id, owner) is None:

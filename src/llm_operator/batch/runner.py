@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 
@@ -30,6 +30,8 @@ from llm_operator.batch.state import Batch, NotNow, result_line, unanswered_line
 from llm_operator.batch.store import ResultKind, Store
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 RUN_HEADER = "x-llmop-batch-run"  # the runner's secret: the gateway trusts the owner header
 OWNER_HEADER = "x-llmop-batch-owner"  # the client key the request runs as
@@ -70,6 +72,7 @@ class BatchRunner:
         self._unstored: dict[str, Batch] = {}  # failed, and the store refused that too
         self._http: aiohttp.ClientSession | None = None
         self.changed = asyncio.Event()  # set whenever the runner stores a batch
+        self.outage: str | None = None  # why the store is unreachable, while it is
 
     def wake(self) -> None:
         """A batch was created or cancelled: look again now."""
@@ -105,7 +108,7 @@ class BatchRunner:
             while True:
                 self._wake.clear()
                 try:
-                    waiting = await asyncio.to_thread(self.store.unfinished)
+                    waiting = await self._stored(self.store.unfinished)
                     if len(waiting) != self.unfinished:
                         self.unfinished = len(waiting)
                         self._on_change()
@@ -123,10 +126,33 @@ class BatchRunner:
         finally:
             await self._http.close()
 
+    async def _stored(self, call: Callable[..., T], *args: Any) -> T:
+        """A store call off the event loop, waited out while the store is unreachable.
+
+        A restarting Redis is an outage, not a failure: the call is tried again every
+        ``retry_seconds`` (said once in the log), so the batch goes on where it was.
+        """
+        while True:
+            try:
+                result = await asyncio.to_thread(call, *args)
+            except self.store.outages as exc:
+                if self.outage is None:
+                    log.warning("the batch store is unreachable (%s); batches wait for it, "
+                                "trying again every %g s", exc, self.settings.retry_seconds)
+                    self.outage = str(exc)
+                    self.changed.set()
+                await asyncio.sleep(self.settings.retry_seconds)
+                continue
+            if self.outage is not None:
+                log.warning("the batch store is reachable again; batches go on")
+                self.outage = None
+                self.changed.set()
+            return result
+
     # --- one batch -----------------------------------------------------------------------
 
     async def _run_one(self, batch: Batch) -> None:
-        data = await asyncio.to_thread(self.store.content, batch.input_file_id, batch.owner)
+        data = await self._stored(self.store.content, batch.input_file_id, batch.owner)
         try:
             if data is None:
                 raise FileRefused(f"the input file {batch.input_file_id} was deleted")
@@ -140,8 +166,8 @@ class BatchRunner:
             await self._save(batch)
             if batch.finished:  # its file did not validate
                 return
-        done = await asyncio.to_thread(self.store.done_lines, batch.id)
-        batch.completed, batch.failed = await asyncio.to_thread(self.store.counts, batch.id)
+        done = await self._stored(self.store.done_lines, batch.id)
+        batch.completed, batch.failed = await self._stored(self.store.counts, batch.id)
         self._active[batch.id] = batch
         self._stops[batch.id] = asyncio.Event()
         try:
@@ -169,7 +195,7 @@ class BatchRunner:
                        "the results recorded so far are kept; make room and create the "
                        "batch again for the rest", int(self._now()))
         try:
-            await asyncio.to_thread(self.store.save, batch)
+            await self._stored(self.store.save, batch)
         except self.store.errors as again:
             log.error("batch %s: its failure could not be stored either (%s); it is taken "
                       "up again at the next start", batch.id, again)
@@ -186,7 +212,7 @@ class BatchRunner:
         """Every ``idle_seconds``: a cancel another replica stored stops this batch."""
         while True:
             await asyncio.sleep(self.settings.idle_seconds)
-            stored = await asyncio.to_thread(self.store.batch, batch.id, batch.owner)
+            stored = await self._stored(self.store.batch, batch.id, batch.owner)
             if stored is not None and stored.status == "cancelling":
                 await self._save(batch)  # takes the cancel up
                 return
@@ -206,7 +232,7 @@ class BatchRunner:
             line = result_line(f"batch_req_{secrets.token_hex(12)}", request, status, body,
                                upstream_id)
             ok = 200 <= status < 300
-            await asyncio.to_thread(self.store.record, batch.id, request.line,
+            await self._stored(self.store.record, batch.id, request.line,
                                     "output" if ok else "error", line)
             batch.answered(ok)
             self._counted("completed" if ok else "failed")
@@ -237,13 +263,13 @@ class BatchRunner:
 
     async def _save(self, batch: Batch) -> None:
         """Store the runner's copy; a cancel another replica stored is taken up first."""
-        stored = await asyncio.to_thread(self.store.batch, batch.id, batch.owner)
+        stored = await self._stored(self.store.batch, batch.id, batch.owner)
         if stored is not None and stored.status == "cancelling" \
                 and batch.status in ("in_progress", "finalizing"):
             batch.status, batch.stamps = "cancelling", {**batch.stamps, **stored.stamps}
             if (stop := self._stops.get(batch.id)) is not None:
                 stop.set()
-        await asyncio.to_thread(self.store.save, batch)
+        await self._stored(self.store.save, batch)
         self.changed.set()
         self._on_change()
 
@@ -266,15 +292,15 @@ class BatchRunner:
         if batch.status == "in_progress" and not expired:
             batch.finalize(now)
             await self._save(batch)
-        done = await asyncio.to_thread(self.store.done_lines, batch.id)
+        done = await self._stored(self.store.done_lines, batch.id)
         code, why = ("batch_expired", "the batch's completion window closed before this "
                      "request ran") if expired else \
             ("batch_cancelled", "the batch was cancelled before this request ran")
         unsent = [(r.line, unanswered_line(f"batch_req_{secrets.token_hex(12)}", r, code,
                                            why)) for r in requests if r.line not in done]
         if unsent:  # one write, not one per line: a cancelled batch may have 50,000
-            await asyncio.to_thread(self.store.record_many, batch.id, "error", unsent)
-        output, error = await asyncio.to_thread(self._files, batch)
+            await self._stored(self.store.record_many, batch.id, "error", unsent)
+        output, error = await self._stored(self._files, batch)
         with suppress(NotNow):  # cancelled meanwhile: it closes as cancelled
             batch.close(output, error, now, expired=expired)
         await self._save(batch)

@@ -69,7 +69,9 @@ class Store(Protocol):
     def add_file(self, owner: str, filename: str, purpose: str, data: bytes,
                  now: int) -> StoredFile: ...
     def file(self, file_id: str, owner: str) -> StoredFile | None: ...
-    def files(self, owner: str) -> list[StoredFile]: ...
+    def files(self, owner: str, *, after: str | None = None, limit: int = 10_000,
+              newest_first: bool = True, purpose: str | None = None
+              ) -> tuple[list[StoredFile], bool]: ...
     def content(self, file_id: str, owner: str) -> bytes | None: ...
     def delete_file(self, file_id: str, owner: str) -> bool: ...
     def save(self, batch: Batch) -> None: ...
@@ -87,7 +89,12 @@ class Store(Protocol):
 
     @property
     def errors(self) -> tuple[type[Exception], ...]:
-        """What a write that failed raises (a full disk, a full Redis)."""
+        """What a call that failed raises (a full disk, a full Redis, no connection)."""
+        ...
+
+    @property
+    def outages(self) -> tuple[type[Exception], ...]:
+        """Those of ``errors`` that pass: the store unreachable for now (Redis restarting)."""
         ...
 
 
@@ -95,6 +102,7 @@ class BatchStore:
     """Files, batches and results in one SQLite database (``path``)."""
 
     errors: tuple[type[Exception], ...] = (sqlite3.Error,)
+    outages: tuple[type[Exception], ...] = ()  # a local file is there or it is not
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -125,13 +133,29 @@ class BatchStore:
                              (file_id, owner)).fetchone()
         return StoredFile(*row) if row else None
 
-    def files(self, owner: str) -> list[StoredFile]:
-        """The owner's files, newest first."""
+    def files(self, owner: str, *, after: str | None = None, limit: int = 10_000,
+              newest_first: bool = True, purpose: str | None = None
+              ) -> tuple[list[StoredFile], bool]:
+        """The owner's files (of ``purpose``), after the one named ``after``, a page.
+
+        And whether more follow (OpenAI's ``has_more``).
+        """
+        order, past = ("DESC", "<") if newest_first else ("ASC", ">")
+        query = ("SELECT id, owner, filename, purpose, created_at, length(data) FROM files "
+                 "WHERE owner = ?")
+        args: list[Any] = [owner]
+        if purpose is not None:
+            query += " AND purpose = ?"
+            args.append(purpose)
         with self._db() as db:
-            rows = db.execute("SELECT id, owner, filename, purpose, created_at, length(data) "
-                              "FROM files WHERE owner = ? ORDER BY created_at DESC, id",
-                              (owner,)).fetchall()
-        return [StoredFile(*row) for row in rows]
+            if after is not None and (start := db.execute(
+                    "SELECT created_at, id FROM files WHERE id = ? AND owner = ?",
+                    (after, owner)).fetchone()) is not None:
+                query += f" AND (created_at, id) {past} (?, ?)"
+                args += list(start)
+            rows = db.execute(query + f" ORDER BY created_at {order}, id {order} LIMIT ?",
+                              [*args, limit + 1]).fetchall()
+        return [StoredFile(*row) for row in rows[:limit]], len(rows) > limit
 
     def content(self, file_id: str, owner: str) -> bytes | None:
         with self._db() as db:

@@ -106,9 +106,15 @@ class BatchApi:
         return web.json_response(stored.as_openai())
 
     async def files(self, request: web.Request, owner: str) -> web.Response:
-        found = await asyncio.to_thread(self.store.files, owner)
-        return web.json_response({"object": "list", "data": [f.as_openai() for f in found],
-                                  "has_more": False})
+        """OpenAI's files.list: newest first (``order=asc``: oldest), ``limit`` a page."""
+        limit = _limit(request, 10_000)
+        order = request.query.get("order", "desc")
+        if order not in ("asc", "desc"):
+            raise _bad(f"order must be asc or desc, not {order!r}", "order")
+        found, more = await asyncio.to_thread(
+            self.store.files, owner, after=request.query.get("after"), limit=limit,
+            newest_first=order == "desc", purpose=request.query.get("purpose"))
+        return _page([f.as_openai() for f in found], more)
 
     async def file(self, request: web.Request, owner: str) -> web.Response:
         found = await asyncio.to_thread(self.store.file, request.match_info["id"], owner)
@@ -162,19 +168,10 @@ class BatchApi:
         return web.json_response((await self._batch(request, owner)).as_openai())
 
     async def batches(self, request: web.Request, owner: str) -> web.Response:
-        try:
-            limit = int(request.query.get("limit", "20"))
-        except ValueError:
-            limit = 0
-        if not 1 <= limit <= 100:
-            raise _bad("limit must be a whole number from 1 to 100", "limit")
+        limit = _limit(request, 100, default=20)
         found, more = await asyncio.to_thread(self.store.batches, owner,
                                               after=request.query.get("after"), limit=limit)
-        data = [(self.runner.running(b.id) or b).as_openai() for b in found]
-        return web.json_response({
-            "object": "list", "data": data, "has_more": more,
-            "first_id": data[0]["id"] if data else None,
-            "last_id": data[-1]["id"] if data else None})
+        return _page([(self.runner.running(b.id) or b).as_openai() for b in found], more)
 
     async def cancel(self, request: web.Request, owner: str) -> web.Response:
         batch = await self._batch(request, owner)
@@ -242,6 +239,24 @@ def _valid_metadata(metadata: object) -> bool:
     return isinstance(metadata, dict) and len(metadata) <= MAX_METADATA and all(
         isinstance(k, str) and isinstance(v, str) and len(k) <= 64 and len(v) <= 512
         for k, v in metadata.items())
+
+
+def _limit(request: web.Request, most: int, default: int | None = None) -> int:
+    """The ``limit`` query parameter: a page's length, 1 to ``most``."""
+    try:
+        limit = int(request.query.get("limit", str(default or most)))
+    except ValueError:
+        limit = 0
+    if not 1 <= limit <= most:
+        raise _bad(f"limit must be a whole number from 1 to {most}", "limit")
+    return limit
+
+
+def _page(data: list[dict[str, Any]], more: bool) -> web.Response:
+    """One page of an OpenAI list (pass the last id as ``after`` for the next)."""
+    return web.json_response({"object": "list", "data": data, "has_more": more,
+                              "first_id": data[0]["id"] if data else None,
+                              "last_id": data[-1]["id"] if data else None})
 
 
 def _bad(message: str, param: str | None) -> Refusal:
