@@ -3,13 +3,16 @@
 The Gemma example has one llama.cpp slot. While a long completion holds it, two batch
 requests and then an interactive one wait in the router (config/router, its settings
 ConfigMap); the interactive one is served first. Sent with the OpenAI SDK, its band named
-by the Inference Extension's objective header.
+by the Inference Extension's objective header. The same holds while the API server is
+frozen (SIGSTOP): the router serves from what it last saw.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+import signal
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import aiohttp
@@ -73,6 +76,45 @@ async def test_a_queued_interactive_request_is_served_before_queued_batch_ones(
                   route=route, band="interactive") == 1
     assert sample(metrics, "llmop_gateway_flow_requests_total",
                   route=route, band="batch", outcome="admitted") == 2
+
+
+@contextlib.contextmanager
+def frozen_api_server(cluster: NodeCluster) -> Iterator[None]:
+    """kube-apiserver stopped (SIGSTOP: it accepts nothing, answers nothing) for the block."""
+    apiserver = cluster.plane.procs["kube-apiserver"]
+    apiserver.send_signal(signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        apiserver.send_signal(signal.SIGCONT)
+
+
+async def test_queued_requests_are_served_by_band_while_the_api_server_is_frozen(
+        routed: NodeCluster) -> None:
+    base = routed.service_url(OPERATOR_NS, "llmop-router", 8080)
+    scale = base.removesuffix("/v1") + f"/scale/{MODELS_NS}/{GEMMA_NAME}"
+    client = openai.AsyncOpenAI(base_url=base, api_key="unused", timeout=120, max_retries=0)
+    finished: list[str] = []
+
+    async def ask(name: str, band: str, tokens: int) -> None:
+        await client.completions.create(
+            model=GEMMA_ID, prompt="Once upon a time", max_tokens=tokens,
+            extra_body={"ignore_eos": True}, extra_headers={OBJECTIVE: band})
+        finished.append(name)
+
+    async with client, aiohttp.ClientSession() as http:
+        calls = [asyncio.create_task(ask("long", "standard", 160))]
+        await until_load(http, scale, lambda load: load["inFlight"] == 1)
+        calls += [asyncio.create_task(ask(f"batch{i}", "batch", 4)) for i in range(2)]
+        await until_load(http, scale, lambda load: load["queued"] == 2)
+        with frozen_api_server(routed):
+            calls.append(asyncio.create_task(ask("interactive", "interactive", 4)))
+            await until_load(http, scale, lambda load: load["queued"] == 3)
+            async with asyncio.timeout(90):
+                await asyncio.gather(*calls)
+    assert finished[:2] == ["long", "interactive"]
+    assert sorted(finished[2:]) == ["batch0", "batch1"]
+    routed.kubectl("get", "--raw", "/readyz")  # and the API server is back
 
 
 async def test_requests_queued_for_a_killed_pod_are_served_by_its_replacement(

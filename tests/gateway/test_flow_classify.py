@@ -91,9 +91,13 @@ def test_an_objective_priority_selects_the_highest_band_not_above_it(
       "defaultBand": "a"}, "bands: two share a priority"),
     ({"perReplicaConcurrency": 0},
      "flowControl.perReplicaConcurrency: Input should be greater than or equal to 1"),
+    ({"bands": [{"name": "batch", "priority": 0, "maxShare": 0}], "defaultBand": "batch"},
+     "flowControl.bands.0.maxShare: Input should be greater than 0"),
+    ({"bands": [{"name": "batch", "priority": 0, "maxShare": 1.5}], "defaultBand": "batch"},
+     "flowControl.bands.0.maxShare: Input should be less than or equal to 1"),
 ], ids=["no-wait", "no-queue", "negative-length", "negative-wait", "unknown-default",
         "objective-to-unknown-band", "duplicate-band", "duplicate-priority",
-        "zero-concurrency"])
+        "zero-concurrency", "no-share", "share-over-all"])
 def test_queue_settings_that_cannot_work_are_refused_with_their_path(
         flow: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError, match=r"gateway\.yaml: ") as refused:

@@ -103,6 +103,41 @@ async def test_a_freed_slot_goes_to_the_highest_band_whatever_the_arrival_order(
     assert waiters.granted == ["interactive", "standard", "batch"]
 
 
+@pytest.mark.parametrize(("slots", "max_share", "held"), [
+    (4, 0.5, 2), (5, 0.5, 2), (8, 0.25, 2), (1, 0.5, 1), (3, 0.1, 1), (3, 1.0, 3),
+], ids=["half-of-4", "half-of-5", "quarter-of-8", "one-slot-is-still-used",
+        "at-least-one", "no-cap"])
+async def test_a_band_holds_at_most_its_share_of_the_slots(
+        slots: int, max_share: float, held: int) -> None:
+    settings = FlowControl.model_validate({"bands": [
+        {"name": "interactive", "priority": 100},
+        {"name": "standard", "priority": 0},
+        {"name": "batch", "priority": -100, "maxShare": max_share}]})
+    f, _ = flow(slots=slots, settings=settings)
+    capped = settings.band("batch")
+    assert capped is not None
+    batch = Classified(capped, "", "")
+    got = [lease for _ in range(slots) if (lease := f.at_once("m", batch)) is not None]
+    assert len(got) == held
+
+
+async def test_slots_kept_from_batch_work_go_to_a_higher_band_at_once() -> None:
+    f, _ = flow(slots=4)  # the default batch band: maxShare 0.5
+    batch = [await f.acquire("m", who("batch")) for _ in range(2)]
+    waiters = Waiters(f)
+    await waiters.add("batch2", who("batch"))  # waits although two slots are free
+    chat = [f.at_once("m", who("interactive")) for _ in range(2)]
+    assert all(lease is not None for lease in chat) and waiters.granted == []
+    assert f.at_once("m", who("interactive")) is None  # now every slot is busy
+    for lease in chat:
+        assert lease is not None
+        lease.release()
+    assert f.queued("m") == 1  # freed interactive slots are not the batch band's
+    batch[0].release()
+    await waiters.settle(1)  # a batch slot freed: the next batch request takes it
+    assert waiters.granted == ["batch2"]
+
+
 async def test_one_id_is_served_first_come_first_served() -> None:
     f, _ = flow(slots=1)
     first = await f.acquire("m", who())

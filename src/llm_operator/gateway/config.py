@@ -303,6 +303,11 @@ class Band(_Config):
                            "one model may queue; more get 429 queue_full.")
     max_wait_seconds: float = Field(60.0, ge=0, le=3600, description="How long one "
                                     "request waits for a slot; then 503 queue_timeout.")
+    max_share: float = Field(1.0, gt=0, le=1, description="The most of a model's slots "
+                             "this band's requests hold at once (a fraction of this "
+                             "gateway's slots, at least one slot): the rest stay free for "
+                             "higher bands, as an engine does not give back a slot a "
+                             "request holds. 1: no cap.")
 
     @model_validator(mode="after")
     def _can_queue(self) -> Band:
@@ -319,7 +324,8 @@ class Band(_Config):
 def _default_bands() -> list[Band]:
     return [Band(name="interactive", priority=100, max_queue=1000, max_wait_seconds=60),
             Band(name="standard", priority=0, max_queue=1000, max_wait_seconds=120),
-            Band(name="batch", priority=-100, max_queue=10_000, max_wait_seconds=300)]
+            Band(name="batch", priority=-100, max_queue=10_000, max_wait_seconds=300,
+                 max_share=0.5)]
 
 
 class FlowControl(_Config):

@@ -3,10 +3,12 @@
 A pool is the upstreams one model's routes share (its replicas). While fewer requests are
 out than the replicas have slots, a request goes at once; after that it waits in its
 band's queue. A freed slot goes to the highest band with a waiting request (strict
-priority), and within the band to the fairness group holding fewest slots (then the one
-served longest ago), and within the group likewise to a member: no ID holds more than
-its share while another waits. Queues are bounded in length and in wait; a client that
-leaves is taken out at once.
+priority) that holds less than its ``maxShare`` of the slots, and within the band to the
+fairness group holding fewest slots (then the one served longest ago), and within the
+group likewise to a member: no ID holds more than its share while another waits. Queues
+are bounded in length and in wait; a client that leaves is taken out at once. A band's
+share cap keeps slots free for the bands above it (batch work): an engine cannot take
+back a slot a request holds.
 """
 
 from __future__ import annotations
@@ -59,10 +61,12 @@ class _Ticket:
 class Lease:
     """A slot held by one request until ``release`` (idempotent)."""
 
-    __slots__ = ("_pool", "group", "member", "since")
+    __slots__ = ("_pool", "band", "group", "member", "since")
 
-    def __init__(self, pool: Pool | None, group: str, member: str, since: float) -> None:
-        self._pool, self.group, self.member, self.since = pool, group, member, since
+    def __init__(self, pool: Pool | None, band: str, group: str, member: str,
+                 since: float) -> None:
+        self._pool, self.band, self.group, self.member = pool, band, group, member
+        self.since = since
 
     def release(self) -> None:
         pool, self._pool = self._pool, None
@@ -70,7 +74,7 @@ class Lease:
             pool.released(self)
 
 
-FREE = Lease(None, "", "", 0.0)  # a pool without flow control: nothing to give back
+FREE = Lease(None, "", "", "", 0.0)  # a pool without flow control: nothing to give back
 
 
 class _BandQueue:
@@ -134,6 +138,7 @@ class Pool:
     flow: Flow
     in_flight: int = 0
     held: Counter[str] = field(default_factory=Counter)
+    held_bands: Counter[str] = field(default_factory=Counter)
     held_members: Counter[tuple[str, str]] = field(default_factory=Counter)
     last: dict[str, int] = field(default_factory=dict)
     last_members: dict[tuple[str, str], int] = field(default_factory=dict)
@@ -150,16 +155,30 @@ class Pool:
             queue = self.queues[band.name] = _BandQueue(band)
         return queue
 
-    def grant(self, group: str, member: str) -> Lease:
+    def room(self, band: Band) -> bool:
+        """Whether a request of ``band`` may take a slot now.
+
+        One is free, and the band holds less than its share (``maxShare`` of the slots, at
+        least one).
+        """
+        if self.capacity is None:
+            return True
+        return self.in_flight < self.capacity and (
+            band.max_share >= 1.0 or self.held_bands[band.name]
+            < max(1, math.floor(self.capacity * band.max_share)))
+
+    def grant(self, band: str, group: str, member: str) -> Lease:
         self.in_flight += 1
+        self.held_bands[band] += 1
         self.held[group] += 1
         self.held_members[(group, member)] += 1
         self.flow.tick += 1
         self.last[group] = self.last_members[(group, member)] = self.flow.tick
-        return Lease(self, group, member, self.flow.clock())
+        return Lease(self, band, group, member, self.flow.clock())
 
     def released(self, lease: Lease) -> None:
         self.in_flight -= 1
+        self.held_bands[lease.band] -= 1
         self.held[lease.group] -= 1
         if not self.held[lease.group]:
             del self.held[lease.group]
@@ -173,13 +192,18 @@ class Pool:
         self.dispatch()
 
     def dispatch(self) -> None:
-        """Give free slots to waiting requests: highest band first, fairly within it."""
+        """Give free slots to waiting requests: highest band first, fairly within it.
+
+        Afterwards every band still waiting holds its share, or no slot is free.
+        """
         while self.capacity is None or self.in_flight < self.capacity:
-            queue = next((q for q in self.flow.order(self) if q.size), None)
+            queue = next((q for q in self.flow.order(self) if q.size and self.room(q.band)),
+                         None)
             if queue is None:
                 return
             ticket = queue.pop(self)
-            ticket.future.set_result(self.grant(ticket.group, ticket.member))
+            ticket.future.set_result(self.grant(queue.band.name, ticket.group,
+                                                ticket.member))
             self.flow.observer.admitted(self.name, queue.band.name,
                                         self.flow.clock() - ticket.since)
             self.flow.observer.depth(self.name, queue.band.name, queue.size)
@@ -270,9 +294,9 @@ class Flow:
         pool = self.pools.get(pool_name)
         if pool is None or pool.capacity is None:
             return FREE
-        if pool.in_flight < pool.capacity and not pool.queued:
+        if pool.room(who.band):  # nobody waits who could take it (dispatch's promise)
             self.observer.admitted(pool_name, who.band.name, 0.0)
-            return pool.grant(who.group, who.member)
+            return pool.grant(who.band.name, who.group, who.member)
         return None
 
     async def wait(self, pool_name: str, who: Classified) -> Lease:
