@@ -10,8 +10,11 @@ through the router's Service, with `x-gateway-inference-objective: interactive`:
 - **beside a batch**: a batch of ``--lines`` requests (the same size) runs, created with
   the OpenAI SDK, in the batch band, as shipped (``maxShare: 0.5``: the batch band holds
   at most half of the runner's router replica's share of the slots);
-- **beside the batch, no cap**: the same batch goes on after the routers restart with the
-  batch band's ``maxShare: 1`` (it may hold every slot of its replica's share).
+- **beside the batch, idle only**: the same batch goes on after the routers restart with
+  the batch band's ``idleSeconds: 1`` as well (it takes a slot only once no interactive
+  request has been in flight for a second);
+- **beside the batch, no cap**: again after a restart, with ``maxShare: 1`` and no
+  ``idleSeconds`` (the batch band may hold every slot of its replica's share).
 
 It prints the interactive client's p50 and p99 in each case (and their ratio to alone),
 and the batch's requests per second and time to finish (both phases together).
@@ -77,14 +80,14 @@ def quantiles(samples: list[float]) -> tuple[float, float]:
     return statistics.median(samples), cuts[98]
 
 
-def batch_share(cluster: NodeCluster, share: float) -> None:
-    """The routers' batch band ``maxShare`` set to ``share``, then the routers restarted."""
+def batch_band(cluster: NodeCluster, **fields: float) -> None:
+    """The routers' batch band given ``fields`` (maxShare, idleSeconds); routers restarted."""
     settings = yaml.safe_load(cluster.kubectl(
         "-n", OPERATOR_NS, "get", "configmap", "llmop-router-settings", "-o",
         "jsonpath={.data.settings\\.yaml}"))
     for band in settings["flowControl"]["bands"]:
         if band["name"] == "batch":
-            band["maxShare"] = share
+            band.update(fields)
     patch = {"data": {"settings.yaml": yaml.safe_dump(settings)}}
     cluster.kubectl("-n", OPERATOR_NS, "patch", "configmap", "llmop-router-settings",
                     "--type=merge", "-p", json.dumps(patch))
@@ -124,8 +127,11 @@ async def measure(cluster: NodeCluster, base: str, args: argparse.Namespace) -> 
         started = time.perf_counter()
         done = await progress(sdk, batch.id, 5)  # until the batch is well under way
         capped = await interactive(sdk, requests, max_tokens)
-        await asyncio.to_thread(batch_share, cluster, 1.0)
+        await asyncio.to_thread(batch_band, cluster, idleSeconds=1.0)
         done = await progress(sdk, batch.id, done + 5)  # the new leader runs it
+        idle = await interactive(sdk, requests, max_tokens)
+        await asyncio.to_thread(batch_band, cluster, maxShare=1.0, idleSeconds=0.0)
+        done = await progress(sdk, batch.id, done + 5)
         uncapped = await interactive(sdk, requests, max_tokens)
         while (current := await sdk.batches.retrieve(batch.id)).status not in FINISHED:
             await asyncio.sleep(1)
@@ -140,6 +146,7 @@ async def measure(cluster: NodeCluster, base: str, args: argparse.Namespace) -> 
     print("|---|---|---|---|---|")
     for name, samples in (("alone (baseline)", alone),
                           ("beside the batch, maxShare 0.5 (shipped)", capped),
+                          ("beside the batch, maxShare 0.5, idleSeconds 1", idle),
                           ("beside the batch, maxShare 1 (no cap)", uncapped)):
         p50, p99 = quantiles(samples)
         print(f"| {name} | {p50:.3f} | {p99:.3f} | {p50 / a50:.2f}x | {p99 / a99:.2f}x |")

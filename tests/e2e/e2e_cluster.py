@@ -78,6 +78,16 @@ class NodeCluster:
         """`kubectl get ... -o json`, decoded."""
         return json.loads(self.kubectl(*args, "-o", "json"))
 
+    def free_cpu(self) -> int:
+        """node-1's allocatable CPU less what its running and pending pods request
+        (millicores)."""
+        node = self.json("get", "node", "node-1")
+        pods = self.json("get", "pods", "-A", "--field-selector", "spec.nodeName=node-1")
+        requested = sum(millicores(c.get("resources", {}).get("requests", {}).get("cpu", "0"))
+                        for p in pods["items"] if p["status"].get("phase") not in
+                        ("Succeeded", "Failed") for c in p["spec"]["containers"])
+        return millicores(node["status"]["allocatable"]["cpu"]) - requested
+
     def wait_phase(self, namespace: str, name: str, phase: str, timeout: int = 120) -> None:
         """Until the LLMModel's status.phase is ``phase`` (kubectl wait: a watch)."""
         self.plane.kubectl("-n", namespace, "wait", f"llmmodel/{name}", f"--timeout={timeout}s",
@@ -148,6 +158,10 @@ def installed(root: Path) -> Iterator[NodeCluster]:
                         "--timeout=120s")
         cluster.namespace(MODELS_NS)
         yield cluster
+
+
+def millicores(quantity: str) -> int:
+    return int(quantity[:-1]) if quantity.endswith("m") else int(float(quantity) * 1000)
 
 
 REDIS_DATA = Path("/var/lib/llmop-e2e/redis")  # tests/e2e/redis/volume.yaml's directory

@@ -4,13 +4,15 @@ The Gemma example has one llama.cpp slot. While a long completion holds it, two 
 requests and then an interactive one wait in the router (config/router, its settings
 ConfigMap); the interactive one is served first. Sent with the OpenAI SDK, its band named
 by the Inference Extension's objective header. The same holds while the API server is
-frozen (SIGSTOP): the router serves from what it last saw.
+frozen (SIGSTOP): the router serves from what it last saw. On a full node, the queue asks
+for a replica that cannot be scheduled, and the replica there serves every request.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import signal
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -20,6 +22,8 @@ import openai
 import pytest
 from e2e_cluster import GEMMA_ID, GEMMA_NAME, MODELS_NS, OPERATOR_NS, NodeCluster
 from prometheus_client.parser import text_string_to_metric_families
+
+from realnode import PAUSE_IMAGE
 
 pytestmark = pytest.mark.e2e
 OBJECTIVE = "x-gateway-inference-objective"
@@ -45,39 +49,6 @@ async def until_load(http: aiohttp.ClientSession, url: str,
             await asyncio.sleep(0.05)  # the router is another process: poll it
 
 
-async def test_a_queued_interactive_request_is_served_before_queued_batch_ones(
-        routed: NodeCluster) -> None:
-    base = routed.service_url(OPERATOR_NS, "llmop-router", 8080)
-    scale = base.removesuffix("/v1") + f"/scale/{MODELS_NS}/{GEMMA_NAME}"
-    client = openai.AsyncOpenAI(base_url=base, api_key="unused", timeout=180, max_retries=0)
-    finished: list[str] = []
-
-    async def ask(name: str, band: str, tokens: int) -> None:
-        await client.completions.create(
-            model=GEMMA_ID, prompt="Once upon a time", max_tokens=tokens,
-            extra_body={"ignore_eos": True}, extra_headers={OBJECTIVE: band})
-        finished.append(name)
-
-    async with client, aiohttp.ClientSession() as http:
-        calls = [asyncio.create_task(ask("long", "standard", 160))]
-        await until_load(http, scale, lambda load: load["inFlight"] == 1)
-        calls += [asyncio.create_task(ask(f"batch{i}", "batch", 4)) for i in range(2)]
-        await until_load(http, scale, lambda load: load["queued"] == 2)
-        calls.append(asyncio.create_task(ask("interactive", "interactive", 4)))
-        await until_load(http, scale, lambda load: load["queued"] == 3
-                         and load["pending"] == 4)
-        await asyncio.gather(*calls)
-        async with http.get(base.removesuffix("/v1") + "/metrics") as r:
-            metrics = await r.text()
-    assert finished[:2] == ["long", "interactive"]
-    assert sorted(finished[2:]) == ["batch0", "batch1"]
-    route = f"{MODELS_NS}/{GEMMA_NAME}"
-    assert sample(metrics, "llmop_gateway_queue_wait_seconds_count",
-                  route=route, band="interactive") == 1
-    assert sample(metrics, "llmop_gateway_flow_requests_total",
-                  route=route, band="batch", outcome="admitted") == 2
-
-
 @contextlib.contextmanager
 def frozen_api_server(cluster: NodeCluster) -> Iterator[None]:
     """kube-apiserver stopped (SIGSTOP: it accepts nothing, answers nothing) for the block."""
@@ -89,11 +60,15 @@ def frozen_api_server(cluster: NodeCluster) -> Iterator[None]:
         apiserver.send_signal(signal.SIGCONT)
 
 
-async def test_queued_requests_are_served_by_band_while_the_api_server_is_frozen(
-        routed: NodeCluster) -> None:
+@pytest.mark.parametrize("api_server", ["running", "frozen"])
+async def test_a_queued_interactive_request_is_served_before_queued_batch_ones(
+        routed: NodeCluster, api_server: str) -> None:
+    """Frozen: from the interactive request's arrival until every answer is in."""
     base = routed.service_url(OPERATOR_NS, "llmop-router", 8080)
     scale = base.removesuffix("/v1") + f"/scale/{MODELS_NS}/{GEMMA_NAME}"
-    client = openai.AsyncOpenAI(base_url=base, api_key="unused", timeout=120, max_retries=0)
+    metrics = base.removesuffix("/v1") + "/metrics"
+    route = f"{MODELS_NS}/{GEMMA_NAME}"
+    client = openai.AsyncOpenAI(base_url=base, api_key="unused", timeout=180, max_retries=0)
     finished: list[str] = []
 
     async def ask(name: str, band: str, tokens: int) -> None:
@@ -102,19 +77,32 @@ async def test_queued_requests_are_served_by_band_while_the_api_server_is_frozen
             extra_body={"ignore_eos": True}, extra_headers={OBJECTIVE: band})
         finished.append(name)
 
+    async def counts(http: aiohttp.ClientSession) -> tuple[float, float]:
+        """Interactive requests that waited, batch ones admitted, so far."""
+        async with http.get(metrics) as r:
+            text = await r.text()
+        return (sample(text, "llmop_gateway_queue_wait_seconds_count", route=route,
+                       band="interactive") or 0,
+                sample(text, "llmop_gateway_flow_requests_total", route=route, band="batch",
+                       outcome="admitted") or 0)
+
     async with client, aiohttp.ClientSession() as http:
+        before = await counts(http)
         calls = [asyncio.create_task(ask("long", "standard", 160))]
         await until_load(http, scale, lambda load: load["inFlight"] == 1)
         calls += [asyncio.create_task(ask(f"batch{i}", "batch", 4)) for i in range(2)]
         await until_load(http, scale, lambda load: load["queued"] == 2)
-        with frozen_api_server(routed):
+        with frozen_api_server(routed) if api_server == "frozen" else contextlib.nullcontext():
             calls.append(asyncio.create_task(ask("interactive", "interactive", 4)))
-            await until_load(http, scale, lambda load: load["queued"] == 3)
+            await until_load(http, scale, lambda load: load["queued"] == 3
+                             and load["pending"] == 4)
             async with asyncio.timeout(90):
                 await asyncio.gather(*calls)
+        after = await counts(http)
     assert finished[:2] == ["long", "interactive"]
     assert sorted(finished[2:]) == ["batch0", "batch1"]
-    routed.kubectl("get", "--raw", "/readyz")  # and the API server is back
+    assert (after[0] - before[0], after[1] - before[1]) == (1, 2)
+    routed.kubectl("get", "--raw", "/readyz")  # the API server is back
 
 
 async def test_requests_queued_for_a_killed_pod_are_served_by_its_replacement(
@@ -145,3 +133,64 @@ async def test_requests_queued_for_a_killed_pod_are_served_by_its_replacement(
                            "-o", "jsonpath={.items[*].metadata.name}").split()
     assert after and not set(after) & set(before)  # served by the replacement
     assert all(answers)
+
+
+def filler(millicores: int, priority_class: str) -> str:
+    """A pod that only holds ``millicores`` of the node's CPU (the sandbox image, never
+    pulled), at the model's own priority: the scheduler does not preempt it for the model
+    (it would for a lower one)."""
+    return json.dumps({"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": "cpu-filler", "namespace": MODELS_NS}, "spec": {
+        "priorityClassName": priority_class,
+        "terminationGracePeriodSeconds": 0, "containers": [{
+            "name": "pause", "image": PAUSE_IMAGE, "imagePullPolicy": "Never",
+            "resources": {"requests": {"cpu": f"{millicores}m"}}}]}})
+
+
+def scaling(cluster: NodeCluster, most: int) -> None:
+    cluster.kubectl("-n", MODELS_NS, "patch", "llmmodel", GEMMA_NAME, "--type=merge", "-p",
+                    json.dumps({"spec": {"scaling": {"maxReplicas": most}}}))
+
+
+async def test_a_queue_whose_scale_up_cannot_be_placed_is_served_by_the_replica_there(
+        routed: NodeCluster) -> None:
+    base = routed.service_url(OPERATOR_NS, "llmop-router", 8080)
+    scale = base.removesuffix("/v1") + f"/scale/{MODELS_NS}/{GEMMA_NAME}"
+    client = openai.AsyncOpenAI(base_url=base, api_key="unused", timeout=300, max_retries=0)
+    pods = routed.json("-n", MODELS_NS, "get", "pods", "-l", f"app={GEMMA_NAME}")["items"]
+    if going := [p["metadata"]["name"] for p in pods if p["metadata"].get("deletionTimestamp")]:
+        routed.kubectl("-n", MODELS_NS, "wait", "--for=delete", "--timeout=60s",
+                       *(f"pod/{name}" for name in going))  # its CPU is free once it is gone
+    priority = pods[0]["spec"]["priorityClassName"]  # the model's, as every replica's
+    routed.kubectl("apply", "-f", "-", stdin=filler(max(1, routed.free_cpu() - 100),
+                                                    priority))
+    scaling(routed, 2)
+
+    async def ask() -> str:
+        answer = await client.completions.create(
+            model=GEMMA_ID, prompt="Once upon a time", max_tokens=96,
+            extra_body={"ignore_eos": True})
+        return answer.choices[0].text
+
+    try:
+        async with client, aiohttp.ClientSession() as http:
+            calls = [asyncio.create_task(ask()) for _ in range(8)]
+            await until_load(http, scale, lambda load: load["queued"] >= 4)
+            async with asyncio.timeout(120):  # the autoscaler asks for a second replica
+                while (deployment := routed.json("-n", MODELS_NS, "get", "deployment",
+                                                 GEMMA_NAME))["spec"]["replicas"] < 2:
+                    await asyncio.sleep(0.5)  # the operator is another process: poll it
+            answers = await asyncio.gather(*calls)
+        pods = routed.json("-n", MODELS_NS, "get", "pods", "-l", f"app={GEMMA_NAME}")["items"]
+    finally:
+        scaling(routed, 1)
+        routed.kubectl("-n", MODELS_NS, "delete", "pod", "cpu-filler", "--wait=false",
+                       "--ignore-not-found")
+    assert deployment["status"].get("readyReplicas") == 1
+    assert len(answers) == 8 and all(answers)  # all served by the one replica there
+    pending = [p for p in pods if p["status"]["phase"] == "Pending"]
+    assert len(pending) == 1
+    (scheduled,) = [c for c in pending[0]["status"].get("conditions", [])
+                    if c["type"] == "PodScheduled"]
+    assert scheduled["reason"] == "Unschedulable" and "Insufficient cpu" in \
+        scheduled["message"]

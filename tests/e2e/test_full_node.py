@@ -39,20 +39,6 @@ def copy_of(name: str, cpu: int, replicas: int = 1) -> dict[str, Any]:
     return dict(doc)
 
 
-def millicores(quantity: str) -> int:
-    return int(quantity[:-1]) if quantity.endswith("m") else int(float(quantity) * 1000)
-
-
-def free_cpu(cluster: NodeCluster) -> int:
-    """node-1's allocatable CPU less what its running and pending pods request (millicores)."""
-    node = cluster.json("get", "node", "node-1")
-    pods = cluster.json("get", "pods", "-A", "--field-selector", "spec.nodeName=node-1")
-    requested = sum(millicores(c.get("resources", {}).get("requests", {}).get("cpu", "0"))
-                    for p in pods["items"] if p["status"].get("phase") not in
-                    ("Succeeded", "Failed") for c in p["spec"]["containers"])
-    return millicores(node["status"]["allocatable"]["cpu"]) - requested
-
-
 def placed(cluster: NodeCluster, name: str) -> dict[str, Any]:
     model = cluster.json("-n", NS, "get", "llmmodel", name)
     return next((c for c in (model.get("status") or {}).get("conditions") or []
@@ -79,7 +65,7 @@ def delete(cluster: NodeCluster, *names: str) -> None:
 
 
 def test_a_full_node_preempts_no_part_of_the_control_plane(routed: NodeCluster) -> None:
-    free = free_cpu(routed)
+    free = routed.free_cpu()
     fillers = [f"gemma-fill-{i}" for i in range(free // 500 + 1)]  # one more than fits
     before = control_plane_ready(routed)
     assert all(ready == wanted for ready, wanted in before.values()), before

@@ -95,9 +95,12 @@ def test_an_objective_priority_selects_the_highest_band_not_above_it(
      "flowControl.bands.0.maxShare: Input should be greater than 0"),
     ({"bands": [{"name": "batch", "priority": 0, "maxShare": 1.5}], "defaultBand": "batch"},
      "flowControl.bands.0.maxShare: Input should be less than or equal to 1"),
+    ({"bands": [{"name": "batch", "priority": 0, "idleSeconds": -1}],
+      "defaultBand": "batch"},
+     "flowControl.bands.0.idleSeconds: Input should be greater than or equal to 0"),
 ], ids=["no-wait", "no-queue", "negative-length", "negative-wait", "unknown-default",
         "objective-to-unknown-band", "duplicate-band", "duplicate-priority",
-        "zero-concurrency", "no-share", "share-over-all"])
+        "zero-concurrency", "no-share", "share-over-all", "negative-idle"])
 def test_queue_settings_that_cannot_work_are_refused_with_their_path(
         flow: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError, match=r"gateway\.yaml: ") as refused:

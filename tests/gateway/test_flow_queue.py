@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -136,6 +137,28 @@ async def test_slots_kept_from_batch_work_go_to_a_higher_band_at_once() -> None:
     batch[0].release()
     await waiters.settle(1)  # a batch slot freed: the next batch request takes it
     assert waiters.granted == ["batch2"]
+
+
+async def test_an_idle_band_waits_until_higher_bands_have_been_quiet_for_its_time() -> None:
+    settings = FlowControl.model_validate({"bands": [
+        {"name": "interactive", "priority": 100},
+        {"name": "standard", "priority": 0},
+        {"name": "batch", "priority": -100, "idleSeconds": 0.05}]})
+    f = Flow(settings, clock=time.monotonic)
+    f.configure(settings, {"m": (4, None)})
+    chat, _, batch = (Classified(b, "", "") for b in settings.bands)
+    first = f.at_once("m", batch)
+    assert first is not None  # no higher band seen yet: at once
+    lease = f.at_once("m", chat)
+    assert lease is not None
+    waiters = Waiters(f)
+    await waiters.add("batch1", batch)  # a slot is free, but a chat request is in flight
+    lease.release()
+    ended = time.monotonic()
+    assert f.queued("m") == 1  # and ended just now
+    await waiters.settle(1)  # the pool's timer, once the chat band has been quiet
+    assert time.monotonic() - ended >= 0.05
+    assert f.at_once("m", chat) is not None  # a higher band is never held back
 
 
 async def test_one_id_is_served_first_come_first_served() -> None:

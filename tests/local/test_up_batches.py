@@ -62,8 +62,11 @@ async def test_a_batch_on_the_local_model_completes_with_the_openai_sdk(
         batch = await sdk.batches.retrieve(batch_id)
         assert batch.status == "completed" and batch.output_file_id is not None
         output = (await sdk.files.content(batch.output_file_id)).text
+        band = up.gateway.flow.settings.band("batch")
     lines = [json.loads(line) for line in output.splitlines()]
     assert [line["custom_id"] for line in lines] == ["Say hi.", "Count to three."]
+    # one machine's cores: batch work only once interactive requests left for a second
+    assert band is not None and (band.max_share, band.idle_seconds) == (0.5, 1.0)
     assert all(line["response"]["body"]["choices"][0]["message"]["content"]
                for line in lines)
 

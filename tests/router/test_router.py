@@ -8,6 +8,8 @@ import asyncio
 import contextlib
 import copy
 import json
+import math
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -190,6 +192,35 @@ async def test_a_model_with_no_replica_holds_its_request_until_one_is_ready(
         assert "".join(words) == f"answered by {MODEL_ID}"
         assert fake.served == [MODEL_ID, MODEL_ID]
         assert cluster.router.gateway.holds.held == {}
+
+
+async def test_an_idle_band_waits_while_the_engine_runs_another_replicas_requests(
+        router_connection: Connection, admin: Kube, namespace: str) -> None:
+    """The batch band with idleSeconds: a request to an engine that runs requests this
+    router did not send (its peer's) waits until a look finds it idle, and that long."""
+    flow = {"bands": [{"name": "interactive", "priority": 100},
+                      {"name": "standard", "priority": 0},
+                      {"name": "batch", "priority": -100, "idleSeconds": 0.3}]}
+    async with routing(router_connection, admin, namespace, flowControl=flow) as cluster, \
+            aiohttp.ClientSession() as http:
+        await cluster.model("gemma", known=True)
+        fake = await cluster.replica("gemma", 0)
+        await cluster.upstreams("gemma", 1)
+        fake.running = 1  # a request the router's other replica sent
+        batch = asyncio.create_task(http.post(
+            f"{cluster.url}/v1/chat/completions", json=CHAT,
+            headers={"x-gateway-inference-objective": "batch"}))
+        pool = cluster.router.gateway.flow.pools[f"{namespace}/gemma"]
+        async with asyncio.timeout(10):
+            while pool.outside == -math.inf:  # until a look has seen it
+                await asyncio.sleep(0.01)  # the router's looks run on this loop
+        assert pool.queued == 1 and not batch.done()
+        fake.running = 0
+        answer = await batch
+        answered = time.monotonic()
+    assert answer.status == 200
+    assert answered - pool.outside >= 0.3  # after the last look that found it busy
+    assert fake.served == [MODEL_ID]
 
 
 async def test_names_replicas_and_a_replica_that_dies_mid_burst(

@@ -308,6 +308,12 @@ class Band(_Config):
                              "gateway's slots, at least one slot): the rest stay free for "
                              "higher bands, as an engine does not give back a slot a "
                              "request holds. 1: no cap.")
+    idle_seconds: float = Field(0.0, ge=0, le=3600, description="This band's requests "
+                                "take a slot only once no request of a higher band has "
+                                "been in flight for this long (0: whenever a slot is free). "
+                                "For engines whose requests share compute (CPU): batch work "
+                                "runs in the gaps of interactive traffic, and steady "
+                                "interactive traffic holds it back entirely.")
 
     @model_validator(mode="after")
     def _can_queue(self) -> Band:

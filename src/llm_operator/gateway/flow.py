@@ -144,6 +144,10 @@ class Pool:
     last_members: dict[tuple[str, str], int] = field(default_factory=dict)
     queues: dict[str, _BandQueue] = field(default_factory=dict)
     hold_seconds: float = 0.0  # moving average of how long a slot is held
+    ended: dict[str, float] = field(default_factory=dict)  # band: when one last let go
+    outside: float = -math.inf  # when its engines last ran requests others sent (peers)
+    looked: float = -math.inf  # when they were last looked at (Flow.looked)
+    _timer: asyncio.TimerHandle | None = None  # a dispatch when a band's quiet time ends
 
     @property
     def queued(self) -> int:
@@ -165,7 +169,31 @@ class Pool:
             return True
         return self.in_flight < self.capacity and (
             band.max_share >= 1.0 or self.held_bands[band.name]
-            < max(1, math.floor(self.capacity * band.max_share)))
+            < max(1, math.floor(self.capacity * band.max_share))) and (
+            not band.idle_seconds or self.quiet(band))
+
+    def quiet(self, band: Band) -> bool:
+        """Whether higher bands have been quiet for ``band``'s ``idleSeconds``.
+
+        And, where the engines are looked at, a recent look found nobody else's requests.
+        """
+        now = self.flow.clock()
+        every = self.flow.look_every
+        return self.quiet_from(band) <= now and (
+            every is None or self.looked >= now - max(band.idle_seconds, 2 * every))
+
+    def quiet_from(self, band: Band) -> float:
+        """When ``band`` (with ``idleSeconds``) may take slots.
+
+        That long after the last request of a higher band ended, or the engines were last
+        seen running requests another gateway sent (``Flow.looked``); never while one of
+        a higher band is in flight here.
+        """
+        above = self.flow.above.get(band.name, ())
+        if any(self.held_bands[name] for name in above):
+            return math.inf
+        return max(self.outside, *(self.ended.get(name, -math.inf) for name in above)
+                   ) + band.idle_seconds
 
     def grant(self, band: str, group: str, member: str) -> Lease:
         self.in_flight += 1
@@ -186,7 +214,9 @@ class Pool:
         self.held_members[key] -= 1
         if not self.held_members[key]:
             del self.held_members[key]
-        seconds = self.flow.clock() - lease.since
+        now = self.flow.clock()
+        self.ended[lease.band] = now
+        seconds = now - lease.since
         self.hold_seconds = seconds if not self.hold_seconds else \
             0.9 * self.hold_seconds + 0.1 * seconds
         self.dispatch()
@@ -194,12 +224,15 @@ class Pool:
     def dispatch(self) -> None:
         """Give free slots to waiting requests: highest band first, fairly within it.
 
-        Afterwards every band still waiting holds its share, or no slot is free.
+        Afterwards every band still waiting holds its share or waits for its quiet time
+        (then a timer dispatches again), or no slot is free.
         """
         while self.capacity is None or self.in_flight < self.capacity:
             queue = next((q for q in self.flow.order(self) if q.size and self.room(q.band)),
                          None)
             if queue is None:
+                if self.queued:
+                    self._dispatch_later()
                 return
             ticket = queue.pop(self)
             ticket.future.set_result(self.grant(queue.band.name, ticket.group,
@@ -207,6 +240,21 @@ class Pool:
             self.flow.observer.admitted(self.name, queue.band.name,
                                         self.flow.clock() - ticket.since)
             self.flow.observer.depth(self.name, queue.band.name, queue.size)
+
+    def _dispatch_later(self) -> None:
+        """A band waits only for its quiet time (``idleSeconds``): dispatch again then."""
+        now = self.flow.clock()
+        at = min((t for q in self.queues.values() if q.size and q.band.idle_seconds
+                  and now < (t := self.quiet_from(q.band)) < math.inf), default=None)
+        if at is None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # configured before the server runs: nobody waits yet
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = loop.call_later(at - now, self.dispatch)
 
     def retry_after(self, ahead: int) -> float:
         """About how long until ``ahead`` queued requests have had a slot (at least 1 s)."""
@@ -224,6 +272,10 @@ class Flow:
         self.pools: dict[str, Pool] = {}
         self.tick = 0
         self._order: list[str] = []
+        self.above: dict[str, tuple[str, ...]] = {}  # band: the bands of higher priority
+        # set where a band with idleSeconds must also wait for a look at the engines that
+        # finds nobody else's requests (the router, whose peers send to the same engines)
+        self.look_every: float | None = None
 
     def order(self, pool: Pool) -> list[_BandQueue]:
         """The pool's band queues, highest priority first."""
@@ -238,6 +290,8 @@ class Flow:
         """
         self.settings = settings
         self._order = [b.name for b in sorted(settings.bands, key=lambda b: -b.priority)]
+        self.above = {b.name: tuple(h.name for h in settings.bands if h.priority > b.priority)
+                      for b in settings.bands}
         default = settings.band(settings.default_band)
         assert default is not None
         old, self.pools = self.pools, {}
@@ -268,6 +322,32 @@ class Flow:
         """Whether requests to ``pool`` may wait for a slot (its slots are known)."""
         found = self.pools.get(pool)
         return found is not None and found.capacity is not None
+
+    def held_back(self) -> list[str]:
+        """Pools where a band with ``idleSeconds`` waits or runs: whose engines to look at.
+
+        The router looks at them every ``look_every`` seconds (``looked``).
+        """
+        idle = {b.name for b in self.settings.bands if b.idle_seconds}
+        return [name for name, pool in self.pools.items()
+                if any(pool.held_bands[b] or (b in pool.queues and pool.queues[b].size)
+                       for b in idle)]
+
+    def looked(self, pool: str, outside: bool) -> None:
+        """What a look at ``pool``'s engines found.
+
+        ``outside``: requests another gateway sent (a router replica's peer, a client
+        straight to the Service), which bands with ``idleSeconds`` wait for as for this
+        gateway's own.
+        """
+        found = self.pools.get(pool)
+        if found is None:
+            return
+        found.looked = self.clock()
+        if outside:
+            found.outside = found.looked
+        else:
+            found.dispatch()
 
     def queued(self, pool: str) -> int:
         """Requests waiting for a slot of ``pool``."""

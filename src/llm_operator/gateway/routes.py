@@ -344,6 +344,11 @@ class RouteTable:
         load = self._loads.get(base_url.rstrip("/"))
         return load.waiting if load is not None else 0.0
 
+    def pool_engines(self, pool: str) -> dict[str, Load]:
+        """The replicas of flow-control pool ``pool``: base URL -> this gateway's load."""
+        return {d.url_base: d.load for state in self.routes.values()
+                if state.route.pool_name == pool for d in state.deployments}
+
     def engine_load(self, base_url: str, *, waiting: float, running: float,
                     kv_usage: float) -> None:
         """What an upstream's engine reports of its queue (scraped by the router)."""

@@ -85,6 +85,16 @@ class Options:
     hold_seconds: float = 300.0  # a request for a model still loading waits this long
 
 
+# One machine's models share its cores (or one small accelerator) with whoever uses it:
+# batch work runs only once interactive requests have left the models alone for a second
+# (docs/flow-control.md, idleSeconds). The bands are otherwise the gateway's defaults.
+LOCAL_FLOW_CONTROL: dict[str, Any] = {"bands": [
+    {"name": "interactive", "priority": 100, "maxQueue": 1000, "maxWaitSeconds": 60},
+    {"name": "standard", "priority": 0, "maxQueue": 1000, "maxWaitSeconds": 120},
+    {"name": "batch", "priority": -100, "maxQueue": 10_000, "maxWaitSeconds": 300,
+     "maxShare": 0.5, "idleSeconds": 1}]}
+
+
 class Runtime:
     """Serve a directory of LLMModel YAML on this machine until cancelled."""
 
@@ -93,7 +103,8 @@ class Runtime:
         self.machine = options.machine or detect()
         self.entries: dict[str, Entry] = {}
         self.problems: list[str] = []
-        self.gateway = Gateway(parse_config({"routes": []}, empty_ok=True))
+        self.gateway = Gateway(parse_config({"routes": [], "flowControl": LOCAL_FLOW_CONTROL},
+                                            empty_ok=True))
         self._held: dict[str, str | None] = {}  # served model -> why its requests wait
         self.table = Table()
         self._route_options = RouteOptions(
@@ -390,7 +401,8 @@ class Runtime:
         table = build(((e.model, self._serving(e)) for e in self.entries.values()),
                       self._route_options)
         try:
-            self.gateway.reconfigure(parse_config({"routes": table.routes}, empty_ok=True))
+            self.gateway.reconfigure(parse_config(
+                {"routes": table.routes, "flowControl": LOCAL_FLOW_CONTROL}, empty_ok=True))
         except ConfigError as exc:  # the API's own validation makes this unexpected
             log.error("gateway routes rejected, keeping the previous ones: %s", exc)
             return

@@ -65,17 +65,21 @@ class Router:
     Every change rebuilds the table (router.routes.build) and reconfigures the gateway:
     requests held for a model that had no replica go out as soon as one is ready. The
     engines' queues are scraped every ``scrape_seconds`` for least-load and bounded
-    prefix routing. ``settings`` are the gateway's own (``clientKeys``, ``redis``): every
+    prefix routing, and every ``watch_seconds`` those of a model where a band with
+    ``idleSeconds`` waits: requests another replica sent keep that band waiting too.
+    ``settings`` are the gateway's own (``clientKeys``, ``redis``): every
     route is behind them. ConfigError if they are invalid.
     """
 
     def __init__(self, kube: Kube, namespaces: Collection[str] = (), *,
                  options: Options | None = None, scrape_seconds: float = 2.0,
+                 watch_seconds: float = 0.1,
                  max_held_per_route: int = 100, max_held: int = 1000,
                  settings: Mapping[str, Any] | None = None,
                  peers: tuple[str, str] | None = None, port: int = 8080,
                  batch_lease: LeaseTerms | None = None) -> None:
         self.kube, self.scrape_seconds = kube, scrape_seconds
+        self.watch_seconds = watch_seconds
         self.options = options or Options()
         self.base = {**(settings or {}), "maxHeldPerRoute": max_held_per_route,
                      "maxHeld": max_held}
@@ -203,6 +207,7 @@ class Router:
         tasks = [asyncio.create_task(i.run())
                  for i in [*informers, *self.objective_informers, *self.peer_informers]]
         tasks.append(asyncio.create_task(self._scrape_forever()))
+        tasks.append(asyncio.create_task(self._watch_held_back()))
         if self.gateway.batch_runner is not None:
             tasks.append(asyncio.create_task(self._run_batches(self.gateway.batch_runner)))
         try:  # objectives are optional (their CRD, the router's RBAC): not waited for
@@ -252,17 +257,43 @@ class Router:
                 await asyncio.gather(*(self._scrape(http, url) for url in sorted(urls)))
                 await asyncio.sleep(self.scrape_seconds)
 
-    async def _scrape(self, http: aiohttp.ClientSession, base_url: str) -> None:
+    async def _watch_held_back(self) -> None:
+        """Where a band with ``idleSeconds`` waits, the model's engines, every few tenths.
+
+        An engine running more requests than this replica has in flight there runs another
+        replica's (or a client's straight to the Service), and the band waits for them
+        too. Each replica sees only its own traffic otherwise (a client's keep-alive
+        connection stays on one replica), and batch work would run beside the other's
+        interactive requests.
+        """
+        flow = self.gateway.flow
+        flow.look_every = self.watch_seconds
+        timeout = aiohttp.ClientTimeout(total=max(1.0, self.watch_seconds * 10))
+        async with aiohttp.ClientSession(timeout=timeout) as http:
+            while True:
+                for pool in flow.held_back():
+                    engines = self.gateway.pool_engines(pool)
+                    seen = await asyncio.gather(*(self._scrape(http, url) for url in engines))
+                    if None not in seen:  # an engine that did not answer: look again
+                        flow.looked(pool, outside=any(
+                            numbers[0] + numbers[1] > load.in_flight for numbers, load
+                            in zip(seen, engines.values(), strict=True) if numbers))
+                await asyncio.sleep(self.watch_seconds)
+
+    async def _scrape(self, http: aiohttp.ClientSession, base_url: str
+                      ) -> tuple[float, float, float] | None:
+        """An engine's (waiting, running, KV usage), also kept for picking; None: no answer."""
         url = base_url.removesuffix("/v1") + "/metrics"
         try:
             async with http.get(url) as r:
                 if r.status != 200:
-                    return
+                    return None
                 numbers = engine_numbers(await r.text())
         except (aiohttp.ClientError, TimeoutError, ValueError):
-            return  # a replica going away; its endpoint leaves the table soon
+            return None  # a replica going away; its endpoint leaves the table soon
         waiting, running, kv = numbers
         self.gateway.engine_load(base_url, waiting=waiting, running=running, kv_usage=kv)
+        return numbers
 
 
 async def serve(router: Router, host: str, port: int, ready: asyncio.Event | None = None,
