@@ -273,6 +273,7 @@ class Flow:
         self.tick = 0
         self._order: list[str] = []
         self.above: dict[str, tuple[str, ...]] = {}  # band: the bands of higher priority
+        self._idle: frozenset[str] = frozenset()  # the bands with idleSeconds
         # set where a band with idleSeconds must also wait for a look at the engines that
         # finds nobody else's requests (the router, whose peers send to the same engines)
         self.look_every: float | None = None
@@ -292,6 +293,7 @@ class Flow:
         self._order = [b.name for b in sorted(settings.bands, key=lambda b: -b.priority)]
         self.above = {b.name: tuple(h.name for h in settings.bands if h.priority > b.priority)
                       for b in settings.bands}
+        self._idle = frozenset(b.name for b in settings.bands if b.idle_seconds)
         default = settings.band(settings.default_band)
         assert default is not None
         old, self.pools = self.pools, {}
@@ -328,10 +330,9 @@ class Flow:
 
         The router looks at them every ``look_every`` seconds (``looked``).
         """
-        idle = {b.name for b in self.settings.bands if b.idle_seconds}
         return [name for name, pool in self.pools.items()
                 if any(pool.held_bands[b] or (b in pool.queues and pool.queues[b].size)
-                       for b in idle)]
+                       for b in self._idle)]
 
     def looked(self, pool: str, outside: bool) -> None:
         """What a look at ``pool``'s engines found.

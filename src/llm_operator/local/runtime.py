@@ -19,7 +19,7 @@ from aiohttp import web
 from llm_operator.api.v1alpha1 import LLMModel
 from llm_operator.batch.store import BatchStore
 from llm_operator.gateway.app import Gateway
-from llm_operator.gateway.config import ConfigError, parse_config
+from llm_operator.gateway.config import ConfigError, FlowControl, parse_config
 from llm_operator.local.entries import Entry, read_models, runtime_key
 from llm_operator.local.listening import StartError, free_port, listen
 from llm_operator.local.machine import detect
@@ -85,14 +85,19 @@ class Options:
     hold_seconds: float = 300.0  # a request for a model still loading waits this long
 
 
-# One machine's models share its cores (or one small accelerator) with whoever uses it:
-# batch work runs only once interactive requests have left the models alone for a second
-# (docs/flow-control.md, idleSeconds). The bands are otherwise the gateway's defaults.
-LOCAL_FLOW_CONTROL: dict[str, Any] = {"bands": [
-    {"name": "interactive", "priority": 100, "maxQueue": 1000, "maxWaitSeconds": 60},
-    {"name": "standard", "priority": 0, "maxQueue": 1000, "maxWaitSeconds": 120},
-    {"name": "batch", "priority": -100, "maxQueue": 10_000, "maxWaitSeconds": 300,
-     "maxShare": 0.5, "idleSeconds": 1}]}
+def _local_flow_control() -> dict[str, Any]:
+    """The gateway's default flow control, with batch work only in the gaps.
+
+    Batch requests wait until interactive ones have left the models alone for a second
+    (docs/flow-control.md, idleSeconds): one machine's models share its cores (or one small
+    accelerator) with whoever uses it.
+    """
+    bands = [band.model_copy(update={"idle_seconds": 1.0}) if band.name == "batch" else band
+             for band in FlowControl().bands]
+    return {"bands": [band.model_dump(by_alias=True) for band in bands]}
+
+
+LOCAL_FLOW_CONTROL = _local_flow_control()
 
 
 class Runtime:
