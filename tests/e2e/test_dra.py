@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from e2e_cluster import GEMMA_DIR, MODELS_NS, NodeCluster
+from e2e_cluster import GEMMA_DIR, MODELS_NS, NodeCluster, kubectl_watch
 
 pytestmark = pytest.mark.e2e
 NS = MODELS_NS
@@ -92,8 +92,10 @@ def test_the_scheduler_allocates_the_device_the_claim_asks_for_and_binds_the_pod
     (result,) = claim["status"]["allocation"]["devices"]["results"]
     # the H100: the L4 has neither the memory (8B at BF16 needs ~20 GiB) nor the name
     assert (result["driver"], result["pool"], result["device"]) == (DRIVER, "node-1", "gpu-1")
-    model = devices.json("-n", NS, "get", "llmmodel", "h100-claimed")
-    assert model["status"]["phase"] in {"Starting", "Degraded"}, model["status"]
+    # the operator writes the phase a moment after the pod is placed: watched, not sampled
+    with kubectl_watch(devices.plane, "-n", NS, "get", "llmmodel/h100-claimed", "--watch",
+                       "-o", "jsonpath={.status.phase}{'\\n'}") as phases:
+        phases.until(lambda seen: bool({"Starting", "Degraded"} & set(seen)), 90)
 
 
 def test_a_claim_no_device_satisfies_waits_for_gpus_with_the_schedulers_reason(

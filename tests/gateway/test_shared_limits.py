@@ -11,6 +11,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -217,15 +218,21 @@ async def evalsha_calls(url: str) -> int:
 
 async def test_leases_hold_a_high_limit_with_few_redis_calls(gateway: GatewayFactory,
                                                              redis_url: str) -> None:
-    """1,000 RPM over two gateways: slices of 10 leased at a time, the whole within 5 %."""
+    """1,000 RPM over two gateways: slices of 10 leased at a time, the whole within 5 %.
+
+    The bucket refills at 1,000 a minute while the requests go out (2 s here, 7 s on a
+    loaded 2-core machine): what it refilled meanwhile is allowed too.
+    """
     config = {"redis": {"url": redis_url}}
     limit = {"rateLimit": {"requestsPerMinute": 1000}}
     (a, _), (b, _) = await gateway(limit, config=config), await gateway(limit, config=config)
     statuses = []
+    began = time.monotonic()
     for i in range(1100):
         statuses.append((await (a, b)[i % 2].post("/v1/chat/completions", json=CHAT)).status)
+    refilled = (time.monotonic() - began) * 1000 / 60
     allowed = statuses.count(200)
-    assert 1000 <= allowed <= 1050, allowed
+    assert 1000 <= allowed <= 1050 + refilled, (allowed, refilled)
     assert await evalsha_calls(redis_url) < 1100 / 5  # most requests never call Redis
 
 
