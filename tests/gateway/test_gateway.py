@@ -11,6 +11,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from llm_operator.gateway.app import Gateway
 from llm_operator.gateway.config import parse_config
 
 from fake_upstream import FakeUpstream, Reply, completion, sse_chunks
@@ -411,15 +412,17 @@ async def test_a_route_marked_unavailable_while_its_request_retries_answers_503_
         gateway: GatewayFactory) -> None:
     """`llmop up`: a model process dies, the request finds its port closed, and the
     runtime marks it unavailable a moment later, while the gateway waits to retry."""
-    time = FakeTime()
+    marked: list[Gateway] = []
+
+    class Meanwhile(FakeTime):
+        async def sleep(self, seconds: float) -> None:  # the runtime marks it in the backoff
+            await super().sleep(seconds)
+            marked[0].set_unavailable("gpt", "it is failed on this machine (killed by SIGKILL)")
+
+    time = Meanwhile()
     client, gw = await gateway({"name": "gpt", "upstream": {"baseUrl": "http://127.0.0.1:9/v1"},
                                 "retry": {"attempts": 3}}, time=time)
-
-    async def meanwhile(seconds: float) -> None:
-        await FakeTime.sleep(time, seconds)
-        gw.set_unavailable("gpt", "it is failed on this machine (killed by SIGKILL)")
-
-    gw._sleep = meanwhile  # the runtime marks the route during the backoff
+    marked.append(gw)
     resp = await client.post("/v1/chat/completions", json=CHAT)
     error = (await resp.json())["error"]
     assert (resp.status, error["code"]) == (503, "model_unavailable")

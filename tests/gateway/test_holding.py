@@ -293,3 +293,32 @@ async def test_prefix_cache_follows_each_conversation_through_a_route_change(
         assert len(set().union(*served.values())) > 1
     finally:
         await client.close()
+
+
+async def test_a_held_stream_refused_once_its_replica_came_gets_the_refusal_as_an_event(
+        replicas: Replicas) -> None:
+    """Two streams held for a route allowing 1 request a minute: when the replica comes,
+    one is answered and the other's 429 goes into its stream (its headers went out with the
+    keepalives), counted as a 429. Before the request path's parts, the refusal was
+    returned as a second response and the stream was cut without an event."""
+    limit = {"rateLimit": {"requestsPerMinute": 1}}
+    client, gw = await serve({"routes": [held_route(**limit)]})
+    try:
+        streams = [await client.post("/v1/chat/completions", json={**CHAT, "stream": True})
+                   for _ in range(2)]
+        await until_held(gw, "ns/gemma", 2)
+        await replicas.add()
+        replicas.fakes[0].then(Reply(chunks=sse_chunks("gemma", ["Hi"])))
+        gw.reconfigure(parse_config({"routes": [held_route(
+            upstreams=replicas.upstreams(), **limit)]}))
+        bodies = sorted([(await s.read()).decode() for s in streams],
+                        key=lambda body: "rate_limit_exceeded" in body)
+        assert '"content":"Hi"' in bodies[0].replace(" ", "")
+        refused = [json.loads(line[6:]) for line in bodies[1].splitlines()
+                   if line.startswith("data: {")]
+        assert [e["error"]["code"] for e in refused] == ["rate_limit_exceeded"]
+        assert bodies[1].rstrip().endswith("data: [DONE]")
+        assert metric(gw, "llmop_gateway_requests_total", route="ns/gemma",
+                      status="429") == 1
+    finally:
+        await client.close()

@@ -24,7 +24,7 @@ from llm_operator.access.keyring import digest
 from llm_operator.api import labels as L
 from llm_operator.api.validation import parse_llmmodel
 from llm_operator.kube import Connection, Kube
-from llm_operator.operator.leader import LeaseTerms
+from llm_operator.leader import LeaseTerms
 from llm_operator.render.meta import selector_labels
 from llm_operator.render.networking import service
 from llm_operator.router.app import Router, serve

@@ -20,7 +20,7 @@ import pytest
 from test_router import Cluster, routing
 
 from llm_operator.kube import Connection, Kube
-from llm_operator.operator.leader import LeaseTerms
+from llm_operator.leader import LeaseTerms
 
 from controlplane import ControlPlane
 from redisserver import redis_server

@@ -392,7 +392,7 @@ def operator(namespaces: tuple[str, ...], *, all_namespaces: bool, settings_path
     import socket  # noqa: PLC0415
 
     from llm_operator.kube import connection  # noqa: PLC0415
-    from llm_operator.operator.leader import LeaseTerms  # noqa: PLC0415
+    from llm_operator.leader import LeaseTerms  # noqa: PLC0415
     from llm_operator.operator.run import run_operator  # noqa: PLC0415
 
     if namespaces and all_namespaces:

@@ -94,7 +94,7 @@ def router(*, namespaces: tuple[str, ...], host: str, port: int, hold_seconds: f
     from llm_operator.gateway.config import ConfigError, parse_config  # noqa: PLC0415
     from llm_operator.gateway.proxies import ProxyError, proxy_settings  # noqa: PLC0415
     from llm_operator.kube import Kube, connection  # noqa: PLC0415
-    from llm_operator.operator.leader import LeaseTerms  # noqa: PLC0415
+    from llm_operator.leader import LeaseTerms  # noqa: PLC0415
     from llm_operator.router.app import Router, serve  # noqa: PLC0415
     from llm_operator.router.routes import Options  # noqa: PLC0415
 

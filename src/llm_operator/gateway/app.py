@@ -1,9 +1,9 @@
 """The gateway's HTTP server: OpenAI-compatible endpoints proxied to each route's upstream.
 
-This module wires the aiohttp application: its endpoints, error shape, start and stop. A
-request's path is admission.py (may it go, where), forwarding.py (attempts, failover,
-retries) and relaying.py (the answer, plain or streamed, and its usage); the routes it
-reads are routes.py.
+This module composes the request path from its parts (gateway/parts, run by path.py, in
+the order ``Gateway.path`` lists them; docs/gateway.md has the table) and wires the aiohttp
+application: its endpoints, error shape, start and stop. The routes every part reads are
+routes.py's RouteTable.
 """
 
 from __future__ import annotations
@@ -11,30 +11,47 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import random
 import signal
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from llm_operator.access.shared import RedisLedger
+from llm_operator.access.shared import RedisLedger, SharedLimits, redis_client
+from llm_operator.access.spend import Ledger, MemoryLedger
 from llm_operator.batch.runner import BatchRunner, RunnerSettings
 from llm_operator.batch.store import Store
-from llm_operator.gateway.admission import Admission
+from llm_operator.gateway.answers import as_anthropic_error
 from llm_operator.gateway.batches import BatchApi, open_store, own_address, runner_settings
+from llm_operator.gateway.clients import ClientGate
 from llm_operator.gateway.config import GatewayConfig
 from llm_operator.gateway.errors import Refusal, error_response
-from llm_operator.gateway.http1 import Client as UpstreamClient
+from llm_operator.gateway.exchange import STREAM_STARTED
+from llm_operator.gateway.flow import Flow
+from llm_operator.gateway.holding import Holds
 from llm_operator.gateway.keys import KeyUnavailable
-from llm_operator.gateway.relaying import (
-    CLIENT_CLOSED,
-    HeldStream,
-    Streamed,
-    as_anthropic_error,
-)
-from llm_operator.gateway.routes import ANTHROPIC, CLIENT_KEY, ROUTE_KEY, STREAM_STARTED
-from llm_operator.gateway.tracing import TRACE
+from llm_operator.gateway.metrics import FlowMetrics, GatewayMetrics
+from llm_operator.gateway.parts.body import ReadBody
+from llm_operator.gateway.parts.classify import Classify
+from llm_operator.gateway.parts.forward import Forward
+from llm_operator.gateway.parts.hold import Hold, Reroute
+from llm_operator.gateway.parts.identify import Identify
+from llm_operator.gateway.parts.limit import Limit
+from llm_operator.gateway.parts.relay import Relay
+from llm_operator.gateway.parts.resolve import Resolve
+from llm_operator.gateway.parts.shape import Shape
+from llm_operator.gateway.parts.slot import Slot
+from llm_operator.gateway.path import RequestPath
+from llm_operator.gateway.picking import Load
+from llm_operator.gateway.proxies import proxy_settings
+from llm_operator.gateway.routes import Clock, RouteState, RouteTable, Sleep, pools
+from llm_operator.gateway.tracing import Traces
+from llm_operator.span_export import SpanShipper
+from llm_operator.telemetry import trace_target
 
 log = logging.getLogger("llm_operator.gateway")
 
@@ -70,12 +87,102 @@ async def openai_errors(request: web.Request, handler: Callable[[web.Request], A
                               "server_error", "internal_error")
 
 
-class Gateway(Admission):
-    """Routes, limits and metrics behind an aiohttp application."""
+class Gateway:
+    """The gateway: its route table, flow control and holds, and the request path's parts.
 
-    batch_api: BatchApi | None = None  # the Files and Batch APIs, once enabled
-    _batch_task: asyncio.Task[None] | None = None
-    _batch_autostart = True
+    ``app()`` composes the parts (gateway/parts) in the order a request meets them; the
+    other methods are what the local runtime and the router change as models come and go.
+    """
+
+    def __init__(self, config: GatewayConfig, *, clock: Clock = time.monotonic,
+                 sleep: Sleep = asyncio.sleep, jitter: Callable[[], float] = random.random,
+                 ledger: Ledger | None = None, pick: Callable[[], float] = random.random,
+                 component: str = "gateway") -> None:
+        self.metrics = GatewayMetrics()
+        target = trace_target(config.tracing, component)  # read once, at start
+        self.traces = None if target is None else Traces(target.sampler, SpanShipper(
+            target.endpoint, target.service, "llm_operator.gateway"))
+        self._clock, self._sleep, self._jitter, self._pick = clock, sleep, jitter, pick
+        self.shared = _shared(config, self.metrics, clock)
+        self.ledger: Ledger = ledger or (
+            RedisLedger(self.shared, config.redis.spend_flush_seconds)
+            if self.shared and config.redis else MemoryLedger())
+        self.table = RouteTable(config, self.metrics, clock=clock, ledger=self.ledger,
+                                local_share=config.redis.local_share if config.redis else 1.0)
+        self.proxies = proxy_settings(os.environ)  # egress proxies, read once (ProxyError)
+        self.before_scrape: list[Callable[[], None]] = []  # gauges set when /metrics is read
+        self.holds = Holds(config.max_held_per_route, config.max_held,
+                           on_change=lambda label, n: self.metrics.held.labels(label).set(n))
+        self.flow = Flow(config.flow_control, clock, FlowMetrics(self.metrics))
+        self.peers = 1  # gateways sharing the upstreams' slots (the router's replicas)
+        self.batch_runner: BatchRunner | None = None  # with the Batch API (enable_batches)
+        self.batch_api: BatchApi | None = None
+        self._batch_task: asyncio.Task[None] | None = None
+        self._batch_autostart = True
+        self._forward: Forward | None = None
+        self.reconfigure(config)
+
+    # --- what changes while it serves ---------------------------------------------------
+
+    @property
+    def config(self) -> GatewayConfig:
+        return self.table.config
+
+    @property
+    def routes(self) -> dict[str, RouteState]:
+        return self.table.routes
+
+    @property
+    def gate(self) -> ClientGate | None:
+        return self.table.gate
+
+    @property
+    def objectives(self) -> dict[str, int]:
+        """InferenceObjective names and their priorities (the router watches them)."""
+        return self.table.objectives
+
+    @objectives.setter
+    def objectives(self, found: dict[str, int]) -> None:
+        self.table.objectives = found
+
+    def reconfigure(self, config: GatewayConfig) -> None:
+        """Serve ``config``'s routes from the next request on (requests in flight finish).
+
+        A route whose upstream host is unchanged keeps its circuit breaker's state (with the
+        new settings); limits start afresh. The local runtime calls this when a model YAML
+        is added, edited or removed, the router on every change it watches.
+        """
+        self.table.reconfigure(config)
+        self.flow.configure(config.flow_control, pools(config, self.peers))
+        self.holds.per_route, self.holds.total = config.max_held_per_route, config.max_held
+        routes = self.table.routes
+        for label in list(self.holds.held):  # replicas came, or the route went: look again
+            found = next((s for s in routes.values() if s.route.label == label), None)
+            if found is None or found.deployments:
+                self.holds.release(label)
+
+    def set_absent(self, reasons: dict[str, str]) -> None:
+        """Models known but not served, with why: their requests get a 404 saying so."""
+        self.table.set_absent(reasons)
+
+    def set_unavailable(self, label: str, reason: str | None) -> None:
+        """Answer the route's requests with 503 and ``reason`` until called with None."""
+        self.table.set_unavailable(label, reason)
+
+    def in_flight(self, base_url: str) -> int:
+        return self.table.in_flight(base_url)
+
+    def engine_waiting(self, base_url: str) -> float:
+        return self.table.engine_waiting(base_url)
+
+    def engine_load(self, base_url: str, *, waiting: float, running: float,
+                    kv_usage: float) -> None:
+        self.table.engine_load(base_url, waiting=waiting, running=running, kv_usage=kv_usage)
+
+    def pool_engines(self, pool: str) -> dict[str, Load]:
+        return self.table.pool_engines(pool)
+
+    # --- the Files and Batch APIs -------------------------------------------------------
 
     def enable_batches(self, store: Store, base_url: Callable[[], str],
                        settings: RunnerSettings | None = None, *, autostart: bool = True,
@@ -89,7 +196,7 @@ class Gateway(Admission):
         """
         counted = self.metrics.batch_requests
         runner = self.batch_runner = BatchRunner(
-            store, base_url, served=lambda model: model in self.routes,
+            store, base_url, served=lambda model: model in self.table.routes,
             has_replica=self._has_replica, settings=settings,
             counted=lambda outcome: counted.labels(outcome).inc(), on_change=on_change)
         self.batch_api = BatchApi(runner, self._owner)
@@ -109,22 +216,52 @@ class Gateway(Admission):
                                 runner_settings(self.config.batch), autostart=autostart)
 
     def _has_replica(self, model: str) -> bool:
-        state = self.routes.get(model)
+        state = self.table.routes.get(model)
         return state is None or bool(state.deployments)  # an unknown model: its error
 
     def _owner(self, request: web.Request) -> str:
         """Whose files and batches a request sees: its client key's ("" without keys)."""
-        return "" if self.gate is None else self.gate.identify(request).key.id
+        gate = self.table.gate
+        return "" if gate is None else gate.identify(request).key.id
 
     # --- application -------------------------------------------------------------------
+
+    def path(self) -> RequestPath:
+        """The request path: its parts in the order a request meets them."""
+        table, clock = self.table, self._clock
+        resolve = Resolve(table)
+        forward = self._forward = Forward(
+            table, Relay(table, clock), self.proxies, clock=clock, sleep=self._sleep,
+            jitter=self._jitter, pick=self._pick)
+        runner_token = None if self.batch_runner is None else self.batch_runner.token
+        return RequestPath(
+            table, self.traces, clock,
+            checks=(Identify(table, runner_token),  # who: a client key, or a batch's owner
+                    Classify(table),  # flow control's band and fairness ID
+                    ReadBody(table),  # the JSON and its model
+                    resolve,  # the route, for this client; can it serve now
+                    Hold(table, self.holds, resolve, clock),  # a replica, from zero
+                    Limit(table, self.shared)),  # budget, rate limits
+            shape=Shape(),  # how each upstream is asked
+            slot=Slot(self.flow, clock),  # a slot of the model's replicas
+            forward=forward,  # attempts, failover, retries; Relay answers
+            reroute=Reroute(table, self.holds, clock))  # replicas gone: wait for others
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=self.config.max_request_bytes,
                               middlewares=[openai_errors])
-        for path in PROXIED_PATHS:
-            # untraced, the handler is the proxy itself: no layer around every request
-            app.router.add_post(path, self.proxy if self.traces else self._counted)
-        app.router.add_post(MESSAGES_PATH, self.messages)
+        path = self.path()
+        for route in PROXIED_PATHS:
+            app.router.add_post(route, path.handle)
+
+        async def messages(request: web.Request) -> web.StreamResponse:
+            """POST /v1/messages: Anthropic's Messages API in front of any routed model."""
+            response = await path.handle(request, anthropic=True)
+            if isinstance(response, web.Response) and response.status >= 400:
+                return as_anthropic_error(response)
+            return response
+
+        app.router.add_post(MESSAGES_PATH, messages)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/health", self.health)
         app.router.add_get("/ready", self.ready)
@@ -139,9 +276,8 @@ class Gateway(Admission):
     async def _open(self, _: web.Application) -> None:
         if self.batch_runner is not None and self._batch_autostart:
             self._batch_task = asyncio.create_task(self.batch_runner.run())
-        # No cookies are kept: a cookie one client's call earned (a provider's __cf_bm) must
-        # not ride on every later client's calls.
-        self._http = UpstreamClient(keepalive_seconds=60, proxies=self.proxies)
+        if self._forward is not None:
+            self._forward.open()
         if (proxied := self.proxies.describe()) is not None:
             log.info("egress proxies: %s", proxied)
 
@@ -153,8 +289,8 @@ class Gateway(Admission):
                 await self._batch_task
 
     async def _close(self, _: web.Application) -> None:
-        if self._http is not None:
-            await self._http.close()
+        if self._forward is not None:
+            await self._forward.close()
         if isinstance(self.ledger, RedisLedger):
             await self.ledger.close()  # what was spent since the last flush
         if self.shared is not None:
@@ -166,20 +302,21 @@ class Gateway(Admission):
 
     async def models(self, request: web.Request) -> web.Response:
         """Every model, or with client keys the ones the caller's key may use."""
-        if self.gate is None:
-            return web.Response(body=self._models_body, content_type="application/json")
+        gate = self.table.gate
+        if gate is None:
+            return web.Response(body=self.table.models_body, content_type="application/json")
         try:
-            client = self.gate.identify(request)
+            client = gate.identify(request)
         except Refusal as refused:
             return refused.response
-        return web.json_response({"object": "list", "data": self._listed(client)})
+        return web.json_response({"object": "list", "data": self.table.listed(client)})
 
     async def health(self, _: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
 
     async def ready(self, _: web.Request) -> web.Response:
         problems = []
-        for state in {id(s): s for s in self.routes.values()}.values():
+        for state in self.table.states():
             for deployment in state.deployments:
                 if deployment.key is not None:
                     try:
@@ -191,73 +328,36 @@ class Gateway(Admission):
         if problems:
             return web.json_response({"status": "not ready", "problems": problems}, status=503)
         ready: dict[str, Any] = {"status": "ready", "routes": len(self.config.routes)}
-        if self.gate is not None:
-            self.gate.source.current()
-            ready["clientKeys"] = len(self.gate.source.keyring.keys)
-            if self.gate.source.problem:  # serving with the last good keys
-                ready["warnings"] = [self.gate.source.problem]
+        gate = self.table.gate
+        if gate is not None:
+            gate.source.current()
+            ready["clientKeys"] = len(gate.source.keyring.keys)
+            if gate.source.problem:  # serving with the last good keys
+                ready["warnings"] = [gate.source.problem]
         return web.json_response(ready)
 
     async def prometheus(self, _: web.Request) -> web.Response:
-        for where, breaker in self._breakers.items():
+        for where, breaker in self.table.breakers.items():
             self.metrics.circuit.labels(*where).set(int(breaker.state))
         self.metrics.in_flight.clear()
-        for base, load in self._loads.items():
+        for base, load in self.table.loads.items():
             self.metrics.in_flight.labels(base).set(load.in_flight)
         for hook in self.before_scrape:
             hook()
         return web.Response(body=generate_latest(self.metrics.registry),
                             headers={"Content-Type": CONTENT_TYPE_LATEST})
 
-    # --- the proxy ---------------------------------------------------------------------
-    async def messages(self, request: web.Request) -> web.StreamResponse:
-        """POST /v1/messages: Anthropic's Messages API in front of any routed model.
 
-        The request is translated to an OpenAI chat completion, the answer (plain or
-        streamed) back; the gateway's own errors and the upstream's get Anthropic's shape.
-        """
-        request[ANTHROPIC] = True
-        response = await self.proxy(request)
-        if isinstance(response, web.Response) and response.status >= 400:
-            return as_anthropic_error(response)
-        return response
-
-    async def proxy(self, request: web.Request) -> web.StreamResponse:
-        """A proxied request, in its trace's server span when tracing is on."""
-        if self.traces is None:
-            return await self._counted(request)
-        trace = request[TRACE] = self.traces.begin(request.method, request.path,
-                                                   request.headers)
-        try:
-            response = await self._counted(request)
-        except asyncio.CancelledError:
-            trace.end(None, "the client went away")
-            raise
-        except BaseException as exc:
-            trace.end(None, type(exc).__name__)
-            raise
-        trace.end(response.status)
-        return response
-
-    async def _counted(self, request: web.Request) -> web.StreamResponse:
-        started = self._clock()
-        try:
-            response, state = await self._proxy(request, started)
-        except asyncio.CancelledError:  # the client went away before the answer
-            routed = request.get(ROUTE_KEY)
-            (routed.metrics if routed else self._unrouted).request(
-                CLIENT_CLOSED, self._clock() - started)
-            if (client := request.get(CLIENT_KEY)) is not None:
-                client.request(CLIENT_CLOSED)
-            raise
-        status = response.outcome if isinstance(response, HeldStream) else \
-            None if isinstance(response, Streamed) else response.status
-        if status is not None:  # a relayed stream counted itself as it ended
-            metrics = state.metrics if state is not None else self._unrouted
-            metrics.request(status, self._clock() - started)
-            if (client := request.get(CLIENT_KEY)) is not None:
-                client.request(status)
-        return response
+def _shared(config: GatewayConfig, metrics: GatewayMetrics, clock: Clock
+            ) -> SharedLimits | None:
+    """Limits in Redis when configured (its client connects on first use)."""
+    if config.redis is None:
+        return None
+    settings = config.redis
+    client = redis_client(settings.url, settings.password())
+    metrics.shared_up.set(1)
+    return SharedLimits(client, settings.key_prefix, clock=clock,
+                        on_state=lambda up: metrics.shared_up.set(int(up)))
 
 
 async def serve(config: GatewayConfig, host: str | None = None, port: int | None = None,

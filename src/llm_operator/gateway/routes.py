@@ -1,17 +1,14 @@
 """The gateway's route table: routes, their deployments (key, breaker, load), limits, listing.
 
 `RouteTable` is the state every request reads: which route serves a model, its upstreams
-in the order to try, whether it can serve now, and what /v1/models shows. The request's path
-through it is admission.py, forwarding.py and relaying.py; app.py wires them to aiohttp.
+in the order to try, whether it can serve now, and what /v1/models shows. The request's
+parts (gateway/parts) read it; app.py composes them.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-import os
-import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -23,18 +20,13 @@ from aiohttp import web
 
 from llm_operator.access.keyfile import KeyringSource
 from llm_operator.access.limits import Limits, limits
-from llm_operator.access.shared import RedisLedger, SharedLimits, redis_client
-from llm_operator.access.spend import Ledger, MemoryLedger
-from llm_operator.batch.runner import BatchRunner
+from llm_operator.access.spend import Ledger
 from llm_operator.gateway.breaker import Breaker
 from llm_operator.gateway.clients import Client, ClientGate
 from llm_operator.gateway.config import GatewayConfig, Route, Upstream
 from llm_operator.gateway.errors import error_response
-from llm_operator.gateway.flow import Flow
-from llm_operator.gateway.holding import Holds
-from llm_operator.gateway.http1 import Client as UpstreamClient
 from llm_operator.gateway.keys import KeySource
-from llm_operator.gateway.metrics import NO_ROUTE, FlowMetrics, GatewayMetrics, RouteMetrics
+from llm_operator.gateway.metrics import NO_ROUTE, GatewayMetrics, RouteMetrics
 from llm_operator.gateway.picking import (
     Load,
     PrefixIndex,
@@ -43,20 +35,14 @@ from llm_operator.gateway.picking import (
     prefix_order,
     prefix_text,
 )
-from llm_operator.gateway.proxies import proxy_settings
-from llm_operator.gateway.tracing import Traces
 from llm_operator.gateway.upstreams import NATIVE, NativeApi, Untranslatable
 from llm_operator.gateway.upstreams.anthropic import VERSION as ANTHROPIC_VERSION
-from llm_operator.span_export import SpanShipper
-from llm_operator.telemetry import trace_target
 
 log = logging.getLogger("llm_operator.gateway")
 
 UNAVAILABLE_RETRY_AFTER = "5"
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
-STREAM_STARTED = web.RequestKey("stream_started", bool)  # headers went out: no error body
-ANTHROPIC = web.RequestKey("anthropic", bool)  # the request came to /v1/messages
 
 
 @dataclass(frozen=True)
@@ -162,7 +148,7 @@ class RouteState:
         return [first, *rest]
 
 
-def _pools(config: GatewayConfig, peers: int = 1
+def pools(config: GatewayConfig, peers: int = 1
            ) -> dict[str, tuple[int | None, int | None]]:
     """Each flow-control pool's (slots, bound), from its first route's upstreams.
 
@@ -187,72 +173,42 @@ def _pools(config: GatewayConfig, peers: int = 1
     return pools
 
 
-ROUTE_KEY = web.RequestKey("route", RouteState)  # the route a request resolved to
-CLIENT_KEY = web.RequestKey("client", Client)  # the client key it came with
-BATCH_RUN = web.RequestKey("batch_run", bool)  # sent by the batch runner: batch prices
-
-
 class RouteTable:
-    """Routes, limits and metrics: the state behind every request (see the module doc)."""
+    """The routes every request reads, with their deployments, listing and client keys.
 
-    def __init__(self, config: GatewayConfig, *, clock: Clock = time.monotonic,
-                 sleep: Sleep = asyncio.sleep, jitter: Callable[[], float] = random.random,
-                 ledger: Ledger | None = None,
-                 pick: Callable[[], float] = random.random, component: str = "gateway"
-                 ) -> None:
-        self.metrics = GatewayMetrics()
-        target = trace_target(config.tracing, component)  # read once, at start
-        self.traces = None if target is None else Traces(target.sampler, SpanShipper(
-            target.endpoint, target.service, "llm_operator.gateway"))
-        self._clock, self._sleep, self._jitter = clock, sleep, jitter
-        self._pick = pick  # draws the first deployment of each request, by weight
-        self.batch_runner: BatchRunner | None = None  # with the Batch API (enable_batches)
-        self.shared = self._shared(config)
-        self._local_share = config.redis.local_share if config.redis else 1.0
-        self.ledger: Ledger = ledger or (
-            RedisLedger(self.shared, config.redis.spend_flush_seconds)
-            if self.shared and config.redis else MemoryLedger())
+    Which route serves a model, its deployments with their breakers and loads, what
+    /v1/models lists, client keys, and why a route cannot serve now. State only: the
+    request's parts (gateway/parts) read it; ``reconfigure`` replaces it.
+    """
+
+    def __init__(self, config: GatewayConfig, metrics: GatewayMetrics, *, clock: Clock,
+                 ledger: Ledger, local_share: float = 1.0) -> None:
+        self.metrics, self._clock = metrics, clock
+        self.ledger, self._local_share = ledger, local_share
         self.gate: ClientGate | None = None  # with clientKeys: who may call, limits, spend
-        self._http: UpstreamClient | None = None
-        self.proxies = proxy_settings(os.environ)  # egress proxies, read once (ProxyError)
-        self._unrouted = RouteMetrics(self.metrics, NO_ROUTE)
+        self.unrouted = RouteMetrics(metrics, NO_ROUTE)  # requests that found no route
         self._unavailable: dict[str, str] = {}  # route label -> why it cannot serve now
         self._absent: dict[str, str] = {}  # model -> why it is known but not served here
         self._created: dict[str, int] = {}  # model -> when it was first routed (Unix time)
         # (route label, upstream host) -> breaker: one model's failures never cut off
         # another model on the same provider, and each route keeps its own settings.
-        self._breakers: dict[tuple[str, str], Breaker] = {}
+        self.breakers: dict[tuple[str, str], Breaker] = {}
         # upstream base URL -> its load: a replica's requests in flight whichever route
         # (the model's, an adapter's) sent them
-        self._loads: dict[str, Load] = {}
+        self.loads: dict[str, Load] = {}
         self._indexes: dict[str, PrefixIndex] = {}  # by route label
-        self.before_scrape: list[Callable[[], None]] = []  # gauges set when /metrics is read
-        self.holds = Holds(config.max_held_per_route, config.max_held,
-                           on_change=lambda label, n: self.metrics.held.labels(label).set(n))
-        self.flow = Flow(config.flow_control, clock, FlowMetrics(self.metrics))
         # InferenceObjective names and their priorities (the router watches them)
         self.objectives: dict[str, int] = {}
-        self.peers = 1  # gateways sharing the upstreams' slots (the router's replicas)
+        self.routes: dict[str, RouteState] = {}
         self.reconfigure(config)
-
-    def _shared(self, config: GatewayConfig) -> SharedLimits | None:
-        """Limits in Redis when configured (its client connects on first use)."""
-        if config.redis is None:
-            return None
-        settings = config.redis
-        client = redis_client(settings.url, settings.password())
-        self.metrics.shared_up.set(1)
-        return SharedLimits(client, settings.key_prefix, clock=self._clock,
-                            on_state=lambda up: self.metrics.shared_up.set(int(up)))
 
     def reconfigure(self, config: GatewayConfig) -> None:
         """Serve ``config``'s routes from the next request on (requests in flight finish).
 
         A route whose upstream host is unchanged keeps its circuit breaker's state (with the
-        new settings); limits start afresh. The local runtime calls this when a model YAML
-        is added, edited or removed.
+        new settings); limits start afresh.
         """
-        old, old_loads = self._breakers, self._loads
+        old, old_loads = self.breakers, self.loads
         indexes: dict[str, PrefixIndex] = {}
         breakers: dict[tuple[str, str], Breaker] = {}
         loads: dict[str, Load] = {}
@@ -292,22 +248,20 @@ class RouteTable:
         elif self.gate is None or str(self.gate.source.path) != keys.file:
             self.gate = ClientGate(KeyringSource(Path(keys.file)), self.ledger, self.metrics,
                                    self._clock, local_share=self._local_share)
-        self.flow.configure(config.flow_control, _pools(config, self.peers))
         self.config, self.routes = config, routes
-        self._breakers, self._loads, self._indexes = breakers, loads, indexes
-        self.holds.per_route, self.holds.total = config.max_held_per_route, config.max_held
-        for label in list(self.holds.held):  # replicas came, or the route went: look again
-            found = next((s for s in routes.values() if s.route.label == label), None)
-            if found is None or found.deployments:
-                self.holds.release(label)
+        self.breakers, self.loads, self._indexes = breakers, loads, indexes
         now = int(time.time())
         self._created = {name: self._created.get(name, now) for name in routes}
         states = {id(state): state for state in routes.values()}.values()  # config order
         self._listing = [([self._entry(n, state) for n in state.route.models],
                           [self._entry(n, state) for n in state.route.aliases])
                          for state in states]
-        self._models_body = json.dumps({"object": "list",
-                                        "data": self._listed(None)}).encode()
+        self.models_body = json.dumps({"object": "list",
+                                       "data": self.listed(None)}).encode()
+
+    def states(self) -> list[RouteState]:
+        """Each route once, in the config's order."""
+        return list({id(s): s for s in self.routes.values()}.values())
 
     def _entry(self, name: str, state: RouteState) -> dict[str, Any]:
         """A /v1/models entry."""
@@ -316,7 +270,7 @@ class RouteTable:
                 or (urlsplit(state.deployments[0].url_base).netloc if state.deployments
                     else "llmop")}
 
-    def _listed(self, client: Client | None) -> list[dict[str, Any]]:
+    def listed(self, client: Client | None) -> list[dict[str, Any]]:
         """What /v1/models shows ``client``.
 
         Each route's models the key may use, else the first alias it may use (a key for
@@ -334,14 +288,18 @@ class RouteTable:
         """Models known but not served, with why: their requests get a 404 saying so."""
         self._absent = dict(reasons)
 
+    def absent(self, model: str) -> str | None:
+        """Why ``model`` is known but not served here (None: it is not known)."""
+        return self._absent.get(model)
+
     def in_flight(self, base_url: str) -> int:
         """Requests sent to the upstream at ``base_url`` and not yet answered in full."""
-        load = self._loads.get(base_url.rstrip("/"))
+        load = self.loads.get(base_url.rstrip("/"))
         return load.in_flight if load is not None else 0
 
     def engine_waiting(self, base_url: str) -> float:
         """The queue the upstream's engine reported at its last scrape (0 before one)."""
-        load = self._loads.get(base_url.rstrip("/"))
+        load = self.loads.get(base_url.rstrip("/"))
         return load.waiting if load is not None else 0.0
 
     def pool_engines(self, pool: str) -> dict[str, Load]:
@@ -352,7 +310,7 @@ class RouteTable:
     def engine_load(self, base_url: str, *, waiting: float, running: float,
                     kv_usage: float) -> None:
         """What an upstream's engine reports of its queue (scraped by the router)."""
-        load = self._loads.get(base_url.rstrip("/"))
+        load = self.loads.get(base_url.rstrip("/"))
         if load is not None:
             load.waiting, load.running, load.kv_usage = waiting, running, kv_usage
 
@@ -367,7 +325,7 @@ class RouteTable:
         else:
             self._unavailable[label] = reason
 
-    def _unavailable_error(self, state: RouteState, model: str | None = None
+    def unavailable_error(self, state: RouteState, model: str | None = None
                            ) -> web.Response | None:
         """The 503 for a route marked unavailable (set_unavailable), or None."""
         reason = self._unavailable.get(state.route.label)

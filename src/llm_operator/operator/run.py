@@ -12,8 +12,8 @@ import aiohttp.web
 
 from llm_operator.informer import Key
 from llm_operator.kube import Connection, Kube
+from llm_operator.leader import LeaderElector, LeaseTerms
 from llm_operator.operator.controller import Controller
-from llm_operator.operator.leader import LeaderElector, LeaseTerms
 from llm_operator.operator.metrics import OperatorMetrics
 from llm_operator.operator.reconciler import Outcome
 from llm_operator.profiles.settings import Settings

@@ -21,7 +21,7 @@ from llm_operator.gateway.batches import own_address
 from llm_operator.gateway.config import parse_config
 from llm_operator.informer import Informer, Key
 from llm_operator.kube import Kube
-from llm_operator.operator.leader import LeaderElector, LeaseTerms
+from llm_operator.leader import LeaderElector, LeaseTerms
 from llm_operator.router.routes import (
     SERVICE_NAME_LABEL,
     Options,

@@ -1,4 +1,7 @@
-"""Leader election on a coordination.k8s.io Lease: one active operator among its replicas."""
+"""Leader election on a coordination.k8s.io Lease: one active holder among replicas.
+
+The operator's replicas elect one to reconcile; the router's, one to run batches.
+"""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from llm_operator.kube import Connection, Kube
-from llm_operator.operator.leader import LeaderElector, LeaseTerms, holder, lease_body
+from llm_operator.leader import LeaderElector, LeaseTerms, holder, lease_body
 from llm_operator.operator.run import run_operator
 from llm_operator.profiles.settings import Settings
 

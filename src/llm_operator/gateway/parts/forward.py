@@ -1,7 +1,8 @@
-"""Forwarding a request: its deployments in order (failover), retries after a backoff.
+"""Forward: the route's deployments in order (failover), retries after a backoff, breakers.
 
 Each attempt goes through the deployment's circuit breaker and the gateway's own HTTP/1.1
-client (http1.py); what comes back is relayed (relaying.py).
+client (http1.py); what comes back is handed to Relay. The upstream client's lifetime is
+this part's (``open``, ``close``).
 """
 
 from __future__ import annotations
@@ -10,53 +11,36 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Any
 
 from aiohttp import web
 from opentelemetry.trace import SpanKind
 
-from llm_operator.access.limits import Reservation, retry_after_header
+from llm_operator.access.limits import retry_after_header
+from llm_operator.gateway.answers import AnswerFailed
 from llm_operator.gateway.breaker import State
-from llm_operator.gateway.clients import Client
 from llm_operator.gateway.errors import error_response
+from llm_operator.gateway.exchange import Exchange
+from llm_operator.gateway.http1 import Client as UpstreamClient
 from llm_operator.gateway.http1 import Response as UpstreamResponse
 from llm_operator.gateway.http1 import UpstreamError
 from llm_operator.gateway.keys import KeyUnavailable
-from llm_operator.gateway.relaying import AnswerFailed, HeldStream, Relaying
-from llm_operator.gateway.routes import Deployment, Outbound, RouteState
+from llm_operator.gateway.parts.relay import Relay
+from llm_operator.gateway.proxies import ProxySettings
+from llm_operator.gateway.routes import Clock, Deployment, Outbound, RouteState, RouteTable, Sleep
 from llm_operator.gateway.tracing import RequestTrace, Span
 from llm_operator.gateway.upstreams import Untranslatable
 
 log = logging.getLogger("llm_operator.gateway")
 
 RETRYABLE = frozenset({429, 502, 503, 504, 529})  # 529: Anthropic overloaded
-
-
-@dataclass(slots=True)
-class _Call:
-    """What every attempt of one request shares: the client's side and its deadline."""
-
-    request: web.Request
-    state: RouteState
-    stream: bool
-    collect: bool
-    started: float
-    client: Client | None
-    reservation: Reservation
-    hide_usage: bool
-    held: HeldStream | None
-    deadline: float
-    trace: RequestTrace | None
-
-
 UNREACHABLE = web.ResponseKey("unreachable", bool)  # a give-up: the replica may be gone
 LOST = frozenset({"connect", "connect_timeout"})  # no connection, or it died mid-answer
 TIMEOUTS = frozenset({"timeout", "connect_timeout"})
 _NO_SPAN: contextlib.nullcontext[None] = contextlib.nullcontext()  # reusable: not traced
+Outcome = UpstreamResponse | str | AnswerFailed
 
 
-def _why(outcome: UpstreamResponse | str | AnswerFailed) -> str:
+def _why(outcome: Outcome) -> str:
     """What a failed attempt's span and the next attempt's retry reason say."""
     if isinstance(outcome, UpstreamResponse):
         return str(outcome.status)
@@ -69,8 +53,25 @@ def _full(deployment: Deployment) -> bool:
     return limit is not None and deployment.load.in_flight >= limit
 
 
-class Forwarding(Relaying):
-    """Sends a request to the route's deployments until one answers or it must give up."""
+class Forward:
+    """Sends a request to its route's deployments until one answers or it must give up."""
+
+    def __init__(self, table: RouteTable, relay: Relay, proxies: ProxySettings, *,
+                 clock: Clock, sleep: Sleep, jitter: Callable[[], float],
+                 pick: Callable[[], float]) -> None:
+        self.table, self.relay, self.proxies = table, relay, proxies
+        self._clock, self._sleep, self._jitter = clock, sleep, jitter
+        self._pick = pick  # draws the first deployment of each request, by weight
+        self.http: UpstreamClient | None = None
+
+    def open(self) -> None:
+        # No cookies are kept: a cookie one client's call earned (a provider's __cf_bm) must
+        # not ride on every later client's calls.
+        self.http = UpstreamClient(keepalive_seconds=60, proxies=self.proxies)
+
+    async def close(self) -> None:
+        if self.http is not None:
+            await self.http.close()
 
     def _backoff(self, state: RouteState, attempt: int, retry_after: str | None) -> float:
         if retry_after is not None:
@@ -83,13 +84,7 @@ class Forwarding(Relaying):
                       policy.backoff_initial_seconds * 2.0 ** (attempt - 1))
         return ceiling * (0.5 + 0.5 * self._jitter())
 
-    async def _forward(self, request: web.Request, state: RouteState, *,
-                       outbound: Callable[[Deployment], Outbound], stream: bool,
-                       started: float,
-                       client: Client | None, reservation: Reservation, hide_usage: bool,
-                       held: HeldStream | None = None, body: dict[str, Any] | None = None,
-                       collect: bool = False, trace: RequestTrace | None = None
-                       ) -> web.StreamResponse:
+    async def __call__(self, ex: Exchange) -> web.StreamResponse:
         """Try the route's deployments in order (failover), then again after a backoff.
 
         A deployment whose circuit is open is skipped; a failure (429, 502-504, connection
@@ -101,19 +96,17 @@ class Forwarding(Relaying):
         ``collect`` the upstream streams a plain request's answer, which is assembled for
         the client.
         """
+        state = ex.state
         route, label = state.route, state.route.label
-        deadline = started + route.timeouts.request_seconds
-        call = _Call(request, state, stream=stream, collect=collect, started=started,
-                     client=client, reservation=reservation, hide_usage=hide_usage, held=held,
-                     deadline=deadline, trace=trace)
-        order = state.order(self._pick(), body)
+        deadline = ex.started + route.timeouts.request_seconds
+        order = state.order(self._pick(), ex.body)
         attempt = position = skipped = 0
         failure: str | None = None  # why the previous attempt failed (its span says)
         while True:
             deployment = order[position % len(order)]
             position += 1
             try:
-                sending = outbound(deployment)
+                sending = ex.outbound(deployment)
             except Untranslatable as exc:
                 return error_response(400, f"{exc} (upstream {deployment.label} of "
                                       f"{label!r})", "invalid_request_error",
@@ -121,7 +114,7 @@ class Forwarding(Relaying):
                                       headers={"x-llmop-upstream": deployment.label})
             # A retry re-checks: the upstream may have been marked down meanwhile (a local
             # model process that died as the first attempt went out).
-            unavailable = self._unavailable_error(state) if attempt else None
+            unavailable = self.table.unavailable_error(state) if attempt else None
             if unavailable is not None:
                 return unavailable
             blocked = "at_capacity" if _full(deployment) else \
@@ -131,13 +124,13 @@ class Forwarding(Relaying):
                 skipped += 1
                 if skipped < len(order):
                     continue
-                return self._blocked(state, order, blocked)
+                return _blocked(state, order, blocked)
             skipped = 0
             attempt += 1
             tried = {"x-llmop-upstream": deployment.label, "x-llmop-attempts": str(attempt),
                      **({"x-llmop-dropped-params": ",".join(sending.dropped)}
                         if sending.dropped else {})}
-            outcome = await self._try_one(call, deployment, sending, attempt=attempt,
+            outcome = await self._try_one(ex, deployment, sending, deadline, attempt=attempt,
                                           retry_reason=failure, tried=tried)
             if isinstance(outcome, web.StreamResponse):
                 return outcome  # answered
@@ -154,45 +147,40 @@ class Forwarding(Relaying):
                 continue
             if isinstance(outcome, UpstreamResponse):
                 try:
-                    return await self._relay(request, state, outcome, client=client,
-                                             reservation=reservation, extra=tried,
-                                             native=deployment.native)
+                    return await self.relay.plain(ex, outcome, tried, deployment.native)
                 except AnswerFailed as failed:
                     state.metrics.upstream_error(failed.reason)
                     outcome = failed
-            return self._gave_up(label, outcome, attempt, tried)
+            return _gave_up(label, outcome, attempt, tried)
 
-    async def _try_one(self, call: _Call, deployment: Deployment, sending: Outbound, *,
-                       attempt: int, retry_reason: str | None, tried: dict[str, str]
-                       ) -> web.StreamResponse | UpstreamResponse | str | AnswerFailed:
+    async def _try_one(self, ex: Exchange, deployment: Deployment, sending: Outbound,
+                       deadline: float, *, attempt: int, retry_reason: str | None,
+                       tried: dict[str, str]) -> web.StreamResponse | Outcome:
         """One attempt: the answer relayed to the client, or why it failed.
 
         A retryable answer (429, 5xx) comes back unrelayed, for the caller to retry or
         pass on.
         """
-        state = call.state
+        state = ex.state
         deployment.load.in_flight += 1  # until its answer is relayed in full
         sent = self._clock()
-        outcome: UpstreamResponse | str | AnswerFailed
-        trace = call.trace
+        outcome: Outcome
+        trace = ex.trace
         with _NO_SPAN if trace is None or not trace.recording else \
-                self._attempt_span(trace, deployment, attempt, retry_reason) as span:
+                _attempt_span(trace, deployment, attempt, retry_reason) as span:
             try:
                 outcome = await self._attempt(deployment, state, sending.url, sending.body,
-                                              stream=call.stream or call.collect,
-                                              deadline=call.deadline, trace=trace)
+                                              stream=ex.stream or ex.collect,
+                                              deadline=deadline, trace=trace)
                 if isinstance(outcome, UpstreamResponse) \
                         and outcome.status not in RETRYABLE:
                     try:
-                        return await (self._relay_stream(
-                            call.request, state, outcome, call.started, client=call.client,
-                            reservation=call.reservation, hide_usage=call.hide_usage,
-                            extra=tried, native=deployment.native, prepared=call.held)
-                            if call.stream and outcome.status == 200 else self._relay(
-                            call.request, state, outcome, client=call.client,
-                            reservation=call.reservation, extra=tried,
-                            native=deployment.native,
-                            collect=call.collect and outcome.status == 200))
+                        if ex.stream and outcome.status == 200:
+                            return await self.relay.stream(ex, outcome, tried,
+                                                           deployment.native)
+                        return await self.relay.plain(
+                            ex, outcome, tried, deployment.native,
+                            collect=ex.collect and outcome.status == 200)
                     except AnswerFailed as failed:  # the client has nothing yet: go on
                         deployment.breaker.failure()
                         state.metrics.upstream_error(failed.reason)
@@ -203,22 +191,9 @@ class Forwarding(Relaying):
             RequestTrace.failed(span, _why(outcome))
         return outcome
 
-    @staticmethod
-    @contextlib.contextmanager
-    def _attempt_span(trace: RequestTrace, deployment: Deployment, attempt: int,
-                      retry_reason: str | None) -> Iterator[Span | None]:
-        """One attempt's client span, in a request that is recorded."""
-        attributes: dict[str, str | int] = {
-            "llmop.upstream": deployment.label, "llmop.attempt": attempt,
-            "server.address": deployment.url_base}
-        if retry_reason is not None:
-            attributes["llmop.retry_reason"] = retry_reason
-        with trace.span("llmop.upstream", attributes, SpanKind.CLIENT) as span:
-            yield span
-
     def _next_try(self, state: RouteState, order: list[Deployment], deployment: Deployment,
-                  *, attempt: int, position: int, outcome: UpstreamResponse | str | AnswerFailed,
-                  deadline: float) -> tuple[bool, float] | None:
+                  *, attempt: int, position: int, outcome: Outcome, deadline: float
+                  ) -> tuple[bool, float] | None:
         """(a failover?, the delay before it) when the request may be tried again, else None."""
         route = state.route
         failover = len(order) > 1 and position % len(order) != 0
@@ -231,47 +206,6 @@ class Forwarding(Relaying):
                and (failover or not rate_limited or route.retry.on_rate_limit))
         return (failover, delay) if may else None
 
-    def _gave_up(self, label: str, outcome: str | AnswerFailed, attempt: int,
-                 tried: dict[str, str]) -> web.Response:
-        """The error once no attempt is left: why the last one failed."""
-        if isinstance(outcome, AnswerFailed):
-            reason = outcome.reason
-            response = error_response(504 if reason in TIMEOUTS else 502,
-                                      f"upstream of {label!r} failed while it answered "
-                                      f"({reason}) after {attempt} attempt(s)",
-                                      "server_error", f"upstream_{reason}", headers=tried)
-            response[UNREACHABLE] = reason in LOST
-            return response
-        log.warning("route %s: upstream %s after %d attempts", label, outcome, attempt)
-        if outcome == "credentials":
-            return error_response(503, f"the gateway has no credentials for {label!r}; "
-                                  "its operator must provide the API key", "server_error",
-                                  "credentials_unavailable", headers=tried)
-        status = 504 if outcome in TIMEOUTS else 502
-        response = error_response(status, f"upstream of {label!r} did not answer "
-                                  f"({outcome}) after {attempt} attempt(s)", "server_error",
-                                  f"upstream_{outcome}", headers=tried)
-        response[UNREACHABLE] = outcome in LOST  # its replica may be gone
-        return response
-
-    def _blocked(self, state: RouteState, order: list[Deployment], why: str
-                 ) -> web.Response:
-        """503 when no upstream may be called now: all full, or their circuits open."""
-        label = state.route.label
-        if why == "circuit_open":
-            wait = retry_after_header(min(d.breaker.retry_in() for d in order))
-            response = error_response(503, f"upstream of {label!r} is failing; the gateway "
-                                      f"stops calling it for {wait}s", "server_error",
-                                      "circuit_open", headers={"Retry-After": wait})
-            response[UNREACHABLE] = True  # a route that holds waits for another replica
-            return response
-        limits = ", ".join(f"{d.label}: {d.upstream.max_concurrent}" for d in order)
-        wait = retry_after_header(max(1.0, min(d.load.answer_seconds for d in order)))
-        return error_response(
-            503, f"{label!r} is at capacity: every upstream holds as many requests as it "
-            f"takes at once ({limits}); retry after {wait}s", "server_error",
-            "model_overloaded", headers={"Retry-After": wait})
-
     async def _attempt(self, deployment: Deployment, state: RouteState, url: str,
                        payload: bytes, *, stream: bool, deadline: float,
                        trace: RequestTrace | None = None) -> UpstreamResponse | str:
@@ -279,7 +213,7 @@ class Forwarding(Relaying):
 
         The upstream's response, or why there was none: connect, timeout, credentials.
         """
-        assert self._http is not None
+        assert self.http is not None, "Forward.open() runs when the app starts"
         try:
             headers = deployment.auth_headers()
         except KeyUnavailable as exc:
@@ -290,7 +224,7 @@ class Forwarding(Relaying):
             trace.inject(headers)  # the engine continues the trace (W3C traceparent)
         timeouts = state.route.timeouts
         try:
-            upstream = await self._http.post(
+            upstream = await self.http.post(
                 url, payload, headers, connect_timeout=timeouts.connect_seconds,
                 total=None if stream else deadline - self._clock(),
                 read_timeout=timeouts.request_seconds if stream else None)
@@ -312,3 +246,58 @@ class Forwarding(Relaying):
         if status == 429 or status >= 500:
             state.metrics.upstream_error(str(status))
         return upstream
+
+
+@contextlib.contextmanager
+def _attempt_span(trace: RequestTrace, deployment: Deployment, attempt: int,
+                  retry_reason: str | None) -> Iterator[Span | None]:
+    """One attempt's client span, in a request that is recorded."""
+    attributes: dict[str, str | int] = {
+        "llmop.upstream": deployment.label, "llmop.attempt": attempt,
+        "server.address": deployment.url_base}
+    if retry_reason is not None:
+        attributes["llmop.retry_reason"] = retry_reason
+    with trace.span("llmop.upstream", attributes, SpanKind.CLIENT) as span:
+        yield span
+
+
+def _gave_up(label: str, outcome: str | AnswerFailed, attempt: int, tried: dict[str, str]
+             ) -> web.Response:
+    """The error once no attempt is left: why the last one failed."""
+    if isinstance(outcome, AnswerFailed):
+        reason = outcome.reason
+        response = error_response(504 if reason in TIMEOUTS else 502,
+                                  f"upstream of {label!r} failed while it answered "
+                                  f"({reason}) after {attempt} attempt(s)",
+                                  "server_error", f"upstream_{reason}", headers=tried)
+        response[UNREACHABLE] = reason in LOST
+        return response
+    log.warning("route %s: upstream %s after %d attempts", label, outcome, attempt)
+    if outcome == "credentials":
+        return error_response(503, f"the gateway has no credentials for {label!r}; "
+                              "its operator must provide the API key", "server_error",
+                              "credentials_unavailable", headers=tried)
+    status = 504 if outcome in TIMEOUTS else 502
+    response = error_response(status, f"upstream of {label!r} did not answer "
+                              f"({outcome}) after {attempt} attempt(s)", "server_error",
+                              f"upstream_{outcome}", headers=tried)
+    response[UNREACHABLE] = outcome in LOST  # its replica may be gone
+    return response
+
+
+def _blocked(state: RouteState, order: list[Deployment], why: str) -> web.Response:
+    """503 when no upstream may be called now: all full, or their circuits open."""
+    label = state.route.label
+    if why == "circuit_open":
+        wait = retry_after_header(min(d.breaker.retry_in() for d in order))
+        response = error_response(503, f"upstream of {label!r} is failing; the gateway "
+                                  f"stops calling it for {wait}s", "server_error",
+                                  "circuit_open", headers={"Retry-After": wait})
+        response[UNREACHABLE] = True  # a route that holds waits for another replica
+        return response
+    limits = ", ".join(f"{d.label}: {d.upstream.max_concurrent}" for d in order)
+    wait = retry_after_header(max(1.0, min(d.load.answer_seconds for d in order)))
+    return error_response(
+        503, f"{label!r} is at capacity: every upstream holds as many requests as it "
+        f"takes at once ({limits}); retry after {wait}s", "server_error",
+        "model_overloaded", headers={"Retry-After": wait})

@@ -1,0 +1,61 @@
+"""One request's context on its way through the gateway's parts: what each part decided."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from llm_operator.access.limits import Reservation
+from llm_operator.gateway.answers import HeldStream
+from llm_operator.gateway.classify import Classified
+from llm_operator.gateway.clients import Client
+from llm_operator.gateway.routes import Deployment, Outbound, RouteState
+from llm_operator.gateway.tracing import RequestTrace
+
+STREAM_STARTED = web.RequestKey("stream_started", bool)  # headers went out: no error body
+
+
+def _unshaped(deployment: Deployment) -> Outbound:
+    raise AssertionError(f"no outbound request was shaped for {deployment.label}")
+
+
+@dataclass(slots=True, eq=False)
+class Exchange:
+    """A request and what the parts before have decided of it.
+
+    Each part reads what earlier parts set and sets its own fields; none keeps a request's
+    state of its own. ``state`` is set by Resolve: parts after it may read it.
+    """
+
+    request: web.Request
+    started: float  # the gateway's clock when the request came in
+    trace: RequestTrace | None  # None: tracing is off
+    anthropic: bool = False  # came to /v1/messages: translated in, and its answer back
+    # Identify: who is asking (client keys, or the batch runner acting as a batch's owner)
+    client: Client | None = None
+    batch_run: bool = False  # sent by the batch runner: batch prices
+    # Classify: flow control's band and fairness ID (None: flow control is off)
+    who: Classified | None = None
+    # ReadBody: the body as received (or translated), its JSON and its model
+    raw: bytes = b""
+    body: dict[str, Any] = field(default_factory=dict)
+    model: str = ""
+    # Resolve (and Hold, and a reroute): the route and its live replicas
+    state: RouteState = field(init=False)
+    routed: bool = False  # whether ``state`` is set
+    # Hold: a stream answered 200 with keepalives while its model had no replica
+    held: HeldStream | None = None
+    # Limit: the tokens reserved against the route's and the key's allowances
+    reservation: Reservation = field(default_factory=Reservation)
+    # Shape: how the upstream is asked (a stream, usage asked for, a stream collected)
+    stream: bool = False
+    hide_usage: bool = False
+    collect: bool = False
+    # what goes to each deployment (Untranslatable when it cannot take the request)
+    outbound: Callable[[Deployment], Outbound] = _unshaped
+
+    def route(self, state: RouteState) -> None:
+        self.state, self.routed = state, True

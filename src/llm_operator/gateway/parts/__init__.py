@@ -1,0 +1,1 @@
+"""The gateway's request path as parts, each deciding one thing of an Exchange (see app.py)."""

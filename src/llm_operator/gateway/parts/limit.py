@@ -1,0 +1,43 @@
+"""Limit: the client key's budget, then the route's and the key's rate limits, together."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from llm_operator.access.limits import admit, retry_after_header
+from llm_operator.access.shared import SharedLimits
+from llm_operator.gateway.errors import error_response
+from llm_operator.gateway.exchange import Exchange
+from llm_operator.gateway.routes import RouteTable
+
+
+class Limit:
+    """Reserves the request's tokens in ``reservation``; a 429 with Retry-After otherwise.
+
+    The route's and the client key's allowances are taken together or not at all; with
+    ``shared`` (Redis) every gateway replica counts against the same ones.
+    """
+
+    def __init__(self, table: RouteTable, shared: SharedLimits | None) -> None:
+        self.table, self.shared = table, shared
+
+    async def __call__(self, ex: Exchange) -> web.StreamResponse | None:
+        client, state = ex.client, ex.state
+        if client is not None:
+            assert self.table.gate is not None
+            await self.table.gate.check_budget(client)
+        parties = [state.limits] if client is None else [state.limits, client.limits]
+        refused = await self.shared.admit(parties, ex.body, ex.reservation) if self.shared \
+            else admit(parties, ex.body, ex.reservation)
+        if ex.trace is not None:
+            ex.trace.note(**{"llmop.rate_limited": refused is not None})
+        if refused is None:
+            return None
+        party, wait = refused
+        state.metrics.rate_limited.inc()
+        if client is not None and party is client.limits:
+            client.refused("rate_limit")
+        return error_response(
+            429, f"rate limit of {party.name} reached; retry after "
+            f"{retry_after_header(wait)}s", "rate_limit_error", "rate_limit_exceeded",
+            headers={"Retry-After": retry_after_header(wait)})

@@ -1,0 +1,124 @@
+"""The request path: the gateway's parts run in order around one Exchange, counted, traced.
+
+app.py chooses the parts; this runs them. Admission's parts each answer now or let the
+request go on; then Shape, a Slot from flow control, and Forward (with Reroute when no
+replica could be reached). Whatever answers, the request is counted once, its unused
+tokens given back, and an answer to a held stream written into it as an error event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+
+from aiohttp import web
+
+from llm_operator.gateway.answers import CLIENT_CLOSED, HeldStream, Streamed
+from llm_operator.gateway.errors import Refusal
+from llm_operator.gateway.exchange import Exchange
+from llm_operator.gateway.parts.forward import UNREACHABLE, Forward
+from llm_operator.gateway.parts.hold import Reroute
+from llm_operator.gateway.parts.shape import Shape
+from llm_operator.gateway.parts.slot import Slot
+from llm_operator.gateway.routes import Clock, RouteTable
+from llm_operator.gateway.tracing import Traces
+
+Check = Callable[[Exchange], Awaitable[web.StreamResponse | None]]
+
+
+class RequestPath:
+    """One request through ``checks`` (in the admission span), then Shape, Slot, Forward."""
+
+    def __init__(self, table: RouteTable, traces: Traces | None, clock: Clock, *,
+                 checks: Sequence[Check], shape: Shape, slot: Slot, forward: Forward,
+                 reroute: Reroute) -> None:
+        self.table, self.traces, self._clock = table, traces, clock
+        self.checks = tuple(checks)
+        self.shape, self.slot, self.forward, self.reroute = shape, slot, forward, reroute
+
+    async def handle(self, request: web.Request, *, anthropic: bool = False
+                       ) -> web.StreamResponse:
+        """The answer to a proxied request (an aiohttp handler)."""
+        if self.traces is None:
+            return await self._counted(Exchange(request, self._clock(), None, anthropic))
+        trace = self.traces.begin(request.method, request.path, request.headers)
+        try:
+            response = await self._counted(Exchange(request, self._clock(), trace, anthropic))
+        except asyncio.CancelledError:
+            trace.end(None, "the client went away")
+            raise
+        except BaseException as exc:
+            trace.end(None, type(exc).__name__)
+            raise
+        trace.end(response.status)
+        return response
+
+    async def _counted(self, ex: Exchange) -> web.StreamResponse:
+        """The answer, counted by status in the route's (or no route's) and key's metrics.
+
+        A relayed stream counts itself as it ends.
+        """
+        try:
+            response = await self._through(ex)
+        except asyncio.CancelledError:  # the client went away before the answer
+            self._count(ex, CLIENT_CLOSED)
+            raise
+        status = response.outcome if isinstance(response, HeldStream) else \
+            None if isinstance(response, Streamed) else response.status
+        if status is not None:
+            self._count(ex, status)
+        return response
+
+    def _count(self, ex: Exchange, status: int) -> None:
+        (ex.state.metrics if ex.routed else self.table.unrouted).request(
+            status, self._clock() - ex.started)
+        if ex.client is not None:
+            ex.client.request(status)
+
+    async def _through(self, ex: Exchange) -> web.StreamResponse:
+        try:
+            answer = await self._admit(ex)
+            if answer is None:
+                try:
+                    answer = await self._dispatch(ex)
+                finally:
+                    ex.reservation.settle()  # no usage came back (an error, a cancel)
+        except Refusal as refused:
+            answer = refused.response
+        held = ex.held
+        if held is not None and answer is not held and isinstance(answer, web.Response):
+            return await held.fail(answer)  # the headers went out with the keepalives
+        return answer
+
+    async def _admit(self, ex: Exchange) -> web.StreamResponse | None:
+        """The first check's answer, or None: every check let the request go on."""
+        if ex.trace is None:
+            for check in self.checks:
+                if (answer := await check(ex)) is not None:
+                    return answer
+            return None
+        with ex.trace.span("llmop.admission"):
+            for check in self.checks:
+                if (answer := await check(ex)) is not None:
+                    return answer
+            return None
+
+    async def _dispatch(self, ex: Exchange) -> web.StreamResponse:
+        await self.shape(ex)
+        lease = self.slot.now(ex)
+        if lease is None:  # the pool is full, or the request is traced
+            granted = await self.slot.wait(ex)
+            if isinstance(granted, web.Response):
+                return granted
+            lease = granted
+        try:
+            while True:
+                response = await self.forward(ex)
+                if not response.get(UNREACHABLE):
+                    return response
+                replaced = await self.reroute(ex)
+                if replaced is None:
+                    return response
+                ex.route(replaced)
+        finally:
+            lease.release()
