@@ -19,8 +19,11 @@ from typing import Any
 import aiohttp
 import pytest
 import yaml
+from aiohttp.test_utils import TestClient, TestServer
 
 from llm_operator.access.keyring import digest
+from llm_operator.gateway.app import Gateway
+from llm_operator.gateway.config import parse_config
 
 from fake_upstream import FakeUpstream, Reply, completion
 from gwtools import GatewayFactory, metric
@@ -203,6 +206,37 @@ async def test_a_burst_keeps_limits_shared(gateway: GatewayFactory, upstream: Up
     assert {r.status for r in statuses} == {200}
     assert gw.shared is not None and gw.shared.up
     assert metric(gw, "llmop_gateway_shared_limits_up") == 1
+
+
+async def connected_clients(url: str) -> int:
+    """Clients connected to Redis, less the one asking."""
+    import redis.asyncio as aioredis  # noqa: PLC0415
+
+    client = aioredis.from_url(url)
+    try:
+        return int((await client.info("clients"))["connected_clients"]) - 1
+    finally:
+        await client.aclose()
+
+
+async def test_a_stopped_gateway_closes_its_redis_connections(
+        upstream: Upstream, redis_url: str) -> None:
+    """The shared limits' pool is the client's own: the gateway's cleanup closes every
+    socket (its connections were left to the garbage collector before)."""
+    _, base_url = upstream
+    gw = Gateway(parse_config({"redis": {"url": redis_url}, "routes": [{
+        "models": ["m"], "upstream": {"baseUrl": base_url, "auth": "none"},
+        "rateLimit": {"requestsPerMinute": 1000}}]}))
+    client: TestClient[Any, Any] = TestClient(TestServer(gw.app(), host="127.0.0.1"))
+    await client.start_server()
+    try:
+        statuses = await asyncio.gather(*(client.post("/v1/chat/completions", json={
+            **CHAT, "model": "m"}) for _ in range(20)))
+        assert {r.status for r in statuses} == {200}
+        assert await connected_clients(redis_url) >= 1
+    finally:
+        await client.close()
+    assert await connected_clients(redis_url) == 0
 
 
 async def evalsha_calls(url: str) -> int:

@@ -71,7 +71,7 @@ def redis_client(url: str, password: str | None = None) -> aioredis.Redis:
     pool = aioredis.BlockingConnectionPool.from_url(
         url, password=password, max_connections=POOL_SIZE, timeout=TIMEOUT_SECONDS,
         socket_timeout=TIMEOUT_SECONDS, socket_connect_timeout=TIMEOUT_SECONDS)
-    return aioredis.Redis(connection_pool=pool)
+    return aioredis.Redis.from_pool(pool)  # the client owns it: aclose() closes its sockets
 
 
 @dataclass

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from llm_operator.gateway.config import Batches, SharedState
 from llm_operator.gateway.errors import Refusal, error_response
 
 log = logging.getLogger(__name__)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 MAX_METADATA = 16  # OpenAI's: 16 pairs, keys to 64 characters, values to 512
 PURPOSE = "batch"
 
@@ -62,19 +63,21 @@ class BatchApi:
         self.runner, self._owner, self._now = runner, owner, now
         self.store = runner.store  # the one the runner works from
 
-    def add_routes(self, app: web.Application) -> None:
-        app.router.add_post("/v1/files", self._answering(self.upload))
-        app.router.add_get("/v1/files", self._answering(self.files))
-        app.router.add_get("/v1/files/{id}", self._answering(self.file))
-        app.router.add_get("/v1/files/{id}/content", self._answering(self.content))
-        app.router.add_delete("/v1/files/{id}", self._answering(self.delete))
-        app.router.add_post("/v1/batches", self._answering(self.create))
-        app.router.add_get("/v1/batches", self._answering(self.batches))
-        app.router.add_get("/v1/batches/{id}", self._answering(self.batch))
-        app.router.add_post("/v1/batches/{id}/cancel", self._answering(self.cancel))
+    def add_routes(self, router: web.UrlDispatcher,
+                   errors: Callable[[Handler], Handler] = lambda handler: handler) -> None:
+        """The endpoints, each wrapped in ``errors`` (the gateway answers what they raise)."""
+        for method, path, handler in (
+                ("POST", "/v1/files", self.upload), ("GET", "/v1/files", self.files),
+                ("GET", "/v1/files/{id}", self.file),
+                ("GET", "/v1/files/{id}/content", self.content),
+                ("DELETE", "/v1/files/{id}", self.delete),
+                ("POST", "/v1/batches", self.create), ("GET", "/v1/batches", self.batches),
+                ("GET", "/v1/batches/{id}", self.batch),
+                ("POST", "/v1/batches/{id}/cancel", self.cancel)):
+            router.add_route(method, path, errors(self._answering(handler)))
 
-    def _answering(self, handler: Callable[[web.Request, str], Any]
-                   ) -> Callable[[web.Request], Any]:
+    def _answering(self, handler: Callable[[web.Request, str], Awaitable[web.StreamResponse]]
+                   ) -> Handler:
         """The handler with its caller identified; a Refusal becomes its answer."""
         async def answer(request: web.Request) -> web.StreamResponse:
             try:

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import logging
+
 from aiohttp import web
+
+log = logging.getLogger("llm_operator.gateway")
+STREAM_STARTED = web.RequestKey("stream_started", bool)  # headers went out: no error body
 
 
 def error_response(status: int, message: str, kind: str, code: str | None = None, *,
@@ -19,3 +24,20 @@ class Refusal(Exception):
     def __init__(self, response: web.Response) -> None:
         super().__init__(response.status)
         self.response = response
+
+
+def unexpected(request: web.Request, exc: Exception) -> web.Response:
+    """What a handler raised, answered in OpenAI's shape.
+
+    Re-raised once an answer is under way (aiohttp cuts the connection, the client sees
+    it), and for a redirect.
+    """
+    if isinstance(exc, web.HTTPException):
+        if exc.status < 400:
+            raise exc
+        return error_response(exc.status, exc.reason, "invalid_request_error")
+    if request.get(STREAM_STARTED):
+        raise exc
+    log.error("internal error serving %s %s", request.method, request.path, exc_info=exc)
+    return error_response(500, "the gateway failed on this request (see its log)",
+                          "server_error", "internal_error")

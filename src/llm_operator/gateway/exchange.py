@@ -15,8 +15,6 @@ from llm_operator.gateway.clients import Client
 from llm_operator.gateway.routes import Deployment, Outbound, RouteState
 from llm_operator.gateway.tracing import RequestTrace
 
-STREAM_STARTED = web.RequestKey("stream_started", bool)  # headers went out: no error body
-
 
 def _unshaped(deployment: Deployment) -> Outbound:
     raise AssertionError(f"no outbound request was shaped for {deployment.label}")

@@ -14,16 +14,19 @@ from collections.abc import Awaitable, Callable, Sequence
 from aiohttp import web
 
 from llm_operator.gateway.answers import CLIENT_CLOSED, HeldStream, Streamed
-from llm_operator.gateway.errors import Refusal
+from llm_operator.gateway.errors import Refusal, unexpected
 from llm_operator.gateway.exchange import Exchange
 from llm_operator.gateway.parts.forward import UNREACHABLE, Forward
 from llm_operator.gateway.parts.hold import Reroute
 from llm_operator.gateway.parts.shape import Shape
 from llm_operator.gateway.parts.slot import Slot
 from llm_operator.gateway.routes import Clock, RouteTable
-from llm_operator.gateway.tracing import Traces
+from llm_operator.gateway.tracing import RequestTrace, Traces
 
-Check = Callable[[Exchange], Awaitable[web.StreamResponse | None]]
+# A part of admission: None (go on), the answer, or an awaitable of either when it must wait
+# (a part answers at once where it can: most requests need no coroutine of it)
+Decision = web.StreamResponse | None
+Check = Callable[[Exchange], Decision | Awaitable[Decision]]
 
 
 class RequestPath:
@@ -37,11 +40,18 @@ class RequestPath:
         self.shape, self.slot, self.forward, self.reroute = shape, slot, forward, reroute
 
     async def handle(self, request: web.Request, *, anthropic: bool = False
-                       ) -> web.StreamResponse:
-        """The answer to a proxied request (an aiohttp handler)."""
-        if self.traces is None:
-            return await self._counted(Exchange(request, self._clock(), None, anthropic))
-        trace = self.traces.begin(request.method, request.path, request.headers)
+                     ) -> web.StreamResponse:
+        """The answer to a proxied request (an aiohttp handler); its own bugs get a 500."""
+        try:
+            if self.traces is None:
+                return await self._counted(Exchange(request, self._clock(), None, anthropic))
+            return await self._traced(request, self.traces.begin(
+                request.method, request.path, request.headers), anthropic)
+        except Exception as exc:  # every error gets an answer
+            return unexpected(request, exc)
+
+    async def _traced(self, request: web.Request, trace: RequestTrace, anthropic: bool
+                      ) -> web.StreamResponse:
         try:
             response = await self._counted(Exchange(request, self._clock(), trace, anthropic))
         except asyncio.CancelledError:
@@ -56,18 +66,31 @@ class RequestPath:
     async def _counted(self, ex: Exchange) -> web.StreamResponse:
         """The answer, counted by status in the route's (or no route's) and key's metrics.
 
-        A relayed stream counts itself as it ends.
+        A relayed stream counts itself as it ends. Tokens reserved and not used are given
+        back; an answer to a held stream is written into it as its error event.
         """
         try:
-            response = await self._through(ex)
+            try:
+                answer = await self._admit(ex) if ex.trace is not None else \
+                    await self._checked(ex)
+                if answer is None:
+                    try:
+                        answer = await self._dispatch(ex)
+                    finally:
+                        ex.reservation.settle()  # no usage came back (an error, a cancel)
+            except Refusal as refused:
+                answer = refused.response
+            held = ex.held
+            if held is not None and answer is not held and isinstance(answer, web.Response):
+                answer = await held.fail(answer)  # the headers went out with the keepalives
         except asyncio.CancelledError:  # the client went away before the answer
             self._count(ex, CLIENT_CLOSED)
             raise
-        status = response.outcome if isinstance(response, HeldStream) else \
-            None if isinstance(response, Streamed) else response.status
+        status = answer.outcome if isinstance(answer, HeldStream) else \
+            None if isinstance(answer, Streamed) else answer.status
         if status is not None:
             self._count(ex, status)
-        return response
+        return answer
 
     def _count(self, ex: Exchange, status: int) -> None:
         (ex.state.metrics if ex.routed else self.table.unrouted).request(
@@ -75,36 +98,27 @@ class RequestPath:
         if ex.client is not None:
             ex.client.request(status)
 
-    async def _through(self, ex: Exchange) -> web.StreamResponse:
-        try:
-            answer = await self._admit(ex)
-            if answer is None:
-                try:
-                    answer = await self._dispatch(ex)
-                finally:
-                    ex.reservation.settle()  # no usage came back (an error, a cancel)
-        except Refusal as refused:
-            answer = refused.response
-        held = ex.held
-        if held is not None and answer is not held and isinstance(answer, web.Response):
-            return await held.fail(answer)  # the headers went out with the keepalives
-        return answer
-
-    async def _admit(self, ex: Exchange) -> web.StreamResponse | None:
-        """The first check's answer, or None: every check let the request go on."""
-        if ex.trace is None:
-            for check in self.checks:
-                if (answer := await check(ex)) is not None:
-                    return answer
-            return None
+    async def _admit(self, ex: Exchange) -> Decision:
+        """The checks, in the request's ``llmop.admission`` span."""
+        assert ex.trace is not None
         with ex.trace.span("llmop.admission"):
-            for check in self.checks:
-                if (answer := await check(ex)) is not None:
-                    return answer
-            return None
+            return await self._checked(ex)
+
+    async def _checked(self, ex: Exchange) -> Decision:
+        """The first check's answer, or None: every check let the request go on."""
+        for check in self.checks:
+            answer = check(ex)
+            if answer is None:
+                continue
+            if not isinstance(answer, web.StreamResponse):  # it must wait: its coroutine
+                answer = await answer
+                if answer is None:
+                    continue
+            return answer
+        return None
 
     async def _dispatch(self, ex: Exchange) -> web.StreamResponse:
-        await self.shape(ex)
+        self.shape(ex)
         lease = self.slot.now(ex)
         if lease is None:  # the pool is full, or the request is traced
             granted = await self.slot.wait(ex)

@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from llm_operator.api import labels as L
 from llm_operator.api.validation import InvalidModel, parse_llmmodel
 from llm_operator.batch.runner import BatchRunner
-from llm_operator.gateway.app import Gateway
+from llm_operator.gateway.app import Gateway, answering_errors
 from llm_operator.gateway.batches import own_address
 from llm_operator.gateway.config import parse_config
 from llm_operator.informer import Informer, Key
@@ -196,10 +196,10 @@ class Router:
         return web.json_response({"models": loads})
 
     def app(self) -> web.Application:
-        app = self.gateway.app()
-        app.router.add_get("/scale", self.scale_all)
-        app.router.add_get("/scale/{namespace}/{name}", self.scale)
-        return app
+        def scaling(router: web.UrlDispatcher) -> None:
+            router.add_get("/scale", answering_errors(self.scale_all))
+            router.add_get("/scale/{namespace}/{name}", answering_errors(self.scale))
+        return self.gateway.app(scaling)
 
     async def run(self) -> None:
         """Watch, rebuild on every change, scrape the engines; until cancelled."""

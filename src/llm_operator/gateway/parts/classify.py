@@ -16,7 +16,7 @@ class Classify:
     def __init__(self, table: RouteTable) -> None:
         self.table = table
 
-    async def __call__(self, ex: Exchange) -> web.StreamResponse | None:
+    def __call__(self, ex: Exchange) -> web.StreamResponse | None:
         flow = self.table.config.flow_control
         if not flow.enabled:
             return None

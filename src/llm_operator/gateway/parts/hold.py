@@ -7,11 +7,14 @@ the table to show others (a killed pod not yet out of it).
 
 from __future__ import annotations
 
+from collections.abc import Coroutine
+from typing import Any
+
 from aiohttp import web
 
 from llm_operator.gateway.answers import HeldStream
-from llm_operator.gateway.errors import error_response
-from llm_operator.gateway.exchange import STREAM_STARTED, Exchange
+from llm_operator.gateway.errors import STREAM_STARTED, error_response
+from llm_operator.gateway.exchange import Exchange
 from llm_operator.gateway.holding import Holds
 from llm_operator.gateway.parts.resolve import Resolve
 from llm_operator.gateway.routes import UNAVAILABLE_RETRY_AFTER, Clock, RouteState, RouteTable
@@ -34,9 +37,11 @@ class Hold:
                  ) -> None:
         self.table, self.holds, self.resolve, self._clock = table, holds, resolve, clock
 
-    async def __call__(self, ex: Exchange) -> web.StreamResponse | None:
-        if ex.state.deployments:
-            return None
+    def __call__(self, ex: Exchange) -> Coroutine[Any, Any, web.StreamResponse | None] | None:
+        """None at once while the route has a replica; else the wait's coroutine."""
+        return None if ex.state.deployments else self._wait(ex)
+
+    async def _wait(self, ex: Exchange) -> web.StreamResponse | None:
         model, state = ex.model, ex.state
         hold = state.route.hold
         if hold is None:

@@ -22,7 +22,7 @@ class Identify:
     def __init__(self, table: RouteTable, runner_token: str | None) -> None:
         self.table, self.runner_token = table, runner_token
 
-    async def __call__(self, ex: Exchange) -> web.StreamResponse | None:
+    def __call__(self, ex: Exchange) -> web.StreamResponse | None:
         client = None
         token = self.runner_token and ex.request.headers.get(RUN_HEADER)
         if token:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Coroutine
+from typing import Any
+
 from aiohttp import web
 
-from llm_operator.access.limits import admit, retry_after_header
+from llm_operator.access.limits import Limits, admit, retry_after_header
 from llm_operator.access.shared import SharedLimits
 from llm_operator.gateway.errors import error_response
 from llm_operator.gateway.exchange import Exchange
@@ -21,14 +24,26 @@ class Limit:
     def __init__(self, table: RouteTable, shared: SharedLimits | None) -> None:
         self.table, self.shared = table, shared
 
-    async def __call__(self, ex: Exchange) -> web.StreamResponse | None:
+    def __call__(self, ex: Exchange
+                 ) -> web.StreamResponse | Coroutine[Any, Any, web.StreamResponse | None] | None:
+        """The answer at once without client keys or Redis; else a coroutine."""
+        if ex.client is not None or self.shared is not None:
+            return self._checked(ex)
+        state = ex.state
+        return self._answer(ex, admit([state.limits], ex.body, ex.reservation))
+
+    async def _checked(self, ex: Exchange) -> web.StreamResponse | None:
         client, state = ex.client, ex.state
         if client is not None:
             assert self.table.gate is not None
             await self.table.gate.check_budget(client)
         parties = [state.limits] if client is None else [state.limits, client.limits]
-        refused = await self.shared.admit(parties, ex.body, ex.reservation) if self.shared \
-            else admit(parties, ex.body, ex.reservation)
+        return self._answer(ex, await self.shared.admit(parties, ex.body, ex.reservation)
+                            if self.shared else admit(parties, ex.body, ex.reservation))
+
+    def _answer(self, ex: Exchange, refused: tuple[Limits, float] | None
+                ) -> web.StreamResponse | None:
+        client, state = ex.client, ex.state
         if ex.trace is not None:
             ex.trace.note(**{"llmop.rate_limited": refused is not None})
         if refused is None:

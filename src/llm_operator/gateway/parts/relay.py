@@ -17,7 +17,8 @@ from aiohttp import web
 
 from llm_operator.gateway.answers import CLIENT_CLOSED, AnswerFailed, Streamed
 from llm_operator.gateway.assembling import StreamError, assemble
-from llm_operator.gateway.exchange import STREAM_STARTED, Exchange
+from llm_operator.gateway.errors import STREAM_STARTED
+from llm_operator.gateway.exchange import Exchange
 from llm_operator.gateway.http1 import Response as UpstreamResponse
 from llm_operator.gateway.http1 import UpstreamError
 from llm_operator.gateway.inbound.messages import StreamTranslator, from_openai

@@ -20,7 +20,7 @@ class Resolve:
     def __init__(self, table: RouteTable) -> None:
         self.table = table
 
-    async def __call__(self, ex: Exchange) -> web.StreamResponse | None:
+    def __call__(self, ex: Exchange) -> web.StreamResponse | None:
         state = self.find(ex.model, ex.client)
         if not isinstance(state, RouteState):
             return state

@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from aiohttp import web
-
 from llm_operator.gateway.exchange import Exchange
 from llm_operator.gateway.routes import CHAT_PATH, Deployment, Outbound, RouteState
 
@@ -27,7 +25,7 @@ class Shape:
     clients then stop the generation) and assembled in Relay (collect).
     """
 
-    async def __call__(self, ex: Exchange) -> web.StreamResponse | None:
+    def __call__(self, ex: Exchange) -> None:
         body, path = ex.body, ex.request.path
         stream = ex.stream = body.get("stream") is True
         hide_usage = ex.hide_usage = stream and path in USAGE_OPTION_PATHS \
@@ -44,7 +42,6 @@ class Shape:
         ex.outbound = Outbounds(ex.state, ex.model, ex.raw, body, stream=stream,
                                 rewrite=hide_usage or collect,
                                 path=CHAT_PATH if ex.anthropic else path.removeprefix("/v1"))
-        return None
 
 
 class Outbounds:
