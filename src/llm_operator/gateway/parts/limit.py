@@ -29,8 +29,7 @@ class Limit:
         """The answer at once without client keys or Redis; else a coroutine."""
         if ex.client is not None or self.shared is not None:
             return self._checked(ex)
-        state = ex.state
-        return self._answer(ex, admit([state.limits], ex.body, ex.reservation))
+        return self._answer(ex, admit([ex.state.limits], ex.body, ex.reservation))
 
     async def _checked(self, ex: Exchange) -> web.StreamResponse | None:
         client, state = ex.client, ex.state
