@@ -66,6 +66,37 @@ class NodeCluster:
         self.kubectl("-n", MODELS_NS, "delete", "pods", "-l", selector, "--grace-period=0",
                      "--force", "--wait=true", "--timeout=120s")
 
+    @contextlib.contextmanager
+    def own_models(self) -> Iterator[None]:
+        """A module's hold on the models' namespace: empty when it starts and emptied when it
+        ends, passed or failed (a model left Starting held the node's cores, and the next
+        module's model waited for them until it failed too)."""
+        self.clear_models()
+        try:
+            yield
+        finally:
+            self.clear_models()
+
+    def explain(self, namespace: str, selector: str) -> str:
+        """What a wait that timed out was waiting on: the namespace's models, the selected
+        pods (phase, conditions, containers' states), their last log lines and the
+        namespace's latest events."""
+        out = [self.kubectl("-n", namespace, "get", "llmmodels", "-o", "wide", check=False)]
+        pods = json.loads(self.kubectl("-n", namespace, "get", "pods", "-l", selector, "-o",
+                                       "json", check=False) or '{"items": []}')["items"]
+        for pod in pods:
+            name, status = pod["metadata"]["name"], pod.get("status", {})
+            conditions = " ".join(f"{c['type']}={c['status']}"
+                                  for c in status.get("conditions", []))
+            states = [json.dumps(c.get("state")) for c in status.get("containerStatuses", [])]
+            out.append(f"pod {name}: {status.get('phase')} {conditions} {' '.join(states)}")
+            log = self.kubectl("-n", namespace, "logs", name, "--all-containers",
+                               "--tail=25", "--timestamps", check=False)
+            out.append("\n".join(f"  {line}" for line in log.splitlines()))
+        out.append(self.kubectl("-n", namespace, "get", "events", "--sort-by=.lastTimestamp",
+                                check=False).splitlines()[-25:].__str__())
+        return "\n".join(out)
+
     def wait_for_images(self) -> None:
         """Until vLLM's image, imported in the background, is on the node."""
         self.node.wait_for_images()
@@ -90,8 +121,12 @@ class NodeCluster:
 
     def wait_phase(self, namespace: str, name: str, phase: str, timeout: int = 120) -> None:
         """Until the LLMModel's status.phase is ``phase`` (kubectl wait: a watch)."""
-        self.plane.kubectl("-n", namespace, "wait", f"llmmodel/{name}", f"--timeout={timeout}s",
-                           f"--for=jsonpath={{.status.phase}}={phase}", timeout=timeout + 30)
+        waited = self.plane.kubectl(
+            "-n", namespace, "wait", f"llmmodel/{name}", f"--timeout={timeout}s",
+            f"--for=jsonpath={{.status.phase}}={phase}", timeout=timeout + 30, check=False)
+        if waited.returncode != 0:
+            raise AssertionError(f"{namespace}/{name} not {phase} in {timeout} s: "
+                                 f"{waited.stderr}\n{self.explain(namespace, f'app={name}')}")
 
     def service_url(self, namespace: str, name: str, port: int, path: str = "/v1") -> str:
         """The Service's cluster address, as a pod on the node would reach it, once it

@@ -75,9 +75,12 @@ def create_group(cluster: NodeCluster, namespace: str, name: str) -> list[str]:
 def mark_ready(cluster: NodeCluster, namespace: str, name: str, pods: list[str],
                timeout: int) -> None:
     """Once every pod of the group is Ready, the LeaderWorkerSet's status says so."""
-    cluster.plane.kubectl("-n", namespace, "wait", "--for=condition=Ready",
-                          f"--timeout={timeout}s", *(f"pod/{p}" for p in pods),
-                          timeout=timeout + 30)
+    waited = cluster.plane.kubectl("-n", namespace, "wait", "--for=condition=Ready",
+                                   f"--timeout={timeout}s", *(f"pod/{p}" for p in pods),
+                                   timeout=timeout + 30, check=False)
+    if waited.returncode != 0:
+        raise AssertionError(f"the group's pods not Ready in {timeout} s: {waited.stderr}\n"
+                             f"{cluster.explain(namespace, f'{PREFIX}/name={name}')}")
     cluster.kubectl("-n", namespace, "patch", "leaderworkerset", name, "--subresource=status",
                     "--type=merge", "-p", json.dumps({"status": {
                         "replicas": 1, "readyReplicas": 1, "updatedReplicas": 1}}))

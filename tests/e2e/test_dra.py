@@ -44,7 +44,6 @@ def _model(name: str, card: str) -> dict[str, Any]:
 def devices(kube_node: NodeCluster) -> Iterator[NodeCluster]:
     """The test driver's DeviceClass and node-1's ResourceSlice."""
     kube_node.namespace(NS)
-    kube_node.clear_models()
     kube_node.kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List",
                                                             "items": [
         {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
@@ -58,12 +57,12 @@ def devices(kube_node: NodeCluster) -> Iterator[NodeCluster]:
                                "attributes": {"productName": {"string": product}},
                                "capacity": {"memory": {"value": memory}}}
                               for name, (product, memory) in DEVICES.items()]}}]}))
-    yield kube_node
-    kube_node.kubectl("-n", NS, "delete", "llmmodel", "--all", "--wait=true", "--timeout=120s")
-    kube_node.kubectl("-n", NS, "delete", "pods", "-l", "app.kubernetes.io/name=llm-model",
-                      "--grace-period=0", "--force", "--wait=true", "--timeout=120s")
-    kube_node.kubectl("delete", "resourceslice", "node-1-llmop-test", "--ignore-not-found")
-    kube_node.kubectl("delete", "deviceclass", DRIVER, "--ignore-not-found")
+    try:
+        with kube_node.own_models():
+            yield kube_node
+    finally:
+        kube_node.kubectl("delete", "resourceslice", "node-1-llmop-test", "--ignore-not-found")
+        kube_node.kubectl("delete", "deviceclass", DRIVER, "--ignore-not-found")
 
 
 def _claims(node: NodeCluster, model: str) -> list[dict[str, Any]]:

@@ -45,11 +45,10 @@ def hub_node(kube_node: NodeCluster, tmp_path_factory: pytest.TempPathFactory
     for seed, repo in enumerate(LORAS.values(), start=1):
         make_repo(mirrors, repo, {p.name: p for p in gemma_hf.gemma_lora(seed).iterdir()})
     kube_node.namespace(NS)
-    kube_node.clear_models()
     kube_node.kubectl("-n", NS, "delete", "secret", "hf-token", "--ignore-not-found")
     kube_node.kubectl("-n", NS, "create", "secret", "generic", "hf-token",
                       f"--from-literal=token={TOKEN}")
-    with hub(mirrors, host=NODE_IP, port=HUB_PORT):
+    with kube_node.own_models(), hub(mirrors, host=NODE_IP, port=HUB_PORT):
         yield kube_node
     kube_node.kubectl("-n", NS, "delete", "secret", "hf-token")
 

@@ -53,8 +53,8 @@ def imaged(kube_node: NodeCluster, tmp_path_factory: pytest.TempPathFactory
     for archive in ("plain.tar", "car.tar"):
         kube_node.node.import_image(out / archive)
     kube_node.namespace(NS)
-    kube_node.clear_models()
-    yield kube_node
+    with kube_node.own_models():
+        yield kube_node
 
 
 def _ask(node: NodeCluster, name: str) -> str:

@@ -53,12 +53,10 @@ def vllm(kube_node: NodeCluster) -> Iterator[NodeCluster]:
     """The vLLM example Ready (then deleted: it holds a core and 6 GiB of the node)."""
     kube_node.wait_for_images()
     kube_node.namespace(NS)
-    kube_node.clear_models()
-    kube_node.kubectl("apply", "-f", str(GEMMA_VLLM))
-    kube_node.wait_phase(NS, NAME, "Ready", READY_SECONDS)
-    yield kube_node
-    kube_node.kubectl("-n", NS, "delete", "-f", str(GEMMA_VLLM), "--wait=true",
-                      "--timeout=120s")
+    with kube_node.own_models():
+        kube_node.kubectl("apply", "-f", str(GEMMA_VLLM))
+        kube_node.wait_phase(NS, NAME, "Ready", READY_SECONDS)
+        yield kube_node
 
 
 def test_vllm_answers_through_the_service_with_the_openai_sdk(vllm: NodeCluster) -> None:

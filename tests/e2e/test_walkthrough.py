@@ -61,9 +61,14 @@ def curl(url: str, body: dict[str, Any], *headers: str) -> Any:
 
 
 @pytest.fixture(scope="module")
-def walked(kube_node: NodeCluster) -> NodeCluster:
-    """Steps 1 to 4, as the guide runs them."""
+def walked(kube_node: NodeCluster) -> Iterator[NodeCluster]:
+    """Steps 1 to 4, as the guide runs them, on a namespace no other module's model holds."""
     kube_node.namespace(NS)
+    with kube_node.own_models():
+        yield _steps_1_to_4(kube_node)
+
+
+def _steps_1_to_4(kube_node: NodeCluster) -> NodeCluster:
     for secret, literal in (("hf-token", "token=YOUR_HF_TOKEN"),
                             *((s, "apiKey=YOUR_API_KEY") for s in REMOTE_SAMPLES.values())):
         kube_node.kubectl("create", "secret", "generic", secret, "--namespace", NS,
