@@ -14,6 +14,12 @@ engine full, nothing of theirs queued): what is measured is what the queue adds.
     reference (goal <= 1.3x); and Jain's index of completed requests over 4 backlogged IDs
     with 4, 8, 16 and 32 clients (goal >= 0.95).
 
+(c) ``llmop up``'s defaults: the same route with ``maxConcurrent`` slots + 8 (its
+    ``--max-queue``, flow control's bound) and its flow control; the light ID's 2 clients
+    beside 40 of a heavy ID against the reference of 6 heavy ones (the engine's 8 slots
+    full, nothing queued): failed light requests (goal 0) and the light p50 (goal <= 1.3x).
+    ``--tree REV`` runs the gateways from a git revision instead (a worktree), to compare.
+
 Each case also runs with ``flowControl.engineQueue: 2`` (two requests per replica may wait
 in the engine, so a freed slot is refilled without a round trip) and reports every
 client's completed requests per second: what holding requests in the router costs in
@@ -29,10 +35,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib.util
+import os
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,6 +50,7 @@ import aiohttp
 import yaml
 
 from llm_operator.local.llama_build import locate
+from llm_operator.local.runtime import LOCAL_FLOW_CONTROL
 
 ROOT = Path(__file__).resolve().parents[2]
 LLMOP = str(Path(sys.executable).parent / "llmop")
@@ -112,15 +123,19 @@ def jain(counts: list[int]) -> float:
 # the gateways compared: flow control on, on with 2 requests per replica let wait in the
 # engine (flowControl.engineQueue), and off
 MODES = {"on": {"enabled": True}, "on, engineQueue 2": {"enabled": True, "engineQueue": 2},
-         "off": {"enabled": False}}
+         "off": {"enabled": False}, "llmop up": LOCAL_FLOW_CONTROL}
+UP_MAX_QUEUE = 8  # llmop up --max-queue's default
 
 
-def gateway_config(port: int, engine: int, flow: dict[str, object]) -> dict[str, object]:
+def gateway_config(port: int, engine: int, mode: str) -> dict[str, object]:
+    upstream: dict[str, object] = {"baseUrl": f"http://127.0.0.1:{engine}/v1",
+                                   "auth": "none", "slots": SLOTS}
+    if mode == "llmop up":  # local/runtime.py's route: the bound is slots + --max-queue
+        upstream["maxConcurrent"] = SLOTS + UP_MAX_QUEUE
     return {"listen": {"host": "127.0.0.1", "port": port},
-            "flowControl": flow,
+            "flowControl": MODES[mode],
             "routes": [{"models": ["gemma"], "timeouts": {"requestSeconds": 600},
-                        "upstream": {"baseUrl": f"http://127.0.0.1:{engine}/v1",
-                                     "auth": "none", "slots": SLOTS}}]}
+                        "upstream": upstream}]}
 
 
 async def main() -> None:
@@ -128,8 +143,11 @@ async def main() -> None:
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--warmup", type=float, default=3.0)
     parser.add_argument("--model", type=Path, default=DEFAULT_MODEL)
-    parser.add_argument("--parts", default="a,b,jain",
-                        help="comma-separated: a (bands), b (fairness IDs), jain")
+    parser.add_argument("--parts", default="a,b,c,jain",
+                        help="comma-separated: a (bands), b (fairness IDs), c (llmop up's "
+                        "bound), jain")
+    parser.add_argument("--tree", metavar="REV",
+                        help="run the gateways from this git revision (a worktree)")
     args = parser.parse_args()
     binary = locate()
     if binary is None or not args.model.is_file():
@@ -137,23 +155,39 @@ async def main() -> None:
                          "(or set $LLMOP_LLAMA_SERVER and --model)")
     engine = free_port()
     ports = {mode: free_port() for mode in MODES}
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, tree_env(args.tree, Path(tmp)) as env:
         configs = []
-        for index, (mode, flow) in enumerate(MODES.items()):
+        for index, mode in enumerate(MODES):
             path = Path(tmp) / f"gateway-{index}.yaml"
-            path.write_text(yaml.safe_dump(gateway_config(ports[mode], engine, flow)))
+            path.write_text(yaml.safe_dump(gateway_config(ports[mode], engine, mode)))
             configs.append(path)
         llama = [str(binary), "-m", str(args.model), "--host", "127.0.0.1", "--port",
                  str(engine), "--parallel", str(SLOTS), "--ctx-size", str(SLOTS * 256),
                  "--threads", "2", "--alias", "gemma"]
         gateways = [[LLMOP, "gateway", "--config", str(c), "--log-level", "warning"]
                     for c in configs]
-        with processes(llama, *gateways):
+        with processes(llama, *gateways, env=env):
             await until_up(f"http://127.0.0.1:{engine}/health", timeout=120)
             for port in ports.values():
                 await until_up(f"http://127.0.0.1:{port}/health")
             urls = {mode: f"http://127.0.0.1:{port}" for mode, port in ports.items()}
             await report(urls, args.warmup, args.seconds, set(args.parts.split(",")))
+
+
+@contextlib.contextmanager
+def tree_env(rev: str | None, tmp: Path) -> Iterator[dict[str, str] | None]:
+    """The gateways' environment: this tree's (None), or a ``rev`` worktree's source first."""
+    if rev is None:
+        yield None
+        return
+    path = tmp / "tree"
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(path),
+                    rev], check=True)
+    try:
+        yield {**os.environ, "PYTHONPATH": str(path / "src")}
+    finally:
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(path)],
+                       check=True)
 
 
 async def light_case(url: str, heavy: int, headers: tuple[dict[str, str], dict[str, str]],
@@ -177,13 +211,15 @@ async def report(urls: dict[str, str], warmup: float, seconds: float, parts: set
         ("(b) light ID 2 + heavy ID 40", "on", 40, light_id, heavy_id),
         ("(b) light ID 2 + heavy ID 40", "on, engineQueue 2", 40, light_id, heavy_id),
         ("(b) light ID 2 + heavy ID 40", "off", 40, light_id, heavy_id),
+        ("(c) reference: light ID 2 + heavy ID 6", "llmop up", 6, light_id, heavy_id),
+        ("(c) light ID 2 + heavy ID 40", "llmop up", 40, light_id, heavy_id),
     ]
     print(f"llama-server {SLOTS} slots, {TOKENS} tokens per request, closed-loop clients, "
           f"{seconds:g} s windows after {warmup:g} s warm-up")
     print()
     print("| case | flow control | light p50 (s) | vs ref | light p99 (s) | vs ref | "
-          "light done | all req/s | errors |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "light done | light failed | all req/s | errors |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     reference: tuple[float, float] = (0.0, 0.0)
     for title, mode, heavy, light_headers, heavy_headers in cases:
         if title[1] not in parts:
@@ -193,8 +229,9 @@ async def report(urls: dict[str, str], warmup: float, seconds: float, parts: set
         p50, p99 = pct(light.latencies, 0.5), pct(light.latencies, 0.99)
         if "reference" in title:
             reference = (p50, p99)
-        print(f"| {title} | {mode} | {p50:.3f} | {p50 / reference[0]:.2f}x | {p99:.3f} | "
-              f"{p99 / reference[1]:.2f}x | {len(light.latencies)} | "
+        print(f"| {title} | {mode} | {p50:.3f} | {p50 / (reference[0] or 1):.2f}x | "
+              f"{p99:.3f} | {p99 / (reference[1] or 1):.2f}x | {len(light.latencies)} | "
+              f"{light.errors} | "
               f"{(light.completed + flood.completed) / seconds:.2f} | "
               f"{light.errors + flood.errors} |", flush=True)
     if "jain" not in parts:
@@ -203,7 +240,7 @@ async def report(urls: dict[str, str], warmup: float, seconds: float, parts: set
     print("| (b) 4 backlogged IDs, 4/8/16/32 clients | flow control | completed per ID "
           "(answered in the window) | Jain's index |")
     print("|---|---|---|---|")
-    for mode in MODES:
+    for mode in ("on", "on, engineQueue 2", "off"):
         groups = [Group(f"id{n}", n, {FAIRNESS: f"id{n}"}) for n in (4, 8, 16, 32)]
         await run_load(urls[mode], groups, warmup, seconds)
         counts = [g.completed for g in groups]

@@ -60,9 +60,9 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def processes(*argvs: list[str]) -> Iterator[None]:
-    procs = [subprocess.Popen(a, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-             for a in argvs]
+def processes(*argvs: list[str], env: dict[str, str] | None = None) -> Iterator[None]:
+    procs = [subprocess.Popen(a, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              env=env) for a in argvs]
     try:
         yield
     finally:

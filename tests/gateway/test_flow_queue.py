@@ -208,7 +208,7 @@ ONE_BAND = [Band(name="standard", priority=0)]
     ([Band(name="standard", priority=0, sheddable=True)], None, 429, "request_shed", "shed"),
     ([Band(name="standard", priority=0, max_queue=1)], None, 429, "queue_full",
      "queue_full"),
-    (ONE_BAND, 2, 503, "model_overloaded", "overloaded"),
+    (ONE_BAND, 2, 429, "model_overloaded", "overloaded"),
 ], ids=["sheddable-band", "queue-full", "upstreams-bound"])
 async def test_a_request_that_cannot_wait_is_refused_at_once(
         bands: list[Band], bound: int | None, status: int, code: str, outcome: str) -> None:
@@ -228,6 +228,91 @@ async def test_a_request_that_cannot_wait_is_refused_at_once(
     for task in waiting:
         task.cancel()
     await asyncio.gather(*waiting, return_exceptions=True)
+
+
+SMALL_QUEUE = FlowControl(bands=[Band(name="interactive", priority=100, max_queue=3),
+                                  Band(name="standard", priority=0, max_queue=3),
+                                  Band(name="batch", priority=-100, max_queue=3)])
+
+
+# One slot, held by ID "holder"; the requests queued in order as (name, band, group,
+# member); the newcomer's band and group; the queued request that gives way to it (None:
+# the newcomer is refused) and the code both read.
+@pytest.mark.parametrize(("bound", "queued_before", "newcomer", "gives_way", "code"), [
+    # the pool's bound (the upstreams' maxConcurrent): 1 running + 3 waiting
+    (4, [("h1", "standard", "heavy", ""), ("h2", "standard", "heavy", ""),
+         ("h3", "standard", "heavy", "")], ("standard", "light"), "h3", "model_overloaded"),
+    (4, [("h1", "standard", "heavy", ""), ("h2", "standard", "heavy", ""),
+         ("l1", "standard", "light", "")], ("standard", "heavy"), None, "model_overloaded"),
+    (4, [("a1", "standard", "a", ""), ("a2", "standard", "a", ""),
+         ("b1", "standard", "b", "")], ("standard", "b"), None, "model_overloaded"),
+    (4, [("b1", "batch", "light", ""), ("s1", "standard", "heavy", ""),
+         ("s2", "standard", "heavy", "")], ("standard", "heavy"), "b1", "model_overloaded"),
+    (4, [("i1", "interactive", "x", ""), ("i2", "interactive", "x", ""),
+         ("i3", "interactive", "x", "")], ("standard", "light"), None, "model_overloaded"),
+    (4, [("t1", "standard", "team", "bulk"), ("t2", "standard", "team", "bulk"),
+         ("t3", "standard", "team", "alice")], ("standard", "light"), "t2",
+     "model_overloaded"),
+    # a band's maxQueue (3): only its own queue gives way
+    (None, [("h1", "standard", "heavy", ""), ("h2", "standard", "heavy", ""),
+            ("h3", "standard", "heavy", "")], ("standard", "light"), "h3", "queue_full"),
+    (None, [("b1", "batch", "light", ""), ("h1", "standard", "heavy", ""),
+            ("h2", "standard", "heavy", ""), ("h3", "standard", "heavy", "")],
+     ("standard", "heavy"), None, "queue_full"),
+], ids=["light-displaces-heavy", "heavy-refused", "equal-ids-no-churn", "lower-band-first",
+        "higher-band-never", "heaviest-member", "band-queue-light", "band-queue-own-only"])
+async def test_at_a_bound_the_id_holding_the_most_gives_way(
+        bound: int | None, queued_before: list[tuple[str, str, str, str]],
+        newcomer: tuple[str, str], gives_way: str | None, code: str) -> None:
+    f, seen = flow(1, bound, SMALL_QUEUE)
+    pick = {b.name: b for b in SMALL_QUEUE.bands}
+    await f.acquire("m", Classified(pick["standard"], "holder"))
+    tasks = {}
+    for name, band_name, group, member in queued_before:
+        tasks[name] = asyncio.create_task(
+            f.acquire("m", Classified(pick[band_name], group, member)))
+        await queued(f, len(tasks))
+    new_band, new_group = newcomer
+    arriving = asyncio.create_task(f.acquire("m", Classified(pick[new_band], new_group)))
+    await asyncio.wait([arriving, *tasks.values()], timeout=5,
+                       return_when=asyncio.FIRST_COMPLETED)
+    if gives_way is None:
+        refused = arriving.exception()
+        assert seen.outcomes[-1][1] in ("overloaded", "queue_full")
+        assert not any(t.done() for t in tasks.values())
+    else:
+        assert not arriving.done()  # it waits in the place given up
+        done = [n for n, t in tasks.items() if t.done()]
+        assert done == [gives_way]
+        refused = tasks[gives_way].exception()
+        assert ("displaced" in {o for _, o in seen.outcomes})
+        assert f.queued("m") == len(queued_before)
+    assert isinstance(refused, FlowRefused)
+    assert (refused.status, refused.code) == (429, code)
+    assert refused.retry_after >= 1 and "fairness ID" in refused.message
+    for task in [arriving, *tasks.values()]:
+        task.cancel()
+    await asyncio.gather(arriving, *tasks.values(), return_exceptions=True)
+
+
+async def test_a_light_id_beside_a_heavy_one_that_fills_every_bound_is_served() -> None:
+    """#51: 40 heavy clients refilled slots and bound as fast as they freed, and each of
+    the light ID's requests was refused on arrival (0 of 390 answered)."""
+    f, _ = flow(slots=2, bound=4)
+    heavy_band = band("standard")
+    running = [await f.acquire("m", Classified(heavy_band, "heavy")) for _ in range(2)]
+    backlog = [asyncio.create_task(f.acquire("m", Classified(heavy_band, "heavy")))
+               for _ in range(2)]
+    await queued(f, 2)
+    light = asyncio.create_task(f.acquire("m", Classified(heavy_band, "light")))
+    await asyncio.wait(backlog, timeout=5, return_when=asyncio.FIRST_COMPLETED)
+    assert f.queued("m") == 2  # one heavy request gave way to the light one
+    running[0].release()
+    lease = await asyncio.wait_for(light, 5)
+    assert lease.group == "light"
+    lease.release()  # the heavy request still waiting gets its turn
+    results = await asyncio.wait_for(asyncio.gather(*backlog, return_exceptions=True), 5)
+    assert sorted(type(r).__name__ for r in results) == ["FlowRefused", "Lease"]
 
 
 async def test_a_request_that_waits_past_its_band_limit_gets_503_and_leaves_the_queue() -> None:

@@ -99,8 +99,9 @@ def _log_to_file(state: StateDir, level: str) -> None:
               show_default="$XDG_CACHE_HOME/llmop/models",
               help="Where model files assembled from Python packages are kept.")
 @click.option("--max-queue", type=click.IntRange(0, 10_000), default=8, show_default=True,
-              help="Requests that may wait per model while all its slots are busy; more are "
-              "refused with 503 and Retry-After.")
+              help="Requests that may wait per model while all its slots are busy. At the "
+              "bound the client (fairness ID) holding the most is refused with 429 and "
+              "Retry-After, never a lighter one.")
 @click.option("--llama-server", "llama_server", envvar="LLMOP_LLAMA_SERVER",
               type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="The llama-server binary to run [default: the one `llmop setup` "

@@ -44,7 +44,11 @@ class FlowObserver:
         """A request got a slot after ``waited`` seconds (0: at once)."""
 
     def refused(self, pool: str, band: str, outcome: str) -> None:
-        """A request left without a slot: shed, queue_full, timeout, cancelled, overloaded."""
+        """A request left without a slot (``outcome``, below).
+
+        shed, queue_full, timeout, cancelled, overloaded, displaced (it waited and gave way
+        at a bound to a lighter fairness ID's request).
+        """
 
     def ignored(self, pool: str, reason: str) -> None:
         """A request's band header was not taken (classify.Classified.ignored)."""
@@ -105,6 +109,17 @@ class _BandQueue:
         self.size -= 1
         self._prune(ticket.group, ticket.member)
         return True
+
+    def waiting(self, group: str) -> int:
+        """Requests of fairness ID ``group`` waiting in this band."""
+        return sum(len(fifo) for fifo in self.groups.get(group, {}).values())
+
+    def take_newest(self, group: str, member: str) -> _Ticket:
+        """Take out the member's latest arrival (it has waited least)."""
+        ticket = self.groups[group][member].pop()
+        self.size -= 1
+        self._prune(group, member)
+        return ticket
 
     def pop(self, pool: Pool) -> _Ticket:
         """The next request: the fairest group's fairest member's oldest."""
@@ -256,6 +271,32 @@ class Pool:
             self._timer.cancel()
         self._timer = loop.call_later(at - now, self.dispatch)
 
+    def weight(self, group: str) -> int:
+        """What fairness ID ``group`` holds here: its requests running and waiting."""
+        return self.held[group] + sum(q.waiting(group) for q in self.queues.values())
+
+    def displaceable(self, who: Classified, queues: list[_BandQueue]
+                     ) -> tuple[_BandQueue, str, str] | None:
+        """Whose waiting request gives way to ``who``'s at a bound: (queue, group, member).
+
+        From the lowest band among ``queues`` with a request waiting, not above ``who``'s
+        band: the fairness ID holding the most (running plus waiting), its member holding
+        the most. Within ``who``'s own band only when that ID would still hold more than
+        ``who``'s does with the new request; None: ``who``'s request is the one refused.
+        """
+        priority = who.band.priority
+        present = [q for q in queues if q.size and q.band.priority <= priority]
+        if not present:
+            return None
+        queue = min(present, key=lambda q: q.band.priority)
+        group = max(queue.groups, key=self.weight)
+        if queue.band.priority == priority and (
+                group == who.group or self.weight(group) <= self.weight(who.group) + 1):
+            return None
+        members = queue.groups[group]
+        member = max(members, key=lambda m: self.held_members[(group, m)] + len(members[m]))
+        return queue, group, member
+
     def retry_after(self, ahead: int) -> float:
         """About how long until ``ahead`` queued requests have had a slot (at least 1 s)."""
         per_slot = self.hold_seconds or 1.0
@@ -392,17 +433,17 @@ class Flow:
                               "instead of queued", pool.retry_after(queued))
         if pool.bound is not None and pool.in_flight + queued >= pool.bound:
             wait = pool.retry_after(queued)
-            self.observer.refused(pool_name, band.name, "overloaded")
-            raise FlowRefused(503, "model_overloaded", f"{pool_name!r} is at capacity: its "
-                              f"upstreams take {pool.bound} requests at once, queued ones "
-                              f"included; retry after {wait:g}s", wait)
+            self._displace_or_refuse(
+                pool, who, list(pool.queues.values()), code="model_overloaded",
+                outcome="overloaded", full=f"{pool_name!r} is at capacity: its upstreams "
+                f"take {pool.bound} requests at once, queued ones included", wait=wait)
         queue = pool.queue(band)
         if queue.size >= band.max_queue:
-            self.observer.refused(pool_name, band.name, "queue_full")
-            raise FlowRefused(429, "queue_full", f"the queue of band {band.name!r} for "
-                              f"{pool_name!r} is full ({band.max_queue} requests, "
-                              "flowControl.bands[].maxQueue); retry later",
-                              pool.retry_after(queued))
+            self._displace_or_refuse(
+                pool, who, [queue], code="queue_full", outcome="queue_full",
+                full=f"the queue of band {band.name!r} for {pool_name!r} is full "
+                f"({band.max_queue} requests, flowControl.bands[].maxQueue)",
+                wait=pool.retry_after(queued))
         ticket = _Ticket(who.group, who.member, self.clock(),
                          asyncio.get_running_loop().create_future())
         queue.push(ticket)
@@ -422,6 +463,30 @@ class Flow:
                               "flowControl.bands[].maxWaitSeconds); retry later",
                               pool.retry_after(pool.queued))
         return ticket.future.result()
+
+    def _displace_or_refuse(self, pool: Pool, who: Classified, queues: list[_BandQueue], *,
+                            code: str, outcome: str, full: str, wait: float) -> None:
+        """At a bound, the fairness ID holding the most gives way.
+
+        Its newest waiting request is refused in favour of ``who``'s, or ``who``'s is
+        (raised) when ``who``'s ID holds the most. A bound that refused by arrival locked a
+        light ID out while a heavy one refilled the queue as fast as it freed (fair queuing
+        drops from the fattest flow, too). Both get 429 with Retry-After; ``full`` says
+        which bound.
+        """
+        chosen = pool.displaceable(who, queues)
+        if chosen is None:
+            self.observer.refused(pool.name, who.band.name, outcome)
+            raise FlowRefused(429, code, f"{full}, and your fairness ID holds the most of "
+                              f"it (or only higher bands wait); retry after {wait:g}s", wait)
+        queue, group, member = chosen
+        ticket = queue.take_newest(group, member)
+        ticket.future.set_exception(FlowRefused(
+            429, code, f"{full}: your request waited and gave way to a lighter fairness "
+            "ID's (at a bound the ID holding the most is refused, or a lower band); retry "
+            f"after {wait:g}s", wait))
+        self.observer.refused(pool.name, queue.band.name, "displaced")
+        self.observer.depth(pool.name, queue.band.name, queue.size)
 
     def _leave(self, pool: Pool, ticket: _Ticket, outcome: str) -> None:
         """Take a waiting request out of whichever band queue holds it now."""

@@ -78,7 +78,7 @@ class GatewayMetrics:
                                     ["route", "band"], buckets=QUEUE_BUCKETS, registry=r)
         self.flow_requests = Counter("llmop_gateway_flow_requests",
                                      "Requests by flow-control outcome: admitted, shed, "
-                                     "queue_full, timeout, cancelled, overloaded.",
+                                     "queue_full, timeout, cancelled, overloaded, displaced.",
                                      ["route", "band", "outcome"], registry=r)
         self.flow_ignored = Counter("llmop_gateway_flow_band_ignored",
                                     "Band or objective headers not taken: unknown, above_key "

@@ -79,7 +79,9 @@ class Options:
     scan_seconds: float = 0.5
     llama_server: Path | None = None  # the binary (llama_build.locate())
     timing: Timing = field(default_factory=Timing)
-    max_queue: int = 8  # requests that may wait for a slot per model; more get 503
+    # requests that may wait for a slot per model, flow control's bound: beyond it the
+    # fairness ID holding the most gets 429 (docs/flow-control.md)
+    max_queue: int = 8
     gateway_host: str = LOOPBACK  # 0.0.0.0 when a cluster must reach it (--register)
     register: Registration | None = None  # publish the served models into a cluster
     hold_seconds: float = 300.0  # a request for a model still loading waits this long
@@ -389,7 +391,8 @@ class Runtime:
             return Serving([] if loading else [{
                 "name": entry.model.name, "baseUrl": f"http://{LOOPBACK}:{entry.port}/v1",
                 "auth": "none", "slots": decision.slots,  # more wait in the gateway's queue
-                # every slot busy and max_queue waiting: 503 with Retry-After at once
+                # flow control's bound: every slot busy and max_queue waiting, the fairness
+                # ID holding the most is refused (429 with Retry-After), never a newcomer
                 "maxConcurrent": decision.slots + self.options.max_queue}], loading or "")
         if isinstance(decision, RemoteProxy):
             return Serving(route=decision.route())  # build() names it as the router does
