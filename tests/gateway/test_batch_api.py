@@ -280,26 +280,31 @@ async def test_a_cancelled_batch_sends_no_more_and_lists_what_it_did_not_send(
     assert len(errors) == 4 and batch.request_counts.completed == 2
 
 
-async def test_a_restarted_gateway_goes_on_and_each_request_appears_once(
-        tmp_path: Path, upstream: tuple[FakeUpstream, str]) -> None:
-    fake, url = upstream
-    store = tmp_path / "b.db"
+async def stopped_mid_batch(store: Path, fake: FakeUpstream, url: str) -> str:
+    """A batch of a, b and c, stopped once "a" is answered and "b" is being answered."""
     fake.then(Reply(body=completion("m")), Reply(body=completion("m"), delay=30))
     async with front(store, url) as gw, gw.sdk() as sdk:
         batch_id = await run_batch(sdk, jsonl(chat("a"), chat("b"), chat("c")))
         runner = gw.gateway.batch_runner
         assert runner is not None
-        async with asyncio.timeout(10):  # until "a" is answered and "b" is being answered
+        async with asyncio.timeout(10):
             while True:
                 runner.changed.clear()
                 fake.received.clear()
                 if runner.store.done_lines(batch_id) and len(fake.requests) >= 2:
-                    break
+                    return batch_id
                 waits = [asyncio.ensure_future(runner.changed.wait()),
                          asyncio.ensure_future(fake.received.wait())]
                 await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
                 for waiting in waits:
                     waiting.cancel()
+
+
+async def test_a_restarted_gateway_goes_on_and_each_request_appears_once(
+        tmp_path: Path, upstream: tuple[FakeUpstream, str]) -> None:
+    fake, url = upstream
+    store = tmp_path / "b.db"
+    batch_id = await stopped_mid_batch(store, fake, url)
     sent_before = len(fake.requests)
     async with front(store, url) as gw, gw.sdk() as sdk:  # the same store: a restart
         assert await gw.until_finished(batch_id) == "completed"
@@ -310,6 +315,25 @@ async def test_a_restarted_gateway_goes_on_and_each_request_appears_once(
     assert batch.request_counts.completed == 3
     resent = [r["body"]["messages"][0]["content"] for r in fake.requests[sent_before:]]
     assert "a" not in resent  # a recorded result is not asked for again
+
+
+async def test_a_batch_resumed_before_its_model_is_routed_loses_no_line(
+        tmp_path: Path, upstream: tuple[FakeUpstream, str]) -> None:
+    """CI: llmop up's runner resumed a batch before the first scan routed its model, read
+    the file again against the routes, and closed the batch without the lines of a model
+    it did not know yet: "b", in flight at the stop, was in neither file."""
+    fake, url = upstream
+    store = tmp_path / "b.db"
+    batch_id = await stopped_mid_batch(store, fake, url)
+    async with front(store, url, route={"models": ["other"]}) as gw, gw.sdk() as sdk:
+        assert await gw.until_finished(batch_id) == "completed"
+        batch = await sdk.batches.retrieve(batch_id)
+        files = [f for f in (batch.output_file_id, batch.error_file_id) if f is not None]
+        lines = [json.loads(t) for f in files
+                 for t in (await sdk.files.content(f)).text.splitlines()]
+    assert sorted(line["custom_id"] for line in lines) == ["a", "b", "c"]
+    unrouted = [line for line in lines if line["custom_id"] == "b"]
+    assert unrouted[0]["response"]["status_code"] == 404  # the model is not routed here
 
 
 async def test_a_batch_runs_in_the_lowest_band_as_its_owner_at_the_batch_price(

@@ -36,6 +36,10 @@ T = TypeVar("T")
 RUN_HEADER = "x-llmop-batch-run"  # the runner's secret: the gateway trusts the owner header
 OWNER_HEADER = "x-llmop-batch-owner"  # the client key the request runs as
 OBJECTIVE_HEADER = "x-gateway-inference-objective"
+def _any_model(_: str) -> bool:
+    return True
+
+
 NOT_NOW = frozenset({429, 502, 503, 504})  # retried until the window closes
 OUTPUT_PURPOSE, ERROR_PURPOSE = "batch_output", "batch_error"
 
@@ -156,7 +160,10 @@ class BatchRunner:
         try:
             if data is None:
                 raise FileRefused(f"the input file {batch.input_file_id} was deleted")
-            requests, errors = read_requests(data, batch.endpoint, self._served)
+            # validated once, when created: read again after a restart, every line runs (a
+            # model not routed yet must not drop its lines; a removed one answers 404)
+            served = self._served if batch.status == "validating" else _any_model
+            requests, errors = read_requests(data, batch.endpoint, served)
         except FileRefused as exc:
             batch.fail("invalid_file", str(exc), int(self._now()))
             await self._save(batch)

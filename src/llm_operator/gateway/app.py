@@ -297,9 +297,18 @@ class Gateway:
         app.on_cleanup.append(self._close)
         return app
 
-    async def _open(self, _: web.Application) -> None:
-        if self.batch_runner is not None and self._batch_autostart:
+    def start_batches(self) -> None:
+        """Run the batch runner from now until the app stops (once; ``autostart`` False).
+
+        ``llmop up`` starts it after its first scan: a batch resumed before the gateway
+        knew its model would have had each request answered 404.
+        """
+        if self.batch_runner is not None and self._batch_task is None:
             self._batch_task = asyncio.create_task(self.batch_runner.run())
+
+    async def _open(self, _: web.Application) -> None:
+        if self._batch_autostart:
+            self.start_batches()
         if self._forward is not None:
             self._forward.open()
         if (proxied := self.proxies.describe()) is not None:

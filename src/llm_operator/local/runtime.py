@@ -209,15 +209,17 @@ class Runtime:
         # the Batch API: its runner sends each request to this gateway's own address
         self.gateway.enable_batches(BatchStore(options.state.batches),
                                     lambda: self.gateway_url.removesuffix("/v1"),
-                                    on_change=self._touch)
+                                    autostart=False, on_change=self._touch)
         try:
             async with self._gateway(gateway_sock), self._mcp(mcp_sock), \
                     self._registered(gateway_sock.getsockname()[1]):
                 writer = asyncio.create_task(self._write_state())
                 try:
+                    await self.rescan()
+                    self.gateway.start_batches()  # its models routed: a resumed batch finds them
                     while True:
-                        await self.rescan()
                         await asyncio.sleep(options.scan_seconds)
+                        await self.rescan()
                 finally:
                     await self._stop_all()
                     writer.cancel()
