@@ -93,8 +93,9 @@ class NodeCluster:
             log = self.kubectl("-n", namespace, "logs", name, "--all-containers",
                                "--tail=25", "--timestamps", check=False)
             out.append("\n".join(f"  {line}" for line in log.splitlines()))
-        out.append(self.kubectl("-n", namespace, "get", "events", "--sort-by=.lastTimestamp",
-                                check=False).splitlines()[-25:].__str__())
+        events = self.kubectl("-n", namespace, "get", "events", "--sort-by=.lastTimestamp",
+                              check=False)
+        out.extend(events.splitlines()[-25:])
         return "\n".join(out)
 
     def wait_for_images(self) -> None:

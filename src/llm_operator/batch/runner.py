@@ -36,12 +36,13 @@ T = TypeVar("T")
 RUN_HEADER = "x-llmop-batch-run"  # the runner's secret: the gateway trusts the owner header
 OWNER_HEADER = "x-llmop-batch-owner"  # the client key the request runs as
 OBJECTIVE_HEADER = "x-gateway-inference-objective"
-def _any_model(_: str) -> bool:
-    return True
-
-
 NOT_NOW = frozenset({429, 502, 503, 504})  # retried until the window closes
 OUTPUT_PURPOSE, ERROR_PURPOSE = "batch_output", "batch_error"
+
+
+def _any_model(_: str) -> bool:
+    """A validated batch's lines all run (``served`` for a batch read again)."""
+    return True
 
 
 @dataclass(frozen=True)
