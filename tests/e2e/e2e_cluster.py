@@ -220,7 +220,13 @@ def install_batching(cluster: NodeCluster) -> None:
     cluster.kubectl("apply", "-k", str(E2E / "redis"))
     cluster.kubectl("-n", MODELS_NS, "rollout", "status", "statefulset/llmop-redis",
                     "--timeout=120s")
+    earlier = cluster.kubectl("-n", OPERATOR_NS, "get", "pods", "-l", "app=llmop-router",
+                              "-o", "name").split()
     cluster.apply_kustomization(E2E / "router-batch", ["llmop-router"], OPERATOR_NS)
+    # Until the routers of an earlier module are gone: `rollout status` returns while they
+    # still drain, and one answered POST /v1/files with 404 (it had no Batch API).
+    if earlier:
+        cluster.kubectl("-n", OPERATOR_NS, "wait", "--for=delete", "--timeout=120s", *earlier)
 
 
 def prepare_node() -> tuple[list[Path], list[Path]]:
