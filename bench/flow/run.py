@@ -20,15 +20,20 @@ engine full, nothing of theirs queued): what is measured is what the queue adds.
     full, nothing queued): failed light requests (goal 0) and the light p50 (goal <= 1.3x).
     ``--tree REV`` runs the gateways from a git revision instead (a worktree), to compare.
 
-Each case also runs with ``flowControl.engineQueue: 2`` (two requests per replica may wait
-in the engine, so a freed slot is refilled without a round trip) and reports every
-client's completed requests per second: what holding requests in the router costs in
-throughput, and what the engine queue buys back.
+(d) throughput: 16 closed-loop clients of 24-token completions straight at llama-server,
+    and through the gateway with ``llmop up``'s flow control and with every request
+    beyond the slots held in the gateway; rounds alternate (``--rounds``), medians.
+
+Flow control runs as it ships ("on": each replica's engine queue adapts from its
+/metrics, flowControl.saturation), with every request beyond the slots held in the gateway
+("on, held here": saturation.adaptive false, what it did before #51), and off. Each row
+reports every client's completed requests per second and the engine queue the gateway
+allowed at the end (``llmop_gateway_engine_queue_allowed``).
 
 Needs the llama-server `make up` builds (or $LLMOP_LLAMA_SERVER) and the Gemma GGUF it
 downloads (or --model).
 
-    python bench/flow/run.py [--seconds 30] [--warmup 3] [--model PATH]
+    python bench/flow/run.py [--seconds 30] [--warmup 3] [--model PATH] [--parts a,b,c,d,jain]
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ import asyncio
 import contextlib
 import importlib.util
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -81,11 +87,29 @@ class Group:
     latencies: list[float] = field(default_factory=list)  # sent and answered in the window
     completed: int = 0  # answered (200) in the window, whenever sent
     errors: int = 0
+    done_at: list[float] = field(default_factory=list)  # when each of ``completed`` ended
 
 
-async def run_load(url: str, groups: list[Group], warmup: float, seconds: float) -> None:
+def rate(groups: list[Group]) -> float:
+    """Answers per second: the slope of their count over time (least squares).
+
+    Requests of one length run in lockstep (8 slots end together), so a count over a
+    window moves in steps of 8 with where the window happens to cut: ±1/7 of the figure
+    in 15 s here. The slope of the staircase is the rate without the cut.
+    """
+    times = sorted(t for g in groups for t in g.done_at)
+    if len(times) < 2:
+        return 0.0
+    mean_t, mean_n = statistics.fmean(times), (len(times) - 1) / 2
+    spread = sum((t - mean_t) ** 2 for t in times)
+    return sum((t - mean_t) * (n - mean_n) for n, t in enumerate(times)) / spread \
+        if spread else 0.0
+
+
+async def run_load(url: str, groups: list[Group], warmup: float, seconds: float,
+                   tokens: int = TOKENS) -> None:
     """Every group's clients, closed-loop, for ``warmup`` + ``seconds``; the window recorded."""
-    body = {"model": "gemma", "prompt": "Once upon a time", "max_tokens": TOKENS,
+    body = {"model": "gemma", "prompt": "Once upon a time", "max_tokens": tokens,
             "temperature": 0, "ignore_eos": True}
     start = time.monotonic()
     window = (start + warmup, start + warmup + seconds)
@@ -104,7 +128,9 @@ async def run_load(url: str, groups: list[Group], warmup: float, seconds: float)
                 done = time.monotonic()
                 if not ok and retry_after:  # as the OpenAI SDK does: wait as told, or
                     await asyncio.sleep(RETRY_PAUSE or float(retry_after))  # impatient
-                group.completed += ok and window[0] <= done <= window[1]
+                if ok and window[0] <= done <= window[1]:
+                    group.completed += 1
+                    group.done_at.append(done)
                 if window[0] <= sent and done <= window[1]:
                     if ok:
                         group.latencies.append(done - sent)
@@ -124,10 +150,12 @@ def jain(counts: list[int]) -> float:
         else 0.0
 
 
-# the gateways compared: flow control on, on with 2 requests per replica let wait in the
-# engine (flowControl.engineQueue), and off
-MODES = {"on": {"enabled": True}, "on, engineQueue 2": {"enabled": True, "engineQueue": 2},
+# the gateways compared: flow control as it ships (engine queues adapted), with every
+# request beyond the slots held in the gateway, and off
+HELD = "on, held here"
+MODES = {"on": {"enabled": True}, HELD: {"enabled": True, "saturation": {"adaptive": False}},
          "off": {"enabled": False}, "llmop up": LOCAL_FLOW_CONTROL}
+THROUGHPUT_CLIENTS, THROUGHPUT_TOKENS = 16, 24  # part (d)
 UP_MAX_QUEUE = 8  # llmop up --max-queue's default
 
 
@@ -147,9 +175,11 @@ async def main() -> None:
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--warmup", type=float, default=3.0)
     parser.add_argument("--model", type=Path, default=DEFAULT_MODEL)
-    parser.add_argument("--parts", default="a,b,c,jain",
+    parser.add_argument("--parts", default="a,b,c,d,jain",
                         help="comma-separated: a (bands), b (fairness IDs), c (llmop up's "
-                        "bound), jain")
+                        "bound), d (throughput against llama-server itself), jain")
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="part (d): alternating rounds of each path")
     parser.add_argument("--tree", metavar="REV",
                         help="run the gateways from this git revision (a worktree)")
     parser.add_argument("--impatient", type=float, default=0.0, metavar="SECONDS",
@@ -171,7 +201,7 @@ async def main() -> None:
             configs.append(path)
         llama = [str(binary), "-m", str(args.model), "--host", "127.0.0.1", "--port",
                  str(engine), "--parallel", str(SLOTS), "--ctx-size", str(SLOTS * 256),
-                 "--threads", "2", "--alias", "gemma"]
+                 "--threads", "2", "--alias", "gemma", "--metrics"]
         gateways = [[LLMOP, "gateway", "--config", str(c), "--log-level", "warning"]
                     for c in configs]
         with processes(llama, *gateways, env=env):
@@ -179,7 +209,12 @@ async def main() -> None:
             for port in ports.values():
                 await until_up(f"http://127.0.0.1:{port}/health")
             urls = {mode: f"http://127.0.0.1:{port}" for mode, port in ports.items()}
-            await report(urls, args.warmup, args.seconds, set(args.parts.split(",")))
+            parts = set(args.parts.split(","))
+            await report(urls, args.warmup, args.seconds, parts)
+            if "d" in parts:
+                await throughput({"llama-server itself": f"http://127.0.0.1:{engine}",
+                                  "llmop up's flow control": urls["llmop up"],
+                                  HELD: urls[HELD]}, args.warmup, args.seconds, args.rounds)
 
 
 @contextlib.contextmanager
@@ -213,11 +248,11 @@ async def report(urls: dict[str, str], warmup: float, seconds: float, parts: set
     cases = [
         ("(a) reference: 2 interactive + 8 batch", "on", SLOTS, interactive, batch),
         ("(a) 2 interactive + 64 batch", "on", 64, interactive, batch),
-        ("(a) 2 interactive + 64 batch", "on, engineQueue 2", 64, interactive, batch),
+        ("(a) 2 interactive + 64 batch", HELD, 64, interactive, batch),
         ("(a) 2 interactive + 64 batch", "off", 64, interactive, batch),
         ("(b) reference: light ID 2 + heavy ID 8", "on", SLOTS, light_id, heavy_id),
         ("(b) light ID 2 + heavy ID 40", "on", 40, light_id, heavy_id),
-        ("(b) light ID 2 + heavy ID 40", "on, engineQueue 2", 40, light_id, heavy_id),
+        ("(b) light ID 2 + heavy ID 40", HELD, 40, light_id, heavy_id),
         ("(b) light ID 2 + heavy ID 40", "off", 40, light_id, heavy_id),
         ("(c) reference: light ID 2 + heavy ID 6", "llmop up", 6, light_id, heavy_id),
         ("(c) light ID 2 + heavy ID 40", "llmop up", 40, light_id, heavy_id),
@@ -226,8 +261,8 @@ async def report(urls: dict[str, str], warmup: float, seconds: float, parts: set
           f"{seconds:g} s windows after {warmup:g} s warm-up")
     print()
     print("| case | flow control | light p50 (s) | vs ref | light p99 (s) | vs ref | "
-          "light done | light failed | all req/s | errors |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "light done | light failed | all req/s | errors | engine queue |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     reference: tuple[float, float] = (0.0, 0.0)
     for title, mode, heavy, light_headers, heavy_headers in cases:
         if title[1] not in parts:
@@ -240,20 +275,52 @@ async def report(urls: dict[str, str], warmup: float, seconds: float, parts: set
         print(f"| {title} | {mode} | {p50:.3f} | {p50 / (reference[0] or 1):.2f}x | "
               f"{p99:.3f} | {p99 / (reference[1] or 1):.2f}x | {len(light.latencies)} | "
               f"{light.errors} | "
-              f"{(light.completed + flood.completed) / seconds:.2f} | "
-              f"{light.errors + flood.errors} |", flush=True)
+              f"{rate([light, flood]):.2f} | "
+              f"{light.errors + flood.errors} | {await engine_queue(urls[mode])} |",
+              flush=True)
     if "jain" not in parts:
         return
     print()
     print("| (b) 4 backlogged IDs, 4/8/16/32 clients | flow control | completed per ID "
           "(answered in the window) | Jain's index |")
     print("|---|---|---|---|")
-    for mode in ("on", "on, engineQueue 2", "off"):
+    for mode in ("on", HELD, "off"):
         groups = [Group(f"id{n}", n, {FAIRNESS: f"id{n}"}) for n in (4, 8, 16, 32)]
         await run_load(urls[mode], groups, warmup, seconds)
         counts = [g.completed for g in groups]
         print(f"| | {mode} | {' / '.join(map(str, counts))} | {jain(counts):.3f} |",
               flush=True)
+
+
+async def engine_queue(url: str) -> str:
+    """What the gateway at ``url`` allows its replicas' engines to hold now."""
+    async with aiohttp.ClientSession() as http, http.get(f"{url}/metrics") as r:
+        for line in (await r.text()).splitlines():
+            if line.startswith("llmop_gateway_engine_queue_allowed{"):
+                return f"{float(line.rsplit(' ', 1)[1]):g}"
+    return "-"
+
+
+async def throughput(paths: dict[str, str], warmup: float, seconds: float, rounds: int
+                     ) -> None:
+    """Part (d): the same clients on each path in turn, ``rounds`` times; medians."""
+    done: dict[str, list[float]] = {name: [] for name in paths}
+    for _ in range(rounds):
+        for name, url in paths.items():
+            clients = Group(name, THROUGHPUT_CLIENTS, {})
+            await run_load(url, [clients], warmup, seconds, THROUGHPUT_TOKENS)
+            done[name].append(rate([clients]))
+    direct = statistics.median(done["llama-server itself"])
+    print()
+    print(f"(d) {THROUGHPUT_CLIENTS} closed-loop clients, {THROUGHPUT_TOKENS}-token "
+          f"completions, {rounds} alternating rounds of {seconds:g} s")
+    print()
+    print("| path | req/s per round | median | vs llama-server itself |")
+    print("|---|---|---|---|")
+    for name, values in done.items():
+        median = statistics.median(values)
+        print(f"| {name} | {' / '.join(f'{v:.2f}' for v in values)} | {median:.2f} | "
+              f"{median / direct:.2f}x |", flush=True)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@ from llm_operator.gateway.classify import (
     band_for_priority,
     classify,
 )
-from llm_operator.gateway.config import ConfigError, FlowControl, parse_config
+from llm_operator.gateway.config import ConfigError, parse_config
+from llm_operator.gateway.flow_settings import FlowControl
 
 FLOW = FlowControl(objectives={"chat": "interactive", "nightly-report": "batch"})
 DIGEST = "0" * 64
@@ -98,9 +99,28 @@ def test_an_objective_priority_selects_the_highest_band_not_above_it(
     ({"bands": [{"name": "batch", "priority": 0, "idleSeconds": -1}],
       "defaultBand": "batch"},
      "flowControl.bands.0.idleSeconds: Input should be greater than or equal to 0"),
+    ({"engineQueue": -1},
+     "flowControl.engineQueue: Input should be greater than or equal to 0"),
+    ({"saturation": {"maxEngineQueue": -0.5}},
+     "flowControl.saturation.maxEngineQueue: Input should be greater than or equal to 0"),
+    ({"saturation": {"maxEngineQueue": 2}},
+     "flowControl.saturation.maxEngineQueue: Input should be less than or equal to 1"),
+    ({"saturation": {"kvCacheThreshold": 1.5}},
+     "flowControl.saturation.kvCacheThreshold: Input should be less than or equal to 1"),
+    ({"saturation": {"kvCacheThreshold": 0}},
+     "flowControl.saturation.kvCacheThreshold: Input should be greater than 0"),
+    ({"saturation": {"lookSeconds": 0}},
+     "flowControl.saturation.lookSeconds: Input should be greater than or equal to 0.01"),
+    ({"bands": [{"name": "best-effort", "priority": 0, "sheddable": True}],
+      "defaultBand": "best-effort"},
+     "flowControl: bands: every band is sheddable and engineQueue is 0: no request ever "
+     "waits here"),
 ], ids=["no-wait", "no-queue", "negative-length", "negative-wait", "unknown-default",
         "objective-to-unknown-band", "duplicate-band", "duplicate-priority",
-        "zero-concurrency", "no-share", "share-over-all", "negative-idle"])
+        "zero-concurrency", "no-share", "share-over-all", "negative-idle",
+        "negative-engine-queue", "negative-engine-queue-fraction",
+        "engine-queue-fraction-above-one", "kv-threshold-above-one", "kv-threshold-zero",
+        "no-look-interval", "sheddable-only-without-engine-queue"])
 def test_queue_settings_that_cannot_work_are_refused_with_their_path(
         flow: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError, match=r"gateway\.yaml: ") as refused:

@@ -23,6 +23,8 @@ from llm_operator.access.keyring import digest
 from llm_operator.gateway.app import Gateway
 from llm_operator.gateway.classify import FAIRNESS_HEADER, OBJECTIVE_HEADER
 from llm_operator.gateway.config import parse_config
+from llm_operator.gateway.flow_queue import Sizes
+from llm_operator.gateway.routes import pools
 
 from fake_upstream import completion
 from gwtools import metric
@@ -38,8 +40,27 @@ class GatedEngine:
         self.arrived: list[str] = []
         self.headers: dict[str, dict[str, str]] = {}
         self._gates: dict[str, asyncio.Event] = {}
+        # what its /metrics says, as llama-server's (waiting, running); None: a 404
+        self.reported: tuple[int, int] | None = None
+        self.looks = 0  # GET /metrics received
         self.app = web.Application()
         self.app.router.add_post("/v1/chat/completions", self.handle)
+        self.app.router.add_get("/metrics", self.metrics)
+
+    async def metrics(self, _: web.Request) -> web.Response:
+        self.looks += 1
+        if self.reported is None:
+            raise web.HTTPNotFound()
+        waiting, running = self.reported
+        return web.Response(text=f"llamacpp:requests_deferred {waiting}\n"
+                                 f"llamacpp:requests_processing {running}\n")
+
+    async def until_looked(self, count: int) -> None:
+        """Until ``count`` more looks at /metrics than now have come."""
+        target = self.looks + count
+        async with asyncio.timeout(10):
+            while self.looks < target:
+                await asyncio.sleep(0.001)
 
     def gate(self, name: str) -> asyncio.Event:
         return self._gates.setdefault(name, asyncio.Event())
@@ -291,6 +312,52 @@ async def test_flow_control_off_sends_everything_to_the_engine(
         assert gw.gateway.flow.queued("m") == 0
 
 
+FAST_LOOKS = {"saturation": {"lookSeconds": 0.01}}
+
+
+async def test_an_engine_with_an_idle_slot_while_requests_wait_here_gets_one_more(
+        engine: tuple[GatedEngine, str]) -> None:
+    """The round trip idles a slot: the gateway lets one more wait in the engine, no more
+    than saturation.maxEngineQueue allows (half of 2 slots: 1)."""
+    fake, url = engine
+    fake.reported = (0, 2)  # full, as it is
+    async with front(url, slots=2, flow=FAST_LOOKS) as gw:
+        for index in range(5):
+            gw.send(f"r{index}")
+        await gw.until_queued(3)
+        await fake.until_looked(3)
+        assert len(fake.arrived) == 2  # a full engine with nothing to spare: unchanged
+        fake.reported = (0, 1)  # a slot idle while three wait here
+        await fake.until_arrived(3)
+        await fake.until_looked(3)
+        assert len(fake.arrived) == 3 and gw.gateway.flow.queued("m") == 2
+        assert metric(gw.gateway, "llmop_gateway_engine_queue_allowed", route="m") == 1
+        for name in list(fake.arrived):
+            fake.gate(name).set()
+        await fake.until_arrived(5)  # slots + engine queue: both remaining go at once
+
+
+async def test_an_engine_whose_metrics_cannot_be_read_keeps_its_slots_and_says_so_once(
+        engine: tuple[GatedEngine, str], caplog: pytest.LogCaptureFixture) -> None:
+    fake, url = engine  # its /metrics answers 404
+    async with front(url, slots=1, flow=FAST_LOOKS) as gw:
+        for index in range(3):
+            gw.send(f"r{index}")
+        await gw.until_queued(2)
+        await fake.until_looked(3)
+        assert fake.arrived == ["r0"]
+        # each look is sent once the one before was counted
+        assert metric(gw.gateway, "llmop_gateway_engine_metrics_unreadable_total",
+                      route="m") >= 2
+        for name in ("r0", "r1", "r2"):  # dispatch goes on as the slot frees
+            fake.gate(name).set()
+        answers = await asyncio.gather(*gw.sent)
+    assert [status for status, _, _ in answers] == [200] * 3
+    lost = [r.getMessage() for r in caplog.records if "did not answer" in r.getMessage()]
+    assert lost == [f"{url}: the engine's /metrics did not answer; its engine queue stays "
+                    "flowControl.engineQueue until it does"]
+
+
 @pytest.mark.parametrize(("upstreams", "flow", "capacity", "bound"), [
     ([{"slots": 4}, {"slots": 2}], {}, 6, None),
     ([{"slots": 4}, {"slots": 2}], {"engineQueue": 1}, 8, None),
@@ -309,6 +376,26 @@ def test_a_models_slots_are_its_upstreams_added_up(
                                         **u} for i, u in enumerate(upstreams)]}]}))
     pool = gw.flow.pools["m"]
     assert (pool.capacity, pool.bound) == (capacity, bound)
+
+
+@pytest.mark.parametrize(("headroom", "peers", "sizes"), [
+    ({}, 1, Sizes(6, None, 0)),
+    ({"http://10.0.0.0/v1": 2}, 1, Sizes(8, None, 2)),
+    ({"http://10.0.0.0/v1": 2, "http://10.0.0.1/v1": 1}, 1, Sizes(9, None, 3)),
+    ({"http://10.0.0.0/v1": -3}, 1, Sizes(3, None, 0)),  # its KV cache is full
+    ({"http://10.0.0.0/v1": -9}, 1, Sizes(3, None, 0)),  # still one slot
+    ({"http://10.0.0.0/v1": 2}, 2, Sizes(4, None, 1)),  # this router's share
+    ({"http://10.0.0.1/v1": 3}, 1, Sizes(7, 9, 1)),  # r1 takes 3 at once (maxConcurrent)
+], ids=["none", "one-replica", "both", "kv-full", "at-least-one", "two-routers",
+        "never-beyond-max-concurrent"])
+def test_a_models_size_follows_each_replicas_engine_queue(
+        headroom: dict[str, int], peers: int, sizes: Sizes) -> None:
+    bounded = sizes.bound is not None
+    config = parse_config({"routes": [{"models": ["m"], "upstreams": [
+        {"name": f"r{i}", "baseUrl": f"http://10.0.0.{i}/v1", "slots": n,
+         **({"maxConcurrent": n + 2 - i} if bounded else {})}
+        for i, n in enumerate((4, 2))]}]})
+    assert pools(config, peers, lambda url: headroom.get(url, 0)) == {"m": sizes}
 
 
 def test_a_models_adapter_routes_share_its_pool() -> None:

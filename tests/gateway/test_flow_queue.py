@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from llm_operator.gateway.classify import Classified
-from llm_operator.gateway.config import Band, FlowControl
-from llm_operator.gateway.flow import Flow, FlowObserver, FlowRefused, Lease
+from llm_operator.gateway.flow import Flow, Lease
+from llm_operator.gateway.flow_queue import FlowObserver, FlowRefused, Sizes
+from llm_operator.gateway.flow_settings import Band, FlowControl
 
 SETTINGS = FlowControl()
 
@@ -212,7 +213,8 @@ ONE_BAND = [Band(name="standard", priority=0)]
 ], ids=["sheddable-band", "queue-full", "upstreams-bound"])
 async def test_a_request_that_cannot_wait_is_refused_at_once(
         bands: list[Band], bound: int | None, status: int, code: str, outcome: str) -> None:
-    settings = FlowControl(bands=bands)
+    # engineQueue 1: a band that only sheds needs one (the slot counts below are given)
+    settings = FlowControl(bands=bands, engine_queue=1)
     f, seen = flow(1, bound, settings)
     request = Classified(settings.bands[0], "")
     await f.acquire("m", request)
@@ -393,3 +395,62 @@ async def test_flow_control_off_lets_everything_through() -> None:
     f, _ = flow(slots=1, settings=off)
     leases: list[Any] = [await f.acquire("m", who()) for _ in range(5)]
     assert len(leases) == 5 and f.queued("m") == 0
+
+
+# Two slots and an engine queue of two (capacity 4): the requests already out as (band,
+# fairness ID); the newcomer's; whether it goes at once (beyond the slots: into an engine's
+# queue) or waits here for a slot.
+@pytest.mark.parametrize(("out", "newcomer", "at_once"), [
+    ([("standard", "a")] * 2, ("standard", "a"), True),
+    ([("standard", "a")] * 3, ("standard", "a"), True),
+    ([("standard", "a"), ("standard", "b")], ("standard", "a"), True),
+    ([("standard", "a")] * 2 + [("standard", "b")], ("standard", "a"), False),
+    ([("standard", "a")] * 2 + [("standard", "b")], ("standard", "b"), True),
+    ([("interactive", "a"), ("standard", "b")], ("standard", "b"), False),
+    ([("standard", "a"), ("standard", "b")], ("interactive", "c"), True),
+    ([("batch", "a")], ("batch", "a"), False),  # maxShare 0.5 of 2 slots, not of 4
+    ([("standard", "a")], ("batch", "a"), True),  # a slot is free: whoever
+], ids=["one-id", "one-id-up-to-capacity", "two-ids-within-share",
+        "an-id-at-its-share-waits", "the-lighter-id-goes", "a-higher-band-runs",
+        "the-highest-band-goes", "a-bands-share-is-of-the-slots", "a-free-slot"])
+async def test_beyond_the_slots_only_what_flow_control_sends_next_goes_to_an_engine(
+        out: list[tuple[str, str]], newcomer: tuple[str, str], at_once: bool) -> None:
+    f = Flow(SETTINGS, clock=lambda: 0.0)
+    f.configure(SETTINGS, {"m": (4, None, 2)})
+    for band_name, group in out:
+        assert f.at_once("m", who(band_name, group)) is not None
+    assert (f.at_once("m", who(*newcomer)) is not None) == at_once
+
+
+async def test_an_id_at_its_share_waits_for_a_slot_and_a_lighter_one_goes_ahead() -> None:
+    f = Flow(SETTINGS, clock=lambda: 0.0)
+    f.configure(SETTINGS, {"m": (4, None, 2)})
+    heavy = [await f.acquire("m", who(group="heavy")) for _ in range(2)]  # the slots
+    light = await f.acquire("m", who(group="light"))  # beyond them: its share
+    waiters = Waiters(f)
+    await waiters.add("heavy-next", who(group="heavy"))  # the engine queue has room
+    assert f.at_once("m", who(group="other")) is not None  # a lighter ID goes at once
+    heavy[0].release()
+    await waiters.settle(1)
+    assert waiters.granted == ["heavy-next"]
+    light.release()
+    f.resize({"m": Sizes(2, None, 0)})  # the engine queue gone: nothing more goes
+    assert f.at_once("m", who(group="light")) is None
+
+
+async def test_a_lower_band_stays_out_of_the_engine_queue_between_a_higher_bands_requests(
+        ) -> None:
+    """A closed-loop interactive client is gone for a moment between two requests: batch
+    work does not fill the engine queue in that gap (within a slot's average hold)."""
+    now = [0.0]
+    f = Flow(SETTINGS, clock=lambda: now[0])
+    f.configure(SETTINGS, {"m": (4, None, 2)})
+    standard = [f.at_once("m", who("standard")) for _ in range(2)]  # the slots
+    interactive = f.at_once("m", who("interactive"))
+    assert interactive is not None and None not in standard
+    now[0] = 2.0
+    interactive.release()  # held 2 s: the average hold
+    now[0] = 3.0
+    assert f.at_once("m", who("standard")) is None  # 1 s after: it may come back
+    now[0] = 4.5
+    assert f.at_once("m", who("standard")) is not None  # 2.5 s after: gone

@@ -29,10 +29,12 @@ from llm_operator.gateway.answers import as_anthropic_error
 from llm_operator.gateway.batches import BatchApi, open_store, own_address, runner_settings
 from llm_operator.gateway.clients import ClientGate
 from llm_operator.gateway.config import GatewayConfig
+from llm_operator.gateway.engine_watch import EngineWatch
 from llm_operator.gateway.errors import Refusal, error_response, unexpected
 from llm_operator.gateway.flow import Flow
 from llm_operator.gateway.holding import Holds
 from llm_operator.gateway.keys import KeyUnavailable
+from llm_operator.gateway.looks import Looks
 from llm_operator.gateway.metrics import FlowMetrics, GatewayMetrics
 from llm_operator.gateway.parts.body import ReadBody
 from llm_operator.gateway.parts.classify import Classify
@@ -48,6 +50,7 @@ from llm_operator.gateway.path import RequestPath
 from llm_operator.gateway.picking import Load
 from llm_operator.gateway.proxies import proxy_settings
 from llm_operator.gateway.routes import Clock, RouteState, RouteTable, Sleep, pools
+from llm_operator.gateway.saturation import Saturation
 from llm_operator.gateway.tracing import Traces
 from llm_operator.span_export import SpanShipper
 from llm_operator.telemetry import trace_target
@@ -135,6 +138,10 @@ class Gateway:
                            on_change=lambda label, n: self.metrics.held.labels(label).set(n))
         self.flow = Flow(config.flow_control, clock, FlowMetrics(self.metrics))
         self.peers = 1  # gateways sharing the upstreams' slots (the router's replicas)
+        self.saturation = Saturation(config.flow_control)  # each replica's engine queue
+        self.looks = Looks(self.table, self.flow, self.saturation, self.metrics,
+                           lambda: self.peers)
+        self._watch: asyncio.Task[None] | None = None
         self.batch_runner: BatchRunner | None = None  # with the Batch API (enable_batches)
         self.batch_api: BatchApi | None = None
         self._batch_task: asyncio.Task[None] | None = None
@@ -173,7 +180,9 @@ class Gateway:
         is added, edited or removed, the router on every change it watches.
         """
         self.table.reconfigure(config)
-        self.flow.configure(config.flow_control, pools(config, self.peers))
+        self.saturation.configure(config.flow_control, self.table.loads)
+        self.flow.configure(config.flow_control,
+                            pools(config, self.peers, self.saturation.headroom))
         self.holds.per_route, self.holds.total = config.max_held_per_route, config.max_held
         routes = self.table.routes
         for label in list(self.holds.held):  # replicas came, or the route went: look again
@@ -309,6 +318,10 @@ class Gateway:
     async def _open(self, _: web.Application) -> None:
         if self._batch_autostart:
             self.start_batches()
+        if self.looks.wanted:  # the engines of busy models, while the app runs
+            looks = self.looks
+            self._watch = asyncio.create_task(
+                EngineWatch(looks.pools, looks.engines, looks.looked, looks.every).run())
         if self._forward is not None:
             self._forward.open()
         if (proxied := self.proxies.describe()) is not None:
@@ -322,6 +335,10 @@ class Gateway:
                 await self._batch_task
 
     async def _close(self, _: web.Application) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watch
         if self._forward is not None:
             await self._forward.close()
         if isinstance(self.ledger, RedisLedger):

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from llm_operator.access.keyring import ClientKey
-from llm_operator.gateway.config import Band, FlowControl
+from llm_operator.gateway.flow_settings import Band, FlowControl
 
 OBJECTIVE_HEADER = "x-gateway-inference-objective"
 FAIRNESS_HEADER = "x-gateway-inference-fairness-id"

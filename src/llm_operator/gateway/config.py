@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -10,25 +9,18 @@ from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     ValidationError,
     model_validator,
 )
-from pydantic.alias_generators import to_camel
 
 from llm_operator.api.rules import GEMINI_MESSAGE, GEMINI_NATIVE_MESSAGE, gemini_url_fits
 from llm_operator.api.validation import field_errors
+from llm_operator.gateway.flow_settings import FlowControl
+from llm_operator.gateway.settings_model import SettingsModel as _Config
 from llm_operator.profiles.tracing import Tracing
 
 HEADER_NAME = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+")  # RFC 9110 token
-
-
-class _Config(BaseModel):
-    model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True,
-    )
 
 
 class ApiKeySource(_Config):
@@ -284,105 +276,6 @@ class SharedState(_Config):
         if self.password_file is None:
             return None
         return Path(self.password_file).read_text(encoding="utf-8").strip()
-
-
-BAND_NAME = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
-
-
-class Band(_Config):
-    """A priority band: requests wait here for a slot, the highest band's first."""
-
-    name: str = Field(pattern=BAND_NAME, description="What client keys' band and the "
-                      "x-gateway-inference-objective header name.")
-    priority: int = Field(ge=-1_000_000, le=1_000_000, description="Higher is served "
-                          "first, strictly. An InferenceObjective's priority selects the "
-                          "band with the highest priority not above it.")
-    sheddable: bool = Field(False, description="Refused at once (429) when every slot is "
-                            "busy, instead of queued.")
-    max_queue: int = Field(1000, ge=0, le=1_000_000, description="Requests of this band "
-                           "one model may queue; more get 429 queue_full.")
-    max_wait_seconds: float = Field(60.0, ge=0, le=3600, description="How long one "
-                                    "request waits for a slot; then 503 queue_timeout.")
-    max_share: float = Field(1.0, gt=0, le=1, description="The most of a model's slots "
-                             "this band's requests hold at once (a fraction of this "
-                             "gateway's slots, at least one slot): the rest stay free for "
-                             "higher bands, as an engine does not give back a slot a "
-                             "request holds. 1: no cap.")
-    idle_seconds: float = Field(0.0, ge=0, le=3600, description="This band's requests "
-                                "take a slot only once no request of a higher band has "
-                                "been in flight for this long (0: whenever a slot is free). "
-                                "For engines whose requests share compute (CPU): batch work "
-                                "runs in the gaps of interactive traffic, and steady "
-                                "interactive traffic holds it back entirely.")
-
-    @model_validator(mode="after")
-    def _can_queue(self) -> Band:
-        if not self.sheddable and self.max_wait_seconds == 0:
-            raise ValueError(f"band {self.name!r}: maxWaitSeconds 0 lets no request wait, "
-                             "so every request that finds the slots busy fails: give it a "
-                             "wait, or make the band sheddable: true")
-        if not self.sheddable and self.max_queue == 0:
-            raise ValueError(f"band {self.name!r}: maxQueue 0 queues nothing: give it a "
-                             "length, or make the band sheddable: true")
-        return self
-
-
-def _default_bands() -> list[Band]:
-    return [Band(name="interactive", priority=100, max_queue=1000, max_wait_seconds=60),
-            Band(name="standard", priority=0, max_queue=1000, max_wait_seconds=120),
-            Band(name="batch", priority=-100, max_queue=10_000, max_wait_seconds=300,
-                 max_share=0.5)]
-
-
-class FlowControl(_Config):
-    """Requests beyond the upstreams' slots wait in the gateway (docs/flow-control.md).
-
-    Strict priority between bands; within a band, fair shares between fairness IDs (the
-    client key, or the x-gateway-inference-fairness-id header).
-    """
-
-    enabled: bool = Field(True, description="Off: every request goes straight to an "
-                          "upstream, which queues it first come, first served.")
-    bands: list[Band] = Field(default_factory=_default_bands, min_length=1)
-    default_band: str = Field("standard", pattern=BAND_NAME, description="The band of a "
-                              "request that names none (or an unknown one).")
-    objectives: dict[str, str] = Field(
-        default_factory=dict, description="x-gateway-inference-objective names and the "
-        "band each selects (where no InferenceObjective of that name is served).")
-    per_replica_concurrency: int | None = Field(
-        None, ge=1, le=100_000, description="Requests each upstream serves at once, for "
-        "upstreams that do not say (slots); unset: those routes are not flow-controlled.")
-    engine_queue: int = Field(
-        0, ge=0, le=100_000, description="Requests each upstream may hold beyond its slots, "
-        "waiting in its engine: a freed slot is refilled without a round trip (more "
-        "throughput for short requests), but a request sent there waits first come, first "
-        "served behind them (docs/flow-control.md, bench/flow).")
-
-    @model_validator(mode="after")
-    def _consistent(self) -> FlowControl:
-        names = [b.name for b in self.bands]
-        for index, band in enumerate(self.bands):
-            if names.index(band.name) != index:
-                raise ValueError(f"bands[{index}]: name {band.name!r} is used twice")
-        priorities = [b.priority for b in self.bands]
-        if len(set(priorities)) != len(priorities):
-            raise ValueError("bands: two share a priority; give each band its own")
-        if self.default_band not in names:
-            raise ValueError(f"defaultBand: {self.default_band!r} is not a band (bands: "
-                             f"{', '.join(names)})")
-        for objective, target in self.objectives.items():
-            if target not in names:
-                raise ValueError(f"objectives.{objective}: {target!r} is not a band (bands: "
-                                 f"{', '.join(names)})")
-        return self
-
-    @functools.cached_property
-    def _by_name(self) -> dict[str, Band]:
-        return {b.name: b for b in self.bands}
-
-    def band(self, name: str) -> Band | None:
-        """The band called ``name`` (a lookup: every request's classification asks)."""
-        return self._by_name.get(name)
 
 
 class Batches(_Config):

@@ -1,8 +1,10 @@
 """Flow control: requests beyond a pool's slots wait here, by band priority and fair shares.
 
 A pool is the upstreams one model's routes share (its replicas). While fewer requests are
-out than the replicas have slots, a request goes at once; after that it waits in its
-band's queue. A freed slot goes to the highest band with a waiting request (strict
+out than the replicas have slots, a request goes at once; beyond them a few more may wait
+in the engines' own queues (the pool's ``engine_queue``, adapted by gateway/saturation.py),
+but only those flow control would send next anyway; after that a request waits in its
+band's queue here. A freed slot goes to the highest band with a waiting request (strict
 priority) that holds less than its ``maxShare`` of the slots, and within the band to the
 fairness group holding fewest slots (then the one served longest ago), and within the
 group likewise to a member: no ID holds more than its share while another waits. Queues
@@ -15,51 +17,21 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections import Counter, deque
-from collections.abc import Callable, Iterator, Mapping
+from collections import Counter
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from llm_operator.gateway.classify import Classified
-from llm_operator.gateway.config import Band, FlowControl
+from llm_operator.gateway.flow_queue import (
+    BandQueue,
+    FlowObserver,
+    FlowRefused,
+    Sizes,
+    Ticket,
+)
+from llm_operator.gateway.flow_settings import Band, FlowControl
 
 Clock = Callable[[], float]
-
-
-class FlowRefused(Exception):
-    """A request flow control turns away: its status, error code, message and Retry-After."""
-
-    def __init__(self, status: int, code: str, message: str, retry_after: float) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message = status, code, message
-        self.retry_after = retry_after
-
-
-class FlowObserver:
-    """What flow control reports (metrics); this one reports nothing."""
-
-    def depth(self, pool: str, band: str, queued: int) -> None:
-        """``queued`` requests of ``band`` wait in ``pool`` now."""
-
-    def admitted(self, pool: str, band: str, waited: float) -> None:
-        """A request got a slot after ``waited`` seconds (0: at once)."""
-
-    def refused(self, pool: str, band: str, outcome: str) -> None:
-        """A request left without a slot (``outcome``, below).
-
-        shed, queue_full, timeout, cancelled, overloaded, displaced (it waited and gave way
-        at a bound to a lighter fairness ID's request).
-        """
-
-    def ignored(self, pool: str, reason: str) -> None:
-        """A request's band header was not taken (classify.Classified.ignored)."""
-
-
-@dataclass(eq=False)
-class _Ticket:
-    group: str
-    member: str
-    since: float
-    future: asyncio.Future[Lease]
 
 
 class Lease:
@@ -81,68 +53,6 @@ class Lease:
 FREE = Lease(None, "", "", "", 0.0)  # a pool without flow control: nothing to give back
 
 
-class _BandQueue:
-    """One band's waiting requests: per group, per member, first come first served."""
-
-    def __init__(self, band: Band) -> None:
-        self.band = band
-        self.groups: dict[str, dict[str, deque[_Ticket]]] = {}
-        self.size = 0
-
-    def push(self, ticket: _Ticket) -> None:
-        self.groups.setdefault(ticket.group, {}).setdefault(ticket.member, deque()) \
-            .append(ticket)
-        self.size += 1
-
-    def tickets(self) -> Iterator[_Ticket]:
-        """Every waiting request, group by group, each member's in arrival order."""
-        for members in self.groups.values():
-            for fifo in members.values():
-                yield from fifo
-
-    def remove(self, ticket: _Ticket) -> bool:
-        """Take ``ticket`` out (its client left); False when it is not in this queue."""
-        fifo = self.groups.get(ticket.group, {}).get(ticket.member)
-        if fifo is None or ticket not in fifo:
-            return False
-        fifo.remove(ticket)
-        self.size -= 1
-        self._prune(ticket.group, ticket.member)
-        return True
-
-    def waiting(self, group: str) -> int:
-        """Requests of fairness ID ``group`` waiting in this band."""
-        return sum(len(fifo) for fifo in self.groups.get(group, {}).values())
-
-    def take_newest(self, group: str, member: str) -> _Ticket:
-        """Take out the member's latest arrival (it has waited least)."""
-        ticket = self.groups[group][member].pop()
-        self.size -= 1
-        self._prune(group, member)
-        return ticket
-
-    def pop(self, pool: Pool) -> _Ticket:
-        """The next request: the fairest group's fairest member's oldest."""
-        groups = self.groups
-        group = next(iter(groups)) if len(groups) == 1 else min(
-            groups, key=lambda g: (pool.held[g], pool.last.get(g, -1)))
-        members = groups[group]
-        member = next(iter(members)) if len(members) == 1 else min(
-            members, key=lambda m: (pool.held_members[(group, m)],
-                                    pool.last_members.get((group, m), -1)))
-        ticket = members[member].popleft()
-        self.size -= 1
-        self._prune(group, member)
-        return ticket
-
-    def _prune(self, group: str, member: str) -> None:
-        members = self.groups[group]
-        if not members[member]:
-            del members[member]
-            if not members:
-                del self.groups[group]
-
-
 @dataclass(eq=False)
 class Pool:
     """One model's replicas as flow control sees them: slots, holders, queues."""
@@ -151,13 +61,14 @@ class Pool:
     capacity: int | None  # slots of its replicas together; None: not flow-controlled
     bound: int | None  # most requests out and queued together (upstreams' maxConcurrent)
     flow: Flow
+    engine_queue: int = 0  # of capacity, the requests let wait in the engines' queues
     in_flight: int = 0
     held: Counter[str] = field(default_factory=Counter)
     held_bands: Counter[str] = field(default_factory=Counter)
     held_members: Counter[tuple[str, str]] = field(default_factory=Counter)
     last: dict[str, int] = field(default_factory=dict)
     last_members: dict[tuple[str, str], int] = field(default_factory=dict)
-    queues: dict[str, _BandQueue] = field(default_factory=dict)
+    queues: dict[str, BandQueue] = field(default_factory=dict)
     hold_seconds: float = 0.0  # moving average of how long a slot is held
     ended: dict[str, float] = field(default_factory=dict)  # band: when one last let go
     outside: float = -math.inf  # when its engines last ran requests others sent (peers)
@@ -168,10 +79,10 @@ class Pool:
     def queued(self) -> int:
         return sum(q.size for q in self.queues.values())
 
-    def queue(self, band: Band) -> _BandQueue:
+    def queue(self, band: Band) -> BandQueue:
         queue = self.queues.get(band.name)
         if queue is None:
-            queue = self.queues[band.name] = _BandQueue(band)
+            queue = self.queues[band.name] = BandQueue(band)
         return queue
 
     def room(self, band: Band) -> bool:
@@ -184,8 +95,37 @@ class Pool:
             return True
         return self.in_flight < self.capacity and (
             band.max_share >= 1.0 or self.held_bands[band.name]
-            < max(1, math.floor(self.capacity * band.max_share))) and (
+            < max(1, math.floor(self.capacity_slots * band.max_share))) and (
             not band.idle_seconds or self.quiet(band))
+
+    def in_engine_queue(self, band: Band, group: str) -> bool:
+        """Whether a request of ``band`` and ``group`` may go beyond the slots now.
+
+        Once every slot runs, a request sent waits in an engine's queue, first come first
+        served. Only one flow control would send next anyway goes there: of the highest
+        band with requests here (or ended within a slot's average hold: a closed-loop
+        client between two requests), and of a fairness ID holding less than its share of
+        the capacity (with the IDs holding or waiting here). The engine queue refills freed
+        slots for the traffic it serves, and a lighter ID or a higher band arriving later
+        finds none of another's requests ahead of it beyond what a slot holds.
+        """
+        if self.in_flight < self.capacity_slots:
+            return True
+        above = self.flow.above.get(band.name, ())
+        recently = self.flow.clock() - self.hold_seconds  # a closed-loop client's gap
+        if any(self.held_bands[name] or (name in self.queues and self.queues[name].size)
+               or self.ended.get(name, -math.inf) > recently for name in above):
+            return False
+        groups = set(self.held)
+        for queue in self.queues.values():
+            groups.update(queue.groups)
+        groups.add(group)
+        return self.held[group] * len(groups) < (self.capacity or 0)
+
+    @property
+    def capacity_slots(self) -> int:
+        """The replicas' slots (capacity less the engine queues)."""
+        return (self.capacity or 0) - self.engine_queue
 
     def quiet(self, band: Band) -> bool:
         """Whether higher bands have been quiet for ``band``'s ``idleSeconds``.
@@ -249,6 +189,9 @@ class Pool:
                 if self.queued:
                     self._dispatch_later()
                 return
+            if self.engine_queue and not self.in_engine_queue(queue.band,
+                                                              queue.next_group(self)):
+                return  # it waits here for a slot
             ticket = queue.pop(self)
             ticket.future.set_result(self.grant(queue.band.name, ticket.group,
                                                 ticket.member))
@@ -275,8 +218,8 @@ class Pool:
         """What fairness ID ``group`` holds here: its requests running and waiting."""
         return self.held[group] + sum(q.waiting(group) for q in self.queues.values())
 
-    def displaceable(self, who: Classified, queues: list[_BandQueue]
-                     ) -> tuple[_BandQueue, str, str] | None:
+    def displaceable(self, who: Classified, queues: list[BandQueue]
+                     ) -> tuple[BandQueue, str, str] | None:
         """Whose waiting request gives way to ``who``'s at a bound: (queue, group, member).
 
         From the lowest band among ``queues`` with a request waiting, not above ``who``'s
@@ -319,13 +262,13 @@ class Flow:
         # finds nobody else's requests (the router, whose peers send to the same engines)
         self.look_every: float | None = None
 
-    def order(self, pool: Pool) -> list[_BandQueue]:
+    def order(self, pool: Pool) -> list[BandQueue]:
         """The pool's band queues, highest priority first."""
         return [pool.queues[name] for name in self._order if name in pool.queues]
 
     def configure(self, settings: FlowControl,
-                  pools: Mapping[str, tuple[int | None, int | None]]) -> None:
-        """New settings and pools ({name: (slots, bound)}); waiting requests keep their place.
+                  pools: Mapping[str, Sizes | tuple[int | None, int | None]]) -> None:
+        """New settings and pools ({name: Sizes}); waiting requests keep their place.
 
         A request waiting in a band that is gone moves to the default band; one waiting for
         a pool that is gone is refused (its model was removed).
@@ -338,10 +281,11 @@ class Flow:
         default = settings.band(settings.default_band)
         assert default is not None
         old, self.pools = self.pools, {}
-        for name, (capacity, bound) in pools.items():
+        for name, given in pools.items():
+            capacity, bound, queue_size = Sizes(*given)
             pool = old.pop(name, None) or Pool(name, capacity, bound, self)
             pool.capacity = capacity if settings.enabled else None
-            pool.bound = bound
+            pool.bound, pool.engine_queue = bound, queue_size
             for band_name, queue in list(pool.queues.items()):
                 band = settings.band(band_name)
                 if band is None:  # moved to the default band, in their order
@@ -360,6 +304,23 @@ class Flow:
                         503, "model_unavailable", f"{pool.name!r} was removed while the "
                         "request waited for a slot", 5.0))
                 self.observer.depth(pool.name, queue.band.name, 0)
+
+    def resize(self, pools: Mapping[str, Sizes]) -> None:
+        """New sizes for known pools (their engine queues adapted).
+
+        Waiting requests take any room that opened.
+        """
+        for name, sizes in pools.items():
+            pool = self.pools.get(name)
+            if pool is not None and self.settings.enabled and (
+                    pool.capacity, pool.engine_queue) != (sizes.capacity, sizes.engine_queue):
+                pool.capacity, pool.engine_queue = sizes.capacity, sizes.engine_queue
+                pool.dispatch()
+
+    def busy(self) -> list[str]:
+        """Pools whose requests wait here or fill their slots: whose engines to look at."""
+        return [name for name, pool in self.pools.items() if pool.capacity  # replicas
+                and (pool.queued or pool.in_flight >= pool.capacity)]
 
     def controls(self, pool: str) -> bool:
         """Whether requests to ``pool`` may wait for a slot (its slots are known)."""
@@ -416,7 +377,9 @@ class Flow:
         pool = self.pools.get(pool_name)
         if pool is None or pool.capacity is None:
             return FREE
-        if pool.room(who.band):  # nobody waits who could take it (dispatch's promise)
+        if pool.room(who.band) and (not pool.engine_queue
+                                    or pool.in_engine_queue(who.band, who.group)):
+            # nobody waits who could take it (dispatch's promise)
             self.observer.admitted(pool_name, who.band.name, 0.0)
             return pool.grant(who.band.name, who.group, who.member)
         return None
@@ -444,7 +407,7 @@ class Flow:
                 full=f"the queue of band {band.name!r} for {pool_name!r} is full "
                 f"({band.max_queue} requests, flowControl.bands[].maxQueue)",
                 wait=pool.retry_after(queued))
-        ticket = _Ticket(who.group, who.member, self.clock(),
+        ticket = Ticket(who.group, who.member, self.clock(),
                          asyncio.get_running_loop().create_future())
         queue.push(ticket)
         self.observer.depth(pool_name, band.name, queue.size)
@@ -464,7 +427,7 @@ class Flow:
                               pool.retry_after(pool.queued))
         return ticket.future.result()
 
-    def _displace_or_refuse(self, pool: Pool, who: Classified, queues: list[_BandQueue], *,
+    def _displace_or_refuse(self, pool: Pool, who: Classified, queues: list[BandQueue], *,
                             code: str, outcome: str, full: str, wait: float) -> None:
         """At a bound, the fairness ID holding the most gives way.
 
@@ -488,7 +451,7 @@ class Flow:
         self.observer.refused(pool.name, queue.band.name, "displaced")
         self.observer.depth(pool.name, queue.band.name, queue.size)
 
-    def _leave(self, pool: Pool, ticket: _Ticket, outcome: str) -> None:
+    def _leave(self, pool: Pool, ticket: Ticket, outcome: str) -> None:
         """Take a waiting request out of whichever band queue holds it now."""
         ticket.future.cancel()
         for queue in pool.queues.values():

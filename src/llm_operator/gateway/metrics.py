@@ -6,7 +6,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from llm_operator.gateway.flow import FlowObserver
+from llm_operator.gateway.flow_queue import FlowObserver
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 QUEUE_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120,
@@ -84,6 +84,14 @@ class GatewayMetrics:
                                     "Band or objective headers not taken: unknown, above_key "
                                     "(higher than the client key's band), unknown_key_band.",
                                     ["route", "reason"], registry=r)
+        self.engine_queue = Gauge("llmop_gateway_engine_queue_allowed",
+                                  "Requests a model's replicas may hold in their engines "
+                                  "beyond their slots, all replicas together (adapted: "
+                                  "flowControl.saturation).", ["route"], registry=r)
+        self.engine_unreadable = Counter("llmop_gateway_engine_metrics_unreadable",
+                                         "Looks at an engine's /metrics that got no answer "
+                                         "(its replica keeps flowControl.engineQueue).",
+                                         ["route"], registry=r)
         self.batches_unfinished = Gauge(
             "llmop_gateway_batches_unfinished", "Batch API batches not finished (validating, "
             "in progress, finalizing, cancelling), as the replica running batches sees them "

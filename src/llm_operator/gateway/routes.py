@@ -25,6 +25,7 @@ from llm_operator.gateway.breaker import Breaker
 from llm_operator.gateway.clients import Client, ClientGate
 from llm_operator.gateway.config import GatewayConfig, Route, Upstream
 from llm_operator.gateway.errors import error_response
+from llm_operator.gateway.flow_queue import Sizes
 from llm_operator.gateway.keys import KeySource
 from llm_operator.gateway.metrics import NO_ROUTE, GatewayMetrics, RouteMetrics
 from llm_operator.gateway.picking import (
@@ -148,29 +149,46 @@ class RouteState:
         return [first, *rest]
 
 
-def pools(config: GatewayConfig, peers: int = 1
-           ) -> dict[str, tuple[int | None, int | None]]:
-    """Each flow-control pool's (slots, bound), from its first route's upstreams.
+def pools(config: GatewayConfig, peers: int = 1,
+          headroom: Callable[[str], int] | None = None) -> dict[str, Sizes]:
+    """Each flow-control pool's sizes, from its first route's upstreams.
 
-    Slots: the upstreams' ``slots`` (else ``perReplicaConcurrency``) plus ``engineQueue``
-    each, added up, and this gateway's share of them when ``peers`` gateways (router
-    replicas) send to the same replicas (rounded up: never none); None when one is
-    unknown (the pool is then not flow-controlled); bound: their maxConcurrent added up,
-    None when one has none.
+    Capacity: each upstream's ``slots`` (else ``perReplicaConcurrency``) plus its engine
+    queue (``headroom`` of its base URL, gateway/saturation.py, which may be negative
+    while its KV cache is full; else ``engineQueue``; at least one in all), added up,
+    and this gateway's share when ``peers`` gateways (router replicas) send to the same
+    replicas (rounded up: never none), never more than an upstream's ``maxConcurrent``;
+    None when one is unknown (the pool is then not flow-controlled). Engine queue: the
+    part of it beyond the slots. Bound: their
+    maxConcurrent added up, None when one has none.
     """
     per_replica = config.flow_control.per_replica_concurrency
-    extra = config.flow_control.engine_queue
-    pools: dict[str, tuple[int | None, int | None]] = {}
+    queue = config.flow_control.engine_queue
+    extra = headroom or (lambda _: queue)
+    found: dict[str, Sizes] = {}
     for route in config.routes:
-        if route.pool_name in pools:
+        if route.pool_name in found:
             continue
-        slots = [None if (n := u.slots or per_replica) is None else n + extra
-                 for u in route.deployments]
+        capacity = slots = 0
+        known = True
+        for upstream in route.deployments:
+            n = upstream.slots or per_replica
+            if n is None:
+                known = False
+                break
+            more = extra(upstream.base_url.rstrip("/"))
+            most = upstream.max_concurrent or n + max(0, more)  # never beyond what it takes
+            capacity += max(1, min(most, n + more))
+            slots += max(1, min(most, n + min(0, more)))
         bounds = [u.max_concurrent for u in route.deployments]
-        pools[route.pool_name] = (
-            None if None in slots else -(-sum(s for s in slots if s is not None) // peers),
-            None if None in bounds or not bounds else sum(b for b in bounds if b is not None))
-    return pools
+        bound = None if None in bounds or not bounds else \
+            sum(b for b in bounds if b is not None)
+        if not known:
+            found[route.pool_name] = Sizes(None, bound)
+            continue
+        share, slot_share = -(-capacity // peers), -(-slots // peers)
+        found[route.pool_name] = Sizes(share, bound, share - slot_share)
+    return found
 
 
 class RouteTable:
@@ -305,6 +323,12 @@ class RouteTable:
     def pool_engines(self, pool: str) -> dict[str, Load]:
         """The replicas of flow-control pool ``pool``: base URL -> this gateway's load."""
         return {d.url_base: d.load for state in self.routes.values()
+                if state.route.pool_name == pool for d in state.deployments}
+
+    def pool_slots(self, pool: str) -> dict[str, int | None]:
+        """The replicas of ``pool``: base URL -> its slots (None: unknown)."""
+        per_replica = self.config.flow_control.per_replica_concurrency
+        return {d.url_base: d.upstream.slots or per_replica for state in self.routes.values()
                 if state.route.pool_name == pool for d in state.deployments}
 
     def engine_load(self, base_url: str, *, waiting: float, running: float,

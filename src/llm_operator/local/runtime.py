@@ -19,7 +19,8 @@ from aiohttp import web
 from llm_operator.api.v1alpha1 import LLMModel
 from llm_operator.batch.store import BatchStore
 from llm_operator.gateway.app import Gateway
-from llm_operator.gateway.config import ConfigError, FlowControl, parse_config
+from llm_operator.gateway.config import ConfigError, parse_config
+from llm_operator.gateway.flow_settings import FlowControl
 from llm_operator.local.entries import Entry, read_models, runtime_key
 from llm_operator.local.listening import StartError, free_port, listen
 from llm_operator.local.machine import detect

@@ -11,7 +11,6 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 from prometheus_client import Gauge
-from prometheus_client.parser import text_string_to_metric_families
 
 from llm_operator.api import labels as L
 from llm_operator.api.validation import InvalidModel, parse_llmmodel
@@ -19,6 +18,7 @@ from llm_operator.batch.runner import BatchRunner
 from llm_operator.gateway.app import Gateway, answering_errors
 from llm_operator.gateway.batches import own_address
 from llm_operator.gateway.config import parse_config
+from llm_operator.gateway.engine_watch import look
 from llm_operator.informer import Informer, Key
 from llm_operator.kube import Kube
 from llm_operator.leader import LeaderElector, LeaseTerms
@@ -37,36 +37,16 @@ SLICES = ("discovery.k8s.io/v1", "endpointslices")
 # The Gateway API Inference Extension's objectives: x-gateway-inference-objective names one,
 # its priority selects a flow-control band (watched where the CRD is served).
 OBJECTIVES = ("inference.networking.x-k8s.io/v1alpha2", "inferenceobjectives")
-# What vLLM, SGLang and llama-server export of their queues (vLLM's KV cache under its older
-# name too), summed per pod.
-WAITING = ("vllm:num_requests_waiting", "sglang:num_queue_reqs", "llamacpp:requests_deferred")
-RUNNING = ("vllm:num_requests_running", "sglang:num_running_reqs",
-           "llamacpp:requests_processing")
-KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage")
-
-
-def engine_numbers(text: str) -> tuple[float, float, float]:
-    """(waiting, running, KV cache usage 0..1) from an engine's Prometheus exposition."""
-    waiting = running = kv = 0.0
-    for family in text_string_to_metric_families(text):
-        total = sum(s.value for s in family.samples if s.name == family.name)
-        if family.name in WAITING:
-            waiting = total
-        elif family.name in RUNNING:
-            running = total
-        elif family.name in KV_USAGE:
-            kv = max([kv, *(s.value for s in family.samples)])
-    return waiting, running, kv
-
-
 class Router:
     """LLMModels and their EndpointSlices, in ``namespaces`` (empty: all), as one gateway.
 
     Every change rebuilds the table (router.routes.build) and reconfigures the gateway:
     requests held for a model that had no replica go out as soon as one is ready. The
     engines' queues are scraped every ``scrape_seconds`` for least-load and bounded
-    prefix routing, and every ``watch_seconds`` those of a model where a band with
-    ``idleSeconds`` waits: requests another replica sent keep that band waiting too.
+    prefix routing, and every ``watch_seconds`` (the gateway's engine watch) those of a
+    model with requests waiting or every slot taken (each replica's engine queue adapts,
+    flowControl.saturation) or where a band with ``idleSeconds`` waits: requests another
+    replica sent keep that band waiting too.
     ``settings`` are the gateway's own (``clientKeys``, ``redis``): every
     route is behind them. ConfigError if they are invalid.
     """
@@ -85,6 +65,9 @@ class Router:
                      "maxHeld": max_held}
         self.gateway = Gateway(parse_config({"routes": [], **self.base}, empty_ok=True),
                                component="router")
+        # its looks: peers send to the same engines, and a band with idleSeconds waits
+        # for a look that finds none of their requests
+        self.gateway.flow.look_every = watch_seconds
         # the Batch API (settings batch.enabled): every replica answers it from Redis; the
         # one holding ``batch_lease`` runs the batches, through itself
         self.gateway.configured_batches(lambda: own_address("127.0.0.1", port),
@@ -207,7 +190,6 @@ class Router:
         tasks = [asyncio.create_task(i.run())
                  for i in [*informers, *self.objective_informers, *self.peer_informers]]
         tasks.append(asyncio.create_task(self._scrape_forever()))
-        tasks.append(asyncio.create_task(self._watch_held_back()))
         if self.gateway.batch_runner is not None:
             tasks.append(asyncio.create_task(self._run_batches(self.gateway.batch_runner)))
         try:  # objectives are optional (their CRD, the router's RBAC): not waited for
@@ -257,43 +239,12 @@ class Router:
                 await asyncio.gather(*(self._scrape(http, url) for url in sorted(urls)))
                 await asyncio.sleep(self.scrape_seconds)
 
-    async def _watch_held_back(self) -> None:
-        """Where a band with ``idleSeconds`` waits, the model's engines, every few tenths.
-
-        An engine running more requests than this replica has in flight there runs another
-        replica's (or a client's straight to the Service), and the band waits for them
-        too. Each replica sees only its own traffic otherwise (a client's keep-alive
-        connection stays on one replica), and batch work would run beside the other's
-        interactive requests.
-        """
-        flow = self.gateway.flow
-        flow.look_every = self.watch_seconds
-        timeout = aiohttp.ClientTimeout(total=max(1.0, self.watch_seconds * 10))
-        async with aiohttp.ClientSession(timeout=timeout) as http:
-            while True:
-                for pool in flow.held_back():
-                    engines = self.gateway.pool_engines(pool)
-                    seen = await asyncio.gather(*(self._scrape(http, url) for url in engines))
-                    if None not in seen:  # an engine that did not answer: look again
-                        flow.looked(pool, outside=any(
-                            numbers[0] + numbers[1] > load.in_flight for numbers, load
-                            in zip(seen, engines.values(), strict=True) if numbers))
-                await asyncio.sleep(self.watch_seconds)
-
-    async def _scrape(self, http: aiohttp.ClientSession, base_url: str
-                      ) -> tuple[float, float, float] | None:
-        """An engine's (waiting, running, KV usage), also kept for picking; None: no answer."""
-        url = base_url.removesuffix("/v1") + "/metrics"
-        try:
-            async with http.get(url) as r:
-                if r.status != 200:
-                    return None
-                numbers = engine_numbers(await r.text())
-        except (aiohttp.ClientError, TimeoutError, ValueError):
-            return None  # a replica going away; its endpoint leaves the table soon
-        waiting, running, kv = numbers
-        self.gateway.engine_load(base_url, waiting=waiting, running=running, kv_usage=kv)
-        return numbers
+    async def _scrape(self, http: aiohttp.ClientSession, base_url: str) -> None:
+        """An engine's (waiting, running, KV usage), kept for picking."""
+        report = await look(http, base_url)
+        if report is not None:  # else a replica going away; its endpoint leaves the table
+            self.gateway.engine_load(base_url, waiting=report.waiting,
+                                     running=report.running, kv_usage=report.kv_usage)
 
 
 async def serve(router: Router, host: str, port: int, ready: asyncio.Event | None = None,

@@ -7,7 +7,8 @@ from aiohttp import web
 from llm_operator.access.limits import retry_after_header
 from llm_operator.gateway.errors import error_response
 from llm_operator.gateway.exchange import Exchange
-from llm_operator.gateway.flow import FREE, Flow, FlowRefused, Lease
+from llm_operator.gateway.flow import FREE, Flow, Lease
+from llm_operator.gateway.flow_queue import FlowRefused
 from llm_operator.gateway.routes import Clock
 
 

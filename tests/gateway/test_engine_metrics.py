@@ -1,10 +1,11 @@
-"""What the router reads of an engine's queue from its /metrics, for picking and scaling."""
+"""What the gateway reads of an engine's queue from its /metrics: picking, engine queues."""
 
 from __future__ import annotations
 
 import pytest
 
-from llm_operator.router.app import engine_numbers
+from llm_operator.gateway.engine_metrics import engine_report
+from llm_operator.gateway.saturation import EngineReport
 
 VLLM = """\
 # TYPE vllm:num_requests_waiting gauge
@@ -40,4 +41,4 @@ llamacpp:requests_deferred 2
 ], ids=["vllm", "vllm-older-kv-name", "llama-server", "nothing"])
 def test_waiting_running_and_kv_usage_of_each_engine(
         text: str, numbers: tuple[float, float, float]) -> None:
-    assert engine_numbers(text) == numbers
+    assert engine_report(text) == EngineReport(*numbers)
