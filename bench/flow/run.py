@@ -98,12 +98,9 @@ def rate(groups: list[Group]) -> float:
     in 15 s here. The slope of the staircase is the rate without the cut.
     """
     times = sorted(t for g in groups for t in g.done_at)
-    if len(times) < 2:
+    if len(times) < 2 or times[0] == times[-1]:
         return 0.0
-    mean_t, mean_n = statistics.fmean(times), (len(times) - 1) / 2
-    spread = sum((t - mean_t) ** 2 for t in times)
-    return sum((t - mean_t) * (n - mean_n) for n, t in enumerate(times)) / spread \
-        if spread else 0.0
+    return statistics.linear_regression(times, range(len(times))).slope
 
 
 async def run_load(url: str, groups: list[Group], warmup: float, seconds: float,

@@ -58,7 +58,7 @@ class Pool:
     """One model's replicas as flow control sees them: slots, holders, queues."""
 
     name: str
-    capacity: int | None  # slots of its replicas together; None: not flow-controlled
+    capacity: int | None  # its replicas' slots and engine queues; None: not controlled
     bound: int | None  # most requests out and queued together (upstreams' maxConcurrent)
     flow: Flow
     engine_queue: int = 0  # of capacity, the requests let wait in the engines' queues
@@ -189,10 +189,10 @@ class Pool:
                 if self.queued:
                     self._dispatch_later()
                 return
-            if self.engine_queue and not self.in_engine_queue(queue.band,
-                                                              queue.next_group(self)):
+            group = queue.next_group(self)
+            if self.engine_queue and not self.in_engine_queue(queue.band, group):
                 return  # it waits here for a slot
-            ticket = queue.pop(self)
+            ticket = queue.pop(self, group)
             ticket.future.set_result(self.grant(queue.band.name, ticket.group,
                                                 ticket.member))
             self.flow.observer.admitted(self.name, queue.band.name,

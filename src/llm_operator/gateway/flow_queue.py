@@ -124,11 +124,9 @@ class BandQueue:
         return next(iter(groups)) if len(groups) == 1 else min(
             groups, key=lambda g: (pool.held[g], pool.last.get(g, -1)))
 
-    def pop(self, pool: Holdings) -> Ticket:
-        """The next request: the fairest group's fairest member's oldest."""
-        groups = self.groups
-        group = self.next_group(pool)
-        members = groups[group]
+    def pop(self, pool: Holdings, group: str) -> Ticket:
+        """The next request of ``group`` (``next_group``'s): its fairest member's oldest."""
+        members = self.groups[group]
         member = next(iter(members)) if len(members) == 1 else min(
             members, key=lambda m: (pool.held_members[(group, m)],
                                     pool.last_members.get((group, m), -1)))

@@ -159,8 +159,8 @@ def pools(config: GatewayConfig, peers: int = 1,
     and this gateway's share when ``peers`` gateways (router replicas) send to the same
     replicas (rounded up: never none), never more than an upstream's ``maxConcurrent``;
     None when one is unknown (the pool is then not flow-controlled). Engine queue: the
-    part of it beyond the slots. Bound: their
-    maxConcurrent added up, None when one has none.
+    part of it beyond the slots. Bound: their maxConcurrent added up, None when one has
+    none.
     """
     per_replica = config.flow_control.per_replica_concurrency
     queue = config.flow_control.engine_queue
