@@ -171,6 +171,18 @@ def _compile(tree: Path, log: Path, skip: str | None = None) -> None:
          *(["-x", skip] if skip else []), str(tree)], log, "compileall")
 
 
+def _strip(tree: Path, log: Path) -> None:
+    """Debugging symbols out of every shared library (spaCy's alone: 126 MB to 29 MB).
+
+    What Debian does to its own packages; skipped where binutils' strip is missing.
+    """
+    if shutil.which("strip") is None:
+        return
+    libraries = [str(p) for p in tree.rglob("*.so*") if p.is_file() and not p.is_symlink()]
+    for start in range(0, len(libraries), 200):
+        run(["strip", "--strip-unneeded", *libraries[start:start + 200]], log, "strip")
+
+
 def _missing_for_image(site: Path, ignore: tuple[str, ...] = ()) -> list[str]:
     """Requirements of the installed packages that Debian's Python needs and pip skipped.
 
@@ -202,7 +214,7 @@ def _missing_for_image(site: Path, ignore: tuple[str, ...] = ()) -> list[str]:
 def deps_layer() -> Layer:
     """Every dependency of llm-operator[image], installed for python3.11 under /opt/llmop."""
     key = digest([(REPO / "pyproject.toml").read_bytes(), sys.version.split()[0],
-                  DEBIAN_PYTHON])
+                  DEBIAN_PYTHON, "stripped"])
     path, hit = _cached("llmop-deps", key)
     if not hit:
         say("installing the project's dependencies for the image (pip)")
@@ -216,6 +228,7 @@ def deps_layer() -> Layer:
             for own in site.glob("llm_operator*"):
                 shutil.rmtree(own)
             shutil.rmtree(site / "bin", ignore_errors=True)
+            _strip(site, log)
             _compile(site, log)
             _tar_tree(Path(tmp), path)
     return Layer(path)

@@ -367,3 +367,19 @@ def test_adapter_names_are_unique_in_types_and_in_the_real_apiserver(
     status, message = _apiserver_rejects(apiserver, doc)
     assert status == 422, message
     assert 'spec.loraAdapters[1]: Duplicate value: {"name":"sql"}' in message
+
+
+def test_guard_names_are_unique_per_direction_in_types_and_in_the_real_apiserver(
+        apiserver: ControlPlane, base_local: dict[str, Any]) -> None:
+    twice = {"input": [{"name": "pii", "action": "mask", "pii": {}},
+                       {"name": "pii", "pii": {"entities": ["CREDIT_CARD"]}}]}
+    doc = _patch(base_local, {"guardrails": twice})
+    with pytest.raises(InvalidModel, match=r"input: guard names must be unique \(pii twice\)"):
+        parse_llmmodel(doc)
+    status, message = _apiserver_rejects(apiserver, doc)
+    assert status == 422, message
+    assert 'spec.guardrails.input[1]: Duplicate value: {"name":"pii"}' in message
+    both = {"input": [{"name": "pii", "action": "mask", "pii": {}}],
+            "output": [{"name": "pii", "action": "block", "pii": {"scoreThreshold": 0.9}}]}
+    status, message = _apiserver_rejects(apiserver, _patch(base_local, {"guardrails": both}))
+    assert status == 201, message  # one guard may check both ways

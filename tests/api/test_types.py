@@ -95,6 +95,18 @@ FIELD_CASES = [
      "spec.podLabels", "at most 64 items"),
     ("parallel slots", "spec.llamaCpp", {"parallelSlots": 0}, "spec.llamaCpp.parallelSlots",
      "greater than or equal to 1"),
+    ("guard action", "spec.guardrails", {"input": [{"name": "pii", "action": "redact",
+                                                     "pii": {}}]},
+     "spec.guardrails.input[0].action", "'mask', 'block' or 'log'"),
+    ("guard entity", "spec.guardrails", {"output": [{"name": "pii", "pii": {
+        "entities": ["PERSON"]}}]}, "spec.guardrails.output[0].pii.entities[0]", "'CREDIT_CARD'"),
+    ("guard threshold", "spec.guardrails", {"input": [{"name": "pii", "pii": {
+        "scoreThreshold": 1.5}}]}, "spec.guardrails.input[0].pii.scoreThreshold",
+     "less than or equal to 1"),
+    ("guard name", "spec.guardrails", {"input": [{"name": "No PII", "pii": {}}]},
+     "spec.guardrails.input[0].name", "must be a guard name"),
+    ("guard detector", "spec.guardrails", {"input": [{"name": "pii"}]},
+     "spec.guardrails.input[0].pii", "required"),
     ("bad base url", "spec.remoteApi", {"baseUrl": "ftp://models.example.com",
                                         "apiKeySecret": "k"},
      "spec.remoteApi.baseUrl", "http:// or https:// URL"),

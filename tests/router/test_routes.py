@@ -179,3 +179,19 @@ def test_llmop_up_builds_the_same_table_for_its_processes_and_proxies() -> None:
     assert (proxied["models"], proxied["aliases"]) == (
         ["gpt-5.5"], ["ai-models/gpt55-remote", "gpt55-remote"])
     parse_config({"routes": table.routes})
+
+
+def test_a_models_guardrails_go_with_its_routes_and_its_adapters() -> None:
+    rails = {"input": [{"name": "no-pii", "action": "mask", "pii": {}}],
+             "output": [{"name": "no-cards", "pii": {"entities": ["CREDIT_CARD"]}}]}
+    llama = model("llamacpp-lora-cpu", guardrails=rails)
+    table = cluster([llama], {("ai-models", "qwen25-1b-lora"): [
+        piece(8000, ("l-0", "10.0.0.2", {}))]})
+    written = {**rails, "input": [{"name": "no-pii", "action": "mask",
+                                   "pii": {"scoreThreshold": 0.4}}],
+               "output": [{"name": "no-cards", "action": "block",
+                           "pii": {"entities": ["CREDIT_CARD"], "scoreThreshold": 0.4}}]}
+    assert [r.get("guardrails") for r in table.routes] == [written, written]
+    config = parse_config({"routes": table.routes})
+    assert all(r.guardrails is not None and r.guardrails.names == ("no-pii", "no-cards")
+               for r in config.routes)

@@ -50,6 +50,10 @@ class ClientKey(_Entry):
         description="The flow-control band of the key's requests (the gateway's "
         "flowControl.bands); unset: its default band. A request's objective header may "
         "lower it, never raise it.")
+    exempt_guards: tuple[str, ...] | None = Field(
+        None, description="Guardrails (guard names, shell globs) that never check this "
+        "key's requests and answers, on every model (docs/guardrails.md); no header can "
+        "switch a guard on or off.")
     disabled: bool = False
 
     @property
@@ -59,6 +63,10 @@ class ClientKey(_Entry):
 
     def may_use(self, model: str) -> bool:
         return self.models is None or any(fnmatch.fnmatchcase(model, g) for g in self.models)
+
+    def exempt_from(self, guard: str) -> bool:
+        return self.exempt_guards is not None and any(
+            fnmatch.fnmatchcase(guard, g) for g in self.exempt_guards)
 
     def may_call(self, tool: str, model: str | None) -> bool:
         """An MCP tool: by ``tools`` when set, else by the model the tool calls."""

@@ -6,15 +6,11 @@ import re
 from typing import Any
 
 from llm_operator.api import vllm_cpu
+from llm_operator.api.formats import LABEL_KEY, RESERVED_POD_KEY_PREFIXES
 from llm_operator.api.gpu_rules import DRA_RULES, GPU_RULES
 from llm_operator.api.rule import ENGINE, VENDOR, Rule, is_local
 from llm_operator.api.serving_rules import SERVING_RULES, asked_nodes
-from llm_operator.api.v1alpha1 import (
-    LABEL_KEY,
-    RESERVED_POD_KEY_PREFIXES,
-    LLMModel,
-    LLMModelSpec,
-)
+from llm_operator.api.v1alpha1 import LLMModel, LLMModelSpec
 
 HF_REPO = r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9._-]+$"
 # Any model name a client or a download may use: Hugging Face repo ids (owner/name), Ollama

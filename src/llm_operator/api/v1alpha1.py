@@ -6,6 +6,20 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from llm_operator.api.formats import (
+    DNS1035_LABEL,
+    DNS1123_LABEL,
+    DNS1123_SUBDOMAIN,
+    HTTP_URL,
+    LABEL_VALUE,
+    MCP_TOOL_NAME,
+    NO_WHITESPACE,
+    PYPI_NAME,
+    S3_BUCKET,
+    SecretName,
+)
+from llm_operator.api.guardrails import GuardrailsSpec
+from llm_operator.api.lora import LoraAdapterSpec
 from llm_operator.api.mig import PROFILE as MIG_PROFILE
 from llm_operator.api.model_status import SHA256_HEX, LLMModelStatus
 from llm_operator.api.serving import ServingSpec
@@ -42,29 +56,6 @@ QUANTIZATIONS: tuple[str, ...] = get_args(Quantization)
 DOMAINS: tuple[str, ...] = get_args(Domain)
 THINKING_MODEL_TYPES = frozenset({"DenseThinking", "MoEThinking"})
 
-# Name formats. A model's name becomes a Service name and a label value, so it must be a
-# DNS-1035 label (<= 63). Secret names are DNS-1123 subdomains. Tool names follow the MCP
-# tool-name rules (1-128 of A-Z a-z 0-9 _ - .).
-DNS1035_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
-DNS1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
-DNS1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-MCP_TOOL_NAME = r"^[A-Za-z0-9_.-]{1,128}$"
-HTTP_URL = r"^https?://[^\s/$.?#][^\s]*$"
-PYPI_NAME = r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$"  # PEP 508 distribution name
-S3_BUCKET = r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"
-NO_WHITESPACE = r"^\S+$"
-# Kubernetes label keys (optional DNS-subdomain prefix, name of 63) and label values;
-# [.] rather than \. so that the pattern can sit in a CEL string literal as it is.
-LABEL_KEY = (r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
-             r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
-LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
-# Keys the operator sets on pods itself: not for podLabels / podAnnotations.
-RESERVED_POD_KEY_PREFIXES = ("ai.example.io/", "app.kubernetes.io/")
-
-SecretName = Annotated[
-    str, Field(min_length=1, max_length=253, pattern=DNS1123_SUBDOMAIN,
-               description="Name of a Secret in the model's namespace.")
-]
 
 
 EngineArgKey = Annotated[str, Field(min_length=1, max_length=128)]
@@ -269,65 +260,6 @@ class LlamaCppSpec(Wire):
         "hold them (the planner checks).")
 
 
-LoraSourceType = Literal["huggingface", "s3", "oci", "pvc", "file"]
-LORA_SOURCE_TYPES: tuple[str, ...] = get_args(LoraSourceType)
-# An adapter's name is a model name clients send and part of an MCP tool name.
-LORA_NAME = r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$"
-# The max_lora_rank values vLLM accepts; an adapter's rank rounds up to one of them.
-VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
-
-
-class LoraSourceSpec(Wire):
-    """Where one LoRA adapter's files come from."""
-
-    type: LoraSourceType = Field(
-        description="huggingface (repo), s3 (s3Bucket, s3Prefix), oci (ociImage), pvc "
-        "(claimName, path inside it) or file (path on the machine `llmop up` runs on).")
-    repo: str | None = Field(
-        None, max_length=256, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9._-]+$",
-        description="Hugging Face repo of the adapter, owner/name (type huggingface).")
-    hugging_face_token_secret: SecretName | None = Field(
-        None, description="Secret holding a Hugging Face token under the key `token`.")
-    s3_bucket: str | None = Field(
-        None, min_length=3, max_length=63, pattern=S3_BUCKET,
-        description="S3 bucket holding the adapter (type s3).")
-    s3_prefix: str | None = Field(None, max_length=1024,
-                                  description="Key prefix inside the bucket (type s3).")
-    s3_credentials_secret: SecretName | None = Field(
-        None, description="Secret with AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY keys.")
-    oci_image: str | None = Field(
-        None, min_length=1, max_length=512, pattern=NO_WHITESPACE,
-        description="OCI artifact reference holding the adapter (type oci).")
-    claim_name: str | None = Field(
-        None, max_length=253, pattern=DNS1123_SUBDOMAIN,
-        description="PersistentVolumeClaim holding the adapter, mounted read-only (type pvc).")
-    path: str | None = Field(
-        None, min_length=1, max_length=4096,
-        description="type pvc: the adapter's directory (vLLM) or GGUF file (llama.cpp) "
-        "inside the claim; type file: the adapter on this machine, relative to the YAML "
-        "file's directory unless absolute.")
-
-
-class LoraAdapterSpec(Wire):
-    """A LoRA adapter served on top of the model under a model name of its own."""
-
-    name: str = Field(
-        min_length=1, max_length=63, pattern=LORA_NAME,
-        description="The model name clients send to use the adapter (letters, digits, "
-        "- _ .); also the last part of its MCP tool name.")
-    source: LoraSourceSpec = Field(description="Where the adapter's files come from.")
-    rank: int | None = Field(
-        None, ge=1, le=512, description="The adapter's LoRA rank (r). vLLM sizes its adapter "
-        "buffers for the highest rank (rounded up to 8, 16, 32, 64, 128, 256, 320 or 512; "
-        "unset counts as 16); the planner counts them.")
-    tool_name: str | None = Field(
-        None, max_length=128, pattern=MCP_TOOL_NAME,
-        description="MCP tool name of the adapter (default: the model's toolName, a dot and "
-        "the adapter's name).")
-    tool_description: str | None = Field(
-        None, max_length=4096, description="Tool description shown to AI agents.")
-
-
 class RoutingSpec(Wire):
     """How the router (`llmop router`) spreads a local model's requests over its replicas."""
 
@@ -461,6 +393,10 @@ class LLMModelSpec(Wire):
     routing: RoutingSpec | None = Field(
         None, description="How the router spreads requests over the replicas (local "
         "models); unset: least-load.")
+    guardrails: GuardrailsSpec | None = Field(
+        None, description="Guards on the requests to the model and on its answers, run by the "
+        "router, `llmop gateway` and `llmop up` (docs/guardrails.md): personal data masked, "
+        "blocked or counted.")
     lora_adapters: list[LoraAdapterSpec] | None = Field(
         None, max_length=32, description="LoRA adapters served on top of the model (vllm, "
         "sglang and llamacpp), each called by its own model name and published as its own MCP "

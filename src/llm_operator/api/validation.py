@@ -7,18 +7,21 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from llm_operator.api.rules import broken_rules
-from llm_operator.api.v1alpha1 import (
-    API_VERSION,
+from llm_operator.api.formats import (
     DNS1035_LABEL,
     DNS1123_LABEL,
     DNS1123_SUBDOMAIN,
     HTTP_URL,
-    KIND,
     LABEL_VALUE,
     MCP_TOOL_NAME,
     NO_WHITESPACE,
     S3_BUCKET,
+)
+from llm_operator.api.guardrails import GUARD_NAME
+from llm_operator.api.rules import broken_rules
+from llm_operator.api.v1alpha1 import (
+    API_VERSION,
+    KIND,
     LLMModel,
 )
 
@@ -30,6 +33,8 @@ PATTERN_HINTS = {
     HTTP_URL: "an http:// or https:// URL",
     S3_BUCKET: "an S3 bucket name (3-63 lowercase letters, digits, '.' and '-')",
     NO_WHITESPACE: "a single word without spaces",
+    GUARD_NAME: "a guard name (up to 63 lowercase letters, digits and '-', starting and "
+    "ending with a letter or digit)",
     LABEL_VALUE: "a label value (up to 63 letters, digits, '-', '_' and '.', starting and "
     "ending with a letter or digit)",
 }
@@ -73,8 +78,9 @@ def _message(error: Any) -> str:
     message = str(error["msg"])
     if kind == "string_pattern_mismatch":
         pattern = error.get("ctx", {}).get("pattern", "")
-        hint = PATTERN_HINTS.get(pattern, f"match the pattern {pattern}")
-        return f"must be {hint}, got {error['input']!r}"
+        hint = PATTERN_HINTS.get(pattern)
+        need = f"be {hint}" if hint else f"match the pattern {pattern}"
+        return f"must {need}, got {error['input']!r}"
     if kind in {"literal_error", "enum"}:
         return f"{message}, got {error['input']!r}"
     if kind.startswith(("greater_than", "less_than", "too_long", "too_short")):

@@ -36,9 +36,11 @@ from llm_operator.gateway.holding import Holds
 from llm_operator.gateway.keys import KeyUnavailable
 from llm_operator.gateway.looks import Looks
 from llm_operator.gateway.metrics import FlowMetrics, GatewayMetrics
+from llm_operator.gateway.moderations import Moderations
 from llm_operator.gateway.parts.body import ReadBody
 from llm_operator.gateway.parts.classify import Classify
 from llm_operator.gateway.parts.forward import Forward
+from llm_operator.gateway.parts.guard import Guard
 from llm_operator.gateway.parts.hold import Hold, Reroute
 from llm_operator.gateway.parts.identify import Identify
 from llm_operator.gateway.parts.limit import Limit
@@ -52,6 +54,7 @@ from llm_operator.gateway.proxies import proxy_settings
 from llm_operator.gateway.routes import Clock, RouteState, RouteTable, Sleep, pools
 from llm_operator.gateway.saturation import Saturation
 from llm_operator.gateway.tracing import Traces
+from llm_operator.guardrails.runner import Guarding
 from llm_operator.span_export import SpanShipper
 from llm_operator.telemetry import trace_target
 
@@ -59,7 +62,9 @@ log = logging.getLogger("llm_operator.gateway")
 
 PROXIED_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses")
 MESSAGES_PATH = "/v1/messages"  # Anthropic-shaped clients, translated for any model
-ENDPOINTS = ", ".join(f"POST {p}" for p in (*PROXIED_PATHS, MESSAGES_PATH)) + ", GET /v1/models"
+MODERATIONS_PATH = "/v1/moderations"  # the model's guardrails, OpenAI's moderation shape
+ENDPOINTS = ", ".join(f"POST {p}" for p in (*PROXIED_PATHS, MESSAGES_PATH, MODERATIONS_PATH)
+                      ) + ", GET /v1/models"
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -147,6 +152,7 @@ class Gateway:
         self._batch_task: asyncio.Task[None] | None = None
         self._batch_autostart = True
         self._forward: Forward | None = None
+        self.guarding = Guarding(self.metrics)  # guardrails: one scanner, one worker thread
         self.reconfigure(config)
 
     # --- what changes while it serves ---------------------------------------------------
@@ -180,6 +186,7 @@ class Gateway:
         is added, edited or removed, the router on every change it watches.
         """
         self.table.reconfigure(config)
+        self.guarding.prepare(any(r.guardrails for r in config.routes))
         self.saturation.configure(config.flow_control, self.table.loads)
         self.flow.configure(config.flow_control,
                             pools(config, self.peers, self.saturation.headroom))
@@ -269,6 +276,7 @@ class Gateway:
                     Classify(table),  # flow control's band and fairness ID
                     ReadBody(table),  # the JSON and its model
                     resolve,  # the route, for this client; can it serve now
+                    Guard(self.guarding),  # its guardrails on the request (and the answer)
                     Hold(table, self.holds, resolve, clock),  # a replica, from zero
                     Limit(table, self.shared)),  # budget, rate limits
             shape=Shape(),  # how each upstream is asked
@@ -292,6 +300,9 @@ class Gateway:
             return response
 
         app.router.add_post(MESSAGES_PATH, messages)
+        app.router.add_post(MODERATIONS_PATH, Moderations(
+            (Identify(self.table, None), ReadBody(self.table), Resolve(self.table)),
+            self.guarding, self._clock).handle)
         app.router.add_get("/v1/models", answering_errors(self.models))
         app.router.add_get("/health", answering_errors(self.health))
         app.router.add_get("/ready", answering_errors(self.ready))
@@ -335,6 +346,7 @@ class Gateway:
                 await self._batch_task
 
     async def _close(self, _: web.Application) -> None:
+        self.guarding.close()
         if self._watch is not None:
             self._watch.cancel()
             with contextlib.suppress(asyncio.CancelledError):

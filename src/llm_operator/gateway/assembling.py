@@ -100,3 +100,45 @@ def assemble(events: Iterable[dict[str, Any]]) -> dict[str, Any]:
                 choice["finish_reason"] = piece["finish_reason"]
     answer["choices"] = [choices[i] for i in sorted(choices)]
     return answer
+
+
+def chunks_of(answer: dict[str, Any], *, usage: bool) -> list[dict[str, Any]]:
+    """A plain answer as the stream's data events that ``assemble`` would make it from.
+
+    One event per choice with its whole text (or message: role, content, reasoning, tool
+    calls), then one per choice with its finish_reason, then (``usage``) the usage-only
+    event. For a stream the gateway collected to check whole (output guardrails).
+    """
+    chat = answer.get("object") == "chat.completion"
+    head = {"id": answer.get("id"), "object": "chat.completion.chunk" if chat
+            else "text_completion", "created": answer.get("created"),
+            "model": answer.get("model")}
+    if answer.get("system_fingerprint"):
+        head["system_fingerprint"] = answer["system_fingerprint"]
+    opening: list[dict[str, Any]] = []
+    closing: list[dict[str, Any]] = []
+    for choice in answer.get("choices") or ():
+        if not isinstance(choice, dict):
+            continue
+        index = choice.get("index", 0)
+        if chat:
+            message = choice.get("message") or {}
+            delta = {k: v for k, v in message.items()
+                     if k in ("role", "content", "reasoning_content", "refusal")
+                     and v is not None}
+            if message.get("tool_calls"):
+                delta["tool_calls"] = [{**call, "index": i}
+                                       for i, call in enumerate(message["tool_calls"])]
+            piece: dict[str, Any] = {"index": index, "delta": delta}
+            end: dict[str, Any] = {"index": index, "delta": {}}
+        else:
+            piece = {"index": index, "text": choice.get("text") or ""}
+            end = {"index": index, "text": ""}
+        opening.append({**head, "choices": [{**piece, "logprobs": choice.get("logprobs"),
+                                             "finish_reason": None}]})
+        closing.append({**head, "choices": [{**end, "logprobs": None,
+                                             "finish_reason": choice.get("finish_reason")}]})
+    events = opening + closing
+    if usage and answer.get("usage"):
+        events.append({**head, "choices": [], "usage": answer["usage"]})
+    return events

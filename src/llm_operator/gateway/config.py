@@ -14,6 +14,7 @@ from pydantic import (
     model_validator,
 )
 
+from llm_operator.api.guardrails import GuardrailsSpec
 from llm_operator.api.rules import GEMINI_MESSAGE, GEMINI_NATIVE_MESSAGE, gemini_url_fits
 from llm_operator.api.validation import field_errors
 from llm_operator.gateway.flow_settings import FlowControl
@@ -206,6 +207,9 @@ class Route(_Config):
         None, min_length=1, max_length=300, description="Routes naming one pool share its "
         "upstreams' slots and one flow-control queue (a model and its LoRA adapters' "
         "routes); default: the route's own.")
+    guardrails: GuardrailsSpec | None = Field(
+        None, description="Guards on the route's requests and answers, as an LLMModel's "
+        "spec.guardrails (docs/guardrails.md).")
     rate_limit: RateLimit = Field(default_factory=RateLimit)
     timeouts: Timeouts = Field(default_factory=Timeouts)
     retry: Retry = Field(default_factory=Retry)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +14,8 @@ from llm_operator.gateway.classify import Classified
 from llm_operator.gateway.clients import Client
 from llm_operator.gateway.routes import Deployment, Outbound, RouteState
 from llm_operator.gateway.tracing import RequestTrace
+
+AnswerGuard = Callable[[bytes], Awaitable["bytes | web.Response"]]
 
 
 def _unshaped(deployment: Deployment) -> Outbound:
@@ -44,6 +46,9 @@ class Exchange:
     # Resolve (and Hold, and a reroute): the route and its live replicas
     state: RouteState = field(init=False)
     routed: bool = False  # whether ``state`` is set
+    # Guard: the route's output guards, run on a plain answer's body (its bytes again, or
+    # the refusal to answer instead)
+    answer_guard: AnswerGuard | None = None
     # Hold: a stream answered 200 with keepalives while its model had no replica
     held: HeldStream | None = None
     # Limit: the tokens reserved against the route's and the key's allowances
@@ -52,6 +57,7 @@ class Exchange:
     stream: bool = False
     hide_usage: bool = False
     collect: bool = False
+    restream: bool = False  # collected for the output guards, sent on as a stream
     # what goes to each deployment (Untranslatable when it cannot take the request)
     outbound: Callable[[Deployment], Outbound] = _unshaped
 

@@ -103,6 +103,19 @@ class GatewayMetrics:
             "llmop_gateway_batch_requests", "Batch requests by result: completed (the "
             "output file), failed (the error file), retried (refused for now: sent again).",
             ["outcome"], registry=r)
+        # Guardrails: what each guard found (entity types, never the text).
+        self.guard_activations = Counter(
+            "llmop_gateway_guardrail_activations", "Guards that found something, by guard, "
+            "direction (input, output, moderation), action (mask, block, log, flag) and "
+            "entity type.", ["route", "guard", "direction", "action", "entity"], registry=r)
+        self.guard_seconds = Histogram(
+            "llmop_gateway_guardrail_seconds", "Time a request's or an answer's guards took "
+            "(queued for the guards' worker thread included).", ["route", "direction"],
+            buckets=LATENCY_BUCKETS, registry=r)
+        self.guard_errors = Counter(
+            "llmop_gateway_guardrail_errors", "Checks that could not run (a detector "
+            "missing or failing): the request was refused (503).", ["route", "direction"],
+            registry=r)
         self.auth_failures = Counter("llmop_gateway_auth_failures",
                                      "Requests without a valid key: missing, invalid.",
                                      ["reason"], registry=r)

@@ -105,17 +105,7 @@ class RequestPath:
             return await self._checked(ex)
 
     async def _checked(self, ex: Exchange) -> Decision:
-        """The first check's answer, or None: every check let the request go on."""
-        for check in self.checks:
-            answer = check(ex)
-            if answer is None:
-                continue
-            if not isinstance(answer, web.StreamResponse):  # it must wait: its coroutine
-                answer = await answer
-                if answer is None:
-                    continue
-            return answer
-        return None
+        return await first_answer(self.checks, ex)
 
     async def _dispatch(self, ex: Exchange) -> web.StreamResponse:
         self.shape(ex)
@@ -136,3 +126,17 @@ class RequestPath:
                 ex.route(replaced)
         finally:
             lease.release()
+
+
+async def first_answer(checks: Sequence[Check], ex: Exchange) -> Decision:
+    """The first check's answer, or None: every check let the request go on."""
+    for check in checks:
+        answer = check(ex)
+        if answer is None:
+            continue
+        if not isinstance(answer, web.StreamResponse):  # it must wait: its coroutine
+            answer = await answer
+            if answer is None:
+                continue
+        return answer
+    return None

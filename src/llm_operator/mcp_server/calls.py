@@ -7,6 +7,7 @@ import json
 import logging
 import math
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +15,10 @@ import aiohttp
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
 
+from llm_operator.api.guardrails import GuardSpec
+from llm_operator.guardrails.guards import Direction
+from llm_operator.guardrails.runner import Guarding, GuardUnavailable
+from llm_operator.guardrails.text import answer_spots, request_spots
 from llm_operator.mcp_server import failures
 from llm_operator.mcp_server.auth import Caller, McpAuth
 from llm_operator.mcp_server.metrics import McpMetrics
@@ -22,6 +27,13 @@ from llm_operator.registry.catalog import ToolRecord
 from llm_operator.registry.tools import chat_arguments, chat_request, chat_result
 
 log = logging.getLogger(__name__)
+
+
+Exempt = Callable[[str], bool]
+
+
+def _never(_: str) -> bool:
+    return False
 
 
 def failure(message: str) -> types.CallToolResult:
@@ -39,7 +51,38 @@ class ModelCalls:
     metrics: McpMetrics
     auth: McpAuth | None
     http: aiohttp.ClientSession | None = None  # set while the app runs
+    guarding: Guarding | None = None  # the models' guardrails (None: the app's own, lazily)
     _slots: dict[str, asyncio.Semaphore] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.guarding is None:
+            self.guarding = Guarding(self.metrics)
+
+    async def _guarded(self, record: ToolRecord, guards: Sequence[GuardSpec],
+                       body: dict[str, Any], direction: Direction, exempt: Exempt
+                       ) -> tuple[types.CallToolResult, str] | None:
+        """The model's guards over a call (``input``) or its answer: None, or the failure.
+
+        A masking guard rewrites ``body`` in place, as the router does a request's.
+        """
+        assert self.guarding is not None
+        spots = (request_spots if direction == "input" else answer_spots)(
+            f"/{record.path}", body)
+        if not spots:
+            return None
+        try:
+            checked = await self.guarding.check(record.tool_name, guards, spots, direction,
+                                                exempt)
+        except GuardUnavailable as exc:
+            return failure(f"the guardrails of model {record.model_id} cannot run: {exc}"), \
+                "guardrail_unavailable"
+        if checked.blocked is None:
+            return None
+        found = checked.blocked
+        what = "this call" if direction == "input" else "the model's answer"
+        return failure(f"guardrail {found.guard!r} of model {record.model_id} blocked {what}: "
+                       f"it contains {', '.join(found.entities)}; leave that out"), \
+            "guardrail_blocked"
 
     async def as_caller(self, caller: Caller, record: ToolRecord,
                         arguments: dict[str, Any] | None) -> types.CallToolResult:
@@ -54,7 +97,8 @@ class ModelCalls:
             self.metrics.key_calls.labels(caller.id, "rate_limited").inc()
             return failure(f"rate limit of key {caller.id!r} reached; retry after "
                            f"{math.ceil(wait)} s")
-        result = await self.call(record, arguments)
+        exempt = caller.key.exempt_from if caller.key is not None else _never
+        result = await self.call(record, arguments, exempt)
         self.metrics.key_calls.labels(caller.id, "error" if result.is_error else "ok").inc()
         return result
 
@@ -64,12 +108,20 @@ class ModelCalls:
             slot = self._slots[tool] = asyncio.Semaphore(self.settings.max_concurrent_calls)
         return slot
 
-    async def call(self, record: ToolRecord, arguments: dict[str, Any] | None
-                   ) -> types.CallToolResult:
-        """Wait for one of the model's slots (its own timeout), then call it (another)."""
+    async def call(self, record: ToolRecord, arguments: dict[str, Any] | None,
+                   exempt: Exempt = _never) -> types.CallToolResult:
+        """The model's input guards; one of its slots (its own timeout); the call (another).
+
+        ``exempt``: the guards the caller's key is exempted from.
+        """
         args = chat_arguments(arguments, thinking=record.facets.supports_thinking)
         body, thinking = chat_request(record, args)
         tool, metrics = record.tool_name, self.metrics
+        rails = record.guardrails
+        if rails is not None and rails.input and (
+                refused := await self._guarded(record, rails.input, body, "input", exempt)):
+            metrics.calls.labels(tool, refused[1]).inc()
+            return refused[0]
         who = f"model {record.model_id} ({tool})"
         slot = self._slot(tool)
         metrics.queued.labels(tool).inc()
@@ -88,7 +140,7 @@ class ModelCalls:
         metrics.in_flight.labels(tool).inc()
         started = time.monotonic()
         try:
-            result, outcome = await self._post(record, body, thinking, who)
+            result, outcome = await self._post(record, body, thinking, who, exempt)
         finally:
             slot.release()
             metrics.in_flight.labels(tool).dec()
@@ -100,9 +152,12 @@ class ModelCalls:
                 metrics.tokens.labels(tool, kind).inc(usage[key])
         return result
 
-    async def _post(self, record: ToolRecord, body: dict[str, Any], thinking: bool, who: str
-                    ) -> tuple[types.CallToolResult, str]:
-        """One call to the model's endpoint: the tool result and its outcome label."""
+    async def _post(self, record: ToolRecord, body: dict[str, Any], thinking: bool, who: str,
+                    exempt: Exempt) -> tuple[types.CallToolResult, str]:
+        """One call to the model's endpoint: the tool result and its outcome label.
+
+        The answer passes the model's output guards before the agent reads it.
+        """
         assert self.http is not None and record.endpoint
         url = f"{record.endpoint.rstrip('/')}/{record.path}"
         try:
@@ -117,6 +172,11 @@ class ModelCalls:
                     log.warning("%s answered HTTP %d: %s", who, r.status,
                                 failures.detail(payload, raw))
                     return failure(failures.summary(who, r.status)), "upstream_error"
+            rails = record.guardrails
+            if rails is not None and rails.output and isinstance(payload, dict) and (
+                    refused := await self._guarded(record, rails.output, payload, "output",
+                                                   exempt)):
+                return refused
             text, structured = chat_result(record, payload, thinking)
         except TimeoutError:
             return failure(f"{who} did not answer within {self.settings.call_timeout:g} s"), \

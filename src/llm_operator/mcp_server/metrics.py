@@ -15,7 +15,19 @@ class McpMetrics:
         r = self.registry = CollectorRegistry()
         self.calls = Counter("llmop_mcp_tool_calls", "Tool calls by tool and outcome (ok, "
                              "invalid_arguments, upstream_error, unreachable, timeout, "
-                             "bad_response).", ["tool", "outcome"], registry=r)
+                             "bad_response, guardrail_blocked, guardrail_unavailable).",
+                             ["tool", "outcome"], registry=r)
+        # the model's guardrails on its tool calls (as the gateway's, by tool)
+        self.guard_activations = Counter(
+            "llmop_mcp_guardrail_activations", "Guards that found something in a tool call "
+            "or its answer, by guard, direction, action and entity type.",
+            ["tool", "guard", "direction", "action", "entity"], registry=r)
+        self.guard_seconds = Histogram(
+            "llmop_mcp_guardrail_seconds", "Time a call's or an answer's guards took.",
+            ["tool", "direction"], registry=r)
+        self.guard_errors = Counter(
+            "llmop_mcp_guardrail_errors", "Checks that could not run (the call failed).",
+            ["tool", "direction"], registry=r)
         self.duration = Histogram("llmop_mcp_tool_call_duration_seconds",
                                   "Time a model call took, queueing excluded.", ["tool"],
                                   buckets=CALL_BUCKETS, registry=r)

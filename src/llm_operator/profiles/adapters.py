@@ -6,7 +6,8 @@ import hashlib
 import json
 from dataclasses import dataclass
 
-from llm_operator.api.v1alpha1 import VLLM_LORA_RANKS, LLMModelSpec, LoraAdapterSpec
+from llm_operator.api.lora import VLLM_LORA_RANKS, LoraAdapterSpec
+from llm_operator.api.v1alpha1 import LLMModelSpec
 
 LORA_DIR = "/model-cache/loras"  # downloaded adapters, on the model-cache volume
 CLAIM_DIR = "/lora-claims"  # pvc adapters: each claim mounted read-only under here

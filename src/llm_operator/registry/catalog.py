@@ -10,7 +10,10 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from llm_operator.api import labels as L
-from llm_operator.api.v1alpha1 import MCP_TOOL_NAME, LLMModel, LoraAdapterSpec
+from llm_operator.api.formats import MCP_TOOL_NAME
+from llm_operator.api.guardrails import GuardrailsSpec
+from llm_operator.api.lora import LoraAdapterSpec
+from llm_operator.api.v1alpha1 import LLMModel
 from llm_operator.profiles.adapters import llamacpp_selection
 from llm_operator.registry.query import SERVING_PHASES, Facets, Query, accepts, facets, summary
 
@@ -43,6 +46,8 @@ class ToolRecord:
     # Body fields a call sets over the defaults: a llama.cpp adapter is asked for by id
     # on the base model (llama-server's per-request `lora`).
     request: dict[str, Any] = field(default_factory=dict, hash=False)
+    # The model's guardrails: a call passes them as a request through the router would.
+    guardrails: GuardrailsSpec | None = field(default=None, hash=False)
 
     @property
     def path(self) -> str:
@@ -90,7 +95,8 @@ def from_model(model: LLMModel, source: Source, key: str | None = None) -> ToolR
         endpoint=model.status.endpoint if model.status else None,
         source=source, key=key or f"{model.namespace}/{model.name}",
         facets=facets(model), remote=model.spec.is_remote,
-        thinking_style=thinking_style(model), info=info, base_model=is_base_model(model))
+        thinking_style=thinking_style(model), info=info, base_model=is_base_model(model),
+        guardrails=model.spec.guardrails)
 
 
 def adapter_tool_name(model: LLMModel, adapter: LoraAdapterSpec) -> str | None:

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from llm_operator.api import labels as L
-from llm_operator.api.v1alpha1 import LLMModel, LLMModelSpec, LoraAdapterSpec
+from llm_operator.api.lora import LoraAdapterSpec
+from llm_operator.api.v1alpha1 import LLMModel, LLMModelSpec
 from llm_operator.profiles import adapters
 from llm_operator.profiles.engines import (
     CACHE_DIR,

@@ -184,6 +184,9 @@ def build(models: Iterable[tuple[LLMModel, Serving]], options: Options | None = 
             "ownedBy": owned_by(model) or "llmop",
             **(serving.route or {"upstreams": upstreams, **options.replica_fields}),
             "name": label, "models": names[:1], "aliases": names[1:]}
+        if spec.guardrails is not None:  # checked here, for the model and its adapters
+            route["guardrails"] = spec.guardrails.model_dump(by_alias=True, mode="json",
+                                                             exclude_none=True)
         if spec.inference_engine == "llamacpp" and not spec.is_remote:
             # llama-server stops generating for a client that left only when it streams
             route["streamUpstream"] = True

@@ -16,7 +16,7 @@ from typing import Any
 from aiohttp import web
 
 from llm_operator.gateway.answers import CLIENT_CLOSED, AnswerFailed, Streamed
-from llm_operator.gateway.assembling import StreamError, assemble
+from llm_operator.gateway.assembling import StreamError, assemble, chunks_of
 from llm_operator.gateway.errors import STREAM_STARTED
 from llm_operator.gateway.exchange import Exchange
 from llm_operator.gateway.http1 import Response as UpstreamResponse
@@ -73,7 +73,8 @@ class Relay:
             await gate.charge(ex.client, usd, prompt, completion)
 
     async def plain(self, ex: Exchange, upstream: UpstreamResponse, extra: dict[str, str],
-                    native: NativeApi | None, *, collect: bool = False) -> web.Response:
+                    native: NativeApi | None, *, collect: bool = False
+                    ) -> web.StreamResponse:
         """The upstream's plain answer for the client (``collect``: its stream, assembled).
 
         AnswerFailed when the upstream fails before its answer is complete: the client has
@@ -94,6 +95,13 @@ class Relay:
             body = _from_native(native, upstream.status, body)
         if status == 200:
             await self._account(ex, *usage_from_body(body))
+            if ex.answer_guard is not None:
+                checked = await ex.answer_guard(body)
+                if isinstance(checked, web.Response):  # a guard blocked it
+                    return checked
+                body = checked
+            if ex.restream:
+                return await self._restream(ex, body, {**_headers_from(upstream), **extra})
             if ex.anthropic:
                 try:
                     answer = json.loads(body)
@@ -107,6 +115,33 @@ class Relay:
             headers = {k: v for k, v in headers.items() if k != "content-type"}
             headers["content-type"] = "application/json"
         return web.Response(body=body, status=status, headers={**headers, **extra})
+
+    async def _restream(self, ex: Exchange, body: bytes, headers: dict[str, str]
+                        ) -> web.StreamResponse:
+        """A checked plain answer sent as the stream the client asked for (output guards)."""
+        answer = json.loads(body)
+        events = b"".join(b"data: " + json.dumps(event, separators=(",", ":")).encode()
+                          + b"\n\n" for event in chunks_of(answer, usage=not ex.hide_usage))
+        headers = {k: v for k, v in headers.items() if k.lower() != "content-type"}
+        out = ex.held or Streamed(status=200, headers={
+            **headers, "Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        completed = False
+        try:
+            if ex.held is None:
+                await out.prepare(ex.request)
+            ex.request[STREAM_STARTED] = True
+            self._first_token(ex)
+            await out.write(events + b"data: [DONE]\n\n")
+            await out.write_eof()
+            completed = True
+        except ConnectionResetError:
+            log.info("route %s: client went away before its checked answer", ex.state.route.label)
+        finally:
+            ex.state.metrics.request(200 if completed else CLIENT_CLOSED,
+                                     self._clock() - ex.started)
+            if ex.client is not None:
+                ex.client.request(200 if completed else CLIENT_CLOSED)
+        return out
 
     def _first_token(self, ex: Exchange) -> None:
         """A stream's first chunk went to the client: time to first token, a span event."""

@@ -1,0 +1,97 @@
+"""POST /v1/moderations in OpenAI's shape: the named model's guardrails run over ``input``.
+
+Who may ask, and about which model, is decided by the request path's own parts (Identify,
+ReadBody, Resolve): a client key sees the models it may use. Every guard of the model runs
+(its input and output guards, once each by name), nothing is masked or refused, and a
+key's exemptGuards do not apply: the caller asked for the check. The detectors' category
+is ``pii``; which guards found what, by entity type, is in ``llmop`` beside OpenAI's fields.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from typing import Any
+
+from aiohttp import web
+
+from llm_operator.api.guardrails import GuardSpec
+from llm_operator.gateway.errors import error_response
+from llm_operator.gateway.exchange import Exchange
+from llm_operator.gateway.parts.guard import unavailable
+from llm_operator.gateway.path import Check, first_answer
+from llm_operator.gateway.routes import Clock
+from llm_operator.guardrails.runner import Guarding, GuardUnavailable
+from llm_operator.guardrails.text import Spot
+
+CATEGORY = "pii"
+
+
+def _texts(body: dict[str, Any]) -> list[str] | str:
+    """``input`` as texts (a string, strings, or OpenAI's text parts), or what is wrong."""
+    given = body.get("input")
+    if isinstance(given, str):
+        return [given]
+    if isinstance(given, list) and given:
+        texts = []
+        for index, item in enumerate(given):
+            if isinstance(item, str):
+                texts.append(item)
+            elif isinstance(item, dict) and item.get("type") == "text" \
+                    and isinstance(item.get("text"), str):
+                texts.append(item["text"])
+            elif isinstance(item, dict) and item.get("type") == "image_url":
+                return f"input[{index}]: images are not checked here; send text only"
+            else:
+                return f"input[{index}]: expected a string or {{type: text, text: ...}}"
+        return texts
+    return "input: expected a string or a non-empty list of strings"
+
+
+def _result(guards: Sequence[GuardSpec], found: list[Any]) -> dict[str, Any]:
+    flagged = bool(found)
+    return {"flagged": flagged,
+            "categories": {CATEGORY: flagged} if guards else {},
+            "category_scores": {CATEGORY: max((a.score for a in found), default=0.0)}
+            if guards else {},
+            "category_applied_input_types": {CATEGORY: ["text"]} if guards else {},
+            "llmop": {"guards": [{"name": a.guard, "entities": list(a.entities),
+                                  "score": a.score} for a in found]}}
+
+
+class Moderations:
+    """The handler: the checks (who, which model), then every guard of the model."""
+
+    def __init__(self, checks: Sequence[Check], guarding: Guarding, clock: Clock) -> None:
+        self.checks, self.guarding, self._clock = tuple(checks), guarding, clock
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        ex = Exchange(request, self._clock(), None)
+        refused = await first_answer(self.checks, ex)
+        if refused is not None:
+            return refused
+        texts = _texts(ex.body)
+        if isinstance(texts, str):
+            return error_response(400, texts, "invalid_request_error", "invalid_input",
+                                  param="input")
+        guardrails = ex.state.route.guardrails
+        every = [*(guardrails.input or ()), *(guardrails.output or ())] if guardrails else []
+        guards: list[GuardSpec] = []
+        for guard in every:  # a guard of input and output alike runs once
+            if all(g.name != guard.name for g in guards):
+                guards.append(guard)
+        results = []
+        for text in texts:
+            found = []
+            if guards:
+                holder = [text]
+                try:
+                    checked = await self.guarding.check(
+                        ex.state.route.label, guards, [Spot(holder, 0)], "moderation",
+                        lambda _: False)
+                except GuardUnavailable as exc:
+                    return unavailable(exc)
+                found = checked.activations
+            results.append(_result(guards, found))
+        return web.json_response({"id": f"modr-{secrets.token_hex(12)}", "model": ex.model,
+                                  "results": results})

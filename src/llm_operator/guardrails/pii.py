@@ -1,0 +1,97 @@
+"""Personal data found and masked by Microsoft Presidio's pattern recognizers, offline.
+
+Presidio's analyzer wants a spaCy pipeline; a trained one (NER: names, places) is a
+download, so this one is spaCy's blank English pipeline, which only splits tokens, and
+the NER recognizer is left out: the pattern recognizers (with their checksums) run alone.
+The e-mail recognizer's domain check would fetch the public suffix list on first use: it
+reads tldextract's bundled snapshot instead. Building it imports spaCy and compiles every
+recognizer (about a second): do it once, off the event loop (guardrails/guards.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Sequence
+from typing import NamedTuple
+
+LANGUAGE = "en"
+
+
+class Finding(NamedTuple):
+    """One entity found in a text: its type, where, and Presidio's score."""
+
+    entity: str
+    start: int
+    end: int
+    score: float
+
+
+def _offline_suffix_list() -> None:
+    """Tldextract's module-wide extractor, reading its bundled snapshot and nothing else."""
+    from tldextract import tldextract  # noqa: PLC0415
+
+    if tldextract.TLD_EXTRACTOR.suffix_list_urls:
+        tldextract.TLD_EXTRACTOR = tldextract.TLDExtract(
+            suffix_list_urls=(), cache_dir=None, fallback_to_snapshot=True)
+
+
+class PiiScanner:
+    """Presidio's analyzer (pattern recognizers only) and anonymizer; thread-safe."""
+
+    def __init__(self) -> None:
+        import spacy  # noqa: PLC0415  (seconds to import: only where a guard needs it)
+        from presidio_analyzer import AnalyzerEngine, RecognizerRegistry  # noqa: PLC0415
+        from presidio_analyzer.nlp_engine import SpacyNlpEngine  # noqa: PLC0415
+        from presidio_anonymizer import AnonymizerEngine  # noqa: PLC0415
+
+        _offline_suffix_list()
+
+        class BlankEnglish(SpacyNlpEngine):
+            """spaCy's blank English pipeline: tokens, lemmas absent, no entities."""
+
+            def load(self) -> None:
+                self.nlp = {LANGUAGE: spacy.blank(LANGUAGE)}  # type: ignore[assignment]
+
+        nlp = BlankEnglish(models=[{"lang_code": LANGUAGE, "model_name": "blank"}])
+        nlp.load()
+        registry = RecognizerRegistry(supported_languages=[LANGUAGE])
+        registry.load_predefined_recognizers(languages=[LANGUAGE], nlp_engine=nlp)
+        registry.remove_recognizer("SpacyRecognizer")  # NER: needs a trained pipeline
+        self._analyzer = AnalyzerEngine(nlp_engine=nlp, registry=registry,
+                                        supported_languages=[LANGUAGE])
+        self._anonymizer = AnonymizerEngine()  # type: ignore[no-untyped-call]
+        self._lock = threading.Lock()  # spaCy's pipeline is not documented thread-safe
+        # the first analysis compiles each recognizer's patterns: not on a request
+        self.find("warm up: 4111 1111 1111 1111 a@example.com +1 212 555 0123",
+                  [r.supported_entities[0] for r in registry.recognizers], 0.0)
+
+    def find(self, text: str, entities: Sequence[str], threshold: float) -> list[Finding]:
+        """The entities of ``entities`` in ``text`` scored at least ``threshold``."""
+        with self._lock:
+            results = self._analyzer.analyze(text=text, language=LANGUAGE,
+                                             entities=list(entities),
+                                             score_threshold=threshold)
+        return sorted((Finding(r.entity_type, r.start, r.end, r.score) for r in results),
+                      key=lambda f: (f.start, f.end))
+
+    def mask(self, text: str, findings: Sequence[Finding]) -> str:
+        """``text`` with each finding replaced by ``<ENTITY_TYPE>`` (overlaps merged)."""
+        from presidio_anonymizer.entities import RecognizerResult  # noqa: PLC0415
+
+        results = [RecognizerResult(f.entity, f.start, f.end, f.score) for f in findings]
+        return str(self._anonymizer.anonymize(text=text, analyzer_results=results).text)
+
+
+_BUILDING = threading.Lock()
+
+
+def shared_scanner() -> PiiScanner:
+    """The process's one scanner (every gateway in it shares it: it holds no request state)."""
+    with _BUILDING:
+        return _scanner()
+
+
+@functools.cache
+def _scanner() -> PiiScanner:
+    return PiiScanner()

@@ -1,0 +1,49 @@
+"""`llmop up` runs a model's guardrails in front of the real llama-server (OpenAI SDK).
+
+What llama-server was sent is read back from what it counted: the prompt with an e-mail
+address costs as many tokens as the same prompt with ``<EMAIL_ADDRESS>`` written in its
+place, which it would not if the address had reached the engine.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import openai
+
+from localstack import gemma, options, row, running, write_model
+
+RAILS = {"input": [{"name": "no-pii", "action": "mask", "pii": {}}],
+         "output": [{"name": "no-cards", "action": "block",
+                     "pii": {"entities": ["CREDIT_CARD"]}}]}
+
+
+async def _tokens(up: Any, text: str) -> int:
+    """How many tokens llama-server itself makes of ``text`` (its /tokenize)."""
+    port = row(up.snapshot(), "gemma3-270m")["where"].rsplit(":", 1)[1]
+    async with aiohttp.ClientSession() as http, http.post(
+            f"http://127.0.0.1:{port}/tokenize", json={"content": text}) as resp:
+        return len((await resp.json())["tokens"])
+
+
+async def test_a_masked_prompt_reaches_llama_server_and_moderation_flags_it(
+        tmp_path: Path, model_cache: Path) -> None:
+    models = tmp_path / "models"
+    models.mkdir()
+    write_model(models, gemma(guardrails=RAILS))
+    async with running(options(models, tmp_path / "state", model_cache)) as up:
+        client = openai.AsyncOpenAI(base_url=up.gateway_url, api_key="unused", max_retries=0)
+        async with client:
+            prompts = ["Write to jane.doe@example.com today", "Write to <EMAIL_ADDRESS> today"]
+            # the precondition: the engine would count the address apart from its mask
+            assert await _tokens(up, prompts[0]) != await _tokens(up, prompts[1])
+            counted = [(await client.completions.create(
+                model="gemma-3-270m", prompt=prompt, max_tokens=1)).usage
+                       for prompt in prompts]
+            moderated = await client.moderations.create(
+                model="gemma-3-270m", input=["card 4111 1111 1111 1111", "a fox"])
+    tokens = [usage.prompt_tokens for usage in counted if usage is not None]
+    assert len(tokens) == 2 and tokens[0] == tokens[1]
+    assert [r.flagged for r in moderated.results] == [True, False]
