@@ -383,3 +383,30 @@ def test_guard_names_are_unique_per_direction_in_types_and_in_the_real_apiserver
             "output": [{"name": "pii", "action": "block", "pii": {"scoreThreshold": 0.9}}]}
     status, message = _apiserver_rejects(apiserver, _patch(base_local, {"guardrails": both}))
     assert status == 201, message  # one guard may check both ways
+
+
+@pytest.mark.parametrize(("guard", "message"), [
+    ({"name": "x", "pii": {}, "judge": {"model": "g", "family": "llama-guard-3"}},
+     "a guard needs exactly one detector: pii or judge"),
+    ({"name": "x"}, "a guard needs exactly one detector: pii or judge"),
+    ({"name": "x", "action": "mask", "judge": {"model": "g", "family": "shieldgemma"}},
+     "action mask replaces what pii finds"),
+    ({"name": "x", "judge": {"model": "g", "family": "granite-guardian-3",
+                             "categories": ["S1"]}}, "categories must be the family's"),
+])
+def test_a_guards_detector_is_checked_in_types_and_in_the_real_apiserver(
+        apiserver: ControlPlane, base_local: dict[str, Any], guard: dict[str, Any],
+        message: str) -> None:
+    doc = _patch(base_local, {"guardrails": {"input": [guard]}})
+    with pytest.raises(InvalidModel):
+        parse_llmmodel(doc)
+    status, said = _apiserver_rejects(apiserver, doc)
+    assert status == 422 and message in said, said
+
+
+def test_a_judge_guard_is_admitted(apiserver: ControlPlane, base_local: dict[str, Any]) -> None:
+    rails = {"input": [{"name": "safety", "onError": "open", "judge": {
+        "model": "ai-models/llama-guard", "family": "llama-guard-4",
+        "categories": ["S1", "S10"], "timeoutSeconds": 5}}]}
+    status, said = _apiserver_rejects(apiserver, _patch(base_local, {"guardrails": rails}))
+    assert status == 201, said

@@ -172,3 +172,32 @@ async def test_a_zero_ratio_records_only_traces_the_caller_sampled(
 def test_where_traces_go(settings: dict[str, Any], env: dict[str, str],
                          endpoint: str | None) -> None:
     assert export_endpoint(Tracing.model_validate(settings), env) == endpoint
+
+
+async def test_each_guard_is_a_span_naming_what_it_found_never_the_text(
+        collector: Receiver) -> None:
+    servers: list[TestServer] = []
+    fake = FakeUpstream()
+    url = await replica(fake, servers)
+    rails = {"input": [
+        {"name": "no-cards", "action": "log", "pii": {"entities": ["CREDIT_CARD"]}},
+        {"name": "no-pii", "action": "mask", "pii": {}}]}
+    client, _ = await serve({"tracing": {"endpoint": collector.url}, "routes": [{
+        "models": ["m"], "upstream": {"baseUrl": url, "auth": "none"}, "guardrails": rails}]})
+    secret = "card 4111 1111 1111 1111, mail jo@example.com"
+    try:
+        resp = await client.post("/v1/chat/completions", json={
+            **CHAT, "messages": [{"role": "user", "content": secret}]})
+        assert resp.status == 200
+    finally:
+        await client.close()
+        for server in servers:
+            await server.close()
+    admission = collector.named("llmop.admission")[0]
+    guards = collector.named("llmop.guardrail")
+    assert [(g.attributes["llmop.guard"], g.attributes["llmop.guard.found"])
+            for g in guards] == [("no-cards", "CREDIT_CARD"),  # it logs: the card stays
+                                 ("no-pii", "CREDIT_CARD,EMAIL_ADDRESS")]
+    assert all(g.parent_id == admission.span_id for g in guards)
+    assert not any("4111" in str(s.attributes) or "jo@example" in str(s.attributes)
+                   for s in collector.spans)

@@ -12,6 +12,7 @@ from typing import Any
 
 import aiohttp
 import openai
+import pytest
 
 from localstack import gemma, options, row, running, write_model
 
@@ -47,3 +48,25 @@ async def test_a_masked_prompt_reaches_llama_server_and_moderation_flags_it(
     tokens = [usage.prompt_tokens for usage in counted if usage is not None]
     assert len(tokens) == 2 and tokens[0] == tokens[1]
     assert [r.flagged for r in moderated.results] == [True, False]
+
+
+@pytest.mark.parametrize(("on_error", "status"), [("closed", 503), ("open", 200)])
+async def test_a_judge_that_answers_no_verdict_follows_on_error_and_is_never_quoted(
+        tmp_path: Path, model_cache: Path, on_error: str, status: int) -> None:
+    """Gemma 270M asked as a Llama Guard: it continues the prompt instead of judging it."""
+    models = tmp_path / "models"
+    models.mkdir()
+    write_model(models, gemma(guardrails={"input": [{"name": "safety", "onError": on_error,
+                                                     "judge": {"model": "gemma-3-270m",
+                                                               "family": "llama-guard-3"}}]}))
+    secret = "my card is 4111 1111 1111 1111"
+    async with running(options(models, tmp_path / "state", model_cache)) as up, \
+            aiohttp.ClientSession() as http, http.post(
+                f"{up.gateway_url}/chat/completions", json={
+                    "model": "gemma-3-270m", "max_tokens": 4,
+                    "messages": [{"role": "user", "content": secret}]}) as answer:
+        said = await answer.text()
+    assert answer.status == status, said
+    if status == 503:
+        assert "judge gemma-3-270m: expected 'safe' or 'unsafe'" in said
+        assert "4111" not in said

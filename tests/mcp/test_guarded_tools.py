@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import mcp_types as types
 import yaml
+
 from mcp import Client
 
 from fake_upstream import Reply, completion

@@ -187,10 +187,11 @@ def test_a_models_guardrails_go_with_its_routes_and_its_adapters() -> None:
     llama = model("llamacpp-lora-cpu", guardrails=rails)
     table = cluster([llama], {("ai-models", "qwen25-1b-lora"): [
         piece(8000, ("l-0", "10.0.0.2", {}))]})
-    written = {**rails, "input": [{"name": "no-pii", "action": "mask",
+    written = {**rails, "input": [{"name": "no-pii", "action": "mask", "onError": "closed",
                                    "pii": {"scoreThreshold": 0.4}}],
-               "output": [{"name": "no-cards", "action": "block",
-                           "pii": {"entities": ["CREDIT_CARD"], "scoreThreshold": 0.4}}]}
+               "output": [{"name": "no-cards", "action": "block", "onError": "closed",
+                           "pii": {"entities": ["CREDIT_CARD"], "scoreThreshold": 0.4}}],
+               "streamHoldBackChars": 128}
     assert [r.get("guardrails") for r in table.routes] == [written, written]
     config = parse_config({"routes": table.routes})
     assert all(r.guardrails is not None and r.guardrails.names == ("no-pii", "no-cards")

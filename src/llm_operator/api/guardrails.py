@@ -44,8 +44,77 @@ class PiiGuardSpec(Wire):
         return tuple(self.entities) if self.entities else DEFAULT_PII_ENTITIES
 
 
+JudgeFamily = Literal["llama-guard-3", "llama-guard-4", "granite-guardian-3", "shieldgemma"]
+# Each family's categories (guardrails/judges.py holds their definitions)
+JUDGE_CATEGORIES: dict[str, tuple[str, ...]] = {
+    "llama-guard-3": tuple(f"S{i}" for i in range(1, 15)),
+    "llama-guard-4": tuple(f"S{i}" for i in range(1, 15)),
+    "granite-guardian-3": ("harm", "social_bias", "jailbreak", "violence", "profanity",
+                           "sexual_content", "unethical_behavior"),
+    "shieldgemma": ("dangerous_content", "harassment", "hate_speech", "sexually_explicit"),
+}
+DEFAULT_JUDGE_CATEGORIES: dict[str, tuple[str, ...]] = {
+    **JUDGE_CATEGORIES, "granite-guardian-3": ("harm",)}
+
+
+def _known_categories_cel() -> str:
+    families = ", ".join(f"'{family}': [{', '.join(repr(c) for c in known)}]"
+                         for family, known in JUDGE_CATEGORIES.items())
+    return f"!has(self.categories) || self.categories.all(c, c in {{{families}}}[self.family])"
+
+
+class JudgeGuardSpec(Wire):
+    """A guard model asked, with its family's prompt, whether the text is unsafe."""
+
+    model_config = {**Wire.model_config, "json_schema_extra": {
+        "x-kubernetes-validations": [{
+            "rule": _known_categories_cel(),
+            "message": "categories must be the family's: Llama Guard's S1-S14, Granite "
+            "Guardian's risks, ShieldGemma's policies (docs/guardrails.md)"}]}}
+
+    model: str = Field(
+        min_length=1, max_length=512, pattern=r"^\S+$",
+        description="The guard model as clients call it (its modelId or namespace/name) on "
+        "the same router, gateway or `llmop up`; asked on its text completions API.")
+    family: JudgeFamily = Field(
+        description="How it is prompted and its answer read: llama-guard-3, llama-guard-4 "
+        "(safe/unsafe and hazard codes), granite-guardian-3, shieldgemma (Yes/No, one "
+        "call per risk or policy).")
+    categories: list[str] | None = Field(
+        None, min_length=1, max_length=14, description="What to judge: Llama Guard's "
+        "codes S1-S14 (default all), Granite Guardian's risks harm, social_bias, jailbreak, "
+        "violence, profanity, sexual_content, unethical_behavior (default harm), "
+        "ShieldGemma's policies dangerous_content, harassment, hate_speech, "
+        "sexually_explicit (default all).", json_schema_extra={"x-kubernetes-list-type": "set"})
+    timeout_seconds: float = Field(
+        10, gt=0, le=120, description="A verdict not back within this follows onError.")
+
+    @model_validator(mode="after")
+    def _known(self) -> JudgeGuardSpec:
+        known = JUDGE_CATEGORIES[self.family]
+        if unknown := [c for c in self.categories or () if c not in known]:
+            raise ValueError(f"categories: {', '.join(unknown)} unknown to {self.family} "
+                             f"(it knows {', '.join(known)})")
+        return self
+
+    @property
+    def chosen(self) -> tuple[str, ...]:
+        return tuple(self.categories) if self.categories else \
+            DEFAULT_JUDGE_CATEGORIES[self.family]
+
+
+ONE_DETECTOR = "a guard needs exactly one detector: pii or judge"
+MASK_NEEDS_PII = "action mask replaces what pii finds: a judge guard blocks or logs"
+
+
 class GuardSpec(Wire):
     """One guard: what it detects and what it does when it finds something."""
+
+    model_config = {**Wire.model_config, "json_schema_extra": {
+        "x-kubernetes-validations": [
+            {"rule": "has(self.pii) != has(self.judge)", "message": ONE_DETECTOR},
+            {"rule": "!has(self.action) || self.action != 'mask' || has(self.pii)",
+             "message": MASK_NEEDS_PII}]}}
 
     name: str = Field(
         min_length=1, max_length=63, pattern=GUARD_NAME,
@@ -55,7 +124,22 @@ class GuardSpec(Wire):
         "block", description="mask: what was found is replaced by <ENTITY_TYPE> before the "
         "engine (input) or the client (output) sees it; block: the request is refused with "
         "a 400 whose code is guardrail_blocked; log: counted only.")
-    pii: PiiGuardSpec = Field(description="Personal data (Presidio's recognizers).")
+    pii: PiiGuardSpec | None = Field(None, description="Personal data (Presidio's "
+                                     "recognizers).")
+    judge: JudgeGuardSpec | None = Field(None, description="A guard model's verdict "
+                                         "(Llama Guard, Granite Guardian, ShieldGemma).")
+    on_error: Literal["closed", "open"] = Field(
+        "closed", description="A judge that fails, times out or answers no verdict: closed "
+        "refuses the request (503 guardrail_unavailable), open lets it through (counted in "
+        "the guardrail errors metric).")
+
+    @model_validator(mode="after")
+    def _detector(self) -> GuardSpec:
+        if (self.pii is None) == (self.judge is None):
+            raise ValueError(ONE_DETECTOR)
+        if self.action == "mask" and self.pii is None:
+            raise ValueError(MASK_NEEDS_PII)
+        return self
 
 
 def _unique_names(guards: list[GuardSpec] | None, where: str) -> None:
@@ -74,9 +158,14 @@ class GuardrailsSpec(Wire):
                            "x-kubernetes-list-map-keys": ["name"]})
     output: list[GuardSpec] | None = Field(
         None, max_length=16, description="Checked on the model's answer before the client "
-        "sees it (a stream: whole, then sent at once; docs/guardrails.md).",
+        "sees it. A stream's text is held back by streamHoldBackChars and checked as it "
+        "grows (PII guards), or whole, then sent (with a judge).",
         json_schema_extra={"x-kubernetes-list-type": "map",
                            "x-kubernetes-list-map-keys": ["name"]})
+
+    stream_hold_back_chars: int = Field(
+        128, ge=16, le=4096, description="Output PII guards on a stream: the text not yet "
+        "sent while it is checked; what the longest entity to catch needs (an IBAN: 34).")
 
     @model_validator(mode="after")
     def _names(self) -> GuardrailsSpec:

@@ -33,6 +33,7 @@ from llm_operator.gateway.engine_watch import EngineWatch
 from llm_operator.gateway.errors import Refusal, error_response, unexpected
 from llm_operator.gateway.flow import Flow
 from llm_operator.gateway.holding import Holds
+from llm_operator.gateway.judging import RouteJudges
 from llm_operator.gateway.keys import KeyUnavailable
 from llm_operator.gateway.looks import Looks
 from llm_operator.gateway.metrics import FlowMetrics, GatewayMetrics
@@ -152,7 +153,8 @@ class Gateway:
         self._batch_task: asyncio.Task[None] | None = None
         self._batch_autostart = True
         self._forward: Forward | None = None
-        self.guarding = Guarding(self.metrics)  # guardrails: one scanner, one worker thread
+        self.judges = RouteJudges(self.table)  # guard models, asked through the routes
+        self.guarding = Guarding(self.metrics, judge_client=self.judges)  # guardrails
         self.reconfigure(config)
 
     # --- what changes while it serves ---------------------------------------------------
@@ -347,6 +349,7 @@ class Gateway:
 
     async def _close(self, _: web.Application) -> None:
         self.guarding.close()
+        await self.judges.close()
         if self._watch is not None:
             self._watch.cancel()
             with contextlib.suppress(asyncio.CancelledError):

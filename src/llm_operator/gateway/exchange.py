@@ -12,6 +12,7 @@ from llm_operator.access.limits import Reservation
 from llm_operator.gateway.answers import HeldStream
 from llm_operator.gateway.classify import Classified
 from llm_operator.gateway.clients import Client
+from llm_operator.gateway.guarded_stream import GuardedStream
 from llm_operator.gateway.routes import Deployment, Outbound, RouteState
 from llm_operator.gateway.tracing import RequestTrace
 
@@ -49,6 +50,8 @@ class Exchange:
     # Guard: the route's output guards, run on a plain answer's body (its bytes again, or
     # the refusal to answer instead)
     answer_guard: AnswerGuard | None = None
+    # or, for a stream whose output guards are all PII guards, its text checked as it comes
+    stream_guard: GuardedStream | None = None
     # Hold: a stream answered 200 with keepalives while its model had no replica
     held: HeldStream | None = None
     # Limit: the tokens reserved against the route's and the key's allowances

@@ -2,9 +2,11 @@
 
 Who may ask, and about which model, is decided by the request path's own parts (Identify,
 ReadBody, Resolve): a client key sees the models it may use. Every guard of the model runs
-(its input and output guards, once each by name), nothing is masked or refused, and a
-key's exemptGuards do not apply: the caller asked for the check. The detectors' category
-is ``pii``; which guards found what, by entity type, is in ``llmop`` beside OpenAI's fields.
+(its input and output guards, once each by name; a judge reads the input as a user's),
+nothing is masked or refused, and a key's exemptGuards do not apply: the caller asked for
+the check. Categories: ``pii`` for the PII guards, and each judge's own (Llama Guard's
+codes, Granite's risks, ShieldGemma's policies); which guards found what is in ``llmop``
+beside OpenAI's fields.
 """
 
 from __future__ import annotations
@@ -21,10 +23,11 @@ from llm_operator.gateway.exchange import Exchange
 from llm_operator.gateway.parts.guard import unavailable
 from llm_operator.gateway.path import Check, first_answer
 from llm_operator.gateway.routes import Clock
+from llm_operator.guardrails.guards import Activation
 from llm_operator.guardrails.runner import Guarding, GuardUnavailable
 from llm_operator.guardrails.text import Spot
 
-CATEGORY = "pii"
+PII = "pii"  # the category of every PII guard; a judge's are its own
 
 
 def _texts(body: dict[str, Any]) -> list[str] | str:
@@ -48,13 +51,23 @@ def _texts(body: dict[str, Any]) -> list[str] | str:
     return "input: expected a string or a non-empty list of strings"
 
 
-def _result(guards: Sequence[GuardSpec], found: list[Any]) -> dict[str, Any]:
-    flagged = bool(found)
-    return {"flagged": flagged,
-            "categories": {CATEGORY: flagged} if guards else {},
-            "category_scores": {CATEGORY: max((a.score for a in found), default=0.0)}
-            if guards else {},
-            "category_applied_input_types": {CATEGORY: ["text"]} if guards else {},
+def _result(guards: Sequence[GuardSpec], found: Sequence[Activation]) -> dict[str, Any]:
+    """One input's result: ``pii`` and each judge's categories, flagged where found."""
+    flags: dict[str, bool] = {}
+    scores: dict[str, float] = {}
+    for guard in guards:
+        for category in (PII,) if guard.pii is not None else guard.judge.chosen \
+                if guard.judge is not None else ():
+            flags.setdefault(category, False)
+            scores.setdefault(category, 0.0)
+    by_name = {g.name: g for g in guards}
+    for activation in found:
+        named = (PII,) if by_name[activation.guard].pii is not None else activation.entities
+        for category in named:
+            flags[category] = True
+            scores[category] = max(scores.get(category, 0.0), activation.score)
+    return {"flagged": bool(found), "categories": flags, "category_scores": scores,
+            "category_applied_input_types": {c: ["text"] for c in flags},
             "llmop": {"guards": [{"name": a.guard, "entities": list(a.entities),
                                   "score": a.score} for a in found]}}
 
@@ -82,7 +95,7 @@ class Moderations:
                 guards.append(guard)
         results = []
         for text in texts:
-            found = []
+            found: list[Activation] = []
             if guards:
                 holder = [text]
                 try:

@@ -5,7 +5,7 @@ Pure: the detector is passed in (guardrails/pii.py's scanner, in a worker thread
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -44,38 +44,39 @@ class Checked:
     masked: bool = False
 
 
-def run_guards(guards: Sequence[GuardSpec], spots: Sequence[Spot], detector: Detector,
-               direction: Direction, exempt: Callable[[str], bool] = lambda _: False
-               ) -> Checked:
-    """Each guard in order over every spot's text (as the guards before left it).
+def pii_found(guard: GuardSpec, spots: Sequence[Spot], detector: Detector,
+              direction: Direction) -> tuple[tuple[str, ...], float, bool]:
+    """A PII guard over every spot's text: entity types found, best score, whether masked.
 
-    ``exempt``: guards the client's key is exempted from. The first guard that blocks
-    ends the check; a masking guard rewrites the spots in place. A moderation only
-    reports: every guard runs, its action recorded as ``flag``, nothing changed.
+    A masking guard rewrites the spots in place (never for a moderation).
     """
-    report = direction == "moderation"
-    checked = Checked()
-    for guard in guards:
-        if exempt(guard.name):
+    assert guard.pii is not None
+    entities: set[str] = set()
+    score, masked = 0.0, False
+    for spot in spots:
+        text = spot.text
+        found = detector.find(text, guard.pii.wanted, guard.pii.score_threshold)
+        if not found:
             continue
-        entities: list[str] = []
-        score = 0.0
-        for spot in spots:
-            text = spot.text
-            found = detector.find(text, guard.pii.wanted, guard.pii.score_threshold)
-            if not found:
-                continue
-            entities += (f.entity for f in found)
-            score = max(score, *(f.score for f in found))
-            if guard.action == "mask" and not report:
-                spot.replace(detector.mask(text, found))
-                checked.masked = True
-        if not entities:
-            continue
-        activation = Activation(guard.name, direction, "flag" if report else guard.action,
-                                tuple(sorted(set(entities))), score)
-        checked.activations.append(activation)
-        if activation.action == "block":
-            checked.blocked = activation
-            return checked
-    return checked
+        entities.update(f.entity for f in found)
+        score = max(score, *(f.score for f in found))
+        if guard.action == "mask" and direction != "moderation":
+            spot.replace(detector.mask(text, found))
+            masked = True
+    return tuple(sorted(entities)), score, masked
+
+
+def record(checked: Checked, guard: GuardSpec, direction: Direction,
+           entities: tuple[str, ...], score: float) -> bool:
+    """A guard that found ``entities`` (none: nothing) noted; whether it blocked.
+
+    A block ends the check. A moderation only reports: its action is ``flag``.
+    """
+    if not entities:
+        return False
+    action = "flag" if direction == "moderation" else guard.action
+    found = Activation(guard.name, direction, action, entities, score)
+    checked.activations.append(found)
+    if action == "block":
+        checked.blocked = found
+    return action == "block"

@@ -11,6 +11,7 @@ recognizer (about a second): do it once, off the event loop (guardrails/guards.p
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -56,7 +57,13 @@ class PiiScanner:
         nlp = BlankEnglish(models=[{"lang_code": LANGUAGE, "model_name": "blank"}])
         nlp.load()
         registry = RecognizerRegistry(supported_languages=[LANGUAGE])
-        registry.load_predefined_recognizers(languages=[LANGUAGE], nlp_engine=nlp)
+        presidio = logging.getLogger("presidio-analyzer")
+        level = presidio.level
+        presidio.setLevel(logging.ERROR)  # a warning for each recognizer of another language
+        try:
+            registry.load_predefined_recognizers(languages=[LANGUAGE], nlp_engine=nlp)
+        finally:
+            presidio.setLevel(level)
         registry.remove_recognizer("SpacyRecognizer")  # NER: needs a trained pipeline
         self._analyzer = AnalyzerEngine(nlp_engine=nlp, registry=registry,
                                         supported_languages=[LANGUAGE])

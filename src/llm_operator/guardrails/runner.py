@@ -1,13 +1,16 @@
-"""Guards run off the event loop: the PII scanner built once, checks in a worker thread.
+"""Guards run in order without blocking the event loop: PII in a worker thread, judges asked.
 
-A check of a long prompt takes tens of milliseconds of CPU (regular expressions, under the
-GIL either way): one worker keeps that from the event loop without taking more than a core.
-The scanner is built when the configuration first names a guard, not on a request.
+A PII check of a long prompt takes tens of milliseconds of CPU (regular expressions, under
+the GIL either way): one worker keeps that from the event loop without taking more than a
+core. The scanner is built when the configuration first names a guard, not on a request.
+A judge is a guard model asked through the server's ``JudgeClient`` (the gateway's routes);
+one that fails follows its guard's ``onError``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -15,7 +18,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol
 
 from llm_operator.api.guardrails import GuardSpec
-from llm_operator.guardrails.guards import Checked, Detector, Direction, run_guards
+from llm_operator.guardrails import judges
+from llm_operator.guardrails.guards import Checked, Detector, Direction, pii_found, record
 from llm_operator.guardrails.pii import shared_scanner
 from llm_operator.guardrails.text import Spot
 
@@ -38,12 +42,33 @@ class GuardUnavailable(RuntimeError):
     """A guard's detector cannot run here; the message says why and what to install."""
 
 
+class JudgeFailed(RuntimeError):
+    """A judge could not be asked or did not answer; the message says why (no text)."""
+
+
+class Trace(Protocol):
+    """A request's trace (gateway/tracing.py's RequestTrace): a span per guard."""
+
+    def span(self, name: str, attributes: dict[str, Any] | None = None
+             ) -> contextlib.AbstractContextManager[Any]: ...
+
+    def note(self, **attributes: Any) -> None: ...
+
+
+class JudgeClient(Protocol):
+    """How a server asks a guard model for a completion (the gateway: its own routes)."""
+
+    async def complete(self, model: str, prompt: str, timeout: float) -> str: ...
+
+
 class Guarding:
     """Guards of a server (the gateway, the MCP server): one worker thread, its metrics."""
 
-    def __init__(self, metrics: GuardMetrics,
-                 scanner: Callable[[], Detector] | None = None) -> None:
+    def __init__(self, metrics: GuardMetrics, scanner: Callable[[], Detector] | None = None,
+                 judge_client: JudgeClient | None = None) -> None:
         self.metrics, self._make = metrics, scanner or shared_scanner
+        self.judge_client = judge_client
+        self._said: set[tuple[str, str]] = set()  # (guard, why) a judge failed, logged once
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="llmop-guards")
         self._scanner: Future[Detector] | None = None
         self._reported = False
@@ -59,7 +84,8 @@ class Guarding:
         try:
             return await asyncio.wrap_future(self._scanner)
         except ImportError as exc:
-            why = (f"the PII detector is not installed here ({exc.name or exc}): install "
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.name
+            why = (f"the PII detector is not installed here ({first}): install "
                    "llm-operator[guardrails] (presidio-analyzer, presidio-anonymizer)")
         except Exception as exc:  # a broken install: said once, every check refused
             why = f"the PII detector failed to start: {type(exc).__name__}: {exc}"
@@ -69,17 +95,38 @@ class Guarding:
         raise GuardUnavailable(why)
 
     async def check(self, where: str, guards: Sequence[GuardSpec], spots: Sequence[Spot],
-                    direction: Direction, exempt: Callable[[str], bool]) -> Checked:
-        """``guards`` over ``spots`` (rewritten in place where a guard masks), counted.
+                    direction: Direction, exempt: Callable[[str], bool], *,
+                    context: str = "", trace: Trace | None = None) -> Checked:
+        """``guards`` in order over ``spots`` (rewritten in place where one masks), counted.
 
-        ``where``: the route or tool the metrics name. GuardUnavailable when the detector
-        cannot run (the caller refuses the request).
+        ``where``: the route or tool the metrics name; ``context``: an answer's request
+        text, which a judge reads beside it; ``trace``: a span per guard (its name,
+        direction, and what it found: types, never text). GuardUnavailable when a detector
+        cannot run or a judge fails closed (the caller refuses the request).
         """
         started = time.perf_counter()
+        checked = Checked()
+        loop = asyncio.get_running_loop()
         try:
-            detector = await self._detector()
-            checked = await asyncio.get_running_loop().run_in_executor(
-                self._worker, run_guards, guards, spots, detector, direction, exempt)
+            for guard in guards:
+                if exempt(guard.name):
+                    continue
+                with trace.span("llmop.guardrail", {
+                        "llmop.guard": guard.name, "llmop.guard.direction": direction,
+                        "llmop.guard.detector": "pii" if guard.pii else "judge"}
+                        ) if trace is not None else contextlib.nullcontext():
+                    if guard.pii is not None:
+                        detector = await self._detector()
+                        entities, score, masked = await loop.run_in_executor(
+                            self._worker, pii_found, guard, spots, detector, direction)
+                        checked.masked |= masked
+                    else:
+                        entities, score = await self._judged(where, guard, spots, direction,
+                                                             context)
+                    if trace is not None and entities:
+                        trace.note(**{"llmop.guard.found": ",".join(entities)})
+                    if record(checked, guard, direction, entities, score):
+                        break
         except GuardUnavailable:
             self.metrics.guard_errors.labels(where, direction).inc()
             raise
@@ -90,6 +137,48 @@ class Guarding:
                 self.metrics.guard_activations.labels(
                     where, found.guard, found.direction, found.action, entity).inc()
         return checked
+
+    async def _judged(self, where: str, guard: GuardSpec, spots: Sequence[Spot],
+                      direction: Direction, context: str) -> tuple[tuple[str, ...], float]:
+        """The categories a judge found unsafe (none: safe), or its guard's onError."""
+        judge = guard.judge
+        assert judge is not None
+        role: judges.Role = "Agent" if direction == "output" else "User"
+        asks = judges.asks(judge.family, judge.chosen, role,
+                           "\n\n".join(s.text for s in spots), context)
+        try:
+            if self.judge_client is None:
+                raise JudgeFailed("this server does not ask judges (the router, `llmop "
+                                  "gateway` and `llmop up` do)")
+            client = self.judge_client
+            async with asyncio.timeout(judge.timeout_seconds):
+                answers = await asyncio.gather(*(client.complete(
+                    judge.model, ask.prompt, judge.timeout_seconds) for ask in asks))
+            verdicts = [judges.verdict(judge.family, ask, answer)
+                        for ask, answer in zip(asks, answers, strict=True)]
+        except (JudgeFailed, judges.Unreadable, TimeoutError) as exc:
+            why = str(exc) if not isinstance(exc, TimeoutError) else \
+                f"no verdict within {judge.timeout_seconds:g} s"
+            return self._judge_failed(where, guard, direction, f"judge {judge.model}: {why}")
+        unsafe = [v for v in verdicts if v.unsafe]
+        if not unsafe:
+            return (), 0.0
+        return tuple(sorted({c for v in unsafe for c in v.categories})) or ("unsafe",), 1.0
+
+    def _judge_failed(self, where: str, guard: GuardSpec, direction: Direction, why: str
+                      ) -> tuple[tuple[str, ...], float]:
+        """onError: closed raises GuardUnavailable; open lets the text through.
+
+        Counted, and logged once per guard and reason.
+        """
+        if (guard.name, why) not in self._said:
+            self._said.add((guard.name, why))
+            log.warning("guard %s (%s): %s; failing %s", guard.name, where, why,
+                        guard.on_error)
+        if guard.on_error == "closed":
+            raise GuardUnavailable(f"guard {guard.name!r}: {why}")
+        self.metrics.guard_errors.labels(where, direction).inc()
+        return (), 0.0
 
     def close(self) -> None:
         self._worker.shutdown(wait=False, cancel_futures=True)

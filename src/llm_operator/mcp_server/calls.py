@@ -81,7 +81,7 @@ class ModelCalls:
         found = checked.blocked
         what = "this call" if direction == "input" else "the model's answer"
         return failure(f"guardrail {found.guard!r} of model {record.model_id} blocked {what}: "
-                       f"it contains {', '.join(found.entities)}; leave that out"), \
+                       f"it found {', '.join(found.entities)}; leave that out"), \
             "guardrail_blocked"
 
     async def as_caller(self, caller: Caller, record: ToolRecord,

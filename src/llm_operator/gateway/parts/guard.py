@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 
 from aiohttp import web
 
 from llm_operator.api.guardrails import GuardSpec
 from llm_operator.gateway.errors import error_response
 from llm_operator.gateway.exchange import Exchange
+from llm_operator.gateway.guarded_stream import GuardedStream
 from llm_operator.gateway.routes import CHAT_PATH
+from llm_operator.gateway.tracing import RequestTrace
 from llm_operator.guardrails.guards import Activation, Checked, Direction
 from llm_operator.guardrails.runner import Guarding, GuardUnavailable
 from llm_operator.guardrails.text import Spot, answer_spots, request_spots
@@ -23,8 +26,8 @@ def blocked(found: Activation) -> web.Response:
     """The 400 for a request or answer a guard blocked: which guard, what it found."""
     what = "the request" if found.direction == "input" else "the model's answer"
     return error_response(
-        400, f"guardrail {found.guard!r} blocked {what}: it contains "
-        f"{', '.join(found.entities)}; remove that, or ask an administrator about the "
+        400, f"guardrail {found.guard!r} blocked {what}: it found "
+        f"{', '.join(found.entities)}; leave that out, or ask an administrator about the "
         f"model's guardrails", "invalid_request_error", "guardrail_blocked", param=found.guard)
 
 
@@ -57,52 +60,74 @@ class Guard:
 
     async def _check(self, ex: Exchange, inputs: Sequence[GuardSpec],
                      outputs: Sequence[GuardSpec]) -> web.StreamResponse | None:
-        exempt = ex.client.key.exempt_from if ex.client is not None else _never
         path = CHAT_PATH if ex.anthropic else ex.request.path
-        route = ex.state.route.label
-        if outputs:
-            if ex.body.get("stream") is True and (ex.anthropic or path.endswith("/responses")):
-                return error_response(
-                    400, "this model's output guards stream only chat and text completions "
-                    f"(checked whole, then sent): ask {ex.request.path} without stream",
-                    "invalid_request_error", "guardrail_stream_unsupported", param="stream")
-
-            async def answer_guard(body: bytes) -> bytes | web.Response:
-                return await self._answer(route, path, outputs, exempt, body)
-            ex.answer_guard = answer_guard
-        spots = request_spots(path, ex.body) if inputs else []
-        if not spots:
+        if outputs and ex.body.get("stream") is True and (
+                ex.anthropic or path.endswith("/responses")):
+            return error_response(
+                400, "this model's output guards stream only chat and text completions "
+                f"(checked whole, then sent): ask {ex.request.path} without stream",
+                "invalid_request_error", "guardrail_stream_unsupported", param="stream")
+        checks = _Checks(self.guarding, ex.state.route.label, path,
+                         ex.client.key.exempt_from if ex.client is not None else _never,
+                         ex.trace)
+        spots = request_spots(path, ex.body)
+        if inputs and spots:
+            checked = await checks.run(inputs, spots, "input")
+            if isinstance(checked, web.Response):
+                return checked
+            if checked.masked:
+                ex.raw = json.dumps(ex.body, separators=(",", ":")).encode()
+        if not outputs:
             return None
-        checked = await self._run(route, inputs, spots, "input", exempt)
-        if isinstance(checked, web.Response):
-            return checked
-        if checked.masked:
-            ex.raw = json.dumps(ex.body, separators=(",", ":")).encode()
-        if ex.trace is not None and checked.activations:
-            ex.trace.note(**{"llmop.guardrails.input": ",".join(
-                f"{a.guard}:{a.action}" for a in checked.activations)})
+        if ex.body.get("stream") is True and all(g.pii is not None for g in outputs) \
+                and path.endswith("completions"):
+            hold = ex.state.route.guardrails.stream_hold_back_chars \
+                if ex.state.route.guardrails is not None else 0
+
+            async def check_text(window: list[Spot]) -> Checked | web.Response:
+                return await checks.run(outputs, window, "output")
+            ex.stream_guard = GuardedStream(check_text, hold)
+            return None
+        checks.asked = "\n\n".join(s.text for s in spots)  # as the input guards left it
+
+        async def answer_guard(body: bytes) -> bytes | web.Response:
+            return await checks.answer(outputs, body)
+        ex.answer_guard = answer_guard  # a stream (with a judge): asked plain, then sent
         return None
 
-    async def _answer(self, route: str, path: str, guards: Sequence[GuardSpec],
-                      exempt: Exempt, body: bytes) -> bytes | web.Response:
+
+@dataclass
+class _Checks:
+    """One request's guard runs: its route, API path, key's exemptions, and its text."""
+
+    guarding: Guarding
+    route: str
+    path: str
+    exempt: Exempt
+    trace: RequestTrace | None  # a span per guard
+    asked: str = ""  # the request's text, which a judge reads beside the answer
+
+    async def run(self, guards: Sequence[GuardSpec], spots: Sequence[Spot],
+                  direction: Direction) -> Checked | web.Response:
+        """What the guards found, or the answer instead: the block's 400, or a 503."""
+        try:
+            checked = await self.guarding.check(self.route, guards, spots, direction,
+                                                self.exempt, context=self.asked,
+                                                trace=self.trace)
+        except GuardUnavailable as exc:
+            return unavailable(exc)
+        return blocked(checked.blocked) if checked.blocked is not None else checked
+
+    async def answer(self, guards: Sequence[GuardSpec], body: bytes) -> bytes | web.Response:
         """A plain answer's body after the output guards, or their refusal."""
         try:
             answer = json.loads(body)
         except ValueError:
             answer = None
-        spots = answer_spots(path, answer) if isinstance(answer, dict) else []
+        spots = answer_spots(self.path, answer) if isinstance(answer, dict) else []
         if not spots:
             return body
-        checked = await self._run(route, guards, spots, "output", exempt)
+        checked = await self.run(guards, spots, "output")
         if isinstance(checked, web.Response):
             return checked
         return json.dumps(answer, separators=(",", ":")).encode() if checked.masked else body
-
-    async def _run(self, route: str, guards: Sequence[GuardSpec], spots: Sequence[Spot],
-                   direction: Direction, exempt: Exempt) -> Checked | web.Response:
-        """What the guards found, or the answer instead: the block's 400, or a 503."""
-        try:
-            checked = await self.guarding.check(route, guards, spots, direction, exempt)
-        except GuardUnavailable as exc:
-            return unavailable(exc)
-        return blocked(checked.blocked) if checked.blocked is not None else checked

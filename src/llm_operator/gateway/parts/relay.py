@@ -165,9 +165,13 @@ class Relay:
         events = _Events(StreamTranslator(state.route.models[0]) if ex.anthropic else None,
                          hide_usage=hide_usage)
         adapter = native.stream(int(time.time())) if native is not None else None
+        guard = ex.stream_guard  # output guards: the text held back and checked as it comes
 
         async def relay(chunk: bytes) -> None:
-            if send := events.feed(chunk):
+            send = events.feed(chunk)
+            if guard is not None and send:
+                send = await guard.feed(send)
+            if send:
                 await out.write(send)
 
         chunks = await _opening(upstream, label, extra)
@@ -180,16 +184,22 @@ class Relay:
                     self._first_token(ex)
                     first = False
                 await relay(adapter.feed(chunk) if adapter is not None else chunk)
-            if adapter is not None:
-                await relay(adapter.close())
-            if rest := events.finish():
-                await out.write(rest)
+                if guard is not None and guard.stopped:
+                    break  # a guard blocked the answer: its error event went out
+            if guard is None or not guard.stopped:
+                if adapter is not None:
+                    await relay(adapter.close())
+                rest = events.finish()
+                if guard is not None:
+                    rest = await guard.feed(rest) + await guard.finish()
+                if rest:
+                    await out.write(rest)
             await out.write_eof()
             completed = True
         except ConnectionResetError:  # aiohttp's ClientConnectionResetError is one
             log.info("route %s: client went away mid-stream; upstream request cancelled", label)
         finally:
-            if completed:
+            if completed and (guard is None or not guard.stopped):
                 upstream.release()
             else:
                 upstream.close()  # tear the connection down: the upstream stops generating

@@ -1,0 +1,134 @@
+"""A stream's text through the output PII guards as it comes: held back, checked, sent.
+
+Each choice's text (chat ``content`` and ``reasoning_content``, completions ``text``) is
+taken out of the upstream's events and held; once more than the hold-back and half again
+is held, the held text is checked as one window (masked in place) and all but the last
+``hold`` characters go out as a chunk of their own (guardrails/holdback.py says where the
+cut falls). Other events go on in order (role, tool calls, finish reason, usage), each
+after the text before it; the end of a choice, of the stream or an error event sends what
+is held, checked, first. A guard that blocks ends the stream with an error event (the
+OpenAI SDK raises it) and ``stopped`` tells Relay to cut the upstream.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from llm_operator.gateway.sse import split_events, sse_data
+from llm_operator.guardrails.guards import Checked
+from llm_operator.guardrails.holdback import cut
+from llm_operator.guardrails.text import Spot
+
+Check = Callable[[list[Spot]], Awaitable["Checked | web.Response"]]
+CHAT_FIELDS = ("content", "reasoning_content")
+DONE = b"data: [DONE]\n\n"
+
+
+def _event(payload: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+
+
+class GuardedStream:
+    """SSE bytes in (OpenAI's chunks, as the client would get them), checked SSE bytes out."""
+
+    def __init__(self, check: Check, hold: int) -> None:
+        self.check, self.hold = check, hold
+        self.stopped = False
+        self._pending = b""
+        self._held: dict[tuple[int, str], str] = {}  # (choice, field): text not yet sent
+        self._chat: dict[int, bool] = {}  # choice: a chat delta (else a completions text)
+        self._envelope: dict[str, Any] = {}  # id, object, created, model of the last chunk
+
+    async def feed(self, data: bytes) -> bytes:
+        """What may go to the client of ``data`` (and of what was held before it)."""
+        if self.stopped:
+            return b""
+        events, self._pending = split_events(self._pending + data)
+        out = []
+        for event in events:
+            out.append(await self._one(event))
+            if self.stopped:
+                break
+        return b"".join(out)
+
+    async def finish(self) -> bytes:
+        """The upstream's stream ended: everything held, checked."""
+        if self.stopped:
+            return b""
+        return await self._release_all() + self._pending
+
+    async def _one(self, event: bytes) -> bytes:
+        payload = sse_data(event)
+        choices = payload.get("choices") if payload is not None else None
+        if payload is None or not isinstance(choices, list) or not choices:
+            # [DONE], usage, an error, a comment: after every text before it
+            released = await self._release_all()
+            return released if self.stopped else released + event
+        self._envelope = {k: v for k, v in payload.items() if k not in ("choices", "usage")}
+        kept, ending = [], set()
+        for choice in choices:
+            if not isinstance(choice, dict):
+                continue
+            index = choice.get("index", 0)
+            chat = isinstance(choice.get("delta"), dict)
+            self._chat[index] = chat
+            holder: dict[str, Any] = choice["delta"] if chat else choice
+            for name in CHAT_FIELDS if chat else ("text",):
+                text = holder.get(name)
+                if isinstance(text, str) and text:
+                    self._held[index, name] = self._held.get((index, name), "") + text
+                    if chat:
+                        del holder[name]
+                    else:
+                        holder[name] = ""
+            if choice.get("finish_reason"):
+                ending.add(index)
+            carries = bool(holder) if chat else any(
+                v not in (None, "") for k, v in choice.items() if k not in ("index", "text"))
+            if not carries and not choice.get("finish_reason") and not choice.get("logprobs"):
+                continue  # it only carried text: the text goes out in chunks of its own
+            kept.append(choice)
+        out = []
+        for key in list(self._held):
+            index = key[0]
+            if index in ending or len(self._held[key]) >= self.hold + self.hold // 2:
+                out.append(await self._release(key, final=index in ending))
+                if self.stopped:
+                    return b"".join(out)
+        if kept or payload.get("usage"):
+            out.append(_event({**payload, "choices": kept}))
+        return b"".join(out)
+
+    async def _release_all(self) -> bytes:
+        out = []
+        for key in list(self._held):
+            out.append(await self._release(key, final=True))
+            if self.stopped:
+                break
+        return b"".join(out)
+
+    async def _release(self, key: tuple[int, str], *, final: bool) -> bytes:
+        """The held text of ``key`` checked; what may go now, as a chunk of its own."""
+        window = [self._held.get(key, "")]
+        if not window[0]:
+            return b""
+        checked = await self.check([Spot(window, 0)])
+        if isinstance(checked, web.Response):  # a guard blocked it, or could not run
+            self.stopped = True
+            self._held.clear()
+            body = checked.body if isinstance(checked.body, bytes) else b"{}"
+            return b"data: " + body + b"\n\n" + DONE
+        masked = window[0]
+        sent = cut(masked, self.hold, final=final)
+        self._held[key] = masked[sent:]
+        if not sent:
+            return b""
+        index, name = key
+        text = masked[:sent]
+        piece: dict[str, Any] = {"index": index, "delta": {name: text}} if self._chat[index] \
+            else {"index": index, "text": text}
+        return _event({**self._envelope, "choices": [{**piece, "finish_reason": None}]})
