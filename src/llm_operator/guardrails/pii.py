@@ -16,6 +16,8 @@ import threading
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from llm_operator.guardrails.possible import possible
+
 LANGUAGE = "en"
 
 
@@ -75,9 +77,11 @@ class PiiScanner:
 
     def find(self, text: str, entities: Sequence[str], threshold: float) -> list[Finding]:
         """The entities of ``entities`` in ``text`` scored at least ``threshold``."""
+        wanted = possible(entities, text)  # what it cannot hold is not looked for
+        if not wanted:
+            return []
         with self._lock:
-            results = self._analyzer.analyze(text=text, language=LANGUAGE,
-                                             entities=list(entities),
+            results = self._analyzer.analyze(text=text, language=LANGUAGE, entities=wanted,
                                              score_threshold=threshold)
         return sorted((Finding(r.entity_type, r.start, r.end, r.score) for r in results),
                       key=lambda f: (f.start, f.end))

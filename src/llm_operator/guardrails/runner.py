@@ -21,9 +21,11 @@ from llm_operator.api.guardrails import GuardSpec
 from llm_operator.guardrails import judges
 from llm_operator.guardrails.guards import Checked, Detector, Direction, pii_found, record
 from llm_operator.guardrails.pii import shared_scanner
+from llm_operator.guardrails.possible import possible
 from llm_operator.guardrails.text import Spot
 
 log = logging.getLogger("llm_operator.gateway")
+_NOTHING: tuple[tuple[str, ...], float] = ((), 0.0)
 
 
 class GuardMetrics(Protocol):
@@ -115,7 +117,10 @@ class Guarding:
                         "llmop.guard": guard.name, "llmop.guard.direction": direction,
                         "llmop.guard.detector": "pii" if guard.pii else "judge"}
                         ) if trace is not None else contextlib.nullcontext():
-                    if guard.pii is not None:
+                    if guard.pii is not None and not any(
+                            possible(guard.pii.wanted, spot.text) for spot in spots):
+                        entities, score = _NOTHING  # prose: nothing it looks for can be there
+                    elif guard.pii is not None:
                         detector = await self._detector()
                         entities, score, masked = await loop.run_in_executor(
                             self._worker, pii_found, guard, spots, detector, direction)
