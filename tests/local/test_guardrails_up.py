@@ -1,5 +1,7 @@
 """`llmop up` runs a model's guardrails in front of the real llama-server (OpenAI SDK).
 
+examples/guardrails too, as its header says to serve it.
+
 What llama-server was sent is read back from what it counted: the prompt with an e-mail
 address costs as many tokens as the same prompt with ``<EMAIL_ADDRESS>`` written in its
 place, which it would not if the address had reached the engine.
@@ -13,8 +15,10 @@ from typing import Any
 import aiohttp
 import openai
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from localstack import gemma, options, row, running, write_model
+from samples import REPO
 
 RAILS = {"input": [{"name": "no-pii", "action": "mask", "pii": {}}],
          "output": [{"name": "no-cards", "action": "block",
@@ -70,3 +74,25 @@ async def test_a_judge_that_answers_no_verdict_follows_on_error_and_is_never_quo
     if status == 503:
         assert "judge gemma-3-270m: expected 'safe' or 'unsafe'" in said
         assert "4111" not in said
+
+
+async def test_the_guardrails_example_masks_prompts_and_runs_its_demo_judge(
+        tmp_path: Path, model_cache: Path) -> None:
+    """examples/guardrails: the guarded model masks; its demo judge (a second llama-server
+    that cannot judge) fails open, counted, and nothing is blocked."""
+    async with running(options(REPO / "examples" / "guardrails", tmp_path / "state",
+                               model_cache)) as up:
+        client = openai.AsyncOpenAI(base_url=up.gateway_url, api_key="unused", max_retries=0)
+        async with client:
+            masked, plain = [(await client.completions.create(
+                model="gemma-3-270m", prompt=f"Q: Mail {who}?\nA:", max_tokens=2)).usage
+                for who in ("jane.doe@example.com", "<EMAIL_ADDRESS>")]
+        async with aiohttp.ClientSession() as http, \
+                http.get(up.gateway_url.removesuffix("/v1") + "/metrics") as resp:
+            metrics = await resp.text()
+    assert masked is not None and plain is not None
+    assert masked.prompt_tokens == plain.prompt_tokens
+    errors = [s.value for f in text_string_to_metric_families(metrics) for s in f.samples
+              if s.name == "llmop_gateway_guardrail_errors_total"
+              and s.labels == {"route": "ai-models/gemma3-270m-guarded", "direction": "input"}]
+    assert errors == [2.0]  # each request's judge failed open, and was counted

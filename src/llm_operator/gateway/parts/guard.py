@@ -41,12 +41,14 @@ def _never(_: str) -> bool:
 
 
 class Guard:
-    """Runs the route's input guards; sets ``answer_guard`` for its output guards.
+    """Runs the route's input guards; sets ``stream_guard`` or ``answer_guard`` for output.
 
-    Input guards rewrite ``body`` and ``raw`` (mask) or answer 400 (block). With output
-    guards, a stream is asked plain and sent on once checked (Shape sets ``restream``), so
-    nothing reaches the client unchecked. A client key's ``exemptGuards`` skip those
-    guards; nothing in the request can.
+    Input guards rewrite ``body`` and ``raw`` (mask) or answer 400 (block). Output guards:
+    a stream whose guards are all PII guards is checked as it comes (``stream_guard``,
+    held back); a plain answer, or a stream with a judge (asked plain and sent on once
+    checked: Shape sets ``restream``), through ``answer_guard``. Nothing reaches the client
+    unchecked. A client key's ``exemptGuards`` skip those guards; nothing in the request
+    can.
     """
 
     def __init__(self, guarding: Guarding) -> None:
