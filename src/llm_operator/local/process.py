@@ -49,10 +49,16 @@ class ProcessState:
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
-    """Ask Linux to SIGTERM the child when `llmop up` dies, even by SIGKILL: no orphans."""
+    """Ask Linux to SIGKILL the child when `llmop up` dies, even by SIGKILL: no orphans.
+
+    Not SIGTERM: llama-server blocks it in its main thread and, while loading a model or
+    with a request in flight, may never act on it; two servers outlived a killed `llmop up`
+    so (tests/local/test_cli_up.py, on a loaded machine), SIGTERM pending. A clean stop
+    still sends SIGTERM first (``Supervised.stop``).
+    """
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _exit_text(code: int) -> str:
