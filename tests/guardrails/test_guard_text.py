@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from llm_operator.api.guardrails import GuardrailsSpec
 from llm_operator.guardrails.text import answer_spots, request_spots
 
 IMAGE = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
@@ -57,3 +58,11 @@ def test_a_spot_rewrites_its_string_in_place() -> None:
     second = request_spots("/v1/completions", body)[1]
     second.replace("Y")
     assert body["prompt"] == ["x", "Y"]
+
+
+def test_every_guard_runs_once_by_name_in_declared_order() -> None:
+    rails = GuardrailsSpec.model_validate({
+        "input": [{"name": "a", "pii": {}}, {"name": "b", "pii": {}}],
+        "output": [{"name": "a", "action": "log", "pii": {}}, {"name": "c", "pii": {}}]})
+    assert [(g.name, g.action) for g in rails.every_guard] == [
+        ("a", "block"), ("b", "block"), ("c", "block")]

@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from llm_operator.api.guardrails import GuardSpec
+from llm_operator.api.guardrails import JUDGE_CATEGORIES, GuardSpec
 from llm_operator.gateway.metrics import GatewayMetrics
+from llm_operator.guardrails import judges
 from llm_operator.guardrails.guards import Activation, Checked, Direction
 from llm_operator.guardrails.pii import Finding
 from llm_operator.guardrails.runner import Guarding, GuardUnavailable, JudgeFailed
@@ -180,3 +181,11 @@ async def test_a_judge_that_fails_refuses_closed_and_passes_open(
 async def test_a_server_without_a_judge_client_follows_on_error() -> None:
     with pytest.raises(GuardUnavailable, match="does not ask judges"):
         await run([judged("safety")], [Spot(["hi"], 0)])
+
+
+def test_the_apis_judge_categories_are_the_ones_the_prompts_define() -> None:
+    assert {family: set(known) for family, known in JUDGE_CATEGORIES.items()} == {
+        "llama-guard-3": set(judges.LLAMA_GUARD_CATEGORIES),
+        "llama-guard-4": set(judges.LLAMA_GUARD_CATEGORIES),
+        "granite-guardian-3": set(judges.GRANITE_RISKS),
+        "shieldgemma": set(judges.SHIELDGEMMA_POLICIES)}

@@ -174,7 +174,13 @@ class GuardrailsSpec(Wire):
         return self
 
     @property
+    def every_guard(self) -> tuple[GuardSpec, ...]:
+        """Every guard once by name, input's first (one of both lists checks both ways)."""
+        first: dict[str, GuardSpec] = {}
+        for guard in (*(self.input or ()), *(self.output or ())):
+            first.setdefault(guard.name, guard)
+        return tuple(first.values())
+
+    @property
     def names(self) -> tuple[str, ...]:
-        """Every guard's name, once."""
-        return tuple(dict.fromkeys(g.name for g in (*(self.input or ()),
-                                                    *(self.output or ()))))
+        return tuple(g.name for g in self.every_guard)

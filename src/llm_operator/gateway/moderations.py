@@ -88,11 +88,7 @@ class Moderations:
             return error_response(400, texts, "invalid_request_error", "invalid_input",
                                   param="input")
         guardrails = ex.state.route.guardrails
-        every = [*(guardrails.input or ()), *(guardrails.output or ())] if guardrails else []
-        guards: list[GuardSpec] = []
-        for guard in every:  # a guard of input and output alike runs once
-            if all(g.name != guard.name for g in guards):
-                guards.append(guard)
+        guards = guardrails.every_guard if guardrails is not None else ()
         results = []
         for text in texts:
             found: list[Activation] = []

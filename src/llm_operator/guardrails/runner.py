@@ -81,8 +81,8 @@ class Guarding:
             self._scanner = self._worker.submit(self._make)
 
     async def _detector(self) -> Detector:
-        if self._scanner is None:
-            self._scanner = self._worker.submit(self._make)
+        self.prepare(True)
+        assert self._scanner is not None
         try:
             return await asyncio.wrap_future(self._scanner)
         except ImportError as exc:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from llm_operator.api.guardrails import GuardSpec
+from llm_operator.api.guardrails import GuardrailsSpec, GuardSpec
 from llm_operator.gateway.errors import error_response
 from llm_operator.gateway.exchange import Exchange
 from llm_operator.gateway.guarded_stream import GuardedStream
@@ -58,10 +58,11 @@ class Guard:
         guardrails = ex.state.route.guardrails
         if guardrails is None or not (guardrails.input or guardrails.output):
             return None
-        return self._check(ex, guardrails.input or (), guardrails.output or ())
+        return self._check(ex, guardrails)
 
-    async def _check(self, ex: Exchange, inputs: Sequence[GuardSpec],
-                     outputs: Sequence[GuardSpec]) -> web.StreamResponse | None:
+    async def _check(self, ex: Exchange, guardrails: GuardrailsSpec
+                     ) -> web.StreamResponse | None:
+        inputs, outputs = guardrails.input or (), guardrails.output or ()
         path = CHAT_PATH if ex.anthropic else ex.request.path
         if outputs and ex.body.get("stream") is True and (
                 ex.anthropic or path.endswith("/responses")):
@@ -83,12 +84,9 @@ class Guard:
             return None
         if ex.body.get("stream") is True and all(g.pii is not None for g in outputs) \
                 and path.endswith("completions"):
-            hold = ex.state.route.guardrails.stream_hold_back_chars \
-                if ex.state.route.guardrails is not None else 0
-
             async def check_text(window: list[Spot]) -> Checked | web.Response:
                 return await checks.run(outputs, window, "output")
-            ex.stream_guard = GuardedStream(check_text, hold)
+            ex.stream_guard = GuardedStream(check_text, guardrails.stream_hold_back_chars)
             return None
         checks.asked = "\n\n".join(s.text for s in spots)  # as the input guards left it
 

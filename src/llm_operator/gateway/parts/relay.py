@@ -137,11 +137,15 @@ class Relay:
         except ConnectionResetError:
             log.info("route %s: client went away before its checked answer", ex.state.route.label)
         finally:
-            ex.state.metrics.request(200 if completed else CLIENT_CLOSED,
-                                     self._clock() - ex.started)
-            if ex.client is not None:
-                ex.client.request(200 if completed else CLIENT_CLOSED)
+            self._stream_ended(ex, completed)
         return out
+
+    def _stream_ended(self, ex: Exchange, completed: bool) -> None:
+        """A stream counts itself as it ends: 200, or the client closed it."""
+        status = 200 if completed else CLIENT_CLOSED
+        ex.state.metrics.request(status, self._clock() - ex.started)
+        if ex.client is not None:
+            ex.client.request(status)
 
     def _first_token(self, ex: Exchange) -> None:
         """A stream's first chunk went to the client: time to first token, a span event."""
@@ -203,10 +207,7 @@ class Relay:
                 upstream.release()
             else:
                 upstream.close()  # tear the connection down: the upstream stops generating
-            state.metrics.request(200 if completed else CLIENT_CLOSED,
-                                  self._clock() - ex.started)
-            if ex.client is not None:
-                ex.client.request(200 if completed else CLIENT_CLOSED)
+            self._stream_ended(ex, completed)
         if completed:
             await self._account(ex, *usage_from_sse(events.tail))
         return out
