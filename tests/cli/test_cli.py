@@ -41,6 +41,13 @@ def test_validate_reports_every_problem_with_file_object_and_field() -> None:
     assert len(lines) == len(expected)
 
 
+def test_validate_refuses_a_placement_the_gpu_measurements_rule_out() -> None:
+    code, _, err = run("validate", "-f", str(DATA / "qwen3-30b-a3b-on-rtx5090.yaml"))
+    assert code == 1
+    assert ("LLMModel ai-models/qwen3-30b-a3b: spec.resources.acceleratorCount: needs ~37.1 GiB "
+            "but 1x NVIDIA RTX 5090 at 95% gives 30.4 GiB") in err
+
+
 def test_malformed_yaml_names_the_line() -> None:
     code, _, err = run("validate", "-f", str(DATA / "malformed.yaml"))
     assert code == 1

@@ -91,6 +91,63 @@ def test_the_kv_cache_of_a_llama_8b_is_128_kib_per_token(tmp_path: Path) -> None
     assert estimate.weights_gib == pytest.approx(4.582, abs=1e-3)
 
 
+def windowed(layers: int, window: int | None, pattern: int | list[bool] | None = None
+             ) -> Writer:
+    """Gemma 3 4B's attention (8 heads, 4 key/value heads 256 wide) over ``layers``."""
+    def fill(w: gguf.GGUFWriter) -> None:
+        w.add_block_count(layers)
+        w.add_embedding_length(2560)
+        w.add_head_count(8)
+        w.add_head_count_kv(4)
+        w.add_key_length(256)
+        w.add_value_length(256)
+        if window is not None:
+            w.add_sliding_window(window)
+        if pattern is not None:
+            w.add_sliding_window_pattern(pattern)
+    return fill
+
+
+@pytest.mark.parametrize(("arch", "fill", "window", "windowed_layers"), [
+    # llama.cpp's own layouts when the header has no pattern (src/models/*.cpp)
+    ("gemma3", windowed(34, 1024), 1024, 29),  # Gemma 3 4B: every 6th layer is global
+    ("gemma3", windowed(62, 1024), 1024, 52),  # Gemma 3 27B
+    ("gemma2", windowed(42, 4096), 4096, 21),  # alternating
+    ("cohere2moe", windowed(8, 4096), 4096, 6),  # the global layer first in each group of 4
+    # the header's own pattern wins: an int, or one flag per layer
+    ("gemma3", windowed(12, 512, 4), 512, 9),
+    ("gemma3", windowed(4, 512, [True, False, True, True]), 512, 3),
+    # no window, or a layout this reader does not know: every layer counts as full
+    ("gemma3", windowed(34, None), None, None),
+    ("llama", windowed(32, 4096), 4096, None),
+], ids=["gemma3-4b", "gemma3-27b", "gemma2", "dense-first", "pattern-int", "pattern-flags",
+        "no-window", "unknown-layout"])
+def test_sliding_window_layers_follow_llama_cpp(tmp_path: Path, arch: str, fill: Writer,
+                                                window: int | None,
+                                                windowed_layers: int | None) -> None:
+    with write(tmp_path, arch, fill).open("rb") as stream:
+        status = describe(read_header(stream), file="m", size_bytes=1)
+    assert (status.sliding_window, status.sliding_window_layers) == (window, windowed_layers)
+
+
+@pytest.mark.parametrize(("context", "slots", "kv_mib"), [
+    # Gemma 3 4B's shape: 5 global layers hold every token, 29 windowed layers the window
+    # (1024) plus a 512-token micro-batch per slot; 4 KiB per token per layer. The
+    # figures llama.cpp reported on an H200 (bench/gpu, docs/planner.md).
+    (8192, 1, 334),
+    (65536, 4, 1976),
+    # a context shorter than the window: the windowed layers hold only the context
+    (1024, 1, 34 * 4),
+])
+def test_windowed_layers_hold_their_window_per_slot(tmp_path: Path, context: int, slots: int,
+                                                    kv_mib: float) -> None:
+    with write(tmp_path, "gemma3", windowed(34, 1024)).open("rb") as stream:
+        status = describe(read_header(stream), file="m", size_bytes=1)
+    estimate = estimate_from_file(status, context, slots=slots)
+    assert estimate is not None
+    assert estimate.kv_cache_gib * 1024 == pytest.approx(kv_mib)
+
+
 def test_without_head_counts_the_parameter_count_decides(tmp_path: Path) -> None:
     with write(tmp_path, "llama", lambda w: None).open("rb") as stream:
         status = describe(read_header(stream), file="m", size_bytes=1)

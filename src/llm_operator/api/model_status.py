@@ -58,6 +58,13 @@ class ModelFileStatus(Wire):
         None, ge=0, description="Width of one attention head's key (default embeddingLength "
         "/ headCount).")
     value_length: int | None = Field(None, ge=0, description="Width of one head's value.")
+    sliding_window: int | None = Field(
+        None, ge=0, description="Tokens a sliding-window attention layer sees "
+        "(attention.sliding_window), when the model has such layers.")
+    sliding_window_layers: int | None = Field(
+        None, ge=0, description="How many layers attend through the sliding window (the "
+        "others see the whole context): from the header's sliding_window_pattern, else the "
+        "architecture's own pattern as llama.cpp applies it (Gemma 3: 5 of every 6).")
 
 
 class LLMModelStatus(Wire):

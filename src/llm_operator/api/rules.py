@@ -175,7 +175,8 @@ RULES: tuple[Rule, ...] = (
         field=".quantization",
         cel=f"self.deploymentMode != 'local' || {ENGINE} != 'llamacpp' || "
         "self.quantization.startsWith('GGUF-')",
-        message="llama.cpp serves GGUF files only: set quantization to GGUF-Q4_K_M or GGUF-Q8_0",
+        message="llama.cpp serves GGUF files only: set quantization to GGUF-Q4_K_M, "
+        "GGUF-Q8_0, GGUF-F16 or GGUF-BF16",
         holds=lambda s: not (
             is_local(s) and s.inference_engine == "llamacpp"
             and not s.quantization.startswith("GGUF-")

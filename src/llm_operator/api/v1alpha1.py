@@ -39,7 +39,7 @@ InferenceEngine = Literal["vllm", "llamacpp", "ollama", "sglang"]
 ModelType = Literal["Dense", "MoE", "DenseThinking", "MoEThinking"]
 Quantization = Literal[
     "None", "FP16", "BF16", "FP8", "FP4", "INT8", "INT4", "QAT-INT4", "GPTQ", "AWQ",
-    "GGUF-Q4_K_M", "GGUF-Q8_0", "MXFP4", "MXFP6",
+    "GGUF-Q4_K_M", "GGUF-Q8_0", "GGUF-F16", "GGUF-BF16", "MXFP4", "MXFP6",
 ]
 Domain = Literal[
     "general", "code", "math", "reasoning", "vision", "audio", "multilingual", "embedding",

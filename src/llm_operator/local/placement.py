@@ -147,7 +147,8 @@ def file_does_not_fit(model: LLMModel, file: ModelFileStatus, machine: Machine) 
     """
     verdict = plan(model)
     context = verdict.estimate.context_tokens if verdict.estimate else DEFAULT_CONTEXT_TOKENS
-    need = estimate_from_file(file, context, on_accelerator=False)
+    need = estimate_from_file(file, context, on_accelerator=False,
+                              slots=parallel_slots(model.spec))
     if need is None or need.total_gib <= machine.memory_gib:
         return None
     return (f"{file.file} needs ~{need.total_gib:.1f} GiB of RAM at {context} tokens of "

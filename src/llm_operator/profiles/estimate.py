@@ -12,7 +12,7 @@ GIB = 1024**3
 # Stored bits per weight, including the per-group scales of block formats.
 BITS_PER_WEIGHT: dict[str, float] = {
     "None": 16.0, "FP16": 16.0, "BF16": 16.0,
-    "FP8": 8.0, "INT8": 8.0, "GGUF-Q8_0": 8.5,
+    "FP8": 8.0, "INT8": 8.0, "GGUF-Q8_0": 8.5, "GGUF-F16": 16.0, "GGUF-BF16": 16.0,
     "MXFP6": 6.25, "GGUF-Q4_K_M": 4.85, "FP4": 4.5,
     "INT4": 4.25, "QAT-INT4": 4.25, "GPTQ": 4.25, "AWQ": 4.25, "MXFP4": 4.25,
 }
@@ -21,6 +21,17 @@ BITS_PER_WEIGHT: dict[str, float] = {
 KV_KIB_PER_TOKEN_COEFF = 53.0
 KV_KIB_PER_TOKEN_EXP = 0.42
 DEFAULT_CONTEXT_TOKENS = 4096
+# Overhead beside weights and KV cache, as (GiB, fraction of the weights): the accelerator's
+# runtime context, kernels and activation buffers. llama.cpp (and Ollama, llama.cpp inside)
+# holds only its CUDA context and compute buffers of ~0.1 GiB (flash attention on): 0.67 to
+# 0.83 GiB measured on an H200 for 2.3 to 30 GiB of weights (bench/gpu, docs/planner.md).
+ACCELERATOR_OVERHEAD = (1.0, 0.05)
+GGUF_ACCELERATOR_OVERHEAD = (0.75, 0.02)
+CPU_OVERHEAD = (0.5, 0.02)
+# llama.cpp's sliding-window layers keep the window plus one micro-batch (512 tokens) per
+# slot, in blocks of 256 cells (llama-kv-cache-iswa.cpp).
+UBATCH_TOKENS = 512
+KV_CELL_BLOCK = 256
 
 
 @dataclass(frozen=True)
@@ -38,44 +49,77 @@ class Estimate:
         return self.weights_gib + self.kv_cache_gib + self.overhead_gib + self.adapters_gib
 
 
+def overhead_gib(weights_gib: float, on_accelerator: bool, gguf_engine: bool = False) -> float:
+    """Runtime overhead beside weights and KV cache, in GiB.
+
+    1 GiB + 5% of the weights on an accelerator (0.75 GiB + 2% for llama.cpp and Ollama,
+    ``gguf_engine``), 0.5 GiB + 2% on CPU.
+    """
+    if not on_accelerator:
+        base, share = CPU_OVERHEAD
+    else:
+        base, share = GGUF_ACCELERATOR_OVERHEAD if gguf_engine else ACCELERATOR_OVERHEAD
+    return base + share * weights_gib
+
+
 def estimate_memory(
     total_params_b: float,
     active_params_b: float | None,
     quantization: str,
     context_tokens: int,
     on_accelerator: bool = True,
+    *,
+    gguf_engine: bool = False,
 ) -> Estimate:
     """Weights (total params x bytes per param) + KV cache for one full context + overhead.
 
     The KV cache scales with the attention size, which for MoE follows the active parameters.
-    Overhead is runtime context, kernels and activation buffers: 1 GiB + 5% of the weights on
-    an accelerator, 0.5 GiB + 2% on CPU.
+    Overhead: ``overhead_gib`` (``gguf_engine``: llama.cpp or Ollama).
     """
     weights = total_params_b * 1e9 * BITS_PER_WEIGHT[quantization] / 8 / GIB
     attention_params = active_params_b or total_params_b
     kv_per_token = KV_KIB_PER_TOKEN_COEFF * attention_params**KV_KIB_PER_TOKEN_EXP * 1024
     kv = kv_per_token * context_tokens / GIB
-    overhead = 1.0 + 0.05 * weights if on_accelerator else 0.5 + 0.02 * weights
-    return Estimate(weights, kv, overhead, context_tokens)
+    return Estimate(weights, kv, overhead_gib(weights, on_accelerator, gguf_engine),
+                    context_tokens)
+
+
+def kv_cells(model: ModelFileStatus, context_tokens: int, slots: int) -> tuple[int, int]:
+    """(cells of a full-attention layer, cells of a sliding-window layer) in llama.cpp.
+
+    A full layer holds the whole context; a sliding-window layer, per slot, the window
+    plus one micro-batch, rounded up to 256 cells, and never more than the slot's context.
+    """
+    window = model.sliding_window
+    if not window or not model.sliding_window_layers:
+        return context_tokens, context_tokens
+    per_slot = context_tokens // max(slots, 1)
+    padded = -(-(window + UBATCH_TOKENS) // KV_CELL_BLOCK) * KV_CELL_BLOCK
+    return context_tokens, max(slots, 1) * min(per_slot, padded)
 
 
 def estimate_from_file(model: ModelFileStatus, context_tokens: int,
-                       on_accelerator: bool = False) -> Estimate | None:
+                       on_accelerator: bool = False, *, slots: int = 1,
+                       gguf_engine: bool = True) -> Estimate | None:
     """The memory estimate from a GGUF file's real numbers instead of the parameter count.
 
     Its size for the weights; its layers, key/value heads and head widths for the KV cache
-    (16-bit K and V). None when the header lacks what the KV cache needs (then the
-    parameter count decides).
+    (16-bit K and V), with sliding-window layers holding only their window per slot
+    (``kv_cells``; ``context_tokens`` is the total over ``slots``). None when the header
+    lacks what the KV cache needs (then the parameter count decides).
     """
     layers, heads, width = model.layers, model.head_count, model.embedding_length
     if not (layers and heads and width):
         return None
     key = model.key_length or width / heads
     value = model.value_length or key
-    kv = layers * (model.head_count_kv or heads) * (key + value) * 2 * context_tokens / GIB
+    per_cell = (model.head_count_kv or heads) * (key + value) * 2
+    windowed = min(model.sliding_window_layers or 0, layers)
+    full_cells, window_cells = kv_cells(model, context_tokens, slots)
+    kv = per_cell * ((layers - windowed) * full_cells + windowed * window_cells) / GIB
     weights = model.size_bytes / GIB
-    overhead = 1.0 + 0.05 * weights if on_accelerator else 0.5 + 0.02 * weights
-    return Estimate(weights, kv, overhead, context_tokens)
+    return Estimate(weights, kv, overhead_gib(weights, on_accelerator, gguf_engine),
+                    context_tokens)
 
 
 def cache_size_gib(estimate: Estimate, minimum: int) -> int:

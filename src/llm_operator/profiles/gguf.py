@@ -32,6 +32,17 @@ FILE_TYPES = {
     38: "MXFP4_MOE",
 }
 
+# Sliding-window attention as llama.cpp lays it out per architecture when the header has a
+# window but no sliding_window_pattern (src/models/*.cpp, load_swa_pattern): every n-th layer
+# attends to the whole context, the others through the window; dense_first puts the full
+# layer first in each group of n instead of last.
+SWA_PATTERNS: dict[str, tuple[int, bool]] = {
+    "gemma2": (2, False), "gemma3": (6, False), "gemma3n": (5, False),
+    "gemma-embedding": (6, False), "cohere2": (4, False), "cohere2moe": (4, True),
+    "gpt-oss": (2, False), "exaone4": (4, False), "olmo2": (4, False),
+    "smallthinker": (4, True),
+}
+
 
 class GgufError(ValueError):
     """Not a GGUF file, or a header that ends early or contradicts itself."""
@@ -56,6 +67,30 @@ class GgufHeader:
         if isinstance(value, list):  # per-layer head counts: take the largest
             value = max((v for v in value if isinstance(v, int)), default=None)
         return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    @property
+    def sliding_window_layers(self) -> int | None:
+        """How many layers attend through the sliding window.
+
+        None without a window, or for a layout this reader does not know: then every layer
+        counts as full (an overestimate, never an underestimate).
+        """
+        if not self.arch_value("attention.sliding_window"):
+            return None
+        layers = self.arch_value("block_count") or 0
+        pattern = self.metadata.get(f"{self.architecture}.attention.sliding_window_pattern")
+        if isinstance(pattern, list):  # one flag per layer
+            return sum(1 for flag in pattern[:layers] if flag is True)
+        if isinstance(pattern, int) and not isinstance(pattern, bool):
+            every, dense_first = pattern, False
+        elif self.architecture in SWA_PATTERNS:
+            every, dense_first = SWA_PATTERNS[self.architecture]
+        else:
+            return None
+        if every == 0:
+            return layers
+        return sum(1 for i in range(layers)
+                   if (i % every != 0 if dense_first else i % every < every - 1))
 
     @property
     def quantization(self) -> str | None:
@@ -182,4 +217,6 @@ def describe(header: GgufHeader, *, file: str, size_bytes: int, sha256: str | No
         head_count_kv=header.arch_value("attention.head_count_kv"),
         key_length=header.arch_value("attention.key_length"),
         value_length=header.arch_value("attention.value_length"),
+        sliding_window=header.arch_value("attention.sliding_window"),
+        sliding_window_layers=header.sliding_window_layers,
     )

@@ -124,10 +124,12 @@ def plan(model: LLMModel, min_cache_gib: int = 20) -> Plan:
     vp = vendor(spec.accelerator_vendor)
     on_accel = vp.resource_key is not None
     est = estimate_memory(spec.total_parameters_billions or 0.0, spec.active_parameters_billions,
-                          spec.quantization, context, on_accelerator=on_accel)
+                          spec.quantization, context, on_accelerator=on_accel,
+                          gguf_engine=eng.gguf_only)
     cache = cache_size_gib(est, min_cache_gib)
     file = model.status.model if model.status else None
-    measured = estimate_from_file(file, context, on_accelerator=on_accel) if file else None
+    measured = estimate_from_file(file, context, on_accelerator=on_accel,
+                                  slots=parallel_slots(spec)) if file else None
     lora = adapter_memory(spec, file.embedding_length if measured and file else None,
                           file.layers if measured and file else None)
     chosen = replace(measured or est, adapters_gib=lora.gib if lora else 0.0)
