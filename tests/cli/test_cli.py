@@ -48,6 +48,18 @@ def test_validate_refuses_a_placement_the_gpu_measurements_rule_out() -> None:
             "but 1x NVIDIA RTX 5090 at 95% gives 30.4 GiB") in err
 
 
+@pytest.mark.parametrize(("given", "judge_missing"), [("judged", False),
+                                                      ("judged/guarded.yaml", True)])
+def test_a_guards_judge_must_be_among_the_documents(given: str, judge_missing: bool) -> None:
+    code, out, err = run("validate", "-f", str(DATA / given))
+    assert code == judge_missing
+    missing = ("LLMModel ai-models/guarded: spec.guardrails.output[0].judge.model: guard "
+               "safety: no LLMModel among the documents given is "
+               "'meta-llama/Llama-Guard-3-1B'")
+    assert (missing in err) == judge_missing
+    assert ("ok " in out and "LLMModel ai-models/guarded" in out) != judge_missing
+
+
 def test_malformed_yaml_names_the_line() -> None:
     code, _, err = run("validate", "-f", str(DATA / "malformed.yaml"))
     assert code == 1

@@ -153,6 +153,29 @@ def test_clashing_names_and_model_ids_leave_the_later_model_out() -> None:
     assert [d.model.name for d in result.served] == ["gemma3-270m"]
 
 
+@pytest.mark.parametrize(("judge", "served"), [
+    ("gemma-3-270m-judge", True),  # the judge's modelId, served beside it
+    ("ai-models/gemma3-270m-judge", True),  # its namespace/name
+    ("llama-guard-3", False),  # nothing in the files given
+])
+def test_a_guard_whose_judge_is_not_among_the_models_is_not_served(judge: str,
+                                                                   served: bool) -> None:
+    guarded = gemma(guardrails={"input": [{"name": "safety", "judge": {
+        "model": judge, "family": "llama-guard-3"}}]})
+    other = copy.deepcopy(local_doc("gemma3-270m"))
+    other["metadata"]["name"], other["spec"]["modelId"] = "gemma3-270m-judge", \
+        "gemma-3-270m-judge"
+    result = arrange([guarded, parse_llmmodel(other)], LAPTOP, ())
+    decision = result.decisions[0]
+    assert isinstance(decision, LocalServe) == served
+    if not served:
+        assert isinstance(decision, NotServed) and decision.kind == "unplaceable"
+        assert decision.reason == (
+            "spec.guardrails.input[0].judge.model: guard safety: no LLMModel in the files "
+            "given is 'llama-guard-3' (a judge is named by its modelId or namespace/name): "
+            "declare the guard model too, or fix the name")
+
+
 # Gemma 3 270M's header, and a 70B-shaped file claiming to be the same model
 GEMMA_FILE = ModelFileStatus(file="gemma.gguf", size_bytes=253_113_024, layers=18,
                              embedding_length=640, head_count=4, head_count_kv=1,

@@ -93,6 +93,31 @@ async def test_missing_secret_fails_and_creates_nothing(cluster: Cluster, kube: 
     assert [e["type"] for e in cluster.objects_of("v1", "events")] == ["Warning"]
 
 
+JUDGED = {"output": [{"name": "safety", "judge": {"model": "ai-models/guard",
+                                                  "family": "llama-guard-3"}}]}
+
+
+async def test_a_missing_judge_model_fails_until_it_is_declared(cluster: Cluster,
+                                                               kube: Kube) -> None:
+    await add_secret(kube, "hf-token", "token")
+    doc = await add_model(kube, "qwen35-9b-cpu", guardrails=JUDGED)
+    outcome = await reconcile(kube, doc, Settings())
+    assert outcome.phase == "Failed" and kinds(cluster) == []
+    assert outcome.waiting_for_reference  # looked at again soon, not at the next resync
+    placed = next(c for c in (await current(kube, "qwen35-9b-cpu"))["status"]["conditions"]
+                  if c["type"] == "Placed")
+    assert placed["reason"] == "JudgeMissing"
+    assert placed["message"].startswith("spec.guardrails.output[0].judge.model: guard safety: "
+                                        "no LLMModel in the cluster is 'ai-models/guard'")
+    guard = copy.deepcopy(sample_doc("qwen35-9b-cpu"))
+    guard["metadata"]["name"], guard["spec"]["modelId"] = "guard", "meta-llama/Llama-Guard-3-1B"
+    await kube.request("POST", "/apis/ai.example.io/v1alpha1/namespaces/ai-models/llmmodels",
+                       body=guard)
+    again = await reconcile(kube, await current(kube, "qwen35-9b-cpu"), Settings())
+    assert again.phase != "Failed" and not again.waiting_for_reference
+    assert "Deployment/qwen35-9b-cpu" in kinds(cluster)
+
+
 async def test_impossible_placement_fails_with_the_planners_reason(cluster: Cluster,
                                                                    kube: Kube) -> None:
     await add_secret(kube, "hf-token", "token")

@@ -18,6 +18,7 @@ from rich.table import Table
 
 from llm_operator import __version__
 from llm_operator.api.crd import crd
+from llm_operator.api.references import declared, unknown_judges
 from llm_operator.api.v1alpha1 import LLMModel
 from llm_operator.api.validation import InvalidModel, Problem, parse_llmmodel
 from llm_operator.cli.chat import chat
@@ -161,22 +162,26 @@ def validate(paths: tuple[str, ...], settings_path: str | None) -> None:
     """Check LLMModel documents: schema, cross-field rules and placement.
 
     Prints one line per problem (file, object, field path, what to change) and one OK line
-    per valid document; exits 1 if any document has a problem.
+    per valid document; exits 1 if any document has a problem. A guard's judge must be one
+    of the documents given (its modelId or namespace/name): give its file too.
     """
     settings = _settings(settings_path)
     out, err = Console(highlight=False), Console(stderr=True, highlight=False)
-
-    def each(outcome: Outcome) -> None:
+    outcomes: list[Outcome] = []
+    _run(paths, outcomes.append)  # every document first: a judge may be declared in another
+    known = declared(o.model for o in outcomes if o.model is not None)
+    for outcome in outcomes:
         if outcome.model is not None:
             model_plan = plan(outcome.model, settings.storage.min_size_gi_b)
-            outcome.problems = placement_problems(outcome.model, settings, model_plan)
+            outcome.problems = [
+                *placement_problems(outcome.model, settings, model_plan),
+                *unknown_judges(outcome.model, known, "among the documents given")]
             if not outcome.problems:
                 note = f" ({model_plan.verdict}: {model_plan.reason})" \
                     if model_plan.verdict == "tight" else ""
                 out.print(f"ok {outcome.doc.file}: {outcome.doc.label}{note}", soft_wrap=True)
         _errors(err, outcome)
-
-    sys.exit(_run(paths, each))
+    sys.exit(1 if any(o.problems for o in outcomes) else 0)
 
 
 @cli.command(name="plan")

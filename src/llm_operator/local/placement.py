@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from llm_operator.api.model_status import ModelFileStatus
+from llm_operator.api.references import declared, unknown_judges
 from llm_operator.api.v1alpha1 import LLMModel
 from llm_operator.profiles.estimate import DEFAULT_CONTEXT_TOKENS, GIB, estimate_from_file
 from llm_operator.profiles.llamaserver import Where, llama_server_args, parallel_slots
@@ -176,10 +177,13 @@ def arrange(models: Sequence[LLMModel], machine: Machine, env: Collection[str]) 
     """Decide for every model, leaving out clashes.
 
     A model whose name or modelId an earlier one already uses is left out (kind "clash"):
-    the gateway routes by modelId, the runtime keys processes by name. Callers put the
-    models already running first, so that a new file never takes over a running model.
+    the gateway routes by modelId, the runtime keys processes by name. A model with a guard
+    whose judge none of the models declares is not served (its guard could never pass).
+    Callers put the models already running first, so that a new file never takes over a
+    running model.
     """
     out = Arrangement()
+    known = declared(models)
     names: set[str] = set()
     ids: dict[str, str] = {}  # modelId -> the model serving it
     for model in models:
@@ -197,7 +201,9 @@ def arrange(models: Sequence[LLMModel], machine: Machine, env: Collection[str]) 
                                            f"served by {ids[taken]}; give this model another "
                                            f"{what}"))
             continue
-        decision = decide(model, machine, env)
+        judges = unknown_judges(model, known, "in the files given")
+        decision = NotServed(model, "unplaceable", "; ".join(map(str, judges))) if judges \
+            else decide(model, machine, env)
         out.decisions.append(decision)
         if not isinstance(decision, NotServed):
             ids.update(dict.fromkeys(served, model.name))

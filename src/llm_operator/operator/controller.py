@@ -46,7 +46,7 @@ from llm_operator.telemetry import tracer_provider
 
 log = logging.getLogger("llm_operator.operator")
 FINALIZER = L.MCP_CLEANUP_FINALIZER
-SECRET_RECHECK_SECONDS = 10.0  # a model waiting for its Secret looks again this often
+RECHECK_SECONDS = 10.0  # a model waiting for its Secret or judge model looks again this often
 # What a model's own change must touch to be reconciled: not its status (we write that).
 _VOLATILE_META = ("resourceVersion", "managedFields")
 
@@ -328,8 +328,8 @@ class Controller:
                 log.warning("%s/%s: not created, the cluster does not serve their kind "
                             "(install KEDA / Prometheus-Operator to have them): %s", *key,
                             outcome.skipped)
-        if outcome.waiting_for_secret:
-            self.queue.add_after(key, SECRET_RECHECK_SECONDS)
+        if outcome.waiting_for_reference:
+            self.queue.add_after(key, RECHECK_SECONDS)
         elif outcome.recheck_after is not None:
             self.queue.add_after(key, outcome.recheck_after)
         self._admissions_changed(besides=key)

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 from opentelemetry.trace import NoOpTracer, Tracer
 
 from llm_operator.api import labels as L
+from llm_operator.api.references import declared_in, unknown_judges
 from llm_operator.api.v1alpha1 import API_VERSION, LLMModel
 from llm_operator.api.validation import Problem, parse_llmmodel
 from llm_operator.kube import FIELD_MANAGER, PLURALS, ApiError, Kube
@@ -166,7 +167,7 @@ class Outcome:
     phase: str | None = None
     events: list[Event] = field(default_factory=list)
     status_written: bool = False
-    waiting_for_secret: bool = False  # a Secret it needs is missing: look again soon
+    waiting_for_reference: bool = False  # a Secret or judge model it needs is missing: soon
     recheck_after: float | None = None  # look again then (a registration's Lease lapses)
     namespace_terminating: bool = False  # left alone: its namespace is being deleted
     labels_written: bool = False
@@ -230,12 +231,21 @@ async def _registration(kube: Kube, model: LLMModel, outcome: Outcome) -> Blocke
                    "it is not served until `llmop up --register` runs there again")
 
 
+# Blockers that another object's creation lifts: the model looks again soon, not at resync.
+RECHECKED = ("SecretMissing", "JudgeMissing")
+
+
 async def _blockers(kube: Kube, model: LLMModel, problems: list[Problem]) -> list[Blocker]:
     blockers = [Blocker.from_problem(p) for p in problems]
     for name, key, path in required_secrets(model):
         secret = await kube.get("v1", "secrets", model.namespace, name)
         if secret is None or key not in (secret.get("data") or {}):
             blockers.append(Blocker.secret_missing(name, key, path))
+    if model.spec.guardrails is not None and any(
+            g.judge for g in model.spec.guardrails.every_guard):
+        known = declared_in(await kube.list(API_VERSION, "llmmodels", None))
+        blockers += [Blocker.judge_missing(p)
+                     for p in unknown_judges(model, known, "in the cluster")]
     return blockers
 
 
@@ -385,7 +395,7 @@ async def reconcile(kube: Kube, doc: dict[str, Any], settings: Settings, *,
     expired = await _registration(kube, model, outcome)
     if expired is not None:
         blockers.append(expired)
-    outcome.waiting_for_secret = any(b.reason == "SecretMissing" for b in blockers)
+    outcome.waiting_for_reference = any(b.reason in RECHECKED for b in blockers)
     queued = None
     if model.spec.needs_accelerators and not blockers and admission is not None \
             and await _workload(view, model) is None:

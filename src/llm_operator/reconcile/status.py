@@ -67,6 +67,10 @@ class Blocker:
         return cls(blocker_reason(problem.path), str(problem))
 
     @classmethod
+    def judge_missing(cls, problem: Problem) -> Blocker:
+        return cls("JudgeMissing", str(problem))
+
+    @classmethod
     def secret_missing(cls, name: str, key: str, field_path: str) -> Blocker:
         return cls("SecretMissing", f"{field_path}: Secret {name!r} with key {key!r} does not "
                    "exist in the model's namespace: create it, or fix the name")
