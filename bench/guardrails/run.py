@@ -9,10 +9,10 @@ Run from the repository root with the project's virtualenv:
 (an input guard that masks every default PII type) and ``both`` (the same on input and
 output). Closed-loop clients (aiohttp, CPU 1) send chat completions for a fixed time; the
 routes take turns within each round, so drift on a shared machine hits all alike. Prompts:
-a short one (~90 characters) and a long one (~4,000) with an e-mail address and a card
-number in them, and a short one with nothing personal (no digit, no ``@``). Prints a
-Markdown table: medians over the rounds, and each guarded route's ratio to ``plain`` in
-the same run.
+a short one (~90 characters), a 2 KB one and a long one (~4,000) with an e-mail address
+and a card number in them, and a short one with nothing personal (no digit, no ``@``).
+Prints a Markdown table: medians over the rounds, and each guarded route's ratio to
+``plain`` in the same run.
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ ROUTES = ("plain", "input", "both")
 SHORT = "Please write to jane.doe@example.com and charge card 4111 1111 1111 1111 for order 7."
 FILLER = ("The quarterly report covers revenue, costs and the outlook for the next year. ")
 PROSE = "Write a short story about a lighthouse keeper who befriends a storm petrel."
-PROMPTS = {"short": SHORT, "long": FILLER * 25 + SHORT + " " + FILLER * 25,
+PROMPTS = {"short": SHORT, "2kb": FILLER * 12 + SHORT + " " + FILLER * 12,
+           "long": FILLER * 25 + SHORT + " " + FILLER * 25,
            "prose": PROSE}  # nothing personal, no digits, no @: the common case
 GUARD = {"name": "no-pii", "action": "mask", "pii": {}}
 

@@ -6,7 +6,7 @@ import pytest
 
 from llm_operator.api.guardrails import DEFAULT_PII_ENTITIES, PII_ENTITIES
 from llm_operator.guardrails.pii import PiiScanner, shared_scanner
-from llm_operator.guardrails.possible import possible
+from llm_operator.guardrails.possible import MARGIN, possible, regions
 
 
 @pytest.fixture(scope="module")
@@ -80,3 +80,47 @@ def test_only_what_a_text_could_hold_is_looked_for(text: str, kept: list[str]) -
 def test_nothing_a_recognizer_finds_is_filtered_out_first(text: str,
                                                           entities: list[str]) -> None:
     assert set(entities) <= set(possible(PII_ENTITIES, text))
+
+
+PROSE = "The quarterly report covers revenue, costs and the outlook for the next year. " * 12
+PERSONAL = "Write to jane.doe@example.com, card 4111 1111 1111 1111, or call (212) 414-0134."
+
+
+@pytest.mark.parametrize(("entities", "text", "holding"), [
+    # one place in a long prose: one part around it
+    (DEFAULT_PII_ENTITIES, f"{PROSE}call 212-414-0134 now {PROSE}", ["212-414-0134"]),
+    # two places far apart: two parts
+    (DEFAULT_PII_ENTITIES, f"card 4111 1111 1111 1111 {PROSE}{PROSE}mail a@example.com",
+     ["4111 1111 1111 1111", "a@example.com"]),
+    (DEFAULT_PII_ENTITIES, PROSE, []),  # nothing a default type needs: nothing to scan
+])
+def test_a_long_text_is_scanned_where_it_could_hold_something(
+        entities: list[str], text: str, holding: list[str]) -> None:
+    parts = regions(entities, text)
+    assert len(parts) == len(holding)
+    for (start, end), held in zip(parts, holding, strict=True):
+        at = text.index(held)
+        # the match and MARGIN characters each side (or the text's edge), whole words
+        assert start <= max(0, at - MARGIN) and end >= min(len(text), at + len(held) + MARGIN)
+        assert start == 0 or text[start - 1].isspace()
+        assert end == len(text) or text[end].isspace()
+        assert end - start < 3 * MARGIN
+
+
+@pytest.mark.parametrize(("entities", "text"), [
+    (["URL"], f"{PROSE}see example.com"),  # a type that can be written in letters alone
+    (DEFAULT_PII_ENTITIES, "call 212-414-0134 now"),  # parts would cover most of it
+])
+def test_otherwise_the_whole_text_is_scanned_once(entities: list[str], text: str) -> None:
+    assert regions(entities, text) == [(0, len(text))]
+
+
+@pytest.mark.parametrize("before", ["", PROSE, PROSE * 2])
+def test_what_is_found_in_a_part_is_where_it_is_in_the_whole(scanner: PiiScanner,
+                                                            before: str) -> None:
+    text = f"{before}{PERSONAL} {PROSE}"
+    found = scanner.find(text, DEFAULT_PII_ENTITIES, 0.4)
+    assert [(f.entity, text[f.start:f.end]) for f in found] == [
+        ("EMAIL_ADDRESS", "jane.doe@example.com"), ("CREDIT_CARD", "4111 1111 1111 1111"),
+        ("PHONE_NUMBER", "(212) 414-0134")]
+

@@ -37,7 +37,7 @@ class PiiGuardSpec(Wire):
     score_threshold: float = Field(
         0.4, ge=0, le=1, description="Findings scored below this are ignored (Presidio's "
         "scores: 1.0 for a checksum-valid card or IBAN, 0.5 for an SSN-shaped number, 0.4 "
-        "for a phone number without a word like 'phone' near it).")
+        "for a phone number; words near a match do not raise its score here).")
 
     @property
     def wanted(self) -> tuple[str, ...]:

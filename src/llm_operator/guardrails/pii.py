@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 import threading
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from llm_operator.guardrails.possible import possible
+from llm_operator.guardrails.possible import possible, regions
 
 LANGUAGE = "en"
 # Phone numbers must be grouped as their country writes them (libphonenumber's
@@ -25,6 +26,12 @@ LANGUAGE = "en"
 # precision went from 0.41 to 0.91 at the same recall (1.0); before, every invoice number
 # like INV-2026-000123 and a quarter of the IP addresses were phone numbers.
 PHONE_LENIENCY = 2
+# Where a phone number could be: a run of digits and the separators numbers are written
+# with, holding five digits or more. The phonenumbers library reads only these (and the
+# character on each side, which tells a number from part of a word): over a whole text,
+# for eight regions, it took 2.9 of a short prompt's 4.7 ms.
+PHONE_RUN = re.compile(r"[+(]?\d[\d\s().\-/]*\d")
+PHONE_DIGITS = 5
 
 
 class Finding(NamedTuple):
@@ -50,8 +57,12 @@ class PiiScanner:
 
     def __init__(self) -> None:
         import spacy  # noqa: PLC0415  (seconds to import: only where a guard needs it)
-        from presidio_analyzer import AnalyzerEngine, RecognizerRegistry  # noqa: PLC0415
-        from presidio_analyzer.nlp_engine import SpacyNlpEngine  # noqa: PLC0415
+        from presidio_analyzer import (  # noqa: PLC0415
+            AnalyzerEngine,
+            RecognizerRegistry,
+            RecognizerResult,
+        )
+        from presidio_analyzer.nlp_engine import NlpArtifacts, SpacyNlpEngine  # noqa: PLC0415
         from presidio_analyzer.predefined_recognizers import PhoneRecognizer  # noqa: PLC0415
         from presidio_anonymizer import AnonymizerEngine  # noqa: PLC0415
 
@@ -75,7 +86,25 @@ class PiiScanner:
             presidio.setLevel(level)
         registry.remove_recognizer("SpacyRecognizer")  # NER: needs a trained pipeline
         registry.remove_recognizer("PhoneRecognizer")
-        registry.add_recognizer(PhoneRecognizer(leniency=PHONE_LENIENCY))
+
+        class PhoneRuns(PhoneRecognizer):
+            """Presidio's phone recognizer, over the runs of a text that could be numbers."""
+
+            def analyze(self, text: str, entities: list[str],
+                        nlp_artifacts: NlpArtifacts | None = None) -> list[RecognizerResult]:
+                found = []
+                for run in PHONE_RUN.finditer(text):
+                    if sum(c.isdigit() for c in run.group()) < PHONE_DIGITS:
+                        continue
+                    start, end = max(0, run.start() - 1), min(len(text), run.end() + 1)
+                    for result in super().analyze(  # its own default is None too
+                            text[start:end], entities, nlp_artifacts):  # type: ignore[arg-type]
+                        result.start += start
+                        result.end += start
+                        found.append(result)
+                return found
+
+        registry.add_recognizer(PhoneRuns(leniency=PHONE_LENIENCY))
         self._analyzer = AnalyzerEngine(nlp_engine=nlp, registry=registry,
                                         supported_languages=[LANGUAGE])
         self._anonymizer = AnonymizerEngine()  # type: ignore[no-untyped-call]
@@ -89,11 +118,14 @@ class PiiScanner:
         wanted = possible(entities, text)  # what it cannot hold is not looked for
         if not wanted:
             return []
+        found = []
         with self._lock:
-            results = self._analyzer.analyze(text=text, language=LANGUAGE, entities=wanted,
-                                             score_threshold=threshold)
-        return sorted((Finding(r.entity_type, r.start, r.end, r.score) for r in results),
-                      key=lambda f: (f.start, f.end))
+            for start, end in regions(wanted, text):  # the parts that could hold them
+                results = self._analyzer.analyze(text=text[start:end], language=LANGUAGE,
+                                                 entities=wanted, score_threshold=threshold)
+                found += [Finding(r.entity_type, r.start + start, r.end + start, r.score)
+                          for r in results]
+        return sorted(found, key=lambda f: (f.start, f.end))
 
     def mask(self, text: str, findings: Sequence[Finding]) -> str:
         """``text`` with each finding replaced by ``<ENTITY_TYPE>`` (overlaps merged)."""

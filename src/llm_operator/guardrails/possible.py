@@ -1,10 +1,12 @@
-"""Which PII entity types a text could hold at all, by what each needs (pure, cheap).
+"""Which PII entity types a text could hold, and where, by what each needs (pure, cheap).
 
 Presidio runs every asked recognizer over the whole text; its phone recognizer alone (the
 phonenumbers library, over several regions) costs two thirds of a short prompt's check
 (bench/guardrails). Most prompts are prose: a card needs a dozen digits, an e-mail
 address an ``@``. These are necessary conditions only, never a finding: a type that could
-be there is still left to its recognizer.
+be there is still left to its recognizer. ``regions`` goes one step further: the parts of
+a long text that could hold any of the types, with the words around them, so that the
+rest of a 2 KB prompt is never tokenized or scanned.
 """
 
 from __future__ import annotations
@@ -13,8 +15,12 @@ import re
 from collections.abc import Callable, Sequence
 
 DIGITS = "0123456789"
-IP = re.compile(r"\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}|[0-9A-Fa-f]*:[0-9A-Fa-f]*:")  # v4, v6
-MAC = re.compile(r"[0-9A-Fa-f]{2}([:-])[0-9A-Fa-f]{2}\1|[0-9A-Fa-f]{4}\.[0-9A-Fa-f]{4}\.")
+# Each begins with a separator, which the regular expression engine skips to: a search over
+# a 4 KB prompt costs microseconds, where one that begins with a hex digit tries at every
+# letter a to f of the prose.
+IP = re.compile(r"\.\d{1,3}\.\d{1,3}\.|:[0-9A-Fa-f]*:")  # inside any IPv4, IPv6 address
+MAC = re.compile(r"[:-][0-9A-Fa-f]{2}[:-]|\.[0-9A-Fa-f]{4}\.")  # inside 01:23:45.., 0123.4567..
+LONG_WORD = 26  # a wallet address: 26 characters or more without a space
 
 
 def _digits(text: str) -> int:
@@ -37,9 +43,58 @@ NEEDS: dict[str, tuple[int, Callable[[str], bool] | None]] = {
     "URL": (0, lambda t: "." in t),
     "IP_ADDRESS": (0, lambda t: IP.search(t) is not None),
     "MAC_ADDRESS": (0, lambda t: MAC.search(t) is not None),
-    # a wallet address: 26 characters or more without a space
-    "CRYPTO": (0, lambda t: any(len(word) >= 26 for word in t.split())),
+    "CRYPTO": (0, lambda t: max(map(len, t.split()), default=0) >= LONG_WORD),
 }
+
+
+# Every match of these types holds one of ANCHOR's matches: a digit, an "@", a colon or a
+# MAC address's separator, or (a wallet address) a word of 26 characters or more. URL,
+# DATE_TIME and the license numbers can be written in letters alone: with them the whole
+# text is scanned.
+ANCHORED = frozenset({"CREDIT_CARD", "PHONE_NUMBER", "US_SSN", "US_ITIN", "US_BANK_NUMBER",
+                      "US_PASSPORT", "UK_NHS", "IBAN_CODE", "EMAIL_ADDRESS", "IP_ADDRESS",
+                      "MAC_ADDRESS", "CRYPTO"})
+ANCHOR = re.compile(r"[\d@:]+|" + MAC.pattern)
+LONG = re.compile(rf"\S{{{LONG_WORD},}}")
+# Characters kept on each side of an anchor: the longest match that reaches beyond its
+# anchor (an e-mail address's local part and domain) and the five words of context
+# Presidio reads around a match ("card", "phone", "ssn" raise a score).
+MARGIN = 100
+WHOLE = 0.75  # regions covering more of the text than this: scan it whole, in one pass
+
+
+def regions(entities: Sequence[str], text: str) -> list[tuple[int, int]]:
+    """(start, end) of the parts of ``text`` to scan for ``entities``, in order.
+
+    Each part runs from whitespace to whitespace, so no word is cut and a pattern's word
+    boundaries fall where they would in the whole text.
+    """
+    if not set(entities) <= ANCHORED:
+        return [(0, len(text))]
+    spans: list[tuple[int, int]] = []
+    anchors = [m.span() for m in ANCHOR.finditer(text)]
+    if "CRYPTO" in entities and NEEDS["CRYPTO"][1] is not None and NEEDS["CRYPTO"][1](text):
+        anchors = sorted(anchors + [m.span() for m in LONG.finditer(text)])
+    for at, until in anchors:
+        start, end = max(0, at - MARGIN), min(len(text), until + MARGIN)
+        if spans and start <= spans[-1][1]:
+            spans[-1] = (spans[-1][0], max(spans[-1][1], end))
+        else:
+            spans.append((start, end))
+    out: list[tuple[int, int]] = []
+    for near_start, near_end in spans:
+        start, end = near_start, near_end
+        while start > 0 and not text[start - 1].isspace():
+            start -= 1
+        while end < len(text) and not text[end].isspace():
+            end += 1
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    if sum(e - s for s, e in out) > WHOLE * len(text):
+        return [(0, len(text))]
+    return out
 
 
 def possible(entities: Sequence[str], text: str) -> list[str]:
