@@ -57,8 +57,8 @@ ANCHORED = frozenset({"CREDIT_CARD", "PHONE_NUMBER", "US_SSN", "US_ITIN", "US_BA
 ANCHOR = re.compile(r"[\d@:]+|" + MAC.pattern)
 LONG = re.compile(rf"\S{{{LONG_WORD},}}")
 # Characters kept on each side of an anchor: the longest match that reaches beyond its
-# anchor (an e-mail address's local part and domain) and the five words of context
-# Presidio reads around a match ("card", "phone", "ssn" raise a score).
+# anchor (an e-mail address's local part and domain), and the five words of context that
+# Presidio would read around a match with a lemmatizer installed.
 MARGIN = 100
 WHOLE = 0.75  # regions covering more of the text than this: scan it whole, in one pass
 
@@ -73,7 +73,7 @@ def regions(entities: Sequence[str], text: str) -> list[tuple[int, int]]:
         return [(0, len(text))]
     spans: list[tuple[int, int]] = []
     anchors = [m.span() for m in ANCHOR.finditer(text)]
-    if "CRYPTO" in entities and NEEDS["CRYPTO"][1] is not None and NEEDS["CRYPTO"][1](text):
+    if "CRYPTO" in entities:
         anchors = sorted(anchors + [m.span() for m in LONG.finditer(text)])
     for at, until in anchors:
         start, end = max(0, at - MARGIN), min(len(text), until + MARGIN)
