@@ -33,24 +33,25 @@ BUFFER = re.compile(r"(\S+) (model|KV|compute|output|RS) buffer size =\s+([\d.]+
 PORT = 18080
 
 
-def gpu_used_mib() -> int | None:
-    """The whole card's used memory (MiB), or None without nvidia-smi."""
+def smi(query: str) -> str | None:
+    """nvidia-smi's answer to one ``--query-...=`` option as CSV, or None without it."""
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used",
-                              "--format=csv,noheader,nounits"], capture_output=True,
-                             text=True, timeout=10, check=True).stdout
+        return subprocess.run(["nvidia-smi", query, "--format=csv,noheader,nounits"],
+                              capture_output=True, text=True, timeout=10, check=True).stdout
     except (OSError, subprocess.SubprocessError):
         return None
-    return int(out.split()[0])
+
+
+def gpu_used_mib() -> int | None:
+    """The whole card's used memory (MiB), or None without nvidia-smi."""
+    out = smi("--query-gpu=memory.used")
+    return int(out.split()[0]) if out else None
 
 
 def process_mib(pid: int) -> int | None:
     """What nvidia-smi charges to one process (MiB)."""
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory",
-                              "--format=csv,noheader,nounits"], capture_output=True,
-                             text=True, timeout=10, check=True).stdout
-    except (OSError, subprocess.SubprocessError):
+    out = smi("--query-compute-apps=pid,used_memory")
+    if out is None:
         return None
     for line in out.splitlines():
         parts = [p.strip() for p in line.split(",")]

@@ -84,18 +84,15 @@ def estimate_memory(
                     context_tokens)
 
 
-def kv_cells(model: ModelFileStatus, context_tokens: int, slots: int) -> tuple[int, int]:
-    """(cells of a full-attention layer, cells of a sliding-window layer) in llama.cpp.
+def window_cells(window: int, context_tokens: int, slots: int) -> int:
+    """KV cells of a sliding-window layer in llama.cpp (a full layer holds the context).
 
-    A full layer holds the whole context; a sliding-window layer, per slot, the window
-    plus one micro-batch, rounded up to 256 cells, and never more than the slot's context.
+    Per slot, the window plus one micro-batch, rounded up to 256 cells, and never more than
+    the slot's context.
     """
-    window = model.sliding_window
-    if not window or not model.sliding_window_layers:
-        return context_tokens, context_tokens
     per_slot = context_tokens // max(slots, 1)
     padded = -(-(window + UBATCH_TOKENS) // KV_CELL_BLOCK) * KV_CELL_BLOCK
-    return context_tokens, max(slots, 1) * min(per_slot, padded)
+    return max(slots, 1) * min(per_slot, padded)
 
 
 def estimate_from_file(model: ModelFileStatus, context_tokens: int,
@@ -105,7 +102,7 @@ def estimate_from_file(model: ModelFileStatus, context_tokens: int,
 
     Its size for the weights; its layers, key/value heads and head widths for the KV cache
     (16-bit K and V), with sliding-window layers holding only their window per slot
-    (``kv_cells``; ``context_tokens`` is the total over ``slots``). None when the header
+    (``window_cells``; ``context_tokens`` is the total over ``slots``). None when the header
     lacks what the KV cache needs (then the parameter count decides).
     """
     layers, heads, width = model.layers, model.head_count, model.embedding_length
@@ -114,9 +111,10 @@ def estimate_from_file(model: ModelFileStatus, context_tokens: int,
     key = model.key_length or width / heads
     value = model.value_length or key
     per_cell = (model.head_count_kv or heads) * (key + value) * 2
-    windowed = min(model.sliding_window_layers or 0, layers)
-    full_cells, window_cells = kv_cells(model, context_tokens, slots)
-    kv = per_cell * ((layers - windowed) * full_cells + windowed * window_cells) / GIB
+    windowed = min(model.sliding_window_layers or 0, layers) if model.sliding_window else 0
+    cells = (layers - windowed) * context_tokens + windowed * window_cells(
+        model.sliding_window or 0, context_tokens, slots)
+    kv = per_cell * cells / GIB
     weights = model.size_bytes / GIB
     return Estimate(weights, kv, overhead_gib(weights, on_accelerator, gguf_engine),
                     context_tokens)

@@ -129,7 +129,8 @@ def plan(model: LLMModel, min_cache_gib: int = 20) -> Plan:
     cache = cache_size_gib(est, min_cache_gib)
     file = model.status.model if model.status else None
     measured = estimate_from_file(file, context, on_accelerator=on_accel,
-                                  slots=parallel_slots(spec)) if file else None
+                                  slots=parallel_slots(spec),
+                                  gguf_engine=eng.gguf_only) if file else None
     lora = adapter_memory(spec, file.embedding_length if measured and file else None,
                           file.layers if measured and file else None)
     chosen = replace(measured or est, adapters_gib=lora.gib if lora else 0.0)
