@@ -12,9 +12,10 @@ import asyncio
 import contextlib
 import json
 import sqlite3
+import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ from aiohttp.test_utils import TestServer
 from llm_operator.access.keyring import digest
 from llm_operator.batch.redis_store import RedisBatchStore
 from llm_operator.batch.runner import RUN_HEADER, RunnerSettings
-from llm_operator.batch.state import FINISHED
+from llm_operator.batch.state import FINISHED, Batch
 from llm_operator.batch.store import BatchStore, Store
 from llm_operator.gateway import batches
 from llm_operator.gateway.app import Gateway
@@ -402,6 +403,55 @@ async def test_a_store_that_fills_fails_the_batch_saying_so_and_keeps_its_result
     assert "database or disk is full" in (error.message or "")
     kept = store.done_lines(batch.id)
     assert 0 < len(kept) < 60  # what was recorded before the disk filled is kept
+
+
+class FullAfterOneResult(BatchStore):
+    """A store whose second result write finds the disk full while the first worker's
+    progress write (its state read when the write began) is still under way in its thread."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.records = 0
+        self.progress_writing = threading.Event()
+        self.failure_stored = threading.Event()
+        self.progress_written = threading.Event()
+
+    def record(self, batch_id: str, line: int, kind: Any, body: dict[str, Any]) -> None:
+        self.records += 1
+        if self.records == 2:
+            assert self.progress_writing.wait(10), "the first worker's write never began"
+            raise sqlite3.OperationalError("database or disk is full")
+        super().record(batch_id, line, kind, body)
+
+    def save(self, batch: Batch) -> None:
+        if batch.status == "failed":
+            super().save(batch)
+            self.failure_stored.set()
+        elif self.records >= 1 and not self.progress_writing.is_set():
+            as_it_was = Batch(**asdict(batch))
+            self.progress_writing.set()
+            # a slow disk: the failure, if stored meanwhile, would be overwritten. The
+            # runner must not store it meanwhile, so this waits out its bound then writes.
+            self.failure_stored.wait(1)
+            super().save(as_it_was)
+            self.progress_written.set()
+        else:
+            super().save(batch)
+
+
+async def test_a_failure_is_stored_after_the_writes_under_way_never_under_them(
+        tmp_path: Path, upstream: tuple[FakeUpstream, str]) -> None:
+    """A failed store write stops the other worker while its own write is in a thread:
+    the batch's failure is stored once that write has landed (a flake of the test above,
+    where the stored batch read "in_progress" after the runner said it failed)."""
+    store = FullAfterOneResult(tmp_path / "b.db")
+    async with front(store, upstream[1]) as gw, gw.sdk() as sdk:
+        batch_id = await run_batch(sdk, jsonl(*(chat(f"r{i}") for i in range(4))))
+        assert await gw.until_finished(batch_id) == "failed"
+        assert await asyncio.to_thread(store.progress_written.wait, 10)
+        stored = store.batch(batch_id, "")
+    assert stored is not None and stored.status == "failed", stored
+    assert stored.errors[0]["code"] == "store_write_failed"
 
 
 async def test_a_store_that_restarts_mid_batch_holds_the_batch_up_and_loses_nothing(

@@ -18,7 +18,7 @@ import logging
 import secrets
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -135,11 +135,14 @@ class BatchRunner:
         """A store call off the event loop, waited out while the store is unreachable.
 
         A restarting Redis is an outage, not a failure: the call is tried again every
-        ``retry_seconds`` (said once in the log), so the batch goes on where it was.
+        ``retry_seconds`` (said once in the log), so the batch goes on where it was. A call
+        cancelled midway (a worker stopped when another's write failed) returns only once
+        its thread has: a write under way lands before what follows the cancel, never over
+        it (a batch stored as failed, then overwritten as in progress).
         """
         while True:
             try:
-                result = await asyncio.to_thread(call, *args)
+                result = await _finished(asyncio.to_thread(call, *args))
             except self.store.outages as exc:
                 if self.outage is None:
                     log.warning("the batch store is unreachable (%s); batches wait for it, "
@@ -335,3 +338,15 @@ def _retry_after(header: str | None, default: float) -> float:
         return max(0.1, float(header)) if header else default
     except ValueError:
         return default
+
+
+async def _finished(call: Awaitable[T]) -> T:
+    """``call``'s result; cancelled, its work (a thread) is waited out before the cancel."""
+    running = asyncio.ensure_future(call)
+    try:
+        return await asyncio.shield(running)
+    except asyncio.CancelledError:
+        await asyncio.wait([running])
+        if not running.cancelled():
+            running.exception()  # retrieved: the cancel is what the caller sees
+        raise
