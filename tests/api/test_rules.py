@@ -283,6 +283,18 @@ CASES: list[tuple[str, dict[str, Any], set[str]]] = [
      {"dra-without-gpu-sharing"}),
     ("roles claimed with DRA", {"resources": {"allocation": "dra"},
                                 "serving": {"disaggregation": PD}}, {"dra-without-roles"}),
+    # pools: llama.cpp's router mode, one pod per replica, no adapters
+    ("a llama.cpp model in a pool", {**LLAMA_CPU, "pool": {"name": "small", "maxLoaded": 2}},
+     set()),
+    ("a vLLM model in a pool", {"pool": {"name": "small"}}, {"pool-engine"}),
+    ("a remote model in a pool", {**REMOTE, "pool": {"name": "small"}},
+     {"pool-for-local-models"}),
+    ("a pooled model across nodes", {**LLAMA_CPU, "pool": {"name": "small"},
+                                     "serving": {"nodes": 2}},
+     {"pool-one-pod", "multi-node-engines", "multi-node-vendors"}),
+    ("a pooled model with adapters", {**LLAMA_CPU, "pool": {"name": "small"}, "loraAdapters": [
+        {"name": "sql", "source": {"type": "huggingface", "repo": "acme/sql-lora"}}]},
+     {"pool-no-adapters"}),
     ("images prefetched", {"scaling": {"prefetchImages": True}}, set()),
     ("a remote model's images prefetched", {**REMOTE, "scaling": {"prefetchImages": True}},
      {"prefetch-local"}),

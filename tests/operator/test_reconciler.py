@@ -93,6 +93,21 @@ async def test_missing_secret_fails_and_creates_nothing(cluster: Cluster, kube: 
     assert [e["type"] for e in cluster.objects_of("v1", "events")] == ["Warning"]
 
 
+async def test_a_pooled_model_is_refused_saying_pools_run_under_llmop_up(
+        cluster: Cluster, kube: Kube) -> None:
+    """The operator does not run pools yet: a pooled model fails saying so, rather than
+    getting pods of its own that would hold the memory the pool was meant to share."""
+    await add_secret(kube, "hf-token", "token")
+    doc = await add_model(kube, "qwen35-9b-cpu", inferenceEngine="llamacpp",
+                          pool={"name": "small", "maxLoaded": 2})
+    outcome = await reconcile(kube, doc, Settings())
+    assert outcome.phase == "Failed" and kinds(cluster) == []
+    placed = next(c for c in (await current(kube, "qwen35-9b-cpu"))["status"]["conditions"]
+                  if c["type"] == "Placed")
+    assert placed["reason"] == "PoolUnsupported"
+    assert placed["message"].startswith("spec.pool: pool small is served by `llmop up`")
+
+
 JUDGED = {"output": [{"name": "safety", "judge": {"model": "ai-models/guard",
                                                   "family": "llama-guard-3"}}]}
 

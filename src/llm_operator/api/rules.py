@@ -8,6 +8,7 @@ from typing import Any
 from llm_operator.api import vllm_cpu
 from llm_operator.api.formats import LABEL_KEY, RESERVED_POD_KEY_PREFIXES
 from llm_operator.api.gpu_rules import DRA_RULES, GPU_RULES
+from llm_operator.api.pool_rules import POOL_RULES
 from llm_operator.api.rule import ENGINE, VENDOR, Rule, is_local
 from llm_operator.api.serving_rules import SERVING_RULES, asked_nodes
 from llm_operator.api.v1alpha1 import LLMModel, LLMModelSpec
@@ -413,6 +414,7 @@ RULES: tuple[Rule, ...] = (
         holds=lambda api: api.api != "gemini" or gemini_url_fits(api.base_url, api.api),
     ),
     *SERVING_RULES,
+    *POOL_RULES,
     *GPU_RULES,
     *DRA_RULES,
     Rule(

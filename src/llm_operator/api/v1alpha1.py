@@ -22,6 +22,7 @@ from llm_operator.api.guardrails import GuardrailsSpec
 from llm_operator.api.lora import LoraAdapterSpec
 from llm_operator.api.mig import PROFILE as MIG_PROFILE
 from llm_operator.api.model_status import SHA256_HEX, LLMModelStatus
+from llm_operator.api.pool import PoolSpec
 from llm_operator.api.serving import ServingSpec
 from llm_operator.api.wire import Wire
 
@@ -408,6 +409,11 @@ class LLMModelSpec(Wire):
         None, description="How one replica spreads over pods (local vllm and sglang models): "
         "across nodes, or as separate prefill and decode roles; unset: one pod per replica, "
         "as many nodes as the planner finds the model needs.")
+    pool: PoolSpec | None = Field(
+        None, description="Serve this model from a pool shared with other LLMModels "
+        "(docs/model-pools.md): one engine, at most pool.maxLoaded members loaded at once, "
+        "the others loaded on their first request. Local llamacpp models; every member of a "
+        "pool declares the same pool, engine and vendor.")
 
     @field_validator("domains")
     @classmethod

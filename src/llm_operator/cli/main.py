@@ -33,6 +33,7 @@ from llm_operator.cli.model_image import model_image
 from llm_operator.cli.router import router
 from llm_operator.cli.verify import model_verify
 from llm_operator.profiles.planner import Plan, plan
+from llm_operator.profiles.pool import across_pools
 from llm_operator.profiles.settings import Settings
 from llm_operator.registry.query import ANY_PHASE, SERVING_PHASES, Query, select, summary
 from llm_operator.render import RenderError, placement_problems, render
@@ -163,19 +164,23 @@ def validate(paths: tuple[str, ...], settings_path: str | None) -> None:
 
     Prints one line per problem (file, object, field path, what to change) and one OK line
     per valid document; exits 1 if any document has a problem. A guard's judge must be one
-    of the documents given (its modelId or namespace/name): give its file too.
+    of the documents given (its modelId or namespace/name): give its file too, as every
+    member of a pool (spec.pool), which must agree and fit together.
     """
     settings = _settings(settings_path)
     out, err = Console(highlight=False), Console(stderr=True, highlight=False)
     outcomes: list[Outcome] = []
     _run(paths, outcomes.append)  # every document first: a judge may be declared in another
-    known = declared(o.model for o in outcomes if o.model is not None)
+    models = [o.model for o in outcomes if o.model is not None]
+    known = declared(models)
+    pooled = across_pools(models, "among the documents given")
     for outcome in outcomes:
         if outcome.model is not None:
             model_plan = plan(outcome.model, settings.storage.min_size_gi_b)
             outcome.problems = [
                 *placement_problems(outcome.model, settings, model_plan),
-                *unknown_judges(outcome.model, known, "among the documents given")]
+                *unknown_judges(outcome.model, known, "among the documents given"),
+                *pooled.get((outcome.model.namespace, outcome.model.name), [])]
             if not outcome.problems:
                 note = f" ({model_plan.verdict}: {model_plan.reason})" \
                     if model_plan.verdict == "tight" else ""

@@ -11,7 +11,8 @@ from rich.table import Table
 from rich.text import Text
 
 STYLES = {"Ready": "green", "Proxying": "green", "Starting": "yellow", "Downloading": "yellow",
-          "Pending": "yellow", "Failed": "red", "Skipped": "dim", "Unplaceable": "magenta"}
+          "Pending": "yellow", "Failed": "red", "Skipped": "dim", "Unplaceable": "magenta",
+          "Standby": "cyan", "Loading": "yellow"}
 MIB = 1024 * 1024
 # The first request shown (as in the README): a completion, which base models answer too.
 TRY = {"model": "", "max_tokens": 32, "stop": ["\n"], "temperature": 0,
@@ -28,7 +29,7 @@ def _detail(row: dict[str, Any]) -> RenderableType:
         grid = Table.grid(padding=(0, 1))
         grid.add_row(bar, Text(label))
         return grid
-    if row["phase"] in ("Ready", "Proxying") and row["where"] != "-":
+    if row["phase"] in ("Ready", "Proxying", "Standby", "Loading") and row["where"] != "-":
         return Text(f"{row['where']}, {row['detail']}" if row["detail"] else row["where"])
     return Text(row["detail"])
 

@@ -12,6 +12,7 @@ from llm_operator.api.model_status import ModelFileStatus
 from llm_operator.api.v1alpha1 import LLMModel
 from llm_operator.api.validation import InvalidModel, object_label, parse_llmmodel
 from llm_operator.local.placement import Decision, LocalServe, RemoteProxy
+from llm_operator.local.pool_run import PoolRun
 from llm_operator.local.process import Supervised
 from llm_operator.mcp_server.sources import DirectoryCache
 
@@ -30,13 +31,16 @@ class Entry:
     model_file: ModelFileStatus | None = None  # what the GGUF header says, once checked
     supervised: Supervised | None = None
     task: asyncio.Task[None] | None = None
+    pool: PoolRun | None = None  # the pool serving it, once its file is ready for the pool
 
     @property
     def model(self) -> LLMModel:
         return self.decision.model
 
     def current(self) -> tuple[str, str, int]:
-        """(phase, detail, restarts), from the process once there is one."""
+        """(phase, detail, restarts), from the process (or its pool's) once there is one."""
+        if self.pool is not None and (pooled := self.pool.state_of(self.model.spec.model_id)):
+            return pooled
         if self.supervised is not None:
             state = self.supervised.state
             return state.phase, state.detail, state.restarts

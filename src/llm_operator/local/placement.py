@@ -7,11 +7,15 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from llm_operator.api.model_status import ModelFileStatus
+from llm_operator.api.pools import pools
 from llm_operator.api.references import declared, unknown_judges
 from llm_operator.api.v1alpha1 import LLMModel
+from llm_operator.api.validation import Problem
 from llm_operator.profiles.estimate import DEFAULT_CONTEXT_TOKENS, GIB, estimate_from_file
+from llm_operator.profiles.llama_router import Member, models_preset
 from llm_operator.profiles.llamaserver import Where, llama_server_args, parallel_slots
 from llm_operator.profiles.planner import plan
+from llm_operator.profiles.pool import across_pools, plan_pool
 from llm_operator.render.remote import gateway_route
 
 LOCAL_ENGINES = ("llamacpp", "ollama")
@@ -207,4 +211,37 @@ def arrange(models: Sequence[LLMModel], machine: Machine, env: Collection[str]) 
         out.decisions.append(decision)
         if not isinstance(decision, NotServed):
             ids.update(dict.fromkeys(served, model.name))
+    _pooled(out, machine)
     return out
+
+
+def _pooled(out: Arrangement, machine: Machine) -> None:
+    """Pools whose members disagree, or do not fit together, serve none of those members.
+
+    Only the members this machine serves count: one left out leaves its pool smaller.
+    """
+    served = [d.model for d in out.served]
+    problems = across_pools(served, "in the files given")
+    for (namespace, name), members in pools(served).items():
+        need = plan_pool(members).need_gib
+        if any((namespace, m.name) in problems for m in members) \
+                or need <= machine.memory_gib:
+            continue
+        for member in members:
+            problems.setdefault((namespace, member.name), []).append(Problem(
+                "spec.pool.maxLoaded", f"pool {name} needs ~{need:.1f} GiB with its "
+                f"{member.spec.pool.max_loaded if member.spec.pool else 0} largest members "
+                f"loaded and this machine has {machine.memory_gib:.1f} GiB: lower maxLoaded"))
+    for serve in out.served:
+        if serve.model.spec.pool is not None:
+            try:
+                models_preset([Member(serve.model.spec.model_id, "", serve.server_args("", 0))])
+            except ValueError as exc:
+                problems.setdefault((serve.model.namespace, serve.model.name), []).append(
+                    Problem("spec.engineArgs", f"{exc}: a pool's members load from one "
+                            "preset file; give the value without newlines or outer spaces"))
+    for i, decision in enumerate(out.decisions):
+        found = problems.get((decision.model.namespace, decision.model.name))
+        if found and isinstance(decision, LocalServe):
+            out.decisions[i] = NotServed(decision.model, "unplaceable",
+                                         "; ".join(map(str, found)))

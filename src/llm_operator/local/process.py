@@ -74,19 +74,21 @@ class Supervised:
     """Run a llama-server ``argv`` until stopped, restarting it with backoff when it dies.
 
     It counts as Ready once ``{base_url}/health`` answers 200; while Ready its /metrics and
-    /slots are read every five ``poll_seconds`` into ``state.load``. Output goes to
+    /slots are read every five ``poll_seconds`` into ``state.load`` (unless not
+    ``follow_load``: a router process, whose /metrics and /slots are its members'). Output goes to
     ``log_path``; when the process ends, the reason it gave there is the state's detail.
     ``on_change`` is called after every state change (from the event loop).
     """
 
     def __init__(self, name: str, argv: Sequence[str], *, base_url: str, log_path: Path,
                  on_change: Callable[[], None], timing: Timing | None = None,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, follow_load: bool = True) -> None:
         self.name, self.argv, self.base_url = name, list(argv), base_url
         self.health_url = f"{base_url}/health"
         self.log_path, self.on_change = log_path, on_change
         self.timing = timing or Timing()
         self.env = env
+        self.follow_load = follow_load
         self.state = ProcessState("Starting", "launching")
         self._proc: asyncio.subprocess.Process | None = None
 
@@ -151,7 +153,8 @@ class Supervised:
             if healthy:
                 self._set("Ready", f"pid {proc.pid}")
                 log.info("%s: ready (pid %d)", self.name, proc.pid)
-                await self._follow_load(session, exited)
+                if self.follow_load:
+                    await self._follow_load(session, exited)
                 code = await exited
             elif exited.done():
                 code = exited.result()

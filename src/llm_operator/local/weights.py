@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import importlib
 import inspect
 import json
@@ -112,6 +114,29 @@ def _already_verified(target: Path, distribution: str) -> bool:
         return False
 
 
+def _assembled(call: Callable[[], Any], target: Path | None, distribution: str) -> Any:
+    """``call``'s result, under an exclusive lock on the target file.
+
+    Models of one package (a pool's members, started at once) or two `llmop up`s assemble
+    it once: the others wait, then find it verified. Unlocked, one checked the file while
+    another wrote it ("already exists with an unexpected sha256").
+    """
+    if target is None:
+        return call()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with target.with_name(f"{target.name}.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when closed
+        if _already_verified(target, distribution):
+            return target
+        result = call()
+        if Path(result) == target:
+            with contextlib.suppress(WeightsError):
+                _check_gguf(target, "")
+                if (stamp := _stamp(target, distribution)) is not None:
+                    _marker(target).write_text(stamp, encoding="utf-8")
+        return result
+
+
 async def locate(model: LLMModel, base_dir: Path, cache_dir: Path,
                  progress: Progress | None = None) -> Path:
     """The model's GGUF file.
@@ -130,7 +155,7 @@ async def locate(model: LLMModel, base_dir: Path, cache_dir: Path,
     call, target, total = await asyncio.to_thread(_assembly, distribution, cache_dir)
     if target is not None and _already_verified(target, distribution):
         return target
-    task = asyncio.create_task(asyncio.to_thread(call))
+    task = asyncio.create_task(asyncio.to_thread(_assembled, call, target, distribution))
     while not task.done():
         if progress is not None:
             done = target.stat().st_size if target is not None and target.exists() else 0
@@ -142,9 +167,6 @@ async def locate(model: LLMModel, base_dir: Path, cache_dir: Path,
         raise WeightsError(f"modelSource.pythonPackage {distribution}: assemble() failed: "
                            f"{exc}") from None
     path = _check_gguf(Path(result), f"{distribution}'s assemble() result")
-    stamp = _stamp(path, distribution) if path == target else None
-    if stamp is not None:
-        _marker(path).write_text(stamp, encoding="utf-8")
     if progress is not None:
         size = path.stat().st_size
         progress(size, size)

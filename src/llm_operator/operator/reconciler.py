@@ -237,6 +237,8 @@ RECHECKED = ("SecretMissing", "JudgeMissing")
 
 async def _blockers(kube: Kube, model: LLMModel, problems: list[Problem]) -> list[Blocker]:
     blockers = [Blocker.from_problem(p) for p in problems]
+    if model.spec.pool is not None and not model.spec.is_remote:
+        blockers.append(Blocker.pool_not_in_clusters(model.spec.pool.name))
     for name, key, path in required_secrets(model):
         secret = await kube.get("v1", "secrets", model.namespace, name)
         if secret is None or key not in (secret.get("data") or {}):

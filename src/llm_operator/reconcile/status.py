@@ -71,6 +71,13 @@ class Blocker:
         return cls("JudgeMissing", str(problem))
 
     @classmethod
+    def pool_not_in_clusters(cls, pool: str) -> Blocker:
+        """A pooled model: pools run under `llmop up` only, so far (docs/model-pools.md)."""
+        return cls("PoolUnsupported", f"spec.pool: pool {pool} is served by `llmop up`; the "
+                   "operator does not run pools yet (docs/model-pools.md): remove spec.pool "
+                   "to serve this model on its own pods, or serve the pool with `llmop up`")
+
+    @classmethod
     def secret_missing(cls, name: str, key: str, field_path: str) -> Blocker:
         return cls("SecretMissing", f"{field_path}: Secret {name!r} with key {key!r} does not "
                    "exist in the model's namespace: create it, or fix the name")

@@ -1,0 +1,31 @@
+"""Model pools: several LLMModels served by one engine that loads at most N of them at once."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from llm_operator.api.formats import DNS1035_LABEL
+from llm_operator.api.wire import Wire
+
+# The engines a pool runs on: llama-server's router mode loads and unloads its members.
+POOL_ENGINES = ("llamacpp",)
+POOL_NAME_MAX = 40  # "<pool>-pool" names its Deployment and Service
+
+
+class PoolSpec(Wire):
+    """The pool a model belongs to. Every member declares the same pool settings."""
+
+    name: str = Field(
+        min_length=1, max_length=POOL_NAME_MAX, pattern=DNS1035_LABEL,
+        description="The pool's name, shared by its members (in one namespace). Members "
+        "share one engine process that loads a member on its first request and unloads the "
+        "least recently used one when maxLoaded are loaded.")
+    max_loaded: int = Field(
+        2, ge=1, le=16, description="Members loaded at once; a request for another one "
+        "loads it (seconds for a small GGUF model) and unloads the least recently used. "
+        "Every member declares the same value.")
+    memory_gi_b: int | None = Field(
+        None, alias="memoryGiB", ge=1, le=16384,
+        description="Memory the pool's engine may use, in GiB. The planner refuses a member "
+        "larger than this, and maxLoaded members whose largest ones do not fit together. "
+        "Unset: the sum of the maxLoaded largest members' estimates.")

@@ -1,0 +1,52 @@
+"""The rules of spec.pool on one model (CEL and Python); pools/ checks across members."""
+
+from __future__ import annotations
+
+from llm_operator.api.pool import POOL_ENGINES
+from llm_operator.api.rule import ENGINE, Rule, is_local
+from llm_operator.api.v1alpha1 import LLMModelSpec
+
+POOLED = "has(self.pool)"
+
+
+def _pooled(spec: LLMModelSpec) -> bool:
+    return spec.pool is not None
+
+
+POOL_RULES: tuple[Rule, ...] = (
+    Rule(
+        id="pool-for-local-models",
+        location="spec",
+        field=".pool",
+        cel=f"!{POOLED} || self.deploymentMode == 'local'",
+        message="pool applies to local models: a remote model is served by its provider",
+        holds=lambda s: not _pooled(s) or is_local(s),
+    ),
+    Rule(
+        id="pool-engine",
+        location="spec",
+        field=".inferenceEngine",
+        cel=f"!{POOLED} || self.deploymentMode != 'local' || {ENGINE} in {list(POOL_ENGINES)}",
+        message="a pool is served by llama.cpp's router mode, which loads and unloads its "
+        "members: set inferenceEngine llamacpp (with a GGUF quantization), or remove pool",
+        holds=lambda s: not _pooled(s) or not is_local(s) or s.inference_engine in POOL_ENGINES,
+    ),
+    Rule(
+        id="pool-one-pod",
+        location="spec",
+        field=".serving",
+        cel=f"!{POOLED} || !has(self.serving)",
+        message="a pooled model is served by the pool's engine, one pod per replica: remove "
+        "serving, or take the model out of the pool",
+        holds=lambda s: not _pooled(s) or s.serving is None,
+    ),
+    Rule(
+        id="pool-no-adapters",
+        location="spec",
+        field=".loraAdapters",
+        cel=f"!{POOLED} || !has(self.loraAdapters) || size(self.loraAdapters) == 0",
+        message="LoRA adapters are not served from a pool: give the adapted model its own "
+        "LLMModel without pool, or remove loraAdapters",
+        holds=lambda s: not _pooled(s) or not s.lora_adapters,
+    ),
+)

@@ -1,0 +1,114 @@
+"""A pool on this machine: one llama-server in router mode, its members' states from /models."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from llm_operator.local.process import Supervised, Timing
+from llm_operator.profiles.llama_router import Member, models_preset, router_args
+
+log = logging.getLogger("llm_operator.local")
+
+LOOPBACK = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class MemberState:
+    """What the pool's router says of one member."""
+
+    phase: str  # Ready (loaded) | Loading | Standby (loads on its next request) | Failed
+    detail: str
+
+
+def member_states(body: Any, pool: str, max_loaded: int, members: int
+                  ) -> dict[str, MemberState]:
+    """Each member's state, by modelId, from the router's ``GET /models`` answer."""
+    out: dict[str, MemberState] = {}
+    for item in (body or {}).get("data") or []:
+        status = item.get("status") or {}
+        value = status.get("value")
+        if value == "loaded":
+            state = MemberState("Ready", "loaded")
+        elif value in ("loading", "downloading"):
+            state = MemberState("Loading", "loading (requests wait for it)")
+        elif status.get("failed"):
+            state = MemberState("Failed", f"its engine exited with code "
+                                f"{status.get('exit_code')} while loading it (log: pool "
+                                f"{pool}'s); its next request tries again")
+        else:  # unloaded, sleeping
+            state = MemberState("Standby", f"not loaded: its next request loads it (at most "
+                                f"{max_loaded} of the pool's {members} at once)")
+        out[str(item.get("id"))] = state
+    return out
+
+
+@dataclass
+class PoolRun:
+    """One pool's router process and what it says of each member."""
+
+    label: str  # namespace/pool
+    key: str  # what, when changed, means the pool must be started anew
+    port: int
+    max_loaded: int
+    members: list[str]  # the members' modelIds
+    states: dict[str, MemberState] = field(default_factory=dict)
+    supervised: Supervised | None = None
+    task: asyncio.Task[None] | None = None
+
+    def state_of(self, model_id: str) -> tuple[str, str, int] | None:
+        """(phase, detail, restarts) of a member once the router runs, else None."""
+        if self.supervised is None:
+            return None
+        process = self.supervised.state
+        if process.phase != "Ready":
+            return process.phase, f"pool {self.label}: {process.detail}", process.restarts
+        state = self.states.get(model_id)
+        if state is None:
+            return "Starting", f"pool {self.label}: listing its members", process.restarts
+        return state.phase, state.detail, process.restarts
+
+    async def run(self, binary: Path, prepared: Sequence[Member], *, preset: Path,
+                  log_path: Path, on_change: Callable[[], None], timing: Timing,
+                  env: dict[str, str]) -> None:
+        """Write the preset, then keep the router running and its members' states read."""
+        preset.parent.mkdir(parents=True, exist_ok=True)
+        preset.write_text(models_preset(prepared), encoding="utf-8")
+        self.members = [m.model_id for m in prepared]
+        argv = [str(binary), *router_args(LOOPBACK, self.port, str(preset), self.max_loaded)]
+        self.supervised = Supervised(self.label, argv, base_url=f"http://{LOOPBACK}:{self.port}",
+                                     log_path=log_path, on_change=on_change, timing=timing,
+                                     env=env, follow_load=False)
+        watching = asyncio.create_task(self._watch(on_change, timing.poll_seconds * 5))
+        try:
+            await self.supervised.run()
+        finally:
+            watching.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watching
+
+    async def _watch(self, on_change: Callable[[], None], every: float) -> None:
+        """While the router is up: its /models, the members' states."""
+        assert self.supervised is not None
+        timeout = aiohttp.ClientTimeout(total=2)
+        async with aiohttp.ClientSession() as session:
+            while True:
+                if self.supervised.state.phase == "Ready":
+                    with contextlib.suppress(aiohttp.ClientError, TimeoutError, ValueError):
+                        async with session.get(f"http://{LOOPBACK}:{self.port}/models",
+                                               timeout=timeout) as resp:
+                            body = await resp.json() if resp.status == 200 else None
+                        states = member_states(body, self.label, self.max_loaded,
+                                               len(self.members))
+                        if states != self.states:
+                            self.states = states
+                            on_change()
+                await asyncio.sleep(every)
+

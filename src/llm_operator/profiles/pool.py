@@ -1,0 +1,82 @@
+"""A pool's memory: the maxLoaded largest members at once, each its own engine process."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from llm_operator.api.pools import pool_problems, pools
+from llm_operator.api.v1alpha1 import LLMModel
+from llm_operator.api.validation import Problem
+from llm_operator.profiles.planner import plan
+
+# llama-server in router mode: the process that routes and spawns the members' servers
+ROUTER_GIB = 0.1
+
+
+@dataclass(frozen=True)
+class PoolPlan:
+    """How much a pool needs: each member's estimate, the largest maxLoaded of them summed."""
+
+    name: str
+    max_loaded: int
+    members: tuple[tuple[str, float], ...]  # (name, estimated GiB), largest first
+    limit_gib: float | None  # spec.pool.memoryGiB
+
+    @property
+    def loaded(self) -> tuple[tuple[str, float], ...]:
+        """The members that need the most memory when loaded together."""
+        return self.members[:self.max_loaded]
+
+    @property
+    def need_gib(self) -> float:
+        return ROUTER_GIB + sum(gib for _, gib in self.loaded)
+
+
+def plan_pool(members: Sequence[LLMModel]) -> PoolPlan:
+    """The pool's plan from its members (as pools() gives them; the first one's settings)."""
+    pool = members[0].spec.pool
+    assert pool is not None
+    sizes = []
+    for member in members:
+        estimate = plan(member).estimate
+        sizes.append((member.name, estimate.total_gib if estimate else 0.0))
+    sizes.sort(key=lambda s: (-s[1], s[0]))
+    return PoolPlan(pool.name, pool.max_loaded, tuple(sizes),
+                    float(pool.memory_gi_b) if pool.memory_gi_b else None)
+
+
+def pool_fit_problems(pool: PoolPlan) -> dict[str, list[Problem]]:
+    """By member name: one larger than memoryGiB, or maxLoaded members that do not fit."""
+    out: dict[str, list[Problem]] = {}
+    if pool.limit_gib is None:
+        return out
+    for name, gib in pool.members:
+        if gib > pool.limit_gib:
+            out.setdefault(name, []).append(Problem(
+                "spec.pool.memoryGiB", f"this member needs ~{gib:.1f} GiB and pool "
+                f"{pool.name} has {pool.limit_gib:.0f}: raise memoryGiB, or serve the model "
+                "outside the pool"))
+    if not out and pool.need_gib > pool.limit_gib:
+        largest = ", ".join(n for n, _ in pool.loaded)
+        for name, _ in pool.loaded:
+            out.setdefault(name, []).append(Problem(
+                "spec.pool.maxLoaded", f"the {pool.max_loaded} largest members of pool "
+                f"{pool.name} ({largest}) need ~{pool.need_gib:.1f} GiB loaded together and "
+                f"memoryGiB is {pool.limit_gib:.0f}: lower maxLoaded or raise memoryGiB"))
+    return out
+
+
+def across_pools(models: Sequence[LLMModel], where: str
+                 ) -> dict[tuple[str, str], list[Problem]]:
+    """Every pooled model's problems by (namespace, name).
+
+    Members that disagree (api.pools), else members that do not fit the pool's memoryGiB.
+    """
+    out = pool_problems(models, where)
+    for (namespace, _), members in pools(models).items():
+        if any((namespace, m.name) in out for m in members):
+            continue  # sized once its members agree
+        for name, problems in pool_fit_problems(plan_pool(members)).items():
+            out.setdefault((namespace, name), []).extend(problems)
+    return out

