@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -189,16 +190,22 @@ def test_the_builtin_autoscaler_adds_a_replica_for_vllms_own_queue(vllm: NodeClu
     vllm.apply_kustomization(E2E / "router", ["llmop-router"], OPERATOR_NS)
     service = vllm.service_url(NS, NAME, 8000)
     router = vllm.service_url(OPERATOR_NS, "llmop-router", 8080, "")
-    client = openai.OpenAI(base_url=service, api_key="unused", timeout=300)
+    client = openai.OpenAI(base_url=service, api_key="unused", timeout=300, max_retries=0)
     seen: list[dict[str, int]] = []
+    seen_enough = threading.Event()
 
     def load() -> None:
-        client.completions.create(model=GEMMA_VLLM_ID, prompt=QUESTION, max_tokens=96,
-                                  temperature=0, extra_body={"ignore_eos": True})
+        """One long request, streamed so that it can stop once the test has seen enough:
+        closing the stream aborts it in vLLM, so the queue does not outlive the test."""
+        with client.completions.create(model=GEMMA_VLLM_ID, prompt=QUESTION, max_tokens=96,
+                                       temperature=0, stream=True,
+                                       extra_body={"ignore_eos": True}) as stream:
+            for _ in stream:
+                if seen_enough.is_set():
+                    return
 
     with ThreadPoolExecutor(12) as pool:
-        for _ in range(12):
-            pool.submit(load)
+        loads = [pool.submit(load) for _ in range(12)]
         deadline = time.monotonic() + 120
         replicas = 1
         # until the scale-up and the queue seen here too: the autoscaler may act on a read
@@ -210,6 +217,9 @@ def test_the_builtin_autoscaler_adds_a_replica_for_vllms_own_queue(vllm: NodeClu
                 seen.append(scale.json())
             replicas = vllm.json("-n", NS, "get", "deployment", NAME)["spec"]["replicas"]
             time.sleep(0.5)  # the autoscaler's own interval; nothing to wait on from outside
+        seen_enough.set()
+    for done in loads:
+        done.result()  # no request failed: each was stopped by the test or finished
     assert replicas == 2, seen
     assert any(s["waiting"] >= 2 and s["pending"] == 0 for s in seen), seen
     events = vllm.json("-n", NS, "get", "events", "--field-selector",
