@@ -132,6 +132,45 @@ async def test_a_masking_output_guard_masks_a_plain_answer(
                   entity="CREDIT_CARD") == 1
 
 
+def tool_call(arguments: dict[str, Any]) -> dict[str, Any]:
+    return {"id": "call-1", "type": "function",
+            "function": {"name": "send_mail", "arguments": json.dumps(arguments)}}
+
+
+async def test_a_masking_input_guard_masks_an_earlier_tool_calls_arguments(
+        gateway: GatewayFactory, upstream: Upstream) -> None:
+    """An agent's conversation carries the tool calls the model made: their arguments are
+    text sent to the model too (to a remote provider, for a remote model)."""
+    fake, _ = upstream
+    client, _ = await gateway(guards(input=[pii("no-pii", "mask")]))
+    async with sdk(client) as oai:
+        await oai.chat.completions.create(model="gpt-5.5", messages=[
+            {"role": "user", "content": "Mail my card number to me"},
+            {"role": "assistant", "content": None,
+             "tool_calls": [tool_call({"to": MAIL, "body": f"card {CARD}", "copies": 1})]},
+            {"role": "tool", "tool_call_id": "call-1", "content": "sent"}])
+    (call,) = fake.requests[-1]["body"]["messages"][1]["tool_calls"]
+    assert json.loads(call["function"]["arguments"]) == {
+        "to": "<EMAIL_ADDRESS>", "body": "card <CREDIT_CARD>", "copies": 1}
+
+
+async def test_a_masking_output_guard_masks_the_arguments_of_a_tool_call_it_answers(
+        gateway: GatewayFactory, upstream: Upstream) -> None:
+    fake, _ = upstream
+    answer = completion("gpt-5.5", "")
+    answer["choices"][0]["message"] = {"role": "assistant", "content": None,
+                                       "tool_calls": [tool_call({"to": MAIL})]}
+    answer["choices"][0]["finish_reason"] = "tool_calls"
+    fake.then(Reply(body=answer))
+    client, gw = await gateway(guards(output=[pii("no-pii", "mask")]))
+    got = await ask(client, "Mail me")
+    (call,) = got.choices[0].message.tool_calls or []
+    assert json.loads(call.function.arguments) == {"to": "<EMAIL_ADDRESS>"}
+    assert metric(gw, "llmop_gateway_guardrail_activations_total", route="gpt-5.5",
+                  guard="no-pii", direction="output", action="mask",
+                  entity="EMAIL_ADDRESS") == 1
+
+
 async def test_a_blocking_output_guard_refuses_the_answer_after_counting_its_tokens(
         gateway: GatewayFactory, upstream: Upstream) -> None:
     fake, _ = upstream
@@ -185,6 +224,60 @@ async def test_a_stream_is_checked_as_it_comes_and_no_chunk_carries_the_data(
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
     assert (chunks[-1].usage is not None) == include_usage
     assert fake.requests[-1]["body"]["stream"] is True
+
+
+def streamed_tool_call(arguments: str, pieces: int = 4) -> Reply:
+    """A chat stream whose answer is one tool call, its arguments in ``pieces`` deltas."""
+    head = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+    size = -(-len(arguments) // pieces)
+    parts = [arguments[i:i + size] for i in range(0, len(arguments), size)]
+    first = {"index": 0, "id": "call-1", "type": "function",
+             "function": {"name": "send_mail", "arguments": ""}}
+    events = [{**head, "choices": [{"index": 0, "delta": {"role": "assistant",
+                                                          "tool_calls": [first]}}]},
+              *({**head, "choices": [{"index": 0, "delta": {"tool_calls": [
+                  {"index": 0, "function": {"arguments": part}}]}}]} for part in parts),
+              {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}]
+    return Reply(chunks=[f"data: {json.dumps(e)}\n\n".encode() for e in events]
+                 + [b"data: [DONE]\n\n"])
+
+
+async def test_a_streamed_tool_call_is_held_whole_and_its_arguments_masked(
+        gateway: GatewayFactory, upstream: Upstream) -> None:
+    """Its arguments come in pieces that each hold part of the address: held until the
+    choice ends, checked whole, sent as one delta the SDK assembles as usual."""
+    fake, _ = upstream
+    fake.then(streamed_tool_call(json.dumps({"to": MAIL, "subject": "hello"}), pieces=6))
+    client, gw = await gateway(guards(output=[pii("no-pii", "mask")]))
+    async with sdk(client) as oai, oai.beta.chat.completions.stream(
+            model="gpt-5.5", messages=[{"role": "user", "content": "Mail me"}]) as stream:
+        pieces = [e.arguments_delta async for e in stream
+                  if e.type == "tool_calls.function.arguments.delta"]
+        final = await stream.get_final_completion()
+    (call,) = final.choices[0].message.tool_calls or []
+    assert (call.id, call.function.name) == ("call-1", "send_mail")
+    assert json.loads(call.function.arguments) == {"to": "<EMAIL_ADDRESS>", "subject": "hello"}
+    assert not any("example" in p for p in pieces)
+    assert final.choices[0].finish_reason == "tool_calls"
+    assert metric(gw, "llmop_gateway_guardrail_activations_total", route="gpt-5.5",
+                  guard="no-pii", direction="output", action="mask",
+                  entity="EMAIL_ADDRESS") == 1
+
+
+async def test_a_streamed_tool_call_a_guard_blocks_ends_the_stream_with_the_error(
+        gateway: GatewayFactory, upstream: Upstream) -> None:
+    fake, _ = upstream
+    fake.then(streamed_tool_call(json.dumps({"card": CARD})))
+    client, _ = await gateway(guards(output=[pii("no-cards", "block",
+                                                 entities=["CREDIT_CARD"])]))
+    received: list[Any] = []
+    with pytest.raises(openai.APIError, match="guardrail 'no-cards' blocked"):
+        async with sdk(client) as oai:
+            stream = await oai.chat.completions.create(
+                model="gpt-5.5", messages=[{"role": "user", "content": "Pay"}], stream=True)
+            async for chunk in stream:
+                received.append(chunk)
+    assert not any(c.choices and c.choices[0].delta.tool_calls for c in received)
 
 
 async def test_a_guard_that_blocks_mid_stream_ends_it_with_an_error_the_sdk_raises(

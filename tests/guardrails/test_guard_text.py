@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -28,7 +29,21 @@ IMAGE = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}
     ("/v1/responses", {"instructions": "Be kind", "input": "Hi"}, ["Be kind", "Hi"]),
     ("/v1/responses", {"input": [{"role": "user", "content": [
         {"type": "input_text", "text": "Hi"}]}]}, ["Hi"]),
+    ("/v1/responses", {"input": [{"type": "function_call", "call_id": "c1", "name": "f",
+                                  "arguments": '{"q": "find a@b.io"}'},
+                                 {"type": "function_call_output", "call_id": "c1",
+                                  "output": "done"}]}, ["find a@b.io", "done"]),
     ("/v1/chat/completions", {"messages": "not a list"}, []),
+    # an assistant's earlier tool calls: each string value of their JSON arguments
+    ("/v1/chat/completions", {"messages": [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "t1", "type": "function", "function": {
+                "name": "send", "arguments": '{"to": "a@b.io", "n": 2, "cc": ["c@d.io"], '
+                                             '"opts": {"note": "hi"}}'}},
+            {"id": "t2", "type": "function", "function": {"name": "x",
+                                                          "arguments": "not json"}},
+            {"id": "t3", "type": "function", "function": {"name": "y"}}]}]},
+     ["a@b.io", "c@d.io", "hi", "not json"]),
 ])
 def test_a_requests_text_is_found_by_its_api(path: str, body: dict[str, Any],
                                              texts: list[str]) -> None:
@@ -39,9 +54,15 @@ def test_a_requests_text_is_found_by_its_api(path: str, body: dict[str, Any],
     ("/v1/chat/completions", {"choices": [
         {"message": {"content": "Hi", "reasoning_content": "think"}},
         {"message": {"content": None, "tool_calls": [{"id": "1"}]}}]}, ["Hi", "think"]),
+    ("/v1/chat/completions", {"choices": [{"message": {"content": None, "tool_calls": [
+        {"id": "1", "type": "function", "function": {
+            "name": "call", "arguments": '{"phone": "+1 415 555 0100"}'}}]}}]},
+     ["+1 415 555 0100"]),
     ("/v1/completions", {"choices": [{"text": "one"}, {"text": "two"}]}, ["one", "two"]),
     ("/v1/responses", {"output": [{"type": "message", "content": [
         {"type": "output_text", "text": "Hello"}]}]}, ["Hello"]),
+    ("/v1/responses", {"output": [{"type": "function_call", "name": "f",
+                                   "arguments": '{"to": ["x@y.io"]}'}]}, ["x@y.io"]),
     ("/v1/embeddings", {"data": [{"embedding": [0.1]}]}, []),
 ])
 def test_an_answers_text_is_found_by_its_api(path: str, body: dict[str, Any],
@@ -66,3 +87,15 @@ def test_every_guard_runs_once_by_name_in_declared_order() -> None:
         "output": [{"name": "a", "action": "log", "pii": {}}, {"name": "c", "pii": {}}]})
     assert [(g.name, g.action) for g in rails.every_guard] == [
         ("a", "block"), ("b", "block"), ("c", "block")]
+
+
+def test_a_tool_calls_arguments_stay_json_when_a_value_is_masked() -> None:
+    arguments = '{"to": "a@b.io", "note": "say \\"hi\\"", "n": 2}'
+    body = {"choices": [{"message": {"content": None, "tool_calls": [
+        {"id": "1", "type": "function", "function": {"name": "send",
+                                                     "arguments": arguments}}]}}]}
+    to, note = answer_spots("/v1/chat/completions", body)
+    to.replace("<EMAIL_ADDRESS>")
+    written = body["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"]
+    assert json.loads(written) == {"to": "<EMAIL_ADDRESS>", "note": 'say "hi"', "n": 2}
+    assert note.text == 'say "hi"'  # the others read the parsed values, quotes unescaped

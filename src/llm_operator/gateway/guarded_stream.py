@@ -4,10 +4,12 @@ Each choice's text (chat ``content`` and ``reasoning_content``, completions ``te
 taken out of the upstream's events and held; once more than the hold-back and half again
 is held, the held text is checked as one window (masked in place) and all but the last
 ``hold`` characters go out as a chunk of their own (guardrails/holdback.py says where the
-cut falls). Other events go on in order (role, tool calls, finish reason, usage), each
-after the text before it; the end of a choice, of the stream or an error event sends what
-is held, checked, first. A guard that blocks ends the stream with an error event (the
-OpenAI SDK raises it) and ``stopped`` tells Relay to cut the upstream.
+cut falls). A chat choice's tool calls are held whole (their deltas merged) and checked
+when the choice ends, their JSON arguments' string values masked in place, then sent as
+one delta before its finish reason. Other events go on in order (role, finish reason,
+usage), each after the text before it; the end of a choice, of the stream or an error
+event sends what is held, checked, first. A guard that blocks ends the stream with an
+error event (the OpenAI SDK raises it) and ``stopped`` tells Relay to cut the upstream.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from aiohttp import web
 from llm_operator.gateway.sse import split_events, sse_data
 from llm_operator.guardrails.guards import Checked
 from llm_operator.guardrails.holdback import cut
-from llm_operator.guardrails.text import Spot
+from llm_operator.guardrails.text import Spot, answer_spots
 
 Check = Callable[[list[Spot]], Awaitable["Checked | web.Response"]]
 CHAT_FIELDS = ("content", "reasoning_content")
@@ -41,6 +43,7 @@ class GuardedStream:
         self._pending = b""
         self._held: dict[tuple[int, str], str] = {}  # (choice, field): text not yet sent
         self._chat: dict[int, bool] = {}  # choice: a chat delta (else a completions text)
+        self._calls: dict[int, dict[int, dict[str, Any]]] = {}  # choice: its tool calls
         self._envelope: dict[str, Any] = {}  # id, object, created, model of the last chunk
 
     async def feed(self, data: bytes) -> bytes:
@@ -77,6 +80,8 @@ class GuardedStream:
             chat = isinstance(choice.get("delta"), dict)
             self._chat[index] = chat
             holder: dict[str, Any] = choice["delta"] if chat else choice
+            if chat and isinstance(holder.get("tool_calls"), list):
+                self._hold_calls(index, holder.pop("tool_calls"))
             for name in CHAT_FIELDS if chat else ("text",):
                 text = holder.get(name)
                 if isinstance(text, str) and text:
@@ -99,6 +104,10 @@ class GuardedStream:
                 out.append(await self._release(key, final=index in ending))
                 if self.stopped:
                     return b"".join(out)
+        for index in sorted(ending & set(self._calls)):
+            out.append(await self._release_calls(index))
+            if self.stopped:
+                return b"".join(out)
         if kept or payload.get("usage"):
             out.append(_event({**payload, "choices": kept}))
         return b"".join(out)
@@ -108,8 +117,48 @@ class GuardedStream:
         for key in list(self._held):
             out.append(await self._release(key, final=True))
             if self.stopped:
+                return b"".join(out)
+        for index in sorted(self._calls):
+            out.append(await self._release_calls(index))
+            if self.stopped:
                 break
         return b"".join(out)
+
+    def _hold_calls(self, index: int, deltas: list[Any]) -> None:
+        """A choice's tool-call deltas merged: id, type and name once, arguments appended."""
+        calls = self._calls.setdefault(index, {})
+        for delta in deltas:
+            if not isinstance(delta, dict):
+                continue
+            call = calls.setdefault(delta.get("index", 0), {"function": {"arguments": ""}})
+            for key in ("id", "type"):
+                if delta.get(key) is not None:
+                    call[key] = delta[key]
+            function = delta.get("function")
+            if isinstance(function, dict):
+                if function.get("name") is not None:
+                    call["function"]["name"] = function["name"]
+                if isinstance(function.get("arguments"), str):
+                    call["function"]["arguments"] += function["arguments"]
+
+    async def _release_calls(self, index: int) -> bytes:
+        """A choice's tool calls, their arguments checked (masked in place), as one delta."""
+        calls = self._calls.pop(index)
+        listed = [{"index": i, **call} for i, call in sorted(calls.items())]
+        checked = await self.check(answer_spots("/chat/completions", {"choices": [
+            {"message": {"tool_calls": listed}}]}))
+        if isinstance(checked, web.Response):
+            return self._blocked(checked)
+        return _event({**self._envelope, "choices": [
+            {"index": index, "delta": {"tool_calls": listed}, "finish_reason": None}]})
+
+    def _blocked(self, refusal: web.Response) -> bytes:
+        """A guard blocked (or could not run): the error event, and the stream ends."""
+        self.stopped = True
+        self._held.clear()
+        self._calls.clear()
+        body = refusal.body if isinstance(refusal.body, bytes) else b"{}"
+        return b"data: " + body + b"\n\n" + DONE
 
     async def _release(self, key: tuple[int, str], *, final: bool) -> bytes:
         """The held text of ``key`` checked; what may go now, as a chunk of its own."""
@@ -118,10 +167,7 @@ class GuardedStream:
             return b""
         checked = await self.check([Spot(window, 0)])
         if isinstance(checked, web.Response):  # a guard blocked it, or could not run
-            self.stopped = True
-            self._held.clear()
-            body = checked.body if isinstance(checked.body, bytes) else b"{}"
-            return b"data: " + body + b"\n\n" + DONE
+            return self._blocked(checked)
         masked = window[0]
         sent = cut(masked, self.hold, final=final)
         self._held[key] = masked[sent:]
