@@ -19,7 +19,7 @@ from llm_operator.api.validation import parse_llmmodel
 from llm_operator.local.placement import LocalServe, Machine, NotServed, arrange
 from llm_operator.local.pool_run import MemberState, member_states
 
-from localstack import options, row, running, write_model
+from localstack import exits_within, options, row, running, write_model
 from samples import REPO, load_yaml
 
 POOL = REPO / "examples" / "cluster" / "model-pool"
@@ -133,3 +133,27 @@ async def test_pooled_members_are_tools_whether_loaded_or_not(tmp_path: Path,
             "max_tokens": 16, "temperature": 0})
         assert not result.is_error
         assert "Paris" in (result.structured_content or {}).get("text", "")
+
+
+async def test_an_edited_member_restarts_the_pool_and_a_pool_left_with_one_is_refused(
+        tmp_path: Path, model_cache: Path) -> None:
+    models = pool_copy(tmp_path / "models")
+    async with running(options(models, tmp_path / "state", model_cache)) as up:
+        first = row(up.snapshot(), "gemma-pool-qa")["pid"]
+        edited = load_yaml(models / "gemma-pool-long.yaml")
+        edited["spec"]["engineArgs"]["ctx-size"] = "3072"
+        write_model(models, edited)
+        await up.until(lambda s: row(s, "gemma-pool-qa")["pid"] not in (None, first), 60)
+        assert exits_within(first, 5)  # the old router, with its members
+        async with openai.AsyncOpenAI(base_url=up.gateway_url, api_key="unused",
+                                      max_retries=0) as client:
+            answer = await client.completions.create(model=LONG, prompt=QUESTION,
+                                                     max_tokens=16, stop=["\n"],
+                                                     temperature=0)  # held while it starts
+        assert "Paris" in answer.choices[0].text
+        second = row(up.snapshot(), "gemma-pool-qa")["pid"]
+        for name in ("gemma-pool-long", "gemma-pool-chat"):
+            (models / f"{name}.yaml").unlink()
+        snap = await up.until(lambda s: row(s, "gemma-pool-qa")["phase"] == "Unplaceable", 30)
+        assert "pool gemma-small has no other member" in row(snap, "gemma-pool-qa")["detail"]
+        assert exits_within(second, 5) and up.pools.runs == {}

@@ -63,8 +63,8 @@ class Pools:
             run = PoolRun(label, key, free_port(), pool.max_loaded,
                           [e.model.spec.model_id for e in members])
             self.runs[label] = run
-            for entry in members:
-                entry.port = run.port
+            for entry in members:  # its own phase (Starting) until the new router runs
+                entry.port, entry.pool = run.port, None
             run.task = asyncio.create_task(self._serve(run, members),
                                            name=f"pool {label}")
             log.info("pool %s: serving %s", label, ", ".join(e.model.name for e in members))
