@@ -105,6 +105,23 @@ def test_plan_table_shows_verdicts() -> None:
     assert code == 0 and "qwen35-9b-cpu" in out and "fits" in out
 
 
+def test_plan_sums_up_each_pool_against_an_engine_per_model() -> None:
+    code, out, _ = run("plan", "-f", str(REPO / "examples" / "cluster" / "model-pool"))
+    assert code == 0
+    (row,) = [line for line in out.splitlines() if "gemma-small" in line]
+    cells = [c.strip() for c in row.strip("│ ").split("│")]
+    assert cells[0] == "gemma-small" and cells[2] == "2"
+    assert float(cells[3]) < float(cells[4])  # two loaded need less than three engines
+
+
+def test_validate_names_the_pool_field_of_a_member_left_alone() -> None:
+    code, _, err = run("validate", "-f",
+                       str(REPO / "examples" / "cluster" / "model-pool" / "gemma-pool-qa.yaml"))
+    assert code == 1
+    assert "gemma-pool-qa: spec.pool.name: pool gemma-small has no other member among the " \
+        "documents given" in " ".join(err.split())
+
+
 def test_crd_command_matches_the_generator(tmp_path: Path) -> None:
     target = tmp_path / "crd.yaml"
     code, _, _ = run("crd", "-o", str(target))

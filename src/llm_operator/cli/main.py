@@ -18,6 +18,7 @@ from rich.table import Table
 
 from llm_operator import __version__
 from llm_operator.api.crd import crd
+from llm_operator.api.pools import pools
 from llm_operator.api.references import declared, unknown_judges
 from llm_operator.api.v1alpha1 import LLMModel
 from llm_operator.api.validation import InvalidModel, Problem, parse_llmmodel
@@ -33,7 +34,7 @@ from llm_operator.cli.model_image import model_image
 from llm_operator.cli.router import router
 from llm_operator.cli.verify import model_verify
 from llm_operator.profiles.planner import Plan, plan
-from llm_operator.profiles.pool import across_pools
+from llm_operator.profiles.pool import PoolPlan, across_pools, plan_pool
 from llm_operator.profiles.settings import Settings
 from llm_operator.registry.query import ANY_PHASE, SERVING_PHASES, Query, select, summary
 from llm_operator.render import RenderError, placement_problems, render
@@ -221,18 +222,39 @@ def plan_cmd(paths: tuple[str, ...], cluster: bool, namespace: str | None, outpu
         raise click.UsageError("give -f FILE|DIR, or --cluster")
     err = Console(stderr=True, highlight=False)
     plans: list[Plan] = []
+    models: list[LLMModel] = []
 
     def each(outcome: Outcome) -> None:
         if outcome.model is not None:
             plans.append(plan(outcome.model, settings.storage.min_size_gi_b))
+            models.append(outcome.model)
         _errors(err, outcome)
 
     code = _run(paths, each)
     if output == "json":
         click.echo(json.dumps([p.to_dict() for p in plans], indent=2))
     else:
-        Console(width=max(160, Console().width), highlight=False).print(_plan_table(plans))
+        console = Console(width=max(160, Console().width), highlight=False)
+        console.print(_plan_table(plans))
+        pooled = [plan_pool(members) for members in pools(models).values()
+                  if len(members) > 1]
+        if pooled:
+            console.print(_pool_table(pooled))
     sys.exit(code)
+
+
+def _pool_table(pooled: list[PoolPlan]) -> Table:
+    """Each pool's memory with its largest members loaded, against an engine per model."""
+    table = Table(title="Pools (spec.pool: one engine, at most MAX LOADED members at once)")
+    for col in ("POOL", "MEMBERS", "MAX LOADED", "MEMORY GiB", "ONE ENGINE PER MODEL GiB",
+                "LIMIT GiB"):
+        table.add_column(col, overflow="fold")
+    for pool in pooled:
+        every = sum(gib for _, gib in pool.members)
+        table.add_row(pool.name, ", ".join(n for n, _ in pool.members), str(pool.max_loaded),
+                      f"{pool.need_gib:.1f}", f"{every:.1f}",
+                      f"{pool.limit_gib:.0f}" if pool.limit_gib else "-")
+    return table
 
 
 def _plan_table(plans: list[Plan]) -> Table:
