@@ -53,3 +53,62 @@ async def test_a_blocked_tool_call_is_a_tool_error_naming_the_guard(running: Run
     metrics = running.service.metrics.registry
     assert metrics.get_sample_value("llmop_mcp_tool_calls_total", {
         "tool": "gemma4_31b_nvidia", "outcome": "guardrail_blocked"}) == 1
+
+
+JUDGE = {"apiVersion": "ai.example.io/v1alpha1", "kind": "LLMModel",
+         "metadata": {"name": "guard", "namespace": "ai-models"},
+         "spec": {"modelId": "meta-llama/Llama-Guard-3-1B", "deploymentMode": "local",
+                  "totalParametersBillions": 1, "mcpExposure": {"enabled": False}}}
+
+
+def verdict(text: str) -> Reply:
+    return Reply(body={"id": "cmpl-1", "object": "text_completion", "model": "guard",
+                       "choices": [{"index": 0, "text": text, "finish_reason": "stop"}]})
+
+
+async def judged(running: Running, judge: str = "ai-models/guard") -> None:
+    """The Gemma sample guarded by a judge: the guard model declared beside it (not a
+    tool), serving at the same fake upstream as the others."""
+    (running.models / "guard.yaml").write_text(yaml.safe_dump(JUDGE))
+    statuses = yaml.safe_load(running.status_file.read_text())
+    statuses["guard"] = {"phase": "Ready", "endpoint": statuses["gemma4-31b-nvidia"]["endpoint"]}
+    running.status_file.write_text(yaml.safe_dump(statuses))
+    path = running.models / "gemma4-31b-nvidia.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["spec"]["guardrails"] = {"input": [{
+        "name": "safety", "action": "block",
+        "judge": {"model": judge, "family": "llama-guard-3", "categories": ["S1", "S9"]}}]}
+    path.write_text(yaml.safe_dump(doc))
+    catalog = running.service.catalog
+    await running.service.until(lambda: (r := catalog.get("gemma4_31b_nvidia")) is not None
+                                and r.guardrails is not None
+                                and catalog.served("ai-models/guard") is not None)
+
+
+async def test_a_judge_that_is_not_a_tool_is_asked_and_its_verdict_blocks(
+        running: Running) -> None:
+    await judged(running)
+    assert running.service.catalog.get("guard") is None  # a guard model, not a tool
+    running.upstream.then(verdict("unsafe\nS9"))
+    async with Client(running.mcp) as client:
+        result = await client.call_tool("gemma4_31b_nvidia", {
+            "messages": [{"role": "user", "content": "How do I make a weapon?"}]})
+    assert result.is_error
+    assert isinstance(result.content[0], types.TextContent)
+    assert "'safety'" in result.content[0].text and "S9" in result.content[0].text
+    (asked,) = running.upstream.requests  # the judge, not the model
+    assert asked["path"].endswith("/completions") and not asked["path"].endswith(
+        "/chat/completions")
+    assert asked["body"]["model"] == "meta-llama/Llama-Guard-3-1B"
+    assert "How do I make a weapon?" in asked["body"]["prompt"]
+
+
+async def test_a_safe_verdict_lets_the_call_reach_the_model(running: Running) -> None:
+    await judged(running, judge="meta-llama/Llama-Guard-3-1B")  # by its modelId too
+    running.upstream.then(verdict("safe"), Reply(body=completion("m", "Bread: flour.")))
+    async with Client(running.mcp) as client:
+        result = await client.call_tool("gemma4_31b_nvidia", {
+            "messages": [{"role": "user", "content": "How is bread made?"}]})
+    assert not result.is_error
+    assert [r["path"].rsplit("/", 2)[-2:] for r in running.upstream.requests] == [
+        ["v1", "completions"], ["chat", "completions"]]

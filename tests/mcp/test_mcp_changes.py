@@ -150,6 +150,27 @@ async def test_kubernetes_models_become_tools_once_serving(cluster: Cluster) -> 
             assert await names(client) == ["list_available_models", "starting_one"]
 
 
+async def test_every_serving_model_is_known_where_it_answers_tool_or_not(
+        cluster: Cluster) -> None:
+    """What a guard's judge is asked at: models that are not tools count too, once they
+    serve, by modelId and namespace/name; a deleted one is forgotten."""
+    async with in_cluster(cluster, ["ai-models"]) as (_, svc, kube):
+        judge = llmmodel("guard", "unused")
+        judge["spec"]["modelId"] = "meta-llama/Llama-Guard-3-1B"
+        judge["spec"]["mcpExposure"] = {"enabled": False}
+        await kube.request("POST", f"{MODELS}", body=judge)
+        await add(kube, "tool-one", "tool_one")  # seen after the guard, which has no phase
+        await svc.until(lambda: len(svc.catalog) == 1)
+        assert svc.catalog.served("ai-models/guard") is None  # not serving yet
+        await set_phase(kube, "guard", "Ready")
+        await svc.until(lambda: svc.catalog.served("ai-models/guard") is not None)
+        found = svc.catalog.served("meta-llama/Llama-Guard-3-1B")
+        assert found is not None and found.endpoint == "http://guard.ai-models:8000/v1"
+        assert [r.tool_name for r in svc.catalog.tools()] == ["tool_one"]
+        await kube.delete(API, "llmmodels", "ai-models", "guard")
+        await svc.until(lambda: svc.catalog.served("ai-models/guard") is None)
+
+
 async def test_other_namespaces_are_not_published(cluster: Cluster) -> None:
     async with in_cluster(cluster, ["ai-models"]) as (_, svc, kube):
         doc = llmmodel("elsewhere", "elsewhere_tool")

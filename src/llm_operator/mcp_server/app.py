@@ -41,6 +41,7 @@ from llm_operator.mcp_server.admin import AdminApi
 from llm_operator.mcp_server.auth import CALLER, Caller, McpAuth
 from llm_operator.mcp_server.calls import ModelCalls, failure
 from llm_operator.mcp_server.endpoint import McpEndpoint, live_sessions
+from llm_operator.mcp_server.judging import CatalogJudges
 from llm_operator.mcp_server.listing_cache import ListingCache
 from llm_operator.mcp_server.metrics import McpMetrics
 from llm_operator.mcp_server.notify import Broadcaster
@@ -122,7 +123,8 @@ class McpService:
         self._pages: dict[tuple[int, str, str | None, object], HandlerResult] = {}
         self._guard = TransportSecurityMiddleware(self.settings.transport_security())
         self.auth = self._auth()
-        self.calls = ModelCalls(self.settings, self.metrics, self.auth)
+        self.calls = ModelCalls(self.settings, self.metrics, self.auth,
+                                judges=CatalogJudges(self.catalog, lambda: self.calls.http))
         self.admin = AdminApi(self.settings, self, self._guard)  # .store: set to share
 
     def _auth(self) -> McpAuth | None:

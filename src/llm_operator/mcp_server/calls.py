@@ -17,7 +17,7 @@ from mcp.shared.exceptions import MCPError
 
 from llm_operator.api.guardrails import GuardSpec
 from llm_operator.guardrails.guards import Direction
-from llm_operator.guardrails.runner import Guarding, GuardUnavailable
+from llm_operator.guardrails.runner import Guarding, GuardUnavailable, JudgeClient
 from llm_operator.guardrails.text import answer_spots, request_spots
 from llm_operator.mcp_server import failures
 from llm_operator.mcp_server.auth import Caller, McpAuth
@@ -52,11 +52,12 @@ class ModelCalls:
     auth: McpAuth | None
     http: aiohttp.ClientSession | None = None  # set while the app runs
     guarding: Guarding | None = None  # the models' guardrails (None: the app's own, lazily)
+    judges: JudgeClient | None = None  # how a guard's judge is asked (the catalog's models)
     _slots: dict[str, asyncio.Semaphore] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.guarding is None:
-            self.guarding = Guarding(self.metrics)
+            self.guarding = Guarding(self.metrics, judge_client=self.judges)
 
     async def _guarded(self, record: ToolRecord, guards: Sequence[GuardSpec],
                        body: dict[str, Any], direction: Direction, exempt: Exempt

@@ -11,7 +11,7 @@ from llm_operator.mcp_server.admin_store import ConfigMapStore
 from llm_operator.mcp_server.app import McpService
 from llm_operator.mcp_server.settings import McpSettings
 from llm_operator.mcp_server.sources import FileSource, KubernetesSource
-from llm_operator.registry.catalog import ToolRecord
+from llm_operator.registry.catalog import Served, ToolRecord
 
 
 @contextlib.asynccontextmanager
@@ -37,6 +37,7 @@ async def service(settings: McpSettings, *, kube: Connection | None = None,
                 svc.background.append(store.run)
                 svc.readiness.append(store.synced)
             parts: dict[str | None, list[ToolRecord]] = {}
+            served: dict[str | None, dict[str, Served]] = {}
 
             def kube_publisher(ns: str | None) -> Callable[[list[ToolRecord]], Awaitable[None]]:
                 async def publish(records: list[ToolRecord]) -> None:
@@ -44,12 +45,22 @@ async def service(settings: McpSettings, *, kube: Connection | None = None,
                     await svc.publish("kubernetes", [r for rs in parts.values() for r in rs])
                 return publish
 
+            def kube_served(ns: str | None) -> Callable[[dict[str, Served]], None]:
+                def note(found: dict[str, Served]) -> None:
+                    served[ns] = found
+                    svc.catalog.set_served("kubernetes", {
+                        n: w for part in served.values() for n, w in part.items()})
+                return note
+
             for ns in namespaces or (None,):
-                source = KubernetesSource(client, ns, kube_publisher(ns))
+                source = KubernetesSource(client, ns, kube_publisher(ns),
+                                          on_served=kube_served(ns))
                 svc.background.append(source.run)
                 svc.readiness.append(source.synced)
         if files is not None:
-            file_source = FileSource(files, svc.publisher("files"), status_file=status_file)
+            file_source = FileSource(files, svc.publisher("files"), status_file=status_file,
+                                     on_served=lambda found: svc.catalog.set_served("files",
+                                                                                    found))
             svc.background.append(file_source.run)
             svc.readiness.append(file_source.synced)
         yield svc

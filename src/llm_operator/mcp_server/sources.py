@@ -15,7 +15,7 @@ import yaml
 from llm_operator.api.validation import InvalidModel, parse_llmmodel
 from llm_operator.informer import Informer
 from llm_operator.kube import Kube
-from llm_operator.registry.catalog import ToolRecord, records_of
+from llm_operator.registry.catalog import Served, ToolRecord, records_of, served_names
 
 log = logging.getLogger(__name__)
 API, PLURAL = "ai.example.io/v1alpha1", "llmmodels"
@@ -24,12 +24,14 @@ YAML_SUFFIXES = (".yaml", ".yml")
 Publish = Callable[[list[ToolRecord]], Awaitable[None]]
 
 
-def _records(obj: dict[str, Any], where: str) -> list[ToolRecord]:
+def _parsed(obj: dict[str, Any], where: str) -> tuple[list[ToolRecord], dict[str, Served]]:
+    """An object's tool records, and where it answers (a judge may be any model)."""
     try:
-        return records_of(parse_llmmodel(obj), "kubernetes")
+        model = parse_llmmodel(obj)
     except InvalidModel as exc:
         log.warning("%s is not a valid LLMModel, skipped: %s", where, exc)
-        return []
+        return [], {}
+    return records_of(model, "kubernetes"), served_names(model)
 
 
 @dataclass
@@ -47,16 +49,22 @@ class KubernetesSource:
     synced: asyncio.Event = field(default_factory=asyncio.Event)
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     objects: dict[str, list[ToolRecord]] = field(default_factory=dict)
+    on_served: Callable[[dict[str, Served]], None] | None = None  # every serving model
+    served: dict[str, dict[str, Served]] = field(default_factory=dict)
     _dirty: asyncio.Event = field(default_factory=asyncio.Event)
 
     def _changed(self, kind: str, obj: dict[str, Any], _: dict[str, Any] | None) -> None:
         meta = obj.get("metadata", {})
         key = f"{meta.get('namespace')}/{meta.get('name')}"
-        records = [] if kind == "DELETED" else _records(obj, f"LLMModel {key}")
+        records, served = ([], {}) if kind == "DELETED" else _parsed(obj, f"LLMModel {key}")
         if records:
             self.objects[key] = records
         else:
             self.objects.pop(key, None)
+        if served:
+            self.served[key] = served
+        else:
+            self.served.pop(key, None)
         self._dirty.set()
 
     async def run(self) -> None:
@@ -67,6 +75,8 @@ class KubernetesSource:
             await informer.synced.wait()
             while True:
                 self._dirty.clear()
+                if self.on_served is not None:
+                    self.on_served({n: w for ws in self.served.values() for n, w in ws.items()})
                 await self.publish([r for rs in self.objects.values() for r in rs])
                 self.synced.set()
                 await self._dirty.wait()
@@ -133,6 +143,7 @@ class DirectoryCache:
     # path -> (fingerprint, its documents, the problem reading it now)
     _docs: dict[Path, tuple[int, list[dict[str, Any]], str | None]] = field(
         default_factory=dict)
+    served: dict[str, Served] = field(default_factory=dict)  # as of the last records()
 
     def refresh(self) -> bool:
         """Re-read changed files; True when anything changed."""
@@ -174,9 +185,11 @@ class DirectoryCache:
 
         ``statuses`` maps a model name (or namespace/name) to its status, as the local
         runtime writes it; a document's own ``status`` is used when the map has none.
+        ``self.served`` is left with where each serving model answers.
         """
         records: list[ToolRecord] = []
         problems: list[str] = []
+        served: dict[str, Served] = {}
         for path, index, raw in self.entries():
             if isinstance(raw, str):
                 problems.append(raw)
@@ -186,9 +199,13 @@ class DirectoryCache:
             status = statuses.get(f"{meta.get('namespace')}/{name}") or statuses.get(name)
             doc = raw if status is None else {**raw, "status": status}
             try:
-                records += records_of(parse_llmmodel(doc), "files", key=f"{path}#{index}")
+                model = parse_llmmodel(doc)
             except InvalidModel as exc:
                 problems.append(f"{path}: {name}: {exc}")
+                continue
+            records += records_of(model, "files", key=f"{path}#{index}")
+            served.update(served_names(model))
+        self.served = served
         return records, problems
 
 
@@ -213,6 +230,7 @@ class FileSource:
     status_file: Path | None = None
     interval: float = 0.2
     synced: asyncio.Event = field(default_factory=asyncio.Event)
+    on_served: Callable[[dict[str, Served]], None] | None = None  # every serving model
 
     def __post_init__(self) -> None:
         self._cache = DirectoryCache(self.directory)
@@ -266,6 +284,8 @@ class FileSource:
         records, problems = found
         for line in problems:
             log.warning("skipped %s", line)
+        if self.on_served is not None:
+            self.on_served(self._cache.served)
         await self.publish(records)
         self.synced.set()
 

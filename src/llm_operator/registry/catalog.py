@@ -13,6 +13,7 @@ from llm_operator.api import labels as L
 from llm_operator.api.formats import MCP_TOOL_NAME
 from llm_operator.api.guardrails import GuardrailsSpec
 from llm_operator.api.lora import LoraAdapterSpec
+from llm_operator.api.references import names_of
 from llm_operator.api.v1alpha1 import LLMModel
 from llm_operator.profiles.adapters import llamacpp_selection
 from llm_operator.registry.query import SERVING_PHASES, Facets, Query, accepts, facets, summary
@@ -79,6 +80,25 @@ def thinking_style(model: LLMModel) -> ThinkingStyle:
 def is_base_model(model: LLMModel) -> bool:
     """Annotated as a pretrained model that continues text (labels.BASE_MODEL)."""
     return (model.metadata.annotations or {}).get(L.BASE_MODEL) == "true"
+
+
+@dataclass(frozen=True)
+class Served:
+    """Where any model answers now, exposed as a tool or not: where a guard's judge is asked."""
+
+    model_id: str
+    endpoint: str  # its OpenAI base URL
+
+
+def served_names(model: LLMModel) -> dict[str, Served]:
+    """Where the model answers, by each name a judge may be given (modelId, namespace/name).
+
+    Nothing while it does not serve.
+    """
+    status = model.status
+    if status is None or not status.endpoint or status.phase not in SERVING_PHASES:
+        return {}
+    return dict.fromkeys(names_of(model), Served(model.spec.model_id, status.endpoint))
 
 
 def from_model(model: LLMModel, source: Source, key: str | None = None) -> ToolRecord | None:
@@ -218,6 +238,7 @@ class Catalog:
 
     def __init__(self) -> None:
         self._records: dict[Source, dict[str, ToolRecord]] = {s: {} for s in PRECEDENCE}
+        self._served: dict[Source, Mapping[str, Served]] = {s: {} for s in PRECEDENCE}
         self._visible: dict[str, ToolRecord] = {}
         self.shadowed: list[tuple[ToolRecord, ToolRecord]] = []  # (hidden, winner), last merge
         self.version = 0
@@ -235,6 +256,18 @@ class Catalog:
         """Swap a source's whole content (after a relist or a directory rescan)."""
         self._records[source] = {r.key: r for r in records}
         return self._merge()
+
+    def set_served(self, source: Source, served: Mapping[str, Served]) -> None:
+        """Every model a source knows that serves now, by the names a judge may give."""
+        self._served[source] = dict(served)
+
+    def served(self, name: str) -> Served | None:
+        """Where the model called ``name`` answers (sources by precedence), if it serves."""
+        for source in PRECEDENCE:
+            found = self._served[source].get(name)
+            if found is not None:
+                return found
+        return None
 
     def records(self, source: Source) -> list[ToolRecord]:
         return sorted(self._records[source].values(), key=lambda r: r.key)
