@@ -93,19 +93,57 @@ async def test_missing_secret_fails_and_creates_nothing(cluster: Cluster, kube: 
     assert [e["type"] for e in cluster.objects_of("v1", "events")] == ["Warning"]
 
 
-async def test_a_pooled_model_is_refused_saying_pools_run_under_llmop_up(
+def pool_member(name: str, model_id: str, **pool: Any) -> dict[str, Any]:
+    doc = copy.deepcopy(sample_doc("qwen35-9b-cpu"))
+    doc["metadata"]["name"] = name
+    doc["spec"].update(modelId=model_id, inferenceEngine="llamacpp",
+                       modelSource={"type": "file", "path": f"/var/lib/models/{name}.gguf"},
+                       pool={"name": "small", "maxLoaded": 1, **pool})
+    return doc
+
+
+async def test_pool_members_share_one_engine_owned_by_all_of_them(cluster: Cluster,
+                                                                  kube: Kube) -> None:
+    """Each member's reconcile renders the same pool objects, owned by every member; each
+    member's endpoint is the pool's Service and none gets a Deployment of its own."""
+    made = [await kube.request("POST", "/apis/ai.example.io/v1alpha1/namespaces/ai-models/"
+                               "llmmodels", body=pool_member(n, f"org/{n}"))
+            for n in ("one", "two")]
+    for doc in made:
+        outcome = await reconcile(kube, doc, Settings())
+        assert outcome.recheck_after is not None  # its sibling may change the pool
+    assert sorted(kinds(cluster)) == ["ConfigMap/small-pool", "Deployment/small-pool",
+                                      "Service/small-pool"]
+    deployment = cluster.get("apps/v1", "deployments", "ai-models", "small-pool")
+    assert deployment is not None
+    owners = {o["name"] for o in deployment["metadata"]["ownerReferences"]}
+    assert owners == {"one", "two"}
+    (server,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert server["args"][-2:] == ["--models-max", "1"]
+    preset = cluster.get("v1", "configmaps", "ai-models", "small-pool")
+    assert preset is not None and "[org/one]" in preset["data"]["models.ini"] \
+        and "[org/two]" in preset["data"]["models.ini"]
+    status = (await current(kube, "one"))["status"]
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "False"  # until the pool's pod is ready (tests/e2e)
+
+
+async def test_a_member_that_disagrees_fails_and_the_pool_goes_on_without_it(
         cluster: Cluster, kube: Kube) -> None:
-    """The operator does not run pools yet: a pooled model fails saying so, rather than
-    getting pods of its own that would hold the memory the pool was meant to share."""
-    await add_secret(kube, "hf-token", "token")
-    doc = await add_model(kube, "qwen35-9b-cpu", inferenceEngine="llamacpp",
-                          pool={"name": "small", "maxLoaded": 2})
-    outcome = await reconcile(kube, doc, Settings())
-    assert outcome.phase == "Failed" and kinds(cluster) == []
-    placed = next(c for c in (await current(kube, "qwen35-9b-cpu"))["status"]["conditions"]
+    base = "/apis/ai.example.io/v1alpha1/namespaces/ai-models/llmmodels"
+    for name in ("one", "two"):
+        await kube.request("POST", base, body=pool_member(name, f"org/{name}"))
+    odd = await kube.request("POST", base, body=pool_member("three", "org/three",
+                                                            maxLoaded=2))
+    outcome = await reconcile(kube, odd, Settings())
+    assert outcome.phase == "Failed"
+    placed = next(c for c in (await current(kube, "three"))["status"]["conditions"]
                   if c["type"] == "Placed")
-    assert placed["reason"] == "PoolUnsupported"
-    assert placed["message"].startswith("spec.pool: pool small is served by `llmop up`")
+    assert placed["reason"] == "PoolInvalid"
+    assert placed["message"].startswith("spec.pool.maxLoaded: 2 here but 1 in one")
+    await reconcile(kube, await current(kube, "one"), Settings())
+    preset = cluster.get("v1", "configmaps", "ai-models", "small-pool")
+    assert preset is not None and "[org/three]" not in preset["data"]["models.ini"]
 
 
 JUDGED = {"output": [{"name": "safety", "judge": {"model": "ai-models/guard",

@@ -16,6 +16,7 @@ from llm_operator.router.routes import (
     build,
     in_cluster,
     ready_endpoints,
+    service_of,
 )
 
 from samples import sample_doc
@@ -40,8 +41,8 @@ def piece(port: int | None, *endpoints: tuple[str, str, dict[str, bool]]) -> dic
 def cluster(models: list[Any], slices: dict[tuple[str, str], list[dict[str, Any]]],
             options: Options | None = None) -> Table:
     """The router's table: each model where its status and its Service's slices say."""
-    return build([(m, in_cluster(m, slices.get((m.namespace, m.name), []))) for m in models],
-                 options)
+    return build([(m, in_cluster(m, slices.get((m.namespace, service_of(m)), [])))
+                  for m in models], options)
 
 
 @pytest.mark.parametrize(("slices", "expected"), [
@@ -103,6 +104,21 @@ def test_local_models_route_to_their_endpoints_and_hold_without_any() -> None:
                             "keepaliveSeconds": 2}
     assert table.upstreams == {("ai-models", "gemma"): ["http://10.0.0.1:8000/v1"],
                                ("ai-models", "qwen"): []}
+
+
+def test_a_pools_members_route_to_the_pools_engine_each_by_its_model_id() -> None:
+    pooled = {"inferenceEngine": "llamacpp", "pool": {"name": "small", "maxLoaded": 1},
+              "modelSource": {"type": "file", "path": "/m/x.gguf"}}
+    one = model("qwen35-9b-cpu", "one", modelId="org/one", **pooled)
+    two = model("qwen35-9b-cpu", "two", modelId="org/two", **pooled)
+    assert (service_of(one), service_of(model("qwen35-9b-cpu"))) == ("small-pool",
+                                                                     "qwen35-9b-cpu")
+    slices = {("ai-models", "small-pool"): [piece(8000, ("small-pool-0", "10.0.0.9", {}))]}
+    table = cluster([one, two], slices)
+    assert [(r["models"], [(u["baseUrl"], u["model"]) for u in r["upstreams"]])
+            for r in table.routes] == [
+        (["org/one"], [("http://10.0.0.9:8000/v1", "org/one")]),
+        (["org/two"], [("http://10.0.0.9:8000/v1", "org/two")])]
 
 
 def test_remote_models_go_to_their_gateway_once_proxying_and_failed_ones_are_absent() -> None:

@@ -8,6 +8,8 @@ PREFIX = f"{GROUP}/"
 
 # --- keys on children -----------------------------------------------------------------
 MODEL_NAME = f"{PREFIX}model-name"
+# a pool's engine (spec.pool): its pods, Service and preset carry the pool's name
+POOL = f"{PREFIX}pool"
 # On a model's prefetch pods instead of MODEL_NAME, which its Service, monitors and pools
 # select: they hold images, never serve.
 PREFETCH_FOR = f"{PREFIX}prefetch-for"

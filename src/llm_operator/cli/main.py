@@ -38,6 +38,7 @@ from llm_operator.profiles.pool import PoolPlan, across_pools, plan_pool
 from llm_operator.profiles.settings import Settings
 from llm_operator.registry.query import ANY_PHASE, SERVING_PHASES, Query, select, summary
 from llm_operator.render import RenderError, placement_problems, render
+from llm_operator.render.pool_engine import member_problems, pool_objects
 
 CRD_PATH = "config/crd/bases/ai.example.io_llmmodels.yaml"
 
@@ -283,14 +284,21 @@ def render_cmd(paths: tuple[str, ...], output: str, owner_uid: str | None,
     """Render the Kubernetes objects that serve each model (ready for kubectl apply -f -).
 
     Valid models are rendered even when others fail; problems go to stderr and the exit
-    code is 1.
+    code is 1. The members of a pool (spec.pool) given together are rendered as their
+    pool's engine, once (without ownerReferences: the operator sets each member's).
     """
     settings = _settings(settings_path)
     err = Console(stderr=True, highlight=False)
     objects: list[dict[str, Any]] = []
+    members: list[LLMModel] = []
 
     def each(outcome: Outcome) -> None:
-        if outcome.model is not None:
+        if outcome.model is not None and outcome.model.spec.pool is not None \
+                and not outcome.model.spec.is_remote:
+            outcome.problems = member_problems(outcome.model)
+            if not outcome.problems:
+                members.append(outcome.model)
+        elif outcome.model is not None:
             try:
                 objects.extend(render(outcome.model, settings, owner_uid))
             except RenderError as exc:
@@ -298,6 +306,13 @@ def render_cmd(paths: tuple[str, ...], output: str, owner_uid: str | None,
         _errors(err, outcome)
 
     code = _run(paths, each)
+    refused = across_pools(members, "among the documents given")
+    for (namespace, name), problems in sorted(refused.items()):
+        err.print(f"error LLMModel {namespace}/{name}: " + "; ".join(map(str, problems)),
+                  soft_wrap=True)
+        code = 1
+    for group in pools(m for m in members if (m.namespace, m.name) not in refused).values():
+        objects.extend(pool_objects(group, plan_pool(group), settings))
     if output == "json":
         click.echo(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}, indent=2))
     else:

@@ -16,6 +16,8 @@ from llm_operator.api.v1alpha1 import API_VERSION, LLMModel
 from llm_operator.api.validation import Problem, parse_llmmodel
 from llm_operator.kube import FIELD_MANAGER, PLURALS, ApiError, Kube
 from llm_operator.operator.caches import PREFETCH_POD_KIND
+from llm_operator.operator.pooled import RECHECK_SECONDS as POOL_RECHECK_SECONDS
+from llm_operator.operator.pooled import pool_desired
 from llm_operator.profiles import image_mounts
 from llm_operator.profiles.planner import plan
 from llm_operator.profiles.settings import Settings
@@ -26,6 +28,7 @@ from llm_operator.reconcile.queue import Admission
 from llm_operator.reconcile.status import Blocker, Event, Observation, compute_status
 from llm_operator.render import claims, placement_problems, pod_node_selector, render
 from llm_operator.render.networking import endpoint
+from llm_operator.render.pool_engine import pool_endpoint, pool_labels, pool_object_name
 from llm_operator.render.registration import lease_left
 from llm_operator.render.scaling import autoscaled
 
@@ -237,8 +240,6 @@ RECHECKED = ("SecretMissing", "JudgeMissing")
 
 async def _blockers(kube: Kube, model: LLMModel, problems: list[Problem]) -> list[Blocker]:
     blockers = [Blocker.from_problem(p) for p in problems]
-    if model.spec.pool is not None and not model.spec.is_remote:
-        blockers.append(Blocker.pool_not_in_clusters(model.spec.pool.name))
     for name, key, path in required_secrets(model):
         secret = await kube.get("v1", "secrets", model.namespace, name)
         if secret is None or key not in (secret.get("data") or {}):
@@ -297,6 +298,17 @@ async def _observe(view: ClusterView, model: LLMModel) -> tuple[
     prefetching = await view.children(*PREFETCH_POD_KIND, model.namespace,
                                       {L.PREFETCH_FOR: model.name})
     return await _workload(view, model), pods or [], prefetching or []
+
+
+async def _observe_pool(view: ClusterView, model: LLMModel) -> tuple[
+        dict[str, Any] | None, list[dict[str, Any]], list[dict[str, Any]]]:
+    """A pool member's workload: its pool's Deployment, and the pool's pods."""
+    assert model.spec.pool is not None
+    name = pool_object_name(model.spec.pool.name)
+    found = await view.child(*workloads.DEPLOYMENT_REF, model.namespace, name)
+    pods = await view.children("v1", "Pod", model.namespace, pool_labels(model.spec.pool.name))
+    live = [(workloads.DEPLOYMENT, found)] if found is not None else []
+    return workloads.summary(live, name), pods or [], []
 
 
 async def _workload(view: ClusterView, model: LLMModel) -> dict[str, Any] | None:
@@ -403,10 +415,14 @@ async def reconcile(kube: Kube, doc: dict[str, Any], settings: Settings, *,
             and await _workload(view, model) is None:
         verdict = admission(model)  # a model with a workload holds its place: never queued
         queued = verdict if verdict is not None and not verdict.admitted else None
-    if not blockers:
+    pooled = model.spec.pool is not None and not model.spec.is_remote
+    if pooled and not blockers:  # the pool's engine serves it (operator/pooled.py)
+        blockers, desired = await pool_desired(kube, model, settings)
+        outcome.recheck_after = POOL_RECHECK_SECONDS  # its siblings may change the pool
+    elif not blockers:
         settings, unmountable = await mounted(settings, view, model)
         blockers += [unmountable] if unmountable else []
-    if not blockers:
+    if not blockers and not pooled:
         desired = render(model, resolved(settings, view), owner_uid=meta.get("uid"))
         blockers = _missing_kinds(view, desired, model_plan.nodes) \
             + await _missing_priority_classes(view, desired)
@@ -414,9 +430,10 @@ async def reconcile(kube: Kube, doc: dict[str, Any], settings: Settings, *,
         if queued is not None:
             desired = [o for o in desired if o["kind"] not in WORKLOAD_KINDS]
         await _apply_children(kube, view, desired, outcome, tracer or NoOpTracer())
-        await _prune(kube, view, model, desired, outcome)
+        # a member's own children (from before it joined) go; the pool's are no member's
+        await _prune(kube, view, model, [] if pooled else desired, outcome)
     deployment, pods, prefetching = (None, [], []) if blockers else \
-        await _observe(view, model)
+        await _observe_pool(view, model) if pooled else await _observe(view, model)
     metrics = await usage(model) if usage is not None else (None, None)
     observation = Observation(
         deployment=deployment, pods=pods, prefetch_pods=prefetching, blockers=blockers,
@@ -425,7 +442,8 @@ async def reconcile(kube: Kube, doc: dict[str, Any], settings: Settings, *,
         scaled_to_zero_allowed=autoscaled(model) and model.spec.scaling.min_replicas == 0,
         requests_per_minute=metrics[0], average_latency_ms=metrics[1], queued=queued,
         scaling=scaling(model) if scaling is not None else None)
-    update = compute_status(model, observation, endpoint(model, settings), now())
+    update = compute_status(model, observation, pool_endpoint(model, settings) if pooled
+                            else endpoint(model, settings), now())
     outcome.phase = update.status.phase
     outcome.model = model.model_copy(update={"status": update.status})
     if update.changed:

@@ -43,6 +43,8 @@ BLOCKER_REASONS = {
     "spec.inferenceEngine": "EngineUnsupported",
     "spec.engineArgs": "UnsupportedEngineArgs",
     "spec.scaling.minReplicas": "ScaleToZeroUnavailable",
+    "spec.pool": "PoolInvalid",
+    "spec.acceleratorVendor": "PoolInvalid",  # across a pool's members only
 }
 
 
@@ -69,13 +71,6 @@ class Blocker:
     @classmethod
     def judge_missing(cls, problem: Problem) -> Blocker:
         return cls("JudgeMissing", str(problem))
-
-    @classmethod
-    def pool_not_in_clusters(cls, pool: str) -> Blocker:
-        """A pooled model: pools run under `llmop up` only, so far (docs/model-pools.md)."""
-        return cls("PoolUnsupported", f"spec.pool: pool {pool} is served by `llmop up`; the "
-                   "operator does not run pools yet (docs/model-pools.md): remove spec.pool "
-                   "to serve this model on its own pods, or serve the pool with `llmop up`")
 
     @classmethod
     def secret_missing(cls, name: str, key: str, field_path: str) -> Blocker:

@@ -19,11 +19,13 @@ DEPLOYMENT = ("apps/v1", "Deployment")
 def autoscaled(model: LLMModel) -> bool:
     """KEDA owns replicas unless the bounds leave nothing to decide (min == max).
 
-    A disaggregated model's roles keep their own replica counts: nothing autoscales them.
+    A disaggregated model's roles keep their own replica counts: nothing autoscales them;
+    nor a pool's member, whose pool's engine runs one replica.
     """
     spec, scaling = model.spec, model.spec.scaling
     roles = spec.serving.disaggregation if spec.serving else None
-    return not spec.is_remote and roles is None and scaling.min_replicas != scaling.max_replicas
+    return not spec.is_remote and roles is None and spec.pool is None \
+        and scaling.min_replicas != scaling.max_replicas
 
 
 def keda_scales(model: LLMModel, settings: Settings) -> bool:

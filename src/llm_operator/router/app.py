@@ -29,6 +29,7 @@ from llm_operator.router.routes import (
     build,
     in_cluster,
     ready_endpoints,
+    service_of,
 )
 
 log = logging.getLogger("llm_operator.router")
@@ -115,7 +116,7 @@ class Router:
                     SERVICE_NAME_LABEL)
                 if service:
                     slices.setdefault((namespace, service), []).append(piece)
-        table = build(((m, in_cluster(m, slices.get((m.namespace, m.name), [])))
+        table = build(((m, in_cluster(m, slices.get((m.namespace, service_of(m)), [])))
                        for m in models), self.options)
         if self.peer_informers:  # this replica's share of the slots (at least its own)
             self.gateway.peers = max(1, len(ready_endpoints(

@@ -9,6 +9,7 @@ from typing import Any
 from llm_operator.api.v1alpha1 import LLMModel
 from llm_operator.profiles.adapters import llamacpp_selection
 from llm_operator.profiles.concurrency import replica_slots
+from llm_operator.render.pool_engine import pool_object_name
 from llm_operator.render.remote import owned_by
 
 FAILED = "Failed"
@@ -91,6 +92,13 @@ def _waiting_reason(model: LLMModel) -> str:
     if ready is not None and ready.status != "True" and ready.message:
         return f"{phase}: {ready.message}"[:300]
     return phase
+
+
+def service_of(model: LLMModel) -> str:
+    """The Service whose endpoints serve the model: its own, or its pool's."""
+    pool = model.spec.pool
+    return pool_object_name(pool.name) if pool is not None and not model.spec.is_remote \
+        else model.name
 
 
 def in_cluster(model: LLMModel, slices: Sequence[Mapping[str, Any]]) -> Serving:

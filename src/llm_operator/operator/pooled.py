@@ -1,0 +1,49 @@
+"""A pool's member as the operator reconciles it: the pool's engine from all its members.
+
+Each member's reconcile reads the other LLMModels of its namespace, renders the pool's
+objects from the members that agree (render/pool_engine.py) and applies them; the same
+objects come out of every member's reconcile. A member is looked at again every
+``RECHECK_SECONDS``, so that one joining, leaving or changing reaches the others' pool.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llm_operator.api.pools import pools
+from llm_operator.api.v1alpha1 import API_VERSION, LLMModel
+from llm_operator.api.validation import InvalidModel, Problem, parse_llmmodel
+from llm_operator.kube import Kube
+from llm_operator.profiles.pool import across_pools, plan_pool
+from llm_operator.profiles.settings import Settings
+from llm_operator.reconcile.status import Blocker
+from llm_operator.render.pool_engine import member_problems, pool_objects
+
+RECHECK_SECONDS = 10.0
+
+
+async def _namespace_models(kube: Kube, namespace: str) -> list[LLMModel]:
+    found = []
+    for doc in await kube.list(API_VERSION, "llmmodels", namespace):
+        try:
+            found.append(parse_llmmodel(doc))
+        except InvalidModel:
+            continue  # the CRD refused what this would; its own reconcile says why
+    return found
+
+
+async def pool_desired(kube: Kube, model: LLMModel, settings: Settings
+                       ) -> tuple[list[Blocker], list[dict[str, Any]]]:
+    """The member's blockers, and the pool's objects when it has none."""
+    pool = model.spec.pool
+    assert pool is not None
+    problems: list[Problem] = member_problems(model)
+    siblings = pools(await _namespace_models(kube, model.namespace)).get(
+        (model.namespace, pool.name), [model])
+    across = across_pools(siblings, "in the cluster")
+    problems += across.get((model.namespace, model.name), [])
+    if problems:
+        return [Blocker.from_problem(p) for p in problems], []
+    members = [m for m in siblings
+               if (m.namespace, m.name) not in across and not member_problems(m)]
+    return [], pool_objects(members, plan_pool(members), settings)

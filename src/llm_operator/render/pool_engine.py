@@ -1,0 +1,176 @@
+"""A pool's engine in a cluster (spec.pool): llama-server's router mode serving its members.
+
+One Deployment, ConfigMap and Service per pool, named ``<pool>-pool`` and owned by every
+member (garbage-collected with the last one). The ConfigMap holds the members' preset: each
+loaded with the flags it would get alone, its file mounted from the node. The pod
+template carries the preset's hash, so a changed member rolls the pod.
+"""
+
+from __future__ import annotations
+
+import math
+import posixpath
+from collections.abc import Sequence
+from typing import Any
+
+from llm_operator.api import labels as L
+from llm_operator.api.v1alpha1 import API_VERSION, KIND, LLMModel
+from llm_operator.api.validation import Problem
+from llm_operator.profiles.engines import NON_ROOT_UID, PORT, engine
+from llm_operator.profiles.llama_router import Member, models_preset, router_args
+from llm_operator.profiles.llamaserver import Where, llama_server_args
+from llm_operator.profiles.pool import PoolPlan
+from llm_operator.profiles.settings import Settings
+from llm_operator.profiles.vendors import vendor
+from llm_operator.render.meta import content_hash, restricted_container_security
+from llm_operator.render.weights import node_file
+
+COMPONENT = "pool"
+PRESET_DIR = "/etc/llmop-pool"
+PRESET_FILE = "models.ini"
+MEMBERS_DIR = "/models"
+SERVER_CONTAINER = "pool-server"
+
+
+def pool_object_name(pool: str) -> str:
+    """The pool's Deployment, ConfigMap and Service."""
+    return f"{pool}-pool"
+
+
+def pool_labels(pool: str) -> dict[str, str]:
+    """The selector of the pool's pods (and the label every pool object carries)."""
+    return {L.APP: pool_object_name(pool), L.POOL: pool}
+
+
+def member_problems(model: LLMModel) -> list[Problem]:
+    """Why a pooled model cannot be a member in a cluster (so far: files on the node)."""
+    if model.spec.pool is None or node_file(model.spec):
+        return []
+    return [Problem("spec.modelSource", "a pool's members are GGUF files on the node so far "
+                    "(modelSource.type file, an absolute path): the pool's engine mounts each "
+                    "one; serve this model outside the pool, or put its file on the nodes")]
+
+
+def _member_path(model: LLMModel) -> str:
+    path = node_file(model.spec)
+    assert path is not None  # member_problems() checked it
+    return posixpath.join(MEMBERS_DIR, model.name, posixpath.basename(path))
+
+
+def _verify(member: LLMModel, index: int, settings: Settings) -> dict[str, Any]:
+    """An init container that checks one member's file: its sha256, its header.
+
+    As a model of its own is checked: a wrong file keeps the pool from starting, saying why.
+    """
+    source = member.spec.model_source
+    sha = source.sha256 if source else None
+    return {
+        "name": f"verify-{index}", "image": settings.images.operator,
+        "imagePullPolicy": settings.images.pull_policy,
+        "command": ["llmop", "model-verify", _member_path(member), "--markers", "/verified",
+                    *(["--sha256", sha] if sha else [])],
+        "env": [{"name": "HOME", "value": "/tmp"}],
+        "resources": {"requests": {"cpu": "250m", "memory": "128Mi"},
+                      "limits": {"memory": "256Mi"}},
+        "volumeMounts": [{"name": f"member-{index}", "mountPath": _member_path(member),
+                          "readOnly": True}, {"name": "verified", "mountPath": "/verified"}],
+        "securityContext": restricted_container_security(non_root=True),
+    }
+
+
+def _meta(pool: str, namespace: str, members: Sequence[LLMModel]) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "name": pool_object_name(pool), "namespace": namespace,
+        "labels": {**pool_labels(pool), L.K8S_NAME: "llm-pool", L.K8S_INSTANCE: pool,
+                   L.K8S_COMPONENT: COMPONENT, L.K8S_MANAGED_BY: L.MANAGED_BY_VALUE}}
+    owners = [{"apiVersion": API_VERSION, "kind": KIND, "name": m.name,
+               "uid": m.metadata.uid, "blockOwnerDeletion": True}
+              for m in members if m.metadata.uid]
+    if owners:
+        meta["ownerReferences"] = owners
+    return meta
+
+
+def preset(members: Sequence[LLMModel]) -> str:
+    """The members' --models-preset file: each with its own flags, its file in the pod."""
+    return models_preset([
+        Member(m.spec.model_id, _member_path(m),
+               llama_server_args(m.spec, Where(_member_path(m), "0.0.0.0", PORT)).args,
+               load_on_startup=i < (m.spec.pool.max_loaded if m.spec.pool else 0))
+        for i, m in enumerate(members)])
+
+
+def pool_objects(members: Sequence[LLMModel], plan: PoolPlan, settings: Settings
+                 ) -> list[dict[str, Any]]:
+    """The pool's ConfigMap, Deployment and Service, from its members (in name order)."""
+    first = members[0]
+    pool = first.spec.pool
+    assert pool is not None
+    namespace = first.namespace
+    meta = _meta(pool.name, namespace, members)
+    text = preset(members)
+    vp, eng = vendor(first.spec.accelerator_vendor), engine("llamacpp")
+    image = settings.images.engines.get(vp.name, {}).get(eng.name) or vp.image_for(eng.name)
+    memory = math.ceil(plan.limit_gib or plan.need_gib)
+    cpu = max(m.spec.resources.cpu_millicores for m in members)
+    volumes: list[dict[str, Any]] = [{"name": "preset", "configMap": {
+        "name": pool_object_name(pool.name)}}]
+    mounts: list[dict[str, Any]] = [{"name": "preset", "mountPath": PRESET_DIR,
+                                     "readOnly": True}]
+    for i, member in enumerate(members):
+        path = node_file(member.spec)
+        volumes.append({"name": f"member-{i}", "hostPath": {"path": path, "type": "File"}})
+        mounts.append({"name": f"member-{i}", "mountPath": _member_path(member),
+                       "readOnly": True})
+    volumes.append({"name": "verified", "emptyDir": {}})
+    init = [_verify(member, i, settings) for i, member in enumerate(members)]
+    probe = {"httpGet": {"path": "/health", "port": "http"}}
+    server = {
+        "name": SERVER_CONTAINER, "image": image,
+        "imagePullPolicy": settings.images.pull_policy,
+        "command": ["/app/llama-server"],
+        "args": router_args("0.0.0.0", PORT, posixpath.join(PRESET_DIR, PRESET_FILE),
+                            pool.max_loaded),
+        "env": [{"name": "HOME", "value": "/tmp"}],
+        "ports": [{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
+        "resources": {"requests": {"cpu": f"{cpu}m", "memory": f"{memory}Gi"},
+                      "limits": {"cpu": f"{cpu}m", "memory": f"{memory}Gi"}},
+        "volumeMounts": mounts,
+        "startupProbe": {**probe, "periodSeconds": 1, "failureThreshold":
+                         max(1, settings.startup_timeout_seconds), "timeoutSeconds": 5},
+        "readinessProbe": {**probe, "periodSeconds": 10, "failureThreshold": 3,
+                           "timeoutSeconds": 5},
+        "livenessProbe": {**probe, "periodSeconds": 30, "failureThreshold": 5,
+                          "timeoutSeconds": 10},
+        "securityContext": restricted_container_security(non_root=eng.runs_as_non_root),
+    }
+    pod: dict[str, Any] = {
+        "enableServiceLinks": False,
+        "securityContext": {"fsGroup": NON_ROOT_UID, "fsGroupChangePolicy": "OnRootMismatch",
+                            "seccompProfile": {"type": "RuntimeDefault"}},
+        "initContainers": init, "containers": [server], "volumes": volumes}
+    if settings.images.pull_secrets:
+        pod["imagePullSecrets"] = [{"name": n} for n in settings.images.pull_secrets]
+    template = {"metadata": {"labels": dict(meta["labels"]),
+                             "annotations": {L.CONFIG_HASH: content_hash(text)}},
+                "spec": pod}
+    return [
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta,
+         "data": {PRESET_FILE: text}},
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
+         "spec": {"replicas": 1, "revisionHistoryLimit": 3,
+                  "selector": {"matchLabels": pool_labels(pool.name)},
+                  "template": template}},
+        {"apiVersion": "v1", "kind": "Service", "metadata": meta,
+         "spec": {"type": "ClusterIP", "selector": pool_labels(pool.name),
+                  "ports": [{"name": "http", "port": PORT, "targetPort": "http",
+                             "protocol": "TCP"}]}},
+    ]
+
+
+def pool_endpoint(model: LLMModel, settings: Settings) -> str:
+    """A member's OpenAI base URL in the cluster: its pool's Service."""
+    assert model.spec.pool is not None
+    host = f"{pool_object_name(model.spec.pool.name)}.{model.namespace}.svc." \
+        f"{settings.cluster_domain}"
+    return f"http://{host}:{PORT}/v1"

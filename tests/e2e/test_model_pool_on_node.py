@@ -1,0 +1,76 @@
+"""On the real node: examples/cluster/model-pool, three LLMModels served by one pool.
+
+Applied as the example's header says. The operator renders the pool's engine from its
+members (llama-server in router mode, at most 2 of the 3 loaded, each member's file checked
+by an init container of its own); the router sends each member's requests to the pool by
+its modelId; the pool's Deployment goes with its last member (every member owns it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx2
+import openai
+import pytest
+from e2e_cluster import MODELS_NS, OPERATOR_NS, NodeCluster
+
+from samples import REPO
+
+pytestmark = pytest.mark.e2e
+E2E = REPO / "tests" / "e2e"
+POOL = REPO / "examples" / "cluster" / "model-pool"
+NS, ENGINE = MODELS_NS, "gemma-small-pool"
+MEMBERS = {"gemma-pool-chat": "gemma-3-270m-chat", "gemma-pool-long": "gemma-3-270m-long",
+           "gemma-pool-qa": "gemma-3-270m-qa"}
+QUESTION = "Q: What is the capital of France?\nA:"
+
+
+@pytest.fixture(scope="module")
+def pool(kube_node: NodeCluster) -> Iterator[NodeCluster]:
+    kube_node.namespace(NS)
+    with kube_node.own_models():
+        kube_node.kubectl("apply", "-f", str(POOL))
+        for name in MEMBERS:
+            kube_node.wait_phase(NS, name, "Ready", 180)
+        kube_node.apply_kustomization(E2E / "router", ["llmop-router"], OPERATOR_NS)
+        yield kube_node
+
+
+def _loaded(engine: str) -> set[str]:
+    body = httpx2.get(f"{engine}/models", timeout=10).json()
+    return {m["id"] for m in body["data"] if m["status"]["value"] == "loaded"}
+
+
+def test_each_member_answers_through_the_router_from_one_pod(pool: NodeCluster) -> None:
+    client = openai.OpenAI(base_url=pool.service_url(OPERATOR_NS, "llmop-router", 8080),
+                           api_key="unused", timeout=60)
+    engine = pool.service_url(NS, ENGINE, 8000, "")
+    for model_id in ("gemma-3-270m-qa", "gemma-3-270m-chat", "gemma-3-270m-long",
+                     "gemma-3-270m-qa"):
+        answer = client.completions.create(model=model_id, prompt=QUESTION, max_tokens=16,
+                                           stop=["\n"], temperature=0)
+        assert "Paris" in answer.choices[0].text, model_id
+        loaded = _loaded(engine)  # sampled after each answer
+        assert model_id in loaded and len(loaded) <= 2, loaded
+    (pod,) = pool.json("-n", NS, "get", "pods", "-l", "ai.example.io/pool=gemma-small")["items"]
+    checked = {s["name"]: s["state"]["terminated"]["exitCode"]
+               for s in pod["status"]["initContainerStatuses"]}
+    assert checked == {"verify-0": 0, "verify-1": 0, "verify-2": 0}
+    for name in MEMBERS:
+        status = pool.json("-n", NS, "get", "llmmodel", name)["status"]
+        assert status["endpoint"] == f"http://{ENGINE}.{NS}.svc.cluster.local:8000/v1"
+    assert pool.kubectl("-n", NS, "get", "deployments", "-o", "name").split() == [
+        f"deployment.apps/{ENGINE}"]  # no member has pods of its own
+
+
+def test_a_member_left_alone_fails_and_the_engine_goes_with_the_last(
+        pool: NodeCluster) -> None:
+    pool.kubectl("-n", NS, "delete", "llmmodel", "gemma-pool-qa", "gemma-pool-chat",
+                 "--wait=true")
+    pool.wait_phase(NS, "gemma-pool-long", "Failed", 60)
+    model = pool.json("-n", NS, "get", "llmmodel", "gemma-pool-long")
+    placed = next(c for c in model["status"]["conditions"] if c["type"] == "Placed")
+    assert placed["reason"] == "PoolInvalid" and "no other member" in placed["message"]
+    pool.kubectl("-n", NS, "delete", "llmmodel", "gemma-pool-long", "--wait=true")
+    pool.kubectl("-n", NS, "wait", "--for=delete", f"deployment/{ENGINE}", "--timeout=60s")
