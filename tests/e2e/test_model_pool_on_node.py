@@ -53,6 +53,15 @@ def test_each_member_answers_through_the_router_from_one_pod(pool: NodeCluster) 
         assert "Paris" in answer.choices[0].text, model_id
         loaded = _loaded(engine)  # sampled after each answer
         assert model_id in loaded and len(loaded) <= 2, loaded
+    # each member's Loaded condition follows the engine (looked at every 10 s): the two
+    # used last are loaded, the first one asked for was unloaded to make room
+    for name, loaded in (("gemma-pool-qa", "true"), ("gemma-pool-long", "true"),
+                         ("gemma-pool-chat", "false")):
+        pool.kubectl("-n", NS, "wait", f"llmmodel/{name}", "--timeout=60s",
+                     f"--for=condition=Loaded={loaded}")
+    chat = pool.json("-n", NS, "get", "llmmodel", "gemma-pool-chat")
+    assert next(c for c in chat["status"]["conditions"] if c["type"] == "Loaded")[
+        "reason"] == "NotLoaded"
     (pod,) = pool.json("-n", NS, "get", "pods", "-l", "ai.example.io/pool=gemma-small")["items"]
     checked = {s["name"]: s["state"]["terminated"]["exitCode"]
                for s in pod["status"]["initContainerStatuses"]}

@@ -128,6 +128,29 @@ async def test_pool_members_share_one_engine_owned_by_all_of_them(cluster: Clust
     assert ready["status"] == "False"  # until the pool's pod is ready (tests/e2e)
 
 
+@pytest.mark.parametrize(("said", "status", "reason"), [
+    ("loaded", "True", "Loaded"), ("loading", "False", "Loading"),
+    ("unloaded", "False", "NotLoaded"), ("failed", "False", "LoadFailed"),
+    (None, "False", "Unknown")])
+async def test_a_members_loaded_condition_follows_its_pools_engine(
+        cluster: Cluster, kube: Kube, said: str | None, status: str, reason: str) -> None:
+    base = "/apis/ai.example.io/v1alpha1/namespaces/ai-models/llmmodels"
+    one = await kube.request("POST", base, body=pool_member("one", "org/one"))
+    await kube.request("POST", base, body=pool_member("two", "org/two"))
+    asked: list[str] = []
+
+    async def engine_says(model: Any) -> str | None:
+        asked.append(model.spec.model_id)
+        return said
+
+    await reconcile(kube, one, Settings(), pool_state=engine_says)
+    assert asked == ["org/one"]
+    loaded = next(c for c in (await current(kube, "one"))["status"]["conditions"]
+                  if c["type"] == "Loaded")
+    assert (loaded["status"], loaded["reason"]) == (status, reason)
+    assert loaded["lastTransitionTime"]  # since when
+
+
 async def test_a_member_that_disagrees_fails_and_the_pool_goes_on_without_it(
         cluster: Cluster, kube: Kube) -> None:
     base = "/apis/ai.example.io/v1alpha1/namespaces/ai-models/llmmodels"

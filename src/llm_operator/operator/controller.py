@@ -31,6 +31,7 @@ from llm_operator.operator.caches import (
 )
 from llm_operator.operator.gpu_queue import GpuQueue, wants_accelerators
 from llm_operator.operator.metrics import OperatorMetrics
+from llm_operator.operator.pooled import member_state
 from llm_operator.operator.prometheus import status_metrics
 from llm_operator.operator.reconciler import (
     CHILD_KINDS,
@@ -84,6 +85,7 @@ class Controller:
         self.caches = Caches(list(namespaces) or [None])
         self.prometheus: aiohttp.ClientSession | None = None
         self.http: aiohttp.ClientSession | None = None
+        self.pools_http: aiohttp.ClientSession | None = None  # pool engines' member states
         self.pushed: dict[Key, dict[str, Any]] = {}
         self.deregister_attempts: dict[Key, int] = {}
         # Namespaces being deleted: they refuse every create (Services, Events), so their
@@ -217,6 +219,7 @@ class Controller:
             self.prometheus = aiohttp.ClientSession(connector=tcp_connector())
         if self.push is not None:
             self.http = aiohttp.ClientSession(connector=tcp_connector())
+        self.pools_http = aiohttp.ClientSession(connector=tcp_connector())
         tasks = [asyncio.create_task(i.run()) for i in self.caches.all()]
         try:
             await _first_of(asyncio.gather(*(i.synced.wait() for i in self.caches.all())),
@@ -233,7 +236,7 @@ class Controller:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             self.queue.close()
-            for session in (self.prometheus, self.http):
+            for session in (self.prometheus, self.http, self.pools_http):
                 if session is not None:
                     await session.close()
             if self.tracing is not None:  # the spans still batched (its HTTP is blocking)
@@ -302,7 +305,9 @@ class Controller:
                 outcome = await reconcile(
                     self.kube, doc, self.settings, view=self.caches, usage=usage,
                     admission=self.gpu_queue.admission if self.gpu_queue else None,
-                    scaling=self.autoscaler.report, tracer=self.tracer)
+                    scaling=self.autoscaler.report, tracer=self.tracer,
+                    pool_state=None if self.pools_http is None else functools.partial(
+                        member_state, self.pools_http, self.settings.cluster_domain))
                 span.set_attributes({"llmop.phase": outcome.phase or "",
                                      "llmop.applied": len(outcome.applied),
                                      "llmop.pruned": len(outcome.pruned)})

@@ -3,23 +3,28 @@
 Each member's reconcile reads the other LLMModels of its namespace, renders the pool's
 objects from the members that agree (render/pool_engine.py) and applies them; the same
 objects come out of every member's reconcile. A member is looked at again every
-``RECHECK_SECONDS``, so that one joining, leaving or changing reaches the others' pool.
+``RECHECK_SECONDS``, so that one joining, leaving or changing reaches the others' pool, and
+its Loaded condition follows what the pool's engine says of it (``member_state``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import aiohttp
+
 from llm_operator.api.pools import pools
 from llm_operator.api.v1alpha1 import API_VERSION, LLMModel
 from llm_operator.api.validation import InvalidModel, Problem, parse_llmmodel
 from llm_operator.kube import Kube
+from llm_operator.profiles.engines import PORT
 from llm_operator.profiles.pool import across_pools, plan_pool
 from llm_operator.profiles.settings import Settings
 from llm_operator.reconcile.status import Blocker
-from llm_operator.render.pool_engine import member_problems, pool_objects
+from llm_operator.render.pool_engine import member_problems, pool_object_name, pool_objects
 
 RECHECK_SECONDS = 10.0
+STATE_TIMEOUT_SECONDS = 2.0
 
 
 async def _namespace_models(kube: Kube, namespace: str) -> list[LLMModel]:
@@ -47,3 +52,24 @@ async def pool_desired(kube: Kube, model: LLMModel, settings: Settings
     members = [m for m in siblings
                if (m.namespace, m.name) not in across and not member_problems(m)]
     return [], pool_objects(members, plan_pool(members), settings)
+
+
+async def member_state(http: aiohttp.ClientSession, cluster_domain: str, model: LLMModel
+                       ) -> str | None:
+    """What the member's pool's engine says of it: loaded, loading, unloaded or failed.
+
+    None when the engine does not answer within ``STATE_TIMEOUT_SECONDS``.
+    """
+    assert model.spec.pool is not None
+    host = f"{pool_object_name(model.spec.pool.name)}.{model.namespace}.svc.{cluster_domain}"
+    try:
+        async with http.get(f"http://{host}:{PORT}/models",
+                            timeout=aiohttp.ClientTimeout(total=STATE_TIMEOUT_SECONDS)) as r:
+            body = await r.json() if r.status == 200 else None
+    except (aiohttp.ClientError, TimeoutError, ValueError):
+        return None
+    for item in (body or {}).get("data") or []:
+        if isinstance(item, dict) and item.get("id") == model.spec.model_id:
+            status = item.get("status") or {}
+            return "failed" if status.get("failed") else str(status.get("value"))
+    return None

@@ -384,6 +384,7 @@ async def reconcile(kube: Kube, doc: dict[str, Any], settings: Settings, *,
                     usage: Callable[[LLMModel], Awaitable[Usage]] | None = None,
                     admission: Callable[[LLMModel], Admission | None] | None = None,
                     scaling: Callable[[LLMModel], Report | None] | None = None,
+                    pool_state: Callable[[LLMModel], Awaitable[str | None]] | None = None,
                     tracer: Tracer | None = None) -> Outcome:
     """Bring one model's children, labels and status in line with its spec.
 
@@ -435,13 +436,14 @@ async def reconcile(kube: Kube, doc: dict[str, Any], settings: Settings, *,
     deployment, pods, prefetching = (None, [], []) if blockers else \
         await _observe_pool(view, model) if pooled else await _observe(view, model)
     metrics = await usage(model) if usage is not None else (None, None)
+    member = await pool_state(model) if pooled and not blockers and pool_state else None
     observation = Observation(
         deployment=deployment, pods=pods, prefetch_pods=prefetching, blockers=blockers,
         plan_verdict=model_plan.verdict,
         plan_reason=model_plan.reason,
         scaled_to_zero_allowed=autoscaled(model) and model.spec.scaling.min_replicas == 0,
         requests_per_minute=metrics[0], average_latency_ms=metrics[1], queued=queued,
-        scaling=scaling(model) if scaling is not None else None)
+        scaling=scaling(model) if scaling is not None else None, pool_member=member)
     update = compute_status(model, observation, pool_endpoint(model, settings) if pooled
                             else endpoint(model, settings), now())
     outcome.phase = update.status.phase

@@ -93,6 +93,9 @@ class Observation:
     average_latency_ms: int | None = None
     queued: Admission | None = None  # not admitted by the GPU queue: no workload yet
     scaling: Report | None = None  # who sets the replicas of an autoscaled model, and why
+    # a pool member: what its pool's engine says of it (loaded, loading, unloaded, failed;
+    # None: the engine did not answer)
+    pool_member: str | None = None
 
 
 @dataclass(frozen=True)
@@ -351,8 +354,27 @@ def _conditions(model: LLMModel, obs: Observation, facts: _Facts) -> list[tuple[
         degraded = (False, "AsExpected", "no replica is failing")
     scaling = [] if obs.scaling is None or obs.blockers or facts.phase == "WaitingForGPU" \
         else [("Scaling", obs.scaling.active, obs.scaling.reason, obs.scaling.message)]
+    loaded = [] if model.spec.pool is None or model.spec.is_remote or obs.blockers \
+        else [("Loaded", *_loaded(model, obs.pool_member))]
     return [("Placed", *placed), ("Ready", *ready), ("Available", *available),
-            ("Progressing", *progressing), ("Degraded", *degraded), *scaling]
+            ("Progressing", *progressing), ("Degraded", *degraded), *scaling, *loaded]
+
+
+def _loaded(model: LLMModel, state: str | None) -> tuple[bool, str, str]:
+    """A pool member's Loaded condition, from its pool's engine (its transition: since when)."""
+    pool = model.spec.pool
+    assert pool is not None
+    if state == "loaded":
+        return True, "Loaded", f"loaded in pool {pool.name}"
+    if state == "loading":
+        return False, "Loading", f"being loaded in pool {pool.name}; requests wait for it"
+    if state == "failed":
+        return False, "LoadFailed", (f"the engine of pool {pool.name} exited while loading it "
+                                     "(its log says why); the next request tries again")
+    if state == "unloaded":
+        return False, "NotLoaded", (f"not loaded: its next request loads it (pool "
+                                    f"{pool.name} keeps at most {pool.max_loaded} loaded)")
+    return False, "Unknown", f"the engine of pool {pool.name} did not say (not running yet?)"
 
 
 def compute_status(model: LLMModel, obs: Observation, endpoint: str, now: str) -> StatusUpdate:
