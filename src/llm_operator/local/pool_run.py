@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,12 +11,9 @@ from typing import Any
 
 import aiohttp
 
+from llm_operator.local.placement import LOOPBACK
 from llm_operator.local.process import Supervised, Timing
 from llm_operator.profiles.llama_router import Member, models_preset, router_args
-
-log = logging.getLogger("llm_operator.local")
-
-LOOPBACK = "127.0.0.1"
 
 
 @dataclass(frozen=True)

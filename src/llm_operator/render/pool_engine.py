@@ -22,6 +22,7 @@ from llm_operator.profiles.llamaserver import Where, llama_server_args
 from llm_operator.profiles.pool import PoolPlan
 from llm_operator.profiles.settings import Settings
 from llm_operator.profiles.vendors import vendor
+from llm_operator.render import engine_image
 from llm_operator.render.meta import content_hash, restricted_container_security
 from llm_operator.render.weights import node_file
 
@@ -110,7 +111,8 @@ def pool_objects(members: Sequence[LLMModel], plan: PoolPlan, settings: Settings
     meta = _meta(pool.name, namespace, members)
     text = preset(members)
     vp, eng = vendor(first.spec.accelerator_vendor), engine("llamacpp")
-    image = settings.images.engines.get(vp.name, {}).get(eng.name) or vp.image_for(eng.name)
+    image = engine_image(vp, eng.name, settings)
+    assert image is not None  # each member's placement_problems() checked it
     memory = math.ceil(plan.limit_gib or plan.need_gib)
     cpu = max(m.spec.resources.cpu_millicores for m in members)
     volumes: list[dict[str, Any]] = [{"name": "preset", "configMap": {
