@@ -8,16 +8,14 @@ flow-control slot, no limits; they are few (one per guarded request, or one per 
 
 from __future__ import annotations
 
-import json
 import random
 
 import aiohttp
 
 from llm_operator.gateway.keys import KeyUnavailable
 from llm_operator.gateway.routes import RouteTable
+from llm_operator.guardrails.judges import answer_text, verdict_request
 from llm_operator.guardrails.runner import JudgeFailed
-
-VERDICT_TOKENS = 20  # "unsafe\nS1,S10" or "Yes": a verdict is a few tokens
 
 
 class RouteJudges:
@@ -43,8 +41,7 @@ class RouteJudges:
                 failures.append(f"{deployment.label}: the {deployment.native.name} API has "
                                 "no text completions")
                 continue
-            body = {"model": state.route.upstream_model(deployment.upstream), "prompt": prompt,
-                    "max_tokens": VERDICT_TOKENS, "temperature": 0}
+            body = verdict_request(state.route.upstream_model(deployment.upstream), prompt)
             try:
                 async with self._http.post(
                         f"{deployment.url_base}/completions", json=body,
@@ -53,7 +50,7 @@ class RouteJudges:
                     if answer.status != 200:
                         failures.append(f"{deployment.label}: HTTP {answer.status}")
                         continue
-                    text = (json.loads(await answer.read())["choices"][0]["text"])
+                    text = answer_text(await answer.read())
             except KeyUnavailable as exc:
                 failures.append(f"{deployment.label}: {exc}")
                 continue

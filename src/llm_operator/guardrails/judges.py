@@ -9,8 +9,9 @@ policy per call and answer ``Yes`` (it is there) or ``No``.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 Role = Literal["User", "Agent"]
 
@@ -151,3 +152,21 @@ def verdict(family: str, ask: Ask, answer: str) -> Verdict:
         unsafe = word == "yes"
         return Verdict(unsafe, (ask.category,) if unsafe and ask.category else ())
     raise Unreadable(f"expected 'Yes' or 'No', got {_other(answer)}")
+
+
+VERDICT_TOKENS = 20  # "unsafe\nS1,S10" or "Yes": a verdict is a few tokens
+
+
+def verdict_request(model_id: str, prompt: str) -> dict[str, Any]:
+    """The text completion a judge is asked: greedy and short."""
+    return {"model": model_id, "prompt": prompt, "max_tokens": VERDICT_TOKENS,
+            "temperature": 0}
+
+
+def answer_text(raw: bytes) -> str | None:
+    """The text of a judge's completion (None: the answer has none).
+
+    ValueError, LookupError or TypeError when it is not an OpenAI completion.
+    """
+    text = json.loads(raw)["choices"][0]["text"]
+    return text if isinstance(text, str) else None

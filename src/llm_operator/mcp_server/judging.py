@@ -8,16 +8,14 @@ short on the OpenAI-compatible ``/completions`` API, as the gateway asks it.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import aiohttp
 
+from llm_operator.guardrails.judges import answer_text, verdict_request
 from llm_operator.guardrails.runner import JudgeFailed
 from llm_operator.registry.catalog import Catalog
-
-VERDICT_TOKENS = 20  # "unsafe\nS1,S10" or "Yes": a verdict is a few tokens
 
 
 @dataclass
@@ -36,15 +34,14 @@ class CatalogJudges:
         http = self.http()
         if http is None:
             raise JudgeFailed("the MCP server is not running")
-        body = {"model": served.model_id, "prompt": prompt, "max_tokens": VERDICT_TOKENS,
-                "temperature": 0}
+        body = verdict_request(served.model_id, prompt)
         url = f"{served.endpoint.rstrip('/')}/completions"
         try:
             async with http.post(url, json=body,
                                  timeout=aiohttp.ClientTimeout(total=timeout)) as answer:
                 if answer.status != 200:
                     raise JudgeFailed(f"{model}: HTTP {answer.status}")
-                text = json.loads(await answer.read())["choices"][0]["text"]
+                text = answer_text(await answer.read())
         except (aiohttp.ClientError, ValueError, LookupError, TypeError) as exc:
             raise JudgeFailed(f"{model}: {type(exc).__name__}") from None
         if not isinstance(text, str):
