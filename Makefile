@@ -50,9 +50,9 @@ llama-server-background: $(STAMP)
 	@(nohup $(BIN)/llmop setup > .state/llama-server.log 2>&1 &)
 
 # vLLM's image and the BF16 model (tools/images.py, tools/gemma_hf.py; several minutes on a
-# new machine, nothing once cached) are needed only by the real-node suite, which pytest
-# runs last: built in the background meanwhile. The suite waits on tools/images.py's build
-# lock for what is still being built. Log: .state/prebuild.log.
+# new machine, nothing once cached) are needed only by the real-node suite's last modules:
+# built in the background meanwhile. The suite waits on tools/images.py's build lock for
+# what is still being built. Log: .state/prebuild.log.
 prebuild: tools $(STAMP)
 	@mkdir -p .state
 	@if [ "$$(id -u)" = 0 ]; then (nohup sh -c '$(BIN)/python tools/images.py vllm-cpu && \
@@ -90,11 +90,10 @@ typecheck: $(STAMP)
 importlint: $(STAMP)
 	$(BIN)/lint-imports
 
+# The real-node suite and the others side by side (tools/test_suites.py): the node's tests
+# mostly wait on pods and engines; the others, at a lower CPU priority, use what they leave.
 unit: $(STAMP)
-	@mkdir -p .state
-	@echo ">> [$$(date +%T)] pytest (each test's time: .state/junit.xml)"
-	@$(BIN)/pytest -q --junitxml=.state/junit.xml; status=$$?; \
-	  $(BIN)/python tools/test_times.py .state/junit.xml; exit $$status
+	@$(BIN)/python tools/test_suites.py
 
 # The operator's and llama-server's images as docker-archive tars, without Docker or a
 # registry (tools/images.py; cached by content hash in ~/.cache/llm-operator).

@@ -24,8 +24,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The real-node suite (tests/e2e) last, in its own order: `make test` builds vLLM's
-    image and model in the background (Makefile `prebuild`) while the others run."""
+    """The real-node suite (tests/e2e) last when one pytest runs everything: vLLM's image
+    and model are built in the background (Makefile `prebuild`) meanwhile. `make test` runs
+    the two side by side instead (tools/test_suites.py)."""
     items.sort(key=lambda item: "e2e" in item.path.relative_to(REPO).parts)
 
 

@@ -1,10 +1,11 @@
 """Where `make test`'s pytest time went: seconds per suite, the real-node suite per module.
 
-    .venv/bin/python tools/test_times.py .state/junit.xml
+    .venv/bin/python tools/test_times.py .state/junit-e2e.xml .state/junit-rest.xml
 
-Reads pytest's JUnit XML (`make unit` writes it; each test's time includes its setup and
-teardown, so a module's shared fixture counts with its first test) and prints a Markdown
-table, slowest first: the figures behind docs/benchmarks.md's breakdown.
+Reads pytest's JUnit XML, one file per run (`make unit` writes both; each test's time
+includes its setup and teardown, so a module's shared fixture counts with its first test)
+and prints a Markdown table, slowest first: the figures behind docs/benchmarks.md's
+breakdown.
 """
 
 from __future__ import annotations
@@ -23,18 +24,20 @@ def suite_of(classname: str) -> str:
     return "/".join(parts[:2]) if len(parts) > 2 else "/".join(parts[:1]) + " (top level)"
 
 
-def main(path: Path) -> None:
-    if not path.is_file():
-        sys.exit(f"{path}: no JUnit XML (run `make unit` first)")
+def main(paths: list[Path]) -> None:
     seconds: dict[str, float] = defaultdict(float)
     counts: dict[str, int] = defaultdict(int)
-    for case in ET.parse(path).getroot().iter("testcase"):
+    for path in paths:
+        if not path.is_file():
+            sys.exit(f"{path}: no JUnit XML (run `make unit` first)")
+    cases = (case for path in paths for case in ET.parse(path).getroot().iter("testcase"))
+    for case in cases:
         suite = suite_of(case.get("classname", ""))
         seconds[suite] += float(case.get("time", 0))
         counts[suite] += 1
     total = sum(seconds.values())
     e2e = sum(s for name, s in seconds.items() if name.startswith("tests/e2e/"))
-    print(f"\n>> pytest time by suite: {total / 60:.1f} min in all, the real-node suite "
+    print(f"\n>> pytest time by suite: {total / 60:.1f} min of tests, the real-node suite "
           f"(tests/e2e) {e2e / 60:.1f} min, the rest {(total - e2e) / 60:.1f} min")
     print("| suite | tests | seconds |\n|---|---|---|")
     for name in sorted(seconds, key=lambda n: -seconds[n]):
@@ -42,4 +45,5 @@ def main(path: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1] if len(sys.argv) > 1 else ".state/junit.xml"))
+    main([Path(a) for a in sys.argv[1:]] or [Path(".state/junit-e2e.xml"),
+                                            Path(".state/junit-rest.xml")])
