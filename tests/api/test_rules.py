@@ -399,9 +399,14 @@ def test_guard_names_are_unique_per_direction_in_types_and_in_the_real_apiserver
 
 @pytest.mark.parametrize(("guard", "message"), [
     ({"name": "x", "pii": {}, "judge": {"model": "g", "family": "llama-guard-3"}},
-     "a guard needs exactly one detector: pii or judge"),
-    ({"name": "x"}, "a guard needs exactly one detector: pii or judge"),
+     "a guard needs exactly one detector: pii, judge or moderation"),
+    ({"name": "x", "judge": {"model": "g", "family": "llama-guard-3"},
+      "moderation": {"model": "m"}},
+     "a guard needs exactly one detector: pii, judge or moderation"),
+    ({"name": "x"}, "a guard needs exactly one detector: pii, judge or moderation"),
     ({"name": "x", "action": "mask", "judge": {"model": "g", "family": "shieldgemma"}},
+     "action mask replaces what pii finds"),
+    ({"name": "x", "action": "mask", "moderation": {"model": "m"}},
      "action mask replaces what pii finds"),
     ({"name": "x", "judge": {"model": "g", "family": "granite-guardian-3",
                              "categories": ["S1"]}}, "categories must be the family's"),
@@ -421,4 +426,15 @@ def test_a_judge_guard_is_admitted(apiserver: ControlPlane, base_local: dict[str
         "model": "ai-models/llama-guard", "family": "llama-guard-4",
         "categories": ["S1", "S10"], "timeoutSeconds": 5}}]}
     status, said = _apiserver_rejects(apiserver, _patch(base_local, {"guardrails": rails}))
+    assert status == 201, said
+
+
+def test_a_moderation_guard_is_admitted(apiserver: ControlPlane,
+                                        base_local: dict[str, Any]) -> None:
+    rails = {"output": [{"name": "policy", "action": "log", "moderation": {
+        "model": "omni-moderation-latest", "categories": ["violence", "self-harm/intent"],
+        "scoreThreshold": 0.4, "timeoutSeconds": 3}}]}
+    doc = _patch(base_local, {"guardrails": rails})
+    parse_llmmodel(doc)
+    status, said = _apiserver_rejects(apiserver, doc)
     assert status == 201, said

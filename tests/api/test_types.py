@@ -116,6 +116,12 @@ FIELD_CASES = [
     ("judge category", "spec.guardrails", {"input": [{"name": "x", "judge": {
         "model": "llama-guard", "family": "llama-guard-3", "categories": ["S15"]}}]},
      "spec.guardrails.input[0].judge", "S15 unknown to llama-guard-3"),
+    ("moderation category", "spec.guardrails", {"input": [{"name": "x", "moderation": {
+        "model": "omni-moderation-latest", "categories": ["violent"]}}]},
+     "spec.guardrails.input[0].moderation.categories[0]", "'harassment'"),
+    ("moderation threshold", "spec.guardrails", {"input": [{"name": "x", "moderation": {
+        "model": "omni-moderation-latest", "scoreThreshold": 0}}]},
+     "spec.guardrails.input[0].moderation.scoreThreshold", "greater than 0"),
     ("bad base url", "spec.remoteApi", {"baseUrl": "ftp://models.example.com",
                                         "apiKeySecret": "k"},
      "spec.remoteApi.baseUrl", "http:// or https:// URL"),

@@ -172,8 +172,8 @@ def test_a_guard_whose_judge_is_not_among_the_models_is_not_served(judge: str,
         assert isinstance(decision, NotServed) and decision.kind == "unplaceable"
         assert decision.reason == (
             "spec.guardrails.input[0].judge.model: guard safety: no LLMModel in the files "
-            "given is 'llama-guard-3' (a judge is named by its modelId or namespace/name): "
-            "declare the guard model too, or fix the name")
+            "given is 'llama-guard-3' (a guard's judge model is named by its modelId or "
+            "namespace/name): declare that model too, or fix the name")
 
 
 # Gemma 3 270M's header, and a 70B-shaped file claiming to be the same model

@@ -112,3 +112,42 @@ async def test_a_safe_verdict_lets_the_call_reach_the_model(running: Running) ->
     assert not result.is_error
     assert [r["path"].rsplit("/", 2)[-2:] for r in running.upstream.requests] == [
         ["v1", "completions"], ["chat", "completions"]]
+
+
+MODERATOR = {"apiVersion": "ai.example.io/v1alpha1", "kind": "LLMModel",
+             "metadata": {"name": "moderation", "namespace": "ai-models"},
+             "spec": {"modelId": "omni-moderation-latest", "deploymentMode": "local",
+                      "modelSource": {"type": "file", "path": "/models/moderation"},
+                      "totalParametersBillions": 1, "mcpExposure": {"enabled": False}}}
+
+
+async def test_a_moderation_guard_asks_its_endpoint_and_what_it_flags_blocks(
+        running: Running) -> None:
+    """The moderation model is found as a judge is: served among the models read."""
+    (running.models / "moderation.yaml").write_text(yaml.safe_dump(MODERATOR))
+    statuses = yaml.safe_load(running.status_file.read_text())
+    statuses["moderation"] = {"phase": "Ready",
+                              "endpoint": statuses["gemma4-31b-nvidia"]["endpoint"]}
+    running.status_file.write_text(yaml.safe_dump(statuses))
+    path = running.models / "gemma4-31b-nvidia.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["spec"]["guardrails"] = {"input": [{"name": "policy", "moderation": {
+        "model": "omni-moderation-latest", "categories": ["violence"]}}]}
+    path.write_text(yaml.safe_dump(doc))
+    catalog = running.service.catalog
+    await running.service.until(lambda: (r := catalog.get("gemma4_31b_nvidia")) is not None
+                                and r.guardrails is not None
+                                and catalog.served("omni-moderation-latest") is not None)
+    running.upstream.then(Reply(body={"results": [{
+        "flagged": True, "categories": {"violence": True},
+        "category_scores": {"violence": 0.91}}]}))
+    async with Client(running.mcp) as client:
+        result = await client.call_tool("gemma4_31b_nvidia", {
+            "messages": [{"role": "user", "content": "a violent request"}]})
+    assert result.is_error
+    assert isinstance(result.content[0], types.TextContent)
+    assert "'policy'" in result.content[0].text and "violence" in result.content[0].text
+    (asked,) = running.upstream.requests
+    assert asked["path"].endswith("/moderations")
+    assert asked["body"] == {"model": "omni-moderation-latest",
+                             "input": ["a violent request"]}

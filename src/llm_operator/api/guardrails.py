@@ -103,8 +103,46 @@ class JudgeGuardSpec(Wire):
             DEFAULT_JUDGE_CATEGORIES[self.family]
 
 
-ONE_DETECTOR = "a guard needs exactly one detector: pii or judge"
-MASK_NEEDS_PII = "action mask replaces what pii finds: a judge guard blocks or logs"
+# OpenAI's moderation categories (omni-moderation-latest; text-moderation-latest has all
+# but illicit and illicit/violent)
+ModerationCategory = Literal[
+    "harassment", "harassment/threatening", "hate", "hate/threatening", "illicit",
+    "illicit/violent", "self-harm", "self-harm/intent", "self-harm/instructions", "sexual",
+    "sexual/minors", "violence", "violence/graphic",
+]
+MODERATION_CATEGORIES: tuple[str, ...] = get_args(ModerationCategory)
+
+
+class ModerationGuardSpec(Wire):
+    """A moderation endpoint in OpenAI's shape asked about the text (OpenAI's own, say)."""
+
+    model: str = Field(
+        min_length=1, max_length=512, pattern=r"^\S+$",
+        description="The moderation model as clients call it (its modelId or "
+        "namespace/name) on the same router, gateway or `llmop up`: e.g. a remote LLMModel "
+        "with modelId omni-moderation-latest and remoteApi https://api.openai.com/v1. Asked "
+        "on its /moderations API with the route's key.")
+    categories: list[ModerationCategory] | None = Field(
+        None, min_length=1, max_length=len(MODERATION_CATEGORIES),
+        description="Which of OpenAI's categories count (harassment, hate, illicit, "
+        "self-harm, sexual, violence and their subcategories); unset: all of them.",
+        json_schema_extra={"x-kubernetes-list-type": "set"})
+    score_threshold: float | None = Field(
+        None, gt=0, le=1, description="A category counts when its score reaches this; "
+        "unset: when the endpoint flags it (its own thresholds).")
+    timeout_seconds: float = Field(
+        10, gt=0, le=120, description="An answer not back within this follows onError.")
+
+    @property
+    def chosen(self) -> tuple[str, ...]:
+        return tuple(self.categories) if self.categories else MODERATION_CATEGORIES
+
+
+ONE_DETECTOR = "a guard needs exactly one detector: pii, judge or moderation"
+MASK_NEEDS_PII = ("action mask replaces what pii finds: a judge or moderation guard blocks "
+                  "or logs")
+_ONE_DETECTOR_CEL = ("(has(self.pii) ? 1 : 0) + (has(self.judge) ? 1 : 0) + "
+                     "(has(self.moderation) ? 1 : 0) == 1")
 
 
 class GuardSpec(Wire):
@@ -112,7 +150,7 @@ class GuardSpec(Wire):
 
     model_config = {**Wire.model_config, "json_schema_extra": {
         "x-kubernetes-validations": [
-            {"rule": "has(self.pii) != has(self.judge)", "message": ONE_DETECTOR},
+            {"rule": _ONE_DETECTOR_CEL, "message": ONE_DETECTOR},
             {"rule": "!has(self.action) || self.action != 'mask' || has(self.pii)",
              "message": MASK_NEEDS_PII}]}}
 
@@ -128,18 +166,40 @@ class GuardSpec(Wire):
                                      "recognizers).")
     judge: JudgeGuardSpec | None = Field(None, description="A guard model's verdict "
                                          "(Llama Guard, Granite Guardian, ShieldGemma).")
+    moderation: ModerationGuardSpec | None = Field(
+        None, description="A moderation endpoint's categories (OpenAI's /v1/moderations).")
     on_error: Literal["closed", "open"] = Field(
-        "closed", description="A judge that fails, times out or answers no verdict: closed "
-        "refuses the request (503 guardrail_unavailable), open lets it through (counted in "
-        "the guardrail errors metric).")
+        "closed", description="A judge or moderation endpoint that fails, times out or "
+        "answers no verdict: closed refuses the request (503 guardrail_unavailable), open "
+        "lets it through (counted in the guardrail errors metric).")
 
     @model_validator(mode="after")
     def _detector(self) -> GuardSpec:
-        if (self.pii is None) == (self.judge is None):
+        if sum(d is not None for d in (self.pii, self.judge, self.moderation)) != 1:
             raise ValueError(ONE_DETECTOR)
         if self.action == "mask" and self.pii is None:
             raise ValueError(MASK_NEEDS_PII)
         return self
+
+    @property
+    def detector(self) -> str:
+        """Which detector it has: pii, judge or moderation (spans and docs name it)."""
+        return "pii" if self.pii else "judge" if self.judge else "moderation"
+
+    @property
+    def asked_model(self) -> str | None:
+        """The model the guard asks (a judge's or a moderation endpoint's), if any."""
+        return self.judge.model if self.judge else \
+            self.moderation.model if self.moderation else None
+
+    @property
+    def categories(self) -> tuple[str, ...]:
+        """What it reports in a moderation: ``pii``, or its judge's or endpoint's categories."""
+        if self.judge is not None:
+            return self.judge.chosen
+        if self.moderation is not None:
+            return self.moderation.chosen
+        return ("pii",)
 
 
 def _unique_names(guards: list[GuardSpec] | None, where: str) -> None:

@@ -1,4 +1,4 @@
-"""References between LLMModels: a guard's judge must name a model that is declared too."""
+"""References between LLMModels: a guard's judge or moderation model must be declared too."""
 
 from __future__ import annotations
 
@@ -30,12 +30,14 @@ def declared_in(documents: Iterable[dict[str, Any]]) -> frozenset[str]:
     return frozenset(names)
 
 
-def unknown_judges(model: LLMModel, known: Collection[str], where: str) -> list[Problem]:
-    """A problem for each guard whose judge names no model in ``known``.
+def unknown_guard_models(model: LLMModel, known: Collection[str], where: str
+                         ) -> list[Problem]:
+    """A problem for each guard whose judge or moderation model names no model in ``known``.
 
-    ``where`` says where the judge was looked for ("among the documents given", "in the
-    cluster"): a judge that is not declared there fails every check it is asked for, and
-    its guard then refuses every request (onError closed) or lets every one through (open).
+    ``where`` says where the model was looked for ("among the documents given", "in the
+    cluster"): a guard model that is not declared there fails every check it is asked for,
+    and its guard then refuses every request (onError closed) or lets every one through
+    (open).
     """
     rails = model.spec.guardrails
     if rails is None:
@@ -43,11 +45,12 @@ def unknown_judges(model: LLMModel, known: Collection[str], where: str) -> list[
     problems = []
     for direction, guards in (("input", rails.input), ("output", rails.output)):
         for i, guard in enumerate(guards or ()):
-            if guard.judge is None or guard.judge.model in known:
+            asked = guard.asked_model
+            if asked is None or asked in known:
                 continue
             problems.append(Problem(
-                f"spec.guardrails.{direction}[{i}].judge.model",
-                f"guard {guard.name}: no LLMModel {where} is {guard.judge.model!r} (a judge is "
-                "named by its modelId or namespace/name): declare the guard model too, or fix "
-                "the name"))
+                f"spec.guardrails.{direction}[{i}].{guard.detector}.model",
+                f"guard {guard.name}: no LLMModel {where} is {asked!r} (a guard's "
+                f"{guard.detector} model is named by its modelId or namespace/name): declare "
+                "that model too, or fix the name"))
     return problems

@@ -19,7 +19,7 @@ from rich.table import Table
 from llm_operator import __version__
 from llm_operator.api.crd import crd
 from llm_operator.api.pools import pools
-from llm_operator.api.references import declared, unknown_judges
+from llm_operator.api.references import declared, unknown_guard_models
 from llm_operator.api.v1alpha1 import LLMModel
 from llm_operator.api.validation import InvalidModel, Problem, parse_llmmodel
 from llm_operator.cli.chat import chat
@@ -181,7 +181,7 @@ def validate(paths: tuple[str, ...], settings_path: str | None) -> None:
             model_plan = plan(outcome.model, settings.storage.min_size_gi_b)
             outcome.problems = [
                 *placement_problems(outcome.model, settings, model_plan),
-                *unknown_judges(outcome.model, known, "among the documents given"),
+                *unknown_guard_models(outcome.model, known, "among the documents given"),
                 *pooled.get((outcome.model.namespace, outcome.model.name), [])]
             if not outcome.problems:
                 note = f" ({model_plan.verdict}: {model_plan.reason})" \

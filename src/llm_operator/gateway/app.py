@@ -63,7 +63,8 @@ log = logging.getLogger("llm_operator.gateway")
 
 PROXIED_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses")
 MESSAGES_PATH = "/v1/messages"  # Anthropic-shaped clients, translated for any model
-MODERATIONS_PATH = "/v1/moderations"  # the model's guardrails, OpenAI's moderation shape
+# the model's guardrails, OpenAI's moderation shape (a remote model without any: its own)
+MODERATIONS_PATH = "/v1/moderations"
 ENDPOINTS = ", ".join(f"POST {p}" for p in (*PROXIED_PATHS, MESSAGES_PATH, MODERATIONS_PATH)
                       ) + ", GET /v1/models"
 
@@ -304,7 +305,7 @@ class Gateway:
         app.router.add_post(MESSAGES_PATH, messages)
         app.router.add_post(MODERATIONS_PATH, Moderations(
             (Identify(self.table, None), ReadBody(self.table), Resolve(self.table)),
-            self.guarding, self._clock).handle)
+            self.guarding, self._clock, path.handle).handle)
         app.router.add_get("/v1/models", answering_errors(self.models))
         app.router.add_get("/health", answering_errors(self.health))
         app.router.add_get("/ready", answering_errors(self.ready))

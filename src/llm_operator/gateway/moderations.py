@@ -4,15 +4,21 @@ Who may ask, and about which model, is decided by the request path's own parts (
 ReadBody, Resolve): a client key sees the models it may use. Every guard of the model runs
 (its input and output guards, once each by name; a judge reads the input as a user's),
 nothing is masked or refused, and a key's exemptGuards do not apply: the caller asked for
-the check. Categories: ``pii`` for the PII guards, and each judge's own (Llama Guard's
-codes, Granite's risks, ShieldGemma's policies); which guards found what is in ``llmop``
-beside OpenAI's fields.
+the check. Categories: ``pii`` for the PII guards, each judge's own (Llama Guard's codes,
+Granite's risks, ShieldGemma's policies) and each moderation guard's (OpenAI's); which
+guards found what is in ``llmop`` beside OpenAI's fields.
+
+A remote model without guardrails (every deployment an OpenAI-compatible API with a key:
+OpenAI's omni-moderation-latest declared as a remote LLMModel, say) is asked itself: the
+request goes through the request path like any other, to its ``/moderations``. That is how
+a moderation guard's model is reached through a remote model's own gateway (the MCP
+server's path) and how clients use a frontier moderation API through the gateway.
 """
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from aiohttp import web
@@ -22,11 +28,12 @@ from llm_operator.gateway.errors import error_response
 from llm_operator.gateway.exchange import Exchange
 from llm_operator.gateway.parts.guard import unavailable
 from llm_operator.gateway.path import Check, first_answer
-from llm_operator.gateway.routes import Clock
+from llm_operator.gateway.routes import Clock, RouteState
 from llm_operator.guardrails.guards import Activation
 from llm_operator.guardrails.runner import Guarding, GuardUnavailable
 from llm_operator.guardrails.text import Spot
 
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 PII = "pii"  # the category of every PII guard; a judge's are its own
 
 
@@ -56,8 +63,7 @@ def _result(guards: Sequence[GuardSpec], found: Sequence[Activation]) -> dict[st
     flags: dict[str, bool] = {}
     scores: dict[str, float] = {}
     for guard in guards:
-        for category in (PII,) if guard.pii is not None else guard.judge.chosen \
-                if guard.judge is not None else ():
+        for category in guard.categories:
             flags.setdefault(category, False)
             scores.setdefault(category, 0.0)
     by_name = {g.name: g for g in guards}
@@ -72,11 +78,23 @@ def _result(guards: Sequence[GuardSpec], found: Sequence[Activation]) -> dict[st
                                   "score": a.score} for a in found]}}
 
 
-class Moderations:
-    """The handler: the checks (who, which model), then every guard of the model."""
+def _asks_upstream(state: RouteState) -> bool:
+    """A remote model without guardrails: its own moderation API answers."""
+    deployments = state.deployments
+    return state.route.guardrails is None and bool(deployments) and all(
+        d.native is None and d.key is not None for d in deployments)
 
-    def __init__(self, checks: Sequence[Check], guarding: Guarding, clock: Clock) -> None:
+
+class Moderations:
+    """The handler: the checks (who, which model), then every guard of the model.
+
+    ``forward``: the request path (path.py), for a remote model without guards.
+    """
+
+    def __init__(self, checks: Sequence[Check], guarding: Guarding, clock: Clock,
+                 forward: Handler) -> None:
         self.checks, self.guarding, self._clock = tuple(checks), guarding, clock
+        self.forward = forward
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         ex = Exchange(request, self._clock(), None)
@@ -87,6 +105,8 @@ class Moderations:
         if isinstance(texts, str):
             return error_response(400, texts, "invalid_request_error", "invalid_input",
                                   param="input")
+        if _asks_upstream(ex.state):
+            return await self.forward(request)
         guardrails = ex.state.route.guardrails
         guards = guardrails.every_guard if guardrails is not None else ()
         results = []

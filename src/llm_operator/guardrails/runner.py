@@ -1,10 +1,10 @@
-"""Guards run in order without blocking the event loop: PII in a worker thread, judges asked.
+"""Guards run in order without blocking the event loop: PII in a worker thread, models asked.
 
 A PII check of a long prompt takes tens of milliseconds of CPU (regular expressions, under
 the GIL either way): one worker keeps that from the event loop without taking more than a
 core. The scanner is built when the configuration first names a guard, not on a request.
-A judge is a guard model asked through the server's ``JudgeClient`` (the gateway's routes);
-one that fails follows its guard's ``onError``.
+A judge (a guard model) and a moderation endpoint are asked through the server's
+``JudgeClient`` (the gateway's routes); one that fails follows its guard's ``onError``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol
 
 from llm_operator.api.guardrails import GuardSpec
-from llm_operator.guardrails import judges
+from llm_operator.guardrails import judges, moderation
 from llm_operator.guardrails.guards import Checked, Detector, Direction, pii_found, record
 from llm_operator.guardrails.pii import shared_scanner
 from llm_operator.guardrails.possible import possible
@@ -45,7 +45,7 @@ class GuardUnavailable(RuntimeError):
 
 
 class JudgeFailed(RuntimeError):
-    """A judge could not be asked or did not answer; the message says why (no text)."""
+    """A guard's model could not be asked or did not answer; the message says why (no text)."""
 
 
 class Trace(Protocol):
@@ -58,9 +58,15 @@ class Trace(Protocol):
 
 
 class JudgeClient(Protocol):
-    """How a server asks a guard model for a completion (the gateway: its own routes)."""
+    """How a server asks a guard's model (the gateway: its own routes)."""
 
-    async def complete(self, model: str, prompt: str, timeout: float) -> str: ...
+    async def complete(self, model: str, prompt: str, timeout: float) -> str:
+        """A judge's text completion of ``prompt``."""
+        ...
+
+    async def moderate(self, model: str, texts: Sequence[str], timeout: float) -> bytes:
+        """A moderation endpoint's answer (its body) about ``texts``."""
+        ...
 
 
 class Guarding:
@@ -115,7 +121,7 @@ class Guarding:
                     continue
                 with trace.span("llmop.guardrail", {
                         "llmop.guard": guard.name, "llmop.guard.direction": direction,
-                        "llmop.guard.detector": "pii" if guard.pii else "judge"}
+                        "llmop.guard.detector": guard.detector}
                         ) if trace is not None else contextlib.nullcontext():
                     if guard.pii is not None and not any(
                             possible(guard.pii.wanted, spot.text) for spot in spots):
@@ -125,9 +131,12 @@ class Guarding:
                         entities, score, masked = await loop.run_in_executor(
                             self._worker, pii_found, guard, spots, detector, direction)
                         checked.masked |= masked
-                    else:
+                    elif guard.judge is not None:
                         entities, score = await self._judged(where, guard, spots, direction,
                                                              context)
+                    else:
+                        entities, score = await self._moderated(where, guard, spots,
+                                                                direction)
                     if trace is not None and entities:
                         trace.note(**{"llmop.guard.found": ",".join(entities)})
                     if record(checked, guard, direction, entities, score):
@@ -164,13 +173,36 @@ class Guarding:
         except (JudgeFailed, judges.Unreadable, TimeoutError) as exc:
             why = str(exc) if not isinstance(exc, TimeoutError) else \
                 f"no verdict within {judge.timeout_seconds:g} s"
-            return self._judge_failed(where, guard, direction, f"judge {judge.model}: {why}")
+            return self._asking_failed(where, guard, direction, f"judge {judge.model}: {why}")
         unsafe = [v for v in verdicts if v.unsafe]
         if not unsafe:
             return (), 0.0
         return tuple(sorted({c for v in unsafe for c in v.categories})) or ("unsafe",), 1.0
 
-    def _judge_failed(self, where: str, guard: GuardSpec, direction: Direction, why: str
+    async def _moderated(self, where: str, guard: GuardSpec, spots: Sequence[Spot],
+                         direction: Direction) -> tuple[tuple[str, ...], float]:
+        """The chosen categories the endpoint flags in the spots' texts, or onError."""
+        asked = guard.moderation
+        assert asked is not None
+        texts = [spot.text for spot in spots if spot.text.strip()]
+        if not texts:
+            return _NOTHING
+        try:
+            if self.judge_client is None:
+                raise JudgeFailed("this server does not ask moderation endpoints (the "
+                                  "router, `llmop gateway` and `llmop up` do)")
+            async with asyncio.timeout(asked.timeout_seconds):
+                raw = await self.judge_client.moderate(asked.model, texts,
+                                                       asked.timeout_seconds)
+            return moderation.flagged_categories(raw, len(texts), asked.chosen,
+                                                 asked.score_threshold)
+        except (JudgeFailed, judges.Unreadable, TimeoutError) as exc:
+            why = str(exc) if not isinstance(exc, TimeoutError) else \
+                f"no answer within {asked.timeout_seconds:g} s"
+            return self._asking_failed(where, guard, direction,
+                                      f"moderation {asked.model}: {why}")
+
+    def _asking_failed(self, where: str, guard: GuardSpec, direction: Direction, why: str
                       ) -> tuple[tuple[str, ...], float]:
         """onError: closed raises GuardUnavailable; open lets the text through.
 

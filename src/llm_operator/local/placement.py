@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from llm_operator.api.model_status import ModelFileStatus
 from llm_operator.api.pools import pools
-from llm_operator.api.references import declared, unknown_judges
+from llm_operator.api.references import declared, unknown_guard_models
 from llm_operator.api.v1alpha1 import LLMModel
 from llm_operator.api.validation import Problem
 from llm_operator.profiles.estimate import DEFAULT_CONTEXT_TOKENS, GIB, estimate_from_file
@@ -205,7 +205,7 @@ def arrange(models: Sequence[LLMModel], machine: Machine, env: Collection[str]) 
                                            f"served by {ids[taken]}; give this model another "
                                            f"{what}"))
             continue
-        judges = unknown_judges(model, known, "in the files given")
+        judges = unknown_guard_models(model, known, "in the files given")
         decision = NotServed(model, "unplaceable", "; ".join(map(str, judges))) if judges \
             else decide(model, machine, env)
         out.decisions.append(decision)

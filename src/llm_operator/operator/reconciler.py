@@ -11,7 +11,7 @@ from typing import Any, Protocol
 from opentelemetry.trace import NoOpTracer, Tracer
 
 from llm_operator.api import labels as L
-from llm_operator.api.references import declared_in, unknown_judges
+from llm_operator.api.references import declared_in, unknown_guard_models
 from llm_operator.api.v1alpha1 import API_VERSION, LLMModel
 from llm_operator.api.validation import Problem, parse_llmmodel
 from llm_operator.kube import FIELD_MANAGER, PLURALS, ApiError, Kube
@@ -245,10 +245,10 @@ async def _blockers(kube: Kube, model: LLMModel, problems: list[Problem]) -> lis
         if secret is None or key not in (secret.get("data") or {}):
             blockers.append(Blocker.secret_missing(name, key, path))
     if model.spec.guardrails is not None and any(
-            g.judge for g in model.spec.guardrails.every_guard):
+            g.asked_model for g in model.spec.guardrails.every_guard):
         known = declared_in(await kube.list(API_VERSION, "llmmodels", None))
         blockers += [Blocker.judge_missing(p)
-                     for p in unknown_judges(model, known, "in the cluster")]
+                     for p in unknown_guard_models(model, known, "in the cluster")]
     return blockers
 
 
