@@ -253,6 +253,14 @@ class Kube:
             await self._sleep(min(8.0, 0.2 * 2 ** (attempt - 1)) * (0.5 + random.random() / 2))
         raise AssertionError("unreachable")
 
+    async def text(self, path: str, params: dict[str, str] | None = None) -> str:
+        """A GET whose answer is text, not JSON (a pod's log); ApiError when refused."""
+        assert self._session is not None, "use `async with Kube(...)`"
+        async with self._session.get(path, params=params) as r:
+            if r.status >= 400:
+                raise _api_error(r.status, r.reason, await _payload(r))
+            return await r.text(errors="replace")
+
     async def apply(self, obj: dict[str, Any], field_manager: str = FIELD_MANAGER
                     ) -> dict[str, Any]:
         """Server-side apply, by default with the operator's field manager.

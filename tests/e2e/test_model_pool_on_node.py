@@ -9,13 +9,17 @@ its modelId; the pool's Deployment goes with its last member (every member owns 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
+import gguf
 import httpx2
 import openai
 import pytest
+import yaml
 from e2e_cluster import MODELS_NS, OPERATOR_NS, NodeCluster
 
-from samples import REPO
+from ggufs import write_gguf
+from samples import REPO, load_yaml
 
 pytestmark = pytest.mark.e2e
 E2E = REPO / "tests" / "e2e"
@@ -24,6 +28,7 @@ NS, ENGINE = MODELS_NS, "gemma-small-pool"
 MEMBERS = {"gemma-pool-chat": "gemma-3-270m-chat", "gemma-pool-long": "gemma-3-270m-long",
            "gemma-pool-qa": "gemma-3-270m-qa"}
 QUESTION = "Q: What is the capital of France?\nA:"
+BROKEN_FILE = Path("/var/lib/llm-models/llmop-e2e-broken.gguf")  # on the node (this machine)
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +78,49 @@ def test_each_member_answers_through_the_router_from_one_pod(pool: NodeCluster) 
                        f"ai.example.io/model-name in ({','.join(MEMBERS)})")
     assert own.split() == []  # no member has pods of its own: the pool's engine serves them
     pool.json("-n", NS, "get", "deployment", ENGINE)  # which exists
+
+
+def tiny_gguf(path: Path) -> Path:
+    """A GGUF file whose header passes the verify container and that llama.cpp cannot load
+    (one tensor of the many a llama model has)."""
+    def fill(writer: gguf.GGUFWriter) -> None:
+        writer.add_block_count(2)
+        writer.add_embedding_length(64)
+        writer.add_head_count(4)
+        writer.add_context_length(2048)
+        writer.add_file_type(0)
+
+    return write_gguf(path, "llama", fill)
+
+
+def test_a_member_the_engine_cannot_load_says_why_and_the_others_serve(
+        pool: NodeCluster) -> None:
+    broken = load_yaml(POOL / "gemma-pool-qa.yaml")
+    broken["metadata"]["name"] = "gemma-pool-broken"
+    broken["spec"]["modelId"] = "gemma-3-270m-broken"
+    broken["spec"]["mcpExposure"]["toolName"] = "gemma3_270m_broken"
+    broken["spec"]["modelSource"] = {"type": "file", "path": str(tiny_gguf(BROKEN_FILE))}
+    pool.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(broken))
+    try:
+        pool.wait_phase(NS, "gemma-pool-broken", "Ready", 180)  # the pool, with 4 members
+        client = openai.OpenAI(base_url=pool.service_url(OPERATOR_NS, "llmop-router", 8080),
+                               api_key="unused", timeout=60, max_retries=0)
+        with pytest.raises(openai.APIStatusError):
+            client.completions.create(model="gemma-3-270m-broken", prompt=QUESTION,
+                                      max_tokens=4)
+        pool.kubectl("-n", NS, "wait", "llmmodel/gemma-pool-broken", "--timeout=60s",
+                     "--for=jsonpath={.status.conditions[?(@.type=='Loaded')].reason}"
+                     "=LoadFailed")
+        model = pool.json("-n", NS, "get", "llmmodel", "gemma-pool-broken")
+        loaded = next(c for c in model["status"]["conditions"] if c["type"] == "Loaded")
+        # the engine's own words, read from the pool pod's log (pods/log in the role)
+        assert "could not load it: " in loaded["message"], loaded["message"]
+        for model_id in ("gemma-3-270m-qa", "gemma-3-270m-chat"):  # the others serve
+            answer = client.completions.create(model=model_id, prompt=QUESTION,
+                                               max_tokens=16, stop=["\n"], temperature=0)
+            assert "Paris" in answer.choices[0].text, model_id
+    finally:
+        pool.kubectl("-n", NS, "delete", "llmmodel", "gemma-pool-broken", "--wait=true")
 
 
 def test_a_member_left_alone_fails_and_the_engine_goes_with_the_last(

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import gguf
 import openai
 import pytest
 from mcp.client import Client
@@ -19,6 +20,7 @@ from llm_operator.api.validation import parse_llmmodel
 from llm_operator.local.placement import LocalServe, Machine, NotServed, arrange
 from llm_operator.local.pool_run import MemberState, member_states
 
+from ggufs import write_gguf
 from localstack import exits_within, options, row, running, write_model
 from samples import REPO, load_yaml
 
@@ -50,13 +52,61 @@ def pool_copy(directory: Path) -> Path:
     ({"value": "sleeping"}, MemberState(
         "Standby", "not loaded: its next request loads it (at most 2 of the pool's 3 at once)")),
     ({"value": "unloaded", "failed": True, "exit_code": 1}, MemberState(
-        "Failed", "its engine exited with code 1 while loading it (log: pool ns/p's); its "
-        "next request tries again")),
+        "Failed", "its engine exited with code 1 while loading it (log: pool ns/p's)")),
 ])
 def test_the_routers_model_list_says_each_members_state(status: dict[str, Any],
                                                         state: MemberState) -> None:
     body = {"data": [{"id": "m", "status": status}]}
     assert member_states(body, "ns/p", 2, 3) == {"m": state}
+
+
+def test_a_failed_member_says_the_engines_reason_where_its_log_has_one() -> None:
+    body = {"data": [{"id": "m", "status": {"value": "unloaded", "failed": True}}]}
+    reasons = {"m": "missing tensor 'output.weight'"}
+    assert member_states(body, "ns/p", 2, 3, reasons.get) == {"m": MemberState(
+        "Failed", "the engine could not load it: missing tensor 'output.weight'")}
+
+
+def tiny_gguf(path: Path) -> Path:
+    """A GGUF file whose header passes `llmop up`'s checks and that llama.cpp cannot load
+    (one tensor of the many a llama model has)."""
+    def fill(writer: gguf.GGUFWriter) -> None:
+        writer.add_block_count(2)
+        writer.add_embedding_length(64)
+        writer.add_head_count(4)
+        writer.add_context_length(2048)
+        writer.add_file_type(0)
+
+    return write_gguf(path, "llama", fill)
+
+
+async def test_a_member_that_fails_to_load_says_the_engines_reason_and_the_others_serve(
+        tmp_path: Path, model_cache: Path) -> None:
+    models = pool_copy(tmp_path / "models")
+    broken = load_yaml(models / "gemma-pool-qa.yaml")
+    broken["spec"]["modelSource"] = {"type": "file",
+                                     "path": str(tiny_gguf(tmp_path / "tiny.gguf"))}
+    write_model(models, broken)
+    async with running(options(models, tmp_path / "state", model_cache)) as up, \
+            openai.AsyncOpenAI(base_url=up.gateway_url, api_key="unused",
+                               max_retries=0) as client:
+        await up.until(lambda s: row(s, "gemma-pool-qa")["phase"] == "Standby", 120)
+        with pytest.raises(openai.APIStatusError):
+            await client.completions.create(model=QA, prompt=QUESTION, max_tokens=4)
+        snap = await up.until(lambda s: row(s, "gemma-pool-qa")["phase"] == "Failed", 30)
+        detail = row(snap, "gemma-pool-qa")["detail"]
+        assert detail.startswith("the engine could not load it: "), detail
+        assert "missing tensor" in detail or "key not found" in detail, detail
+        with pytest.raises(openai.APIStatusError) as refused:  # said, not loaded again
+            await client.completions.create(model=QA, prompt=QUESTION, max_tokens=4)
+        assert refused.value.status_code == 503
+        assert "could not load it: " in str(refused.value), refused.value
+        for model_id in (CHAT, LONG):  # the others keep serving
+            answer = await client.completions.create(model=model_id, prompt=QUESTION,
+                                                     max_tokens=16, stop=["\n"],
+                                                     temperature=0)
+            assert "Paris" in answer.choices[0].text
+        assert row(up.snapshot(), "gemma-pool-chat")["phase"] == "Ready"
 
 
 def test_a_pool_this_machine_cannot_hold_loaded_serves_none_of_its_members() -> None:

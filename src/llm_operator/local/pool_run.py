@@ -13,7 +13,9 @@ import aiohttp
 
 from llm_operator.local.placement import LOOPBACK
 from llm_operator.local.process import Supervised, Timing
-from llm_operator.profiles.llama_router import Member, models_preset, router_args
+from llm_operator.profiles.llama_router import Member, load_error, models_preset, router_args
+
+LOG_TAIL_BYTES = 256 * 1024  # where a member's last start and its errors are
 
 
 @dataclass(frozen=True)
@@ -24,9 +26,13 @@ class MemberState:
     detail: str
 
 
-def member_states(body: Any, pool: str, max_loaded: int, members: int
+def member_states(body: Any, pool: str, max_loaded: int, members: int,
+                  why: Callable[[str], str | None] = lambda _: None
                   ) -> dict[str, MemberState]:
-    """Each member's state, by modelId, from the router's ``GET /models`` answer."""
+    """Each member's state, by modelId, from the router's ``GET /models`` answer.
+
+    ``why``: the engine's reason a member failed to load (from the router's log), if said.
+    """
     out: dict[str, MemberState] = {}
     for item in (body or {}).get("data") or []:
         status = item.get("status") or {}
@@ -36,9 +42,13 @@ def member_states(body: Any, pool: str, max_loaded: int, members: int
         elif value in ("loading", "downloading"):
             state = MemberState("Loading", "loading (requests wait for it)")
         elif status.get("failed"):
-            state = MemberState("Failed", f"its engine exited with code "
-                                f"{status.get('exit_code')} while loading it (log: pool "
-                                f"{pool}'s); its next request tries again")
+            reason = why(str(item.get("id")))
+            said = f"the engine could not load it: {reason}" if reason else \
+                f"its engine exited with code {status.get('exit_code')} while loading it " \
+                f"(log: pool {pool}'s)"
+            # refused at the gateway with this, not loaded again per request: fix the file
+            # or the flags, and the edit starts the pool anew
+            state = MemberState("Failed", said)
         else:  # unloaded, sleeping
             state = MemberState("Standby", f"not loaded: its next request loads it (at most "
                                 f"{max_loaded} of the pool's {members} at once)")
@@ -58,6 +68,7 @@ class PoolRun:
     states: dict[str, MemberState] = field(default_factory=dict)
     supervised: Supervised | None = None
     task: asyncio.Task[None] | None = None
+    log_path: Path | None = None  # the router's, its members' lines in it
 
     def state_of(self, model_id: str) -> tuple[str, str, int] | None:
         """(phase, detail, restarts) of a member once the router runs, else None."""
@@ -78,6 +89,7 @@ class PoolRun:
         preset.parent.mkdir(parents=True, exist_ok=True)
         preset.write_text(models_preset(prepared), encoding="utf-8")
         self.members = [m.model_id for m in prepared]
+        self.log_path = log_path
         argv = [str(binary), *router_args(LOOPBACK, self.port, str(preset), self.max_loaded)]
         self.supervised = Supervised(self.label, argv, base_url=f"http://{LOOPBACK}:{self.port}",
                                      log_path=log_path, on_change=on_change, timing=timing,
@@ -89,6 +101,18 @@ class PoolRun:
             watching.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watching
+
+    def _load_error(self, model_id: str) -> str | None:
+        """The engine's words for the member's failed load, from the end of the pool's log."""
+        if self.log_path is None:
+            return None
+        try:
+            with self.log_path.open("rb") as log:
+                log.seek(max(0, log.seek(0, 2) - LOG_TAIL_BYTES))
+                tail = log.read().decode("utf-8", "replace")
+        except OSError:
+            return None
+        return load_error(tail, model_id)
 
     async def _watch(self, on_change: Callable[[], None], every: float) -> None:
         """While the router is up: its /models, the members' states."""
@@ -102,7 +126,7 @@ class PoolRun:
                                                timeout=timeout) as resp:
                             body = await resp.json() if resp.status == 200 else None
                         states = member_states(body, self.label, self.max_loaded,
-                                               len(self.members))
+                                               len(self.members), self._load_error)
                         if states != self.states:
                             self.states = states
                             on_change()

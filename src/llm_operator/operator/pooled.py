@@ -4,7 +4,8 @@ Each member's reconcile reads the other LLMModels of its namespace, renders the 
 objects from the members that agree (render/pool_engine.py) and applies them; the same
 objects come out of every member's reconcile. A member is looked at again every
 ``RECHECK_SECONDS``, so that one joining, leaving or changing reaches the others' pool, and
-its Loaded condition follows what the pool's engine says of it (``member_state``).
+its Loaded condition follows what the pool's engine says of it (``member_state``), and
+why it could not load it, from the log of the pool's pods (``load_failure``).
 """
 
 from __future__ import annotations
@@ -16,15 +17,22 @@ import aiohttp
 from llm_operator.api.pools import pools
 from llm_operator.api.v1alpha1 import API_VERSION, LLMModel
 from llm_operator.api.validation import InvalidModel, Problem, parse_llmmodel
-from llm_operator.kube import Kube
+from llm_operator.kube import ApiError, Kube
 from llm_operator.profiles.engines import PORT
+from llm_operator.profiles.llama_router import load_error
 from llm_operator.profiles.pool import across_pools, plan_pool
 from llm_operator.profiles.settings import Settings
 from llm_operator.reconcile.status import Blocker
-from llm_operator.render.pool_engine import member_problems, pool_object_name, pool_objects
+from llm_operator.render.pool_engine import (
+    SERVER_CONTAINER,
+    member_problems,
+    pool_object_name,
+    pool_objects,
+)
 
 RECHECK_SECONDS = 10.0
 STATE_TIMEOUT_SECONDS = 2.0
+LOG_TAIL_LINES = "2000"  # a member's start and its errors, with the others' since
 
 
 async def _namespace_models(kube: Kube, namespace: str) -> list[LLMModel]:
@@ -72,4 +80,26 @@ async def member_state(http: aiohttp.ClientSession, cluster_domain: str, model: 
         if isinstance(item, dict) and item.get("id") == model.spec.model_id:
             status = item.get("status") or {}
             return "failed" if status.get("failed") else str(status.get("value"))
+    return None
+
+
+async def load_failure(kube: Kube, model: LLMModel, pods: list[dict[str, Any]]
+                       ) -> str | None:
+    """Why the pool's engine could not load the member, in its words, from a pod's log.
+
+    None when no running pod's log says (a log rotated past it, or no right to read
+    pods/log: the condition then says to read the log).
+    """
+    for pod in pods:
+        if (pod.get("status") or {}).get("phase") != "Running":
+            continue
+        name = pod["metadata"]["name"]
+        try:
+            log = await kube.text(f"/api/v1/namespaces/{model.namespace}/pods/{name}/log",
+                                  {"container": SERVER_CONTAINER, "tailLines": LOG_TAIL_LINES})
+        except (ApiError, aiohttp.ClientError, TimeoutError):
+            continue
+        reason = load_error(log, model.spec.model_id)
+        if reason is not None:
+            return reason
     return None

@@ -17,7 +17,7 @@ from llm_operator.api.validation import Problem, parse_llmmodel
 from llm_operator.kube import FIELD_MANAGER, PLURALS, ApiError, Kube
 from llm_operator.operator.caches import PREFETCH_POD_KIND
 from llm_operator.operator.pooled import RECHECK_SECONDS as POOL_RECHECK_SECONDS
-from llm_operator.operator.pooled import pool_desired
+from llm_operator.operator.pooled import load_failure, pool_desired
 from llm_operator.profiles import image_mounts
 from llm_operator.profiles.planner import plan
 from llm_operator.profiles.settings import Settings
@@ -437,13 +437,15 @@ async def reconcile(kube: Kube, doc: dict[str, Any], settings: Settings, *,
         await _observe_pool(view, model) if pooled else await _observe(view, model)
     metrics = await usage(model) if usage is not None else (None, None)
     member = await pool_state(model) if pooled and not blockers and pool_state else None
+    member_error = await load_failure(kube, model, pods) if member == "failed" else None
     observation = Observation(
         deployment=deployment, pods=pods, prefetch_pods=prefetching, blockers=blockers,
         plan_verdict=model_plan.verdict,
         plan_reason=model_plan.reason,
         scaled_to_zero_allowed=autoscaled(model) and model.spec.scaling.min_replicas == 0,
         requests_per_minute=metrics[0], average_latency_ms=metrics[1], queued=queued,
-        scaling=scaling(model) if scaling is not None else None, pool_member=member)
+        scaling=scaling(model) if scaling is not None else None, pool_member=member,
+        pool_member_error=member_error)
     update = compute_status(model, observation, pool_endpoint(model, settings) if pooled
                             else endpoint(model, settings), now())
     outcome.phase = update.status.phase

@@ -1,7 +1,8 @@
-"""llama-server's router mode for a pool: its arguments and the members' preset file."""
+"""llama-server's router mode for a pool: its arguments, the members' preset, their load errors."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -66,3 +67,44 @@ def router_args(host: str, port: int, preset: str, max_loaded: int) -> list[str]
     """The router process itself: it loads members on demand, at most ``max_loaded``."""
     return ["--host", host, "--port", str(port), "--models-preset", preset,
             "--models-max", str(max_loaded)]
+
+
+# The router's log (llama.cpp's server-models.cpp): each member it starts is announced with
+# its port, and that process's lines are forwarded prefixed with the port, "[43775] ...";
+# an error line has the level "E" after its timestamp.
+_SPAWNED = re.compile(r"spawning server instance with name=(?P<name>\S+) on port (?P<port>\d+)")
+_ERROR = re.compile(r"^\[\s*(?P<port>\d+)\]\s+\S+\s+E\s+(?P<text>.*)$")
+_CAUSE = re.compile(r"error loading model: (?P<why>.+)$")
+REASON_CHARS = 300
+
+
+def load_error(log: str, model_id: str) -> str | None:
+    """Why the router's last start of ``model_id`` failed, from the router's log, if said.
+
+    The engine's own words: its "error loading model: ..." line, else its first error line
+    (a bad flag, a file it cannot open). None when the log holds no start of the member or
+    no error of that start (it was cut, or the process was killed).
+    """
+    lines = log.splitlines()
+    port = None
+    start = 0
+    for index, line in enumerate(lines):
+        spawned = _SPAWNED.search(line)
+        if spawned and spawned["name"] == model_id:
+            port, start = spawned["port"], index + 1
+    if port is None:
+        return None
+    exited = f"instance name={model_id} exited"
+    end = next((i for i in range(start, len(lines)) if exited in lines[i]), len(lines))
+    errors = [m["text"].strip() for m in map(_ERROR.match, lines[start:end])
+              if m is not None and m["port"] == port]
+    for text in errors:
+        cause = _CAUSE.search(text)
+        if cause:
+            return cause["why"].strip()[:REASON_CHARS]
+    return _without_origin(errors[0])[:REASON_CHARS] if errors else None
+
+
+def _without_origin(text: str) -> str:
+    """``srv    load_model: failed to ...`` -> ``failed to ...`` (the function that said it)."""
+    return re.sub(r"^(\w+\s+)?\w+:\s+", "", text, count=1)

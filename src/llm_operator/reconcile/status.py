@@ -96,6 +96,7 @@ class Observation:
     # a pool member: what its pool's engine says of it (loaded, loading, unloaded, failed;
     # None: the engine did not answer)
     pool_member: str | None = None
+    pool_member_error: str | None = None  # failed: the engine's reason, from its log
 
 
 @dataclass(frozen=True)
@@ -355,19 +356,26 @@ def _conditions(model: LLMModel, obs: Observation, facts: _Facts) -> list[tuple[
     scaling = [] if obs.scaling is None or obs.blockers or facts.phase == "WaitingForGPU" \
         else [("Scaling", obs.scaling.active, obs.scaling.reason, obs.scaling.message)]
     loaded = [] if model.spec.pool is None or model.spec.is_remote or obs.blockers \
-        else [("Loaded", *_loaded(model, obs.pool_member))]
+        else [("Loaded", *_loaded(model, obs.pool_member, obs.pool_member_error))]
     return [("Placed", *placed), ("Ready", *ready), ("Available", *available),
             ("Progressing", *progressing), ("Degraded", *degraded), *scaling, *loaded]
 
 
-def _loaded(model: LLMModel, state: str | None) -> tuple[bool, str, str]:
-    """A pool member's Loaded condition, from its pool's engine (its transition: since when)."""
+def _loaded(model: LLMModel, state: str | None, error: str | None
+            ) -> tuple[bool, str, str]:
+    """A pool member's Loaded condition, from its pool's engine (its transition: since when).
+
+    ``error``: why the engine could not load it, in the engine's words (its log).
+    """
     pool = model.spec.pool
     assert pool is not None
     if state == "loaded":
         return True, "Loaded", f"loaded in pool {pool.name}"
     if state == "loading":
         return False, "Loading", f"being loaded in pool {pool.name}; requests wait for it"
+    if state == "failed" and error:
+        return False, "LoadFailed", (f"the engine of pool {pool.name} could not load it: "
+                                     f"{error}; the next request tries again")
     if state == "failed":
         return False, "LoadFailed", (f"the engine of pool {pool.name} exited while loading it "
                                      "(its log says why); the next request tries again")
