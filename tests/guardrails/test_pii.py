@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from llm_operator.api.guardrails import DEFAULT_PII_ENTITIES, PII_ENTITIES
-from llm_operator.guardrails.pii import PiiScanner, shared_scanner
+from llm_operator.guardrails.pii import PiiScanner, card_number, shared_scanner
 from llm_operator.guardrails.possible import MARGIN, possible, regions
 
 
@@ -124,3 +124,26 @@ def test_what_is_found_in_a_part_is_where_it_is_in_the_whole(scanner: PiiScanner
         ("EMAIL_ADDRESS", "jane.doe@example.com"), ("CREDIT_CARD", "4111 1111 1111 1111"),
         ("PHONE_NUMBER", "(212) 414-0134")]
 
+
+
+@pytest.mark.parametrize(("run", "card"), [
+    ("4111 1111 1111 1111", True),  # Visa's test number: 16 digits, Luhn-valid
+    ("4111-1111-1111-1111", True),
+    ("5555555555554444", True),
+    ("4111 1111 1111 1112", False),  # Luhn fails: it may be anything, phones included
+    ("378282246310005", False),  # 15 digits (Amex): a phone number's length, asked
+    ("+1 212 555 0123", False),
+    ("4111 1111 1111 1111 0", False),  # 17 digits, Luhn fails
+])
+def test_a_run_that_is_one_card_number_is_not_asked_about_phones(run: str, card: bool
+                                                                 ) -> None:
+    assert card_number(run) == card
+
+
+def test_a_card_number_beside_a_phone_number_finds_both(scanner: PiiScanner) -> None:
+    text = "card 4111 1111 1111 1111, call +1 212 555 0123"
+    found = [(f.entity, text[f.start:f.end]) for f in scanner.find(
+        text, DEFAULT_PII_ENTITIES, 0.4)]
+    assert ("CREDIT_CARD", "4111 1111 1111 1111") in found
+    assert ("PHONE_NUMBER", "+1 212 555 0123") in found
+    assert all(e != "PHONE_NUMBER" or "4111" not in t for e, t in found)

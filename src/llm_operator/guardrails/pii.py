@@ -32,6 +32,25 @@ PHONE_LENIENCY = 2
 # for eight regions, it took 2.9 of a short prompt's 4.7 ms.
 PHONE_RUN = re.compile(r"[+(]?\d[\d\s().\-/]*\d")
 PHONE_DIGITS = 5
+# A run that is one card number (16 to 19 digits passing Luhn's check: E.164 numbers have
+# 15 digits at most) is no phone number: the library's eight regions are not asked about
+# it. They were three quarters of a 2 KB prompt's check when it held a card number.
+CARD_DIGITS = range(16, 20)
+
+
+def luhn_valid(digits: str) -> bool:
+    """Luhn's checksum (ISO/IEC 7812) over a string of digits."""
+    total = 0
+    for index, char in enumerate(reversed(digits)):
+        value = int(char) * (2 if index % 2 else 1)
+        total += value - 9 if value > 9 else value
+    return total % 10 == 0
+
+
+def card_number(run: str) -> bool:
+    """Whether a run of digits and separators is one card number, whole."""
+    digits = "".join(c for c in run if c.isdigit())
+    return len(digits) in CARD_DIGITS and luhn_valid(digits)
 
 
 class Finding(NamedTuple):
@@ -94,7 +113,8 @@ class PiiScanner:
                         nlp_artifacts: NlpArtifacts | None = None) -> list[RecognizerResult]:
                 found = []
                 for run in PHONE_RUN.finditer(text):
-                    if sum(c.isdigit() for c in run.group()) < PHONE_DIGITS:
+                    if sum(c.isdigit() for c in run.group()) < PHONE_DIGITS \
+                            or card_number(run.group()):
                         continue
                     start, end = max(0, run.start() - 1), min(len(text), run.end() + 1)
                     for result in super().analyze(  # its own default is None too
