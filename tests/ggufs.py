@@ -52,3 +52,16 @@ def write_lora(path: Path, base: Path, rank: int = 4, targets: tuple[str, ...] =
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+def unloadable_gguf(path: Path) -> Path:
+    """A llama GGUF whose header passes `llmop up`'s and the verify container's checks and
+    that llama.cpp cannot load: one tensor of the many a llama model has."""
+    def fill(writer: gguf.GGUFWriter) -> None:
+        writer.add_block_count(2)
+        writer.add_embedding_length(64)
+        writer.add_head_count(4)
+        writer.add_context_length(2048)
+        writer.add_file_type(0)
+
+    return write_gguf(path, "llama", fill)

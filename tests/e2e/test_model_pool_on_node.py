@@ -11,14 +11,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-import gguf
 import httpx2
 import openai
 import pytest
 import yaml
 from e2e_cluster import MODELS_NS, OPERATOR_NS, NodeCluster
 
-from ggufs import write_gguf
+from ggufs import unloadable_gguf
 from samples import REPO, load_yaml
 
 pytestmark = pytest.mark.e2e
@@ -80,26 +79,13 @@ def test_each_member_answers_through_the_router_from_one_pod(pool: NodeCluster) 
     pool.json("-n", NS, "get", "deployment", ENGINE)  # which exists
 
 
-def tiny_gguf(path: Path) -> Path:
-    """A GGUF file whose header passes the verify container and that llama.cpp cannot load
-    (one tensor of the many a llama model has)."""
-    def fill(writer: gguf.GGUFWriter) -> None:
-        writer.add_block_count(2)
-        writer.add_embedding_length(64)
-        writer.add_head_count(4)
-        writer.add_context_length(2048)
-        writer.add_file_type(0)
-
-    return write_gguf(path, "llama", fill)
-
-
 def test_a_member_the_engine_cannot_load_says_why_and_the_others_serve(
         pool: NodeCluster) -> None:
     broken = load_yaml(POOL / "gemma-pool-qa.yaml")
     broken["metadata"]["name"] = "gemma-pool-broken"
     broken["spec"]["modelId"] = "gemma-3-270m-broken"
     broken["spec"]["mcpExposure"]["toolName"] = "gemma3_270m_broken"
-    broken["spec"]["modelSource"] = {"type": "file", "path": str(tiny_gguf(BROKEN_FILE))}
+    broken["spec"]["modelSource"] = {"type": "file", "path": str(unloadable_gguf(BROKEN_FILE))}
     pool.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(broken))
     try:
         pool.wait_phase(NS, "gemma-pool-broken", "Ready", 180)  # the pool, with 4 members

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import mcp_types as types
 import yaml
 
@@ -66,23 +68,29 @@ def verdict(text: str) -> Reply:
                        "choices": [{"index": 0, "text": text, "finish_reason": "stop"}]})
 
 
-async def judged(running: Running, judge: str = "ai-models/guard") -> None:
-    """The Gemma sample guarded by a judge: the guard model declared beside it (not a
-    tool), serving at the same fake upstream as the others."""
-    (running.models / "guard.yaml").write_text(yaml.safe_dump(JUDGE))
+async def guarded_by(running: Running, guard_model: dict[str, Any],
+                    guard: dict[str, Any]) -> None:
+    """The Gemma sample with ``guard`` on its input, the guard's model declared beside it
+    (not a tool), serving at the same fake upstream as the others."""
+    name = guard_model["metadata"]["name"]
+    (running.models / f"{name}.yaml").write_text(yaml.safe_dump(guard_model))
     statuses = yaml.safe_load(running.status_file.read_text())
-    statuses["guard"] = {"phase": "Ready", "endpoint": statuses["gemma4-31b-nvidia"]["endpoint"]}
+    statuses[name] = {"phase": "Ready", "endpoint": statuses["gemma4-31b-nvidia"]["endpoint"]}
     running.status_file.write_text(yaml.safe_dump(statuses))
     path = running.models / "gemma4-31b-nvidia.yaml"
     doc = yaml.safe_load(path.read_text())
-    doc["spec"]["guardrails"] = {"input": [{
-        "name": "safety", "action": "block",
-        "judge": {"model": judge, "family": "llama-guard-3", "categories": ["S1", "S9"]}}]}
+    doc["spec"]["guardrails"] = {"input": [guard]}
     path.write_text(yaml.safe_dump(doc))
     catalog = running.service.catalog
     await running.service.until(lambda: (r := catalog.get("gemma4_31b_nvidia")) is not None
                                 and r.guardrails is not None
-                                and catalog.served("ai-models/guard") is not None)
+                                and catalog.served(f"ai-models/{name}") is not None)
+
+
+async def judged(running: Running, judge: str = "ai-models/guard") -> None:
+    await guarded_by(running, JUDGE, {
+        "name": "safety", "action": "block",
+        "judge": {"model": judge, "family": "llama-guard-3", "categories": ["S1", "S9"]}})
 
 
 async def test_a_judge_that_is_not_a_tool_is_asked_and_its_verdict_blocks(
@@ -124,20 +132,8 @@ MODERATOR = {"apiVersion": "ai.example.io/v1alpha1", "kind": "LLMModel",
 async def test_a_moderation_guard_asks_its_endpoint_and_what_it_flags_blocks(
         running: Running) -> None:
     """The moderation model is found as a judge is: served among the models read."""
-    (running.models / "moderation.yaml").write_text(yaml.safe_dump(MODERATOR))
-    statuses = yaml.safe_load(running.status_file.read_text())
-    statuses["moderation"] = {"phase": "Ready",
-                              "endpoint": statuses["gemma4-31b-nvidia"]["endpoint"]}
-    running.status_file.write_text(yaml.safe_dump(statuses))
-    path = running.models / "gemma4-31b-nvidia.yaml"
-    doc = yaml.safe_load(path.read_text())
-    doc["spec"]["guardrails"] = {"input": [{"name": "policy", "moderation": {
-        "model": "omni-moderation-latest", "categories": ["violence"]}}]}
-    path.write_text(yaml.safe_dump(doc))
-    catalog = running.service.catalog
-    await running.service.until(lambda: (r := catalog.get("gemma4_31b_nvidia")) is not None
-                                and r.guardrails is not None
-                                and catalog.served("omni-moderation-latest") is not None)
+    await guarded_by(running, MODERATOR, {"name": "policy", "moderation": {
+        "model": "omni-moderation-latest", "categories": ["violence"]}})
     running.upstream.then(Reply(body={"results": [{
         "flagged": True, "categories": {"violence": True},
         "category_scores": {"violence": 0.91}}]}))

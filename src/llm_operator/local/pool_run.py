@@ -41,14 +41,16 @@ def member_states(body: Any, pool: str, max_loaded: int, members: int,
             state = MemberState("Ready", "loaded")
         elif value in ("loading", "downloading"):
             state = MemberState("Loading", "loading (requests wait for it)")
-        elif status.get("failed"):
-            reason = why(str(item.get("id")))
-            said = f"the engine could not load it: {reason}" if reason else \
-                f"its engine exited with code {status.get('exit_code')} while loading it " \
-                f"(log: pool {pool}'s)"
+        elif status.get("failed") and (reason := why(str(item.get("id")))):
             # refused at the gateway with this, not loaded again per request: fix the file
             # or the flags, and the edit starts the pool anew
-            state = MemberState("Failed", said)
+            state = MemberState("Failed", f"the engine could not load it: {reason}")
+        elif status.get("failed"):
+            # no error of the engine's: its load was stopped (the router made room for
+            # another member while it loaded, say), and loading it again may well work
+            state = MemberState("Standby", f"its last load ended before it finished (exit "
+                                f"code {status.get('exit_code')}, no error in pool {pool}'s "
+                                "log): its next request loads it")
         else:  # unloaded, sleeping
             state = MemberState("Standby", f"not loaded: its next request loads it (at most "
                                 f"{max_loaded} of the pool's {members} at once)")
