@@ -101,15 +101,22 @@ def engines(cluster: NodeCluster, rounds: int, max_tokens: int) -> None:
     """Each engine alone on the node (two 1-CPU pods and the operator do not fit 2 cores)."""
     shapes = {
         "vLLM (BF16)": (GEMMA_VLLM, {"engineArgs": {"max-num-seqs": "8"}}),
+        # no torch.compile warm-up at start, no compiled graphs after (vLLM's CPU platform
+        # sets its compilation mode to none)
+        "vLLM (BF16, enforce-eager)": (GEMMA_VLLM, {"engineArgs": {
+            "max-num-seqs": "8", "enforce-eager": "true"}}),
         "llama.cpp (Q4_K_M, baseline)": (GEMMA, {
             "resources": {"cpuMillicores": 1000, "memoryGiB": 2},  # 8 slots' KV: ~1.1 GiB
             "llamaCpp": {"parallelSlots": 8}}),
     }
     rates: dict[tuple[str, int], list[float]] = {}
     latencies: dict[tuple[str, int], list[float]] = {}
+    ready: dict[str, float] = {}
     for engine, (source, patch) in shapes.items():
+        applied = time.monotonic()
         model = _apply(cluster, source, "bench-engine", patch)
         cluster.wait_phase(MODELS_NS, "bench-engine", "Ready", 420)
+        ready[engine] = time.monotonic() - applied
         url = cluster.service_url(MODELS_NS, "bench-engine", 8000)
         round_of(url, model, 2, max_tokens)  # warm-up
         for clients in CONCURRENCY:
@@ -130,6 +137,9 @@ def engines(cluster: NodeCluster, rounds: int, max_tokens: int) -> None:
             rate = statistics.median(rates[(engine, clients)])
             print(f"| {engine} | {clients} | {rate:.1f} | {rate / base:.2f}x | "
                   f"{statistics.median(latencies[(engine, clients)]):.2f} |")
+    print("\n| engine | `kubectl apply` to Ready, s |\n|---|---|")
+    for engine, seconds in ready.items():
+        print(f"| {engine} | {seconds:.0f} |")
 
 
 def start(cluster: NodeCluster) -> None:

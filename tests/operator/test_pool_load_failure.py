@@ -39,10 +39,20 @@ def pod(name: str, phase: str) -> dict[str, Any]:
     return {"metadata": {"name": name}, "status": {"phase": phase}}
 
 
+Api = tuple[Kube, list[dict[str, Any]], list[tuple[str, dict[str, str]]]]
+
+
 @pytest.fixture
-async def api() -> AsyncIterator[tuple[Kube, list[tuple[str, dict[str, str]]]]]:
-    """pods/log of small-pool-a (403 for -forbidden): what was asked, recorded."""
+async def api() -> AsyncIterator[Api]:
+    """The pool's pods (a list the test fills) and their logs (403 for -forbidden): which
+    logs were asked for, recorded."""
+    pods: list[dict[str, Any]] = []
     asked: list[tuple[str, dict[str, str]]] = []
+
+    async def listed(request: web.Request) -> web.StreamResponse:
+        assert request.query["labelSelector"] == \
+            "app=small-pool,ai.example.io/pool=small"
+        return web.json_response({"kind": "PodList", "items": pods})
 
     async def logs(request: web.Request) -> web.StreamResponse:
         asked.append((request.match_info["pod"], dict(request.query)))
@@ -52,10 +62,11 @@ async def api() -> AsyncIterator[tuple[Kube, list[tuple[str, dict[str, str]]]]]:
         return web.Response(text=LOG)
 
     app = web.Application()
+    app.router.add_get("/api/v1/namespaces/ai-models/pods", listed)
     app.router.add_get("/api/v1/namespaces/ai-models/pods/{pod}/log", logs)
     async with TestServer(app) as server, \
             Kube(Connection(server=str(server.make_url("")).rstrip("/"))) as kube:
-        yield kube, asked
+        yield kube, pods, asked
 
 
 @pytest.mark.parametrize(("pods", "reason", "read"), [
@@ -68,10 +79,10 @@ async def api() -> AsyncIterator[tuple[Kube, list[tuple[str, dict[str, str]]]]]:
     ([], None, []),
 ])
 async def test_the_reason_is_the_engines_from_a_running_pods_log(
-        api: tuple[Kube, list[tuple[str, dict[str, str]]]], pods: list[dict[str, Any]],
-        reason: str | None, read: list[str]) -> None:
-    kube, asked = api
-    assert await load_failure(kube, member(), pods) == reason
+        api: Api, pods: list[dict[str, Any]], reason: str | None, read: list[str]) -> None:
+    kube, listed, asked = api
+    listed.extend(pods)
+    assert await load_failure(kube, member()) == reason
     assert [name for name, _ in asked] == read
     assert all(query == {"container": "pool-server", "tailLines": "2000"}
                for _, query in asked)

@@ -26,6 +26,7 @@ from llm_operator.reconcile.status import Blocker
 from llm_operator.render.pool_engine import (
     SERVER_CONTAINER,
     member_problems,
+    pool_labels,
     pool_object_name,
     pool_objects,
 )
@@ -83,13 +84,19 @@ async def member_state(http: aiohttp.ClientSession, cluster_domain: str, model: 
     return None
 
 
-async def load_failure(kube: Kube, model: LLMModel, pods: list[dict[str, Any]]
-                       ) -> str | None:
+async def load_failure(kube: Kube, model: LLMModel) -> str | None:
     """Why the pool's engine could not load the member, in its words, from a pod's log.
 
-    None when no running pod's log says (a log rotated past it, or no right to read
-    pods/log: the condition then says to read the log).
+    The pool's pods are listed from the API (the operator's pod cache holds models' own
+    pods, and a failed load is rare). None when no running pod's log says (a log rotated
+    past it, or no right to read pods/log: the condition then says to read the log).
     """
+    assert model.spec.pool is not None
+    selector = ",".join(f"{k}={v}" for k, v in pool_labels(model.spec.pool.name).items())
+    try:
+        pods = await kube.list("v1", "pods", model.namespace, selector)
+    except (ApiError, aiohttp.ClientError, TimeoutError):
+        return None
     for pod in pods:
         if (pod.get("status") or {}).get("phase") != "Running":
             continue

@@ -437,7 +437,7 @@ async def reconcile(kube: Kube, doc: dict[str, Any], settings: Settings, *,
         await _observe_pool(view, model) if pooled else await _observe(view, model)
     metrics = await usage(model) if usage is not None else (None, None)
     member = await pool_state(model) if pooled and not blockers and pool_state else None
-    member_error = await load_failure(kube, model, pods) if member == "failed" else None
+    member_error = await load_failure(kube, model) if member == "failed" else None
     observation = Observation(
         deployment=deployment, pods=pods, prefetch_pods=prefetching, blockers=blockers,
         plan_verdict=model_plan.verdict,
