@@ -219,7 +219,7 @@ class GuardrailsSpec(Wire):
     output: list[GuardSpec] | None = Field(
         None, max_length=16, description="Checked on the model's answer before the client "
         "sees it. A stream's text is held back by streamHoldBackChars and checked as it "
-        "grows (PII guards), or whole, then sent (with a judge).",
+        "grows (PII guards), or whole, then sent (with a judge or moderation guard).",
         json_schema_extra={"x-kubernetes-list-type": "map",
                            "x-kubernetes-list-map-keys": ["name"]})
 

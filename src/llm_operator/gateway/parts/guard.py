@@ -45,10 +45,10 @@ class Guard:
 
     Input guards rewrite ``body`` and ``raw`` (mask) or answer 400 (block). Output guards:
     a stream whose guards are all PII guards is checked as it comes (``stream_guard``,
-    held back); a plain answer, or a stream with a judge (asked plain and sent on once
-    checked: Shape sets ``restream``), through ``answer_guard``. Nothing reaches the client
-    unchecked. A client key's ``exemptGuards`` skip those guards; nothing in the request
-    can.
+    held back); a plain answer, or a stream with a judge or moderation guard (asked plain,
+    sent on once checked: Shape sets ``restream``), through ``answer_guard``. Nothing
+    reaches the client unchecked. A client key's ``exemptGuards`` skip those guards;
+    nothing in the request can.
     """
 
     def __init__(self, guarding: Guarding) -> None:
