@@ -109,6 +109,34 @@ def test_a_member_the_engine_cannot_load_says_why_and_the_others_serve(
         pool.kubectl("-n", NS, "delete", "llmmodel", "gemma-pool-broken", "--wait=true")
 
 
+def test_a_member_whose_file_fails_its_check_is_left_out_and_the_others_serve(
+        pool: NodeCluster) -> None:
+    bad = load_yaml(POOL / "gemma-pool-qa.yaml")
+    bad["metadata"]["name"] = "gemma-pool-badsum"
+    bad["spec"]["modelId"] = "gemma-3-270m-badsum"
+    bad["spec"]["mcpExposure"]["toolName"] = "gemma3_270m_badsum"
+    bad["spec"]["modelSource"]["sha256"] = "0" * 64  # the file is Gemma's: not this
+    pool.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(bad))
+    try:
+        # its verify container refuses the file; the operator renders the pool without it
+        pool.wait_phase(NS, "gemma-pool-badsum", "Failed", 180)
+        model = pool.json("-n", NS, "get", "llmmodel", "gemma-pool-badsum")
+        placed = next(c for c in model["status"]["conditions"] if c["type"] == "Placed")
+        assert placed["reason"] == "MemberFileRejected", placed
+        assert "ChecksumMismatch" in placed["message"], placed["message"]
+        for name in MEMBERS:
+            pool.wait_phase(NS, name, "Ready", 180)
+        client = openai.OpenAI(base_url=pool.service_url(OPERATOR_NS, "llmop-router", 8080),
+                               api_key="unused", timeout=60, max_retries=2)
+        answer = client.completions.create(model="gemma-3-270m-qa", prompt=QUESTION,
+                                           max_tokens=16, stop=["\n"], temperature=0)
+        assert "Paris" in answer.choices[0].text
+        preset = pool.json("-n", NS, "get", "configmap", ENGINE)["data"]["models.ini"]
+        assert "[gemma-3-270m-badsum]" not in preset and "[gemma-3-270m-qa]" in preset
+    finally:
+        pool.kubectl("-n", NS, "delete", "llmmodel", "gemma-pool-badsum", "--wait=true")
+
+
 def test_a_member_left_alone_fails_and_the_engine_goes_with_the_last(
         pool: NodeCluster) -> None:
     pool.kubectl("-n", NS, "delete", "llmmodel", "gemma-pool-qa", "gemma-pool-chat",

@@ -151,6 +151,77 @@ async def test_a_members_loaded_condition_follows_its_pools_engine(
     assert loaded["lastTransitionTime"]  # since when
 
 
+async def add_pool_pod(kube: Kube, deployment: dict[str, Any], refused: dict[str, str]
+                       ) -> None:
+    """The pool's pod as the kubelet reports it: each verify container done, or failed
+    with its termination message and backing off where it checks a file in ``refused``
+    (a member's name: the message)."""
+    spec = deployment["spec"]["template"]["spec"]
+    statuses = []
+    for container in spec["initContainers"]:
+        name = container["name"]
+        member = container["command"][2].split("/")[-2]  # /models/<member>/<file>
+        if member in refused:
+            refused[name] = refused.pop(member)
+        ended = {"exitCode": 1 if name in refused else 0, "message": refused.get(name, ""),
+                 "reason": "Error" if name in refused else "Completed"}
+        statuses.append({"name": name, "image": "x", "imageID": "", "ready": name not in
+                         refused, "restartCount": 1, "state": {"waiting": {
+                             "reason": "CrashLoopBackOff"}} if name in refused else
+                         {"terminated": ended}, "lastState": {"terminated": ended}})
+    pods = "/api/v1/namespaces/ai-models/pods"
+    await kube.request("POST", pods, body={
+        "apiVersion": "v1", "kind": "Pod", "spec": spec,
+        "metadata": {"name": "small-pool-x", "namespace": "ai-models",
+                     "labels": deployment["spec"]["selector"]["matchLabels"]}})
+    await kube.request("PATCH", f"{pods}/small-pool-x/status", body={"status": {
+        "phase": "Pending", "initContainerStatuses": statuses}},
+        content_type="application/merge-patch+json")
+
+
+async def test_a_member_whose_file_the_pool_refuses_is_left_out_until_it_changes(
+        cluster: Cluster, kube: Kube) -> None:
+    """One bad file does not keep the others from serving: the member is Failed saying
+    why, the pool is rendered without it, and it stays out (its status remembers, the
+    pod that said so having gone) until its spec changes."""
+    base = "/apis/ai.example.io/v1alpha1/namespaces/ai-models/llmmodels"
+    for name in ("one", "two", "three"):
+        await kube.request("POST", base, body=pool_member(name, f"org/{name}"))
+    await reconcile(kube, await current(kube, "one"), Settings())
+    deployment = cluster.get("apps/v1", "deployments", "ai-models", "small-pool")
+    assert deployment is not None
+    await add_pool_pod(kube, deployment, {"two": "ChecksumMismatch: two.gguf has SHA-256 "
+                                                 "ab12..., not the one modelSource.sha256 "
+                                                 "gives"})
+    for name in ("two", "one", "three"):
+        await reconcile(kube, await current(kube, name), Settings())
+    two = (await current(kube, "two"))["status"]
+    placed = next(c for c in two["conditions"] if c["type"] == "Placed")
+    assert (two["phase"], placed["reason"]) == ("Failed", "MemberFileRejected")
+    assert "ChecksumMismatch: two.gguf has SHA-256 ab12" in placed["message"]
+    assert "left out of pool small, whose other members serve" in placed["message"]
+
+    def preset() -> str:
+        found = cluster.get("v1", "configmaps", "ai-models", "small-pool")
+        assert found is not None
+        return str(found["data"]["models.ini"])
+    assert "[org/one]" in preset() and "[org/three]" in preset()
+    assert "[org/two]" not in preset()
+    # the pool rolls without it: the refusing pod goes, and two stays out
+    await kube.request("DELETE", "/api/v1/namespaces/ai-models/pods/small-pool-x")
+    for name in ("two", "one"):
+        await reconcile(kube, await current(kube, name), Settings())
+    assert (await current(kube, "two"))["status"]["phase"] == "Failed"
+    assert "[org/two]" not in preset()
+    # an edited spec is checked anew
+    await kube.merge_patch(*MODELS, "ai-models", "two", body={"spec": {"modelSource": {
+        "sha256": "cd" * 32}}})
+    for name in ("two", "one"):
+        await reconcile(kube, await current(kube, name), Settings())
+    assert (await current(kube, "two"))["status"]["phase"] != "Failed"
+    assert "[org/two]" in preset()
+
+
 async def test_a_member_that_disagrees_fails_and_the_pool_goes_on_without_it(
         cluster: Cluster, kube: Kube) -> None:
     base = "/apis/ai.example.io/v1alpha1/namespaces/ai-models/llmmodels"

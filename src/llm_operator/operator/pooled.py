@@ -22,9 +22,11 @@ from llm_operator.profiles.engines import PORT
 from llm_operator.profiles.llama_router import load_error
 from llm_operator.profiles.pool import across_pools, plan_pool
 from llm_operator.profiles.settings import Settings
-from llm_operator.reconcile.status import Blocker
+from llm_operator.reconcile.status import FILE_REJECTED, Blocker
 from llm_operator.render.pool_engine import (
     SERVER_CONTAINER,
+    checked_by,
+    member_check,
     member_problems,
     pool_labels,
     pool_object_name,
@@ -33,6 +35,7 @@ from llm_operator.render.pool_engine import (
 
 RECHECK_SECONDS = 10.0
 STATE_TIMEOUT_SECONDS = 2.0
+FILE_REJECTED_REASON = "MemberFileRejected"  # Placed=False: left out of its pool
 LOG_TAIL_LINES = "2000"  # a member's start and its errors, with the others' since
 
 
@@ -46,9 +49,49 @@ async def _namespace_models(kube: Kube, namespace: str) -> list[LLMModel]:
     return found
 
 
+def rejected_files(pods: list[dict[str, Any]]) -> dict[tuple[str, str | None], str]:
+    """The members' files a pool pod's verify container refused, and why ("Reason: text").
+
+    Keyed by ``member_check``: a member's own file path and the sha256 it was checked
+    against, so that an edited sha256 is checked anew. Only the reasons no retry changes
+    (a wrong checksum, not a GGUF file, no file).
+    """
+    found: dict[tuple[str, str | None], str] = {}
+    for pod in pods:
+        statuses = {s.get("name"): s for s in
+                    (pod.get("status") or {}).get("initContainerStatuses") or []}
+        for container in (pod.get("spec") or {}).get("initContainers") or []:
+            checked = checked_by(container)
+            status = statuses.get(container.get("name")) or {}
+            for state in (status.get("state") or {}, status.get("lastState") or {}):
+                ended = state.get("terminated") or {}
+                message = str(ended.get("message", "")).strip()
+                if checked and ended.get("exitCode") not in (None, 0) \
+                        and message.partition(": ")[0] in FILE_REJECTED:
+                    found[checked] = message[:600]
+    return found
+
+
+def stored_rejection(model: LLMModel) -> str | None:
+    """Why the member's file was refused, as its status recorded it for its current spec.
+
+    The pool's pod that said so is gone once the pool rolled without the member.
+    """
+    status = model.status
+    for condition in (status.conditions if status else None) or ():
+        if condition.type == "Placed" and condition.reason == FILE_REJECTED_REASON \
+                and condition.observed_generation == model.metadata.generation:
+            return condition.message
+    return None
+
+
 async def pool_desired(kube: Kube, model: LLMModel, settings: Settings
                        ) -> tuple[list[Blocker], list[dict[str, Any]]]:
-    """The member's blockers, and the pool's objects when it has none."""
+    """The member's blockers, and the pool's objects when it has none.
+
+    A member whose file the pool's pod refused is left out of the pool (its phase Failed,
+    saying why, until its spec changes), so that the others start and serve without it.
+    """
     pool = model.spec.pool
     assert pool is not None
     problems: list[Problem] = member_problems(model)
@@ -58,8 +101,24 @@ async def pool_desired(kube: Kube, model: LLMModel, settings: Settings
     problems += across.get((model.namespace, model.name), [])
     if problems:
         return [Blocker.from_problem(p) for p in problems], []
+    selector = ",".join(f"{k}={v}" for k, v in pool_labels(pool.name).items())
+    refused = rejected_files(await kube.list("v1", "pods", model.namespace, selector))
+
+    def rejection(member: LLMModel) -> str | None:
+        fresh = refused.get(member_check(member))
+        if fresh is not None:
+            return (f"spec.modelSource: the pool's check of this member's file failed "
+                    f"({fresh}): it is left out of pool {pool.name}, whose other members "
+                    "serve; fix the file or modelSource.sha256, and edit the model to have "
+                    "it checked again")
+        return stored_rejection(member)
+
+    mine = rejection(model)
+    if mine is not None:
+        return [Blocker(FILE_REJECTED_REASON, mine)], []
     members = [m for m in siblings
-               if (m.namespace, m.name) not in across and not member_problems(m)]
+               if (m.namespace, m.name) not in across and not member_problems(m)
+               and rejection(m) is None]
     return [], pool_objects(members, plan_pool(members), settings)
 
 

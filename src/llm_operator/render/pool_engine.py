@@ -58,15 +58,36 @@ def _member_path(model: LLMModel) -> str:
     return posixpath.join(MEMBERS_DIR, model.name, posixpath.basename(path))
 
 
+VERIFY_PREFIX = "verify-"
+
+
+def member_check(member: LLMModel) -> tuple[str, str | None]:
+    """What the pool's init container checks of a member: its file, the sha256 it must have.
+
+    The file is under the member's own directory, so a path names one member.
+    """
+    source = member.spec.model_source
+    return _member_path(member), source.sha256 if source else None
+
+
+def checked_by(container: dict[str, Any]) -> tuple[str, str | None] | None:
+    """``member_check`` of the member a pool's verify container checks (None: not one)."""
+    command = container.get("command") or []
+    if not str(container.get("name", "")).startswith(VERIFY_PREFIX) or len(command) < 3:
+        return None
+    sha = command[command.index("--sha256") + 1] if "--sha256" in command[:-1] else None
+    return str(command[2]), sha
+
+
 def _verify(member: LLMModel, index: int, settings: Settings) -> dict[str, Any]:
     """An init container that checks one member's file: its sha256, its header.
 
-    As a model of its own is checked: a wrong file keeps the pool from starting, saying why.
+    As a model of its own is checked. A member whose file fails is left out of the pool
+    by the operator (operator/pooled.py), so that the others start without it.
     """
-    source = member.spec.model_source
-    sha = source.sha256 if source else None
+    _, sha = member_check(member)
     return {
-        "name": f"verify-{index}", "image": settings.images.operator,
+        "name": f"{VERIFY_PREFIX}{index}", "image": settings.images.operator,
         "imagePullPolicy": settings.images.pull_policy,
         "command": ["llmop", "model-verify", _member_path(member), "--markers", "/verified",
                     *(["--sha256", sha] if sha else [])],
