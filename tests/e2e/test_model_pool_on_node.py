@@ -8,8 +8,10 @@ its modelId; the pool's Deployment goes with its last member (every member owns 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import openai
@@ -79,14 +81,19 @@ def test_each_member_answers_through_the_router_from_one_pod(pool: NodeCluster) 
     pool.json("-n", NS, "get", "deployment", ENGINE)  # which exists
 
 
+def add_member(pool: NodeCluster, suffix: str, source: dict[str, Any]) -> None:
+    """A fourth member, gemma-pool-<suffix>: the qa member's settings with ``source``."""
+    doc = load_yaml(POOL / "gemma-pool-qa.yaml")
+    doc["metadata"]["name"] = f"gemma-pool-{suffix}"
+    doc["spec"]["modelId"] = f"gemma-3-270m-{suffix}"
+    doc["spec"]["mcpExposure"]["toolName"] = f"gemma3_270m_{suffix}"
+    doc["spec"]["modelSource"] = source
+    pool.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(doc))
+
+
 def test_a_member_the_engine_cannot_load_says_why_and_the_others_serve(
         pool: NodeCluster) -> None:
-    broken = load_yaml(POOL / "gemma-pool-qa.yaml")
-    broken["metadata"]["name"] = "gemma-pool-broken"
-    broken["spec"]["modelId"] = "gemma-3-270m-broken"
-    broken["spec"]["mcpExposure"]["toolName"] = "gemma3_270m_broken"
-    broken["spec"]["modelSource"] = {"type": "file", "path": str(unloadable_gguf(BROKEN_FILE))}
-    pool.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(broken))
+    add_member(pool, "broken", {"type": "file", "path": str(unloadable_gguf(BROKEN_FILE))})
     try:
         pool.wait_phase(NS, "gemma-pool-broken", "Ready", 180)  # the pool, with 4 members
         client = openai.OpenAI(base_url=pool.service_url(OPERATOR_NS, "llmop-router", 8080),
@@ -111,12 +118,8 @@ def test_a_member_the_engine_cannot_load_says_why_and_the_others_serve(
 
 def test_a_member_whose_file_fails_its_check_is_left_out_and_the_others_serve(
         pool: NodeCluster) -> None:
-    bad = load_yaml(POOL / "gemma-pool-qa.yaml")
-    bad["metadata"]["name"] = "gemma-pool-badsum"
-    bad["spec"]["modelId"] = "gemma-3-270m-badsum"
-    bad["spec"]["mcpExposure"]["toolName"] = "gemma3_270m_badsum"
-    bad["spec"]["modelSource"]["sha256"] = "0" * 64  # the file is Gemma's: not this
-    pool.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(bad))
+    source = load_yaml(POOL / "gemma-pool-qa.yaml")["spec"]["modelSource"]
+    add_member(pool, "badsum", {**source, "sha256": "0" * 64})  # the file is Gemma's: not this
     try:
         # its verify container refuses the file; the operator renders the pool without it
         pool.wait_phase(NS, "gemma-pool-badsum", "Failed", 180)
@@ -124,6 +127,15 @@ def test_a_member_whose_file_fails_its_check_is_left_out_and_the_others_serve(
         placed = next(c for c in model["status"]["conditions"] if c["type"] == "Placed")
         assert placed["reason"] == "MemberFileRejected", placed
         assert "ChecksumMismatch" in placed["message"], placed["message"]
+        # each member renders the pool at its own look (every 10 s): the preset drops it
+        # once one of them has looked since
+        deadline = time.monotonic() + 60
+        while "[gemma-3-270m-badsum]" in (preset := pool.json(
+                "-n", NS, "get", "configmap", ENGINE)["data"]["models.ini"]):
+            assert time.monotonic() < deadline, "the pool's preset kept the refused member"
+            time.sleep(1)  # the operator is another process: poll its output
+        assert "[gemma-3-270m-qa]" in preset
+        pool.kubectl("-n", NS, "rollout", "status", f"deployment/{ENGINE}", "--timeout=180s")
         for name in MEMBERS:
             pool.wait_phase(NS, name, "Ready", 180)
         client = openai.OpenAI(base_url=pool.service_url(OPERATOR_NS, "llmop-router", 8080),
@@ -131,8 +143,6 @@ def test_a_member_whose_file_fails_its_check_is_left_out_and_the_others_serve(
         answer = client.completions.create(model="gemma-3-270m-qa", prompt=QUESTION,
                                            max_tokens=16, stop=["\n"], temperature=0)
         assert "Paris" in answer.choices[0].text
-        preset = pool.json("-n", NS, "get", "configmap", ENGINE)["data"]["models.ini"]
-        assert "[gemma-3-270m-badsum]" not in preset and "[gemma-3-270m-qa]" in preset
     finally:
         pool.kubectl("-n", NS, "delete", "llmmodel", "gemma-pool-badsum", "--wait=true")
 
