@@ -15,44 +15,29 @@ from typing import Any
 import openai
 import pytest
 import yaml
+from guardtools import (
+    CARD,
+    MAIL,
+    SECRET_TEXT,
+    Upstream,
+    ask,
+    chunked,
+    guards,
+    pii,
+    sdk,
+    sent,
+    streamed,
+    streamed_tool_call,
+    text_of,
+)
 
 from llm_operator.access.keyring import digest
 from llm_operator.guardrails.pii import shared_scanner
 
-from fake_upstream import FakeUpstream, Reply, completion, sse_chunks
+from fake_upstream import Reply, completion
 from gwtools import GatewayFactory, metric
 
-Upstream = tuple[FakeUpstream, str]
-CARD, MAIL = "4111 1111 1111 1111", "jane.doe@example.com"
-SECRET_TEXT = f"My card is {CARD}, mail me at {MAIL}"
 TEAM, AUDIT = "sk-llmop-team-key", "sk-llmop-audit-key"
-
-
-def guards(*, input: list[dict[str, Any]] | None = None,
-           output: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    return {"guardrails": {k: v for k, v in (("input", input), ("output", output)) if v}}
-
-
-def pii(name: str, action: str, **more: Any) -> dict[str, Any]:
-    return {"name": name, "action": action, "pii": more}
-
-
-def sdk(client: Any, key: str = "unused") -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(base_url=str(client.make_url("/v1")), api_key=key,
-                              max_retries=0)
-
-
-async def ask(client: Any, text: str = SECRET_TEXT, **kwargs: Any) -> Any:
-    async with sdk(client, kwargs.pop("key", "unused")) as oai:
-        return await oai.chat.completions.create(
-            model="gpt-5.5", messages=[{"role": "user", "content": text}], **kwargs)
-
-
-def sent(fake: FakeUpstream) -> str:
-    content = fake.requests[-1]["body"]["messages"][0]["content"]
-    assert isinstance(content, str)
-    return content
-
 
 async def test_a_masking_input_guard_sends_the_types_not_the_data(
         gateway: GatewayFactory, upstream: Upstream) -> None:
@@ -182,32 +167,6 @@ async def test_a_blocking_output_guard_refuses_the_answer_after_counting_its_tok
     assert metric(gw, "llmop_gateway_tokens_total", route="gpt-5.5", kind="completion") == 3
 
 
-def chunked(pieces: list[str], finish: str = "stop") -> Reply:
-    """A chat stream of ``pieces``, its finish reason and usage, from the fake upstream."""
-    head = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m"}
-    events = [{**head, "choices": [{"index": 0, "delta": {"role": "assistant",
-                                                          "content": ""}}]},
-              *({**head, "choices": [{"index": 0, "delta": {"content": p}}]} for p in pieces),
-              {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]},
-              {**head, "choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 9,
-                                                "total_tokens": 14}}]
-    return Reply(chunks=[f"data: {json.dumps(e)}\n\n".encode() for e in events]
-                 + [b"data: [DONE]\n\n"])
-
-
-async def streamed(client: Any, **kwargs: Any) -> list[Any]:
-    async with sdk(client) as oai:
-        stream = await oai.chat.completions.create(
-            model="gpt-5.5", messages=[{"role": "user", "content": "Tell me"}], stream=True,
-            **kwargs)
-        return [chunk async for chunk in stream]
-
-
-def text_of(chunks: list[Any]) -> list[str]:
-    return [c.choices[0].delta.content for c in chunks if c.choices and
-            c.choices[0].delta.content]
-
-
 @pytest.mark.parametrize("include_usage", [False, True])
 async def test_a_stream_is_checked_as_it_comes_and_no_chunk_carries_the_data(
         gateway: GatewayFactory, upstream: Upstream, include_usage: bool) -> None:
@@ -224,22 +183,6 @@ async def test_a_stream_is_checked_as_it_comes_and_no_chunk_carries_the_data(
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
     assert (chunks[-1].usage is not None) == include_usage
     assert fake.requests[-1]["body"]["stream"] is True
-
-
-def streamed_tool_call(arguments: str, pieces: int = 4) -> Reply:
-    """A chat stream whose answer is one tool call, its arguments in ``pieces`` deltas."""
-    head = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m"}
-    size = -(-len(arguments) // pieces)
-    parts = [arguments[i:i + size] for i in range(0, len(arguments), size)]
-    first = {"index": 0, "id": "call-1", "type": "function",
-             "function": {"name": "send_mail", "arguments": ""}}
-    events = [{**head, "choices": [{"index": 0, "delta": {"role": "assistant",
-                                                          "tool_calls": [first]}}]},
-              *({**head, "choices": [{"index": 0, "delta": {"tool_calls": [
-                  {"index": 0, "function": {"arguments": part}}]}}]} for part in parts),
-              {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}]
-    return Reply(chunks=[f"data: {json.dumps(e)}\n\n".encode() for e in events]
-                 + [b"data: [DONE]\n\n"])
 
 
 async def test_a_streamed_tool_call_is_held_whole_and_its_arguments_masked(
@@ -302,33 +245,6 @@ async def test_a_guard_that_blocks_mid_stream_ends_it_with_an_error_the_sdk_rais
     assert not any(MAIL in p for p in text_of(received))
     async with asyncio.timeout(5):
         await fake.stream_cancelled.wait()  # the generation was cut, not read to its end
-
-
-async def test_a_stream_with_a_judge_is_asked_plain_checked_whole_then_streamed(
-        gateway: GatewayFactory, upstream: Upstream, key_file: Path) -> None:
-    fake, base_url = upstream
-    fake.then(Reply(body=completion("gpt-5.5", f"It is {CARD}.")), verdict("safe"))
-    client, _ = await gateway(config=judge_routes(base_url, key_file, {
-        "output": [*judged(), {"name": "no-pii", "action": "mask", "pii": {}}]}))
-    chunks = await streamed(client)
-    assert "".join(text_of(chunks)) == "It is <CREDIT_CARD>."
-    assert [c.choices[0].finish_reason for c in chunks if c.choices] == [None, "stop"]
-    assert fake.requests[0]["body"]["stream"] is False  # asked plain, to check it whole
-
-
-async def test_a_collected_stream_is_checked_then_streamed(
-        gateway: GatewayFactory, upstream: Upstream, key_file: Path) -> None:
-    """A llama.cpp route (streamUpstream) with a judge: the engine streams, the gateway
-    assembles, checks, and streams it on."""
-    fake, base_url = upstream
-    fake.then(Reply(chunks=sse_chunks("gpt-5.5", ["Mail ", MAIL[:8], MAIL[8:]])),
-              verdict("safe"))
-    config = judge_routes(base_url, key_file, {
-        "output": [*judged(), {"name": "no-pii", "action": "mask", "pii": {}}]})
-    config["routes"][0]["streamUpstream"] = True
-    client, _ = await gateway(config=config)
-    assert "".join(text_of(await streamed(client))) == "Mail <EMAIL_ADDRESS>"
-    assert fake.requests[0]["body"]["stream"] is True
 
 
 async def test_an_anthropic_stream_with_output_guards_is_refused_with_what_to_do(
@@ -396,86 +312,6 @@ async def test_guards_that_cannot_run_refuse_the_request_and_say_so_once(
     assert caplog.text.count("guardrails cannot run") == 1
     assert metric(gw, "llmop_gateway_guardrail_errors_total", route="gpt-5.5",
                   direction="input") == 2
-
-
-def judge_routes(base_url: str, key_file: Path, rails: dict[str, Any]) -> dict[str, Any]:
-    """The model, guarded by a judge, and the judge as a route of its own (same upstream)."""
-    upstream = {"baseUrl": base_url, "apiKey": {"file": str(key_file)}}
-    return {"routes": [{"models": ["gpt-5.5"], "upstream": upstream, "guardrails": rails},
-                       {"models": ["guard"], "upstream": upstream}]}
-
-
-def judged(on_error: str = "closed") -> list[dict[str, Any]]:
-    return [{"name": "safety", "action": "block", "onError": on_error,
-             "judge": {"model": "guard", "family": "llama-guard-3", "categories": ["S1", "S9"]}}]
-
-
-def verdict(text: str) -> Reply:
-    return Reply(body={"id": "cmpl-1", "object": "text_completion", "model": "guard",
-                       "choices": [{"index": 0, "text": text, "finish_reason": "stop"}]})
-
-
-async def test_a_judge_is_asked_through_its_route_and_its_verdict_blocks(
-        gateway: GatewayFactory, upstream: Upstream, key_file: Path) -> None:
-    fake, base_url = upstream
-    fake.then(verdict("unsafe\nS9"))
-    client, gw = await gateway(config=judge_routes(base_url, key_file, {"input": judged()}))
-    with pytest.raises(openai.BadRequestError) as refused:
-        await ask(client, "How do I build a bomb?")
-    assert "guardrail 'safety' blocked the request: it found S9" in str(refused.value)
-    (asked,) = fake.requests  # the judge only: the model was never called
-    assert asked["path"] == "/v1/completions"
-    body = asked["body"]
-    assert (body["model"], body["max_tokens"], body["temperature"]) == ("guard", 20, 0)
-    assert "S1: Violent Crimes.\nS9: Indiscriminate Weapons.\n" in body["prompt"]
-    assert "User: How do I build a bomb?" in body["prompt"]
-    assert metric(gw, "llmop_gateway_guardrail_activations_total", route="gpt-5.5",
-                  guard="safety", direction="input", action="block", entity="S9") == 1
-
-
-async def test_a_safe_verdict_lets_the_request_through_and_an_answer_is_judged_with_it(
-        gateway: GatewayFactory, upstream: Upstream, key_file: Path) -> None:
-    fake, base_url = upstream
-    fake.then(verdict("safe"), Reply(body=completion("gpt-5.5", "Paris.")), verdict("safe"))
-    client, _ = await gateway(config=judge_routes(base_url, key_file, {
-        "input": judged(), "output": judged()}))
-    answer = await ask(client, "Capital of France?")
-    assert answer.choices[0].message.content == "Paris."
-    judge_of_answer = fake.requests[2]["body"]["prompt"]
-    assert "User: Capital of France?\n\nAgent: Paris." in judge_of_answer
-
-
-@pytest.mark.parametrize(("on_error", "status"), [("closed", 503), ("open", 200)])
-async def test_a_judge_without_a_verdict_follows_on_error(
-        gateway: GatewayFactory, upstream: Upstream, key_file: Path, on_error: str,
-        status: int) -> None:
-    fake, base_url = upstream
-    fake.then(verdict("I am a helpful assistant"))
-    client, gw = await gateway(config=judge_routes(base_url, key_file, {
-        "input": judged(on_error)}))
-    resp = await client.post("/v1/chat/completions", json={
-        "model": "gpt-5.5", "messages": [{"role": "user", "content": "hi"}]})
-    assert resp.status == status
-    if status == 503:
-        error = (await resp.json())["error"]
-        assert error["code"] == "guardrail_unavailable"
-        assert "judge guard: expected 'safe' or 'unsafe'" in error["message"]
-    assert metric(gw, "llmop_gateway_guardrail_errors_total", route="gpt-5.5",
-                  direction="input") == 1
-
-
-async def test_a_moderation_reports_a_judges_categories_beside_pii(
-        gateway: GatewayFactory, upstream: Upstream, key_file: Path) -> None:
-    fake, base_url = upstream
-    fake.then(verdict("unsafe\nS1"))
-    client, _ = await gateway(config=judge_routes(base_url, key_file, {
-        "input": [*judged(), {"name": "no-pii", "action": "mask", "pii": {}}]}))
-    async with sdk(client) as oai:
-        result = await oai.moderations.create(model="gpt-5.5", input=f"hit {MAIL}")
-    (only,) = result.results
-    assert only.flagged
-    assert only.categories.model_extra == {"S1": True, "S9": False, "pii": True}
-    assert only.category_scores.model_extra == {"S1": 1.0, "S9": 0.0, "pii": 1.0}
 
 
 async def test_a_text_completion_stream_is_checked_as_it_comes(

@@ -218,14 +218,21 @@ class GuardrailsSpec(Wire):
                            "x-kubernetes-list-map-keys": ["name"]})
     output: list[GuardSpec] | None = Field(
         None, max_length=16, description="Checked on the model's answer before the client "
-        "sees it. A stream's text is held back by streamHoldBackChars and checked as it "
-        "grows (PII guards), or whole, then sent (with a judge or moderation guard).",
+        "sees it. On a stream, PII guards check the text as it grows, holding back "
+        "streamHoldBackChars; judge and moderation guards then judge the answer so far at "
+        "every streamJudgeWindowChars, the window waiting for its verdict.",
         json_schema_extra={"x-kubernetes-list-type": "map",
                            "x-kubernetes-list-map-keys": ["name"]})
 
     stream_hold_back_chars: int = Field(
         128, ge=16, le=4096, description="Output PII guards on a stream: the text not yet "
         "sent while it is checked; what the longest entity to catch needs (an IBAN: 34).")
+    stream_judge_window_chars: int = Field(
+        512, ge=32, le=65536, description="Judge and moderation output guards on a stream: "
+        "the text held while its guard model is asked. Each window is judged with the "
+        "answer before it (the verdict covers all that was sent) and sent once safe; the "
+        "rest at the end of the answer. Smaller: text reaches the client sooner, the guard "
+        "model is asked more often (a call per window).")
 
     @model_validator(mode="after")
     def _names(self) -> GuardrailsSpec:

@@ -60,7 +60,6 @@ class Exchange:
     stream: bool = False
     hide_usage: bool = False
     collect: bool = False
-    restream: bool = False  # collected for the output guards, sent on as a stream
     # what goes to each deployment (Untranslatable when it cannot take the request)
     outbound: Callable[[Deployment], Outbound] = _unshaped
 

@@ -1,15 +1,18 @@
-"""A stream's text through the output PII guards as it comes: held back, checked, sent.
+"""A stream's text through the output guards as it comes: held back, checked, sent.
 
 Each choice's text (chat ``content`` and ``reasoning_content``, completions ``text``) is
-taken out of the upstream's events and held; once more than the hold-back and half again
-is held, the held text is checked as one window (masked in place) and all but the last
-``hold`` characters go out as a chunk of their own (guardrails/holdback.py says where the
-cut falls). A chat choice's tool calls are held whole (their deltas merged) and checked
-when the choice ends, their JSON arguments' string values masked in place, then sent as
-one delta before its finish reason. Other events go on in order (role, finish reason,
-usage), each after the text before it; the end of a choice, of the stream or an error
-event sends what is held, checked, first. A guard that blocks ends the stream with an
-error event (the OpenAI SDK raises it) and ``stopped`` tells Relay to cut the upstream.
+taken out of the upstream's events and held. PII guards (``check``): once more than the
+hold-back and half again is held, the held text is checked as one window (masked in place)
+and all but the last ``hold`` characters pass on (guardrails/holdback.py says where the cut
+falls). Judge and moderation guards (``judge``), after them: what passed waits until
+``window`` characters have gathered (or the choice ends), then the answer so far is judged
+whole (what was sent and the window) and the window goes out as a chunk of its own. A chat
+choice's tool calls are held whole (their deltas merged) and checked when the choice ends,
+their JSON arguments' string values masked in place, then sent as one delta before its
+finish reason. Other events go on in order (role, finish reason, usage), each after the
+text before it; the end of a choice, of the stream or an error event sends what is held,
+checked, first. A guard that blocks ends the stream with an error event (the OpenAI SDK
+raises it) and ``stopped`` tells Relay to cut the upstream.
 """
 
 from __future__ import annotations
@@ -37,11 +40,17 @@ def _event(payload: dict[str, Any]) -> bytes:
 class GuardedStream:
     """SSE bytes in (OpenAI's chunks, as the client would get them), checked SSE bytes out."""
 
-    def __init__(self, check: Check, hold: int) -> None:
-        self.check, self.hold = check, hold
+    def __init__(self, check: Check | None, hold: int, *, judge: Check | None = None,
+                 window: int = 0) -> None:
+        """``check``: the PII guards (None: none); ``judge``: the model guards (None: none)."""
+        self.check, self.judge = check, judge
+        self.hold = hold if check is not None else 0
+        self.window = window
         self.stopped = False
         self._pending = b""
         self._held: dict[tuple[int, str], str] = {}  # (choice, field): text not yet sent
+        self._unjudged: dict[tuple[int, str], str] = {}  # passed the PII guards, not judged
+        self._judged: dict[tuple[int, str], str] = {}  # judged safe, and sent
         self._chat: dict[int, bool] = {}  # choice: a chat delta (else a completions text)
         self._calls: dict[int, dict[int, dict[str, Any]]] = {}  # choice: its tool calls
         self._envelope: dict[str, Any] = {}  # id, object, created, model of the last chunk
@@ -145,10 +154,12 @@ class GuardedStream:
         """A choice's tool calls, their arguments checked (masked in place), as one delta."""
         calls = self._calls.pop(index)
         listed = [{"index": i, **call} for i, call in sorted(calls.items())]
-        checked = await self.check(answer_spots("/chat/completions", {"choices": [
-            {"message": {"tool_calls": listed}}]}))
-        if isinstance(checked, web.Response):
-            return self._blocked(checked)
+        spots = answer_spots("/chat/completions", {"choices": [
+            {"message": {"tool_calls": listed}}]})
+        for check in (self.check, self.judge):  # masked first, then judged as masked
+            checked = await check(spots) if check is not None and spots else None
+            if isinstance(checked, web.Response):
+                return self._blocked(checked)
         return _event({**self._envelope, "choices": [
             {"index": index, "delta": {"tool_calls": listed}, "finish_reason": None}]})
 
@@ -156,6 +167,8 @@ class GuardedStream:
         """A guard blocked (or could not run): the error event, and the stream ends."""
         self.stopped = True
         self._held.clear()
+        self._unjudged.clear()
+        self._judged.clear()
         self._calls.clear()
         body = refusal.body if isinstance(refusal.body, bytes) else b"{}"
         return b"data: " + body + b"\n\n" + DONE
@@ -163,18 +176,36 @@ class GuardedStream:
     async def _release(self, key: tuple[int, str], *, final: bool) -> bytes:
         """The held text of ``key`` checked; what may go now, as a chunk of its own."""
         window = [self._held.get(key, "")]
-        if not window[0]:
-            return b""
-        checked = await self.check([Spot(window, 0)])
-        if isinstance(checked, web.Response):  # a guard blocked it, or could not run
-            return self._blocked(checked)
+        if window[0] and self.check is not None:
+            checked = await self.check([Spot(window, 0)])
+            if isinstance(checked, web.Response):  # a guard blocked it, or could not run
+                return self._blocked(checked)
         masked = window[0]
         sent = cut(masked, self.hold, final=final)
         self._held[key] = masked[sent:]
-        if not sent:
+        if self.judge is not None:
+            return await self._judge(key, masked[:sent], final=final)
+        return self._chunk(key, masked[:sent])
+
+    async def _judge(self, key: tuple[int, str], text: str, *, final: bool) -> bytes:
+        """``text`` (past the PII guards) gathered; a full window judged with what preceded it."""
+        unjudged = self._unjudged.get(key, "") + text
+        if not unjudged or (len(unjudged) < self.window and not final):
+            self._unjudged[key] = unjudged
+            return b""
+        assert self.judge is not None
+        so_far = [self._judged.get(key, "") + unjudged]
+        checked = await self.judge([Spot(so_far, 0)])
+        if isinstance(checked, web.Response):
+            return self._blocked(checked)
+        self._judged[key], self._unjudged[key] = so_far[0], ""
+        return self._chunk(key, unjudged)
+
+    def _chunk(self, key: tuple[int, str], text: str) -> bytes:
+        """``text`` of ``key``'s choice and field as an event of its own (nothing if empty)."""
+        if not text:
             return b""
         index, name = key
-        text = masked[:sent]
         piece: dict[str, Any] = {"index": index, "delta": {name: text}} if self._chat[index] \
             else {"index": index, "text": text}
         return _event({**self._envelope, "choices": [{**piece, "finish_reason": None}]})

@@ -44,11 +44,10 @@ class Guard:
     """Runs the route's input guards; sets ``stream_guard`` or ``answer_guard`` for output.
 
     Input guards rewrite ``body`` and ``raw`` (mask) or answer 400 (block). Output guards:
-    a stream whose guards are all PII guards is checked as it comes (``stream_guard``,
-    held back); a plain answer, or a stream with a judge or moderation guard (asked plain,
-    sent on once checked: Shape sets ``restream``), through ``answer_guard``. Nothing
-    reaches the client unchecked. A client key's ``exemptGuards`` skip those guards;
-    nothing in the request can.
+    a stream is checked as it comes (``stream_guard``: PII guards on a held-back window,
+    then judge and moderation guards on the answer so far at each judge window); a plain
+    answer whole, through ``answer_guard``. Nothing reaches the client unchecked. A client
+    key's ``exemptGuards`` skip those guards; nothing in the request can.
     """
 
     def __init__(self, guarding: Guarding) -> None:
@@ -82,18 +81,31 @@ class Guard:
                 ex.raw = json.dumps(ex.body, separators=(",", ":")).encode()
         if not outputs:
             return None
-        if ex.body.get("stream") is True and all(g.pii is not None for g in outputs) \
-                and path.endswith("completions"):
-            async def check_text(window: list[Spot]) -> Checked | web.Response:
-                return await checks.run(outputs, window, "output")
-            ex.stream_guard = GuardedStream(check_text, guardrails.stream_hold_back_chars)
-            return None
         checks.asked = "\n\n".join(s.text for s in spots)  # as the input guards left it
+        if ex.body.get("stream") is True:
+            ex.stream_guard = _stream_guard(checks, guardrails)
+            return None
 
         async def answer_guard(body: bytes) -> bytes | web.Response:
             return await checks.answer(outputs, body)
-        ex.answer_guard = answer_guard  # a stream (with a judge): asked plain, then sent
+        ex.answer_guard = answer_guard
         return None
+
+
+def _stream_guard(checks: _Checks, guardrails: GuardrailsSpec) -> GuardedStream:
+    """A stream's output guards as it comes: PII guards first, then the model guards."""
+    outputs = guardrails.output or ()
+    pii = [g for g in outputs if g.pii is not None]
+    models = [g for g in outputs if g.pii is None]
+
+    async def check_text(window: list[Spot]) -> Checked | web.Response:
+        return await checks.run(pii, window, "output")
+
+    async def judge_text(so_far: list[Spot]) -> Checked | web.Response:
+        return await checks.run(models, so_far, "output")
+    return GuardedStream(check_text if pii else None, guardrails.stream_hold_back_chars,
+                         judge=judge_text if models else None,
+                         window=guardrails.stream_judge_window_chars)
 
 
 @dataclass

@@ -16,7 +16,7 @@ from typing import Any
 from aiohttp import web
 
 from llm_operator.gateway.answers import CLIENT_CLOSED, AnswerFailed, Streamed
-from llm_operator.gateway.assembling import StreamError, assemble, chunks_of
+from llm_operator.gateway.assembling import StreamError, assemble
 from llm_operator.gateway.errors import STREAM_STARTED
 from llm_operator.gateway.exchange import Exchange
 from llm_operator.gateway.http1 import Response as UpstreamResponse
@@ -100,8 +100,6 @@ class Relay:
                 if isinstance(checked, web.Response):  # a guard blocked it
                     return checked
                 body = checked
-            if ex.restream:
-                return await self._restream(ex, body, {**_headers_from(upstream), **extra})
             if ex.anthropic:
                 try:
                     answer = json.loads(body)
@@ -115,30 +113,6 @@ class Relay:
             headers = {k: v for k, v in headers.items() if k != "content-type"}
             headers["content-type"] = "application/json"
         return web.Response(body=body, status=status, headers={**headers, **extra})
-
-    async def _restream(self, ex: Exchange, body: bytes, headers: dict[str, str]
-                        ) -> web.StreamResponse:
-        """A checked plain answer sent as the stream the client asked for (output guards)."""
-        answer = json.loads(body)
-        events = b"".join(b"data: " + json.dumps(event, separators=(",", ":")).encode()
-                          + b"\n\n" for event in chunks_of(answer, usage=not ex.hide_usage))
-        headers = {k: v for k, v in headers.items() if k.lower() != "content-type"}
-        out = ex.held or Streamed(status=200, headers={
-            **headers, "Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        completed = False
-        try:
-            if ex.held is None:
-                await out.prepare(ex.request)
-            ex.request[STREAM_STARTED] = True
-            self._first_token(ex)
-            await out.write(events + b"data: [DONE]\n\n")
-            await out.write_eof()
-            completed = True
-        except ConnectionResetError:
-            log.info("route %s: client went away before its checked answer", ex.state.route.label)
-        finally:
-            self._stream_ended(ex, completed)
-        return out
 
     def _stream_ended(self, ex: Exchange, completed: bool) -> None:
         """A stream counts itself as it ends: 200, or the client closed it."""

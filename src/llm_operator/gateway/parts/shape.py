@@ -17,7 +17,7 @@ def _asks_usage(body: dict[str, Any]) -> bool:
 
 
 class Shape:
-    """Sets ``stream``, ``hide_usage``, ``collect``, ``restream``, ``outbound``; edits ``body``.
+    """Sets ``stream``, ``hide_usage``, ``collect``, ``outbound``; edits ``body``.
 
     Usage is what limits and cost are counted from: it is asked for on every stream, and
     the usage event kept from clients that did not ask (hide_usage). A plain answer is
@@ -28,16 +28,8 @@ class Shape:
     def __call__(self, ex: Exchange) -> None:
         body, path = ex.body, ex.request.path
         stream = ex.stream = body.get("stream") is True
-        if stream and ex.answer_guard is not None and path in USAGE_OPTION_PATHS:
-            # output guards read the whole answer: asked plain (or collected), checked,
-            # then sent on as a stream by Relay, with usage if the client asked for it
-            ex.restream = True
-            stream = ex.stream = False
-            ex.hide_usage = not _asks_usage(body)
-            body["stream"] = False
-            body.pop("stream_options", None)
-        hide_usage = stream and path in USAGE_OPTION_PATHS and not _asks_usage(body)
-        ex.hide_usage = hide_usage or (ex.restream and ex.hide_usage)
+        hide_usage = ex.hide_usage = stream and path in USAGE_OPTION_PATHS \
+            and not _asks_usage(body)
         if hide_usage:
             options = body.get("stream_options")
             body["stream_options"] = {**(options if isinstance(options, dict) else {}),
@@ -48,7 +40,7 @@ class Shape:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
         ex.outbound = Outbounds(ex.state, ex.model, ex.raw, body, stream=stream,
-                                rewrite=hide_usage or collect or ex.restream,
+                                rewrite=hide_usage or collect,
                                 path=CHAT_PATH if ex.anthropic else path.removeprefix("/v1"))
 
 
