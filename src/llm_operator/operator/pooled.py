@@ -49,6 +49,16 @@ async def _namespace_models(kube: Kube, namespace: str) -> list[LLMModel]:
     return found
 
 
+async def _pool_pods(kube: Kube, member: LLMModel) -> list[dict[str, Any]]:
+    """The pods of the member's pool, listed from the API.
+
+    The operator's pod cache holds models' own pods only.
+    """
+    assert member.spec.pool is not None
+    selector = ",".join(f"{k}={v}" for k, v in pool_labels(member.spec.pool.name).items())
+    return await kube.list("v1", "pods", member.namespace, selector)
+
+
 def rejected_files(pods: list[dict[str, Any]]) -> dict[tuple[str, str | None], str]:
     """The members' files a pool pod's verify container refused, and why ("Reason: text").
 
@@ -101,8 +111,7 @@ async def pool_desired(kube: Kube, model: LLMModel, settings: Settings
     problems += across.get((model.namespace, model.name), [])
     if problems:
         return [Blocker.from_problem(p) for p in problems], []
-    selector = ",".join(f"{k}={v}" for k, v in pool_labels(pool.name).items())
-    refused = rejected_files(await kube.list("v1", "pods", model.namespace, selector))
+    refused = rejected_files(await _pool_pods(kube, model))
 
     def rejection(member: LLMModel) -> str | None:
         fresh = refused.get(member_check(member))
@@ -146,14 +155,11 @@ async def member_state(http: aiohttp.ClientSession, cluster_domain: str, model: 
 async def load_failure(kube: Kube, model: LLMModel) -> str | None:
     """Why the pool's engine could not load the member, in its words, from a pod's log.
 
-    The pool's pods are listed from the API (the operator's pod cache holds models' own
-    pods, and a failed load is rare). None when no running pod's log says (a log rotated
+    None when no running pod's log says (a log rotated
     past it, or no right to read pods/log: the condition then says to read the log).
     """
-    assert model.spec.pool is not None
-    selector = ",".join(f"{k}={v}" for k, v in pool_labels(model.spec.pool.name).items())
     try:
-        pods = await kube.list("v1", "pods", model.namespace, selector)
+        pods = await _pool_pods(kube, model)
     except (ApiError, aiohttp.ClientError, TimeoutError):
         return None
     for pod in pods:
