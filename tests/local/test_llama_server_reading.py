@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -117,3 +120,21 @@ def test_a_failed_step_shows_the_end_of_its_log_and_where_the_rest_is(tmp_path: 
     message = str(failed.value)
     assert message.startswith(f"compiling llama-server failed (exit 3); the whole log: {log}")
     assert message.endswith("first\nfatal: no space")
+
+
+def test_the_module_compiles_before_the_project_is_installed_and_says_what_is_missing(
+        tmp_path: Any) -> None:
+    """`make` starts the compile with the source tree and a bare virtualenv (cmake, ninja):
+    the module must import nothing but the standard library, print the binary's path, and
+    fail with one line naming what to install."""
+    env = {"PATH": str(tmp_path), "LLMOP_CACHE": str(tmp_path / "cache"),
+           "PYTHONPATH": str(Path(llama_build.__file__).parents[2])}
+    argv = [sys.executable, "-S", "-m", "llm_operator.local.llama_build"]
+    missing = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+    assert missing.returncode == 1
+    assert missing.stderr.splitlines()[-1].startswith(
+        "Error: compiling llama-server needs a C++ compiler")
+    chosen = tmp_path / "llama-server"
+    found = subprocess.run(argv, env={**env, "LLMOP_LLAMA_SERVER": str(chosen)},
+                           capture_output=True, text=True, check=True)
+    assert found.stdout == f"{chosen}\n"

@@ -206,25 +206,10 @@ def _llama_server_for(folder: Path) -> Path | None:
 
 
 def _build_llama_server() -> Path:
-    found = llama_build.locate()
-    if found is not None:
-        return found
-    out = sys.stderr
-    tty = out.isatty()
-    print(f">> compiling llama.cpp's llama-server from {llama_build.SOURCE_PACKAGE} "
-          f"{llama_build.SOURCE_VERSION}: once per machine, 5-10 minutes on 2 cores",
-          file=out, flush=True)
-
-    def write(text: str) -> None:
-        out.write(text)
-        out.flush()
-
     try:
-        path = llama_build.build(progress=llama_build.ProgressLines(write, tty))
+        return llama_build.build_reporting(sys.stderr)
     except llama_build.BuildError as exc:
         raise click.ClickException(str(exc)) from None
-    print(f">> llama-server: {path}", file=out, flush=True)
-    return path
 
 
 @click.command()

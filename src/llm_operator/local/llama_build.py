@@ -23,6 +23,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import TextIO
 
 SOURCE_PACKAGE = "llama-cpp-python"
 SOURCE_VERSION = "0.3.36"  # its vendor/llama.cpp is what runs, here and in the image
@@ -200,3 +201,39 @@ class ProgressLines:
         self.write(f"\r{text}" if self.tty else f"{text}\n")
         if self.tty and done == total:
             self.write("\n")
+
+
+def build_reporting(out: TextIO) -> Path:
+    """:func:`build` with its progress written to ``out`` (a terminal: one line redrawn)."""
+    found = locate()
+    if found is not None:
+        return found
+    tty = out.isatty()
+    print(f">> compiling llama.cpp's llama-server from {SOURCE_PACKAGE} {SOURCE_VERSION}: "
+          "once per machine, 5-10 minutes on 2 cores", file=out, flush=True)
+
+    def write(text: str) -> None:
+        out.write(text)
+        out.flush()
+
+    path = build(progress=ProgressLines(write, tty))
+    print(f">> llama-server: {path}", file=out, flush=True)
+    return path
+
+
+def main() -> int:
+    """``python -m llm_operator.local.llama_build``: `llmop setup` before it is installed.
+
+    It needs the standard library, pip, and cmake and ninja beside this Python, so `make`
+    starts the compile while pip installs the rest of the project.
+    """
+    try:
+        print(build_reporting(sys.stderr))
+    except BuildError as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
