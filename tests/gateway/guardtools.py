@@ -54,6 +54,23 @@ def chunked(pieces: list[str], finish: str = "stop") -> Reply:
                  + [b"data: [DONE]\n\n"])
 
 
+async def streamed_until_error(client: Any, content: str = "Tell me"
+                               ) -> tuple[list[Any], openai.APIError | None]:
+    """A chat stream's chunks as the SDK yields them, and the error event that ended it
+    (None: it ended with [DONE])."""
+    received: list[Any] = []
+    try:
+        async with sdk(client) as oai:
+            stream = await oai.chat.completions.create(
+                model="gpt-5.5", messages=[{"role": "user", "content": content}],
+                stream=True)
+            async for chunk in stream:
+                received.append(chunk)
+    except openai.APIError as exc:
+        return received, exc
+    return received, None
+
+
 async def streamed(client: Any, **kwargs: Any) -> list[Any]:
     async with sdk(client) as oai:
         stream = await oai.chat.completions.create(

@@ -28,6 +28,7 @@ from guardtools import (
     sent,
     streamed,
     streamed_tool_call,
+    streamed_until_error,
     text_of,
 )
 
@@ -213,13 +214,8 @@ async def test_a_streamed_tool_call_a_guard_blocks_ends_the_stream_with_the_erro
     fake.then(streamed_tool_call(json.dumps({"card": CARD})))
     client, _ = await gateway(guards(output=[pii("no-cards", "block",
                                                  entities=["CREDIT_CARD"])]))
-    received: list[Any] = []
-    with pytest.raises(openai.APIError, match="guardrail 'no-cards' blocked"):
-        async with sdk(client) as oai:
-            stream = await oai.chat.completions.create(
-                model="gpt-5.5", messages=[{"role": "user", "content": "Pay"}], stream=True)
-            async for chunk in stream:
-                received.append(chunk)
+    received, error = await streamed_until_error(client, "Pay")
+    assert "guardrail 'no-cards' blocked" in str(error)
     assert not any(c.choices and c.choices[0].delta.tool_calls for c in received)
 
 
@@ -233,14 +229,8 @@ async def test_a_guard_that_blocks_mid_stream_ends_it_with_an_error_the_sdk_rais
     await asyncio.to_thread(shared_scanner)  # built: the check is not what waits
     client, _ = await gateway({"guardrails": {"output": [pii("no-pii", "block")],
                                               "streamHoldBackChars": 32}})
-    received: list[Any] = []
-    with pytest.raises(openai.APIError, match="guardrail 'no-pii' blocked the model's answer"):
-        async with sdk(client) as oai:
-            stream = await oai.chat.completions.create(
-                model="gpt-5.5", messages=[{"role": "user", "content": "Tell me"}],
-                stream=True)
-            async for chunk in stream:
-                received.append(chunk)
+    received, error = await streamed_until_error(client)
+    assert "guardrail 'no-pii' blocked the model's answer" in str(error)
     assert "".join(text_of(received)).startswith("Once upon a time")  # the clean part came
     assert not any(MAIL in p for p in text_of(received))
     async with asyncio.timeout(5):

@@ -24,6 +24,7 @@ from guardtools import (
     sdk,
     streamed,
     streamed_tool_call,
+    streamed_until_error,
     text_of,
     verdict,
 )
@@ -132,14 +133,8 @@ async def test_an_unsafe_window_ends_the_stream_with_the_error_and_cuts_the_gene
     fake.then(reply, verdict("safe"), verdict("unsafe\nS1"))
     client, gw = await gateway(config=judge_routes(base_url, key_file, windowed(
         {"output": judged()})))
-    received: list[Any] = []
-    with pytest.raises(openai.APIError, match="guardrail 'safety' blocked the model's answer"):
-        async with sdk(client) as oai:
-            stream = await oai.chat.completions.create(
-                model="gpt-5.5", messages=[{"role": "user", "content": "Tell me"}],
-                stream=True)
-            async for chunk in stream:
-                received.append(chunk)
+    received, error = await streamed_until_error(client)
+    assert "guardrail 'safety' blocked the model's answer" in str(error)
     assert text_of(received) == [PIECES[0] + PIECES[1]]  # the window judged safe, no more
     async with asyncio.timeout(5):
         await fake.stream_cancelled.wait()  # the generation was cut, not read to its end
@@ -168,17 +163,10 @@ async def test_a_judge_without_a_verdict_mid_stream_follows_on_error(
               verdict("safe"))
     client, _ = await gateway(config=judge_routes(base_url, key_file, windowed(
         {"output": judged(on_error)})))
-    received: list[Any] = []
-    try:
-        async with sdk(client) as oai:
-            stream = await oai.chat.completions.create(
-                model="gpt-5.5", messages=[{"role": "user", "content": "Tell me"}],
-                stream=True)
-            async for chunk in stream:
-                received.append(chunk)
-    except openai.APIError as exc:
-        assert not whole
-        assert "guardrails cannot run" in str(exc) and "expected 'safe'" in str(exc)
+    received, error = await streamed_until_error(client)
+    if not whole:
+        assert "guardrails cannot run" in str(error) and "expected 'safe'" in str(error)
+    assert (error is None) == whole
     assert "".join(text_of(received)) == ("".join(PIECES) if whole
                                           else PIECES[0] + PIECES[1])
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import openai
 import pytest
-from guardtools import chunked, text_of
+from guardtools import chunked, streamed_until_error, text_of
 
 from fake_upstream import FakeUpstream, Reply, completion
 from gwtools import GatewayFactory, metric
@@ -175,14 +175,8 @@ async def test_a_stream_is_moderated_as_it_comes_on_the_answer_so_far(
     fake.then(chunked(pieces), moderation(scores({})), moderation(scores({"hate": 0.8})))
     client, _ = await gateway(config=routes(base_url, key_file, {
         "output": moderated(), "streamJudgeWindowChars": 32}))
-    received: list[Any] = []
-    with pytest.raises(openai.APIError, match="guardrail 'policy' blocked the model's answer"):
-        async with sdk(client) as oai:
-            stream = await oai.chat.completions.create(
-                model="gpt-5.5", messages=[{"role": "user", "content": "a story"}],
-                stream=True)
-            async for chunk in stream:
-                received.append(chunk)
+    received, error = await streamed_until_error(client, "a story")
+    assert "guardrail 'policy' blocked the model's answer" in str(error)
     assert text_of(received) == [pieces[0]]  # the window moderated clean went out
     asked = [r["body"]["input"] for r in fake.requests if r["path"] == "/v1/moderations"]
     assert asked == [[pieces[0]], ["".join(pieces)]]
