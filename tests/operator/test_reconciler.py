@@ -222,6 +222,32 @@ async def test_a_member_whose_file_the_pool_refuses_is_left_out_until_it_changes
     assert "[org/two]" in preset()
 
 
+async def test_a_refused_member_stays_in_its_pool_until_its_own_status_says_so(
+        cluster: Cluster, kube: Kube) -> None:
+    """Another member's look that read the refusal first left the pool without it, so the
+    pod that said so went before the member's own look could read it, and the next look
+    put it back (on the node the pool rolled back and forth)."""
+    base = "/apis/ai.example.io/v1alpha1/namespaces/ai-models/llmmodels"
+    for name in ("one", "two", "three"):
+        await kube.request("POST", base, body=pool_member(name, f"org/{name}"))
+    await reconcile(kube, await current(kube, "one"), Settings())
+    deployment = cluster.get("apps/v1", "deployments", "ai-models", "small-pool")
+    assert deployment is not None
+    await add_pool_pod(kube, deployment, {"two": "ChecksumMismatch: not the sha256"})
+
+    def preset() -> str:
+        found = cluster.get("v1", "configmaps", "ai-models", "small-pool")
+        assert found is not None
+        return str(found["data"]["models.ini"])
+    for name in ("one", "three"):
+        await reconcile(kube, await current(kube, name), Settings())
+        assert "[org/two]" in preset()  # the refusing pod stays for two to read
+    await reconcile(kube, await current(kube, "two"), Settings())
+    assert (await current(kube, "two"))["status"]["phase"] == "Failed"
+    await reconcile(kube, await current(kube, "one"), Settings())
+    assert "[org/two]" not in preset()
+
+
 async def test_a_member_that_disagrees_fails_and_the_pool_goes_on_without_it(
         cluster: Cluster, kube: Kube) -> None:
     base = "/apis/ai.example.io/v1alpha1/namespaces/ai-models/llmmodels"

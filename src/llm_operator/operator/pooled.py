@@ -100,7 +100,9 @@ async def pool_desired(kube: Kube, model: LLMModel, settings: Settings
     """The member's blockers, and the pool's objects when it has none.
 
     A member whose file the pool's pod refused is left out of the pool (its phase Failed,
-    saying why, until its spec changes), so that the others start and serve without it.
+    saying why, until its spec changes), so that the others start and serve without it:
+    from the look of its own reconcile that reads the refusal on the pool's pod, which
+    stays until then, and from its status in every other member's.
     """
     pool = model.spec.pool
     assert pool is not None
@@ -114,7 +116,10 @@ async def pool_desired(kube: Kube, model: LLMModel, settings: Settings
     refused = rejected_files(await _pool_pods(kube, model))
 
     def rejection(member: LLMModel) -> str | None:
-        fresh = refused.get(member_check(member))
+        # a sibling's refusal counts once its own status records it: dropped from the
+        # pool on another member's look, it would lose the pod that said so before its
+        # own look could read it, and the next look would put it back
+        fresh = refused.get(member_check(member)) if member.name == model.name else None
         if fresh is not None:
             return (f"spec.modelSource: the pool's check of this member's file failed "
                     f"({fresh}): it is left out of pool {pool.name}, whose other members "
