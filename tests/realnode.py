@@ -193,12 +193,12 @@ class Node:
     # --- start -------------------------------------------------------------------------
 
     def start(self, images: list[Path], timeout: float = 90,
-              later: list[Path] | None = None) -> None:
+              later: Callable[[], list[Path]] | None = None) -> None:
         """Bridge, containerd (with ``images`` imported), kubelet, scheduler, proxy, DNS.
 
-        ``later`` images are imported in the background while the node starts and the
-        first tests run (vLLM's takes a minute of disk writes): `wait_for_images` before
-        using them.
+        ``later`` builds more images, which are imported in the background while the node
+        starts and the first tests run (vLLM's: minutes to build on a new machine, a minute
+        of disk writes to import): `wait_for_images` before using them.
         """
         self.root.mkdir(parents=True, exist_ok=True)
         self._start_containerd()
@@ -247,9 +247,9 @@ class Node:
         return _run(str(binary_dir() / "ctr"), "--address", str(self.socket), "-n", "k8s.io",
                     *args, check=check, timeout=timeout)
 
-    def _import_later(self, archives: list[Path]) -> None:
+    def _import_later(self, build: Callable[[], list[Path]]) -> None:
         try:
-            for archive in archives:
+            for archive in build():
                 self.import_image(archive)
         except BaseException as exc:  # raised again by wait_for_images
             self._import_error.append(exc)
@@ -584,12 +584,13 @@ def _pod_names(slice_: dict[str, Any]) -> dict[str, str]:
 @contextlib.contextmanager
 def node_cluster(root: Path | None = None, images: list[Path] | None = None,
                  timeout: float = 90, *, controllers: bool = True,
-                 later: list[Path] | None = None) -> Iterator[tuple[ControlPlane, Node]]:
+                 later: Callable[[], list[Path]] | None = None
+                 ) -> Iterator[tuple[ControlPlane, Node]]:
     """A control plane and one real node, stopped (exactly their processes) when it ends.
 
     Without ``controllers`` the controller manager is left for the caller to start (after
     installing CRDs, so that its garbage collector knows them from the start). ``later``
-    images are imported in the background (`Node.wait_for_images`).
+    builds images that are imported in the background (`Node.wait_for_images`).
     """
     swept = sweep_stale_node()
     if swept is not None:

@@ -48,7 +48,7 @@ def serve(root: Path) -> None:
     for previous in ("control-plane", "node"):  # a cluster stopped before: start anew
         shutil.rmtree(root / previous, ignore_errors=True)
     now, later = prepare_node()
-    with node_cluster(root, [*now, *later]) as (plane, _node):
+    with node_cluster(root, [*now, *later()]) as (plane, _node):
         (root / "kubeconfig").write_text(plane.kubeconfig.read_text())
         (root / "kubeconfig").chmod(0o600)
         (root / "ready").touch()

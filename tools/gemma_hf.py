@@ -81,10 +81,12 @@ def gemma_hf() -> Path:
     layer = images.vllm_layer()
     key = images.digest([_sha256(source), layer.diff_id, *CONVERTERS, CONVERT, QA_TEMPLATE])
     out = images.llama_build.cache_root() / "models" / f"gemma-3-270m-hf-{key}"
-    if not out.exists():
-        images.say("converting Gemma 3 270M's GGUF file to BF16 safetensors for vLLM "
-                   "(~1 minute)")
-        _run_on_image(layer, out, CONVERTERS, [CONVERT, str(source), "{out}", QA_TEMPLATE])
+    with images.building(out) as hit:
+        if not hit:
+            images.say("converting Gemma 3 270M's GGUF file to BF16 safetensors for vLLM "
+                       "(~1 minute)")
+            _run_on_image(layer, out, CONVERTERS, [CONVERT, str(source), "{out}",
+                                                   QA_TEMPLATE])
     return out
 
 
@@ -94,9 +96,10 @@ def gemma_lora(seed: int) -> Path:
     layer = images.vllm_layer()
     key = images.digest([base.name, *ADAPTERS, ADAPT, str(seed)])
     out = images.llama_build.cache_root() / "models" / f"gemma-3-270m-lora-{key}"
-    if not out.exists():
-        images.say(f"making a LoRA adapter for Gemma 3 270M with peft (seed {seed})")
-        _run_on_image(layer, out, ADAPTERS, [ADAPT, str(base), "{out}", str(seed)])
+    with images.building(out) as hit:
+        if not hit:
+            images.say(f"making a LoRA adapter for Gemma 3 270M with peft (seed {seed})")
+            _run_on_image(layer, out, ADAPTERS, [ADAPT, str(base), "{out}", str(seed)])
     return out
 
 
@@ -129,9 +132,8 @@ def _run_on_image(layer: images.Layer, out: Path, packages: tuple[str, ...],
 
 
 def main() -> None:
-    with images.build_lock():
-        print(gemma_hf())
-        print(gemma_lora(1))
+    print(gemma_hf())
+    print(gemma_lora(1))
 
 
 if __name__ == "__main__":

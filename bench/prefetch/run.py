@@ -173,8 +173,7 @@ def main() -> None:
     pulls: list[float] = []
     with tempfile.TemporaryDirectory() as tmp, installed(Path(tmp) / "cluster") as cluster, \
             registry(Path(tmp) / "registry"):
-        with images.build_lock():
-            engine = images.llama_image()
+        engine = images.llama_image()
         subprocess.run([LLMOP, "model-image", str(GEMMA_FILE), "-t", MODEL, "-o",
                         str(Path(tmp) / "model.tar")], check=True, capture_output=True)
         push(engine, ENGINE)

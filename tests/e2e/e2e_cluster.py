@@ -99,7 +99,8 @@ class NodeCluster:
         return "\n".join(out)
 
     def wait_for_images(self) -> None:
-        """Until vLLM's image, imported in the background, is on the node."""
+        """Until vLLM's image and the Hugging Face directory, built and imported in the
+        background, are on the node."""
         self.node.wait_for_images()
 
     def namespace(self, name: str) -> None:
@@ -229,20 +230,25 @@ def install_batching(cluster: NodeCluster) -> None:
         cluster.kubectl("-n", OPERATOR_NS, "wait", "--for=delete", "--timeout=120s", *earlier)
 
 
-def prepare_node() -> tuple[list[Path], list[Path]]:
-    """What the test node needs before it starts: the examples' models in place (a GGUF file
-    and a Hugging Face directory) and the images to import (built once, by content hash):
-    (those to import before the node starts, vLLM's to import in the background).
+def prepare_node() -> tuple[list[Path], Callable[[], list[Path]]]:
+    """What the test node needs: the images to import before it starts (built once, by
+    content hash, with the example's GGUF file placed), and what builds the rest in the
+    background while the first tests run: the Hugging Face directory (tools/gemma_hf.py)
+    and vLLM's image, which only the later modules use (`NodeCluster.wait_for_images`).
 
-    tools/ must be on sys.path.
+    tools/ must be on sys.path. On a new machine `make test` is building vLLM's image
+    already: the background build waits for its layers (tools/images.py's locks) rather
+    than holding the node's start behind them.
     """
     import images  # noqa: PLC0415  (tools/images.py)
 
-    with images.build_lock():  # `make test` may still be building vLLM's in the background
-        place_gemma_file()
+    place_gemma_file()
+
+    def later() -> list[Path]:
         place_gemma_dir()
-        return ([images.pause_image(), images.operator_image(), images.llama_image(),
-                 images.redis_image()], [images.vllm_image()])
+        return [images.vllm_image()]
+    return [images.pause_image(), images.operator_image(), images.llama_image(),
+            images.redis_image()], later
 
 
 def place_gemma_dir() -> None:

@@ -45,8 +45,7 @@ def imaged(kube_node: NodeCluster, tmp_path_factory: pytest.TempPathFactory
            ) -> Iterator[NodeCluster]:
     """Both model images built with `llmop model-image` and on the node."""
     out = tmp_path_factory.mktemp("model-images")
-    with images.build_lock():
-        base = images.debian_base_image()
+    base = images.debian_base_image()
     _llmop("model-image", str(GEMMA_FILE), "-t", PLAIN, "-o", str(out / "plain.tar"))
     _llmop("model-image", str(GEMMA_FILE), "-t", CAR, "-o", str(out / "car.tar"),
            "--base", str(base))
