@@ -104,9 +104,9 @@ def rate(groups: list[Group]) -> float:
 
 
 async def run_load(url: str, groups: list[Group], warmup: float, seconds: float,
-                   tokens: int = TOKENS) -> None:
+                   tokens: int = TOKENS, *, model: str = "gemma") -> None:
     """Every group's clients, closed-loop, for ``warmup`` + ``seconds``; the window recorded."""
-    body = {"model": "gemma", "prompt": "Once upon a time", "max_tokens": tokens,
+    body = {"model": model, "prompt": "Once upon a time", "max_tokens": tokens,
             "temperature": 0, "ignore_eos": True}
     start = time.monotonic()
     window = (start + warmup, start + warmup + seconds)
@@ -298,21 +298,24 @@ async def engine_queue(url: str) -> str:
     return "-"
 
 
-async def throughput(paths: dict[str, str], warmup: float, seconds: float, rounds: int
-                     ) -> None:
-    """Part (d): the same clients on each path in turn, ``rounds`` times; medians."""
+async def throughput(paths: dict[str, str], warmup: float, seconds: float, rounds: int,
+                     *, model: str = "gemma") -> None:
+    """Part (d): the same clients on each path in turn, ``rounds`` times; medians.
+
+    The first path is the baseline.
+    """
     done: dict[str, list[float]] = {name: [] for name in paths}
     for _ in range(rounds):
         for name, url in paths.items():
             clients = Group(name, THROUGHPUT_CLIENTS, {})
-            await run_load(url, [clients], warmup, seconds, THROUGHPUT_TOKENS)
+            await run_load(url, [clients], warmup, seconds, THROUGHPUT_TOKENS, model=model)
             done[name].append(rate([clients]))
-    direct = statistics.median(done["llama-server itself"])
+    direct = statistics.median(done[next(iter(paths))])
     print()
     print(f"(d) {THROUGHPUT_CLIENTS} closed-loop clients, {THROUGHPUT_TOKENS}-token "
           f"completions, {rounds} alternating rounds of {seconds:g} s")
     print()
-    print("| path | req/s per round | median | vs llama-server itself |")
+    print(f"| path | req/s per round | median | vs {next(iter(paths))} |")
     print("|---|---|---|---|")
     for name, values in done.items():
         median = statistics.median(values)
