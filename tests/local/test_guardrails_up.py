@@ -62,7 +62,10 @@ async def test_a_judge_that_answers_no_verdict_follows_on_error_and_is_never_quo
     models.mkdir()
     write_model(models, gemma(guardrails={"input": [{"name": "safety", "onError": on_error,
                                                      "judge": {"model": "gemma-3-270m",
-                                                               "family": "llama-guard-3"}}]}))
+                                                               "family": "llama-guard-3",
+                                                               # its answer, not a timeout,
+                                                               # on a loaded machine
+                                                               "timeoutSeconds": 60}}]}))
     secret = "my card is 4111 1111 1111 1111"
     async with running(options(models, tmp_path / "state", model_cache)) as up, \
             aiohttp.ClientSession() as http, http.post(
