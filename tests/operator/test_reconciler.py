@@ -179,6 +179,13 @@ async def add_pool_pod(kube: Kube, deployment: dict[str, Any], refused: dict[str
         content_type="application/merge-patch+json")
 
 
+def preset(cluster: Cluster) -> str:
+    """The pool's members preset, as the pool's ConfigMap holds it."""
+    found = cluster.get("v1", "configmaps", "ai-models", "small-pool")
+    assert found is not None
+    return str(found["data"]["models.ini"])
+
+
 async def test_a_member_whose_file_the_pool_refuses_is_left_out_until_it_changes(
         cluster: Cluster, kube: Kube) -> None:
     """One bad file does not keep the others from serving: the member is Failed saying
@@ -201,25 +208,21 @@ async def test_a_member_whose_file_the_pool_refuses_is_left_out_until_it_changes
     assert "ChecksumMismatch: two.gguf has SHA-256 ab12" in placed["message"]
     assert "left out of pool small, whose other members serve" in placed["message"]
 
-    def preset() -> str:
-        found = cluster.get("v1", "configmaps", "ai-models", "small-pool")
-        assert found is not None
-        return str(found["data"]["models.ini"])
-    assert "[org/one]" in preset() and "[org/three]" in preset()
-    assert "[org/two]" not in preset()
+    assert "[org/one]" in preset(cluster) and "[org/three]" in preset(cluster)
+    assert "[org/two]" not in preset(cluster)
     # the pool rolls without it: the refusing pod goes, and two stays out
     await kube.request("DELETE", "/api/v1/namespaces/ai-models/pods/small-pool-x")
     for name in ("two", "one"):
         await reconcile(kube, await current(kube, name), Settings())
     assert (await current(kube, "two"))["status"]["phase"] == "Failed"
-    assert "[org/two]" not in preset()
+    assert "[org/two]" not in preset(cluster)
     # an edited spec is checked anew
     await kube.merge_patch(*MODELS, "ai-models", "two", body={"spec": {"modelSource": {
         "sha256": "cd" * 32}}})
     for name in ("two", "one"):
         await reconcile(kube, await current(kube, name), Settings())
     assert (await current(kube, "two"))["status"]["phase"] != "Failed"
-    assert "[org/two]" in preset()
+    assert "[org/two]" in preset(cluster)
 
 
 async def test_a_refused_member_stays_in_its_pool_until_its_own_status_says_so(
@@ -235,17 +238,13 @@ async def test_a_refused_member_stays_in_its_pool_until_its_own_status_says_so(
     assert deployment is not None
     await add_pool_pod(kube, deployment, {"two": "ChecksumMismatch: not the sha256"})
 
-    def preset() -> str:
-        found = cluster.get("v1", "configmaps", "ai-models", "small-pool")
-        assert found is not None
-        return str(found["data"]["models.ini"])
     for name in ("one", "three"):
         await reconcile(kube, await current(kube, name), Settings())
-        assert "[org/two]" in preset()  # the refusing pod stays for two to read
+        assert "[org/two]" in preset(cluster)  # the refusing pod stays for two to read
     await reconcile(kube, await current(kube, "two"), Settings())
     assert (await current(kube, "two"))["status"]["phase"] == "Failed"
     await reconcile(kube, await current(kube, "one"), Settings())
-    assert "[org/two]" not in preset()
+    assert "[org/two]" not in preset(cluster)
 
 
 async def test_a_member_that_disagrees_fails_and_the_pool_goes_on_without_it(
