@@ -13,6 +13,7 @@ from llm_operator.gateway.app import Gateway
 from llm_operator.gateway.config import parse_config
 
 from fake_upstream import FakeUpstream
+from flowtools import GatedEngine
 from gwtools import FakeTime, GatewayFactory
 
 
@@ -53,3 +54,14 @@ async def gateway(upstream: tuple[FakeUpstream, str], key_file: Path
     yield make
     for client in started:
         await client.close()
+
+
+@pytest.fixture
+async def engine() -> AsyncIterator[tuple[GatedEngine, str]]:
+    fake = GatedEngine()
+    server = TestServer(fake.app, host="127.0.0.1")
+    await server.start_server()
+    yield fake, f"http://127.0.0.1:{server.port}/v1"
+    for gate in fake._gates.values():  # let held handlers end
+        gate.set()
+    await server.close()

@@ -17,7 +17,6 @@ import openai
 import pytest
 import yaml
 from aiohttp import web
-from aiohttp.test_utils import TestServer
 
 from llm_operator.access.keyring import digest
 from llm_operator.gateway.app import Gateway
@@ -26,68 +25,8 @@ from llm_operator.gateway.config import parse_config
 from llm_operator.gateway.flow_queue import Sizes
 from llm_operator.gateway.routes import pools
 
-from fake_upstream import completion
+from flowtools import GatedEngine
 from gwtools import metric
-
-
-class GatedEngine:
-    """An OpenAI-compatible upstream that answers a request only once the test opens it.
-
-    Requests are named by their ``user`` field; ``arrived`` lists them in arrival order.
-    """
-
-    def __init__(self) -> None:
-        self.arrived: list[str] = []
-        self.headers: dict[str, dict[str, str]] = {}
-        self._gates: dict[str, asyncio.Event] = {}
-        # what its /metrics says, as llama-server's (waiting, running); None: a 404
-        self.reported: tuple[int, int] | None = None
-        self.looks = 0  # GET /metrics received
-        self.app = web.Application()
-        self.app.router.add_post("/v1/chat/completions", self.handle)
-        self.app.router.add_get("/metrics", self.metrics)
-
-    async def metrics(self, _: web.Request) -> web.Response:
-        self.looks += 1
-        if self.reported is None:
-            raise web.HTTPNotFound()
-        waiting, running = self.reported
-        return web.Response(text=f"llamacpp:requests_deferred {waiting}\n"
-                                 f"llamacpp:requests_processing {running}\n")
-
-    async def until_looked(self, count: int) -> None:
-        """Until ``count`` more looks at /metrics than now have come."""
-        target = self.looks + count
-        async with asyncio.timeout(10):
-            while self.looks < target:
-                await asyncio.sleep(0.001)
-
-    def gate(self, name: str) -> asyncio.Event:
-        return self._gates.setdefault(name, asyncio.Event())
-
-    async def handle(self, request: web.Request) -> web.Response:
-        body = await request.json()
-        name = str(body.get("user", ""))
-        self.arrived.append(name)
-        self.headers[name] = dict(request.headers)
-        await self.gate(name).wait()
-        return web.json_response(completion(body["model"], text=name))
-
-    async def until_arrived(self, count: int) -> None:
-        async with asyncio.timeout(10):
-            while len(self.arrived) < count:
-                await asyncio.sleep(0)
-
-
-@pytest.fixture
-async def engine() -> AsyncIterator[tuple[GatedEngine, str]]:
-    fake = GatedEngine()
-    server = TestServer(fake.app, host="127.0.0.1")
-    await server.start_server()
-    yield fake, f"http://127.0.0.1:{server.port}/v1"
-    for gate in fake._gates.values():  # let held handlers end
-        gate.set()
-    await server.close()
 
 
 class Front:
@@ -378,24 +317,23 @@ def test_a_models_slots_are_its_upstreams_added_up(
     assert (pool.capacity, pool.bound) == (capacity, bound)
 
 
-@pytest.mark.parametrize(("headroom", "peers", "sizes"), [
-    ({}, 1, Sizes(6, None, 0)),
-    ({"http://10.0.0.0/v1": 2}, 1, Sizes(8, None, 2)),
-    ({"http://10.0.0.0/v1": 2, "http://10.0.0.1/v1": 1}, 1, Sizes(9, None, 3)),
-    ({"http://10.0.0.0/v1": -3}, 1, Sizes(3, None, 0)),  # its KV cache is full
-    ({"http://10.0.0.0/v1": -9}, 1, Sizes(3, None, 0)),  # still one slot
-    ({"http://10.0.0.0/v1": 2}, 2, Sizes(4, None, 1)),  # this router's share
-    ({"http://10.0.0.1/v1": 3}, 1, Sizes(7, 9, 1)),  # r1 takes 3 at once (maxConcurrent)
-], ids=["none", "one-replica", "both", "kv-full", "at-least-one", "two-routers",
+@pytest.mark.parametrize(("headroom", "sizes"), [
+    ({}, Sizes(6, None, 0)),
+    ({"http://10.0.0.0/v1": 2}, Sizes(8, None, 2)),
+    ({"http://10.0.0.0/v1": 2, "http://10.0.0.1/v1": 1}, Sizes(9, None, 3)),
+    ({"http://10.0.0.0/v1": -3}, Sizes(3, None, 0)),  # its KV cache is full
+    ({"http://10.0.0.0/v1": -9}, Sizes(3, None, 0)),  # still one slot
+    ({"http://10.0.0.1/v1": 3}, Sizes(7, 9, 1)),  # r1 takes 3 at once (maxConcurrent)
+], ids=["none", "one-replica", "both", "kv-full", "at-least-one",
         "never-beyond-max-concurrent"])
 def test_a_models_size_follows_each_replicas_engine_queue(
-        headroom: dict[str, int], peers: int, sizes: Sizes) -> None:
+        headroom: dict[str, int], sizes: Sizes) -> None:
     bounded = sizes.bound is not None
     config = parse_config({"routes": [{"models": ["m"], "upstreams": [
         {"name": f"r{i}", "baseUrl": f"http://10.0.0.{i}/v1", "slots": n,
          **({"maxConcurrent": n + 2 - i} if bounded else {})}
         for i, n in enumerate((4, 2))]}]})
-    assert pools(config, peers, lambda url: headroom.get(url, 0)) == {"m": sizes}
+    assert pools(config, lambda url: headroom.get(url, 0)) == {"m": sizes}
 
 
 def test_a_models_adapter_routes_share_its_pool() -> None:

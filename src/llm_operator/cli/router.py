@@ -45,9 +45,11 @@ import click
               "with the interactive, standard and batch bands; traces only where OTEL_* "
               "say; no Batch API.")
 @click.option("--peers-service", metavar="NAMESPACE/NAME",
-              help="The router's own Service: with N ready replicas behind it, each takes "
-              "1/N of every model's slots (rounded up) for flow control, so replicas "
-              "together send no more than the engines run. config/router sets it.")
+              help="The router's own Service: its ready replicas (each named by its pod's "
+              "HOSTNAME) share the models, each holding some models' queues; a request "
+              "landing on another replica is passed to the one holding its model's, so "
+              "band order and fair shares hold across replicas (docs/flow-control.md). "
+              "config/router sets it.")
 @click.option("--batch-lease", metavar="NAMESPACE/NAME",
               help="Serve OpenAI's Batch API (docs/batch.md; needs --redis-url, where "
               "every replica keeps files, batches and results), and elect the one replica "

@@ -38,6 +38,7 @@ from llm_operator.gateway.keys import KeyUnavailable
 from llm_operator.gateway.looks import Looks
 from llm_operator.gateway.metrics import FlowMetrics, GatewayMetrics
 from llm_operator.gateway.moderations import Moderations
+from llm_operator.gateway.owners import Owners
 from llm_operator.gateway.parts.body import ReadBody
 from llm_operator.gateway.parts.classify import Classify
 from llm_operator.gateway.parts.forward import Forward
@@ -45,11 +46,12 @@ from llm_operator.gateway.parts.guard import Guard
 from llm_operator.gateway.parts.hold import Hold, Reroute
 from llm_operator.gateway.parts.identify import Identify
 from llm_operator.gateway.parts.limit import Limit
+from llm_operator.gateway.parts.owner import ToOwner
 from llm_operator.gateway.parts.relay import Relay
 from llm_operator.gateway.parts.resolve import Resolve
 from llm_operator.gateway.parts.shape import Shape
 from llm_operator.gateway.parts.slot import Slot
-from llm_operator.gateway.path import RequestPath
+from llm_operator.gateway.path import Check, RequestPath
 from llm_operator.gateway.picking import Load
 from llm_operator.gateway.proxies import proxy_settings
 from llm_operator.gateway.routes import Clock, RouteState, RouteTable, Sleep, pools
@@ -127,8 +129,10 @@ class Gateway:
     def __init__(self, config: GatewayConfig, *, clock: Clock = time.monotonic,
                  sleep: Sleep = asyncio.sleep, jitter: Callable[[], float] = random.random,
                  ledger: Ledger | None = None, pick: Callable[[], float] = random.random,
-                 component: str = "gateway") -> None:
+                 component: str = "gateway", owners: Owners | None = None) -> None:
         self.metrics = GatewayMetrics()
+        # the router's replicas: which of them holds each model's queue (None: only this)
+        self.owners = owners
         target = trace_target(config.tracing, component)  # read once, at start
         self.traces = None if target is None else Traces(target.sampler, SpanShipper(
             target.endpoint, target.service, "llm_operator.gateway"))
@@ -144,16 +148,15 @@ class Gateway:
         self.holds = Holds(config.max_held_per_route, config.max_held,
                            on_change=lambda label, n: self.metrics.held.labels(label).set(n))
         self.flow = Flow(config.flow_control, clock, FlowMetrics(self.metrics))
-        self.peers = 1  # gateways sharing the upstreams' slots (the router's replicas)
         self.saturation = Saturation(config.flow_control)  # each replica's engine queue
-        self.looks = Looks(self.table, self.flow, self.saturation, self.metrics,
-                           lambda: self.peers)
+        self.looks = Looks(self.table, self.flow, self.saturation, self.metrics)
         self._watch: asyncio.Task[None] | None = None
         self.batch_runner: BatchRunner | None = None  # with the Batch API (enable_batches)
         self.batch_api: BatchApi | None = None
         self._batch_task: asyncio.Task[None] | None = None
         self._batch_autostart = True
         self._forward: Forward | None = None
+        self._to_owner: ToOwner | None = None
         self.judges = RouteJudges(self.table)  # guard models, asked through the routes
         self.guarding = Guarding(self.metrics, judge_client=self.judges)  # guardrails
         self.reconfigure(config)
@@ -192,7 +195,7 @@ class Gateway:
         self.guarding.prepare(any(r.guardrails for r in config.routes))
         self.saturation.configure(config.flow_control, self.table.loads)
         self.flow.configure(config.flow_control,
-                            pools(config, self.peers, self.saturation.headroom))
+                            pools(config, self.saturation.headroom))
         self.holds.per_route, self.holds.total = config.max_held_per_route, config.max_held
         routes = self.table.routes
         for label in list(self.holds.held):  # replicas came, or the route went: look again
@@ -273,12 +276,17 @@ class Gateway:
             table, Relay(table, clock), self.proxies, clock=clock, sleep=self._sleep,
             jitter=self._jitter, pick=self._pick)
         runner_token = None if self.batch_runner is None else self.batch_runner.token
+        owner: tuple[Check, ...] = ()
+        if self.owners is not None:  # the replica holding the model's queue serves it
+            self._to_owner = ToOwner(self.owners, self.flow, self.metrics)
+            owner = (self._to_owner,)
         return RequestPath(
             table, self.traces, clock,
             checks=(Identify(table, runner_token),  # who: a client key, or a batch's owner
                     Classify(table),  # flow control's band and fairness ID
                     ReadBody(table),  # the JSON and its model
                     resolve,  # the route, for this client; can it serve now
+                    *owner,  # on another router replica, where its queue is: sent there
                     Guard(self.guarding),  # its guardrails on the request (and the answer)
                     Hold(table, self.holds, resolve, clock),  # a replica, from zero
                     Limit(table, self.shared)),  # budget, rate limits
@@ -338,6 +346,8 @@ class Gateway:
                 EngineWatch(looks.pools, looks.engines, looks.looked, looks.every).run())
         if self._forward is not None:
             self._forward.open()
+        if self._to_owner is not None:
+            self._to_owner.open()
         if (proxied := self.proxies.describe()) is not None:
             log.info("egress proxies: %s", proxied)
 
@@ -357,6 +367,8 @@ class Gateway:
                 await self._watch
         if self._forward is not None:
             await self._forward.close()
+        if self._to_owner is not None:
+            await self._to_owner.close()
         if isinstance(self.ledger, RedisLedger):
             await self.ledger.close()  # what was spent since the last flush
         if self.shared is not None:

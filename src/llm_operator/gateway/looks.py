@@ -9,7 +9,6 @@ whether a band with ``idleSeconds`` may run beside requests another gateway sent
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from llm_operator.gateway.flow import Flow
@@ -24,9 +23,9 @@ class Looks:
     """The pools worth a look now, and what each look found."""
 
     def __init__(self, table: RouteTable, flow: Flow, saturation: Saturation,
-                 metrics: GatewayMetrics, peers: Callable[[], int]) -> None:
+                 metrics: GatewayMetrics) -> None:
         self.table, self.flow, self.saturation = table, flow, saturation
-        self.metrics, self.peers = metrics, peers
+        self.metrics = metrics
 
     @property
     def wanted(self) -> bool:
@@ -76,7 +75,7 @@ class Looks:
                                 "queue stays flowControl.engineQueue until it does",
                                 where.scheme, where.netloc.rpartition("@")[2], where.path)
         if changed:
-            sized = pools(table.config, self.peers(), self.saturation.headroom)
+            sized = pools(table.config, self.saturation.headroom)
             flow.resize(sized)
             self.metrics.engine_queue.labels(pool).set(
                 sum(self.saturation.headroom(url) for url in slots))

@@ -92,6 +92,10 @@ class GatewayMetrics:
                                          "Looks at an engine's /metrics that got no answer "
                                          "(its replica keeps flowControl.engineQueue).",
                                          ["route"], registry=r)
+        self.peer_requests = Counter(
+            "llmop_gateway_peer_requests", "Requests for a model whose queue another router "
+            "replica holds: passed (sent on to it), unreachable (served here instead), cut "
+            "(it stopped mid-answer).", ["route", "outcome"], registry=r)
         self.batches_unfinished = Gauge(
             "llmop_gateway_batches_unfinished", "Batch API batches not finished (validating, "
             "in progress, finalizing, cancelling), as the replica running batches sees them "

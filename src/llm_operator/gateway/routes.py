@@ -149,18 +149,16 @@ class RouteState:
         return [first, *rest]
 
 
-def pools(config: GatewayConfig, peers: int = 1,
-          headroom: Callable[[str], int] | None = None) -> dict[str, Sizes]:
+def pools(config: GatewayConfig, headroom: Callable[[str], int] | None = None
+          ) -> dict[str, Sizes]:
     """Each flow-control pool's sizes, from its first route's upstreams.
 
     Capacity: each upstream's ``slots`` (else ``perReplicaConcurrency``) plus its engine
     queue (``headroom`` of its base URL, gateway/saturation.py, which may be negative
     while its KV cache is full; else ``engineQueue``; at least one in all), added up,
-    and this gateway's share when ``peers`` gateways (router replicas) send to the same
-    replicas (rounded up: never none), never more than an upstream's ``maxConcurrent``;
-    None when one is unknown (the pool is then not flow-controlled). Engine queue: the
-    part of it beyond the slots. Bound: their maxConcurrent added up, None when one has
-    none.
+    never more than an upstream's ``maxConcurrent``; None when one is unknown (the pool
+    is then not flow-controlled). Engine queue: the part of it beyond the slots. Bound:
+    their maxConcurrent added up, None when one has none.
     """
     per_replica = config.flow_control.per_replica_concurrency
     queue = config.flow_control.engine_queue
@@ -186,8 +184,7 @@ def pools(config: GatewayConfig, peers: int = 1,
         if not known:
             found[route.pool_name] = Sizes(None, bound)
             continue
-        share, slot_share = -(-capacity // peers), -(-slots // peers)
-        found[route.pool_name] = Sizes(share, bound, share - slot_share)
+        found[route.pool_name] = Sizes(capacity, bound, capacity - slots)
     return found
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import socket
 from collections.abc import Collection, Mapping
 from typing import Any
 
@@ -19,6 +21,7 @@ from llm_operator.gateway.app import Gateway, answering_errors
 from llm_operator.gateway.batches import own_address
 from llm_operator.gateway.config import parse_config
 from llm_operator.gateway.engine_watch import look
+from llm_operator.gateway.owners import PEER_HEADER, Owners
 from llm_operator.informer import Informer, Key
 from llm_operator.kube import Kube
 from llm_operator.leader import LeaderElector, LeaseTerms
@@ -58,14 +61,17 @@ class Router:
                  max_held_per_route: int = 100, max_held: int = 1000,
                  settings: Mapping[str, Any] | None = None,
                  peers: tuple[str, str] | None = None, port: int = 8080,
-                 batch_lease: LeaseTerms | None = None) -> None:
+                 batch_lease: LeaseTerms | None = None, identity: str | None = None) -> None:
         self.kube, self.scrape_seconds = kube, scrape_seconds
         self.watch_seconds = watch_seconds
         self.options = options or Options()
         self.base = {**(settings or {}), "maxHeldPerRoute": max_held_per_route,
                      "maxHeld": max_held}
+        # with its Service's replicas: each model's queue on one of them (gateway/owners.py)
+        self.owners = None if peers is None else Owners(
+            identity or os.environ.get("HOSTNAME") or socket.gethostname())
         self.gateway = Gateway(parse_config({"routes": [], **self.base}, empty_ok=True),
-                               component="router")
+                               component="router", owners=self.owners)
         # its looks: peers send to the same engines, and a band with idleSeconds waits
         # for a look that finds none of their requests
         self.gateway.flow.look_every = watch_seconds
@@ -87,7 +93,7 @@ class Router:
                                 for ns in where]
         self.objective_informers = [Informer(kube, *OBJECTIVES, namespace=ns,
                                              on_change=self._changed) for ns in where]
-        # the router's own Service: its ready replicas share every model's slots
+        # the router's own Service: its ready replicas, each owning some models' queues
         self.peer_informers = [] if peers is None else [Informer(
             kube, *SLICES, namespace=peers[0], on_change=self._changed,
             label_selector=f"{SERVICE_NAME_LABEL}={peers[1]}")]
@@ -96,6 +102,7 @@ class Router:
                              "/scale/<ns>/<name>).",
                              ["namespace", "model"], registry=self.gateway.metrics.registry)
         self.gateway.before_scrape.append(self._export_pending)
+        self._session: aiohttp.ClientSession | None = None  # asks the owners' /scale
 
     def _changed(self, *_: Any) -> None:
         self._dirty.set()
@@ -118,9 +125,9 @@ class Router:
                     slices.setdefault((namespace, service), []).append(piece)
         table = build(((m, in_cluster(m, slices.get((m.namespace, service_of(m)), [])))
                        for m in models), self.options)
-        if self.peer_informers:  # this replica's share of the slots (at least its own)
-            self.gateway.peers = max(1, len(ready_endpoints(
-                list(self.peer_informers[0].objects.values()))))
+        if self.owners is not None and self.peer_informers:
+            self.owners.update({name: url.removesuffix("/v1") for name, url in ready_endpoints(
+                list(self.peer_informers[0].objects.values()))})
         self.gateway.reconfigure(parse_config({"routes": table.routes, **self.base},
                                               empty_ok=True))
         self.gateway.set_absent(table.absent)
@@ -165,13 +172,39 @@ class Router:
                 self.pending.labels(namespace, name).set(load["pending"])
 
     async def scale(self, request: web.Request) -> web.Response:
-        """GET /scale/{namespace}/{name}: the model's load for KEDA's metrics-api trigger."""
+        """GET /scale/{namespace}/{name}: the model's load for KEDA's metrics-api trigger.
+
+        From the replica holding the model's queue (KEDA asks the router's Service, which
+        may send it to any replica); this one's own when that one does not answer.
+        """
         namespace, name = request.match_info["namespace"], request.match_info["name"]
+        owner = self._owner_of(namespace, name, request)
+        if owner is not None:
+            try:
+                async with self._http().get(f"{owner}/scale/{namespace}/{name}", headers={
+                        PEER_HEADER: self.owners.me if self.owners else ""}) as answer:
+                    if answer.status == 200:
+                        return web.json_response(await answer.json())
+            except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
+                log.debug("GET /scale from %s: %s", owner, type(exc).__name__)
         load = self.load_of(namespace, name)
         if load is None:
             return web.json_response({"error": f"no model {namespace}/{name} is routed here",
                                       "pending": 0}, status=404)
         return web.json_response(load)
+
+    def _owner_of(self, namespace: str, name: str, request: web.Request) -> str | None:
+        """The replica holding the model's queue when another does (and asked): its URL."""
+        labels = self.table.labels.get((namespace, name))
+        if self.owners is None or not labels or not self.gateway.flow.controls(labels[0]) \
+                or self.owners.serves_here(request.remote, request.headers.get(PEER_HEADER)):
+            return None
+        return self.owners.owner(labels[0])
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2.0))
+        return self._session
 
     async def scale_all(self, _: web.Request) -> web.Response:
         """GET /scale: every routed model's load in one answer (the built-in autoscaler's)."""
@@ -204,6 +237,8 @@ class Router:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            if self._session is not None:
+                await self._session.close()
 
     async def _run_batches(self, runner: BatchRunner) -> None:
         """The batch runner, on the replica that holds the batch Lease, while it holds it."""

@@ -1,0 +1,121 @@
+"""ToOwner: a flow-controlled model's request passed whole to the router replica owning it.
+
+gateway/owners.py says which replica owns a model's pool. Here, after Resolve has found
+the request's model, a request landing on another replica is sent on as it came (method,
+path, headers, body) to the owner, whose own parts then do everything (guardrails, holds,
+limits, flow control, forwarding), and its answer comes back as it goes, a stream chunk by
+chunk. Only requests to flow-controlled pools move: a model whose slots are unknown is
+served where the request landed. An owner that cannot be reached leaves the request here
+(counted, logged once). The answer is counted by the owner, not again here.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable
+
+import aiohttp
+from aiohttp import hdrs, web
+
+from llm_operator.connectors import tcp_connector
+from llm_operator.gateway.answers import Streamed
+from llm_operator.gateway.exchange import Exchange
+from llm_operator.gateway.flow import Flow
+from llm_operator.gateway.metrics import GatewayMetrics
+from llm_operator.gateway.owners import PEER_HEADER, Owners
+
+log = logging.getLogger("llm_operator.gateway")
+
+# not passed on either way: the connection's own (RFC 9110 7.6.1), and what aiohttp sets
+HOP_BY_HOP = frozenset(h.lower() for h in (
+    hdrs.CONNECTION, hdrs.KEEP_ALIVE, hdrs.PROXY_AUTHENTICATE, hdrs.PROXY_AUTHORIZATION,
+    hdrs.TE, hdrs.TRAILER, hdrs.TRANSFER_ENCODING, hdrs.UPGRADE, hdrs.HOST,
+    hdrs.CONTENT_LENGTH))
+
+
+class PassedOn(Streamed):
+    """The owner's answer, relayed: counted there."""
+
+
+class ToOwner:
+    """Answers with the owner's answer, or None: this replica serves the request."""
+
+    def __init__(self, owners: Owners, flow: Flow, metrics: GatewayMetrics,
+                 connect_seconds: float = 2.0) -> None:
+        self.owners, self.flow, self.metrics = owners, flow, metrics
+        self.connect_seconds = connect_seconds
+        self.http: aiohttp.ClientSession | None = None
+        self._unreachable: set[str] = set()  # owners logged as unreachable, until they answer
+
+    def open(self) -> None:
+        self.http = aiohttp.ClientSession(
+            connector=tcp_connector(limit=0), auto_decompress=False,
+            cookie_jar=aiohttp.DummyCookieJar(),
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.connect_seconds))
+
+    async def close(self) -> None:
+        if self.http is not None:
+            await self.http.close()
+
+    def __call__(self, ex: Exchange) -> Awaitable[web.StreamResponse | None] | None:
+        pool = ex.state.route.pool_name
+        url = self.owners.owner(pool)
+        if url is None or not self.flow.controls(pool):
+            return None
+        request = ex.request
+        if self.owners.serves_here(request.remote, request.headers.get(PEER_HEADER)):
+            return None
+        return self._pass_on(ex, url)
+
+    async def _pass_on(self, ex: Exchange, url: str) -> web.StreamResponse | None:
+        request, http = ex.request, self.http
+        assert http is not None, "ToOwner.open() runs when the app starts"
+        label = ex.state.route.label
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
+        passed = request.headers.get(PEER_HEADER)
+        headers[PEER_HEADER] = self.owners.me if passed is None else \
+            f"{passed},{self.owners.me}"
+        try:
+            upstream = await http.request(request.method, url + request.path_qs,
+                                          data=await request.read(), headers=headers,
+                                          allow_redirects=False)
+        except (TimeoutError, aiohttp.ClientConnectionError) as exc:
+            self.metrics.peer_requests.labels(label, "unreachable").inc()
+            if url not in self._unreachable:
+                self._unreachable.add(url)
+                log.warning("router replica %s, which holds %r's queue, could not be "
+                            "reached (%s); its requests are served where they land until "
+                            "it answers", url, label, type(exc).__name__)
+            return None
+        self._unreachable.discard(url)
+        self.metrics.peer_requests.labels(label, "passed").inc()
+        async with upstream:
+            answer = PassedOn(status=upstream.status, reason=upstream.reason)
+            for name, value in upstream.headers.items():
+                if name.lower() not in HOP_BY_HOP:
+                    answer.headers.add(name, value)
+            length = upstream.headers.get(hdrs.CONTENT_LENGTH)
+            if length is not None:  # the bytes as they came (auto_decompress off)
+                answer.content_length = int(length)
+            await answer.prepare(request)
+            try:
+                async for chunk in upstream.content.iter_any():
+                    await answer.write(chunk)
+            except aiohttp.ClientError as exc:  # the owner went away mid-answer
+                self.metrics.peer_requests.labels(label, "cut").inc()
+                log.warning("router replica %s stopped mid-answer for %r: %s", url, label,
+                            type(exc).__name__)
+                if upstream.content_type == "text/event-stream":
+                    await answer.write(_error_event())
+                elif request.transport is not None:  # not to be taken as a whole body
+                    request.transport.close()
+                    return answer
+            await answer.write_eof()
+        return answer
+
+
+def _error_event() -> bytes:
+    error = {"message": "the router replica holding this model's queue went away while "
+             "it answered; retry", "type": "server_error", "code": "router_replica_lost"}
+    return f"data: {json.dumps({'error': error})}\n\n".encode()
