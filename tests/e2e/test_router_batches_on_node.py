@@ -22,8 +22,9 @@ from openai.types import Batch
 
 pytestmark = pytest.mark.e2e
 ROUTER = "app=llmop-router"
-LINES = 32  # Gemma's one slot answers them one after another (~1.3 s each): long enough
-# to interrupt twice
+# Gemma's one slot answers them one after another (2-3 s each on a loaded 2-core node):
+# long enough to interrupt twice (at 2 answers, then 2 more) with half of them left
+LINES = 20
 
 
 @pytest.fixture(scope="module")

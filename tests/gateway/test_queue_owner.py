@@ -216,3 +216,57 @@ async def test_a_request_another_replica_passed_on_is_served_where_it_lands(
             assert response.status == 200
             response.release()
     assert routers.passed("b") == 0
+
+
+@contextlib.asynccontextmanager
+async def before_an_owner(owner_url: str) -> AsyncIterator[tuple[Gateway, str]]:
+    """Replica ``b`` alone, told that a replica at ``owner_url`` owns model ``m``."""
+    owner_name = owning("m", ["router-1", "router-2"])
+    mine = "router-2" if owner_name == "router-1" else "router-1"
+    gateway = Gateway(parse_config({"routes": [{"models": ["m"], "upstream": {
+        "baseUrl": owner_url + "/v1", "auth": "none", "slots": 1}}]}), owners=Owners(mine))
+    runner = web.AppRunner(gateway.app(), handler_cancellation=True)
+    await runner.setup()
+    site = web.TCPSite(runner, HOSTS["b"], 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    url = f"http://{HOSTS['b']}:{port}"
+    assert gateway.owners is not None
+    gateway.owners.update({owner_name: owner_url, mine: url})
+    try:
+        yield gateway, url
+    finally:
+        await runner.cleanup()
+
+
+async def test_an_owner_gone_mid_stream_ends_it_with_an_error_event_the_sdk_raises(
+        upstream: tuple[FakeUpstream, str]) -> None:
+    fake, fake_url = upstream  # stands in for the owning replica, which goes mid-answer
+    fake.then(Reply(chunks=sse_chunks("m", ["Hello", " there"]), drop_after=1))
+    async with before_an_owner(fake_url.removesuffix("/v1")) as (gateway, url):
+        sdk = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+        words = []
+        async with sdk:
+            stream = await sdk.chat.completions.create(
+                model="m", stream=True, messages=[{"role": "user", "content": "hi"}])
+            with pytest.raises(openai.APIError) as cut:
+                async for chunk in stream:
+                    words.extend(c.delta.content or "" for c in chunk.choices)
+    assert words == ["Hello"]
+    assert "went away" in cut.value.message
+    assert metric(gateway, "llmop_gateway_peer_requests_total", route="m",
+                  outcome="cut") == 1
+
+
+async def test_an_owner_gone_mid_answer_cuts_the_plain_answer_short(
+        upstream: tuple[FakeUpstream, str]) -> None:
+    fake, fake_url = upstream
+    fake.then(Reply(body={"id": "x", "choices": [], "padding": "p" * 4000}, drop_after=1))
+    chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    async with before_an_owner(fake_url.removesuffix("/v1")) as (gateway, url), \
+            aiohttp.ClientSession() as http, \
+            http.post(f"{url}/v1/chat/completions", json=chat) as answer:
+        with pytest.raises(aiohttp.ClientPayloadError):  # never taken as whole
+            await answer.read()
+    assert metric(gateway, "llmop_gateway_peer_requests_total", route="m",
+                  outcome="cut") == 1
