@@ -11,8 +11,9 @@ with the router (tests/e2e/router):
 - the **baseline** a pool replaces: a copy of the Gemma example (the same file and CPU) at
   `minReplicas: 0` scaled to zero by the built-in autoscaler, then one streamed request
   through the router: the pod's cold start (bench/autoscaling/run.py's, reused);
-- memory: the pool pod's working set (its memory cgroup) with two members loaded, against
-  the baseline's pod, one model loaded (one pod per model would hold three of them).
+- memory: the pool pod's anonymous memory (its memory cgroup) with two members loaded,
+  against the baseline's pod, one model loaded (one pod per model would hold three of
+  them); the weights, mapped from the file, are the page cache's and not counted.
 
     sudo python bench/pool/node.py [--rounds 5] [--wakes 3]
 """
@@ -87,23 +88,23 @@ def pool_rounds(cluster: NodeCluster, router: str, rounds: int) -> dict[str, lis
 
 
 def pod_memory_mib(cluster: NodeCluster, selector: str) -> float:
-    """The pod's working set (MiB): its memory cgroup's usage less inactive file pages.
+    """The pod's anonymous memory (MiB), from its memory cgroup, read on the node.
 
-    What the kubelet reports as ``working_set``; read on the node (this machine), cgroup
-    v1 (the test node's) or v2.
+    Not the weights: llama.cpp maps the GGUF file, whose pages sit in the node's page cache
+    once, charged to the pod that read them first, whichever pods map them. Anonymous memory
+    is what each engine process holds of its own (KV cache, compute buffers, vocabulary).
+    cgroup v1 (the test node's: ``total_rss``) or v2 (``anon``).
     """
     (pod,) = cluster.json("-n", MODELS_NS, "get", "pods", "-l", selector)["items"]
     uid = pod["metadata"]["uid"]
-    for root, usage, inactive in ((Path("/sys/fs/cgroup/memory"), "memory.usage_in_bytes",
-                                   "total_inactive_file"),
-                                  (Path("/sys/fs/cgroup"), "memory.current", "inactive_file")):
+    for root, key in ((Path("/sys/fs/cgroup/memory"), "total_rss"),
+                      (Path("/sys/fs/cgroup"), "anon")):
         for name in (f"pod{uid}", f"pod{uid.replace('-', '_')}"):
             for found in root.rglob(f"*{name}*"):
-                if (found / usage).is_file():
+                if (found / "memory.stat").is_file():
                     stat = dict(line.split() for line in
                                 (found / "memory.stat").read_text().splitlines())
-                    used = int((found / usage).read_text()) - int(stat.get(inactive, 0))
-                    return used / (1024 * 1024)
+                    return int(stat[key]) / (1024 * 1024)
     raise LookupError(f"no memory cgroup for pod {pod['metadata']['name']} ({uid})")
 
 
@@ -144,7 +145,7 @@ def main() -> None:
         median = statistics.median(values)
         print(f"| {label} | {median:.2f} | {min(values):.2f}-{max(values):.2f} | "
               f"{median / cold:.2f}x |")
-    print("\n| memory (the pod's working set) | MiB |")
+    print("\n| anonymous memory (the pod's cgroup; the weights are the page cache's) | MiB |")
     print("|---|---|")
     print(f"| the pool: one pod, 2 of 3 members loaded | {pool_mib:.0f} |")
     print(f"| one pod per model: one of them | {one_mib:.0f} |")

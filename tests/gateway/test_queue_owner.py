@@ -25,6 +25,7 @@ from llm_operator.gateway.owners import PEER_HEADER, Owners
 from fake_upstream import FakeUpstream, Reply, sse_chunks
 from flowtools import GatedEngine
 from gwtools import metric
+from otlp_receiver import receiver
 
 HOSTS = {"a": "127.0.0.2", "b": "127.0.0.3"}
 
@@ -219,12 +220,14 @@ async def test_a_request_another_replica_passed_on_is_served_where_it_lands(
 
 
 @contextlib.asynccontextmanager
-async def before_an_owner(owner_url: str) -> AsyncIterator[tuple[Gateway, str]]:
+async def before_an_owner(owner_url: str, **config: Any
+                          ) -> AsyncIterator[tuple[Gateway, str]]:
     """Replica ``b`` alone, told that a replica at ``owner_url`` owns model ``m``."""
     owner_name = owning("m", ["router-1", "router-2"])
     mine = "router-2" if owner_name == "router-1" else "router-1"
     gateway = Gateway(parse_config({"routes": [{"models": ["m"], "upstream": {
-        "baseUrl": owner_url + "/v1", "auth": "none", "slots": 1}}]}), owners=Owners(mine))
+        "baseUrl": owner_url + "/v1", "auth": "none", "slots": 1}}], **config}),
+        owners=Owners(mine))
     runner = web.AppRunner(gateway.app(), handler_cancellation=True)
     await runner.setup()
     site = web.TCPSite(runner, HOSTS["b"], 0)
@@ -270,3 +273,19 @@ async def test_an_owner_gone_mid_answer_cuts_the_plain_answer_short(
             await answer.read()
     assert metric(gateway, "llmop_gateway_peer_requests_total", route="m",
                   outcome="cut") == 1
+
+
+async def test_the_owner_continues_the_trace_of_the_replica_it_came_through(
+        upstream: tuple[FakeUpstream, str]) -> None:
+    fake, fake_url = upstream  # stands in for the owning replica
+    caller_trace, caller_span = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    async with receiver() as collector, before_an_owner(
+            fake_url.removesuffix("/v1"), tracing={"endpoint": collector.url}) as (_, url), \
+            aiohttp.ClientSession() as http, http.post(f"{url}/v1/chat/completions", json={
+            "model": "m", "messages": [{"role": "user", "content": "hi"}]},
+            headers={"traceparent": f"00-{caller_trace}-{caller_span}-01"}) as answer:
+        assert answer.status == 200
+    sent = fake.requests[0]["headers"]["traceparent"]
+    version, trace, span, flags = sent.split("-")
+    assert (version, trace, flags) == ("00", caller_trace, "01")
+    assert span != caller_span  # a span of this replica's, which the owner's continue

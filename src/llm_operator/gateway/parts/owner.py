@@ -76,6 +76,8 @@ class ToOwner:
         passed = request.headers.get(PEER_HEADER)
         headers[PEER_HEADER] = self.owners.me if passed is None else \
             f"{passed},{self.owners.me}"
+        if ex.trace is not None:  # the owner's spans continue this replica's trace
+            ex.trace.inject(headers)
         try:
             upstream = await http.request(request.method, url + request.path_qs,
                                           data=await request.read(), headers=headers,
