@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
 
 from aiohttp import web
+
+from llm_operator.gateway.app import Gateway
 
 from fake_upstream import completion
 
@@ -56,3 +61,24 @@ class GatedEngine:
         async with asyncio.timeout(10):
             while len(self.arrived) < count:
                 await asyncio.sleep(0)
+
+
+@contextlib.asynccontextmanager
+async def serving(gateway: Gateway, host: str = "127.0.0.1") -> AsyncIterator[str]:
+    """``gateway`` served on ``host`` (a free port) until the block ends: its base URL."""
+    runner = web.AppRunner(gateway.app(), handler_cancellation=True)  # as `llmop gateway`
+    await runner.setup()
+    site = web.TCPSite(runner, host, 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        await runner.cleanup()
+
+
+async def cancel_all(tasks: list[asyncio.Task[Any]]) -> None:
+    """Requests a test left waiting: cancelled, and their ends awaited."""
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)

@@ -16,7 +16,6 @@ import aiohttp
 import openai
 import pytest
 import yaml
-from aiohttp import web
 
 from llm_operator.access.keyring import digest
 from llm_operator.gateway.app import Gateway
@@ -25,7 +24,7 @@ from llm_operator.gateway.config import parse_config
 from llm_operator.gateway.flow_queue import Sizes
 from llm_operator.gateway.routes import pools
 
-from flowtools import GatedEngine
+from flowtools import GatedEngine, cancel_all, serving
 from gwtools import metric
 
 
@@ -60,22 +59,12 @@ async def front(upstream_url: str, *, slots: int = 1, flow: dict[str, Any] | Non
         "routes": [{"models": ["m"], "upstream": {"baseUrl": upstream_url, "auth": "none",
                                                   "slots": slots}}],
         **({"flowControl": flow} if flow is not None else {}), **config}))
-    runner = web.AppRunner(gw.app(), handler_cancellation=True)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        async with aiohttp.ClientSession() as http:
-            out = Front(gw, f"http://127.0.0.1:{port}", http)
-            try:
-                yield out
-            finally:
-                for task in out.sent:
-                    task.cancel()
-                await asyncio.gather(*out.sent, return_exceptions=True)
-    finally:
-        await runner.cleanup()
+    async with serving(gw) as url, aiohttp.ClientSession() as http:
+        out = Front(gw, url, http)
+        try:
+            yield out
+        finally:
+            await cancel_all(out.sent)
 
 
 def objective(band: str) -> dict[str, str]:

@@ -19,10 +19,10 @@ def owner_names(replicas: dict[str, str], me: str = "elsewhere") -> dict[str, st
 
 def test_every_replica_agrees_on_one_owner_per_pool() -> None:
     views = []
-    for me in REPLICAS:
+    for me, url in REPLICAS.items():
         owners = Owners(me)
         owners.update(REPLICAS)
-        views.append({pool: owners.owner(pool) or REPLICAS[me] for pool in POOLS})
+        views.append({pool: owners.owner(pool) or url for pool in POOLS})
     assert views[0] == views[1] == views[2]
 
 

@@ -15,7 +15,6 @@ from typing import Any
 import aiohttp
 import openai
 import pytest
-from aiohttp import web
 
 from llm_operator.gateway.app import Gateway
 from llm_operator.gateway.classify import FAIRNESS_HEADER
@@ -23,7 +22,7 @@ from llm_operator.gateway.config import parse_config
 from llm_operator.gateway.owners import PEER_HEADER, Owners
 
 from fake_upstream import FakeUpstream, Reply, sse_chunks
-from flowtools import GatedEngine
+from flowtools import GatedEngine, cancel_all, serving
 from gwtools import metric
 from otlp_receiver import receiver
 
@@ -75,38 +74,26 @@ async def replicas(upstream: str, *, unreachable_owner: bool = False,
     owner_name = owning("m", ["router-1", "router-2"])
     alias = {"a": owner_name, "b": "router-2" if owner_name == "router-1" else "router-1"}
     gateways: dict[str, Gateway] = {}
-    runners: list[web.AppRunner] = []
     urls: dict[str, str] = {}
-    for ours in ("a", "b"):
-        gateway = Gateway(parse_config({"routes": [{"models": ["m"], "upstream": {
-            "baseUrl": upstream, "auth": "none", "slots": 1}}],
-            **({"flowControl": flow} if flow is not None else {})}),
-            owners=Owners(alias[ours]))
-        runner = web.AppRunner(gateway.app(), handler_cancellation=True)
-        await runner.setup()
-        site = web.TCPSite(runner, HOSTS[ours], 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        gateways[ours], urls[ours] = gateway, f"http://{HOSTS[ours]}:{port}"
-        runners.append(runner)
-    ready = {alias[ours]: urls[ours] for ours in ("a", "b")}
-    if unreachable_owner:  # the owner listed at a port nobody listens on
-        ready[alias["a"]] = f"http://{HOSTS['a']}:9"
-    for gateway in gateways.values():
-        assert gateway.owners is not None
-        gateway.owners.update(ready)
-    try:
-        async with aiohttp.ClientSession() as http:
-            out = Replicas(gateways, urls, http)
-            try:
-                yield out
-            finally:
-                for task in out.sent:
-                    task.cancel()
-                await asyncio.gather(*out.sent, return_exceptions=True)
-    finally:
-        for runner in runners:
-            await runner.cleanup()
+    async with contextlib.AsyncExitStack() as stack:
+        for ours in ("a", "b"):
+            route = {"models": ["m"], "upstream": {"baseUrl": upstream, "auth": "none",
+                                                   "slots": 1}}
+            gateway = gateways[ours] = Gateway(parse_config({"routes": [route], **(
+                {"flowControl": flow} if flow is not None else {})}), owners=Owners(alias[ours]))
+            urls[ours] = await stack.enter_async_context(serving(gateway, HOSTS[ours]))
+        ready = {alias[ours]: urls[ours] for ours in ("a", "b")}
+        if unreachable_owner:  # the owner listed at a port nobody listens on
+            ready[alias["a"]] = f"http://{HOSTS['a']}:9"
+        for gateway in gateways.values():
+            assert gateway.owners is not None
+            gateway.owners.update(ready)
+        http = await stack.enter_async_context(aiohttp.ClientSession())
+        out = Replicas(gateways, urls, http)
+        try:
+            yield out
+        finally:
+            await cancel_all(out.sent)
 
 
 async def test_a_light_request_on_the_other_replica_waits_in_the_owners_queue(
@@ -228,18 +215,10 @@ async def before_an_owner(owner_url: str, **config: Any
     gateway = Gateway(parse_config({"routes": [{"models": ["m"], "upstream": {
         "baseUrl": owner_url + "/v1", "auth": "none", "slots": 1}}], **config}),
         owners=Owners(mine))
-    runner = web.AppRunner(gateway.app(), handler_cancellation=True)
-    await runner.setup()
-    site = web.TCPSite(runner, HOSTS["b"], 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    url = f"http://{HOSTS['b']}:{port}"
-    assert gateway.owners is not None
-    gateway.owners.update({owner_name: owner_url, mine: url})
-    try:
+    async with serving(gateway, HOSTS["b"]) as url:
+        assert gateway.owners is not None
+        gateway.owners.update({owner_name: owner_url, mine: url})
         yield gateway, url
-    finally:
-        await runner.cleanup()
 
 
 async def test_an_owner_gone_mid_stream_ends_it_with_an_error_event_the_sdk_raises(
