@@ -68,7 +68,7 @@ def owning(pool: str, names: list[str]) -> str:
 
 
 @contextlib.asynccontextmanager
-async def replicas(upstream: str, *, unreachable_owner: bool = False,
+async def replicas(upstream: str, *, owner_at: str | None = None,
                    flow: dict[str, Any] | None = None) -> AsyncIterator[Replicas]:
     # the replica names as the Service lists them; ours: ``a``, the one owning "m", and ``b``
     owner_name = owning("m", ["router-1", "router-2"])
@@ -83,8 +83,8 @@ async def replicas(upstream: str, *, unreachable_owner: bool = False,
                 {"flowControl": flow} if flow is not None else {})}), owners=Owners(alias[ours]))
             urls[ours] = await stack.enter_async_context(serving(gateway, HOSTS[ours]))
         ready = {alias[ours]: urls[ours] for ours in ("a", "b")}
-        if unreachable_owner:  # the owner listed at a port nobody listens on
-            ready[alias["a"]] = f"http://{HOSTS['a']}:9"
+        if owner_at is not None:  # the owner listed at another address
+            ready[alias["a"]] = owner_at
         for gateway in gateways.values():
             assert gateway.owners is not None
             gateway.owners.update(ready)
@@ -160,16 +160,27 @@ async def test_the_owners_refusal_comes_back_as_it_said_it(
     assert int(refused.value.response.headers["Retry-After"]) >= 1
 
 
-async def test_an_owner_that_cannot_be_reached_leaves_the_request_here(
+async def test_an_owner_that_cannot_be_reached_leaves_its_requests_here_a_while(
         engine: tuple[GatedEngine, str]) -> None:
     fake, url = engine
-    async with replicas(url, unreachable_owner=True) as routers:
-        task = routers.send("b", "alone")
-        await fake.until_arrived(1)
-        fake.gate("alone").set()
-        status, _ = await task
-    assert status == 200
-    assert routers.passed("b", "unreachable") == 1
+    tried = 0
+
+    async def hang_up(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal tried  # a replica that goes away: it accepts, then closes at once
+        tried += 1
+        writer.close()
+
+    gone = await asyncio.start_server(hang_up, HOSTS["a"], 0)
+    port = gone.sockets[0].getsockname()[1]
+    async with gone, replicas(url, owner_at=f"http://{HOSTS['a']}:{port}") as routers:
+        for name in ("first", "second"):
+            task = routers.send("b", name)
+            await fake.until_arrived(len(fake.arrived) + 1)
+            fake.gate(name).set()
+            status, _ = await task
+            assert status == 200
+    assert tried == 1  # the second was served here without trying it again
+    assert routers.passed("b", "unreachable") == 2
 
 
 async def test_a_client_cannot_skip_the_owner_by_setting_the_peer_header(

@@ -278,7 +278,7 @@ class Gateway:
         runner_token = None if self.batch_runner is None else self.batch_runner.token
         owner: tuple[Check, ...] = ()
         if self.owners is not None:  # the replica holding the model's queue serves it
-            self._to_owner = ToOwner(self.owners, self.flow, self.metrics)
+            self._to_owner = ToOwner(self.owners, self.flow, self.metrics, clock=clock)
             owner = (self._to_owner,)
         return RequestPath(
             table, self.traces, clock,

@@ -5,8 +5,9 @@ the request's model, a request landing on another replica is sent on as it came 
 path, headers, body) to the owner, whose own parts then do everything (guardrails, holds,
 limits, flow control, forwarding), and its answer comes back as it goes, a stream chunk by
 chunk. Only requests to flow-controlled pools move: a model whose slots are unknown is
-served where the request landed. An owner that cannot be reached leaves the request here
-(counted, logged once). The answer is counted by the owner, not again here.
+served where the request landed. An owner that cannot be reached leaves the request here,
+and the next ones for ``DOWN_SECONDS`` (counted, logged). The answer is counted by the
+owner, not again here.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from llm_operator.gateway.exchange import Exchange
 from llm_operator.gateway.flow import Flow
 from llm_operator.gateway.metrics import GatewayMetrics
 from llm_operator.gateway.owners import PEER_HEADER, Owners
+from llm_operator.gateway.routes import Clock
 
 log = logging.getLogger("llm_operator.gateway")
 
@@ -34,6 +36,9 @@ HOP_BY_HOP = frozenset(h.lower() for h in (
     hdrs.CONTENT_LENGTH))
 
 
+DOWN_SECONDS = 5.0  # an owner that could not be reached is not tried for this long
+
+
 class PassedOn(Streamed):
     """The owner's answer, relayed: counted there."""
 
@@ -41,12 +46,14 @@ class PassedOn(Streamed):
 class ToOwner:
     """Answers with the owner's answer, or None: this replica serves the request."""
 
-    def __init__(self, owners: Owners, flow: Flow, metrics: GatewayMetrics,
-                 connect_seconds: float = 2.0) -> None:
-        self.owners, self.flow, self.metrics = owners, flow, metrics
+    def __init__(self, owners: Owners, flow: Flow, metrics: GatewayMetrics, *,
+                 clock: Clock, connect_seconds: float = 2.0) -> None:
+        self.owners, self.flow, self.metrics, self._clock = owners, flow, metrics, clock
         self.connect_seconds = connect_seconds
         self.http: aiohttp.ClientSession | None = None
-        self._unreachable: set[str] = set()  # owners logged as unreachable, until they answer
+        # owners that could not be reached: not tried again until then (a pod gone without
+        # a word costs each request the connect timeout until its EndpointSlice says so)
+        self._down: dict[str, float] = {}
 
     def open(self) -> None:
         self.http = aiohttp.ClientSession(
@@ -66,6 +73,11 @@ class ToOwner:
         request = ex.request
         if self.owners.serves_here(request.remote, request.headers.get(PEER_HEADER)):
             return None
+        if url in self._down:
+            if self._clock() < self._down[url]:
+                self.metrics.peer_requests.labels(ex.state.route.label, "unreachable").inc()
+                return None
+            del self._down[url]  # try it again
         return self._pass_on(ex, url)
 
     async def _pass_on(self, ex: Exchange, url: str) -> web.StreamResponse | None:
@@ -84,13 +96,12 @@ class ToOwner:
                                           allow_redirects=False)
         except (TimeoutError, aiohttp.ClientConnectionError) as exc:
             self.metrics.peer_requests.labels(label, "unreachable").inc()
-            if url not in self._unreachable:
-                self._unreachable.add(url)
-                log.warning("router replica %s, which holds %r's queue, could not be "
-                            "reached (%s); its requests are served where they land until "
-                            "it answers", url, label, type(exc).__name__)
+            self._down[url] = self._clock() + DOWN_SECONDS
+            log.warning("router replica %s, which holds %r's queue, could not be reached "
+                        "(%s); requests for the models it holds are served where they land "
+                        "for %g s, then it is tried again", url, label, type(exc).__name__,
+                        DOWN_SECONDS)
             return None
-        self._unreachable.discard(url)
         self.metrics.peer_requests.labels(label, "passed").inc()
         async with upstream:
             answer = PassedOn(status=upstream.status, reason=upstream.reason)
