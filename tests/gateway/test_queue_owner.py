@@ -10,12 +10,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import openai
 import pytest
 
+from llm_operator.batch.runner import OWNER_HEADER, RUN_HEADER
+from llm_operator.batch.store import BatchStore
 from llm_operator.gateway.app import Gateway
 from llm_operator.gateway.classify import FAIRNESS_HEADER
 from llm_operator.gateway.config import parse_config
@@ -279,3 +282,31 @@ async def test_the_owner_continues_the_trace_of_the_replica_it_came_through(
     version, trace, span, flags = sent.split("-")
     assert (version, trace, flags) == ("00", caller_trace, "01")
     assert span != caller_span  # a span of this replica's, which the owner's continue
+
+
+async def test_the_batch_runners_requests_are_served_on_its_own_replica(
+        engine: tuple[GatedEngine, str], tmp_path: Path) -> None:
+    """They act as a batch's owner by a secret only this process knows: not passed on."""
+    fake, url = engine
+    owner_name = owning("m", ["router-1", "router-2"])
+    mine = "router-2" if owner_name == "router-1" else "router-1"
+    gateway = Gateway(parse_config({"routes": [{"models": ["m"], "upstream": {
+        "baseUrl": url, "auth": "none", "slots": 1}}]}), owners=Owners(mine))
+    gateway.enable_batches(BatchStore(tmp_path / "batches.db"), lambda: "http://unused",
+                           autostart=False)
+    assert gateway.batch_runner is not None
+    async with serving(gateway, HOSTS["b"]) as here, aiohttp.ClientSession() as http:
+        assert gateway.owners is not None
+        gateway.owners.update({owner_name: f"http://{HOSTS['a']}:9", mine: here})
+        call = asyncio.create_task(http.post(
+            f"{here}/v1/chat/completions", json={
+                "model": "m", "user": "batch", "messages": [{"role": "user", "content": "hi"}]},
+            headers={RUN_HEADER: gateway.batch_runner.token, OWNER_HEADER: ""}))
+        await fake.until_arrived(1)
+        fake.gate("batch").set()
+        answer = await call
+        assert answer.status == 200
+        answer.release()
+    for outcome in ("passed", "unreachable"):
+        assert metric(gateway, "llmop_gateway_peer_requests_total", route="m",
+                      outcome=outcome) == 0
