@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
+from urllib.parse import urlsplit
 
 PEER_HEADER = "x-llmop-router-peer"  # on a request one replica passed to its owner
 # replicas a request may pass through while their views of who is ready disagree
@@ -44,7 +45,8 @@ class Owners:
         if dict(replicas) == self.replicas:
             return False
         self.replicas = dict(replicas)
-        self._hosts = frozenset(_host(url) for url in self.replicas.values())
+        self._hosts = frozenset(host for url in self.replicas.values()
+                                if (host := urlsplit(url).hostname) is not None)
         self._owners.clear()
         return True
 
@@ -61,6 +63,14 @@ class Owners:
         self._owners[pool] = found
         return found
 
+    def passes_to(self, pool: str, host: str | None, passed: str | None) -> str | None:
+        """Where a request for ``pool`` goes: the owner's base URL, or None (served here).
+
+        ``host`` sent it, with PEER_HEADER ``passed`` (see ``serves_here``).
+        """
+        owner = self.owner(pool)
+        return None if owner is None or self.serves_here(host, passed) else owner
+
     def serves_here(self, host: str | None, passed: str | None) -> bool:
         """Whether a request that came from ``host`` serves here, whoever owns its pool.
 
@@ -74,10 +84,3 @@ class Owners:
         return (host is not None and host in self._hosts) or \
             passed.count(",") + 1 >= MAX_PASSES
 
-
-def _host(url: str) -> str:
-    """The address of ``http://host:port`` (an IPv6 address without its brackets)."""
-    netloc = url.split("://", 1)[-1].split("/", 1)[0]
-    host = netloc.rsplit(":", 1)[0] if netloc.count(":") == 1 or netloc.startswith("[") \
-        else netloc
-    return host.strip("[]")

@@ -178,11 +178,15 @@ class Router:
         may send it to any replica); this one's own when that one does not answer.
         """
         namespace, name = request.match_info["namespace"], request.match_info["name"]
-        owner = self._owner_of(namespace, name, request)
+        labels = self.table.labels.get((namespace, name))
+        owner = None if self.owners is None or not labels \
+            or not self.gateway.flow.controls(labels[0]) else self.owners.passes_to(
+                labels[0], request.remote, request.headers.get(PEER_HEADER))
         if owner is not None:
+            assert self.owners is not None
             try:
-                async with self._http().get(f"{owner}/scale/{namespace}/{name}", headers={
-                        PEER_HEADER: self.owners.me if self.owners else ""}) as answer:
+                async with self._http().get(f"{owner}/scale/{namespace}/{name}",
+                                            headers={PEER_HEADER: self.owners.me}) as answer:
                     if answer.status == 200:
                         return web.json_response(await answer.json())
             except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
@@ -192,14 +196,6 @@ class Router:
             return web.json_response({"error": f"no model {namespace}/{name} is routed here",
                                       "pending": 0}, status=404)
         return web.json_response(load)
-
-    def _owner_of(self, namespace: str, name: str, request: web.Request) -> str | None:
-        """The replica holding the model's queue when another does (and asked): its URL."""
-        labels = self.table.labels.get((namespace, name))
-        if self.owners is None or not labels or not self.gateway.flow.controls(labels[0]) \
-                or self.owners.serves_here(request.remote, request.headers.get(PEER_HEADER)):
-            return None
-        return self.owners.owner(labels[0])
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None:

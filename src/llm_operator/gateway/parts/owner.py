@@ -68,12 +68,11 @@ class ToOwner:
     def __call__(self, ex: Exchange) -> Awaitable[web.StreamResponse | None] | None:
         if ex.batch_run:  # the Batch API's runner here: its secret stays in this process
             return None  # (its band waits for quiet engines, seen in their looks)
-        pool = ex.state.route.pool_name
-        url = self.owners.owner(pool)
-        if url is None or not self.flow.controls(pool):
+        pool, request = ex.state.route.pool_name, ex.request
+        if not self.flow.controls(pool):
             return None
-        request = ex.request
-        if self.owners.serves_here(request.remote, request.headers.get(PEER_HEADER)):
+        url = self.owners.passes_to(pool, request.remote, request.headers.get(PEER_HEADER))
+        if url is None:
             return None
         if url in self._down:
             if self._clock() < self._down[url]:
