@@ -8,6 +8,7 @@ its modelId; the pool's Deployment goes with its last member (every member owns 
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -145,6 +146,44 @@ def test_a_member_whose_file_fails_its_check_is_left_out_and_the_others_serve(
         assert "Paris" in answer.choices[0].text
     finally:
         pool.kubectl("-n", NS, "delete", "llmmodel", "gemma-pool-badsum", "--wait=true")
+
+
+def _scaled(pool: NodeCluster, name: str) -> list[str]:
+    """The member's "Scaled" Events, oldest first."""
+    events = pool.json("-n", NS, "get", "events", "--field-selector",
+                       f"involvedObject.name={name},reason=Scaled")["items"]
+    events.sort(key=lambda e: int(e["metadata"]["resourceVersion"]))
+    return [e["message"].split(": ")[1] for e in events]
+
+
+def test_the_pool_goes_to_zero_once_every_member_allows_it_and_a_request_wakes_it(
+        pool: NodeCluster) -> None:
+    """The built-in autoscaler scales the pool's engine on its members' requests added."""
+    scaling = {"minReplicas": 0, "maxReplicas": 1, "cooldownPeriodSeconds": 5}
+    for name in MEMBERS:
+        pool.kubectl("-n", NS, "patch", "llmmodel", name, "--type=merge", "-p",
+                     json.dumps({"spec": {"scaling": scaling}}))
+    try:
+        pool.kubectl("-n", NS, "wait", f"deployment/{ENGINE}", "--timeout=90s",
+                     "--for=jsonpath={.spec.replicas}=0")
+        for name in MEMBERS:
+            pool.wait_phase(NS, name, "Idle", 60)
+        pool.kubectl("-n", NS, "wait", "--for=delete", "pod", "-l",
+                     "ai.example.io/pool=gemma-small", "--timeout=60s")
+        client = openai.OpenAI(base_url=pool.service_url(OPERATOR_NS, "llmop-router", 8080),
+                               api_key="unused", timeout=180, max_retries=0)
+        # held by the router while the pool's pod starts and the engine loads the member
+        answer = client.completions.create(model="gemma-3-270m-chat", prompt=QUESTION,
+                                           max_tokens=16, stop=["\n"], temperature=0)
+        assert "Paris" in answer.choices[0].text
+        for name in MEMBERS:  # each member tells its pool's story
+            seen = _scaled(pool, name)
+            assert seen[-2:] == ["1 -> 0 replica(s) (Idle)",
+                                 "0 -> 1 replica(s) (FirstRequest)"], seen
+    finally:
+        for name in MEMBERS:
+            pool.kubectl("-n", NS, "patch", "llmmodel", name, "--type=json", "-p",
+                         '[{"op": "remove", "path": "/spec/scaling"}]')
 
 
 def test_a_member_left_alone_fails_and_the_engine_goes_with_the_last(

@@ -243,6 +243,29 @@ async def test_prefix_hash_keeps_a_conversation_on_one_replica(replicas: Replica
         await client.close()
 
 
+async def test_model_hash_keeps_each_models_requests_on_one_replica_until_it_is_busy(
+        replicas: Replicas) -> None:
+    """A model pool's replicas: each member loads where its requests go, so they stay."""
+    for _ in range(4):
+        await replicas.add()
+    routes = [held_route(name=f"ns/member-{i}", models=[f"member-{i}"],
+                         upstreams=replicas.upstreams(), balancing={"strategy": "model-hash"})
+              for i in range(8)]
+    client, _ = await serve({"routes": routes})
+    try:
+        served: dict[str, set[str]] = {}
+        for turn in range(3):
+            for i in range(8):
+                body = {**CHAT, "model": f"member-{i}",
+                        "messages": [{"role": "user", "content": f"question {turn} {i}"}]}
+                resp = await client.post("/v1/chat/completions", json=body)
+                served.setdefault(f"member-{i}", set()).add(resp.headers["x-llmop-upstream"])
+        assert all(len(upstreams) == 1 for upstreams in served.values()), served
+        assert len(set().union(*served.values())) > 1  # the members spread
+    finally:
+        await client.close()
+
+
 async def test_a_route_sets_body_fields_on_every_request(replicas: Replicas) -> None:
     """What the router does for a llama.cpp adapter: the base model, the adapter's id."""
     await replicas.add()

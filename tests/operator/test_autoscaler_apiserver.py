@@ -16,9 +16,10 @@ import copy
 import json
 import socket
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
@@ -36,17 +37,23 @@ NAME = "gemma-auto"
 
 @dataclass
 class FakeRouter:
-    """What the router's ``GET /scale`` answers: this model's pending count, or an error."""
+    """What the router's ``GET /scale`` answers: the models' pending counts, or an error.
+
+    ``pending`` is the count of the model called NAME; ``others`` those of other models.
+    """
 
     namespace: str
     pending: int = 0
     status: int = 200
+    others: dict[str, int] = field(default_factory=dict)
 
     async def scale(self, _: web.Request) -> web.Response:
         if self.status != 200:
             return web.json_response({"error": "scripted"}, status=self.status)
-        return web.json_response({"models": {f"{self.namespace}/{NAME}": {
-            "pending": self.pending, "held": 0, "inFlight": self.pending, "waiting": 0}}})
+        counts = {NAME: self.pending, **self.others}
+        return web.json_response({"models": {f"{self.namespace}/{name}": {
+            "pending": n, "held": 0, "inFlight": n, "waiting": 0}
+            for name, n in counts.items()}})
 
 
 def model(minimum: int = 0, maximum: int = 2, cooldown: int = 3) -> dict[str, Any]:
@@ -69,8 +76,8 @@ def own_address() -> str:
 
 @contextlib.asynccontextmanager
 async def scaling(apiserver: ControlPlane, kube: Kube, namespace: str, router: FakeRouter,
-                  *, stabilization: float = 1.0, metrics: OperatorMetrics | None = None
-                  ) -> AsyncIterator[None]:
+                  *, stabilization: float = 1.0, metrics: OperatorMetrics | None = None,
+                  autoscaler: str = "builtin") -> AsyncIterator[None]:
     """The router's EndpointSlice and the operator with the built-in autoscaler on."""
     app = web.Application()
     app.router.add_get("/scale", router.scale)
@@ -84,7 +91,7 @@ async def scaling(apiserver: ControlPlane, kube: Kube, namespace: str, router: F
             "ports": [{"name": "http", "port": server.port, "protocol": "TCP"}],
             "endpoints": [{"addresses": [host], "conditions": {"ready": True}}]}))
         settings = Settings.model_validate({
-            "autoscaler": "builtin",
+            "autoscaler": autoscaler,
             "router": {"enabled": True, "namespace": namespace},
             "builtinAutoscaler": {"intervalSeconds": 0.1,
                                   "stabilizationSeconds": stabilization}})
@@ -98,21 +105,21 @@ def replicas(n: int) -> Callable[[dict[str, Any] | None], bool]:
     return lambda d: bool(d and d["spec"].get("replicas") == n)
 
 
-async def scaled_events(kube: Kube, namespace: str) -> list[str]:
+async def scaled_events(kube: Kube, namespace: str, name: str = NAME) -> list[str]:
     """The "Scaled" Events of the model, oldest first, as "from -> to (reason)"."""
     events = await kube.list("v1", "events", namespace)
     mine = [e for e in events if e.get("reason") == "Scaled"
-            and e["involvedObject"].get("name") == NAME]
+            and e["involvedObject"].get("name") == name]
     mine.sort(key=lambda e: int(e["metadata"]["resourceVersion"]))  # etcd's own order
     return [e["message"].split(":")[0] for e in mine]
 
 
 async def until_scaled(kube: Kube, namespace: str, expected: list[str],
-                       timeout: float = 30) -> None:
+                       timeout: float = 30, name: str = NAME) -> None:
     """Until the model's "Scaled" Events are ``expected``: each is posted just after its
     scale write, so a test that saw the replicas change may list before it exists."""
     async with asyncio.timeout(timeout):
-        while (seen := await scaled_events(kube, namespace)) != expected:
+        while (seen := await scaled_events(kube, namespace, name)) != expected:
             assert seen == expected[:len(seen)], seen  # never a wrong or extra one
             await asyncio.sleep(0.1)  # Events are not watched here: nothing to wait on
 
@@ -226,3 +233,73 @@ async def test_a_model_across_nodes_scales_its_leaderworkerset(
         scaled = await until(kube, *lws, namespace, NAME, replicas(2))
         assert scaled is not None and scaled["spec"]["leaderWorkerTemplate"]["size"] == 2
         await until_scaled(kube, namespace, ["1 -> 2 replica(s) (Load)"])
+
+
+POOL_DIR = REPO / "examples" / "cluster" / "model-pool"
+POOL_DEPLOYMENT = "gemma-small-pool"
+
+
+def pool_member(file: str, minimum: int, cooldown: int) -> dict[str, Any]:
+    doc = copy.deepcopy(load_yaml(POOL_DIR / file))
+    doc["spec"]["scaling"] = {"minReplicas": minimum, "maxReplicas": 2,
+                              "scaleUpThreshold": 4, "cooldownPeriodSeconds": cooldown}
+    return doc
+
+
+@pytest.mark.parametrize("autoscaler", ["builtin", "keda"])
+async def test_a_pool_goes_to_zero_when_every_member_is_idle_and_wakes_for_any(
+        apiserver: ControlPlane, kube: Kube, namespace: str, autoscaler: str) -> None:
+    """The pool's engine scales on its members' requests added (the built-in autoscaler
+    scales pools under KEDA too: no ScaledObject can add the members' queues)."""
+    qa, chat = pool_member("gemma-pool-qa.yaml", 0, 2), pool_member("gemma-pool-chat.yaml",
+                                                                     0, 3)
+    names = [qa["metadata"]["name"], chat["metadata"]["name"]]
+    router = FakeRouter(namespace, others=dict.fromkeys(names, 0))
+    async with scaling(apiserver, kube, namespace, router, autoscaler=autoscaler):
+        for doc in (qa, chat):
+            await create(kube, doc, namespace)
+        # created at 1 (the API's default); both idle for the longer cooldown -> 0
+        await until(kube, "apps/v1", "deployments", namespace, POOL_DEPLOYMENT, replicas(0))
+        for name in names:
+            idle = await until(kube, API, "llmmodels", namespace, name, lambda o: bool(
+                (o or {}).get("status", {}).get("phase") == "Idle"))
+            condition = scaling_condition(idle)
+            assert condition["reason"] == "Idle", condition
+            assert condition["message"].startswith("pool gemma-small: 1 -> 0 replica(s)")
+        router.others[names[1]] = 1  # one request for one member wakes the pool
+        await until(kube, "apps/v1", "deployments", namespace, POOL_DEPLOYMENT, replicas(1))
+        router.others = {names[0]: 5, names[1]: 4}  # 9 for 1 replica, 4 per replica: 2 max
+        await until(kube, "apps/v1", "deployments", namespace, POOL_DEPLOYMENT, replicas(2))
+        router.others = dict.fromkeys(names, 0)
+        await until(kube, "apps/v1", "deployments", namespace, POOL_DEPLOYMENT, replicas(0),
+                    timeout=60)
+        for name in names:  # each member's Events tell its pool's story
+            await until_scaled(kube, namespace, [
+                "pool gemma-small", "pool gemma-small", "pool gemma-small",
+                "pool gemma-small", "pool gemma-small"], name=name)
+        events = [e["message"] for e in await kube.list("v1", "events", namespace)
+                  if e.get("reason") == "Scaled"
+                  and e["involvedObject"].get("name") == names[0]]
+        assert sorted(m.split(": ")[1] for m in events) == sorted([
+            "1 -> 0 replica(s) (Idle)", "0 -> 1 replica(s) (FirstRequest)",
+            "1 -> 2 replica(s) (Load)", "2 -> 1 replica(s) (LoadFell)",
+            "1 -> 0 replica(s) (Idle)"])
+        assert await scaled_events(kube, namespace, POOL_DEPLOYMENT) == []
+
+
+async def test_a_member_that_keeps_one_replica_keeps_the_pool_from_zero(
+        apiserver: ControlPlane, kube: Kube, namespace: str) -> None:
+    qa, chat = pool_member("gemma-pool-qa.yaml", 0, 0), pool_member("gemma-pool-chat.yaml",
+                                                                     1, 0)
+    names = [qa["metadata"]["name"], chat["metadata"]["name"]]
+    router, metrics = FakeRouter(namespace, others=dict.fromkeys(names, 0)), OperatorMetrics()
+    async with scaling(apiserver, kube, namespace, router, metrics=metrics):
+        for doc in (qa, chat):
+            await create(kube, doc, namespace)
+        ready = await until(kube, API, "llmmodels", namespace, names[0], lambda o: bool(
+            scaling_condition(o).get("reason")))
+        assert scaling_condition(ready)["message"].startswith("pool gemma-small: ")
+        await until_looks(metrics, looks(metrics) + 20)  # idle all along, cooldown 0
+        deployment = await kube.get("apps/v1", "deployments", namespace, POOL_DEPLOYMENT)
+        assert (deployment or {})["spec"]["replicas"] == 1
+    assert await scaled_events(kube, namespace, names[0]) == []

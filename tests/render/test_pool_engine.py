@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
-from llm_operator.api.pools import pools
+from llm_operator.api.pools import pool_scaling, pools
 from llm_operator.api.validation import parse_llmmodel
 from llm_operator.profiles.pool import plan_pool
 from llm_operator.profiles.settings import Settings
@@ -23,11 +25,14 @@ UIDS = {"gemma-pool-chat": "00000000-0000-4000-8000-000000000011",
         "gemma-pool-qa": "00000000-0000-4000-8000-000000000013"}
 
 
-def _objects() -> list[dict[str, Any]]:
+def _objects(scalings: Sequence[dict[str, int]] = ()) -> list[dict[str, Any]]:
+    """The example pool's objects; ``scalings``: the members' spec.scaling, in name order."""
     members = []
-    for path in sorted(POOL.glob("*.yaml")):
+    for i, path in enumerate(sorted(POOL.glob("*.yaml"))):
         doc = load_yaml(path)
         doc["metadata"]["uid"] = UIDS[doc["metadata"]["name"]]
+        if scalings:
+            doc["spec"]["scaling"] = scalings[i]
         members.append(parse_llmmodel(doc))
     (group,) = pools(members).values()
     return pool_objects(group, plan_pool(group), Settings())
@@ -38,6 +43,54 @@ def test_the_example_pool_renders_as_its_golden_file(update_golden: bool) -> Non
     if update_golden:
         GOLDEN.write_text(text)
     assert text == GOLDEN.read_text(), "model-pool changed: review, then `make golden`"
+
+
+# (case, the members' scaling, the Deployment's replicas: None where the autoscaler sets them)
+REPLICAS = [
+    ("defaults: 1..3, autoscaled", [{}, {}, {}], None),
+    ("all fixed at 1", [{"minReplicas": 1, "maxReplicas": 1}] * 3, 1),
+    ("all fixed at 2", [{"minReplicas": 2, "maxReplicas": 2}] * 3, 2),
+    ("one allows 2: 1..2", [{"minReplicas": 1, "maxReplicas": 1},
+                            {"minReplicas": 1, "maxReplicas": 2},
+                            {"minReplicas": 1, "maxReplicas": 1}], None),
+    ("every member to zero", [{"minReplicas": 0, "maxReplicas": 1}] * 3, None),
+]
+
+
+@pytest.mark.parametrize(("case", "scalings", "replicas"), REPLICAS,
+                         ids=[r[0] for r in REPLICAS])
+def test_the_pools_replicas_are_left_to_the_autoscaler_where_its_members_bounds_differ(
+        case: str, scalings: list[dict[str, int]], replicas: int | None) -> None:
+    (deployment,) = [o for o in _objects(scalings) if o["kind"] == "Deployment"]
+    assert deployment["spec"].get("replicas") == replicas
+
+
+# (case, the members' scaling, the pool's min, max, threshold, cooldown)
+BOUNDS = [
+    ("defaults", [{}, {}], (1, 3, 5, 300)),
+    ("zero only when every member allows it",
+     [{"minReplicas": 0, "maxReplicas": 2}, {"minReplicas": 1, "maxReplicas": 1}],
+     (1, 2, 5, 300)),
+    ("every member allows zero: the longest cooldown, the lowest threshold",
+     [{"minReplicas": 0, "maxReplicas": 1, "cooldownPeriodSeconds": 30,
+       "scaleUpThreshold": 8},
+      {"minReplicas": 0, "maxReplicas": 4, "cooldownPeriodSeconds": 90,
+       "scaleUpThreshold": 3}], (0, 4, 3, 90)),
+]
+
+
+@pytest.mark.parametrize(("case", "scalings", "bounds"), BOUNDS, ids=[b[0] for b in BOUNDS])
+def test_a_pool_scales_within_what_its_members_allow(
+        case: str, scalings: list[dict[str, int]], bounds: tuple[int, int, int, int]) -> None:
+    members = []
+    for i, scaling in enumerate(scalings):
+        doc = load_yaml(POOL / "gemma-pool-qa.yaml")
+        doc["metadata"]["name"] = f"member-{i}"
+        doc["spec"]["scaling"] = scaling
+        members.append(parse_llmmodel(doc))
+    got = pool_scaling(members)
+    assert (got.min_replicas, got.max_replicas, got.scale_up_threshold,
+            got.cooldown_period_seconds) == bounds
 
 
 def test_every_pool_object_validates_against_official_schemas() -> None:

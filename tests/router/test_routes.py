@@ -119,6 +119,8 @@ def test_a_pools_members_route_to_the_pools_engine_each_by_its_model_id() -> Non
             for r in table.routes] == [
         (["org/one"], [("http://10.0.0.9:8000/v1", "org/one")]),
         (["org/two"], [("http://10.0.0.9:8000/v1", "org/two")])]
+    # with several replicas, a member's requests go to the one that has it loaded
+    assert {r["balancing"]["strategy"] for r in table.routes} == {"model-hash"}
 
 
 def test_remote_models_go_to_their_gateway_once_proxying_and_failed_ones_are_absent() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from llm_operator.api.v1alpha1 import LLMModel
+from llm_operator.api.v1alpha1 import LLMModel, ScalingSpec
 from llm_operator.api.validation import Problem
 
 Key = tuple[str, str]  # (namespace, name)
@@ -57,3 +57,26 @@ def pool_problems(models: Sequence[LLMModel], where: str) -> dict[Key, list[Prob
 
 def _shown(value: Any) -> str:
     return "unset" if value is None else str(value)
+
+
+def pool_scaling(members: Sequence[LLMModel]) -> ScalingSpec:
+    """The replica bounds a pool's engine scales within, from its members' ``scaling``.
+
+    At least as many replicas as the member asking most (``minReplicas``): zero only when
+    every member allows it; at most as many as any member allows (``maxReplicas``); a
+    replica added at the lowest ``scaleUpThreshold``; to zero only after the longest
+    ``cooldownPeriodSeconds`` without a request for any member.
+    """
+    scalings = [m.spec.scaling for m in members]
+    return ScalingSpec.model_validate({
+        "minReplicas": max(s.min_replicas for s in scalings),
+        "maxReplicas": max(s.max_replicas for s in scalings),
+        "scaleUpThreshold": min(s.scale_up_threshold for s in scalings),
+        "cooldownPeriodSeconds": max(s.cooldown_period_seconds for s in scalings),
+        "prefetchImages": any(s.prefetch_images for s in scalings)})
+
+
+def pool_autoscaled(members: Sequence[LLMModel]) -> bool:
+    """Whether a pool's replicas are the autoscaler's to set (its bounds leave a choice)."""
+    scaling = pool_scaling(members)
+    return scaling.min_replicas != scaling.max_replicas

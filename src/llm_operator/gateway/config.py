@@ -143,11 +143,14 @@ class Pricing(_Config):
 class Balancing(_Config):
     """How a request picks among the route's upstreams (docs/routing.md)."""
 
-    strategy: Literal["weighted", "least-load", "prefix-hash", "prefix-cache"] = Field(
+    strategy: Literal["weighted", "least-load", "prefix-hash", "prefix-cache",
+                      "model-hash"] = Field(
         "weighted", description="weighted: drawn by weight; least-load: fewest requests in "
         "flight and queued; prefix-hash: requests that begin alike go to the same upstream "
         "(its prefix cache), unless it is over loadBound times its share; prefix-cache: to "
-        "the upstream that was sent most of the prompt's beginning, then the least loaded.")
+        "the upstream that was sent most of the prompt's beginning, then the least loaded; "
+        "model-hash: the route's requests go to the same upstream (a model pool's replica "
+        "that has the model loaded), unless it is over loadBound times its share.")
     prefix_chars: int | None = Field(
         None, ge=16, le=1_000_000, description="Characters of the prompt that choose: "
         "prefix-hash hashes them (256), prefix-cache indexes them (32768).")

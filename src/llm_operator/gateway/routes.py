@@ -133,6 +133,9 @@ class RouteState:
                 labels = prefix_cache_order(prefix_text(body or {}, balancing.chars),
                                             list(by_label), loads, balancing.load_bound,
                                             self.index)
+            elif balancing.strategy == "model-hash":
+                labels = prefix_order(self.route.label, list(by_label), loads,
+                                      balancing.load_bound)
             else:
                 key = prefix_text(body or {}, balancing.chars)
                 labels = prefix_order(key, list(by_label), loads, balancing.load_bound)

@@ -19,7 +19,8 @@ from typing import Any
 
 import aiohttp
 
-from llm_operator.api.v1alpha1 import LLMModel
+from llm_operator.api.pools import pool_autoscaled, pool_scaling, pools
+from llm_operator.api.v1alpha1 import LLMModel, ScalingSpec
 from llm_operator.api.validation import InvalidModel, parse_llmmodel
 from llm_operator.connectors import tcp_connector
 from llm_operator.informer import Key, key_of
@@ -41,6 +42,7 @@ from llm_operator.reconcile.autoscaling import (
     step,
 )
 from llm_operator.reconcile.status import Event
+from llm_operator.render.pool_engine import pool_object_name
 from llm_operator.render.scaling import autoscaled
 
 log = logging.getLogger("llm_operator.autoscaler")
@@ -67,9 +69,13 @@ class Autoscaler:
         self.requeue, self.metrics, self.clock = requeue, metrics, clock
         self.read = read or self._read_router
         self.memory: dict[Key, Memory] = {}
-        self.reports: dict[Key, Report] = {}
+        self.reports: dict[Key, Report] = {}  # a pool's members hold their pool's
         self.written: dict[Key, tuple[int, float]] = {}
-        self._parsed: dict[Key, tuple[str, LLMModel, Policy]] = {}  # by resourceVersion
+        # a pool's, by (namespace, pool name): its own key space beside the models'
+        self.pool_memory: dict[Key, Memory] = {}
+        self.pool_reports: dict[Key, Report] = {}
+        self.pool_written: dict[Key, tuple[int, float]] = {}
+        self._parsed: dict[Key, tuple[str, LLMModel | None]] = {}  # by resourceVersion
         self._http: aiohttp.ClientSession | None = None
         self._was_builtin: bool | None = None
 
@@ -81,7 +87,12 @@ class Autoscaler:
         return mode == "builtin" or (mode == "auto" and not self.caches.serves(*KEDA_KIND))
 
     def report(self, model: LLMModel) -> Report | None:
-        """The model's Scaling condition (None: its replicas are fixed, min == max)."""
+        """The model's Scaling condition (None: its replicas are fixed, min == max).
+
+        A pool's member reports its pool's (set whoever scales models).
+        """
+        if model.spec.pool is not None and not model.spec.is_remote:
+            return self.reports.get((model.namespace, model.name))
         if not autoscaled(model):
             return None
         if self.builtin():
@@ -108,22 +119,31 @@ class Autoscaler:
                 await asyncio.sleep(self.settings.builtin_autoscaler.interval_seconds)
 
     async def look(self) -> None:
-        """One look at every autoscaled model: step, and write what changed."""
+        """One look at every autoscaled model and pool: step, and write what changed.
+
+        Pools are scaled here whoever scales models: KEDA's triggers cannot add several
+        members' queues into one target for one Deployment.
+        """
         builtin = self.builtin()
         if builtin != self._was_builtin:
             self._handed_over(builtin)
-        if not builtin:
-            return
-        self.metrics.autoscaler_looks.inc()
-        loads = await self.read()
-        now = self.clock()
         docs = self.caches.models()
-        for doc in docs:
-            await self._look_at(doc, loads, now)
+        groups = self._pools(docs)
+        if builtin or groups:
+            self.metrics.autoscaler_looks.inc()
+            loads = await self.read()
+            now = self.clock()
+            for doc in docs if builtin else ():
+                await self._look_at(doc, loads, now)
+            for key, members in groups.items():
+                await self._look_at_pool(key, members, loads, now)
         present = {key_of(d) for d in docs}  # what deleted models left behind goes
         for state in (self.memory, self.reports, self.written, self._parsed):
             for key in [k for k in state if k not in present]:
                 del state[key]
+        for pool_state in (self.pool_memory, self.pool_reports, self.pool_written):
+            for key in [k for k in pool_state if k not in groups]:
+                del pool_state[key]
 
     def _handed_over(self, builtin: bool) -> None:
         if self._was_builtin is not None:
@@ -136,19 +156,38 @@ class Autoscaler:
         for doc in self.caches.models():  # status, and the ScaledObjects KEDA now serves
             self.requeue(key_of(doc))
 
-    def _model(self, doc: dict[str, Any]) -> tuple[LLMModel, Policy] | None:
+    def _parse(self, doc: dict[str, Any]) -> LLMModel | None:
+        """The model ``doc`` holds (None: one the CRD should have refused), parsed once."""
         key, version = key_of(doc), doc["metadata"].get("resourceVersion", "")
         cached = self._parsed.get(key)
         if cached is None or cached[0] != version:
             try:
-                model = parse_llmmodel(doc)
+                parsed: LLMModel | None = parse_llmmodel(doc)
             except InvalidModel:
-                return None  # the reconciler reports it
-            cached = (version, model, Policy.of(
-                model.spec.scaling, self.settings.builtin_autoscaler.stabilization_seconds))
-            self._parsed[key] = cached
-        _, model, policy = cached
-        return (model, policy) if autoscaled(model) else None
+                parsed = None  # the reconciler reports it
+            cached = self._parsed[key] = (version, parsed)
+        return cached[1]
+
+    def _policy(self, scaling: ScalingSpec) -> Policy:
+        return Policy.of(scaling, self.settings.builtin_autoscaler.stabilization_seconds)
+
+    def _model(self, doc: dict[str, Any]) -> tuple[LLMModel, Policy] | None:
+        model = self._parse(doc)
+        if model is None or not autoscaled(model):
+            return None
+        return model, self._policy(model.spec.scaling)
+
+    def _pools(self, docs: list[dict[str, Any]]) -> dict[Key, list[LLMModel]]:
+        """Each pool with an engine Deployment, by (namespace, pool name): its members.
+
+        Members being deleted are left out; a pool of one has no engine (its member is
+        Failed), so it has no Deployment either.
+        """
+        models = [m for d in docs if not d["metadata"].get("deletionTimestamp")
+                  and (m := self._parse(d)) is not None]
+        return {key: members for key, members in pools(models).items()
+                if self.caches.get(workloads.DEPLOYMENT_REF, key[0],
+                                   pool_object_name(key[1])) is not None}
 
     async def _look_at(self, doc: dict[str, Any], loads: Loads | str, now: float) -> None:
         key = key_of(doc)
@@ -173,7 +212,8 @@ class Autoscaler:
         self.memory[key] = decision.memory
         report = report_after(self.reports.get(key), decision, current, why)
         if decision.changes and decision.replicas != current:
-            await self._scale(model, kind, current, (decision.replicas, decision.reason), now)
+            await self._scale(kind, key, current, (decision.replicas, decision.reason))
+            self.written[key] = (decision.replicas, now)
             await record_events(self.kube, model, [Event(
                 "Normal", "Scaled", f"{current} -> {decision.replicas} replica(s) "
                 f"({decision.reason}): {decision.message}")])
@@ -182,18 +222,64 @@ class Autoscaler:
             self.reports[key] = report
             self.requeue(key)  # the reconciler writes the condition
 
-    async def _scale(self, model: LLMModel, kind: tuple[str, str], current: int,
-                     to: tuple[int, str], now: float) -> None:
-        """Write the workload's scale subresource (Deployment or LeaderWorkerSet)."""
-        replicas, reason = to
-        path = (f"/apis/{kind[0]}/namespaces/{model.namespace}/{PLURALS[kind]}/"
-                f"{model.name}/scale")
+    async def _look_at_pool(self, key: Key, members: list[LLMModel], loads: Loads | str,
+                            now: float) -> None:
+        """One step for a pool's engine: its members' loads added, within their bounds."""
+        namespace, pool = key
+        if not pool_autoscaled(members):
+            self.pool_memory.pop(key, None)
+            self.pool_reports.pop(key, None)
+            for member in members:
+                self.reports.pop((member.namespace, member.name), None)
+            return
+        name = pool_object_name(pool)
+        workload = self.caches.get(workloads.DEPLOYMENT_REF, namespace, name)
+        assert workload is not None  # _pools() kept pools with one
+        current = int((workload.get("spec") or {}).get("replicas", 1))
+        written = self.pool_written.get(key)
+        if written is not None and written[0] != current and now - written[1] < WRITTEN_SECONDS:
+            current = written[0]
+        signals = [] if isinstance(loads, str) else [
+            s for m in members if (s := loads.get(f"{namespace}/{m.name}"))]
+        why = loads if isinstance(loads, str) else \
+            "" if signals else "the router does not route this pool's members (yet)"
+        # each member's requests are the pool's; its engine's queue is one, seen by each
+        pending = sum(s[0] for s in signals) if signals else None
+        waiting = max(s[1] for s in signals) if signals else None
+        decision = step(self._policy(pool_scaling(members)),
+                        Observation(now, current, pending, waiting),
+                        self.pool_memory.get(key, Memory()))
+        self.pool_memory[key] = decision.memory
+        report = report_after(self.pool_reports.get(key), decision, current, why)
+        report = Report(report.active, report.reason, f"pool {pool}: {report.message}"
+                        if not report.message.startswith("pool ") else report.message)
+        if decision.changes and decision.replicas != current:
+            await self._scale(workloads.DEPLOYMENT_REF, (namespace, name), current,
+                              (decision.replicas, decision.reason))
+            self.pool_written[key] = (decision.replicas, now)
+            for member in members:
+                await record_events(self.kube, member, [Event(
+                    "Normal", "Scaled", f"pool {pool}: {current} -> {decision.replicas} "
+                    f"replica(s) ({decision.reason}): {decision.message}")])
+            self.metrics.autoscaler_changes.labels(decision.reason).inc()
+        if report != self.pool_reports.get(key):
+            self.pool_reports[key] = report
+        for member in members:
+            member_key = (member.namespace, member.name)
+            if self.reports.get(member_key) != report:
+                self.reports[member_key] = report
+                self.requeue(member_key)  # the reconciler writes the condition
+
+    async def _scale(self, kind: tuple[str, str], key: Key, current: int,
+                     to: tuple[int, str]) -> None:
+        """Write a workload's scale subresource (Deployment or LeaderWorkerSet)."""
+        (namespace, name), (replicas, reason) = key, to
+        path = f"/apis/{kind[0]}/namespaces/{namespace}/{PLURALS[kind]}/{name}/scale"
         await self.kube.request("PATCH", path, body={"spec": {"replicas": replicas}},
                                 content_type="application/merge-patch+json",
                                 params={"fieldManager": FIELD_MANAGER})
-        self.written[(model.namespace, model.name)] = (replicas, now)
-        log.info("%s/%s: %d -> %d replica(s) (%s)", model.namespace, model.name, current,
-                 replicas, reason)
+        log.info("%s/%s: %d -> %d replica(s) (%s)", namespace, name, current, replicas,
+                 reason)
 
     # --- reading the router -----------------------------------------------------------------
 

@@ -109,11 +109,11 @@ class Controller:
         # Cluster-wide: a model whose pods' class is missing waits until it is installed.
         self.caches.informers[PRIORITY_CLASS] = {None: informer(
             PRIORITY_CLASS[0], PLURALS[PRIORITY_CLASS], on_change=self._classes_changed)}
-        if settings.autoscaler != "keda":  # the built-in autoscaler finds the router here
-            router = settings.router
-            self.caches.informers[ROUTER_SLICES_KIND] = {router.namespace: informer(
-                "discovery.k8s.io/v1", "endpointslices", namespace=router.namespace,
-                label_selector=f"kubernetes.io/service-name={router.service}")}
+        # the built-in autoscaler finds the router here (pools scale by it under KEDA too)
+        router = settings.router
+        self.caches.informers[ROUTER_SLICES_KIND] = {router.namespace: informer(
+            "discovery.k8s.io/v1", "endpointslices", namespace=router.namespace,
+            label_selector=f"kubernetes.io/service-name={router.service}")}
         self.autoscaler = Autoscaler(kube, settings, self.caches, requeue=self.queue.add,
                                      metrics=self.metrics)
         self.gpu_queue: GpuQueue | None = None
@@ -226,8 +226,7 @@ class Controller:
                             tasks)
             tasks += [asyncio.create_task(self._worker()) for _ in range(self.workers)]
             tasks.append(asyncio.create_task(self._resync()))
-            if self.settings.autoscaler != "keda":
-                tasks.append(asyncio.create_task(self.autoscaler.run()))
+            tasks.append(asyncio.create_task(self.autoscaler.run()))
             if ready is not None:
                 ready.set()
             await _first_of(asyncio.Event().wait(), tasks)

@@ -96,8 +96,8 @@ def stored_rejection(model: LLMModel) -> str | None:
 
 
 async def pool_desired(kube: Kube, model: LLMModel, settings: Settings
-                       ) -> tuple[list[Blocker], list[dict[str, Any]]]:
-    """The member's blockers, and the pool's objects when it has none.
+                       ) -> tuple[list[Blocker], list[dict[str, Any]], list[LLMModel]]:
+    """The member's blockers, and the pool's objects and members when it has none.
 
     A member whose file the pool's pod refused is left out of the pool (its phase Failed,
     saying why, until its spec changes), so that the others start and serve without it:
@@ -112,7 +112,7 @@ async def pool_desired(kube: Kube, model: LLMModel, settings: Settings
     across = across_pools(siblings, "in the cluster")
     problems += across.get((model.namespace, model.name), [])
     if problems:
-        return [Blocker.from_problem(p) for p in problems], []
+        return [Blocker.from_problem(p) for p in problems], [], []
     refused = rejected_files(await _pool_pods(kube, model))
 
     def rejection(member: LLMModel) -> str | None:
@@ -129,11 +129,11 @@ async def pool_desired(kube: Kube, model: LLMModel, settings: Settings
 
     mine = rejection(model)
     if mine is not None:
-        return [Blocker(FILE_REJECTED_REASON, mine)], []
+        return [Blocker(FILE_REJECTED_REASON, mine)], [], []
     members = [m for m in siblings
                if (m.namespace, m.name) not in across and not member_problems(m)
                and rejection(m) is None]
-    return [], pool_objects(members, plan_pool(members), settings)
+    return [], pool_objects(members, plan_pool(members), settings), members
 
 
 async def member_state(http: aiohttp.ClientSession, cluster_domain: str, model: LLMModel

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 from opentelemetry.trace import NoOpTracer, Tracer
 
 from llm_operator.api import labels as L
+from llm_operator.api.pools import pool_scaling
 from llm_operator.api.references import declared_in, unknown_guard_models
 from llm_operator.api.v1alpha1 import API_VERSION, LLMModel
 from llm_operator.api.validation import Problem, parse_llmmodel
@@ -417,8 +418,9 @@ async def reconcile(kube: Kube, doc: dict[str, Any], settings: Settings, *,
         verdict = admission(model)  # a model with a workload holds its place: never queued
         queued = verdict if verdict is not None and not verdict.admitted else None
     pooled = model.spec.pool is not None and not model.spec.is_remote
+    members: list[LLMModel] = []
     if pooled and not blockers:  # the pool's engine serves it (operator/pooled.py)
-        blockers, desired = await pool_desired(kube, model, settings)
+        blockers, desired, members = await pool_desired(kube, model, settings)
         outcome.recheck_after = POOL_RECHECK_SECONDS  # its siblings may change the pool
     elif not blockers:
         settings, unmountable = await mounted(settings, view, model)
@@ -442,7 +444,8 @@ async def reconcile(kube: Kube, doc: dict[str, Any], settings: Settings, *,
         deployment=deployment, pods=pods, prefetch_pods=prefetching, blockers=blockers,
         plan_verdict=model_plan.verdict,
         plan_reason=model_plan.reason,
-        scaled_to_zero_allowed=autoscaled(model) and model.spec.scaling.min_replicas == 0,
+        scaled_to_zero_allowed=pool_scaling(members).min_replicas == 0 if members else
+        autoscaled(model) and model.spec.scaling.min_replicas == 0,
         requests_per_minute=metrics[0], average_latency_ms=metrics[1], queued=queued,
         scaling=scaling(model) if scaling is not None else None, pool_member=member,
         pool_member_error=member_error)

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from llm_operator.api import labels as L
+from llm_operator.api.pools import pool_autoscaled, pool_scaling
 from llm_operator.api.v1alpha1 import API_VERSION, KIND, LLMModel
 from llm_operator.api.validation import Problem
 from llm_operator.profiles.engines import NON_ROOT_UID, PORT, engine
@@ -177,11 +178,15 @@ def pool_objects(members: Sequence[LLMModel], plan: PoolPlan, settings: Settings
     template = {"metadata": {"labels": dict(meta["labels"]),
                              "annotations": {L.CONFIG_HASH: content_hash(text)}},
                 "spec": pod}
+    # the autoscaler's to set where the members' bounds leave a choice (not applied, so
+    # that a member's reconcile never undoes it); else the bound
+    replicas = {} if pool_autoscaled(members) else {
+        "replicas": pool_scaling(members).min_replicas}
     return [
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta,
          "data": {PRESET_FILE: text}},
         {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
-         "spec": {"replicas": 1, "revisionHistoryLimit": 3,
+         "spec": {**replicas, "revisionHistoryLimit": 3,
                   "selector": {"matchLabels": pool_labels(pool.name)},
                   "template": template}},
         {"apiVersion": "v1", "kind": "Service", "metadata": meta,

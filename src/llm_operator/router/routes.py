@@ -123,6 +123,8 @@ def _balancing(model: LLMModel) -> dict[str, Any]:
     routing = model.spec.routing
     if model.spec.is_remote:
         return {"strategy": "weighted"}
+    if model.spec.pool is not None:  # to the pool's replica that has it loaded
+        return {"strategy": "model-hash"}
     if routing is None or routing.strategy == "least-load":
         return {"strategy": "least-load"}
     out: dict[str, Any] = {"strategy": routing.strategy}
