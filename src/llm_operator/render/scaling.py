@@ -20,7 +20,7 @@ def autoscaled(model: LLMModel) -> bool:
     """KEDA owns replicas unless the bounds leave nothing to decide (min == max).
 
     A disaggregated model's roles keep their own replica counts: nothing autoscales them;
-    nor a pool's member, whose pool's engine runs one replica.
+    nor a pool's member, whose pool's engine scales as one (api/pools.py: pool_scaling).
     """
     spec, scaling = model.spec, model.spec.scaling
     roles = spec.serving.disaggregation if spec.serving else None
