@@ -155,6 +155,25 @@ def test_engine_args_the_engine_cannot_take(base_local: dict[str, Any], engine: 
     assert any(words in p for p in engine_arg_problems(spec))
 
 
+@pytest.mark.parametrize(("vendor_name", "nodes", "eager", "refused"), [
+    ("cpu", 2, "true", True),    # the stage after the first fails on the first request
+    ("cpu", 2, "True", True),
+    ("cpu", 2, "false", False),
+    ("cpu", 1, "true", False),   # one pod: eager mode runs
+    ("nvidia", 2, "true", False),
+])
+def test_vllm_on_cpu_across_pods_is_refused_in_eager_mode(
+        base_local: dict[str, Any], vendor_name: str, nodes: int, eager: str,
+        refused: bool) -> None:
+    spec = _spec(base_local, acceleratorVendor=vendor_name, inferenceEngine="vllm",
+                 quantization="BF16",
+                 resources={"acceleratorCount": 0, "memoryGiB": 64} if vendor_name == "cpu"
+                 else {"acceleratorCount": 1},
+                 serving={"nodes": nodes}, engineArgs={"enforce-eager": eager})
+    said = [p for p in engine_arg_problems(spec) if "enforce-eager" in p]
+    assert bool(said) == refused, said
+
+
 @pytest.mark.parametrize(("name", "key", "selector"), [
     ("nvidia", "nvidia.com/gpu", {"nvidia.com/gpu.present": "true"}),
     ("amd", "amd.com/gpu", {"amd.com/gpu.present": "true"}),
