@@ -1,10 +1,11 @@
 """A loopback stand-in for vLLM's OpenAI server: its LoRA adapter API and real metric names.
 
-It answers like vLLM's documented endpoints: /v1/models lists the base model and each
-loaded adapter (``parent`` = the base, ``root`` = its path); /v1/load_lora_adapter and
-/v1/unload_lora_adapter take ``lora_name`` / ``lora_path`` and answer vLLM's messages and
-status codes (400 already loaded or no adapter at the path, 404 unknown); a chat
-completion names the adapter that served it.
+It answers like vLLM's documented endpoints (and, given an Accelerator, its sleep mode's
+/sleep, /wake_up and /is_sleeping, refusing a wake the accelerator has no room for):
+/v1/models lists the base model and each loaded adapter (``parent`` = the base, ``root`` =
+its path); /v1/load_lora_adapter and /v1/unload_lora_adapter take ``lora_name`` /
+``lora_path`` and answer vLLM's messages and status codes (400 already loaded or no
+adapter at the path, 404 unknown); a chat completion names the adapter that served it.
 """
 
 from __future__ import annotations
@@ -31,9 +32,29 @@ def host_ip() -> str:
         return str(probe.getsockname()[0])
 
 
+class Accelerator:
+    """What several fakes in sleep mode share: room for ``holds`` of them awake.
+
+    A wake beyond it fails as vLLM's would, with CUDA out of memory; ``most`` is the most
+    ever awake at once.
+    """
+
+    def __init__(self, holds: int) -> None:
+        self.holds, self.awake, self.most = holds, 0, 0
+        self.changes: list[tuple[str, str]] = []  # (sleep|wake, model), in order
+
+
 class FakeVllm:
-    def __init__(self, base_model: str) -> None:
+    def __init__(self, base_model: str, accelerator: Accelerator | None = None, *,
+                 asleep: bool = False) -> None:
+        """``accelerator``: the engine runs with --enable-sleep-mode on it (``asleep``: as
+        a launcher that starts the engines in turn leaves those beyond the first few)."""
         self.base_model = base_model
+        self.accelerator = accelerator
+        self.sleeping = asleep
+        if accelerator is not None and not asleep:
+            accelerator.awake += 1
+            accelerator.most = max(accelerator.most, accelerator.awake)
         self.adapters: dict[str, str] = {}  # name -> path
         self.calls: list[tuple[str, str]] = []  # (action, name), in order
         self.changed = asyncio.Event()  # set on every load or unload
@@ -44,6 +65,12 @@ class FakeVllm:
         self.app.router.add_post("/v1/unload_lora_adapter", self._unload)
         self.app.router.add_post("/v1/chat/completions", self._chat)
         self.app.router.add_get("/metrics", self._metrics)
+        if accelerator is not None:  # vLLM serves these with VLLM_SERVER_DEV_MODE=1
+            self.app.router.add_post("/sleep", self._sleep)
+            self.app.router.add_post("/wake_up", self._wake_up)
+            self.app.router.add_get("/is_sleeping", self._is_sleeping)
+        self.in_flight = 0  # chat completions being answered
+        self.arrived = asyncio.Event()  # set when a chat completion starts being answered
         self.waiting = self.running = 0  # what /metrics reports of the queue
         self.kv_usage = 0.0
         self.served: list[str] = []  # the model of every chat completion answered
@@ -140,11 +167,50 @@ class FakeVllm:
             "# TYPE vllm:kv_cache_usage_perc gauge\n"
             f"vllm:kv_cache_usage_perc{label} {self.kv_usage}\n"), content_type="text/plain")
 
+    async def _sleep(self, request: web.Request) -> web.Response:
+        assert self.accelerator is not None
+        if request.query.get("level", "1") != "1":
+            return self._error("this fake sleeps at level 1 only", 400, "BadRequestError")
+        if self.in_flight:  # what a gateway must never do: a request would be cut
+            return self._error(f"{self.in_flight} request(s) running", 500, "InternalError")
+        if not self.sleeping:
+            self.sleeping = True
+            self.accelerator.awake -= 1
+            self.accelerator.changes.append(("sleep", self.base_model))
+        return web.Response()
+
+    async def _wake_up(self, _: web.Request) -> web.Response:
+        accelerator = self.accelerator
+        assert accelerator is not None
+        if self.sleeping:
+            if accelerator.awake >= accelerator.holds:
+                return self._error("CUDA out of memory. Tried to allocate 2.00 GiB", 500,
+                                   "OutOfMemoryError")
+            self.sleeping = False
+            accelerator.awake += 1
+            accelerator.most = max(accelerator.most, accelerator.awake)
+            accelerator.changes.append(("wake", self.base_model))
+        return web.Response()
+
+    async def _is_sleeping(self, _: web.Request) -> web.Response:
+        return web.json_response({"is_sleeping": self.sleeping})
+
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         model = body.get("model")
         if model != self.base_model and model not in self.adapters:
             return self._error(f"The model `{model}` does not exist.", 404, "NotFoundError")
+        if self.sleeping:
+            return self._error("the engine is sleeping", 500, "InternalError")
+        self.in_flight += 1
+        self.arrived.set()
+        try:
+            return await self._answer(request, body, model)
+        finally:
+            self.in_flight -= 1
+
+    async def _answer(self, request: web.Request, body: dict[str, Any], model: str
+                      ) -> web.StreamResponse:
         self.served.append(model)
         if self.hold is not None:
             await self.hold.wait()

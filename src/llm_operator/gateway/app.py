@@ -51,11 +51,13 @@ from llm_operator.gateway.parts.relay import Relay
 from llm_operator.gateway.parts.resolve import Resolve
 from llm_operator.gateway.parts.shape import Shape
 from llm_operator.gateway.parts.slot import Slot
+from llm_operator.gateway.parts.wake import Wake
 from llm_operator.gateway.path import Check, RequestPath
 from llm_operator.gateway.picking import Load
 from llm_operator.gateway.proxies import proxy_settings
 from llm_operator.gateway.routes import Clock, RouteState, RouteTable, Sleep, pools
 from llm_operator.gateway.saturation import Saturation
+from llm_operator.gateway.sleepers import HttpControl, Sleepers
 from llm_operator.gateway.tracing import Traces
 from llm_operator.guardrails.runner import Guarding
 from llm_operator.span_export import SpanShipper
@@ -157,6 +159,11 @@ class Gateway:
         self._batch_autostart = True
         self._forward: Forward | None = None
         self._to_owner: ToOwner | None = None
+        # engines that take turns on one accelerator (vLLM's sleep mode)
+        self.sleep_control = HttpControl()
+        self.sleepers = Sleepers(self.sleep_control, lambda group, action, outcome:
+                                 self.metrics.sleep_changes.labels(group, action,
+                                                                   outcome).inc())
         self.judges = RouteJudges(self.table)  # guard models, asked through the routes
         self.guarding = Guarding(self.metrics, judge_client=self.judges)  # guardrails
         self.reconfigure(config)
@@ -192,6 +199,8 @@ class Gateway:
         is added, edited or removed, the router on every change it watches.
         """
         self.table.reconfigure(config)
+        self.sleepers.configure((r.sleep.group, r.sleep.max_awake, r.deployments[0].base_url)
+                                for r in config.routes if r.sleep is not None)
         self.guarding.prepare(any(r.guardrails for r in config.routes))
         self.saturation.configure(config.flow_control, self.table.loads)
         self.flow.configure(config.flow_control,
@@ -292,6 +301,7 @@ class Gateway:
                     Limit(table, self.shared)),  # budget, rate limits
             shape=Shape(),  # how each upstream is asked
             slot=Slot(self.flow, clock),  # a slot of the model's replicas
+            wake=Wake(self.sleepers),  # its engine awake, where engines take turns
             forward=forward,  # attempts, failover, retries; Relay answers
             reroute=Reroute(table, self.holds, clock))  # replicas gone: wait for others
 
@@ -360,6 +370,7 @@ class Gateway:
 
     async def _close(self, _: web.Application) -> None:
         self.guarding.close()
+        await self.sleep_control.close()
         await self.judges.close()
         if self._watch is not None:
             self._watch.cancel()

@@ -177,6 +177,22 @@ class Hold(_Config):
                                      description="Streams: an SSE comment this often.")
 
 
+class SleepMode(_Config):
+    """Engines that share one accelerator and take turns: vLLM's sleep mode.
+
+    At most ``maxAwake`` of a group's upstreams are awake at once; a request for one asleep
+    waits while the least recently used idle one is put to sleep (``POST /sleep?level=1``:
+    its weights to host memory, its KV cache dropped) and its own is woken
+    (``POST /wake_up``). The engines run with ``--enable-sleep-mode`` and
+    ``VLLM_SERVER_DEV_MODE=1`` (docs/gateway.md).
+    """
+
+    group: str = Field(min_length=1, max_length=300, description="The engines that share "
+                       "one accelerator; every route of the group declares the same maxAwake.")
+    max_awake: int = Field(1, ge=1, le=64, description="Engines of the group awake at once: "
+                           "as many as the accelerator's memory holds with their KV caches.")
+
+
 class Route(_Config):
     """Client-facing model names served by one upstream."""
 
@@ -220,11 +236,17 @@ class Route(_Config):
     pricing: Pricing | None = None
     owned_by: str | None = Field(None, min_length=1, max_length=253,
                                  description="/v1/models owned_by; default the upstream host.")
+    sleep: SleepMode | None = Field(
+        None, description="The upstream takes turns with others on one accelerator "
+        "(vLLM's sleep mode): woken before it is sent a request.")
 
     @model_validator(mode="after")
     def _one_upstream_field(self) -> Route:
         if (self.upstream is None) == (self.upstreams is None):
             raise ValueError("set exactly one of upstream or upstreams")
+        if self.sleep is not None and len(self.deployments) != 1:
+            raise ValueError("sleep: a route that takes turns has exactly one upstream (its "
+                             "engine); give each engine its own route")
         if self.upstreams == [] and self.hold is None:
             raise ValueError("upstreams: add at least one (an empty list needs hold)")
         labels = [u.label for u in self.deployments]
@@ -327,6 +349,20 @@ class GatewayConfig(_Config):
         if self.batch.enabled and self.batch.path is None and self.redis is None:
             raise ValueError("batch: enabled needs a store: batch.path (a SQLite file) or "
                              "redis (shared by every replica)")
+        return self
+
+    @model_validator(mode="after")
+    def _sleep_groups(self) -> GatewayConfig:
+        awake: dict[str, tuple[int, int]] = {}  # group: (maxAwake, the first route's index)
+        for index, route in enumerate(self.routes):
+            if route.sleep is None:
+                continue
+            first = awake.setdefault(route.sleep.group, (route.sleep.max_awake, index))
+            if first[0] != route.sleep.max_awake:
+                raise ValueError(
+                    f"routes[{index}].sleep.maxAwake: {route.sleep.max_awake} here but "
+                    f"{first[0]} in routes[{first[1]}]: every route of sleep group "
+                    f"{route.sleep.group!r} declares the same")
         return self
 
     @model_validator(mode="after")

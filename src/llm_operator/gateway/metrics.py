@@ -96,6 +96,10 @@ class GatewayMetrics:
             "llmop_gateway_peer_requests", "Requests for a model whose queue another router "
             "replica holds: passed (sent on to it), unreachable (served here instead), cut "
             "(it stopped mid-answer).", ["route", "outcome"], registry=r)
+        self.sleep_changes = Counter(
+            "llmop_gateway_engine_sleep_changes", "Engines of a sleep group put to sleep or "
+            "woken (action sleep, wake) to serve a request, by outcome (ok, failed).",
+            ["group", "action", "outcome"], registry=r)
         self.batches_unfinished = Gauge(
             "llmop_gateway_batches_unfinished", "Batch API batches not finished (validating, "
             "in progress, finalizing, cancelling), as the replica running batches sees them "

@@ -2,7 +2,8 @@
 
 app.py chooses the parts; this runs them. Admission's parts each answer now or let the
 request go on; then Shape, a Slot from flow control, and Forward (with Reroute when no
-replica could be reached). Whatever answers, the request is counted once, its unused
+replica could be reached), after Wake where engines take turns on one accelerator.
+Whatever answers, the request is counted once, its unused
 tokens given back, and an answer to a held stream written into it as an error event.
 """
 
@@ -20,6 +21,7 @@ from llm_operator.gateway.parts.forward import UNREACHABLE, Forward
 from llm_operator.gateway.parts.hold import Reroute
 from llm_operator.gateway.parts.shape import Shape
 from llm_operator.gateway.parts.slot import Slot
+from llm_operator.gateway.parts.wake import Wake
 from llm_operator.gateway.routes import Clock, RouteTable
 from llm_operator.gateway.tracing import RequestTrace, Traces
 
@@ -33,11 +35,12 @@ class RequestPath:
     """One request through ``checks`` (in the admission span), then Shape, Slot, Forward."""
 
     def __init__(self, table: RouteTable, traces: Traces | None, clock: Clock, *,
-                 checks: Sequence[Check], shape: Shape, slot: Slot, forward: Forward,
-                 reroute: Reroute) -> None:
+                 checks: Sequence[Check], shape: Shape, slot: Slot, wake: Wake,
+                 forward: Forward, reroute: Reroute) -> None:
         self.table, self.traces, self._clock = table, traces, clock
         self.checks = tuple(checks)
-        self.shape, self.slot, self.forward, self.reroute = shape, slot, forward, reroute
+        self.shape, self.slot, self.wake = shape, slot, wake
+        self.forward, self.reroute = forward, reroute
 
     async def handle(self, request: web.Request, *, anthropic: bool = False
                      ) -> web.StreamResponse:
@@ -116,14 +119,23 @@ class RequestPath:
                 return granted
             lease = granted
         try:
-            while True:
-                response = await self.forward(ex)
-                if not response.get(UNREACHABLE):
-                    return response
-                replaced = await self.reroute(ex)
-                if replaced is None:
-                    return response
-                ex.route(replaced)
+            awake = self.wake.now(ex)
+            if awake is None:  # its engine takes turns on one accelerator and is asleep
+                woken = await self.wake.wait(ex)
+                if isinstance(woken, web.Response):
+                    return woken
+                awake = woken
+            try:
+                while True:
+                    response = await self.forward(ex)
+                    if not response.get(UNREACHABLE):
+                        return response
+                    replaced = await self.reroute(ex)
+                    if replaced is None:
+                        return response
+                    ex.route(replaced)
+            finally:
+                awake.release()
         finally:
             lease.release()
 

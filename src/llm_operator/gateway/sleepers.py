@@ -1,0 +1,222 @@
+"""Engines that take turns on one accelerator (vLLM's sleep mode): who is awake, who sleeps next.
+
+A sleep group's engines share one accelerator that holds ``max_awake`` of them with their
+KV caches. A request for an engine asleep waits while the group makes room: the least
+recently used awake engine with nothing in flight is put to sleep (vLLM's level 1: its
+weights to host memory, its KV cache dropped), then the engine asked for is woken. One
+change at a time per group, so the accelerator never holds more than ``max_awake``; a
+request for an awake engine costs a lookup. The engines' own word (``GET /is_sleeping``)
+is read whenever this process does not know (at its start, after a failed change), so an
+engine left awake by another process is counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+import aiohttp
+
+State = Literal["awake", "draining", "changing", "asleep", "unknown"]
+CONTROL_SECONDS = 600.0  # a wake of a large model from host memory, or a sleep, takes long
+
+
+class SleepError(Exception):
+    """An engine could not be put to sleep, woken or asked: what to tell the client."""
+
+
+class EngineControl(Protocol):
+    """What the group asks an engine (by its base URL, OpenAI's, ending /v1)."""
+
+    async def sleep(self, base_url: str) -> None: ...
+
+    async def wake(self, base_url: str) -> None: ...
+
+    async def sleeping(self, base_url: str) -> bool: ...
+
+
+@dataclass
+class Engine:
+    """One engine of a group: its state, requests in flight, when it was last used."""
+
+    url: str
+    state: State = "unknown"
+    in_use: int = 0
+    used: int = 0  # the group's tick at its last request
+
+
+@dataclass
+class SleepGroup:
+    """The engines of one group and the one change at a time between them."""
+
+    name: str
+    max_awake: int
+    control: EngineControl
+    engines: dict[str, Engine] = field(default_factory=dict)
+    changes: Callable[[str, str], None] = lambda action, outcome: None  # counted
+    tick: int = 0
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _freed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def enter_now(self, url: str) -> bool:
+        """Count a request into an awake engine without waiting; False: ``enter`` must."""
+        engine = self.engines[url]
+        if engine.state != "awake":
+            return False
+        self._use(engine)
+        return True
+
+    async def enter(self, url: str) -> None:
+        """The engine awake with this request counted in it (SleepError: it cannot be)."""
+        async with self._lock:  # one change at a time
+            engine = self.engines[url]
+            await self._learn()
+            if engine.state != "awake":
+                await self._make_room(engine)
+                engine.state = "changing"
+                try:
+                    await self.control.wake(url)
+                except SleepError:
+                    engine.state = "unknown"
+                    self.changes("wake", "failed")
+                    raise
+                engine.state = "awake"
+                self.changes("wake", "ok")
+            self._use(engine)
+
+    def leave(self, url: str) -> None:
+        """A request the engine served has ended."""
+        engine = self.engines.get(url)
+        if engine is not None and engine.in_use:
+            engine.in_use -= 1
+            if not engine.in_use:
+                self._freed.set()
+
+    def _use(self, engine: Engine) -> None:
+        self.tick += 1
+        engine.used, engine.in_use = self.tick, engine.in_use + 1
+
+    async def _learn(self) -> None:
+        """Ask the engines whose state is not known (at start, after a failed change)."""
+        unknown = [e for e in self.engines.values() if e.state == "unknown"]
+        answers = await asyncio.gather(*(self.control.sleeping(e.url) for e in unknown),
+                                       return_exceptions=True)
+        for engine, answer in zip(unknown, answers, strict=True):
+            if isinstance(answer, BaseException):
+                raise answer
+            engine.state = "asleep" if answer else "awake"
+
+    async def _make_room(self, target: Engine) -> None:
+        """Put the least recently used engines to sleep until ``target`` fits.
+
+        An idle one first; when every awake engine serves, the least recently used takes
+        no new request (draining) and sleeps once its last one ends, so that a steady
+        stream to the others cannot keep ``target`` waiting for ever.
+        """
+        while True:
+            awake = [e for e in self.engines.values()
+                     if e.state in ("awake", "draining") and e is not target]
+            if len(awake) < self.max_awake:
+                return
+            idle = [e for e in awake if not e.in_use]
+            if not idle:
+                victim = next((e for e in awake if e.state == "draining"), None) or \
+                    min(awake, key=lambda e: e.used)
+                victim.state = "draining"
+                self._freed.clear()
+                try:
+                    await self._freed.wait()
+                except asyncio.CancelledError:  # the request that asked left: it serves on
+                    victim.state = "awake"
+                    raise
+                continue
+            victim = min(idle, key=lambda e: e.used)
+            victim.state = "changing"  # no request enters it from here on
+            try:
+                await self.control.sleep(victim.url)
+            except SleepError as exc:
+                victim.state = "unknown"
+                self.changes("sleep", "failed")
+                raise SleepError(f"to make room, {victim.url} was to sleep: {exc}") from None
+            victim.state = "asleep"
+            self.changes("sleep", "ok")
+
+
+class Sleepers:
+    """Every sleep group of the gateway's routes, kept across reconfigures."""
+
+    def __init__(self, control: EngineControl,
+                 changes: Callable[[str, str, str], None] = lambda g, a, o: None) -> None:
+        self.control, self._changes = control, changes
+        self.groups: dict[str, SleepGroup] = {}
+
+    def configure(self, members: Iterable[tuple[str, int, str]]) -> None:
+        """The groups now: (group, max_awake, engine URL) for each route that takes turns.
+
+        An engine known before keeps its state; a group's new ``max_awake`` applies from
+        its next change.
+        """
+        wanted: dict[str, tuple[int, list[str]]] = {}
+        for name, max_awake, url in members:
+            wanted.setdefault(name, (max_awake, []))[1].append(url)
+        old, self.groups = self.groups, {}
+        for name, (max_awake, urls) in wanted.items():
+            group = old.get(name) or self._new(name, max_awake)
+            group.max_awake = max_awake
+            group.engines = {u: group.engines.get(u) or Engine(u) for u in urls}
+            self.groups[name] = group
+
+    def _new(self, name: str, max_awake: int) -> SleepGroup:
+        def counted(action: str, outcome: str) -> None:
+            self._changes(name, action, outcome)
+
+        return SleepGroup(name, max_awake, self.control, changes=counted)
+
+
+class HttpControl:
+    """vLLM's sleep endpoints over HTTP (served with VLLM_SERVER_DEV_MODE=1)."""
+
+    def __init__(self) -> None:
+        self._http: aiohttp.ClientSession | None = None
+
+    def _session(self) -> aiohttp.ClientSession:
+        if self._http is None or self._http.closed:
+            self._http = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=CONTROL_SECONDS))
+        return self._http
+
+    async def close(self) -> None:
+        if self._http is not None:
+            await self._http.close()
+
+    async def _call(self, method: str, base_url: str, path: str) -> str:
+        url = base_url.removesuffix("/").removesuffix("/v1") + path
+        try:
+            async with self._session().request(method, url) as r:
+                text = await r.text()
+                if r.status == 404:
+                    raise SleepError(f"{method} {url} answered 404: start the engine with "
+                                     "--enable-sleep-mode and VLLM_SERVER_DEV_MODE=1")
+                if r.status >= 300:
+                    raise SleepError(f"{method} {url} answered {r.status}: {text[:300]}")
+                return text
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise SleepError(f"{method} {url}: {type(exc).__name__}: {exc}".rstrip(": ")
+                             ) from None
+
+    async def sleep(self, base_url: str) -> None:
+        await self._call("POST", base_url, "/sleep?level=1")
+
+    async def wake(self, base_url: str) -> None:
+        await self._call("POST", base_url, "/wake_up")
+
+    async def sleeping(self, base_url: str) -> bool:
+        text = await self._call("GET", base_url, "/is_sleeping")
+        try:
+            return bool(json.loads(text)["is_sleeping"])
+        except (ValueError, KeyError, TypeError):
+            raise SleepError(f"GET /is_sleeping of {base_url} answered {text[:200]!r}, "
+                             'not {"is_sleeping": true|false}') from None

@@ -1,0 +1,177 @@
+"""Engines that take turns on one accelerator: vLLM's sleep mode behind the gateway.
+
+Fake vLLM servers (tests/fake_vllm.py) share an Accelerator that holds a set number of
+them awake, as a GPU's memory would: a wake beyond it fails with CUDA out of memory, and a
+sleep under a running request fails too. The gateway must never cause either.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from llm_operator.gateway.app import Gateway
+from llm_operator.gateway.config import ConfigError, parse_config
+
+from fake_vllm import Accelerator, FakeVllm
+
+
+@pytest.fixture
+async def engines() -> AsyncIterator[list[FakeVllm]]:
+    started: list[FakeVllm] = []
+    yield started
+    for engine in started:
+        await engine.stop()
+
+
+async def on(engines: list[FakeVllm], accelerator: Accelerator | None, names: list[str],
+             awake: int) -> list[FakeVllm]:
+    """Engines for ``names``, the first ``awake`` of them awake (as a launcher leaves them)."""
+    for i, name in enumerate(names):
+        engine = FakeVllm(name, accelerator, asleep=accelerator is not None and i >= awake)
+        await engine.start()
+        engines.append(engine)
+    return engines
+
+
+def route(engine: FakeVllm, max_awake: int, group: str = "gpu-0") -> dict[str, Any]:
+    return {"name": engine.base_model, "models": [engine.base_model],
+            "upstream": {"baseUrl": f"{engine.url}/v1", "auth": "none"},
+            "sleep": {"group": group, "maxAwake": max_awake}}
+
+
+async def gateway(routes: list[dict[str, Any]]) -> tuple[TestClient[Any, Any], Gateway]:
+    gw = Gateway(parse_config({"routes": routes}))
+    client: TestClient[Any, Any] = TestClient(TestServer(gw.app(), host="127.0.0.1"))
+    await client.start_server()
+    return client, gw
+
+
+async def ask(client: TestClient[Any, Any], model: str, *, stream: bool = False
+              ) -> tuple[int, str]:
+    resp = await client.post("/v1/chat/completions", json={
+        "model": model, "stream": stream,
+        "messages": [{"role": "user", "content": "hello"}]})
+    return resp.status, await resp.text()
+
+
+# (case, maxAwake, the models asked for in turn, the accelerator's changes)
+TURNS = [
+    ("one awake at a time", 1, ["a", "b", "c", "a"],
+     [("sleep", "a"), ("wake", "b"), ("sleep", "b"), ("wake", "c"), ("sleep", "c"),
+      ("wake", "a")]),
+    ("two awake: the least recently used sleeps", 2, ["a", "b", "c", "b", "a"],
+     [("sleep", "a"), ("wake", "c"), ("sleep", "c"), ("wake", "a")]),
+    ("awake ones answer without a change", 2, ["b", "a", "b", "a"], []),
+]
+
+
+@pytest.mark.parametrize(("case", "max_awake", "asked", "changes"), TURNS,
+                         ids=[t[0] for t in TURNS])
+async def test_an_engine_asleep_is_woken_after_the_least_recently_used_sleeps(
+        engines: list[FakeVllm], case: str, max_awake: int, asked: list[str],
+        changes: list[tuple[str, str]]) -> None:
+    accelerator = Accelerator(holds=max_awake)
+    fakes = await on(engines, accelerator, ["a", "b", "c"], awake=max_awake)
+    client, gw = await gateway([route(f, max_awake) for f in fakes])
+    try:
+        for model in asked:
+            status, text = await ask(client, model)
+            assert status == 200 and f"answered by {model}" in text, text
+        assert accelerator.changes == changes
+        assert accelerator.most <= max_awake
+        counted = gw.metrics.registry.get_sample_value(
+            "llmop_gateway_engine_sleep_changes_total",
+            {"group": "gpu-0", "action": "wake", "outcome": "ok"}) or 0
+        assert counted == sum(1 for action, _ in changes if action == "wake")
+    finally:
+        await client.close()
+
+
+async def until_draining(gw: Gateway, url: str) -> None:
+    """Until the group takes no new request into ``url``: a wake waits for it to be idle."""
+    async with asyncio.timeout(10):
+        while gw.sleepers.groups["gpu-0"].engines[url].state != "draining":
+            await asyncio.sleep(0)  # the handlers run on this loop: yield to them
+
+
+async def test_an_engine_serving_a_stream_sleeps_only_once_it_ends(
+        engines: list[FakeVllm]) -> None:
+    accelerator = Accelerator(holds=1)
+    a, b = await on(engines, accelerator, ["a", "b"], awake=1)
+    a.hold = asyncio.Event()  # a's answer waits until the test lets it go
+    client, gw = await gateway([route(a, 1), route(b, 1)])
+    try:
+        streamed = asyncio.create_task(ask(client, "a", stream=True))
+        async with asyncio.timeout(10):
+            await a.arrived.wait()
+        for_b = asyncio.create_task(ask(client, "b"))
+        await until_draining(gw, f"{a.url}/v1")  # b's request waits for a's stream to end
+        assert not for_b.done() and accelerator.changes == []
+        a.hold.set()
+        assert (await streamed)[0] == 200
+        status, text = await for_b
+        assert status == 200 and "answered by b" in text
+        assert accelerator.changes == [("sleep", "a"), ("wake", "b")]
+    finally:
+        await client.close()
+
+
+async def test_an_engine_without_sleep_mode_answers_503_saying_how_to_start_it(
+        engines: list[FakeVllm]) -> None:
+    accelerator = Accelerator(holds=1)
+    (a,) = await on(engines, accelerator, ["a"], awake=1)
+    (plain,) = (await on(engines, None, ["plain"], awake=1))[1:]  # no /sleep, /is_sleeping
+    client, _ = await gateway([route(a, 1), route(plain, 1)])
+    try:
+        status, text = await ask(client, "plain")
+        assert status == 503
+        assert "engine_not_woken" in text and "--enable-sleep-mode" in text, text
+        assert accelerator.changes == []  # a was not put to sleep for nothing
+        status, _ = await ask(client, "a")
+        assert status == 200
+    finally:
+        await client.close()
+
+
+async def test_engines_swapped_behind_the_gateways_back_are_set_right_at_its_next_change(
+        engines: list[FakeVllm]) -> None:
+    """The gateway is the only one to swap a group's engines; where another did, the
+    request it sent to an engine now asleep gets the engine's error, and the next change
+    puts the group back within its bound."""
+    accelerator = Accelerator(holds=1)
+    a, b = await on(engines, accelerator, ["a", "b"], awake=1)
+    client, _ = await gateway([route(a, 1), route(b, 1)])
+    try:
+        assert (await ask(client, "a"))[0] == 200  # the gateway knows: a awake, b asleep
+        a.sleeping, b.sleeping = True, False  # swapped by someone else
+        status, text = await ask(client, "a")
+        assert status == 500 and "sleeping" in text, text  # the engine's own error
+        for model in ("b", "a"):
+            status, text = await ask(client, model)
+            assert status == 200 and f"answered by {model}" in text, text
+        assert accelerator.most <= 1
+    finally:
+        await client.close()
+
+
+@pytest.mark.parametrize(("routes", "words"), [
+    ([{"name": "a", "models": ["a"], "sleep": {"group": "g", "maxAwake": 1},
+       "upstreams": [{"name": "x", "baseUrl": "http://x:1/v1", "auth": "none"},
+                     {"name": "y", "baseUrl": "http://y:1/v1", "auth": "none"}]}],
+     "exactly one upstream"),
+    ([{"models": ["a"], "sleep": {"group": "g", "maxAwake": 1},
+       "upstream": {"baseUrl": "http://x:1/v1", "auth": "none"}},
+      {"models": ["b"], "sleep": {"group": "g", "maxAwake": 2},
+       "upstream": {"baseUrl": "http://y:1/v1", "auth": "none"}}],
+     "routes[1].sleep.maxAwake: 2 here but 1 in routes[0]"),
+])
+def test_a_sleep_group_that_cannot_work_is_refused_with_the_field(
+        routes: list[dict[str, Any]], words: str) -> None:
+    with pytest.raises(ConfigError, match=r".*") as raised:
+        parse_config({"routes": routes})
+    assert words in str(raised.value), str(raised.value)
