@@ -113,7 +113,7 @@ async def test_pool_members_share_one_engine_owned_by_all_of_them(cluster: Clust
         outcome = await reconcile(kube, doc, Settings())
         assert outcome.recheck_after is not None  # its sibling may change the pool
     assert sorted(kinds(cluster)) == ["ConfigMap/small-pool", "Deployment/small-pool",
-                                      "Service/small-pool"]
+                                      "PodDisruptionBudget/small-pool", "Service/small-pool"]
     deployment = cluster.get("apps/v1", "deployments", "ai-models", "small-pool")
     assert deployment is not None
     owners = {o["name"] for o in deployment["metadata"]["ownerReferences"]}

@@ -61,8 +61,13 @@ REPLICAS = [
                          ids=[r[0] for r in REPLICAS])
 def test_the_pools_replicas_are_left_to_the_autoscaler_where_its_members_bounds_differ(
         case: str, scalings: list[dict[str, int]], replicas: int | None) -> None:
-    (deployment,) = [o for o in _objects(scalings) if o["kind"] == "Deployment"]
+    objects = _objects(scalings)
+    (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
     assert deployment["spec"].get("replicas") == replicas
+    budgets = [o for o in objects if o["kind"] == "PodDisruptionBudget"]
+    most = max(s.get("maxReplicas", 3) for s in scalings)
+    assert [b["spec"]["selector"]["matchLabels"] for b in budgets] == (
+        [deployment["spec"]["selector"]["matchLabels"]] if most >= 2 else [])
 
 
 # (case, the members' scaling, the pool's min, max, threshold, cooldown)

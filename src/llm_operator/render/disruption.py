@@ -24,13 +24,19 @@ def budget(model: LLMModel, workload: dict[str, Any], component: str,
     spec = workload.get("spec") or {}
     match = (spec.get("selector") or {}).get("matchLabels") \
         if workload["kind"] == "Deployment" else None
+    return pods_budget(metadata(model, workload["metadata"]["name"], component, owner_uid),
+                       dict(match or selector_labels(model)))
+
+
+def pods_budget(meta: dict[str, Any], match: dict[str, str]) -> dict[str, Any]:
+    """``budget``'s object for the pods ``match`` selects, with ``meta`` (a model pool's)."""
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,
-        "metadata": metadata(model, workload["metadata"]["name"], component, owner_uid),
+        "metadata": meta,
         "spec": {
             "maxUnavailable": 1,
-            "selector": {"matchLabels": dict(match or selector_labels(model))},
+            "selector": {"matchLabels": match},
             "unhealthyPodEvictionPolicy": "AlwaysAllow",
         },
     }

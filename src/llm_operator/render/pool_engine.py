@@ -24,6 +24,7 @@ from llm_operator.profiles.pool import PoolPlan
 from llm_operator.profiles.settings import Settings
 from llm_operator.profiles.vendors import vendor
 from llm_operator.render import engine_image
+from llm_operator.render.disruption import pods_budget
 from llm_operator.render.meta import content_hash, restricted_container_security
 from llm_operator.render.weights import node_file
 
@@ -125,7 +126,10 @@ def preset(members: Sequence[LLMModel]) -> str:
 
 def pool_objects(members: Sequence[LLMModel], plan: PoolPlan, settings: Settings
                  ) -> list[dict[str, Any]]:
-    """The pool's ConfigMap, Deployment and Service, from its members (in name order)."""
+    """The pool's ConfigMap, Deployment and Service, from its members (in name order).
+
+    And its PodDisruptionBudget where its members let it run two replicas or more.
+    """
     first = members[0]
     pool = first.spec.pool
     assert pool is not None
@@ -180,8 +184,10 @@ def pool_objects(members: Sequence[LLMModel], plan: PoolPlan, settings: Settings
                 "spec": pod}
     # the autoscaler's to set where the members' bounds leave a choice (not applied, so
     # that a member's reconcile never undoes it); else the bound
-    replicas = {} if pool_autoscaled(members) else {
-        "replicas": pool_scaling(members).min_replicas}
+    scaling = pool_scaling(members)
+    replicas = {} if pool_autoscaled(members) else {"replicas": scaling.min_replicas}
+    # a drain never takes the pool's last pod while another is unready (as a model's)
+    budget = [pods_budget(meta, pool_labels(pool.name))] if scaling.max_replicas >= 2 else []
     return [
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta,
          "data": {PRESET_FILE: text}},
@@ -193,6 +199,7 @@ def pool_objects(members: Sequence[LLMModel], plan: PoolPlan, settings: Settings
          "spec": {"type": "ClusterIP", "selector": pool_labels(pool.name),
                   "ports": [{"name": "http", "port": PORT, "targetPort": "http",
                              "protocol": "TCP"}]}},
+        *budget,
     ]
 
 
