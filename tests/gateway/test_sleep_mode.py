@@ -88,6 +88,12 @@ async def test_an_engine_asleep_is_woken_after_the_least_recently_used_sleeps(
             "llmop_gateway_engine_sleep_changes_total",
             {"group": "gpu-0", "action": "wake", "outcome": "ok"}) or 0
         assert counted == sum(1 for action, _ in changes if action == "wake")
+        scraped = await (await client.get("/metrics")).text()
+        awake = {f.base_model for f in fakes if not f.sleeping}
+        for fake in fakes:  # which engines are awake now, as the accelerator has them
+            line = (f'llmop_gateway_engine_awake{{group="gpu-0",upstream="{fake.url}/v1"}} '
+                    f'{1.0 if fake.base_model in awake else 0.0}')
+            assert line in scraped, scraped[-2000:]
     finally:
         await client.close()
 

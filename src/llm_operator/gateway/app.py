@@ -431,6 +431,12 @@ class Gateway:
         self.metrics.in_flight.clear()
         for base, load in self.table.loads.items():
             self.metrics.in_flight.labels(base).set(load.in_flight)
+        self.metrics.engine_awake.clear()
+        for group in self.sleepers.groups.values():
+            for engine in group.engines.values():
+                if engine.state != "unknown":
+                    self.metrics.engine_awake.labels(group.name, engine.url).set(
+                        int(engine.state in ("awake", "draining")))
         for hook in self.before_scrape:
             hook()
         return web.Response(body=generate_latest(self.metrics.registry),

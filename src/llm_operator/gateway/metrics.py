@@ -100,6 +100,10 @@ class GatewayMetrics:
             "llmop_gateway_engine_sleep_changes", "Engines of a sleep group put to sleep or "
             "woken (action sleep, wake) to serve a request, by outcome (ok, failed).",
             ["group", "action", "outcome"], registry=r)
+        self.engine_awake = Gauge(
+            "llmop_gateway_engine_awake", "Engines of a sleep group (a route's sleep): 1 "
+            "awake, 0 asleep or changing (absent while not known).", ["group", "upstream"],
+            registry=r)
         self.batches_unfinished = Gauge(
             "llmop_gateway_batches_unfinished", "Batch API batches not finished (validating, "
             "in progress, finalizing, cancelling), as the replica running batches sees them "
