@@ -15,6 +15,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
@@ -31,6 +32,7 @@ from llm_operator.operator.reconciler import record_events
 from llm_operator.profiles.settings import Settings
 from llm_operator.reconcile import workloads
 from llm_operator.reconcile.autoscaling import (
+    Decision,
     Loads,
     Memory,
     Observation,
@@ -58,6 +60,39 @@ ROUTER_TIMEOUT_SECONDS = 2.0
 ReadLoads = Callable[[], Awaitable["Loads | str"]]  # str: why there is no signal
 
 
+@dataclass
+class Books:
+    """What the autoscaler keeps per scaled workload of one key space (models, or pools)."""
+
+    memory: dict[Key, Memory] = field(default_factory=dict)
+    reports: dict[Key, Report] = field(default_factory=dict)
+    written: dict[Key, tuple[int, float]] = field(default_factory=dict)  # (replicas, when)
+
+    def current(self, key: Key, workload: dict[str, Any], now: float) -> int:
+        """The workload's replicas: ours just written until the watch delivers them."""
+        replicas = int((workload.get("spec") or {}).get("replicas", 1))
+        written = self.written.get(key)
+        if written is not None and written[0] != replicas and now - written[1] < WRITTEN_SECONDS:
+            return written[0]
+        return replicas
+
+    def decide(self, key: Key, policy: Policy, observation: Observation, why: str
+               ) -> tuple[Decision, Report]:
+        """One step (remembered) and the condition after it."""
+        decision = step(policy, observation, self.memory.get(key, Memory()))
+        self.memory[key] = decision.memory
+        return decision, report_after(self.reports.get(key), decision, observation.current,
+                                      why)
+
+    def keep(self, keys: set[Key]) -> None:
+        for state in (self.memory, self.reports, self.written):
+            for key in [k for k in state if k not in keys]:
+                del state[key]
+
+    def clear(self) -> None:
+        self.keep(set())
+
+
 class Autoscaler:
     """Sets autoscaled models' replicas from the router's counts when KEDA does not."""
 
@@ -68,13 +103,8 @@ class Autoscaler:
         self.kube, self.settings, self.caches = kube, settings, caches
         self.requeue, self.metrics, self.clock = requeue, metrics, clock
         self.read = read or self._read_router
-        self.memory: dict[Key, Memory] = {}
-        self.reports: dict[Key, Report] = {}  # a pool's members hold their pool's
-        self.written: dict[Key, tuple[int, float]] = {}
-        # a pool's, by (namespace, pool name): its own key space beside the models'
-        self.pool_memory: dict[Key, Memory] = {}
-        self.pool_reports: dict[Key, Report] = {}
-        self.pool_written: dict[Key, tuple[int, float]] = {}
+        self.models = Books()  # by model; a pool's members' reports are their pool's
+        self.pools = Books()  # by (namespace, pool name)
         self._parsed: dict[Key, tuple[str, LLMModel | None]] = {}  # by resourceVersion
         self._http: aiohttp.ClientSession | None = None
         self._was_builtin: bool | None = None
@@ -92,11 +122,11 @@ class Autoscaler:
         A pool's member reports its pool's (set whoever scales models).
         """
         if model.spec.pool is not None and not model.spec.is_remote:
-            return self.reports.get((model.namespace, model.name))
+            return self.models.reports.get((model.namespace, model.name))
         if not autoscaled(model):
             return None
         if self.builtin():
-            return self.reports.get((model.namespace, model.name))
+            return self.models.reports.get((model.namespace, model.name))
         if self.caches.serves(*KEDA_KIND):
             return Report(True, "KEDA", f"KEDA sets the replicas (ScaledObject {model.name}); "
                           f"operator setting autoscaler: {self.settings.autoscaler}")
@@ -138,21 +168,17 @@ class Autoscaler:
             for key, members in groups.items():
                 await self._look_at_pool(key, members, loads, now)
         present = {key_of(d) for d in docs}  # what deleted models left behind goes
-        for state in (self.memory, self.reports, self.written, self._parsed):
-            for key in [k for k in state if k not in present]:
-                del state[key]
-        for pool_state in (self.pool_memory, self.pool_reports, self.pool_written):
-            for key in [k for k in pool_state if k not in groups]:
-                del pool_state[key]
+        self.models.keep(present)
+        for key in [k for k in self._parsed if k not in present]:
+            del self._parsed[key]
+        self.pools.keep(set(groups))
 
     def _handed_over(self, builtin: bool) -> None:
         if self._was_builtin is not None:
             log.info("autoscaler: %s now set the replicas of autoscaled models",
                      "the operator's built-in autoscaler" if builtin else "KEDA's ScaledObjects")
         self._was_builtin = builtin
-        self.memory.clear()  # a new writer starts as if the count had just been set
-        self.reports.clear()
-        self.written.clear()
+        self.models.clear()  # a new writer starts as if the count had just been set
         for doc in self.caches.models():  # status, and the ScaledObjects KEDA now serves
             self.requeue(key_of(doc))
 
@@ -194,51 +220,43 @@ class Autoscaler:
         found = self._model(doc)
         kind, workload = next(((k, w) for k in SCALED_KINDS
                                if (w := self.caches.get(k, *key)) is not None), (None, None))
+        books = self.models
         if found is None or kind is None or workload is None \
                 or doc["metadata"].get("deletionTimestamp"):
-            self.memory.pop(key, None)
+            books.memory.pop(key, None)
             return
         model, policy = found
-        current = int((workload.get("spec") or {}).get("replicas", 1))
-        written = self.written.get(key)
-        if written is not None and written[0] != current and now - written[1] < WRITTEN_SECONDS:
-            current = written[0]  # our write, not yet seen by the watch
+        current = books.current(key, workload, now)
         signal = loads.get(f"{key[0]}/{key[1]}") if not isinstance(loads, str) else None
         why = loads if isinstance(loads, str) else \
             "" if signal else "the router does not route this model (yet)"
         pending, waiting = signal if signal else (None, None)
-        decision = step(policy, Observation(now, current, pending, waiting),
-                        self.memory.get(key, Memory()))
-        self.memory[key] = decision.memory
-        report = report_after(self.reports.get(key), decision, current, why)
+        decision, report = books.decide(key, policy, Observation(now, current, pending,
+                                                                 waiting), why)
         if decision.changes and decision.replicas != current:
-            await self._scale(kind, key, current, (decision.replicas, decision.reason))
-            self.written[key] = (decision.replicas, now)
+            await self._scale(kind, key, current, decision)
+            books.written[key] = (decision.replicas, now)
             await record_events(self.kube, model, [Event(
                 "Normal", "Scaled", f"{current} -> {decision.replicas} replica(s) "
                 f"({decision.reason}): {decision.message}")])
-            self.metrics.autoscaler_changes.labels(decision.reason).inc()
-        if report != self.reports.get(key):
-            self.reports[key] = report
+        if report != books.reports.get(key):
+            books.reports[key] = report
             self.requeue(key)  # the reconciler writes the condition
 
     async def _look_at_pool(self, key: Key, members: list[LLMModel], loads: Loads | str,
                             now: float) -> None:
         """One step for a pool's engine: its members' loads added, within their bounds."""
         namespace, pool = key
+        books = self.pools
         if not pool_autoscaled(members):
-            self.pool_memory.pop(key, None)
-            self.pool_reports.pop(key, None)
+            books.keep(set(books.memory) - {key})
             for member in members:
-                self.reports.pop((member.namespace, member.name), None)
+                self.models.reports.pop((member.namespace, member.name), None)
             return
         name = pool_object_name(pool)
         workload = self.caches.get(workloads.DEPLOYMENT_REF, namespace, name)
         assert workload is not None  # _pools() kept pools with one
-        current = int((workload.get("spec") or {}).get("replicas", 1))
-        written = self.pool_written.get(key)
-        if written is not None and written[0] != current and now - written[1] < WRITTEN_SECONDS:
-            current = written[0]
+        current = books.current(key, workload, now)
         signals = [] if isinstance(loads, str) else [
             s for m in members if (s := loads.get(f"{namespace}/{m.name}"))]
         why = loads if isinstance(loads, str) else \
@@ -246,40 +264,35 @@ class Autoscaler:
         # each member's requests are the pool's; its engine's queue is one, seen by each
         pending = sum(s[0] for s in signals) if signals else None
         waiting = max(s[1] for s in signals) if signals else None
-        decision = step(self._policy(pool_scaling(members)),
-                        Observation(now, current, pending, waiting),
-                        self.pool_memory.get(key, Memory()))
-        self.pool_memory[key] = decision.memory
-        report = report_after(self.pool_reports.get(key), decision, current, why)
-        report = Report(report.active, report.reason, f"pool {pool}: {report.message}"
-                        if not report.message.startswith("pool ") else report.message)
+        decision, report = books.decide(key, self._policy(pool_scaling(members)),
+                                        Observation(now, current, pending, waiting), why)
+        if not report.message.startswith("pool "):  # a new one (else the one kept)
+            report = Report(report.active, report.reason, f"pool {pool}: {report.message}")
         if decision.changes and decision.replicas != current:
-            await self._scale(workloads.DEPLOYMENT_REF, (namespace, name), current,
-                              (decision.replicas, decision.reason))
-            self.pool_written[key] = (decision.replicas, now)
+            await self._scale(workloads.DEPLOYMENT_REF, (namespace, name), current, decision)
+            books.written[key] = (decision.replicas, now)
             for member in members:
                 await record_events(self.kube, member, [Event(
                     "Normal", "Scaled", f"pool {pool}: {current} -> {decision.replicas} "
                     f"replica(s) ({decision.reason}): {decision.message}")])
-            self.metrics.autoscaler_changes.labels(decision.reason).inc()
-        if report != self.pool_reports.get(key):
-            self.pool_reports[key] = report
+        books.reports[key] = report
         for member in members:
             member_key = (member.namespace, member.name)
-            if self.reports.get(member_key) != report:
-                self.reports[member_key] = report
+            if self.models.reports.get(member_key) != report:
+                self.models.reports[member_key] = report
                 self.requeue(member_key)  # the reconciler writes the condition
 
-    async def _scale(self, kind: tuple[str, str], key: Key, current: int,
-                     to: tuple[int, str]) -> None:
+    async def _scale(self, kind: tuple[str, str], target: Key, current: int,
+                     decision: Decision) -> None:
         """Write a workload's scale subresource (Deployment or LeaderWorkerSet)."""
-        (namespace, name), (replicas, reason) = key, to
+        namespace, name = target
         path = f"/apis/{kind[0]}/namespaces/{namespace}/{PLURALS[kind]}/{name}/scale"
-        await self.kube.request("PATCH", path, body={"spec": {"replicas": replicas}},
+        await self.kube.request("PATCH", path, body={"spec": {"replicas": decision.replicas}},
                                 content_type="application/merge-patch+json",
                                 params={"fieldManager": FIELD_MANAGER})
-        log.info("%s/%s: %d -> %d replica(s) (%s)", namespace, name, current, replicas,
-                 reason)
+        self.metrics.autoscaler_changes.labels(decision.reason).inc()
+        log.info("%s/%s: %d -> %d replica(s) (%s)", namespace, name, current,
+                 decision.replicas, decision.reason)
 
     # --- reading the router -----------------------------------------------------------------
 
