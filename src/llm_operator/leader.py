@@ -114,6 +114,17 @@ class LeaderElector:
         self._last_renewed = now
         return True
 
+    async def _attempt(self, seconds: float) -> bool:
+        """``try_acquire`` within ``seconds`` (TimeoutError past them).
+
+        asyncio.timeout, not wait_for: Python 3.11's wait_for returns the inner call's
+        result when the call finished just as the caller was cancelled, and so swallows
+        the cancel. A router told to stop then renewed its batch Lease ten times a second
+        for ever, and no standby could take it (tests/router/test_router_batches.py).
+        """
+        async with asyncio.timeout(seconds):
+            return await self.try_acquire()
+
     async def acquire(self) -> None:
         """Wait until we hold the lease; whatever the API server does, a standby waits on.
 
@@ -123,7 +134,7 @@ class LeaderElector:
         waiting_logged = False
         while True:
             try:
-                if await asyncio.wait_for(self.try_acquire(), self.terms.duration):
+                if await self._attempt(self.terms.duration):
                     return
             except Exception as exc:
                 log.warning("could not read or write the Lease (%s: %s); retrying",
@@ -147,7 +158,7 @@ class LeaderElector:
             left = self.terms.renew_deadline - (
                 self._clock() - self._last_renewed).total_seconds()
             try:
-                if await asyncio.wait_for(self.try_acquire(), max(left, 0.001)):
+                if await self._attempt(max(left, 0.001)):
                     continue
                 log.error("the Lease was taken by another replica; stepping down")
             except Exception as exc:

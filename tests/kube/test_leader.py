@@ -111,6 +111,40 @@ async def test_the_leader_stops_when_it_cannot_renew(cluster: Cluster) -> None:
     assert clock.now - T0 >= timedelta(seconds=10)  # it kept trying for the renew deadline
 
 
+class RacingLeases:
+    """A Lease API whose renewals end just as their caller is cancelled (``stopping``)."""
+
+    def __init__(self) -> None:
+        self.stopping: asyncio.Task[None] | None = None
+        self.writes = 0
+
+    async def get(self, *_: Any) -> dict[str, Any]:
+        return lease("a", T0)
+
+    async def request(self, _method: str, _path: str, body: Any = None, **_: Any) -> Any:
+        self.writes += 1
+        if self.stopping is not None:  # the cancel lands before the caller resumes
+            asyncio.get_running_loop().call_soon(self.stopping.cancel)
+        return body
+
+
+async def test_a_leader_told_to_stop_stops_even_when_a_renewal_ends_that_instant() -> None:
+    """Python 3.11's wait_for swallowed such a cancel: the elector renewed for ever."""
+    leases = RacingLeases()
+
+    async def no_wait(_: float) -> None:
+        await asyncio.sleep(0)
+
+    elector = LeaderElector(leases, LeaseTerms(namespace="ops", identity="a"),  # type: ignore[arg-type]
+                            clock=Clock(), sleep=no_wait)
+    assert await elector.try_acquire()
+    holding = asyncio.create_task(elector.hold())
+    leases.stopping = holding
+    done, _ = await asyncio.wait({holding}, timeout=5)
+    assert done and holding.cancelled(), f"still renewing after {leases.writes} writes"
+    assert leases.writes == 2  # the first acquire, and the renewal the stop met
+
+
 class Replica:
     """An operator replica with leader election in its own thread and event loop.
 
