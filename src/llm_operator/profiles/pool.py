@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from llm_operator.api.pools import pool_problems, pools
+from llm_operator.api.pools import pool_problems, pool_scaling, pools
 from llm_operator.api.v1alpha1 import LLMModel
 from llm_operator.api.validation import Problem
 from llm_operator.profiles.planner import plan
@@ -22,6 +22,7 @@ class PoolPlan:
     max_loaded: int
     members: tuple[tuple[str, float], ...]  # (name, estimated GiB), largest first
     limit_gib: float | None  # spec.pool.memoryGiB
+    replicas: tuple[int, int] = (1, 1)  # its bounds from its members' scaling (min, max)
 
     @property
     def loaded(self) -> tuple[tuple[str, float], ...]:
@@ -42,8 +43,10 @@ def plan_pool(members: Sequence[LLMModel]) -> PoolPlan:
         estimate = plan(member).estimate
         sizes.append((member.name, estimate.total_gib if estimate else 0.0))
     sizes.sort(key=lambda s: (-s[1], s[0]))
+    scaling = pool_scaling(members)
     return PoolPlan(pool.name, pool.max_loaded, tuple(sizes),
-                    float(pool.memory_gi_b) if pool.memory_gi_b else None)
+                    float(pool.memory_gi_b) if pool.memory_gi_b else None,
+                    (scaling.min_replicas, scaling.max_replicas))
 
 
 def pool_fit_problems(pool: PoolPlan) -> dict[str, list[Problem]]:
