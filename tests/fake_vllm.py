@@ -71,6 +71,8 @@ class FakeVllm:
             self.app.router.add_get("/is_sleeping", self._is_sleeping)
         self.in_flight = 0  # chat completions being answered
         self.arrived = asyncio.Event()  # set when a chat completion starts being answered
+        self.wake_asked = asyncio.Event()  # set when /wake_up is called
+        self.wake_gate: asyncio.Event | None = None  # set: /wake_up waits until it is set
         self.waiting = self.running = 0  # what /metrics reports of the queue
         self.kv_usage = 0.0
         self.served: list[str] = []  # the model of every chat completion answered
@@ -182,6 +184,9 @@ class FakeVllm:
     async def _wake_up(self, _: web.Request) -> web.Response:
         accelerator = self.accelerator
         assert accelerator is not None
+        self.wake_asked.set()
+        if self.wake_gate is not None:
+            await self.wake_gate.wait()
         if self.sleeping:
             if accelerator.awake >= accelerator.holds:
                 return self._error("CUDA out of memory. Tried to allocate 2.00 GiB", 500,

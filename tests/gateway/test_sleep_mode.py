@@ -45,8 +45,10 @@ def route(engine: FakeVllm, max_awake: int, group: str = "gpu-0") -> dict[str, A
 
 
 async def gateway(routes: list[dict[str, Any]]) -> tuple[TestClient[Any, Any], Gateway]:
+    """The gateway as `llmop gateway` serves it: a client that leaves cancels its handler."""
     gw = Gateway(parse_config({"routes": routes}))
-    client: TestClient[Any, Any] = TestClient(TestServer(gw.app(), host="127.0.0.1"))
+    client: TestClient[Any, Any] = TestClient(TestServer(gw.app(), host="127.0.0.1",
+                                                         handler_cancellation=True))
     await client.start_server()
     return client, gw
 
@@ -123,6 +125,32 @@ async def test_an_engine_serving_a_stream_sleeps_only_once_it_ends(
         status, text = await for_b
         assert status == 200 and "answered by b" in text
         assert accelerator.changes == [("sleep", "a"), ("wake", "b")]
+    finally:
+        await client.close()
+
+
+async def test_a_client_that_leaves_during_a_wake_leaves_the_group_within_its_bound(
+        engines: list[FakeVllm]) -> None:
+    """The engine may finish waking anyway: the gateway asks it again before the next
+    change, rather than counting it asleep and waking another beside it."""
+    accelerator = Accelerator(holds=1)
+    a, b, c = await on(engines, accelerator, ["a", "b", "c"], awake=1)
+    b.wake_gate = asyncio.Event()
+    client, gw = await gateway([route(f, 1) for f in (a, b, c)])
+    try:
+        leaving = asyncio.create_task(ask(client, "b"))
+        async with asyncio.timeout(10):
+            await b.wake_asked.wait()
+        leaving.cancel()  # the client leaves while b wakes
+        engine = gw.sleepers.groups["gpu-0"].engines[f"{b.url}/v1"]
+        async with asyncio.timeout(10):
+            while engine.state == "changing":
+                await asyncio.sleep(0)  # the handler runs on this loop: yield to it
+        b.wake_gate.set()  # b finishes waking all the same
+        for model in ("c", "a", "b"):
+            status, text = await ask(client, model)
+            assert status == 200 and f"answered by {model}" in text, text
+        assert accelerator.most <= 1
     finally:
         await client.close()
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -76,16 +76,28 @@ class SleepGroup:
             await self._learn()
             if engine.state != "awake":
                 await self._make_room(engine)
-                engine.state = "changing"
-                try:
-                    await self.control.wake(url)
-                except SleepError:
-                    engine.state = "unknown"
-                    self.changes("wake", "failed")
-                    raise
-                engine.state = "awake"
-                self.changes("wake", "ok")
+                await self._change(engine, "wake", self.control.wake, "awake")
             self._use(engine)
+
+    async def _change(self, engine: Engine, action: str,
+                      call: Callable[[str], Awaitable[None]], to: State) -> None:
+        """Put ``engine`` to sleep or wake it; counted.
+
+        An engine whose change failed or was given up (the request that asked left) is
+        "unknown" until asked again: it may have changed anyway.
+        """
+        engine.state = "changing"  # no request enters it meanwhile
+        try:
+            await call(engine.url)
+        except SleepError:
+            engine.state = "unknown"
+            self.changes(action, "failed")
+            raise
+        except BaseException:
+            engine.state = "unknown"
+            raise
+        engine.state = to
+        self.changes(action, "ok")
 
     def leave(self, url: str) -> None:
         """A request the engine served has ended."""
@@ -134,15 +146,10 @@ class SleepGroup:
                     raise
                 continue
             victim = min(idle, key=lambda e: e.used)
-            victim.state = "changing"  # no request enters it from here on
             try:
-                await self.control.sleep(victim.url)
+                await self._change(victim, "sleep", self.control.sleep, "asleep")
             except SleepError as exc:
-                victim.state = "unknown"
-                self.changes("sleep", "failed")
                 raise SleepError(f"to make room, {victim.url} was to sleep: {exc}") from None
-            victim.state = "asleep"
-            self.changes("sleep", "ok")
 
 
 class Sleepers:

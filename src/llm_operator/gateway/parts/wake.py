@@ -43,10 +43,16 @@ class Wake:
         self.sleepers = sleepers
 
     def _engine(self, ex: Exchange) -> tuple[SleepGroup, str] | None:
+        """The request's group and engine; None where it takes no turns.
+
+        Or no longer: its route was reconfigured away while the request came through.
+        """
         sleep = ex.state.route.sleep
         if sleep is None:
             return None
-        return self.sleepers.groups[sleep.group], ex.state.deployments[0].upstream.base_url
+        group = self.sleepers.groups.get(sleep.group)
+        url = ex.state.deployments[0].upstream.base_url
+        return (group, url) if group is not None and url in group.engines else None
 
     def now(self, ex: Exchange) -> Awake | None:
         """Counted in an awake engine (or one not taking turns); None: ``wait`` must."""
@@ -59,7 +65,8 @@ class Wake:
     async def wait(self, ex: Exchange) -> Awake | web.Response:
         """The engine woken (another put to sleep first if need be), or a 503 saying why."""
         found = self._engine(ex)
-        assert found is not None  # now() answered for routes that do not take turns
+        if found is None:  # reconfigured away since now()
+            return NOT_TAKING_TURNS
         group, url = found
         try:
             if ex.trace is None or not ex.trace.recording:
