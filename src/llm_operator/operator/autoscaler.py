@@ -89,6 +89,10 @@ class Books:
             for key in [k for k in state if k not in keys]:
                 del state[key]
 
+    def forget(self, key: Key) -> None:
+        for state in (self.memory, self.reports, self.written):
+            state.pop(key, None)
+
     def clear(self) -> None:
         self.keep(set())
 
@@ -249,7 +253,7 @@ class Autoscaler:
         namespace, pool = key
         books = self.pools
         if not pool_autoscaled(members):
-            books.keep(set(books.memory) - {key})
+            books.forget(key)
             for member in members:
                 self.models.reports.pop((member.namespace, member.name), None)
             return
