@@ -104,3 +104,17 @@ def test_problems_name_the_other_members_where_they_were_looked_for() -> None:
 def test_models_without_pool_are_in_no_pool() -> None:
     alone = parse_llmmodel(load_yaml(REPO / "examples" / "cluster" / "gemma-270m.yaml"))
     assert pools([alone]) == {}
+
+
+@pytest.mark.parametrize(("case", "cpus", "max_loaded", "expected"), [
+    ("two of three loaded, equal", [500, 500, 500], 2, 1000),
+    ("the two asking most", [250, 2000, 1000], 2, 3000),
+    ("one loaded at a time", [250, 2000, 1000], 1, 2000),
+    ("as many loaded as members", [250, 500], 2, 750),
+])
+def test_a_pools_cpu_is_what_its_loaded_members_ask_together(
+        case: str, cpus: list[int], max_loaded: int, expected: int) -> None:
+    models = [member(f"m{i}", pool={"maxLoaded": max_loaded},
+                     resources={"acceleratorCount": 0, "memoryGiB": 4, "cpuMillicores": c})
+              for i, c in enumerate(cpus)]
+    assert plan_pool(models).cpu_millicores == expected

@@ -102,6 +102,12 @@ def test_every_pool_object_validates_against_official_schemas() -> None:
     assert [e for o in _objects() for e in validate_object(o)] == []
 
 
+def test_a_changed_pool_replaces_its_pod_rather_than_needing_room_for_two() -> None:
+    (deployment,) = [o for o in _objects() if o["kind"] == "Deployment"]
+    assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 0,
+                                                               "maxUnavailable": 1}
+
+
 def test_every_member_owns_the_pools_objects_and_none_is_their_controller() -> None:
     for obj in _objects():
         owners = obj["metadata"]["ownerReferences"]

@@ -1,4 +1,4 @@
-"""A pool's memory: the maxLoaded largest members at once, each its own engine process."""
+"""A pool's size: the maxLoaded largest members at once, each its own engine process."""
 
 from __future__ import annotations
 
@@ -16,12 +16,17 @@ ROUTER_GIB = 0.1
 
 @dataclass(frozen=True)
 class PoolPlan:
-    """How much a pool needs: each member's estimate, the largest maxLoaded of them summed."""
+    """How much a pool needs: each member's estimate, the largest maxLoaded of them summed.
+
+    CPU likewise: the maxLoaded members asking the most, each serving (and loading) at the
+    CPU its own pod would have, not one member's CPU shared by all those loaded.
+    """
 
     name: str
     max_loaded: int
     members: tuple[tuple[str, float], ...]  # (name, estimated GiB), largest first
     limit_gib: float | None  # spec.pool.memoryGiB
+    cpu_millicores: int  # the maxLoaded largest members' resources.cpuMillicores summed
     replicas: tuple[int, int] = (1, 1)  # its bounds from its members' scaling (min, max)
 
     @property
@@ -43,10 +48,11 @@ def plan_pool(members: Sequence[LLMModel]) -> PoolPlan:
         estimate = plan(member).estimate
         sizes.append((member.name, estimate.total_gib if estimate else 0.0))
     sizes.sort(key=lambda s: (-s[1], s[0]))
+    cpus = sorted((m.spec.resources.cpu_millicores for m in members), reverse=True)
     scaling = pool_scaling(members)
     return PoolPlan(pool.name, pool.max_loaded, tuple(sizes),
                     float(pool.memory_gi_b) if pool.memory_gi_b else None,
-                    (scaling.min_replicas, scaling.max_replicas))
+                    sum(cpus[:pool.max_loaded]), (scaling.min_replicas, scaling.max_replicas))
 
 
 def pool_fit_problems(pool: PoolPlan) -> dict[str, list[Problem]]:

@@ -33,6 +33,13 @@ PRESET_DIR = "/etc/llmop-pool"
 PRESET_FILE = "models.ini"
 MEMBERS_DIR = "/models"
 SERVER_CONTAINER = "pool-server"
+# A changed pool (a member added, edited or gone) replaces its pods one at a time, never
+# starting a new pod beside the old: that would need its loaded members' memory and CPU (a
+# vLLM pool's accelerators) twice, which a node sized for the pool does not have, and the
+# rollout would wait for ever. One replica is away while its successor starts (the router
+# holds its requests, as at zero); with several, the others serve.
+REPLACED_IN_TURN = {"type": "RollingUpdate",
+                    "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
 
 
 def pool_object_name(pool: str) -> str:
@@ -140,7 +147,7 @@ def pool_objects(members: Sequence[LLMModel], plan: PoolPlan, settings: Settings
     image = engine_image(vp, eng.name, settings)
     assert image is not None  # each member's placement_problems() checked it
     memory = math.ceil(plan.limit_gib or plan.need_gib)
-    cpu = max(m.spec.resources.cpu_millicores for m in members)
+    cpu = plan.cpu_millicores
     volumes: list[dict[str, Any]] = [{"name": "preset", "configMap": {
         "name": pool_object_name(pool.name)}}]
     mounts: list[dict[str, Any]] = [{"name": "preset", "mountPath": PRESET_DIR,
@@ -192,7 +199,7 @@ def pool_objects(members: Sequence[LLMModel], plan: PoolPlan, settings: Settings
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta,
          "data": {PRESET_FILE: text}},
         {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
-         "spec": {**replicas, "revisionHistoryLimit": 3,
+         "spec": {**replicas, "revisionHistoryLimit": 3, "strategy": REPLACED_IN_TURN,
                   "selector": {"matchLabels": pool_labels(pool.name)},
                   "template": template}},
         {"apiVersion": "v1", "kind": "Service", "metadata": meta,
