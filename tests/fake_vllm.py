@@ -15,7 +15,7 @@ import json
 import socket
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from aiohttp import web
 
@@ -43,18 +43,48 @@ class Accelerator:
         self.holds, self.awake, self.most = holds, 0, 0
         self.changes: list[tuple[str, str]] = []  # (sleep|wake, model), in order
 
+    def arrive(self, model: str, awake: bool) -> None:
+        """An engine started on it, awake or (as a launcher leaves it) asleep."""
+        if awake:
+            self.awake += 1
+            self.most = max(self.most, self.awake)
+
+    def take(self, model: str) -> bool:
+        """Room for ``model`` woken; False: CUDA out of memory."""
+        if self.awake >= self.holds:
+            return False
+        self.awake += 1
+        self.most = max(self.most, self.awake)
+        self.changes.append(("wake", model))
+        return True
+
+    def give(self, model: str) -> None:
+        """``model`` put to sleep: its room freed."""
+        self.awake -= 1
+        self.changes.append(("sleep", model))
+
+
+class Room(Protocol):
+    """What a fake in sleep mode asks of its accelerator (Accelerator, or one shared by
+    processes)."""
+
+    def arrive(self, model: str, awake: bool) -> None: ...
+
+    def take(self, model: str) -> bool: ...
+
+    def give(self, model: str) -> None: ...
+
 
 class FakeVllm:
-    def __init__(self, base_model: str, accelerator: Accelerator | None = None, *,
+    def __init__(self, base_model: str, accelerator: Room | None = None, *,
                  asleep: bool = False) -> None:
         """``accelerator``: the engine runs with --enable-sleep-mode on it (``asleep``: as
         a launcher that starts the engines in turn leaves those beyond the first few)."""
         self.base_model = base_model
         self.accelerator = accelerator
         self.sleeping = asleep
-        if accelerator is not None and not asleep:
-            accelerator.awake += 1
-            accelerator.most = max(accelerator.most, accelerator.awake)
+        if accelerator is not None:
+            accelerator.arrive(base_model, not asleep)
         self.adapters: dict[str, str] = {}  # name -> path
         self.calls: list[tuple[str, str]] = []  # (action, name), in order
         self.changed = asyncio.Event()  # set on every load or unload
@@ -177,8 +207,7 @@ class FakeVllm:
             return self._error(f"{self.in_flight} request(s) running", 500, "InternalError")
         if not self.sleeping:
             self.sleeping = True
-            self.accelerator.awake -= 1
-            self.accelerator.changes.append(("sleep", self.base_model))
+            self.accelerator.give(self.base_model)
         return web.Response()
 
     async def _wake_up(self, _: web.Request) -> web.Response:
@@ -188,13 +217,10 @@ class FakeVllm:
         if self.wake_gate is not None:
             await self.wake_gate.wait()
         if self.sleeping:
-            if accelerator.awake >= accelerator.holds:
+            if not accelerator.take(self.base_model):
                 return self._error("CUDA out of memory. Tried to allocate 2.00 GiB", 500,
                                    "OutOfMemoryError")
             self.sleeping = False
-            accelerator.awake += 1
-            accelerator.most = max(accelerator.most, accelerator.awake)
-            accelerator.changes.append(("wake", self.base_model))
         return web.Response()
 
     async def _is_sleeping(self, _: web.Request) -> web.Response:

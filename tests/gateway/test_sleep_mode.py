@@ -209,3 +209,50 @@ def test_a_sleep_group_that_cannot_work_is_refused_with_the_field(
     with pytest.raises(ConfigError, match=r".*") as raised:
         parse_config({"routes": routes})
     assert words in str(raised.value), str(raised.value)
+
+
+async def states(client: TestClient[Any, Any]) -> dict[str, dict[str, Any]]:
+    """GET /models: each engine's status by model, as llama-server's router reports them."""
+    resp = await client.get("/models")
+    assert resp.status == 200
+    return {m["id"]: m["status"] for m in (await resp.json())["data"]}
+
+
+LOADED, UNLOADED = {"value": "loaded"}, {"value": "unloaded"}
+
+
+async def test_get_models_says_which_engines_are_loaded_as_llama_servers_router_does(
+        engines: list[FakeVllm]) -> None:
+    fakes = await on(engines, Accelerator(holds=2), ["a", "b", "c"], awake=2)
+    client, _ = await gateway([route(f, 2) for f in fakes])
+    try:  # before any change, the engines are asked
+        assert await states(client) == {"a": LOADED, "b": LOADED, "c": UNLOADED}
+        status, _ = await ask(client, "c")
+        assert status == 200
+        assert await states(client) == {"a": UNLOADED, "b": LOADED, "c": LOADED}
+    finally:
+        await client.close()
+
+
+async def test_get_models_says_which_engine_failed_its_wake(engines: list[FakeVllm]) -> None:
+    # the accelerator holds one though the group was told two: b's wake runs out of memory
+    a, b = await on(engines, Accelerator(holds=1), ["a", "b"], awake=1)
+    client, _ = await gateway([route(a, 2), route(b, 2)])
+    try:
+        status, text = await ask(client, "b")
+        assert status == 503 and "CUDA out of memory" in text, text
+        assert await states(client) == {"a": LOADED,
+                                        "b": {"value": "unloaded", "failed": True}}
+    finally:
+        await client.close()
+
+
+async def test_get_models_is_empty_where_no_engines_take_turns(
+        engines: list[FakeVllm]) -> None:
+    (a,) = await on(engines, None, ["a"], awake=1)
+    client, _ = await gateway([{"name": "a", "models": ["a"],
+                                "upstream": {"baseUrl": f"{a.url}/v1", "auth": "none"}}])
+    try:
+        assert await states(client) == {}
+    finally:
+        await client.close()

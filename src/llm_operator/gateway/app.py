@@ -70,7 +70,7 @@ MESSAGES_PATH = "/v1/messages"  # Anthropic-shaped clients, translated for any m
 # the model's guardrails, OpenAI's moderation shape (a remote model without any: its own)
 MODERATIONS_PATH = "/v1/moderations"
 ENDPOINTS = ", ".join(f"POST {p}" for p in (*PROXIED_PATHS, MESSAGES_PATH, MODERATIONS_PATH)
-                      ) + ", GET /v1/models"
+                      ) + ", GET /v1/models, GET /models"
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -325,6 +325,7 @@ class Gateway:
             (Identify(self.table, None), ReadBody(self.table), Resolve(self.table)),
             self.guarding, self._clock, path.handle).handle)
         app.router.add_get("/v1/models", answering_errors(self.models))
+        app.router.add_get("/models", answering_errors(self.engines))
         app.router.add_get("/health", answering_errors(self.health))
         app.router.add_get("/ready", answering_errors(self.ready))
         app.router.add_get("/metrics", answering_errors(self.prometheus))
@@ -399,6 +400,16 @@ class Gateway:
         except Refusal as refused:
             return refused.response
         return web.json_response({"object": "list", "data": self.table.listed(client)})
+
+    async def engines(self, _: web.Request) -> web.Response:
+        """Which engines taking turns are awake: llama-server's router's ``GET /models``.
+
+        The operator reads a pool's members' Loaded condition from it, whichever engine
+        serves the pool. Empty where no route has a sleep group.
+        """
+        return web.json_response(await self.sleepers.report(
+            (r.models[0], r.sleep.group, r.deployments[0].base_url)
+            for r in self.config.routes if r.sleep is not None))
 
     async def health(self, _: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})

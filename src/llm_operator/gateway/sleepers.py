@@ -13,14 +13,17 @@ engine left awake by another process is counted.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import aiohttp
 
 State = Literal["awake", "draining", "changing", "asleep", "unknown"]
+# what GET /models says of an engine, in llama-server's router mode's words
+Loaded = Literal["loaded", "loading", "unloaded", "failed", "unknown"]
 CONTROL_SECONDS = 600.0  # a wake of a large model from host memory, or a sleep, takes long
 
 
@@ -46,6 +49,19 @@ class Engine:
     state: State = "unknown"
     in_use: int = 0
     used: int = 0  # the group's tick at its last request
+    waking: bool = False  # while "changing": to awake (else to asleep)
+    failed: bool = False  # its last change failed (until one succeeds)
+
+    @property
+    def loaded(self) -> Loaded:
+        """Its state as llama-server's router reports a member's (the operator reads both)."""
+        if self.state in ("awake", "draining"):
+            return "loaded"
+        if self.state == "changing":
+            return "loading" if self.waking else "unloaded"
+        if self.failed:
+            return "failed"
+        return "unloaded" if self.state == "asleep" else "unknown"
 
 
 @dataclass
@@ -86,17 +102,17 @@ class SleepGroup:
         An engine whose change failed or was given up (the request that asked left) is
         "unknown" until asked again: it may have changed anyway.
         """
-        engine.state = "changing"  # no request enters it meanwhile
+        engine.state, engine.waking = "changing", to == "awake"  # no request enters it
         try:
             await call(engine.url)
-        except SleepError:
-            engine.state = "unknown"
+        except SleepError:  # a failed wake is the engine's to report (GET /models)
+            engine.state, engine.failed = "unknown", engine.waking
             self.changes(action, "failed")
             raise
         except BaseException:
             engine.state = "unknown"
             raise
-        engine.state = to
+        engine.state, engine.failed = to, False
         self.changes(action, "ok")
 
     def leave(self, url: str) -> None:
@@ -110,6 +126,18 @@ class SleepGroup:
     def _use(self, engine: Engine) -> None:
         self.tick += 1
         engine.used, engine.in_use = self.tick, engine.in_use + 1
+
+    async def refresh(self) -> None:
+        """Ask the engines whose state is not known, unless a change is under way.
+
+        For a report (GET /models): it never waits behind a change, and an engine that
+        does not answer stays unknown.
+        """
+        if self._lock.locked() or all(e.state != "unknown" for e in self.engines.values()):
+            return
+        async with self._lock:
+            with contextlib.suppress(SleepError):  # reported as it stands: unknown, failed
+                await self._learn()
 
     async def _learn(self) -> None:
         """Ask the engines whose state is not known (at start, after a failed change)."""
@@ -175,6 +203,26 @@ class Sleepers:
             group.max_awake = max_awake
             group.engines = {u: group.engines.get(u) or Engine(u) for u in urls}
             self.groups[name] = group
+
+    async def report(self, members: Iterable[tuple[str, str, str]]) -> dict[str, Any]:
+        """GET /models: each engine's model, loaded or not, as llama-server's router says.
+
+        ``members``: (model, group, engine URL) of each route that takes turns. Engines not
+        known yet are asked first (unless their group is changing one).
+        """
+        listed = list(members)
+        await asyncio.gather(*(g.refresh() for g in self.groups.values()))
+        data = []
+        for model, group, url in listed:
+            found = self.groups.get(group)
+            engine = found.engines.get(url) if found is not None else None
+            if engine is None:
+                continue
+            status: dict[str, Any] = {"value": engine.loaded}
+            if engine.loaded == "failed":
+                status = {"value": "unloaded", "failed": True}
+            data.append({"id": model, "object": "model", "status": status})
+        return {"object": "list", "data": data}
 
     def _new(self, name: str, max_awake: int) -> SleepGroup:
         def counted(action: str, outcome: str) -> None:
