@@ -9,6 +9,7 @@ import pytest
 from llm_operator.api.pools import pool_problems, pools
 from llm_operator.api.v1alpha1 import LLMModel
 from llm_operator.api.validation import parse_llmmodel
+from llm_operator.profiles.planner import plan as plan_of
 from llm_operator.profiles.pool import ROUTER_GIB, across_pools, plan_pool
 
 from samples import REPO, load_yaml
@@ -118,3 +119,14 @@ def test_a_pools_cpu_is_what_its_loaded_members_ask_together(
                      resources={"acceleratorCount": 0, "memoryGiB": 4, "cpuMillicores": c})
               for i, c in enumerate(cpus)]
     assert plan_pool(models).cpu_millicores == expected
+
+
+def test_the_weights_that_may_sleep_at_once_are_all_but_the_loaded_members_the_largest(
+        ) -> None:
+    sizes = {"a": 1, "b": 3, "c": 7}
+    models = [member(n, totalParametersBillions=b) for n, b in sizes.items()]
+    plan = plan_pool(models)  # maxLoaded 2: one asleep, at worst the largest
+    (largest,) = [m for m in models if m.name == "c"]
+    estimate = plan_of(largest).estimate
+    assert estimate is not None
+    assert plan.asleep_gib == pytest.approx(estimate.weights_gib)

@@ -121,4 +121,4 @@ def test_a_member_not_on_the_node_is_refused_with_the_field_named() -> None:
     doc["spec"]["modelId"] = "ggml-org/gemma-3-270m-GGUF"
     (problem,) = member_problems(parse_llmmodel(doc))
     assert problem.path == "spec.modelSource"
-    assert "GGUF files on the node so far" in problem.message
+    assert "files on the node so far (a GGUF file" in problem.message

@@ -7,8 +7,10 @@ from pydantic import Field
 from llm_operator.api.formats import DNS1035_LABEL
 from llm_operator.api.wire import Wire
 
-# The engines a pool runs on: llama-server's router mode loads and unloads its members.
-POOL_ENGINES = ("llamacpp",)
+# The engines a pool runs on: llama-server's router mode loads and unloads its members;
+# vLLM engines take turns on one accelerator with vLLM's sleep mode (CUDA and ROCm only).
+POOL_ENGINES = ("llamacpp", "vllm")
+SLEEP_MODE_VENDORS = ("nvidia", "amd")
 POOL_NAME_MAX = 40  # "<pool>-pool" names its Deployment and Service
 
 

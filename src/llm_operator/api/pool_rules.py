@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from llm_operator.api.pool import POOL_ENGINES
-from llm_operator.api.rule import ENGINE, Rule, is_local
+from llm_operator.api.pool import POOL_ENGINES, SLEEP_MODE_VENDORS
+from llm_operator.api.rule import ENGINE, VENDOR, Rule, is_local
 from llm_operator.api.v1alpha1 import LLMModelSpec
 
 POOLED = "has(self.pool)"
@@ -28,8 +28,20 @@ POOL_RULES: tuple[Rule, ...] = (
         field=".inferenceEngine",
         cel=f"!{POOLED} || self.deploymentMode != 'local' || {ENGINE} in {list(POOL_ENGINES)}",
         message="a pool is served by llama.cpp's router mode, which loads and unloads its "
-        "members: set inferenceEngine llamacpp (with a GGUF quantization), or remove pool",
+        "members, or by vLLM engines taking turns on one accelerator (sleep mode): set "
+        "inferenceEngine llamacpp or vllm, or remove pool",
         holds=lambda s: not _pooled(s) or not is_local(s) or s.inference_engine in POOL_ENGINES,
+    ),
+    Rule(
+        id="pool-vllm-sleep-mode",
+        location="spec",
+        field=".acceleratorVendor",
+        cel=f"!{POOLED} || {ENGINE} != 'vllm' || {VENDOR} in {list(SLEEP_MODE_VENDORS)}",
+        message="a vLLM pool's members take turns on one accelerator with vLLM's sleep mode, "
+        "which runs on CUDA and ROCm: set acceleratorVendor nvidia or amd, or serve the "
+        "pool with inferenceEngine llamacpp",
+        holds=lambda s: not _pooled(s) or s.inference_engine != "vllm"
+        or s.accelerator_vendor in SLEEP_MODE_VENDORS,
     ),
     Rule(
         id="pool-one-pod",

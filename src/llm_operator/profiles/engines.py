@@ -135,7 +135,8 @@ def serve(spec: LLMModelSpec, on_accelerator: bool) -> Serve:
     return Serve(command=("/bin/ollama",), args=("serve",), env=tuple(env))
 
 
-def _vllm(spec: LLMModelSpec, on_accelerator: bool) -> Serve:
+def _vllm(spec: LLMModelSpec, on_accelerator: bool, *, model: str = SOURCE_DIR,
+          host: str = "0.0.0.0", port: int = PORT) -> Serve:
     """VLLM's API server; on CPU with its fixed KV space and one OpenMP thread per core."""
     args = spec.engine_args or {}
     extra: list[str] = []
@@ -166,11 +167,26 @@ def _vllm(spec: LLMModelSpec, on_accelerator: bool) -> Serve:
                 ("TORCHINDUCTOR_CACHE_DIR", INDUCTOR_CACHE_DIR)]
     return Serve(
         command=("python3", "-m", "vllm.entrypoints.openai.api_server"),
-        args=("--model", SOURCE_DIR, "--served-model-name", spec.model_id,
-              "--host", "0.0.0.0", "--port", str(PORT), *extra,
+        args=("--model", model, "--served-model-name", spec.model_id,
+              "--host", host, "--port", str(port), *extra,
               *adapters.vllm_args(spec), *flag_args(args)),
         env=tuple(env),
     )
+
+
+def vllm_sleeper(spec: LLMModelSpec, model: str, port: int, gpu_fraction: float) -> Serve:
+    """A model pool member's vLLM server: on loopback in the pool's pod, in sleep mode.
+
+    ``gpu_fraction``: the share of the accelerator's memory it may take while awake
+    (``--gpu-memory-utilization``), so that the pool's ``maxLoaded`` fit side by side.
+    """
+    served = _vllm(spec, True, model=model, host="127.0.0.1", port=port)
+    own = spec.engine_args or {}
+    extra = ["--enable-sleep-mode"]
+    if "gpu-memory-utilization" not in own:
+        extra += ["--gpu-memory-utilization", f"{gpu_fraction:.2f}"]
+    return Serve(command=served.command, args=(*served.args, *extra),
+                 env=(*served.env, ("VLLM_SERVER_DEV_MODE", "1")))
 
 
 def engine_arg_problems(spec: LLMModelSpec) -> list[str]:

@@ -27,6 +27,9 @@ class PoolPlan:
     members: tuple[tuple[str, float], ...]  # (name, estimated GiB), largest first
     limit_gib: float | None  # spec.pool.memoryGiB
     cpu_millicores: int  # the maxLoaded largest members' resources.cpuMillicores summed
+    # the weights of the members that may be asleep at once (all but maxLoaded, the
+    # largest): where engines sleep (vLLM's level 1), host memory holds them
+    asleep_gib: float
     replicas: tuple[int, int] = (1, 1)  # its bounds from its members' scaling (min, max)
 
     @property
@@ -43,16 +46,19 @@ def plan_pool(members: Sequence[LLMModel]) -> PoolPlan:
     """The pool's plan from its members (as pools() gives them; the first one's settings)."""
     pool = members[0].spec.pool
     assert pool is not None
-    sizes = []
+    sizes, weights = [], []
     for member in members:
         estimate = plan(member).estimate
         sizes.append((member.name, estimate.total_gib if estimate else 0.0))
+        weights.append(estimate.weights_gib if estimate else 0.0)
     sizes.sort(key=lambda s: (-s[1], s[0]))
     cpus = sorted((m.spec.resources.cpu_millicores for m in members), reverse=True)
+    asleep = sorted(weights, reverse=True)[:max(0, len(members) - pool.max_loaded)]
     scaling = pool_scaling(members)
     return PoolPlan(pool.name, pool.max_loaded, tuple(sizes),
                     float(pool.memory_gi_b) if pool.memory_gi_b else None,
-                    sum(cpus[:pool.max_loaded]), (scaling.min_replicas, scaling.max_replicas))
+                    sum(cpus[:pool.max_loaded]), sum(asleep),
+                    (scaling.min_replicas, scaling.max_replicas))
 
 
 def pool_fit_problems(pool: PoolPlan) -> dict[str, list[Problem]]:

@@ -159,6 +159,14 @@ def pod_node_selector(spec: LLMModelSpec, settings: Settings) -> dict[str, str]:
     return {} if claims.claimed(spec) else dict(vendor(spec.accelerator_vendor).node_selector)
 
 
+def pod_tolerations(spec: LLMModelSpec, settings: Settings) -> list[dict[str, Any]]:
+    """The inference pods' tolerations: the vendor's, or the settings' override of them."""
+    override = settings.vendors.get(spec.accelerator_vendor)
+    if override and override.tolerations is not None:
+        return list(override.tolerations)
+    return [dict(t) for t in vendor(spec.accelerator_vendor).tolerations]
+
+
 def _render_local(
     model: LLMModel, settings: Settings, owner_uid: str | None, model_plan: Plan
 ) -> list[dict[str, Any]]:
@@ -167,11 +175,8 @@ def _render_local(
     eng = engine(spec.inference_engine)
     image = engine_image(vp, eng.name, settings)
     assert image is not None  # placement_problems() checked it
-    override = settings.vendors.get(vp.name)
     node_selector = pod_node_selector(spec, settings)
-    tolerations = [dict(t) for t in vp.tolerations]
-    if override and override.tolerations is not None:
-        tolerations = list(override.tolerations)
+    tolerations = pod_tolerations(spec, settings)
     cache = model_plan.cache_size_gib * (2 if eng.name == "ollama" else 1)  # Ollama copies it
     autoscaled = scaling.autoscaled(model)
 

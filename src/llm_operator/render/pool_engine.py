@@ -23,7 +23,7 @@ from llm_operator.profiles.llamaserver import Where, llama_server_args
 from llm_operator.profiles.pool import PoolPlan
 from llm_operator.profiles.settings import Settings
 from llm_operator.profiles.vendors import vendor
-from llm_operator.render import engine_image
+from llm_operator.render import engine_image, pool_vllm
 from llm_operator.render.disruption import pods_budget
 from llm_operator.render.meta import content_hash, restricted_container_security
 from llm_operator.render.weights import node_file
@@ -56,9 +56,10 @@ def member_problems(model: LLMModel) -> list[Problem]:
     """Why a pooled model cannot be a member in a cluster (so far: files on the node)."""
     if model.spec.pool is None or node_file(model.spec):
         return []
-    return [Problem("spec.modelSource", "a pool's members are GGUF files on the node so far "
-                    "(modelSource.type file, an absolute path): the pool's engine mounts each "
-                    "one; serve this model outside the pool, or put its file on the nodes")]
+    return [Problem("spec.modelSource", "a pool's members are files on the node so far (a "
+                    "GGUF file, or for vLLM a model directory; modelSource.type file, an "
+                    "absolute path): the pool's engine mounts each one; serve this model "
+                    "outside the pool, or put its file on the nodes")]
 
 
 def _member_path(model: LLMModel) -> str:
@@ -142,6 +143,11 @@ def pool_objects(members: Sequence[LLMModel], plan: PoolPlan, settings: Settings
     assert pool is not None
     namespace = first.namespace
     meta = _meta(pool.name, namespace, members)
+    if first.spec.inference_engine == "vllm":  # engines taking turns (render/pool_vllm.py)
+        data = {pool_vllm.GATEWAY_FILE: pool_vllm.gateway_config(members, pool.max_loaded),
+                pool_vllm.LAUNCHER_FILE: pool_vllm.launcher(members, pool.max_loaded)}
+        return _objects(meta, pool.name, members, data=data, settings=settings,
+                        pod=pool_vllm.pod(members, plan, settings, pool_object_name(pool.name)))
     text = preset(members)
     vp, eng = vendor(first.spec.accelerator_vendor), engine("llamacpp")
     image = engine_image(vp, eng.name, settings)
@@ -184,8 +190,20 @@ def pool_objects(members: Sequence[LLMModel], plan: PoolPlan, settings: Settings
         "securityContext": {"fsGroup": NON_ROOT_UID, "fsGroupChangePolicy": "OnRootMismatch",
                             "seccompProfile": {"type": "RuntimeDefault"}},
         "initContainers": init, "containers": [server], "volumes": volumes}
+    return _objects(meta, pool.name, members, data={PRESET_FILE: text}, pod=pod,
+                    settings=settings)
+
+
+def _objects(meta: dict[str, Any], pool: str, members: Sequence[LLMModel], *,
+             data: dict[str, str], pod: dict[str, Any], settings: Settings
+             ) -> list[dict[str, Any]]:
+    """The ConfigMap (``data``), Deployment (``pod``), Service and budget of a pool.
+
+    The pod template carries ``data``'s hash: a changed member rolls the pod.
+    """
     if settings.images.pull_secrets:
         pod["imagePullSecrets"] = [{"name": n} for n in settings.images.pull_secrets]
+    text = "\n".join(v for _, v in sorted(data.items()))
     template = {"metadata": {"labels": dict(meta["labels"]),
                              "annotations": {L.CONFIG_HASH: content_hash(text)}},
                 "spec": pod}
@@ -194,16 +212,15 @@ def pool_objects(members: Sequence[LLMModel], plan: PoolPlan, settings: Settings
     scaling = pool_scaling(members)
     replicas = {} if pool_autoscaled(members) else {"replicas": scaling.min_replicas}
     # a drain never takes the pool's last pod while another is unready (as a model's)
-    budget = [pods_budget(meta, pool_labels(pool.name))] if scaling.max_replicas >= 2 else []
+    budget = [pods_budget(meta, pool_labels(pool))] if scaling.max_replicas >= 2 else []
     return [
-        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta,
-         "data": {PRESET_FILE: text}},
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data},
         {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
          "spec": {**replicas, "revisionHistoryLimit": 3, "strategy": REPLACED_IN_TURN,
-                  "selector": {"matchLabels": pool_labels(pool.name)},
+                  "selector": {"matchLabels": pool_labels(pool)},
                   "template": template}},
         {"apiVersion": "v1", "kind": "Service", "metadata": meta,
-         "spec": {"type": "ClusterIP", "selector": pool_labels(pool.name),
+         "spec": {"type": "ClusterIP", "selector": pool_labels(pool),
                   "ports": [{"name": "http", "port": PORT, "targetPort": "http",
                              "protocol": "TCP"}]}},
         *budget,

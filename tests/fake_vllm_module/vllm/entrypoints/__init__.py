@@ -1,0 +1,1 @@
+"""Part of the stand-in for vLLM (tests/fake_vllm_process.py)."""
