@@ -4,10 +4,10 @@ On the test node (tests/realnode.py; needs root), installed as the e2e suite ins
 with the router (tests/e2e/router):
 
 - the pool of examples/cluster/model-pool (three members of Gemma 3 270M, at most two
-  loaded, one pod: llama-server's router mode at the members' 500m CPU) through the
-  router's Service: first token of a streamed completion for a loaded member, and for a
-  member not loaded (the three asked in turn, so each request unloads the least recently
-  used one and loads the one asked for);
+  loaded, one pod: llama-server's router mode at 1000m CPU, its two loaded members' 500m
+  each) through the router's Service: first token of a streamed completion for a loaded
+  member, and for a member not loaded (the three asked in turn, so each request unloads
+  the least recently used one and loads the one asked for);
 - the **baseline** a pool replaces: a copy of the Gemma example (the same file and CPU) at
   `minReplicas: 0` scaled to zero by the built-in autoscaler, then one streamed request
   through the router: the pod's cold start (bench/autoscaling/run.py's, reused);
@@ -135,8 +135,9 @@ def main() -> None:
         one_mib = pod_memory_mib(cluster, f"ai.example.io/model-name={autoscaling.NAME}")
         colds = [r["total"] for r in autoscaling.cold_starts(cluster, router, args.wakes)]
     cold = statistics.median(colds)
-    print(f"\nThe example pool on the test node (2 cores, 500m CPU per pod) through the "
-          f"router's Service; medians of {args.rounds} rounds ({args.wakes} cold starts)\n")
+    print("\nThe example pool on the test node (2 cores; the pool's pod 1000m CPU, the "
+          f"baseline's 500m) through the router's Service; medians of {args.rounds} rounds "
+          f"({args.wakes} cold starts)\n")
     print("| first token of a streamed completion | seconds | min-max | vs a cold start |")
     print("|---|---|---|---|")
     for label, values in (("a loaded member", swaps["loaded"]),
