@@ -241,8 +241,10 @@ async def test_get_models_says_which_engine_failed_its_wake(engines: list[FakeVl
     try:
         status, text = await ask(client, "b")
         assert status == 503 and "CUDA out of memory" in text, text
-        assert await states(client) == {"a": LOADED,
-                                        "b": {"value": "unloaded", "failed": True}}
+        found = await states(client)
+        assert found["a"] == LOADED
+        assert found["b"]["value"] == "unloaded" and found["b"]["failed"] is True
+        assert "CUDA out of memory" in found["b"]["reason"]  # the member's Loaded condition
     finally:
         await client.close()
 

@@ -1,4 +1,4 @@
-"""A pool member the engine could not load: its reason read from the pool pod's log.
+"""A pool member the engine could not load: its reason from the engine, or its pod's log.
 
 The API server's pods/log answers are played by a small HTTP server (the emulator serves
 no logs; tests/e2e/test_model_pool_on_node.py reads a real one through the real node).
@@ -15,7 +15,7 @@ from aiohttp.test_utils import TestServer
 
 from llm_operator.api.validation import parse_llmmodel
 from llm_operator.kube import Connection, Kube
-from llm_operator.operator.pooled import load_failure
+from llm_operator.operator.pooled import engine_said, load_failure
 
 LOG = """\
 0.01.000.000 I srv          load: spawning server instance with name=org/one on port 40123
@@ -86,3 +86,24 @@ async def test_the_reason_is_the_engines_from_a_running_pods_log(
     assert [name for name, _ in asked] == read
     assert all(query == {"container": "pool-server", "tailLines": "2000"}
                for _, query in asked)
+
+
+def _models(status: dict[str, Any]) -> dict[str, Any]:
+    """A ``GET /models`` answer with org/one's status (and another member's)."""
+    return {"data": [{"id": "org/two", "status": {"value": "loaded"}},
+                     {"id": "org/one", "status": status}]}
+
+
+@pytest.mark.parametrize(("case", "body", "expected"), [
+    ("loaded", _models({"value": "loaded"}), ("loaded", None)),
+    ("llama-server's router: failed, its log says why",
+     _models({"value": "unloaded", "failed": True}), ("failed", None)),
+    ("a vLLM pool's gateway: failed, and why",
+     _models({"value": "unloaded", "failed": True, "reason": "CUDA out of memory"}),
+     ("failed", "CUDA out of memory")),
+    ("not listed", {"data": [{"id": "org/two", "status": {"value": "loaded"}}]}, None),
+    ("not the answer's shape", ["org/one"], None),
+])
+def test_what_the_engine_says_of_a_member(case: str, body: Any,
+                                          expected: tuple[str, str | None] | None) -> None:
+    assert engine_said(body, "org/one") == expected

@@ -128,18 +128,25 @@ async def test_pool_members_share_one_engine_owned_by_all_of_them(cluster: Clust
     assert ready["status"] == "False"  # until the pool's pod is ready (tests/e2e)
 
 
-@pytest.mark.parametrize(("said", "status", "reason"), [
-    ("loaded", "True", "Loaded"), ("loading", "False", "Loading"),
-    ("unloaded", "False", "NotLoaded"), ("failed", "False", "LoadFailed"),
-    (None, "False", "Unknown")])
+WAKE_FAILED = "POST http://127.0.0.1:8002/wake_up answered 500: CUDA out of memory"
+
+
+@pytest.mark.parametrize(("said", "status", "reason", "message"), [
+    (("loaded", None), "True", "Loaded", "loaded in pool"),
+    (("loading", None), "False", "Loading", "being loaded"),
+    (("unloaded", None), "False", "NotLoaded", "its next request loads it"),
+    (("failed", None), "False", "LoadFailed", "exited while loading it"),
+    (("failed", WAKE_FAILED), "False", "LoadFailed", f"could not load it: {WAKE_FAILED}"),
+    (None, "False", "Unknown", "did not say")])
 async def test_a_members_loaded_condition_follows_its_pools_engine(
-        cluster: Cluster, kube: Kube, said: str | None, status: str, reason: str) -> None:
+        cluster: Cluster, kube: Kube, said: tuple[str, str | None] | None, status: str,
+        reason: str, message: str) -> None:
     base = "/apis/ai.example.io/v1alpha1/namespaces/ai-models/llmmodels"
     one = await kube.request("POST", base, body=pool_member("one", "org/one"))
     await kube.request("POST", base, body=pool_member("two", "org/two"))
     asked: list[str] = []
 
-    async def engine_says(model: Any) -> str | None:
+    async def engine_says(model: Any) -> tuple[str, str | None] | None:
         asked.append(model.spec.model_id)
         return said
 
@@ -148,6 +155,7 @@ async def test_a_members_loaded_condition_follows_its_pools_engine(
     loaded = next(c for c in (await current(kube, "one"))["status"]["conditions"]
                   if c["type"] == "Loaded")
     assert (loaded["status"], loaded["reason"]) == (status, reason)
+    assert message in loaded["message"]
     assert loaded["lastTransitionTime"]  # since when
 
 

@@ -50,7 +50,8 @@ class Engine:
     in_use: int = 0
     used: int = 0  # the group's tick at its last request
     waking: bool = False  # while "changing": to awake (else to asleep)
-    failed: bool = False  # its last change failed (until one succeeds)
+    failed: bool = False  # its last wake failed (until a change succeeds)
+    failure: str = ""  # why, as the gateway told the client
 
     @property
     def loaded(self) -> Loaded:
@@ -105,8 +106,9 @@ class SleepGroup:
         engine.state, engine.waking = "changing", to == "awake"  # no request enters it
         try:
             await call(engine.url)
-        except SleepError:  # a failed wake is the engine's to report (GET /models)
+        except SleepError as exc:  # a failed wake is the engine's to report (GET /models)
             engine.state, engine.failed = "unknown", engine.waking
+            engine.failure = str(exc) if engine.waking else engine.failure
             self.changes(action, "failed")
             raise
         except BaseException:
@@ -220,7 +222,7 @@ class Sleepers:
                 continue
             status: dict[str, Any] = {"value": engine.loaded}
             if engine.loaded == "failed":
-                status = {"value": "unloaded", "failed": True}
+                status = {"value": "unloaded", "failed": True, "reason": engine.failure}
             data.append({"id": model, "object": "model", "status": status})
         return {"object": "list", "data": data}
 

@@ -137,10 +137,12 @@ async def pool_desired(kube: Kube, model: LLMModel, settings: Settings
 
 
 async def member_state(http: aiohttp.ClientSession, cluster_domain: str, model: LLMModel
-                       ) -> str | None:
+                       ) -> tuple[str, str | None] | None:
     """What the member's pool's engine says of it: loaded, loading, unloaded or failed.
 
-    None when the engine does not answer within ``STATE_TIMEOUT_SECONDS``.
+    With the engine's reason where it gives one with a failure (a vLLM pool's gateway says
+    why a wake failed; llama-server's router does not, its log does). None when the
+    engine does not answer within ``STATE_TIMEOUT_SECONDS``.
     """
     assert model.spec.pool is not None
     host = f"{pool_object_name(model.spec.pool.name)}.{model.namespace}.svc.{cluster_domain}"
@@ -150,10 +152,18 @@ async def member_state(http: aiohttp.ClientSession, cluster_domain: str, model: 
             body = await r.json() if r.status == 200 else None
     except (aiohttp.ClientError, TimeoutError, ValueError):
         return None
-    for item in (body or {}).get("data") or []:
-        if isinstance(item, dict) and item.get("id") == model.spec.model_id:
+    return engine_said(body, model.spec.model_id)
+
+
+def engine_said(body: Any, model_id: str) -> tuple[str, str | None] | None:
+    """The model's state (and reason, with a failure) in a ``GET /models`` answer."""
+    for item in (body or {}).get("data") or [] if isinstance(body, dict) else []:
+        if isinstance(item, dict) and item.get("id") == model_id:
             status = item.get("status") or {}
-            return "failed" if status.get("failed") else str(status.get("value"))
+            if status.get("failed"):
+                reason = status.get("reason")
+                return "failed", str(reason) if reason else None
+            return str(status.get("value")), None
     return None
 
 

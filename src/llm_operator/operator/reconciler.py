@@ -380,12 +380,27 @@ WORKLOAD_KINDS = frozenset({"Deployment", "LeaderWorkerSet", "DisaggregatedSet",
                             "ScaledObject", "HTTPScaledObject"})
 
 
+async def _member_said(
+        kube: Kube, model: LLMModel,
+        pool_state: Callable[[LLMModel], Awaitable[tuple[str, str | None] | None]]
+) -> tuple[str | None, str | None]:
+    """A pool member's state in its pool's engine, and why it failed to load (if it did).
+
+    The reason the engine gave, else the one its pod's log holds.
+    """
+    member, reason = await pool_state(model) or (None, None)
+    if member == "failed" and reason is None:
+        reason = await load_failure(kube, model)
+    return member, reason
+
+
 async def reconcile(kube: Kube, doc: dict[str, Any], settings: Settings, *,
                     view: ClusterView | None = None,
                     usage: Callable[[LLMModel], Awaitable[Usage]] | None = None,
                     admission: Callable[[LLMModel], Admission | None] | None = None,
                     scaling: Callable[[LLMModel], Report | None] | None = None,
-                    pool_state: Callable[[LLMModel], Awaitable[str | None]] | None = None,
+                    pool_state: Callable[[LLMModel], Awaitable[tuple[str, str | None] | None]]
+                    | None = None,
                     tracer: Tracer | None = None) -> Outcome:
     """Bring one model's children, labels and status in line with its spec.
 
@@ -438,8 +453,8 @@ async def reconcile(kube: Kube, doc: dict[str, Any], settings: Settings, *,
     deployment, pods, prefetching = (None, [], []) if blockers else \
         await _observe_pool(view, model) if pooled else await _observe(view, model)
     metrics = await usage(model) if usage is not None else (None, None)
-    member = await pool_state(model) if pooled and not blockers and pool_state else None
-    member_error = await load_failure(kube, model) if member == "failed" else None
+    member, member_error = await _member_said(kube, model, pool_state) \
+        if pooled and not blockers and pool_state else (None, None)
     observation = Observation(
         deployment=deployment, pods=pods, prefetch_pods=prefetching, blockers=blockers,
         plan_verdict=model_plan.verdict,
