@@ -108,7 +108,8 @@ class SleepGroup:
             await call(engine.url)
         except SleepError as exc:  # a failed wake is the engine's to report (GET /models)
             engine.state, engine.failed = "unknown", engine.waking
-            engine.failure = str(exc) if engine.waking else engine.failure
+            if engine.waking:
+                engine.failure = str(exc)
             self.changes(action, "failed")
             raise
         except BaseException:
@@ -220,9 +221,9 @@ class Sleepers:
             engine = found.engines.get(url) if found is not None else None
             if engine is None:
                 continue
-            status: dict[str, Any] = {"value": engine.loaded}
-            if engine.loaded == "failed":
-                status = {"value": "unloaded", "failed": True, "reason": engine.failure}
+            loaded = engine.loaded
+            status: dict[str, Any] = {"value": loaded} if loaded != "failed" else {
+                "value": "unloaded", "failed": True, "reason": engine.failure}
             data.append({"id": model, "object": "model", "status": status})
         return {"object": "list", "data": data}
 

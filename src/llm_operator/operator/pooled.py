@@ -24,7 +24,6 @@ from llm_operator.profiles.pool import across_pools, plan_pool
 from llm_operator.profiles.settings import Settings
 from llm_operator.reconcile.status import FILE_REJECTED, Blocker
 from llm_operator.render.pool_engine import (
-    SERVER_CONTAINER,
     checked_by,
     member_check,
     member_problems,
@@ -32,6 +31,7 @@ from llm_operator.render.pool_engine import (
     pool_object_name,
     pool_objects,
 )
+from llm_operator.render.pool_pod import SERVER_CONTAINER
 
 RECHECK_SECONDS = 10.0
 STATE_TIMEOUT_SECONDS = 2.0

@@ -26,13 +26,11 @@ from llm_operator.profiles.vendors import vendor
 from llm_operator.render import engine_image, pool_vllm
 from llm_operator.render.disruption import pods_budget
 from llm_operator.render.meta import content_hash, restricted_container_security
+from llm_operator.render.pool_pod import CONFIG_DIR, SERVER_CONTAINER, member_dir
 from llm_operator.render.weights import node_file
 
 COMPONENT = "pool"
-PRESET_DIR = "/etc/llmop-pool"
 PRESET_FILE = "models.ini"
-MEMBERS_DIR = "/models"
-SERVER_CONTAINER = "pool-server"
 # A changed pool (a member added, edited or gone) replaces its pods one at a time, never
 # starting a new pod beside the old: that would need its loaded members' memory and CPU (a
 # vLLM pool's accelerators) twice, which a node sized for the pool does not have, and the
@@ -65,7 +63,7 @@ def member_problems(model: LLMModel) -> list[Problem]:
 def _member_path(model: LLMModel) -> str:
     path = node_file(model.spec)
     assert path is not None  # member_problems() checked it
-    return posixpath.join(MEMBERS_DIR, model.name, posixpath.basename(path))
+    return posixpath.join(member_dir(model), posixpath.basename(path))
 
 
 VERIFY_PREFIX = "verify-"
@@ -156,7 +154,7 @@ def pool_objects(members: Sequence[LLMModel], plan: PoolPlan, settings: Settings
     cpu = plan.cpu_millicores
     volumes: list[dict[str, Any]] = [{"name": "preset", "configMap": {
         "name": pool_object_name(pool.name)}}]
-    mounts: list[dict[str, Any]] = [{"name": "preset", "mountPath": PRESET_DIR,
+    mounts: list[dict[str, Any]] = [{"name": "preset", "mountPath": CONFIG_DIR,
                                      "readOnly": True}]
     for i, member in enumerate(members):
         path = node_file(member.spec)
@@ -170,7 +168,7 @@ def pool_objects(members: Sequence[LLMModel], plan: PoolPlan, settings: Settings
         "name": SERVER_CONTAINER, "image": image,
         "imagePullPolicy": settings.images.pull_policy,
         "command": ["/app/llama-server"],
-        "args": router_args("0.0.0.0", PORT, posixpath.join(PRESET_DIR, PRESET_FILE),
+        "args": router_args("0.0.0.0", PORT, posixpath.join(CONFIG_DIR, PRESET_FILE),
                             pool.max_loaded),
         "env": [{"name": "HOME", "value": "/tmp"}],
         "ports": [{"name": "http", "containerPort": PORT, "protocol": "TCP"}],

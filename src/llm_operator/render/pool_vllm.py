@@ -28,21 +28,15 @@ from llm_operator.profiles.vendors import vendor
 from llm_operator.render import accelerators, engine_image, pod_node_selector, pod_tolerations
 from llm_operator.render.accelerators import cpu_quantity
 from llm_operator.render.meta import restricted_container_security
+from llm_operator.render.pool_pod import CONFIG_DIR, SERVER_CONTAINER, member_dir
 from llm_operator.render.weights import node_file
 
-CONFIG_DIR = "/etc/llmop-pool"
 GATEWAY_FILE, LAUNCHER_FILE = "gateway.yaml", "launch.sh"
-MEMBERS_DIR = "/models"
 FIRST_MEMBER_PORT = PORT + 1  # members listen on loopback from here, in name order
 READY_FILE = "/tmp/llmop-pool-ready"  # the launcher's: every member serves
 SLEEP_GROUP = "accelerator"
-SERVER_CONTAINER = "pool-server"  # as a llama.cpp pool's (its log is read the same way)
 USABLE = 0.90  # of the accelerator's memory, for the awake members together
 PER_SLEEPER = 0.01  # what a sleeping member keeps there (its CUDA context)
-
-
-def member_dir(member: LLMModel) -> str:
-    return posixpath.join(MEMBERS_DIR, member.name)
 
 
 def gpu_fraction(members: int, awake: int) -> float:
