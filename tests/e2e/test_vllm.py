@@ -47,6 +47,7 @@ NS, NAME = MODELS_NS, GEMMA_VLLM_NAME
 QUESTION = "Q: What is the capital of France?\nA:"
 # A cold start compiles vLLM's graphs with torch.compile (~1-2 minutes on one core).
 READY_SECONDS = 420
+COMPILE_CACHE = Path("/var/cache/llm-operator/compile")  # tests/e2e/install/settings.yaml
 
 
 @pytest.fixture(scope="module")
@@ -226,3 +227,13 @@ def test_the_builtin_autoscaler_adds_a_replica_for_vllms_own_queue(vllm: NodeClu
                        f"involvedObject.name={NAME}")["items"]
     assert any("request(s) for 1 replica(s)" in e.get("message", "") for e in events), [
         e.get("message") for e in events]
+
+
+def test_the_compiled_graphs_stay_on_the_node_for_the_next_pod(vllm: NodeCluster) -> None:
+    """settings.compileCache (the install's): vLLM's cache is the node's directory."""
+    for pod in vllm.json("-n", NS, "get", "pods", "-l", f"app={NAME}")["items"]:
+        volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+        assert volumes["compile-cache"]["hostPath"]["path"] == str(COMPILE_CACHE / NS)
+    # on CPU (AOT compile off) inductor's FX graphs and kernels are vLLM's compile cache
+    graphs = COMPILE_CACHE / NS / "inductor" / "fxgraph"
+    assert any(p.is_file() for p in graphs.rglob("*")), sorted(graphs.parent.iterdir())

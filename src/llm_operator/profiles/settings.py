@@ -53,6 +53,19 @@ class Storage(_Settings):
     min_size_gi_b: int = Field(20, alias="minSizeGiB", ge=1)
 
 
+class CompileCache(_Settings):
+    """vLLM's torch.compile artifacts kept on each node, shared by the pods that start there."""
+
+    host_path: str | None = Field(
+        None, pattern=r"^/[^\s]*[^/\s]$",
+        description="A directory on each node (created when missing) where vLLM pods keep "
+        "their compile cache (VLLM_CACHE_ROOT), in a subdirectory per namespace: a restarted "
+        "or scaled-out replica loads the compiled graphs instead of compiling them again. "
+        "Off when unset (the cache lives and dies with the pod). Pods mount it as a "
+        "hostPath, which namespaces enforcing the baseline or restricted Pod Security "
+        "Standard refuse.")
+
+
 class HttpAddon(_Settings):
     """KEDA HTTP add-on, used for scale-from-zero with request buffering."""
 
@@ -309,6 +322,7 @@ class Settings(_Settings):
     images: Images = Field(default_factory=Images)
     vendors: dict[str, VendorOverride] = Field(default_factory=dict)
     storage: Storage = Field(default_factory=Storage)
+    compile_cache: CompileCache = Field(default_factory=CompileCache)
     download_timeout_seconds: int = Field(7200, ge=60)
     hugging_face_endpoint: str | None = Field(
         None, alias="huggingFaceEndpoint", pattern=r"^https?://[^\s/]+(/\S*)?$",

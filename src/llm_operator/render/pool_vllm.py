@@ -27,6 +27,7 @@ from llm_operator.profiles.settings import Settings
 from llm_operator.profiles.vendors import vendor
 from llm_operator.render import accelerators, engine_image, pod_node_selector, pod_tolerations
 from llm_operator.render.accelerators import cpu_quantity
+from llm_operator.render.compile_cache import compile_cache
 from llm_operator.render.meta import restricted_container_security
 from llm_operator.render.pool_pod import CONFIG_DIR, SERVER_CONTAINER, member_dir
 from llm_operator.render.weights import node_file
@@ -131,6 +132,10 @@ def pod(members: Sequence[LLMModel], plan: PoolPlan, settings: Settings, config_
         {"name": "model-cache", "emptyDir": {}}]  # the members' vLLM caches (compile)
     mounts: list[dict[str, Any]] = [_config_mount(), {"name": "shm", "mountPath": "/dev/shm"},
                                     {"name": "model-cache", "mountPath": CACHE_DIR}]
+    compiled = compile_cache(first.namespace, "vllm", settings)
+    if compiled:
+        volumes.append(compiled[0])
+        mounts.append(compiled[1])
     for i, member in enumerate(members):
         volumes.append({"name": f"member-{i}", "hostPath": {"path": node_file(member.spec),
                                                             "type": "Directory"}})

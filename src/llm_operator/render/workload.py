@@ -24,6 +24,7 @@ from llm_operator.profiles.settings import Settings, Storage
 from llm_operator.profiles.vendors import VendorProfile
 from llm_operator.render import accelerators, claims
 from llm_operator.render import adapters as lora
+from llm_operator.render.compile_cache import compile_cache
 from llm_operator.render.meta import (
     child_labels,
     hub_env,
@@ -266,6 +267,24 @@ def _init_containers(spec: LLMModelSpec, eng: EngineProfile, image: str, setting
     return init
 
 
+def _server_volumes(model: LLMModel, eng: EngineProfile, settings: Settings
+                    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The serving pod's volumes and the server's mounts of them."""
+    spec = model.spec
+    mounts = cache_mounts(spec, settings)
+    volumes = cache_volumes(model, settings)
+    compiled = compile_cache(model.namespace, eng.name, settings)
+    if compiled:
+        volumes.append(compiled[0])
+        mounts.append(compiled[1])
+    if eng.needs_shm:
+        size = SHM_MULTI if spec.resources.accelerator_count > 1 else SHM_SINGLE
+        mounts.append({"name": "shm", "mountPath": "/dev/shm"})
+        volumes.append({"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": size}})
+    claim_volumes, claim_mounts = lora.claim_volumes(spec)
+    return volumes + claim_volumes, mounts + claim_mounts
+
+
 def inference_deployment(
     model: LLMModel,
     *,
@@ -282,15 +301,7 @@ def inference_deployment(
     on_accel = vp.resource_key is not None
     srv = serve(spec, on_accelerator=on_accel)
     env = [{"name": k, "value": v} for k, v in (*srv.env, *(vp.env if on_accel else ()))]
-    mounts = cache_mounts(spec, settings)
-    volumes = cache_volumes(model, settings)
-    if eng.needs_shm:
-        size = SHM_MULTI if spec.resources.accelerator_count > 1 else SHM_SINGLE
-        mounts.append({"name": "shm", "mountPath": "/dev/shm"})
-        volumes.append({"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": size}})
-    claim_volumes, claim_mounts = lora.claim_volumes(spec)
-    volumes += claim_volumes
-    mounts += claim_mounts
+    volumes, mounts = _server_volumes(model, eng, settings)
     # Probed every second while it loads: a replica woken from zero serves as soon as the
     # engine answers, not at the next 10-second tick (pod created -> Ready 10.4 -> 5.4 s for
     # Gemma 270M on the test node, bench/autoscaling). Only while starting; readiness: 10 s.
