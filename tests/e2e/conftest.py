@@ -14,7 +14,6 @@ from collections.abc import Iterator
 import pytest
 from e2e_cluster import (
     GEMMA,
-    GEMMA_DIR,
     GEMMA_NAME,
     INSTALL,
     MODELS_NS,
@@ -32,31 +31,6 @@ from samples import REPO
 sys.path.insert(0, str(REPO / "tools"))  # prepare_node builds the images from there
 
 E2E = REPO / "tests" / "e2e"
-
-
-# The modules that run vLLM: each waits minutes on a pod held to one or two cores, the
-# other core nearly idle on a 2-core machine (docs/benchmarks.md, #49).
-VLLM_MODULES = ("test_vllm.py", "test_vllm_group.py", "test_hub_source.py")
-
-
-def _vllm_built() -> bool:
-    """Whether vLLM's image layer and the BF16 model are built already (a warm machine)."""
-    import images  # noqa: PLC0415  (tools/images.py)
-
-    return images.vllm_layer_built() and GEMMA_DIR.with_suffix(".source").exists()
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """On a warm machine the vLLM modules run first, while `make test`'s other suites run
-    beside the real-node suite (tools/test_suites.py) and fill the core vLLM leaves; the
-    llama.cpp modules, which share the CPU with what runs beside them, then run with less
-    beside them. On a new machine they stay where they are: they would wait for vLLM's
-    image and model, built in the background meanwhile. The order is otherwise kept."""
-    if not _vllm_built():
-        return
-    items.sort(key=lambda item: ("e2e" in item.path.relative_to(REPO).parts,
-                                 item.path.name not in VLLM_MODULES))
 
 
 @pytest.fixture(scope="session")
