@@ -2,7 +2,7 @@
 
 Run from the repository root with the project's virtualenv (needs Debian's valgrind):
 
-    .venv/bin/python bench/gateway/instructions.py [--requests 500] [REV ...]
+    .venv/bin/python bench/gateway/instructions.py [--requests 500] [--floors] [REV ...]
 
 Seconds on a shared 2-core machine move by ±15 % between runs; instructions do not (the
 same tree gives the same count to 0.2 %, whatever else runs). Each tree (REVs checked out
@@ -10,7 +10,8 @@ into worktrees, default ``8c0a945`` before #38 and ``fdc4eb9`` before #50, and t
 tree) serves ``llmop gateway`` under ``valgrind --tool=callgrind`` with collection off; a
 client sends 50 requests to warm it, collection is switched on for ``--requests``
 sequential keep-alive requests and off again. Flow control is measured on (the default)
-and off; a tree whose config has no ``flowControl`` is measured without it.
+and off; a tree whose config has no ``flowControl`` is measured without it. ``--floors``
+adds the hot path alone on aiohttp's server and on a bare one (floor_*_http1.py).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from trees import WORKING, worktree
 
 HERE = Path(__file__).resolve().parent
 BASELINES = ("8c0a945", "fdc4eb9")
+FLOORS = ("floor_aiohttp_http1.py", "floor_raw_http1.py")
 BODY = json.dumps({"model": "bench", "max_tokens": 16,
                    "messages": [{"role": "user", "content": "Say hello in five words."}]})
 
@@ -60,10 +62,26 @@ def counted(tree: Path, up_port: int, requests: int, flow: bool | None) -> float
     if flow is not None:
         config["flowControl"] = {"enabled": flow}
     (work / "gateway.yaml").write_text(json.dumps(config))
+    return _instructions(["-m", "llm_operator", "gateway", "--config",
+                          str(work / "gateway.yaml"), "--log-level", "warning"],
+                         tree, gw_port, requests, work)
+
+
+def counted_floor(script: Path, up_port: int, requests: int) -> float:
+    """Millions of instructions per request of a floor (``script PORT UPSTREAM_URL``)."""
+    gw_port = port()
+    work = Path(tempfile.mkdtemp(prefix="llmop-instr-"))
+    return _instructions([str(script), str(gw_port),
+                          f"http://127.0.0.1:{up_port}/v1/chat/completions"],
+                         REPO, gw_port, requests, work)
+
+
+def _instructions(args: list[str], tree: Path, gw_port: int, requests: int, work: Path
+                  ) -> float:
+    """``python args`` under callgrind, counted over ``requests`` after 50 to warm it."""
     out = work / "callgrind.out"
     argv = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
-            f"--callgrind-out-file={out}", sys.executable, "-m", "llm_operator", "gateway",
-            "--config", str(work / "gateway.yaml"), "--log-level", "warning"]
+            f"--callgrind-out-file={out}", sys.executable, *args]
     url = f"http://127.0.0.1:{gw_port}/v1/chat/completions"
     with started(argv, {"BENCH_KEY": "sk-bench", "PYTHONPATH": str(tree / "src")}) as proc:
         wait_ready(url, 300)  # Python under valgrind starts slowly
@@ -88,6 +106,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("revs", nargs="*", default=list(BASELINES))
     parser.add_argument("--requests", type=int, default=500)
+    parser.add_argument("--floors", action="store_true", help="also count the hot path alone "
+                        "on aiohttp's server and on a bare asyncio+httptools one "
+                        "(floor_*_http1.py): what the server library costs")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="llmop-trees-"))
     trees = {rev: worktree(rev, work) for rev in args.revs}
@@ -104,6 +125,11 @@ def main() -> None:
                 off = counted(tree, up_port, args.requests, False if knows_flow else None)
                 rows.append((name, on, off))
                 print(f"{name}: flow control on {on}, off {off}", flush=True)
+            if args.floors:
+                for floor in FLOORS:
+                    rows.append((floor, None, counted_floor(HERE / floor, up_port,
+                                                            args.requests)))
+                    print(f"{floor}: {rows[-1][2]}", flush=True)
     finally:
         for rev in args.revs:
             subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force",
