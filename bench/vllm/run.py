@@ -128,9 +128,7 @@ def engines(cluster: NodeCluster, rounds: int, max_tokens: int) -> None:
                 rate, latency = round_of(url, model, clients, max_tokens)
                 rates.setdefault((engine, clients), []).append(rate)
                 latencies.setdefault((engine, clients), []).append(latency)
-        cluster.kubectl("-n", MODELS_NS, "delete", "llmmodel", "bench-engine", "--wait=true")
-        cluster.kubectl("-n", MODELS_NS, "wait", "--for=delete", "pods", "-l",
-                        "app=bench-engine", "--timeout=120s", check=False)
+        _delete_model(cluster, "bench-engine")
     print(f"\nGemma 3 270M, pod limit 1 CPU, each engine alone on the 2-core node, "
           f"{max_tokens}-token completions, medians of {rounds} rounds\n")
     print("| engine | clients | output tokens/s | vs baseline | median latency s |")
@@ -155,9 +153,10 @@ def _first_token_after_apply(cluster: NodeCluster) -> tuple[float, str]:
     return first_token(url, model, time.monotonic() + 60) - applied, model
 
 
-def _delete_start_model(cluster: NodeCluster) -> None:
-    cluster.kubectl("-n", MODELS_NS, "delete", "llmmodel", "bench-start", "--wait=true")
-    cluster.kubectl("-n", MODELS_NS, "wait", "--for=delete", "pods", "-l", "app=bench-start",
+def _delete_model(cluster: NodeCluster, name: str) -> None:
+    """The bench's model deleted, and its pods gone (the next one has the node to itself)."""
+    cluster.kubectl("-n", MODELS_NS, "delete", "llmmodel", name, "--wait=true")
+    cluster.kubectl("-n", MODELS_NS, "wait", "--for=delete", "pods", "-l", f"app={name}",
                     "--timeout=120s", check=False)
 
 
@@ -184,9 +183,9 @@ def start(cluster: NodeCluster, rounds: int) -> None:
                                               signal.SIGKILL)
             time.sleep(1)  # the Service keeps the pod until its readiness probe fails
             restarted = first_token(url, model, time.monotonic() + 420) - killed
-        _delete_start_model(cluster)
+        _delete_model(cluster, "bench-start")
         warm.append(_first_token_after_apply(cluster)[0])
-        _delete_start_model(cluster)
+        _delete_model(cluster, "bench-start")
         print(f"round {round_ + 1}: cold {cold[-1]:.1f} s, new pod with the node's cache "
               f"{warm[-1]:.1f} s", flush=True)
     base = statistics.median(cold)
