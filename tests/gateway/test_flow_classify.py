@@ -96,6 +96,9 @@ def test_an_objective_priority_selects_the_highest_band_not_above_it(
      "flowControl.bands.0.maxShare: Input should be greater than 0"),
     ({"bands": [{"name": "batch", "priority": 0, "maxShare": 1.5}], "defaultBand": "batch"},
      "flowControl.bands.0.maxShare: Input should be less than or equal to 1"),
+    ({"bands": [{"name": "batch", "priority": 0, "reserveSeconds": -1}],
+      "defaultBand": "batch"},
+     "flowControl.bands.0.reserveSeconds: Input should be greater than or equal to 0"),
     ({"bands": [{"name": "batch", "priority": 0, "idleSeconds": -1}],
       "defaultBand": "batch"},
      "flowControl.bands.0.idleSeconds: Input should be greater than or equal to 0"),
@@ -117,7 +120,7 @@ def test_an_objective_priority_selects_the_highest_band_not_above_it(
      "waits here"),
 ], ids=["no-wait", "no-queue", "negative-length", "negative-wait", "unknown-default",
         "objective-to-unknown-band", "duplicate-band", "duplicate-priority",
-        "zero-concurrency", "no-share", "share-over-all", "negative-idle",
+        "zero-concurrency", "no-share", "share-over-all", "negative-reserve", "negative-idle",
         "negative-engine-queue", "negative-engine-queue-fraction",
         "engine-queue-fraction-above-one", "kv-threshold-above-one", "kv-threshold-zero",
         "no-look-interval", "sheddable-only-without-engine-queue"])

@@ -114,13 +114,49 @@ async def test_a_band_holds_at_most_its_share_of_the_slots(
     settings = FlowControl.model_validate({"bands": [
         {"name": "interactive", "priority": 100},
         {"name": "standard", "priority": 0},
-        {"name": "batch", "priority": -100, "maxShare": max_share}]})
+        {"name": "batch", "priority": -100, "maxShare": max_share, "reserveSeconds": 0}]})
     f, _ = flow(slots=slots, settings=settings)
     capped = settings.band("batch")
     assert capped is not None
     batch = Classified(capped, "", "")
     got = [lease for _ in range(slots) if (lease := f.at_once("m", batch)) is not None]
     assert len(got) == held
+
+
+# 8 slots, the batch band at maxShare 0.5 with reserveSeconds 60: interactive requests
+# held at once at second 0, then given back; how many slots batch requests take at once
+# ``later`` seconds afterwards. Beyond its half, batch work takes what the interactive
+# band has not needed lately: the engine stays full, with room for the traffic above.
+RESERVING = FlowControl.model_validate({"bands": [
+    {"name": "interactive", "priority": 100},
+    {"name": "standard", "priority": 0},
+    {"name": "batch", "priority": -100, "maxShare": 0.5, "reserveSeconds": 60}]})
+
+
+@pytest.mark.parametrize(("interactive", "given_back", "later", "batch"), [
+    (0, 0, 0.0, 8),  # no higher traffic seen: every slot
+    (2, 0, 0.0, 6),  # two running: all but theirs
+    (2, 2, 30.0, 6),  # two a while ago: their room is kept
+    (2, 2, 130.0, 8),  # two long ago (past twice reserveSeconds): forgotten
+    (6, 0, 0.0, 2),  # six running: the two slots left
+    (6, 6, 30.0, 4),  # six a while ago: maxShare's half, not less
+    (1, 1, 30.0, 7),
+], ids=["none-seen", "two-running", "two-lately", "two-long-ago", "six-running",
+        "six-lately-keeps-maxshare", "one-lately"])
+async def test_beyond_its_share_a_band_takes_what_the_bands_above_left_unused(
+        interactive: int, given_back: int, later: float, batch: int) -> None:
+    now = [0.0]
+    f = Flow(RESERVING, clock=lambda: now[0])
+    f.configure(RESERVING, {"m": (8, None)})
+    chat_band, _, batch_band = RESERVING.bands
+    chat = [f.at_once("m", Classified(chat_band, "", "")) for _ in range(interactive)]
+    for lease in chat[:given_back]:
+        assert lease is not None
+        lease.release()
+    now[0] = later
+    got = [lease for _ in range(8)
+           if (lease := f.at_once("m", Classified(batch_band, "", ""))) is not None]
+    assert len(got) == batch
 
 
 async def test_slots_kept_from_batch_work_go_to_a_higher_band_at_once() -> None:

@@ -5,12 +5,13 @@ out than the replicas have slots, a request goes at once; beyond them a few more
 in the engines' own queues (the pool's ``engine_queue``, adapted by gateway/saturation.py),
 but only those flow control would send next anyway; after that a request waits in its
 band's queue here. A freed slot goes to the highest band with a waiting request (strict
-priority) that holds less than its ``maxShare`` of the slots, and within the band to the
+priority) that holds less than its share of the slots, and within the band to the
 fairness group holding fewest slots (then the one served longest ago), and within the
 group likewise to a member: no ID holds more than its share while another waits. Queues
 are bounded in length and in wait; a client that leaves is taken out at once. A band's
 share cap keeps slots free for the bands above it (batch work): an engine cannot take
-back a slot a request holds.
+back a slot a request holds. It keeps what they need, not more: beyond ``maxShare`` a
+band may take what the bands above have left unused lately (``reserveSeconds``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from llm_operator.gateway.flow_queue import (
     Ticket,
 )
 from llm_operator.gateway.flow_settings import Band, FlowControl
+from llm_operator.gateway.recent_peak import RecentPeak
 
 Clock = Callable[[], float]
 
@@ -73,6 +75,8 @@ class Pool:
     ended: dict[str, float] = field(default_factory=dict)  # band: when one last let go
     outside: float = -math.inf  # when its engines last ran requests others sent (peers)
     looked: float = -math.inf  # when they were last looked at (Flow.looked)
+    # capped band: the most the bands above it held at once lately (Flow.reserving)
+    above_peaks: dict[str, RecentPeak] = field(default_factory=dict)
     _timer: asyncio.TimerHandle | None = None  # a dispatch when a band's quiet time ends
 
     @property
@@ -88,15 +92,29 @@ class Pool:
     def room(self, band: Band) -> bool:
         """Whether a request of ``band`` may take a slot now.
 
-        One is free, and the band holds less than its share (``maxShare`` of the slots, at
-        least one).
+        One is free, and the band holds less than its share (``share``).
         """
         if self.capacity is None:
             return True
         return self.in_flight < self.capacity and (
-            band.max_share >= 1.0 or self.held_bands[band.name]
-            < max(1, math.floor(self.capacity_slots * band.max_share))) and (
+            band.max_share >= 1.0 or self.held_bands[band.name] < self.share(band)) and (
             not band.idle_seconds or self.quiet(band))
+
+    def share(self, band: Band) -> int:
+        """The most slots a band with ``maxShare`` below 1 may hold now (at least one).
+
+        Its ``maxShare`` of the slots, or, where more, every slot but the most the bands
+        above held at once in the last ``reserveSeconds``: room is kept for the traffic
+        above as it has been, and an engine whose higher traffic is light stays full.
+        """
+        slots = self.capacity_slots
+        share = max(1, math.floor(slots * band.max_share))
+        if band.reserve_seconds:
+            now_above = sum(self.held_bands[name] for name in self.flow.above[band.name])
+            peak = self.above_peaks.get(band.name)
+            most = now_above if peak is None else peak.most(now_above, self.flow.clock())
+            share = max(share, slots - most)
+        return share
 
     def in_engine_queue(self, band: Band, group: str) -> bool:
         """Whether a request of ``band`` and ``group`` may go beyond the slots now.
@@ -153,6 +171,8 @@ class Pool:
     def grant(self, band: str, group: str, member: str) -> Lease:
         self.in_flight += 1
         self.held_bands[band] += 1
+        for capped in self.flow.reserving.get(band, ()):
+            self._saw_above(capped)
         self.held[group] += 1
         self.held_members[(group, member)] += 1
         self.flow.tick += 1
@@ -175,6 +195,14 @@ class Pool:
         self.hold_seconds = seconds if not self.hold_seconds else \
             0.9 * self.hold_seconds + 0.1 * seconds
         self.dispatch()
+
+    def _saw_above(self, capped: Band) -> None:
+        """The bands above ``capped`` hold one more: its peak of them may rise."""
+        now = self.flow.clock()
+        peak = self.above_peaks.get(capped.name)
+        if peak is None or peak.seconds != capped.reserve_seconds:
+            peak = self.above_peaks[capped.name] = RecentPeak(capped.reserve_seconds, now)
+        peak.see(sum(self.held_bands[name] for name in self.flow.above[capped.name]), now)
 
     def dispatch(self) -> None:
         """Give free slots to waiting requests: highest band first, fairly within it.
@@ -258,6 +286,9 @@ class Flow:
         self._order: list[str] = []
         self.above: dict[str, tuple[str, ...]] = {}  # band: the bands of higher priority
         self._idle: frozenset[str] = frozenset()  # the bands with idleSeconds
+        # band: the capped bands (maxShare, reserveSeconds) it is above, which follow
+        # the most the bands above them hold (Pool.share)
+        self.reserving: dict[str, tuple[Band, ...]] = {}
         # set where a band with idleSeconds must also wait for a look at the engines that
         # finds nobody else's requests (the router, whose peers send to the same engines)
         self.look_every: float | None = None
@@ -278,6 +309,9 @@ class Flow:
         self.above = {b.name: tuple(h.name for h in settings.bands if h.priority > b.priority)
                       for b in settings.bands}
         self._idle = frozenset(b.name for b in settings.bands if b.idle_seconds)
+        capped = [b for b in settings.bands if b.max_share < 1.0 and b.reserve_seconds]
+        self.reserving = {b.name: tuple(c for c in capped if b.name in self.above[c.name])
+                          for b in settings.bands}
         default = settings.band(settings.default_band)
         assert default is not None
         old, self.pools = self.pools, {}
