@@ -31,24 +31,6 @@ from samples import REPO
 sys.path.insert(0, str(REPO / "tools"))  # prepare_node builds the images from there
 
 E2E = REPO / "tests" / "e2e"
-# Run first, after the module that brings the node up: the modules that wait on the Gemma
-# example's tokens, which its 500m CPU limit paces, leaving a core to the suites `make
-# test` runs beside this one (docs/benchmarks.md, "Where the real-node suite leaves the CPU
-# idle"); the CPU-bound modules follow, once those suites are done. The rest keep
-# pytest's order.
-FIRST = ("test_access", "test_router_batches_on_node", "test_scale_from_zero", "test_serving")
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The real-node modules in FIRST's order before the others (after tests/conftest.py,
-    which puts the real-node suite last when one pytest runs everything)."""
-    def rank(item: pytest.Item) -> tuple[bool, int]:
-        if E2E not in item.path.parents:
-            return (False, 0)
-        name = item.path.stem
-        return (True, FIRST.index(name) if name in FIRST else len(FIRST))
-    items.sort(key=rank)
 
 
 @pytest.fixture(scope="session")
