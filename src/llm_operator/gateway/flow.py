@@ -110,7 +110,8 @@ class Pool:
         slots = self.capacity_slots
         share = max(1, math.floor(slots * band.max_share))
         if band.reserve_seconds:
-            now_above = sum(self.held_bands[name] for name in self.flow.above[band.name])
+            above = self.flow.above.get(band.name, ())  # () for a band just removed
+            now_above = sum(self.held_bands[name] for name in above)
             peak = self.above_peaks.get(band.name)
             most = now_above if peak is None else peak.most(now_above, self.flow.clock())
             share = max(share, slots - most)
