@@ -110,8 +110,7 @@ class Pool:
         slots = self.capacity_slots
         share = max(1, math.floor(slots * band.max_share))
         if band.reserve_seconds:
-            above = self.flow.above.get(band.name, ())  # () for a band just removed
-            now_above = sum(self.held_bands[name] for name in above)
+            now_above = self._held_above(band)
             peak = self.above_peaks.get(band.name)
             most = now_above if peak is None else peak.most(now_above, self.flow.clock())
             share = max(share, slots - most)
@@ -203,7 +202,11 @@ class Pool:
         peak = self.above_peaks.get(capped.name)
         if peak is None or peak.seconds != capped.reserve_seconds:
             peak = self.above_peaks[capped.name] = RecentPeak(capped.reserve_seconds, now)
-        peak.see(sum(self.held_bands[name] for name in self.flow.above[capped.name]), now)
+        peak.see(self._held_above(capped), now)
+
+    def _held_above(self, band: Band) -> int:
+        """Slots the bands above ``band`` hold now (none for a band just removed)."""
+        return sum(self.held_bands[name] for name in self.flow.above.get(band.name, ()))
 
     def dispatch(self) -> None:
         """Give free slots to waiting requests: highest band first, fairly within it.

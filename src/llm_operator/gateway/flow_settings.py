@@ -27,10 +27,11 @@ class Band(_Config):
     max_wait_seconds: float = Field(60.0, ge=0, le=3600, description="How long one "
                                     "request waits for a slot; then 503 queue_timeout.")
     max_share: float = Field(1.0, gt=0, le=1, description="The most of a model's slots "
-                             "this band's requests hold at once while the bands above "
-                             "need the rest (a fraction of this gateway's slots, at least "
-                             "one slot): the rest stay free for higher bands, as an engine "
-                             "does not give back a slot a request holds. 1: no cap.")
+                             "this band's requests hold at once (a fraction of this "
+                             "gateway's slots, at least one slot): the rest stay free for "
+                             "higher bands, as an engine does not give back a slot a "
+                             "request holds; reserveSeconds lets it hold more where they "
+                             "are not needed. 1: no cap.")
     reserve_seconds: float = Field(
         0.0, ge=0, le=3600, description="With maxShare below 1: beyond its maxShare the "
         "band may take the slots the bands above have left unused, all but the most they "
