@@ -21,6 +21,7 @@ class Reply:
     chunks: list[bytes] | None = None  # SSE: sent one by one
     chunk_gap: float = 0.0  # seconds between chunks (lets a test disconnect mid-stream)
     delay: float = 0.0  # before answering
+    hold: asyncio.Event | None = None  # before answering, until the test sets it
     opening_delay: float = 0.0  # a stream: after its headers, before its first chunk
     drop_after: int | None = None  # close the connection after this many chunks (a JSON
     # body: after half of it)
@@ -84,6 +85,8 @@ class FakeUpstream:
         reply = self.script.popleft() if self.script else Reply(body=completion(
             body.get("model", "")))
         await self._wait(reply.delay)
+        if reply.hold is not None:
+            await reply.hold.wait()
         if reply.chunks is None and reply.drop_after is not None:  # half a body, then cut
             payload = json.dumps(reply.body).encode()
             response = web.StreamResponse(status=reply.status, headers={

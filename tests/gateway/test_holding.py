@@ -203,8 +203,9 @@ async def test_least_load_sends_the_next_request_to_the_idle_replica(
     route = held_route(upstreams=replicas.upstreams(), balancing={"strategy": "least-load"})
     client, gw = await serve({"routes": [route]})
     try:
+        answer = asyncio.Event()  # the first request holds its replica until the test looks
         for fake in replicas.fakes:
-            fake.then(Reply(body=completion("gemma"), delay=2))
+            fake.then(Reply(body=completion("gemma"), hold=answer))
         slow = asyncio.create_task(client.post("/v1/chat/completions", json=CHAT))
         async with asyncio.timeout(10):
             while not any(f.requests for f in replicas.fakes):
@@ -218,6 +219,7 @@ async def test_least_load_sends_the_next_request_to_the_idle_replica(
         for _ in range(3):
             resp = await client.post("/v1/chat/completions", json=CHAT)
             assert resp.headers["x-llmop-upstream"] == f"r{1 - busy}"
+        answer.set()
         assert (await slow).status == 200
     finally:
         await client.close()

@@ -22,7 +22,8 @@ def sample(exposition: str, name: str) -> float:
 
 async def test_calls_beyond_the_models_slots_queue_and_the_metrics_say_so(start: Start) -> None:
     async with start(max_concurrent_calls=2) as running:
-        running.upstream.then(*[Reply(body=completion(MODEL), delay=1.0)] * 2)
+        answer = asyncio.Event()  # the first two calls hold their slots until the test looks
+        running.upstream.then(*[Reply(body=completion(MODEL), hold=answer)] * 2)
         registry = running.service.metrics.registry
         async with Client(running.mcp) as client:
             calls = [asyncio.create_task(client.call_tool("qwen35_9b_cpu",
@@ -35,6 +36,7 @@ async def test_calls_beyond_the_models_slots_queue_and_the_metrics_say_so(start:
                     http.get(f"{running.url}/metrics") as resp:
                 exposition = await resp.text()
             seen_upstream = len(running.upstream.requests)
+            answer.set()
             results = await asyncio.gather(*calls)
     assert sample(exposition, 'llmop_mcp_tool_calls_in_flight{tool="qwen35_9b_cpu"}') == 2
     assert sample(exposition, 'llmop_mcp_tool_calls_queued{tool="qwen35_9b_cpu"}') == 3
