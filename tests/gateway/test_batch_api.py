@@ -32,9 +32,10 @@ from llm_operator.batch.state import FINISHED, Batch
 from llm_operator.batch.store import BatchStore, Store
 from llm_operator.gateway import batches
 from llm_operator.gateway.app import Gateway
-from llm_operator.gateway.config import parse_config
+from llm_operator.gateway.config import Batches, SharedState, parse_config
 
 from fake_upstream import FakeUpstream, Reply, completion
+from freezing_proxy import FreezingProxy
 from redisserver import RedisServer
 
 ALICE, BOB = "sk-alice-0123456789", "sk-bob-0123456789"
@@ -487,6 +488,36 @@ async def test_a_store_that_restarts_mid_batch_holds_the_batch_up_and_loses_noth
     assert [json.loads(t)["custom_id"] for t in output.splitlines()] == \
         [f"r{i:02}" for i in range(12)]  # each once, none lost
     assert batch.request_counts is not None and batch.request_counts.completed == 12
+
+
+async def test_a_store_that_answers_nothing_is_refused_within_seconds_then_used_again(
+        tmp_path: Path, upstream: tuple[FakeUpstream, str]) -> None:
+    """Redis's pod replaced without closing its connections: what is sent to the old pod's
+    address is never answered. The Batch API's store (as the router opens it) gives up
+    within its timeout and says when to retry; once Redis answers, the next call is served
+    (the real-node suite's batch test saw Files and Batch calls held 30-40 s)."""
+    server = RedisServer(tmp_path)
+    await server.start()
+    async with FreezingProxy.to_url(server.url) as proxy:
+        shared = SharedState(url=f"redis://127.0.0.1:{proxy.port}/0")
+        store = batches.open_store(Batches(enabled=True), shared)
+        assert isinstance(store, RedisBatchStore)
+        try:
+            async with front(store, upstream[1]) as gw, gw.sdk() as sdk:
+                uploaded = await sdk.files.create(file=("in.jsonl", jsonl(chat("a"))),
+                                                  purpose="batch")
+                proxy.thawed.clear()  # frozen: bytes go in, nothing comes back
+                async with asyncio.timeout(batches.STORE_TIMEOUT_SECONDS + 5):
+                    with pytest.raises(openai.InternalServerError) as refused:
+                        await sdk.files.retrieve(uploaded.id)
+                proxy.thawed.set()
+                again = await sdk.files.retrieve(uploaded.id)
+        finally:
+            store.client.close()
+            server.stop()
+    assert refused.value.code == "batch_store_unavailable"
+    assert int(refused.value.response.headers["Retry-After"]) <= 5  # back in seconds
+    assert again.id == uploaded.id
 
 
 @pytest.mark.parametrize("wake", [False, True], ids=["waits-for-a-replica", "wakes-it"])

@@ -21,6 +21,7 @@ from llm_operator.operator.run import run_operator
 from llm_operator.profiles.settings import Settings
 
 from cluster import Cluster, allowed, needed
+from freezing_proxy import FreezingProxy
 from operators import connect
 from samples import REPO, sample_doc
 
@@ -252,55 +253,6 @@ async def test_the_leader_election_role_allows_every_lease_request(cluster: Clus
     assert all(allowed(rules, *n) for n in used)
 
 
-class FreezingProxy:
-    """A TCP proxy in front of the API server that can freeze as a SIGSTOPped kube-apiserver
-    does: connections are still accepted and requests sent, but nothing comes back until
-    it thaws (nothing fails: requests hang)."""
-
-    def __init__(self, target: str) -> None:
-        host, port = target.removeprefix("http://").rsplit(":", 1)
-        self._target = (host, int(port))
-        self.thawed = asyncio.Event()
-        self.thawed.set()
-        self._server: asyncio.Server | None = None
-        self._pipes: set[asyncio.Task[None]] = set()
-
-    @property
-    def url(self) -> str:
-        assert self._server is not None
-        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
-
-    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while data := await reader.read(65536):
-                await self.thawed.wait()
-                writer.write(data)
-                await writer.drain()
-        except OSError:
-            pass
-        finally:
-            writer.close()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection(*self._target)
-        for pipe in (self._pipe(reader, up_writer), self._pipe(up_reader, writer)):
-            task = asyncio.create_task(pipe)
-            self._pipes.add(task)
-            task.add_done_callback(self._pipes.discard)
-
-    async def __aenter__(self) -> FreezingProxy:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        return self
-
-    async def __aexit__(self, *_: object) -> None:
-        assert self._server is not None
-        self.thawed.set()
-        self._server.close()
-        for task in list(self._pipes):
-            task.cancel()
-        await asyncio.gather(*self._pipes, return_exceptions=True)
-
-
 async def probe_says(url: str) -> str | None:
     """What the replica's liveness probe answers (None: it does not listen yet)."""
     try:
@@ -323,7 +275,7 @@ async def test_a_frozen_api_server_costs_no_restart_and_never_two_leaders(
     in the same process; the standby waits the freeze out. Nothing exits."""
     terms = {"namespace": "llm-operator-system", "retry": 0.05, "renew_deadline": 0.6,
              "duration": 1.0}
-    async with FreezingProxy(str(connect(cluster).server)) as proxy:
+    async with FreezingProxy.to_url(str(connect(cluster).server)) as proxy:
         conn = Connection(server=proxy.url)
         probes = {i: f"http://127.0.0.1:{free_port()}/healthz" for i in ("a", "b")}
         stop = asyncio.Event()

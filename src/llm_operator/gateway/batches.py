@@ -31,6 +31,13 @@ log = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 MAX_METADATA = 16  # OpenAI's: 16 pairs, keys to 64 characters, values to 512
 PURPOSE = "batch"
+# A Redis call of the Batch API waits this long for a byte (or a connection) before the
+# store counts as unreachable (503, batch_store_unavailable; the runner waits it out). After
+# Redis's pod is replaced, a connection to the old pod gets no answer at all: 30 s here held
+# every Files and Batch call that long after Redis was back (the real-node suite saw it).
+STORE_TIMEOUT_SECONDS = 5.0
+STORE_CONNECT_SECONDS = 2.0
+RETRY_AFTER_SECONDS = 5  # a refused call's Retry-After: a replaced Redis pod is back in seconds
 
 
 def open_store(settings: Batches, shared: SharedState | None) -> Store:
@@ -39,7 +46,8 @@ def open_store(settings: Batches, shared: SharedState | None) -> Store:
         return BatchStore(Path(settings.path))
     assert shared is not None  # the config's validator: one of the two is set
     client = redis.Redis.from_url(shared.url, password=shared.password(),
-                                  socket_timeout=30, socket_connect_timeout=10)
+                                  socket_timeout=STORE_TIMEOUT_SECONDS,
+                                  socket_connect_timeout=STORE_CONNECT_SECONDS)
     return RedisBatchStore(client, shared.key_prefix)
 
 
@@ -89,7 +97,7 @@ class BatchApi:
                 return error_response(503, f"the batch store refused this ({exc}); nothing "
                                       "was changed: retry later", "server_error",
                                       "batch_store_unavailable",
-                                      headers={"Retry-After": "30"})
+                                      headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
             return response
         return answer
 
