@@ -93,6 +93,45 @@ def test_a_build_is_keyed_by_source_architecture_and_flags() -> None:
     assert len(keys) == 2
 
 
+def test_only_the_light_targets_compile_at_o1(tmp_path: Path) -> None:
+    """LIGHT_CMAKE on a project shaped as llama.cpp's: its own targets, and ggml's kernels
+    in a subproject, configured as the build configures them (the venv's cmake, Ninja)."""
+    source = tmp_path / "src"
+    (source / "ggml").mkdir(parents=True)
+    (source / "unit.cpp").write_text("int unit() { return 0; }\n")
+    targets = [*llama_build.LIGHT_TARGETS, "llama", "server-context"]
+    (source / "CMakeLists.txt").write_text(
+        'cmake_minimum_required(VERSION 3.19)\nproject("llama.cpp" CXX)\n'
+        "add_subdirectory(ggml)\n"
+        + "".join(f"add_library({t} STATIC unit.cpp)\n" for t in targets))
+    (source / "ggml" / "CMakeLists.txt").write_text(
+        'project("ggml" CXX)\nadd_library(ggml-cpu STATIC ../unit.cpp)\n')
+    include = tmp_path / "light.cmake"
+    include.write_text(llama_build.LIGHT_CMAKE)
+    bin_dir = Path(sys.executable).parent
+    subprocess.run([str(bin_dir / "cmake"), "-S", str(source), "-B", str(tmp_path / "b"),
+                    "-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={bin_dir / 'ninja'}",
+                    "-DCMAKE_BUILD_TYPE=Release", f"-DCMAKE_PROJECT_INCLUDE={include}"],
+                   check=True, capture_output=True)
+    ninja = (tmp_path / "b" / "build.ninja").read_text()
+    flags = {}  # target -> the FLAGS of its object
+    for block in ninja.split("\nbuild ")[1:]:
+        head, _, body = block.partition("\n")
+        if "CMakeFiles/" in head and head.split(":")[0].endswith(".o"):
+            target = head.split("CMakeFiles/")[1].split(".dir/")[0]
+            flags[target] = next(line.split("=", 1)[1].split() for line in body.splitlines()
+                                 if line.strip().startswith("FLAGS ="))
+    last_o = {t: [f for f in f_ if f.startswith("-O")][-1] for t, f_ in flags.items()}
+    assert last_o == {**dict.fromkeys(llama_build.LIGHT_TARGETS, "-O1"),
+                      "llama": "-O3", "server-context": "-O3", "ggml-cpu": "-O3"}
+
+
+def test_the_light_targets_are_part_of_the_build_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    key = llama_build.build_key("x86_64")
+    monkeypatch.setattr(llama_build, "LIGHT_CMAKE", llama_build.LIGHT_CMAKE.replace("-O1", "-O2"))
+    assert llama_build.build_key("x86_64") != key
+
+
 def test_the_binary_is_the_environment_override_else_the_cached_build(tmp_path: Any) -> None:
     chosen = tmp_path / "my-llama-server"
     assert llama_build.locate({"LLMOP_LLAMA_SERVER": str(chosen)}) == chosen
