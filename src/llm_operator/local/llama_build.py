@@ -43,11 +43,11 @@ X86_64_FLAGS = ("-DGGML_NATIVE=OFF", "-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_
 # unchanged within noise (docs/benchmarks.md). ggml's kernels, libllama (graphs, sampling)
 # and the server's slot loop (server-context) keep -O3. A CMake project include (run after
 # project(); its deferred code after every target exists): a target a later llama.cpp
-# renames is left at -O3.
+# renames is left at -O3, and so is everything under a CMake older than 3.19 (no DEFER).
 LIGHT_TARGETS = ("llama-common-base", "llama-common", "mtmd", "llama-server-impl",
                  "llama-server", "cpp-httplib")
 LIGHT_CMAKE = f"""\
-if(PROJECT_NAME STREQUAL "llama.cpp")
+if(PROJECT_NAME STREQUAL "llama.cpp" AND CMAKE_VERSION VERSION_GREATER_EQUAL 3.19)
   cmake_language(DEFER CALL cmake_language EVAL CODE [[
     foreach(target {' '.join(LIGHT_TARGETS)})
       if(TARGET ${{target}})
