@@ -67,12 +67,15 @@ class FakeUpstream:
         self.script.extend(replies)
         return self
 
-    async def _wait(self, seconds: float) -> None:
-        """A scripted pause; the gateway cancelling it (its client left) is noted."""
-        if not seconds:
+    async def _wait(self, seconds: float, until: asyncio.Event | None = None) -> None:
+        """A scripted pause (then, with ``until``, until the test sets it); the gateway
+        cancelling it (its client left) is noted."""
+        if not seconds and until is None:
             return
         try:
             await asyncio.sleep(seconds)
+            if until is not None:
+                await until.wait()
         except asyncio.CancelledError:
             self.cancelled.set()
             raise
@@ -84,9 +87,7 @@ class FakeUpstream:
         self.received.set()
         reply = self.script.popleft() if self.script else Reply(body=completion(
             body.get("model", "")))
-        await self._wait(reply.delay)
-        if reply.hold is not None:
-            await reply.hold.wait()
+        await self._wait(reply.delay, reply.hold)
         if reply.chunks is None and reply.drop_after is not None:  # half a body, then cut
             payload = json.dumps(reply.body).encode()
             response = web.StreamResponse(status=reply.status, headers={
