@@ -16,16 +16,21 @@ UP_ARGS ?=
 
 # The virtualenv with what compiles llama-server (cmake and ninja from PyPI, the `local`
 # extra's pins): seconds, so that the compile starts before the project is installed.
+# uv (from PyPI) installs into it: it downloads in parallel and, once its cache
+# (~/.cache/uv) holds the wheels, asks no index again (pip: 2 min 12 s on a new machine and
+# ~50 s warm; uv: ~25 s and ~10 s). It reads PyPI, or UV_INDEX_URL, not pip's config. pip
+# stays in the virtualenv for what downloads with it (`llmop setup`, tools/images.py).
+UV := $(BIN)/uv pip install --python $(BIN)/python
 $(BUILD_TOOLS):
-	@echo ">> creating $(VENV) with cmake and ninja"
+	@echo ">> creating $(VENV) with uv, cmake and ninja"
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet 'cmake>=3.25' 'ninja>=1.11'
+	$(BIN)/python -m pip install --quiet 'uv>=0.5'
+	$(UV) --quiet --upgrade pip 'cmake>=3.25' 'ninja>=1.11'
 	@touch $@
 
 $(STAMP): pyproject.toml $(BUILD_TOOLS)
 	@echo ">> installing llm-operator with its test and local extras into $(VENV) (log: $(VENV)/pip-install.log)"
-	@$(BIN)/python -m pip install -e '.[test,local]' > $(VENV)/pip-install.log 2>&1 \
+	@$(UV) -e '.[test,local]' > $(VENV)/pip-install.log 2>&1 \
 	  || { tail -n 40 $(VENV)/pip-install.log; exit 1; }
 	@rm -f $(VENV)/.installed-* && touch $@
 
