@@ -65,6 +65,10 @@ def test_deployments_are_hardened_and_run_the_project_image(path: Path, command:
     assert sec["readOnlyRootFilesystem"] is True and sec["capabilities"]["drop"] == ["ALL"]
     assert sec["allowPrivilegeEscalation"] is False
     assert {"livenessProbe", "readinessProbe", "resources"} <= set(container)
+    # Ready within a second of answering, not at the next readiness period (10 s): the
+    # kubelet probes readiness at once when the startup probe on the same path passes
+    assert container["startupProbe"]["httpGet"] == container["readinessProbe"]["httpGet"]
+    assert container["startupProbe"]["periodSeconds"] == 1
     # The arguments are ones the subcommand accepts (click raises on anything else).
     args = list(container["args"])
     subcommand = cli.get_command(click.Context(cli), args[0])

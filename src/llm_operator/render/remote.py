@@ -114,6 +114,11 @@ def gateway_deployment(
             *([{"name": "redis", "mountPath": REDIS_DIR, "readOnly": True}]
               if settings.gateway.redis_password_secret else []),
         ],
+        # every second until the process answers, then readiness at once (the kubelet
+        # probes it when the startup probe passes): Ready as soon as it serves. /health,
+        # not /ready: a missing key keeps the pod unready, saying why, not restarting
+        "startupProbe": {"httpGet": {"path": "/health", "port": "http"},
+                         "periodSeconds": 1, "failureThreshold": 60, "timeoutSeconds": 2},
         "readinessProbe": {"httpGet": {"path": "/ready", "port": "http"},
                            "periodSeconds": 5, "failureThreshold": 3, "timeoutSeconds": 2},
         "livenessProbe": {"httpGet": {"path": "/health", "port": "http"},
