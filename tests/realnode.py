@@ -87,9 +87,11 @@ def node_missing() -> str | None:
     return None
 
 
-def _running(name: str) -> bool:
-    return any((p / "comm").exists() and _read(p / "comm").strip() == name
-               for p in Path("/proc").iterdir() if p.name.isdigit())
+def processes(name: str) -> int:
+    """How many processes on this machine run the command ``name`` (a process that exits
+    while /proc is read is not counted)."""
+    return sum(1 for p in Path("/proc").iterdir()
+               if p.name.isdigit() and _read(p / "comm").strip() == name)
 
 
 def sweep_stale_node() -> Path | None:
@@ -101,7 +103,7 @@ def sweep_stale_node() -> Path | None:
     alive, every process that names the cluster's directory is killed and the node's
     teardown runs for it.
     """
-    if not MARKER.exists() or _running("kubelet"):
+    if not MARKER.exists() or processes("kubelet"):
         return None
     root = Path(MARKER.read_text().strip())
     cluster = str(root.parent).encode()

@@ -7,16 +7,19 @@ from pathlib import Path
 import pytest
 from e2e_cluster import NodeCluster
 
-from realnode import MARKER, Node, NodeError, node_cluster, node_missing, sweep_stale_node
+from realnode import (
+    MARKER,
+    Node,
+    NodeError,
+    node_cluster,
+    node_missing,
+    processes,
+    sweep_stale_node,
+)
 
 from controlplane import ControlPlane
 
 pytestmark = pytest.mark.e2e
-
-
-def _processes(name: str) -> int:
-    return sum(1 for p in Path("/proc").iterdir() if p.name.isdigit()
-               and (p / "comm").exists() and (p / "comm").read_text().strip() == name)
 
 
 def test_missing_debian_packages_are_named_in_one_line(
@@ -41,12 +44,12 @@ def test_the_node_runs_containerd_2_with_its_own_config_version(
 
 def test_a_second_node_is_refused_and_the_first_keeps_running(
         kube_node: NodeCluster, tmp_path: Path) -> None:
-    kubelets = _processes("kubelet")
+    kubelets = processes("kubelet")
     with pytest.raises(NodeError, match=r"a test node already runs on this machine \(bridge "
                        r"llmop0 exists\): stop it with `make cluster-down`"), \
             node_cluster(tmp_path):
         pass
-    assert _processes("kubelet") == kubelets == 1
+    assert processes("kubelet") == kubelets == 1
     kube_node.kubectl("wait", "--for=condition=Ready", "node/node-1", "--timeout=10s")
 
 
@@ -61,5 +64,5 @@ def test_a_running_node_is_never_swept_as_stale(kube_node: NodeCluster) -> None:
     """Only a node whose kubelet is gone (a killed run) is cleaned up before a new one."""
     assert MARKER.read_text() == str(kube_node.node.root)
     assert sweep_stale_node() is None
-    assert MARKER.exists() and _processes("kubelet") == 1
+    assert MARKER.exists() and processes("kubelet") == 1
     kube_node.kubectl("wait", "--for=condition=Ready", "node/node-1", "--timeout=10s")
