@@ -177,3 +177,29 @@ def test_the_module_compiles_before_the_project_is_installed_and_says_what_is_mi
     found = subprocess.run(argv, env={**env, "LLMOP_LLAMA_SERVER": str(chosen)},
                            capture_output=True, text=True, check=True)
     assert found.stdout == f"{chosen}\n"
+
+
+def test_the_source_is_downloaded_once_into_the_cache_whole(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`make`'s `--fetch-source`, then the build: one download, kept for later builds; a
+    download that fails leaves nothing a build would take for the sdist."""
+    calls: list[list[str]] = []
+
+    def pip(argv: list[str], log: Path, what: str, *_: object, **__: object) -> None:
+        calls.append(argv)
+        if len(calls) == 1:
+            raise llama_build.BuildError(f"{what} failed (exit 1); the whole log: {log}")
+        target = Path(argv[argv.index("-d") + 1])
+        (target / f"llama_cpp_python-{llama_build.SOURCE_VERSION}.tar.gz").write_bytes(b"sd")
+
+    monkeypatch.setattr(llama_build, "_run", pip)
+    source = tmp_path / "llama-server" / "source"
+    with pytest.raises(llama_build.BuildError, match=r"source/download\.log"):
+        llama_build.fetch_source(tmp_path)
+    assert list(source.iterdir()) == []  # the failed download's directory is gone
+    path = llama_build.fetch_source(tmp_path)
+    assert path == llama_build.sdist_path(tmp_path) and path.read_bytes() == b"sd"
+    assert [p.name for p in source.iterdir()] == [path.name]
+    assert llama_build.fetch_source(tmp_path) == path and len(calls) == 2  # cached
+    assert {"--no-deps", ":all:", f"llama-cpp-python=={llama_build.SOURCE_VERSION}"} <= set(
+        calls[1])

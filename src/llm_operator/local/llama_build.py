@@ -153,13 +153,32 @@ def _run(argv: list[str], log: Path, what: str, progress: Progress | None = None
         raise BuildError(f"{what} failed (exit {code}); the whole log: {log}\n{tail}")
 
 
-def _source(work: Path, log: Path) -> Path:
-    """llama.cpp's tree from the pinned sdist (pip download: PyPI or the configured index)."""
-    _run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary",
-          ":all:", f"{SOURCE_PACKAGE}=={SOURCE_VERSION}", "-d", str(work)], log,
-         f"downloading the {SOURCE_PACKAGE} {SOURCE_VERSION} sdist (llama.cpp's source)")
-    sdist = next(work.glob("*.tar.gz"))
-    with tarfile.open(sdist) as tar:
+def sdist_path(cache: Path) -> Path:
+    """Where the pinned sdist is kept once downloaded (a build with new flags reads it)."""
+    return cache / "llama-server" / "source" / f"{SOURCE_PACKAGE}-{SOURCE_VERSION}.tar.gz"
+
+
+def fetch_source(cache: Path | None = None) -> Path:
+    """The pinned sdist in the cache, downloaded first if it is not there.
+
+    pip downloads it (PyPI or the configured index); its log is ``download.log`` beside it.
+    """
+    path = sdist_path(cache or cache_root())
+    if path.is_file():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="download-", dir=path.parent) as tmp:
+        _run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary",
+              ":all:", f"{SOURCE_PACKAGE}=={SOURCE_VERSION}", "-d", tmp],
+             path.parent / "download.log",
+             f"downloading the {SOURCE_PACKAGE} {SOURCE_VERSION} sdist (llama.cpp's source)")
+        next(Path(tmp).glob("*.tar.gz")).replace(path)  # whole or not at all
+    return path
+
+
+def _source(cache: Path, work: Path) -> Path:
+    """llama.cpp's tree from the pinned sdist, unpacked in ``work``."""
+    with tarfile.open(fetch_source(cache)) as tar:
         tar.extractall(work, filter="data")
     return next(work.glob("*/vendor/llama.cpp"))
 
@@ -171,7 +190,8 @@ def build(cache: Path | None = None, progress: Progress | None = None,
     ``progress(done, total)`` follows the compile steps. Raises BuildError when a tool is
     missing or a step fails (with the log's tail and path).
     """
-    target = built_path(cache or cache_root())
+    cache = cache or cache_root()
+    target = built_path(cache)
     if target.is_file():
         return target
     with _locked(target.parent.with_suffix(".lock")):
@@ -186,7 +206,7 @@ def build(cache: Path | None = None, progress: Progress | None = None,
         generator = ["-G", "Ninja"] if _tool("ninja") else []
         with tempfile.TemporaryDirectory(prefix="llama-build-", dir=target.parent) as tmp:
             work = Path(tmp)
-            source = _source(work, log)
+            source = _source(cache, work)
             build_dir = work / "build"
             cmake = _tool("cmake") or "cmake"
             light = work / "light-targets.cmake"
@@ -245,13 +265,21 @@ def build_reporting(out: TextIO) -> Path:
     return path
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     """``python -m llm_operator.local.llama_build``: `llmop setup` before it is installed.
 
     It needs the standard library, pip, and cmake and ninja beside this Python, so `make`
-    starts the compile while pip installs the rest of the project.
+    starts the compile while the rest of the project installs. ``--fetch-source`` only
+    downloads the sdist, when this machine has no llama-server yet: `make` does that first,
+    alone (~10 s), because beside the project's and apt's downloads on a new machine it
+    took over a minute, all of it before the compile's first step.
     """
+    args = sys.argv[1:] if argv is None else argv
     try:
+        if args == ["--fetch-source"]:
+            if locate() is None:
+                fetch_source()
+            return 0
         print(build_reporting(sys.stderr))
     except BuildError as exc:
         print(f"Error: {exc}", file=sys.stderr)
