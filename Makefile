@@ -18,7 +18,7 @@ UP_ARGS ?=
 # extra's pins): seconds, so that the compile starts before the project is installed.
 # uv (from PyPI) installs into it: it downloads in parallel and, once its cache
 # (~/.cache/uv) holds the wheels, asks no index again (pip: 2 min 12 s on a new machine and
-# ~50 s warm; uv: ~25 s and ~10 s). It reads PyPI, or UV_INDEX_URL, not pip's config. pip
+# ~50 s warm; uv: ~25 s and ~4 s). It reads PyPI, or UV_INDEX_URL, not pip's config. pip
 # stays in the virtualenv for what downloads with it (`llmop setup`, tools/images.py).
 UV := $(BIN)/uv pip install --python $(BIN)/python
 $(BUILD_TOOLS):
@@ -58,9 +58,10 @@ test: llama-server-background tools prebuild
 # llama-server compiled in the background (`llmop setup` as a module of the source tree,
 # log .state/llama-server.log) while uv installs the project and apt, the linters and the
 # tests that need no engine run: on 2 cores the compile is 5-6 minutes that the real-node
-# suite's first module waits for. Its source (a 77 MB sdist) is downloaded first, alone:
-# beside the other downloads of a new machine it took a minute instead of ~10 s. A test that needs it waits on the build's lock
-# (tests/localstack.py), the real-node images on the cached binary.
+# suite's first module waits for. Its source (a 77 MB sdist, kept in the cache) is
+# downloaded first, alone, so that nothing else downloads beside what the compile waits
+# for. A test that needs llama-server waits on the build's lock (tests/localstack.py), the
+# real-node images on the cached binary.
 llama-server-background: $(BUILD_TOOLS)
 	@mkdir -p .state
 	@PYTHONPATH=src $(BIN)/python -m llm_operator.local.llama_build --fetch-source

@@ -271,8 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     It needs the standard library, pip, and cmake and ninja beside this Python, so `make`
     starts the compile while the rest of the project installs. ``--fetch-source`` only
     downloads the sdist, when this machine has no llama-server yet: `make` does that first,
-    alone (~10 s), because beside the project's and apt's downloads on a new machine it
-    took over a minute, all of it before the compile's first step.
+    alone, so that nothing else downloads beside what the compile waits for.
     """
     args = sys.argv[1:] if argv is None else argv
     try:
