@@ -9,6 +9,7 @@ the same file.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import fcntl
 import hashlib
@@ -273,9 +274,14 @@ def main(argv: list[str] | None = None) -> int:
     downloads the sdist, when this machine has no llama-server yet: `make` does that first,
     alone, so that nothing else downloads beside what the compile waits for.
     """
-    args = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(prog="python -m llm_operator.local.llama_build",
+                                     description="Compile llama-server once per machine.",
+                                     allow_abbrev=False)
+    parser.add_argument("--fetch-source", action="store_true",
+                        help="only download the source, when llama-server is not built yet")
+    args = parser.parse_args(argv)
     try:
-        if args == ["--fetch-source"]:
+        if args.fetch_source:
             if locate() is None:
                 fetch_source()
             return 0
