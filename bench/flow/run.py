@@ -207,7 +207,7 @@ async def main() -> None:
                 await until_up(f"http://127.0.0.1:{port}/health")
             urls = {mode: f"http://127.0.0.1:{port}" for mode, port in ports.items()}
             parts = set(args.parts.split(","))
-            await report(urls, args.warmup, args.seconds, parts)
+            await report(urls, f"http://127.0.0.1:{engine}", args.warmup, args.seconds, parts)
             if "d" in parts:
                 await throughput({"llama-server itself": f"http://127.0.0.1:{engine}",
                                   "llmop up's flow control": urls["llmop up"],
@@ -238,8 +238,8 @@ async def light_case(url: str, heavy: int, headers: tuple[dict[str, str], dict[s
     return light, flood
 
 
-async def report(urls: dict[str, str], warmup: float, seconds: float, parts: set[str]
-                 ) -> None:
+async def report(urls: dict[str, str], engine: str, warmup: float, seconds: float,
+                 parts: set[str]) -> None:
     interactive, batch = {OBJECTIVE: "interactive"}, {OBJECTIVE: "batch"}
     light_id, heavy_id = {FAIRNESS: "light"}, {FAIRNESS: "heavy"}
     cases = [
@@ -258,14 +258,17 @@ async def report(urls: dict[str, str], warmup: float, seconds: float, parts: set
           f"{seconds:g} s windows after {warmup:g} s warm-up")
     print()
     print("| case | flow control | light p50 (s) | vs ref | light p99 (s) | vs ref | "
-          "light done | light failed | all req/s | errors | engine queue |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "light done | light failed | all req/s | errors | engine queue | engine steps/s "
+          "| tokens per step |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     reference: tuple[float, float] = (0.0, 0.0)
     for title, mode, heavy, light_headers, heavy_headers in cases:
         if title[1] not in parts:
             continue
+        before = await engine_steps(engine)
         light, flood = await light_case(urls[mode], heavy, (light_headers, heavy_headers),
                                         warmup, seconds)
+        steps = (await engine_steps(engine)).since(before)
         p50, p99 = pct(light.latencies, 0.5), pct(light.latencies, 0.99)
         if "reference" in title:
             reference = (p50, p99)
@@ -273,8 +276,8 @@ async def report(urls: dict[str, str], warmup: float, seconds: float, parts: set
               f"{p99:.3f} | {p99 / (reference[1] or 1):.2f}x | {len(light.latencies)} | "
               f"{light.errors} | "
               f"{rate([light, flood]):.2f} | "
-              f"{light.errors + flood.errors} | {await engine_queue(urls[mode])} |",
-              flush=True)
+              f"{light.errors + flood.errors} | {await engine_queue(urls[mode])} | "
+              f"{steps.per_second:.1f} | {steps.tokens_per_step:.2f} |", flush=True)
     if "jain" not in parts:
         return
     print()
@@ -287,6 +290,40 @@ async def report(urls: dict[str, str], warmup: float, seconds: float, parts: set
         counts = [g.completed for g in groups]
         print(f"| | {mode} | {' / '.join(map(str, counts))} | {jain(counts):.3f} |",
               flush=True)
+
+
+@dataclass(frozen=True)
+class Steps:
+    """llama-server's own counters: its decode calls (steps) and the tokens they generated."""
+
+    at: float
+    steps: float
+    tokens: float
+    per_second: float = 0.0  # of a difference (``since``): steps per second
+    tokens_per_step: float = 0.0
+
+    def since(self, earlier: Steps) -> Steps:
+        steps = self.steps - earlier.steps
+        return Steps(self.at, steps, self.tokens - earlier.tokens,
+                     steps / max(self.at - earlier.at, 1e-9),
+                     (self.tokens - earlier.tokens) / max(steps, 1.0))
+
+
+async def engine_steps(engine: str) -> Steps:
+    """llama-server's step counters now (its /metrics).
+
+    The slots can be as busy with flow control on as off while fewer answers come back:
+    requests per second are steps per second times tokens per step over tokens per
+    request, so these two columns say which of them moved.
+    """
+    values = {"llamacpp:n_decode_total": 0.0, "llamacpp:tokens_predicted_total": 0.0}
+    async with aiohttp.ClientSession() as http, http.get(f"{engine}/metrics") as r:
+        for line in (await r.text()).splitlines():
+            name, _, value = line.partition(" ")
+            if name in values:
+                values[name] = float(value)
+    return Steps(time.monotonic(), values["llamacpp:n_decode_total"],
+                 values["llamacpp:tokens_predicted_total"])
 
 
 async def engine_queue(url: str) -> str:
