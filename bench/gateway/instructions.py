@@ -11,7 +11,8 @@ tree) serves ``llmop gateway`` under ``valgrind --tool=callgrind`` with collecti
 client sends 50 requests to warm it, collection is switched on for ``--requests``
 sequential keep-alive requests and off again. Flow control is measured on (the default)
 and off; a tree whose config has no ``flowControl`` is measured without it. ``--floors``
-adds the hot path alone on aiohttp's server and on a bare one (floor_*_http1.py).
+adds the hot path alone on aiohttp's server, on a front of our own that parses with
+httptools and answers with aiohttp's response objects, and on a bare one (floor_*_http1.py).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from trees import WORKING, worktree
 
 HERE = Path(__file__).resolve().parent
 BASELINES = ("8c0a945", "fdc4eb9")
-FLOORS = ("floor_aiohttp_http1.py", "floor_raw_http1.py")
+FLOORS = ("floor_aiohttp_http1.py", "floor_front_http1.py", "floor_raw_http1.py")
 BODY = json.dumps({"model": "bench", "max_tokens": 16,
                    "messages": [{"role": "user", "content": "Say hello in five words."}]})
 
@@ -107,8 +108,9 @@ def main() -> None:
     parser.add_argument("revs", nargs="*", default=list(BASELINES))
     parser.add_argument("--requests", type=int, default=500)
     parser.add_argument("--floors", action="store_true", help="also count the hot path alone "
-                        "on aiohttp's server and on a bare asyncio+httptools one "
-                        "(floor_*_http1.py): what the server library costs")
+                        "on aiohttp's server, on an httptools front answering with aiohttp's "
+                        "responses, and on a bare asyncio+httptools one (floor_*_http1.py): "
+                        "what the server library costs")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="llmop-trees-"))
     trees = {rev: worktree(rev, work) for rev in args.revs}
