@@ -268,7 +268,7 @@ async def report(urls: dict[str, str], engine: str, warmup: float, seconds: floa
         before = await engine_steps(engine)
         light, flood = await light_case(urls[mode], heavy, (light_headers, heavy_headers),
                                         warmup, seconds)
-        steps = (await engine_steps(engine)).since(before)
+        per_second, tokens_per_step = (await engine_steps(engine)).rates_since(before)
         p50, p99 = pct(light.latencies, 0.5), pct(light.latencies, 0.99)
         if "reference" in title:
             reference = (p50, p99)
@@ -277,7 +277,7 @@ async def report(urls: dict[str, str], engine: str, warmup: float, seconds: floa
               f"{light.errors} | "
               f"{rate([light, flood]):.2f} | "
               f"{light.errors + flood.errors} | {await engine_queue(urls[mode])} | "
-              f"{steps.per_second:.1f} | {steps.tokens_per_step:.2f} |", flush=True)
+              f"{per_second:.1f} | {tokens_per_step:.2f} |", flush=True)
     if "jain" not in parts:
         return
     print()
@@ -299,14 +299,12 @@ class Steps:
     at: float
     steps: float
     tokens: float
-    per_second: float = 0.0  # of a difference (``since``): steps per second
-    tokens_per_step: float = 0.0
 
-    def since(self, earlier: Steps) -> Steps:
+    def rates_since(self, earlier: Steps) -> tuple[float, float]:
+        """Steps per second and tokens per step between ``earlier`` and this reading."""
         steps = self.steps - earlier.steps
-        return Steps(self.at, steps, self.tokens - earlier.tokens,
-                     steps / max(self.at - earlier.at, 1e-9),
-                     (self.tokens - earlier.tokens) / max(steps, 1.0))
+        return (steps / max(self.at - earlier.at, 1e-9),
+                (self.tokens - earlier.tokens) / max(steps, 1.0))
 
 
 async def engine_steps(engine: str) -> Steps:

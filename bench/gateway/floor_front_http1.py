@@ -51,7 +51,8 @@ class Front(BaseProtocol):
         super().__init__(loop)
         self.client = client
         self.parser = httptools.HttpRequestParser(self)
-        self.url, self.body = b"", [b""]
+        self.url: bytes = b""
+        self.body: list[bytes] = []
         self.headers: CIMultiDict[str] = CIMultiDict()
 
     def data_received(self, data: bytes) -> None:
