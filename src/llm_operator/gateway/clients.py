@@ -15,6 +15,7 @@ from llm_operator.access.limits import Limits, retry_after_header
 from llm_operator.access.limits import limits as build_limits
 from llm_operator.access.spend import Ledger, over_budget
 from llm_operator.gateway.errors import Refusal, error_response
+from llm_operator.gateway.incoming import Incoming
 from llm_operator.gateway.metrics import Children, GatewayMetrics
 
 log = logging.getLogger("llm_operator.gateway")
@@ -91,7 +92,7 @@ class ClientGate:
         client = self._current().get(key_id)
         return None if client is None or client.key.disabled else client
 
-    def identify(self, request: web.Request) -> Client:
+    def identify(self, request: Incoming) -> Client:
         """The calling client, or Refusal with the 401 to answer."""
         clients = self._current()
         assert self._keyring is not None

@@ -6,8 +6,9 @@ import logging
 
 from aiohttp import web
 
+from llm_operator.gateway.incoming import Incoming
+
 log = logging.getLogger("llm_operator.gateway")
-STREAM_STARTED = web.RequestKey("stream_started", bool)  # headers went out: no error body
 
 
 def error_response(status: int, message: str, kind: str, code: str | None = None, *,
@@ -26,17 +27,18 @@ class Refusal(Exception):
         self.response = response
 
 
-def unexpected(request: web.Request, exc: Exception) -> web.Response:
+def unexpected(request: Incoming, exc: Exception, *, streaming: bool = False
+               ) -> web.Response:
     """What a handler raised, answered in OpenAI's shape.
 
-    Re-raised once an answer is under way (aiohttp cuts the connection, the client sees
-    it), and for a redirect.
+    Re-raised once an answer is under way (``streaming``: the server cuts the connection,
+    the client sees it), and for a redirect.
     """
     if isinstance(exc, web.HTTPException):
         if exc.status < 400:
             raise exc
         return error_response(exc.status, exc.reason, "invalid_request_error")
-    if request.get(STREAM_STARTED):
+    if streaming:
         raise exc
     log.error("internal error serving %s %s", request.method, request.path, exc_info=exc)
     return error_response(500, "the gateway failed on this request (see its log)",

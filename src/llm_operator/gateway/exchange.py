@@ -13,6 +13,7 @@ from llm_operator.gateway.answers import HeldStream
 from llm_operator.gateway.classify import Classified
 from llm_operator.gateway.clients import Client
 from llm_operator.gateway.guarded_stream import GuardedStream
+from llm_operator.gateway.incoming import Incoming
 from llm_operator.gateway.routes import Deployment, Outbound, RouteState
 from llm_operator.gateway.tracing import RequestTrace
 
@@ -31,7 +32,7 @@ class Exchange:
     state of its own. ``state`` is set by Resolve: parts after it may read it.
     """
 
-    request: web.Request
+    request: Incoming  # aiohttp's, or the gateway server's (server.py)
     started: float  # the gateway's clock when the request came in
     trace: RequestTrace | None  # None: tracing is off
     anthropic: bool = False  # came to /v1/messages: translated in, and its answer back
@@ -54,6 +55,8 @@ class Exchange:
     stream_guard: GuardedStream | None = None
     # Hold: a stream answered 200 with keepalives while its model had no replica
     held: HeldStream | None = None
+    # Hold or Relay: a stream's headers went out, so an error cannot be an answer of its own
+    streaming: bool = False
     # Limit: the tokens reserved against the route's and the key's allowances
     reservation: Reservation = field(default_factory=Reservation)
     # Shape: how the upstream is asked (a stream, usage asked for, a stream collected)

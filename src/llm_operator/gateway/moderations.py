@@ -26,6 +26,7 @@ from aiohttp import web
 from llm_operator.api.guardrails import GuardSpec
 from llm_operator.gateway.errors import error_response
 from llm_operator.gateway.exchange import Exchange
+from llm_operator.gateway.incoming import Incoming
 from llm_operator.gateway.parts.guard import unavailable
 from llm_operator.gateway.path import Check, first_answer
 from llm_operator.gateway.routes import Clock, RouteState
@@ -33,7 +34,7 @@ from llm_operator.guardrails.guards import Activation
 from llm_operator.guardrails.runner import Guarding, GuardUnavailable
 from llm_operator.guardrails.text import Spot
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+Handler = Callable[[Incoming], Awaitable[web.StreamResponse]]
 PII = "pii"  # the category of every PII guard; a judge's are its own
 
 
@@ -96,7 +97,7 @@ class Moderations:
         self.checks, self.guarding, self._clock = tuple(checks), guarding, clock
         self.forward = forward
 
-    async def handle(self, request: web.Request) -> web.StreamResponse:
+    async def handle(self, request: Incoming) -> web.StreamResponse:
         ex = Exchange(request, self._clock(), None)
         refused = await first_answer(self.checks, ex)
         if refused is not None:

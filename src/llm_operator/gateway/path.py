@@ -17,6 +17,7 @@ from aiohttp import web
 from llm_operator.gateway.answers import CLIENT_CLOSED, HeldStream, Streamed
 from llm_operator.gateway.errors import Refusal, unexpected
 from llm_operator.gateway.exchange import Exchange
+from llm_operator.gateway.incoming import Incoming
 from llm_operator.gateway.parts.forward import UNREACHABLE, Forward
 from llm_operator.gateway.parts.hold import Reroute
 from llm_operator.gateway.parts.shape import Shape
@@ -42,21 +43,23 @@ class RequestPath:
         self.shape, self.slot, self.wake = shape, slot, wake
         self.forward, self.reroute = forward, reroute
 
-    async def handle(self, request: web.Request, *, anthropic: bool = False
+    async def handle(self, request: Incoming, *, anthropic: bool = False
                      ) -> web.StreamResponse:
-        """The answer to a proxied request (an aiohttp handler); its own bugs get a 500."""
+        """The answer to a proxied request (a handler of either server); its own bugs: 500."""
+        traces = self.traces
+        trace = None if traces is None else traces.begin(request.method, request.path,
+                                                          request.headers)
+        ex = Exchange(request, self._clock(), trace, anthropic)
         try:
-            if self.traces is None:
-                return await self._counted(Exchange(request, self._clock(), None, anthropic))
-            return await self._traced(request, self.traces.begin(
-                request.method, request.path, request.headers), anthropic)
+            if trace is None:
+                return await self._counted(ex)
+            return await self._traced(ex, trace)
         except Exception as exc:  # every error gets an answer
-            return unexpected(request, exc)
+            return unexpected(request, exc, streaming=ex.streaming)
 
-    async def _traced(self, request: web.Request, trace: RequestTrace, anthropic: bool
-                      ) -> web.StreamResponse:
+    async def _traced(self, ex: Exchange, trace: RequestTrace) -> web.StreamResponse:
         try:
-            response = await self._counted(Exchange(request, self._clock(), trace, anthropic))
+            response = await self._counted(ex)
         except asyncio.CancelledError:
             trace.end(None, "the client went away")
             raise

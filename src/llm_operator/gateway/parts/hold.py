@@ -13,9 +13,10 @@ from typing import Any
 from aiohttp import web
 
 from llm_operator.gateway.answers import HeldStream
-from llm_operator.gateway.errors import STREAM_STARTED, error_response
+from llm_operator.gateway.errors import error_response
 from llm_operator.gateway.exchange import Exchange
 from llm_operator.gateway.holding import Holds
+from llm_operator.gateway.incoming import prepare
 from llm_operator.gateway.parts.resolve import Resolve
 from llm_operator.gateway.routes import UNAVAILABLE_RETRY_AFTER, Clock, RouteState, RouteTable
 
@@ -74,8 +75,8 @@ class Hold:
                         "model_unavailable", headers={"Retry-After": UNAVAILABLE_RETRY_AFTER})
                 if stream and ex.held is None:
                     ex.held = HeldStream(headers=SSE_HEADERS)
-                    await ex.held.prepare(ex.request)
-                    ex.request[STREAM_STARTED] = True
+                    await prepare(ex.held, ex.request)
+                    ex.streaming = True
                 if ex.held is not None:
                     await ex.held.write(f": waiting for model ({hold.reason or 'no replica'})"
                                         "\n\n".encode())

@@ -23,6 +23,7 @@ from llm_operator.connectors import tcp_connector
 from llm_operator.gateway.answers import Streamed
 from llm_operator.gateway.exchange import Exchange
 from llm_operator.gateway.flow import Flow
+from llm_operator.gateway.incoming import prepare
 from llm_operator.gateway.metrics import GatewayMetrics
 from llm_operator.gateway.owners import PEER_HEADER, Owners
 from llm_operator.gateway.routes import Clock
@@ -112,7 +113,7 @@ class ToOwner:
             length = upstream.headers.get(hdrs.CONTENT_LENGTH)
             if length is not None:  # the bytes as they came (auto_decompress off)
                 answer.content_length = int(length)
-            await answer.prepare(request)
+            await prepare(answer, request)
             try:
                 async for chunk in upstream.content.iter_any():
                     await answer.write(chunk)

@@ -17,11 +17,11 @@ from aiohttp import web
 
 from llm_operator.gateway.answers import CLIENT_CLOSED, AnswerFailed, Streamed
 from llm_operator.gateway.assembling import StreamError, assemble
-from llm_operator.gateway.errors import STREAM_STARTED
 from llm_operator.gateway.exchange import Exchange
 from llm_operator.gateway.http1 import Response as UpstreamResponse
 from llm_operator.gateway.http1 import UpstreamError
 from llm_operator.gateway.inbound.messages import StreamTranslator, from_openai
+from llm_operator.gateway.incoming import prepare
 from llm_operator.gateway.routes import Clock, RouteTable
 from llm_operator.gateway.sse import (
     split_events,
@@ -155,8 +155,8 @@ class Relay:
         chunks = await _opening(upstream, label, extra)
         try:
             if prepared is None:  # a held stream's headers went out with its keepalives
-                await out.prepare(ex.request)
-            ex.request[STREAM_STARTED] = True
+                await prepare(out, ex.request)
+            ex.streaming = True
             async for chunk in chunks:
                 if first:
                     self._first_token(ex)
