@@ -14,7 +14,7 @@ from llm_operator.gateway.config import parse_config
 
 from fake_upstream import FakeUpstream
 from flowtools import GatedEngine
-from gwtools import FakeTime, GatewayFactory
+from gwtools import FakeTime, GatewayFactory, GatewayServer
 
 
 @pytest.fixture
@@ -45,8 +45,8 @@ async def gateway(upstream: tuple[FakeUpstream, str], key_file: Path
         if time is not None:
             kwargs = {"clock": time.clock, "sleep": time.sleep, "jitter": lambda: 1.0}
         gw = Gateway(parse_config(doc), **kwargs)
-        client: TestClient[Any, Any] = TestClient(TestServer(
-            gw.app(), host="127.0.0.1", handler_cancellation=True))  # as `llmop gateway`
+        client: TestClient[Any, Any] = TestClient(GatewayServer(
+            gw.app(), host="127.0.0.1"))  # as `llmop gateway`: its own server
         await client.start_server()
         started.append(client)
         return client, gw

@@ -33,6 +33,7 @@ from llm_operator.gateway.engine_watch import EngineWatch
 from llm_operator.gateway.errors import Refusal, error_response, unexpected
 from llm_operator.gateway.flow import Flow
 from llm_operator.gateway.holding import Holds
+from llm_operator.gateway.incoming import Incoming
 from llm_operator.gateway.judging import RouteJudges
 from llm_operator.gateway.keys import KeyUnavailable
 from llm_operator.gateway.looks import Looks
@@ -57,6 +58,7 @@ from llm_operator.gateway.picking import Load
 from llm_operator.gateway.proxies import proxy_settings
 from llm_operator.gateway.routes import Clock, RouteState, RouteTable, Sleep, pools
 from llm_operator.gateway.saturation import Saturation
+from llm_operator.gateway.server import SERVED_PATHS, GatewaySite, ServedPaths
 from llm_operator.gateway.sleepers import HttpControl, Sleepers
 from llm_operator.gateway.tracing import Traces
 from llm_operator.guardrails.runner import Guarding
@@ -313,17 +315,22 @@ class Gateway:
         for route in PROXIED_PATHS:
             app.router.add_post(route, path.handle)
 
-        async def messages(request: web.Request) -> web.StreamResponse:
+        async def messages(request: Incoming) -> web.StreamResponse:
             """POST /v1/messages: Anthropic's Messages API in front of any routed model."""
             response = await path.handle(request, anthropic=True)
             if isinstance(response, web.Response) and response.status >= 400:
                 return as_anthropic_error(response)
             return response
 
-        app.router.add_post(MESSAGES_PATH, messages)
-        app.router.add_post(MODERATIONS_PATH, Moderations(
+        moderations = Moderations(
             (Identify(self.table, None), ReadBody(self.table), Resolve(self.table)),
-            self.guarding, self._clock, path.handle).handle)
+            self.guarding, self._clock, path.handle).handle
+        app.router.add_post(MESSAGES_PATH, messages)
+        app.router.add_post(MODERATIONS_PATH, moderations)
+        # the same handlers, served by the gateway's own server where it listens (server.py)
+        app[SERVED_PATHS] = ServedPaths({**dict.fromkeys(PROXIED_PATHS, path.handle),
+                                       MESSAGES_PATH: messages, MODERATIONS_PATH: moderations},
+                                      self.config.max_request_bytes)
         app.router.add_get("/v1/models", answering_errors(self.models))
         app.router.add_get("/models", answering_errors(self.engines))
         app.router.add_get("/health", answering_errors(self.health))
@@ -474,8 +481,8 @@ async def serve(config: GatewayConfig, host: str | None = None, port: int | None
         host or config.listen.host, config.listen.port if port is None else port))
     runner = web.AppRunner(gateway.app(), handler_cancellation=True, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, host or config.listen.host, config.listen.port
-                       if port is None else port)
+    site = GatewaySite(runner, host or config.listen.host, config.listen.port
+                     if port is None else port)
     await site.start()
     log.info("gateway listening on %s:%s with %d route(s)", host or config.listen.host,
              config.listen.port if port is None else port, len(config.routes))

@@ -21,6 +21,7 @@ from llm_operator.batch.store import BatchStore
 from llm_operator.gateway.app import Gateway
 from llm_operator.gateway.config import ConfigError, parse_config
 from llm_operator.gateway.flow_settings import FlowControl
+from llm_operator.gateway.server import GatewaySite
 from llm_operator.local.entries import Entry, read_models, runtime_key
 from llm_operator.local.listening import StartError, free_port, listen
 from llm_operator.local.machine import detect
@@ -238,7 +239,7 @@ class Runtime:
     async def _gateway(self, sock: socket.socket) -> AsyncIterator[None]:
         runner = web.AppRunner(self.gateway.app(), handler_cancellation=True, access_log=None)
         await runner.setup()
-        await web.SockSite(runner, sock).start()
+        await GatewaySite(runner, sock=sock).start()  # the proxied paths on server.py's
         log.info("gateway on %s", self.gateway_url)
         try:
             yield

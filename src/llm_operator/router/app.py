@@ -22,6 +22,7 @@ from llm_operator.gateway.batches import own_address
 from llm_operator.gateway.config import parse_config
 from llm_operator.gateway.engine_watch import look
 from llm_operator.gateway.owners import PEER_HEADER, Owners
+from llm_operator.gateway.server import GatewaySite
 from llm_operator.informer import Informer, Key
 from llm_operator.kube import Kube
 from llm_operator.leader import LeaderElector, LeaseTerms
@@ -289,7 +290,7 @@ async def serve(router: Router, host: str, port: int, ready: asyncio.Event | Non
         # Listen once the table is built: a probe then means every model is routed, and no
         # request meets an empty table (a 404 for a model that exists).
         await router.synced.wait()
-        await web.TCPSite(runner, host, port).start()
+        await GatewaySite(runner, host, port).start()  # the proxied paths on server.py's
         log.info("router listening on %s:%d with %d route(s)", host, port,
                  len(router.table.routes))
         if ready is not None:
