@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -38,15 +39,17 @@ from run import (
 from run import free_port as port
 
 HERE = Path(__file__).resolve().parent
+FLOORS = ("floor_aiohttp_http1.py", "floor_front_http1.py", "floor_raw_http1.py")
 BASELINES = ("8c0a945", "fdc4eb9")
 WORKING = "working tree"
 
 
-def measure(url: str, seconds: int) -> dict[str, float]:
+def measure(url: str, seconds: int, *, streams: bool = True) -> dict[str, float]:
+    """``streams``: whether it relays a stream as it comes (the floors do not: no figure)."""
     wrk(url, 10, 2)  # warm-up
     one, fifty = wrk(url, 1, seconds), wrk(url, 50, seconds)
     return {"p50": one["p50"], "p99": one["p99"], "rps50": fifty["rps"],
-            "ttfb": asyncio.run(ttfb(url)),
+            "ttfb": asyncio.run(ttfb(url)) if streams else math.nan,
             "errors": one["errors"] + fifty["errors"]}
 
 
@@ -62,13 +65,19 @@ def main() -> None:
     parser.add_argument("revs", nargs="*", default=list(BASELINES))
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--duration", type=int, default=8, help="seconds per wrk run")
+    parser.add_argument("--floors", action="store_true", help="also the hot path alone, in "
+                        "the same layout, on aiohttp's server, on an httptools front "
+                        "answering with aiohttp's responses and on a bare asyncio+httptools "
+                        "server (floor_*_http1.py): what any Python proxy adds here")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="llmop-trees-"))
     trees = {rev: worktree(rev, work) for rev in args.revs}
     trees[WORKING] = REPO
     up_port = port()
     direct = f"http://127.0.0.1:{up_port}/v1/chat/completions"
-    samples: dict[str, list[dict[str, float]]] = {name: [] for name in ["direct", *trees]}
+    floors = [HERE / f for f in FLOORS] if args.floors else []
+    samples: dict[str, list[dict[str, float]]] = {
+        name: [] for name in ["direct", *trees, *(f.name for f in floors)]}
     try:
         with started(pinned(LOAD_CPU, [sys.executable, str(HERE / "upstream.py"),
                                        str(up_port), "0"])):
@@ -79,6 +88,10 @@ def main() -> None:
                 for name, tree in trees.items():
                     samples[name].append(one_tree(tree, up_port, args.duration))
                     print(f"round {round_ + 1}: {name} {samples[name][-1]}", flush=True)
+                for floor in floors:
+                    samples[floor.name].append(one_floor(floor, up_port, args.duration))
+                    print(f"round {round_ + 1}: {floor.name} {samples[floor.name][-1]}",
+                          flush=True)
     finally:
         for rev in args.revs:
             subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force",
@@ -101,6 +114,19 @@ def one_tree(tree: Path, up_port: int, seconds: int) -> dict[str, float]:
                                            "PYTHONPATH": str(tree / "src")}) as proc:
         wait_ready(url, 60)
         result = measure(url, seconds)
+        result["rss"] = rss_mb(proc.pid)
+    return result
+
+
+def one_floor(script: Path, up_port: int, seconds: int) -> dict[str, float]:
+    """A floor (``script PORT UPSTREAM_URL``) in the gateway's place: the same layout."""
+    gw_port = port()
+    url = f"http://127.0.0.1:{gw_port}/v1/chat/completions"
+    argv = [sys.executable, str(script), str(gw_port),
+            f"http://127.0.0.1:{up_port}/v1/chat/completions"]
+    with started(pinned(PROXY_CPU, argv), {"PYTHONPATH": str(REPO / "src")}) as proc:
+        wait_ready(url, 60)
+        result = measure(url, seconds, streams=False)
         result["rss"] = rss_mb(proc.pid)
     return result
 
