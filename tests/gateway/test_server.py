@@ -151,15 +151,22 @@ async def test_expect_100_continue_is_answered_before_the_body(gateway: GatewayF
     writer.close()
 
 
+async def held(fake: FakeUpstream, port: int
+               ) -> tuple[asyncio.Event, asyncio.StreamReader, asyncio.StreamWriter]:
+    """A request sent to the gateway at ``port`` and held by the upstream until set."""
+    hold = asyncio.Event()
+    fake.then(Reply(body=completion("gpt-5.5"), hold=hold))
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(post())
+    await asyncio.wait_for(fake.received.wait(), WAIT)  # the upstream has it
+    return hold, reader, writer
+
+
 async def test_a_client_that_goes_away_cancels_its_request(gateway: GatewayFactory,
                                                            upstream: Upstream) -> None:
     fake, _ = upstream
-    hold = asyncio.Event()
-    fake.then(Reply(body=completion("gpt-5.5"), hold=hold))
     client, gw = await gateway()
-    _, writer = await asyncio.open_connection("127.0.0.1", client.port)
-    writer.write(post())
-    await asyncio.wait_for(fake.received.wait(), WAIT)  # the upstream has it
+    hold, _, writer = await held(fake, client.port)
     writer.close()
     await asyncio.wait_for(fake.cancelled.wait(), WAIT)  # the gateway gave it up
     assert not any(load.in_flight for load in gw.table.loads.values())
@@ -189,20 +196,21 @@ async def test_an_idle_connection_is_closed_after_the_keepalive(
 async def test_shutdown_lets_the_request_in_flight_finish(upstream: Upstream,
                                                           key_file: Path) -> None:
     fake, base_url = upstream
-    hold = asyncio.Event()
-    fake.then(Reply(body=completion("gpt-5.5"), hold=hold))
     gw = Gateway(parse_config({"routes": [{"models": ["gpt-5.5"], "upstream": {
         "baseUrl": base_url, "apiKey": {"file": str(key_file)}}}]}))
     runner = web.AppRunner(gw.app(), handler_cancellation=True)
     await runner.setup()
     site = GatewaySite(runner, "127.0.0.1", 0)
     await site.start()
-    reader, writer = await asyncio.open_connection("127.0.0.1", site.port)
-    writer.write(post())
-    await asyncio.wait_for(fake.received.wait(), WAIT)
+    port = site.port
+    hold, reader, writer = await held(fake, port)
     cleanup = asyncio.create_task(runner.cleanup())
-    await asyncio.sleep(0)  # the runner has begun to stop: the request is still answered
-    hold.set()
+    async with asyncio.timeout(WAIT):  # stopping: no longer listening
+        while runner.sites:
+            await asyncio.sleep(0)  # the cleanup runs on this loop: yield to it
+    with pytest.raises(ConnectionRefusedError):
+        await asyncio.open_connection("127.0.0.1", port)
+    hold.set()  # the request in flight is still answered
     answers = await Answers().read(reader, 1)
     assert [a["status"] for a in answers] == [200]
     async with asyncio.timeout(WAIT):
