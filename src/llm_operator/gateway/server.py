@@ -19,10 +19,8 @@ the aiohttp Server's connections, so ``AppRunner.cleanup`` waits for its request
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import logging
 import socket
-import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -31,6 +29,7 @@ from typing import Any
 import httptools
 from aiohttp import web
 from aiohttp.base_protocol import BaseProtocol
+from aiohttp.helpers import rfc822_formatted_time
 from aiohttp.http import SERVER_SOFTWARE, HttpVersion, HttpVersion10, HttpVersion11
 from aiohttp.http_writer import StreamWriter
 from aiohttp.web_protocol import RequestHandler
@@ -356,35 +355,12 @@ class Connection(BaseProtocol):
         return bool(response.keep_alive)
 
     async def _write_plain(self, request: ServedRequest, response: web.Response) -> bool:
-        """A plain answer in one write, its head as aiohttp's would be."""
+        """A plain answer in one write; whether the connection may take another request."""
         keep = request.keep_alive if response.keep_alive is None else response.keep_alive
-        body = response.body
-        assert isinstance(body, bytes)
-        headers = response.headers
-        head = [f"HTTP/{request.version[0]}.{request.version[1]} {response.status} "
-                f"{response.reason}\r\n"]
-        for name, value in headers.items():
-            if "\r" in value or "\n" in value:
-                raise ValueError(f"header {name!r} holds a newline")
-            head.append(f"{name}: {value}\r\n")
-        if "Content-Length" not in headers:
-            head.append(f"Content-Length: {len(body)}\r\n")
-        if body and "Content-Type" not in headers:
-            head.append("Content-Type: application/octet-stream\r\n")
-        if "Date" not in headers:
-            head.append(f"Date: {_date()}\r\n")
-        if "Server" not in headers:
-            head.append(f"Server: {SERVER_SOFTWARE}\r\n")
-        if "Connection" not in headers:
-            if not keep and request.version == HttpVersion11:
-                head.append("Connection: close\r\n")
-            elif keep and request.version == HttpVersion10:
-                head.append("Connection: keep-alive\r\n")
-        head.append("\r\n")
         transport = self.transport
         if transport is None:
             raise ConnectionResetError("the client went away")
-        transport.write("".join(head).encode("utf-8") + body)
+        transport.write(_plain(response, request.version, keep=keep))
         if self._paused:
             await self._drain_helper()
         return keep
@@ -409,30 +385,38 @@ class Connection(BaseProtocol):
             self.transport.close()
 
 
-class _Dated:
-    """The second the Date header was last formatted for, and its value."""
-
-    second = -1
-    value = ""
-
-
-def _date() -> str:
-    """The Date header's value, formatted once a second (as aiohttp's)."""
-    now = int(time.time())
-    if _Dated.second != now:
-        _Dated.second, _Dated.value = now, email.utils.formatdate(now, usegmt=True)
-    return _Dated.value
+def _plain(response: web.Response, version: HttpVersion, *, keep: bool) -> bytes:
+    """A plain answer's bytes, its head as aiohttp's ``prepare`` would write it."""
+    body = response.body
+    assert isinstance(body, bytes)
+    headers = response.headers
+    head = [f"HTTP/{version[0]}.{version[1]} {response.status} {response.reason}\r\n"]
+    for name, value in headers.items():
+        if "\r" in value or "\n" in value:
+            raise ValueError(f"header {name!r} holds a newline")
+        head.append(f"{name}: {value}\r\n")
+    if "Content-Length" not in headers:
+        head.append(f"Content-Length: {len(body)}\r\n")
+    if body and "Content-Type" not in headers:
+        head.append("Content-Type: application/octet-stream\r\n")
+    if "Date" not in headers:
+        head.append(f"Date: {rfc822_formatted_time()}\r\n")  # aiohttp's, once a second
+    if "Server" not in headers:
+        head.append(f"Server: {SERVER_SOFTWARE}\r\n")
+    if "Connection" not in headers:
+        if not keep and version == HttpVersion11:
+            head.append("Connection: close\r\n")
+        elif keep and version == HttpVersion10:
+            head.append("Connection: keep-alive\r\n")
+    head.append("\r\n")
+    return "".join(head).encode("utf-8") + body
 
 
 def _bad_request(exc: Exception) -> bytes:
     """A 400 for bytes that are not HTTP/1.1, in OpenAI's shape, closing the connection."""
-    response = error_response(400, f"malformed HTTP request: {exc}", "invalid_request_error",
-                              "bad_request")
-    body = response.body
-    assert isinstance(body, bytes)
-    return (f"HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\nConnection: close\r\nDate: {_date()}\r\n"
-            f"Server: {SERVER_SOFTWARE}\r\n\r\n").encode() + body
+    return _plain(error_response(400, f"malformed HTTP request: {exc}",
+                                 "invalid_request_error", "bad_request"),
+                  HttpVersion11, keep=False)
 
 
 class GatewaySite(web.BaseSite):
