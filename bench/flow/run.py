@@ -28,12 +28,19 @@ Flow control runs as it ships ("on": each replica's engine queue adapts from its
 /metrics, flowControl.saturation), with every request beyond the slots held in the gateway
 ("on, held here": saturation.adaptive false, what it did before #51), and off. Each row
 reports every client's completed requests per second and the engine queue the gateway
-allowed at the end (``llmop_gateway_engine_queue_allowed``).
+allowed at the end (``llmop_gateway_engine_queue_allowed``). Each case runs ``--rounds``
+times on its gateways in turn, the order reversed every round, and reports medians.
 
 Needs the llama-server `make up` builds (or $LLMOP_LLAMA_SERVER) and the Gemma GGUF it
 downloads (or --model).
 
+``--layout pinned`` gives the engine a CPU of its own, as a cluster does (the router on
+another node): llama-server with one thread on CPU 1, the gateways and the clients on CPU
+0. The default (``shared``) lets llama-server's two threads and everything else share both
+CPUs, so any process on the path also stalls the engine's threads at their barriers.
+
     python bench/flow/run.py [--seconds 30] [--warmup 3] [--model PATH] [--parts a,b,c,d,jain]
+                             [--layout shared|pinned]
 """
 
 from __future__ import annotations
@@ -176,11 +183,14 @@ async def main() -> None:
                         help="comma-separated: a (bands), b (fairness IDs), c (llmop up's "
                         "bound), d (throughput against llama-server itself), jain")
     parser.add_argument("--rounds", type=int, default=2,
-                        help="part (d): alternating rounds of each path")
+                        help="alternating rounds of each case's paths (medians)")
     parser.add_argument("--tree", metavar="REV",
                         help="run the gateways from this git revision (a worktree)")
     parser.add_argument("--impatient", type=float, default=0.0, metavar="SECONDS",
                         help="refused clients try again after SECONDS, not Retry-After")
+    parser.add_argument("--layout", choices=("shared", "pinned"), default="shared",
+                        help="pinned: llama-server alone on CPU 1 with one thread, the "
+                        "gateways and clients on CPU 0")
     args = parser.parse_args()
     global RETRY_PAUSE  # noqa: PLW0603 (one run's setting, read by every client)
     RETRY_PAUSE = args.impatient
@@ -198,16 +208,22 @@ async def main() -> None:
             configs.append(path)
         llama = [str(binary), "-m", str(args.model), "--host", "127.0.0.1", "--port",
                  str(engine), "--parallel", str(SLOTS), "--ctx-size", str(SLOTS * 256),
-                 "--threads", "2", "--alias", "gemma", "--metrics"]
+                 "--threads", "1" if args.layout == "pinned" else "2", "--alias", "gemma",
+                 "--metrics"]
         gateways = [[LLMOP, "gateway", "--config", str(c), "--log-level", "warning"]
                     for c in configs]
+        if args.layout == "pinned":
+            llama = ["taskset", "-c", "1", *llama]
+            gateways = [["taskset", "-c", "0", *g] for g in gateways]
+            os.sched_setaffinity(0, {0})
         with processes(llama, *gateways, env=env):
             await until_up(f"http://127.0.0.1:{engine}/health", timeout=120)
             for port in ports.values():
                 await until_up(f"http://127.0.0.1:{port}/health")
             urls = {mode: f"http://127.0.0.1:{port}" for mode, port in ports.items()}
             parts = set(args.parts.split(","))
-            await report(urls, f"http://127.0.0.1:{engine}", args.warmup, args.seconds, parts)
+            await report(urls, f"http://127.0.0.1:{engine}", args.warmup, args.seconds, parts,
+                         rounds=args.rounds)
             if "d" in parts:
                 await throughput({"llama-server itself": f"http://127.0.0.1:{engine}",
                                   "llmop up's flow control": urls["llmop up"],
@@ -238,58 +254,111 @@ async def light_case(url: str, heavy: int, headers: tuple[dict[str, str], dict[s
     return light, flood
 
 
+@dataclass
+class Row:
+    """One case on one gateway over the rounds: each round's figures, medians reported."""
+
+    title: str
+    mode: str
+    p50: list[float] = field(default_factory=list)
+    p99: list[float] = field(default_factory=list)
+    done: list[int] = field(default_factory=list)
+    failed: list[int] = field(default_factory=list)
+    rate: list[float] = field(default_factory=list)
+    errors: list[int] = field(default_factory=list)
+    steps: list[float] = field(default_factory=list)
+    per_step: list[float] = field(default_factory=list)
+    queue: str = "-"
+
+
+def med(values: list[float] | list[int]) -> float:
+    return statistics.median(values) if values else 0.0
+
+
 async def report(urls: dict[str, str], engine: str, warmup: float, seconds: float,
-                 parts: set[str]) -> None:
+                 parts: set[str], *, rounds: int) -> None:
+    """Parts (a), (b), (c) and Jain's case, each case's gateways alternating ``rounds`` times.
+
+    Every round runs the case on each gateway in turn, in the reverse order of the round
+    before (a host that slows down or speeds up over a minute favours none); each figure is
+    the median of its rounds, and "vs off" the ratio of the medians.
+    """
     interactive, batch = {OBJECTIVE: "interactive"}, {OBJECTIVE: "batch"}
     light_id, heavy_id = {FAIRNESS: "light"}, {FAIRNESS: "heavy"}
-    cases = [
-        ("(a) reference: 2 interactive + 8 batch", "on", SLOTS, interactive, batch),
-        ("(a) 2 interactive + 64 batch", "on", 64, interactive, batch),
-        ("(a) 2 interactive + 64 batch", HELD, 64, interactive, batch),
-        ("(a) 2 interactive + 64 batch", "off", 64, interactive, batch),
-        ("(b) reference: light ID 2 + heavy ID 8", "on", SLOTS, light_id, heavy_id),
-        ("(b) light ID 2 + heavy ID 40", "on", 40, light_id, heavy_id),
-        ("(b) light ID 2 + heavy ID 40", HELD, 40, light_id, heavy_id),
-        ("(b) light ID 2 + heavy ID 40", "off", 40, light_id, heavy_id),
-        ("(c) reference: light ID 2 + heavy ID 6", "llmop up", 6, light_id, heavy_id),
-        ("(c) light ID 2 + heavy ID 40", "llmop up", 40, light_id, heavy_id),
+    a, b = "(a) 2 interactive + 64 batch", "(b) light ID 2 + heavy ID 40"
+    cases = [  # (title, modes alternated, heavy clients, light headers, heavy headers)
+        ("(a) reference: 2 interactive + 8 batch", ("on",), SLOTS, interactive, batch),
+        (a, ("on", HELD, "off"), 64, interactive, batch),
+        ("(b) reference: light ID 2 + heavy ID 8", ("on",), SLOTS, light_id, heavy_id),
+        (b, ("on", HELD, "off"), 40, light_id, heavy_id),
+        ("(c) reference: light ID 2 + heavy ID 6", ("llmop up",), 6, light_id, heavy_id),
+        ("(c) light ID 2 + heavy ID 40", ("llmop up",), 40, light_id, heavy_id),
     ]
     print(f"llama-server {SLOTS} slots, {TOKENS} tokens per request, closed-loop clients, "
-          f"{seconds:g} s windows after {warmup:g} s warm-up")
+          f"{seconds:g} s windows after {warmup:g} s warm-up, medians of {rounds} "
+          f"alternating rounds; CPUs this process may use: {sorted(os.sched_getaffinity(0))}")
     print()
     print("| case | flow control | light p50 (s) | vs ref | light p99 (s) | vs ref | "
-          "light done | light failed | all req/s | errors | engine queue | engine steps/s "
-          "| tokens per step |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "light done | light failed | all req/s (per round) | vs off | errors | "
+          "engine queue | engine steps/s | tokens per step |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     reference: tuple[float, float] = (0.0, 0.0)
-    for title, mode, heavy, light_headers, heavy_headers in cases:
+    for title, modes, heavy, light_headers, heavy_headers in cases:
         if title[1] not in parts:
             continue
-        before = await engine_steps(engine)
-        light, flood = await light_case(urls[mode], heavy, (light_headers, heavy_headers),
-                                        warmup, seconds)
-        per_second, tokens_per_step = (await engine_steps(engine)).rates_since(before)
-        p50, p99 = pct(light.latencies, 0.5), pct(light.latencies, 0.99)
-        if "reference" in title:
-            reference = (p50, p99)
-        print(f"| {title} | {mode} | {p50:.3f} | {p50 / (reference[0] or 1):.2f}x | "
-              f"{p99:.3f} | {p99 / (reference[1] or 1):.2f}x | {len(light.latencies)} | "
-              f"{light.errors} | "
-              f"{rate([light, flood]):.2f} | "
-              f"{light.errors + flood.errors} | {await engine_queue(urls[mode])} | "
-              f"{per_second:.1f} | {tokens_per_step:.2f} |", flush=True)
+        rows = {mode: Row(title, mode) for mode in modes}
+        for round_ in range(rounds):
+            for mode in modes if round_ % 2 == 0 else modes[::-1]:
+                row = rows[mode]
+                before = await engine_steps(engine)
+                light, flood = await light_case(urls[mode], heavy,
+                                                (light_headers, heavy_headers), warmup, seconds)
+                per_second, tokens_per_step = (await engine_steps(engine)).rates_since(before)
+                if light.latencies:  # none sent and answered in the window: no figure
+                    row.p50.append(pct(light.latencies, 0.5))
+                    row.p99.append(pct(light.latencies, 0.99))
+                row.done.append(len(light.latencies))
+                row.failed.append(light.errors)
+                row.rate.append(rate([light, flood]))
+                row.errors.append(light.errors + flood.errors)
+                row.steps.append(per_second)
+                row.per_step.append(tokens_per_step)
+                row.queue = await engine_queue(urls[mode])
+        off = med(rows["off"].rate) if "off" in rows else 0.0
+        for row in rows.values():
+            p50, p99 = med(row.p50), med(row.p99)
+            if "reference" in title:
+                reference = (p50, p99)
+            versus = f"{med(row.rate) / off:.2f}x" if off else ""
+            light_figures = (f"{p50:.3f} | {p50 / (reference[0] or 1):.2f}x | {p99:.3f} | "
+                             f"{p99 / (reference[1] or 1):.2f}x") if row.p50 else \
+                "none sent and answered in the window | | | "
+            print(f"| {title} | {row.mode} | {light_figures} | {med(row.done):g} | "
+                  f"{sum(row.failed)} | {med(row.rate):.2f} "
+                  f"({' / '.join(f'{r:.2f}' for r in row.rate)}) | {versus} | "
+                  f"{sum(row.errors)} | {row.queue} | {med(row.steps):.1f} | "
+                  f"{med(row.per_step):.2f} |", flush=True)
     if "jain" not in parts:
         return
     print()
     print("| (b) 4 backlogged IDs, 4/8/16/32 clients | flow control | completed per ID "
-          "(answered in the window) | Jain's index |")
-    print("|---|---|---|---|")
-    for mode in ("on", HELD, "off"):
-        groups = [Group(f"id{n}", n, {FAIRNESS: f"id{n}"}) for n in (4, 8, 16, 32)]
-        await run_load(urls[mode], groups, warmup, seconds)
-        counts = [g.completed for g in groups]
-        print(f"| | {mode} | {' / '.join(map(str, counts))} | {jain(counts):.3f} |",
-              flush=True)
+          "(answered in the window, median round) | all, per round | vs off | "
+          "Jain's index |")
+    print("|---|---|---|---|---|---|")
+    modes = ("on", HELD, "off")
+    counts: dict[str, list[list[int]]] = {mode: [] for mode in modes}
+    for round_ in range(rounds):
+        for mode in modes if round_ % 2 == 0 else modes[::-1]:
+            groups = [Group(f"id{n}", n, {FAIRNESS: f"id{n}"}) for n in (4, 8, 16, 32)]
+            await run_load(urls[mode], groups, warmup, seconds)
+            counts[mode].append([g.completed for g in groups])
+    off = med([sum(c) for c in counts["off"]])
+    for mode in modes:
+        totals = [sum(c) for c in counts[mode]]
+        middle = sorted(counts[mode], key=sum)[len(totals) // 2]
+        print(f"| | {mode} | {' / '.join(map(str, middle))} | "
+              f"{' / '.join(map(str, totals))} | {med(totals) / (off or 1):.2f}x | "
+              f"{jain(middle):.3f} |", flush=True)
 
 
 @dataclass(frozen=True)
