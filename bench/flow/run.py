@@ -258,7 +258,6 @@ async def light_case(url: str, heavy: int, headers: tuple[dict[str, str], dict[s
 class Row:
     """One case on one gateway over the rounds: each round's figures, medians reported."""
 
-    title: str
     mode: str
     p50: list[float] = field(default_factory=list)
     p99: list[float] = field(default_factory=list)
@@ -275,6 +274,12 @@ def med(values: list[float] | list[int]) -> float:
     return statistics.median(values) if values else 0.0
 
 
+def alternating(modes: tuple[str, ...], rounds: int) -> Iterator[str]:
+    """``modes`` ``rounds`` times, every other round in reverse: a drifting host favours none."""
+    for round_ in range(rounds):
+        yield from modes if round_ % 2 == 0 else modes[::-1]
+
+
 async def report(urls: dict[str, str], engine: str, warmup: float, seconds: float,
                  parts: set[str], *, rounds: int) -> None:
     """Parts (a), (b), (c) and Jain's case, each case's gateways alternating ``rounds`` times.
@@ -285,12 +290,11 @@ async def report(urls: dict[str, str], engine: str, warmup: float, seconds: floa
     """
     interactive, batch = {OBJECTIVE: "interactive"}, {OBJECTIVE: "batch"}
     light_id, heavy_id = {FAIRNESS: "light"}, {FAIRNESS: "heavy"}
-    a, b = "(a) 2 interactive + 64 batch", "(b) light ID 2 + heavy ID 40"
     cases = [  # (title, modes alternated, heavy clients, light headers, heavy headers)
         ("(a) reference: 2 interactive + 8 batch", ("on",), SLOTS, interactive, batch),
-        (a, ("on", HELD, "off"), 64, interactive, batch),
+        ("(a) 2 interactive + 64 batch", ("on", HELD, "off"), 64, interactive, batch),
         ("(b) reference: light ID 2 + heavy ID 8", ("on",), SLOTS, light_id, heavy_id),
-        (b, ("on", HELD, "off"), 40, light_id, heavy_id),
+        ("(b) light ID 2 + heavy ID 40", ("on", HELD, "off"), 40, light_id, heavy_id),
         ("(c) reference: light ID 2 + heavy ID 6", ("llmop up",), 6, light_id, heavy_id),
         ("(c) light ID 2 + heavy ID 40", ("llmop up",), 40, light_id, heavy_id),
     ]
@@ -306,24 +310,23 @@ async def report(urls: dict[str, str], engine: str, warmup: float, seconds: floa
     for title, modes, heavy, light_headers, heavy_headers in cases:
         if title[1] not in parts:
             continue
-        rows = {mode: Row(title, mode) for mode in modes}
-        for round_ in range(rounds):
-            for mode in modes if round_ % 2 == 0 else modes[::-1]:
-                row = rows[mode]
-                before = await engine_steps(engine)
-                light, flood = await light_case(urls[mode], heavy,
-                                                (light_headers, heavy_headers), warmup, seconds)
-                per_second, tokens_per_step = (await engine_steps(engine)).rates_since(before)
-                if light.latencies:  # none sent and answered in the window: no figure
-                    row.p50.append(pct(light.latencies, 0.5))
-                    row.p99.append(pct(light.latencies, 0.99))
-                row.done.append(len(light.latencies))
-                row.failed.append(light.errors)
-                row.rate.append(rate([light, flood]))
-                row.errors.append(light.errors + flood.errors)
-                row.steps.append(per_second)
-                row.per_step.append(tokens_per_step)
-                row.queue = await engine_queue(urls[mode])
+        rows = {mode: Row(mode) for mode in modes}
+        for mode in alternating(modes, rounds):
+            row = rows[mode]
+            before = await engine_steps(engine)
+            light, flood = await light_case(urls[mode], heavy, (light_headers, heavy_headers),
+                                            warmup, seconds)
+            per_second, tokens_per_step = (await engine_steps(engine)).rates_since(before)
+            if light.latencies:  # none sent and answered in the window: no figure
+                row.p50.append(pct(light.latencies, 0.5))
+                row.p99.append(pct(light.latencies, 0.99))
+            row.done.append(len(light.latencies))
+            row.failed.append(light.errors)
+            row.rate.append(rate([light, flood]))
+            row.errors.append(light.errors + flood.errors)
+            row.steps.append(per_second)
+            row.per_step.append(tokens_per_step)
+            row.queue = await engine_queue(urls[mode])
         off = med(rows["off"].rate) if "off" in rows else 0.0
         for row in rows.values():
             p50, p99 = med(row.p50), med(row.p99)
@@ -347,11 +350,10 @@ async def report(urls: dict[str, str], engine: str, warmup: float, seconds: floa
     print("|---|---|---|---|---|---|")
     modes = ("on", HELD, "off")
     counts: dict[str, list[list[int]]] = {mode: [] for mode in modes}
-    for round_ in range(rounds):
-        for mode in modes if round_ % 2 == 0 else modes[::-1]:
-            groups = [Group(f"id{n}", n, {FAIRNESS: f"id{n}"}) for n in (4, 8, 16, 32)]
-            await run_load(urls[mode], groups, warmup, seconds)
-            counts[mode].append([g.completed for g in groups])
+    for mode in alternating(modes, rounds):
+        groups = [Group(f"id{n}", n, {FAIRNESS: f"id{n}"}) for n in (4, 8, 16, 32)]
+        await run_load(urls[mode], groups, warmup, seconds)
+        counts[mode].append([g.completed for g in groups])
     off = med([sum(c) for c in counts["off"]])
     for mode in modes:
         totals = [sum(c) for c in counts[mode]]
