@@ -13,6 +13,12 @@ Stopping kills exactly what this node started: the processes it spawned by PID, 
 process in its pods' cgroup tree (``/llmop-node``), and containerd's shims for its socket;
 then it unmounts what containerd and kubelet mounted under its directory, removes kube-proxy's
 rules and the bridge. One node runs on a machine at a time (the bridge is the lock).
+
+containerd's root (its images: content and unpacked snapshots) outlives the node, in the
+build cache (``IMAGE_STORE``): an image already there from an earlier node, by the same
+config digest, is not imported again (vLLM's alone is 2.8 GB written twice). A node that
+stops removes its containers from it first; a store holding containers (a node killed
+outright) is emptied at the next start and its images imported afresh.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import signal
 import ssl
 import subprocess
 import sys
+import tarfile
 import tempfile
 import threading
 import time
@@ -35,6 +42,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from llm_operator.local.llama_build import cache_root
 
 from controlplane import (
     ADMIN_TOKEN,
@@ -64,6 +73,8 @@ PACKAGES = {
 NODE_BINARIES = ("kubelet", "kube-scheduler", "kube-proxy", "containerd",
                  "containerd-shim-runc-v2", "ctr")
 MARKER = Path("/run/llmop-node")  # the running node's directory (sweep_stale_node)
+IMAGE_STORE = cache_root() / "node-images"  # containerd's root, kept between nodes
+IMPORTED = "imported.json"  # in IMAGE_STORE: each tag and the config digest imported for it
 
 
 class NodeError(RuntimeError):
@@ -128,7 +139,7 @@ def _run(*argv: str, check: bool = True, timeout: float = 60) -> subprocess.Comp
 # (io.containerd.cri.v1.images/runtime) are plugins: top-level [grpc] is ignored in 4.
 CONTAINERD_CONFIG = """\
 version = 4
-root = "{root}/containerd/root"
+root = "{store}/root"
 state = "{root}/containerd/state"
 [debug]
   level = "warn"
@@ -183,6 +194,8 @@ class Node:
     _stopping: threading.Event = field(default_factory=threading.Event)
     _importing: threading.Thread | None = None
     _import_error: list[BaseException] = field(default_factory=list)
+    store: Path = IMAGE_STORE
+    _recording: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def socket(self) -> Path:
@@ -237,7 +250,22 @@ class Node:
         conf = json.dumps(cni_config()).replace("{root}", str(self.root))
         (self.root / "cni" / "10-llmop.conflist").write_text(conf)
         config = self.root / "containerd.toml"
-        config.write_text(CONTAINERD_CONFIG.format(root=self.root, pause=PAUSE_IMAGE))
+        config.write_text(CONTAINERD_CONFIG.format(root=self.root, store=self.store,
+                                                   pause=PAUSE_IMAGE))
+        self._spawn_containerd(config)
+        if self._ctr("containers", "ls", "-q").stdout.split():
+            # a node killed outright left its containers: kubelet would meet them as pods
+            # of its own; start from an empty store instead (the images are imported again)
+            print(f"the image store {self.store} holds a killed node's containers: "
+                  "emptied", file=sys.stderr)
+            stop_process(self.procs, "containerd")
+            self._kill_shims()
+            self._unmount()
+            shutil.rmtree(self.store)
+            self._spawn_containerd(config)
+
+    def _spawn_containerd(self, config: Path) -> None:
+        self.store.mkdir(parents=True, exist_ok=True)
         # its shim is looked up on PATH: the one beside it first
         self._spawn("containerd", [str(binary_dir() / "containerd"), "--config", str(config)],
                     env={**os.environ, "PATH": f"{binary_dir()}:{os.environ['PATH']}"})
@@ -266,11 +294,32 @@ class Node:
             raise self._import_error[0]
 
     def import_image(self, archive: Path) -> None:
-        """Import a docker-archive tar (tools/images.py builds them) into the node.
+        """Import a docker-archive tar (tools/images.py builds them) into the node, unless
+        the image store has each of its tags already, imported from the same config.
 
         vLLM's (2.8 GB) is written twice, as blobs and unpacked: a minute and more.
         """
+        tags, config = archive_image(archive)
+        record = self.store / IMPORTED
+        imported: dict[str, str] = json.loads(record.read_text()) if record.exists() else {}
+        present = set(self._ctr("images", "ls", "-q").stdout.split())
+        if all(imported.get(tag) == config and tag in present for tag in tags):
+            return
         self._ctr("images", "import", str(archive), timeout=600)
+        with self._recording:
+            imported = json.loads(record.read_text()) if record.exists() else {}
+            record.write_text(json.dumps({**imported, **dict.fromkeys(tags, config)}))
+
+    def _forget_containers(self) -> None:
+        """Remove every container (and its snapshot) from the image store, which outlives
+        this node: after its pods are killed, before containerd stops."""
+        if "containerd" not in self.procs or self.procs["containerd"].poll() is not None:
+            return
+        for kind in ("tasks", "containers"):
+            ids = self._ctr(kind, "ls", "-q", check=False).stdout.split()
+            if ids:
+                self._ctr(kind, "rm", *(["-f"] if kind == "tasks" else []), *ids,
+                          check=False, timeout=120)
 
     def _start_dns(self) -> None:
         self.hosts_file.parent.mkdir(exist_ok=True)
@@ -451,6 +500,7 @@ class Node:
             *(functools.partial(stop_process, self.procs, name)
               for name in ("kube-proxy", "kube-scheduler", "kubelet", "dnsmasq")),
             self._kill_pods,
+            self._forget_containers,
             functools.partial(stop_process, self.procs, "containerd"),
             self._kill_shims,
             self._unmount,
@@ -511,9 +561,9 @@ class Node:
                     os.kill(int(proc.name), signal.SIGKILL)
 
     def _unmount(self) -> None:
-        root = str(self.root)
+        roots = (str(self.root), str(self.store))
         mounts = [line.split()[4] for line in _read(Path("/proc/self/mountinfo")).splitlines()]
-        for point in sorted((m for m in mounts if m.startswith(root)), key=len, reverse=True):
+        for point in sorted((m for m in mounts if m.startswith(roots)), key=len, reverse=True):
             _run("umount", "-l", point, check=False)
 
     @staticmethod
@@ -538,6 +588,16 @@ class Node:
             for d in _subtree(top):  # deepest first
                 with contextlib.suppress(OSError):
                     d.rmdir()
+
+
+def archive_image(archive: Path) -> tuple[list[str], str]:
+    """A docker-archive's tags and its image's config digest (its manifest.json)."""
+    with tarfile.open(archive) as tar:
+        member = tar.extractfile("manifest.json")
+        if member is None:
+            raise NodeError(f"{archive}: no manifest.json (not a docker-archive tar)")
+        (manifest,) = json.load(member)
+    return list(manifest["RepoTags"]), str(manifest["Config"]).removesuffix(".json")
 
 
 def _subtree(top: Path) -> list[Path]:

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 from e2e_cluster import NodeCluster
 
 from realnode import (
+    IMPORTED,
     MARKER,
     Node,
     NodeError,
+    archive_image,
     node_cluster,
     node_missing,
     processes,
@@ -66,3 +71,32 @@ def test_a_running_node_is_never_swept_as_stale(kube_node: NodeCluster) -> None:
     assert sweep_stale_node() is None
     assert MARKER.exists() and processes("kubelet") == 1
     kube_node.kubectl("wait", "--for=condition=Ready", "node/node-1", "--timeout=10s")
+
+
+def test_an_image_already_in_the_store_is_imported_once(
+        kube_node: NodeCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """containerd's root outlives the node (IMAGE_STORE): an image there by the same config
+    digest is not imported again; one the record does not vouch for is."""
+    import images  # noqa: PLC0415  (tools/images.py, on sys.path in the e2e suite)
+
+    node = kube_node.node
+    archive = images.llama_image()
+    tags, config = archive_image(archive)
+    ctr = node._ctr
+    imports: list[tuple[str, ...]] = []
+
+    def counting(*args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        if args[:2] == ("images", "import"):
+            imports.append(args)
+        return ctr(*args, **kwargs)
+
+    monkeypatch.setattr(node, "_ctr", counting)
+    record = node.store / IMPORTED
+    assert {tag: json.loads(record.read_text())[tag] for tag in tags} == \
+        dict.fromkeys(tags, config)  # the node's start recorded it
+    node.import_image(archive)
+    assert imports == []
+    record.write_text(json.dumps({**json.loads(record.read_text()), tags[0]: "other"}))
+    node.import_image(archive)
+    assert imports == [("images", "import", str(archive))]
+    assert json.loads(record.read_text())[tags[0]] == config
