@@ -169,6 +169,11 @@ def request_lengths(client: str, tokens: int) -> Iterator[int]:
         yield rng.randint(tokens // 2, tokens * 3 // 2)
 
 
+def lengths_label(tokens: int) -> str:
+    """What request_lengths asks for, as the tables' headings say it: ``16`` or ``8-24``."""
+    return f"{tokens // 2}-{tokens * 3 // 2}" if LENGTHS == "varied" else f"{tokens}"
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] if ordered else 0.0
@@ -328,10 +333,10 @@ async def report(urls: dict[str, str], engine: str, warmup: float, seconds: floa
         ("(c) reference: light ID 2 + heavy ID 6", ("llmop up",), 6, light_id, heavy_id),
         ("(c) light ID 2 + heavy ID 40", ("llmop up",), 40, light_id, heavy_id),
     ]
-    length = f"{TOKENS // 2}-{TOKENS * 3 // 2}" if LENGTHS == "varied" else f"{TOKENS}"
-    print(f"llama-server {SLOTS} slots, {length} tokens per request, closed-loop clients, "
-          f"{seconds:g} s windows after {warmup:g} s warm-up, medians of {rounds} "
-          f"alternating rounds; CPUs this process may use: {sorted(os.sched_getaffinity(0))}")
+    print(f"llama-server {SLOTS} slots, {lengths_label(TOKENS)} tokens per request, "
+          f"closed-loop clients, {seconds:g} s windows after {warmup:g} s warm-up, "
+          f"medians of {rounds} alternating rounds; "
+          f"CPUs this process may use: {sorted(os.sched_getaffinity(0))}")
     print()
     print("| case | flow control | light p50 (s) | vs ref | light p99 (s) | vs ref | "
           "light done | light failed | all req/s (per round) | vs off | errors | "
@@ -449,9 +454,7 @@ async def throughput(paths: dict[str, str], warmup: float, seconds: float, round
             done[name].append(rate([clients]))
     direct = statistics.median(done[next(iter(paths))])
     print()
-    length = f"{THROUGHPUT_TOKENS // 2}-{THROUGHPUT_TOKENS * 3 // 2}" \
-        if LENGTHS == "varied" else f"{THROUGHPUT_TOKENS}"
-    print(f"(d) {THROUGHPUT_CLIENTS} closed-loop clients, {length}-token "
+    print(f"(d) {THROUGHPUT_CLIENTS} closed-loop clients, {lengths_label(THROUGHPUT_TOKENS)}-token "
           f"completions, {rounds} alternating rounds of {seconds:g} s")
     print()
     print(f"| path | req/s per round | median | vs {next(iter(paths))} |")
