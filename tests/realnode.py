@@ -300,15 +300,20 @@ class Node:
         vLLM's (2.8 GB) is written twice, as blobs and unpacked: a minute and more.
         """
         tags, config = archive_image(archive)
-        record = self.store / IMPORTED
-        imported: dict[str, str] = json.loads(record.read_text()) if record.exists() else {}
         present = set(self._ctr("images", "ls", "-q").stdout.split())
-        if all(imported.get(tag) == config and tag in present for tag in tags):
+        if all(self.imported().get(tag) == config and tag in present for tag in tags):
             return
         self._ctr("images", "import", str(archive), timeout=600)
-        with self._recording:
-            imported = json.loads(record.read_text()) if record.exists() else {}
-            record.write_text(json.dumps({**imported, **dict.fromkeys(tags, config)}))
+        with self._recording:  # the background import records beside the first ones
+            partial = self.store / f"{IMPORTED}.partial"  # a killed run leaves no half file
+            partial.write_text(json.dumps({**self.imported(), **dict.fromkeys(tags, config)}))
+            partial.replace(self.store / IMPORTED)
+
+    def imported(self) -> dict[str, str]:
+        """Each tag imported into the image store and the config digest it was imported
+        from (IMPORTED; empty for a new store)."""
+        record = self.store / IMPORTED
+        return json.loads(record.read_text()) if record.exists() else {}
 
     def _forget_containers(self) -> None:
         """Remove every container (and its snapshot) from the image store, which outlives

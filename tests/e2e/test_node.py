@@ -91,12 +91,11 @@ def test_an_image_already_in_the_store_is_imported_once(
         return ctr(*args, **kwargs)
 
     monkeypatch.setattr(node, "_ctr", counting)
-    record = node.store / IMPORTED
-    assert {tag: json.loads(record.read_text())[tag] for tag in tags} == \
+    assert {tag: node.imported()[tag] for tag in tags} == \
         dict.fromkeys(tags, config)  # the node's start recorded it
     node.import_image(archive)
     assert imports == []
-    record.write_text(json.dumps({**json.loads(record.read_text()), tags[0]: "other"}))
+    (node.store / IMPORTED).write_text(json.dumps({**node.imported(), tags[0]: "other"}))
     node.import_image(archive)
     assert imports == [("images", "import", str(archive))]
-    assert json.loads(record.read_text())[tags[0]] == config
+    assert node.imported()[tags[0]] == config
