@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import hashlib
 import ipaddress
 import json
 import os
@@ -172,6 +173,18 @@ rules:
 """
 
 
+# etcd fsyncs every write: memory makes 1,000 models cheap
+ETCD_DATA_PARENT = "/dev/shm" if Path("/dev/shm").is_dir() else None
+
+
+def etcd_data_prefix(root: Path) -> str:
+    """How the data directory of the etcd of a control plane in ``root`` is named: after
+    ``root`` (hashed), so that a sweep after a killed run finds that etcd by its command line
+    and its data directory by name (tests/realnode.py's ``sweep_stale_node``)."""
+    digest = hashlib.sha256(str(root.absolute()).encode()).hexdigest()[:12]
+    return f"llmop-etcd-{digest}-"
+
+
 @dataclass
 class ControlPlane:
     """etcd + kube-apiserver + kube-controller-manager in ``root`` (see the module doc)."""
@@ -238,8 +251,7 @@ class ControlPlane:
     def _start_etcd(self) -> None:
         client, peer, metrics = free_port(), free_port(), free_port()
         self.etcd_url = f"http://127.0.0.1:{client}"
-        shm = Path("/dev/shm")  # etcd fsyncs every write: memory makes 1,000 models cheap
-        data = Path(tempfile.mkdtemp(prefix="llmop-etcd-", dir=shm if shm.is_dir() else None))
+        data = Path(tempfile.mkdtemp(prefix=etcd_data_prefix(self.root), dir=ETCD_DATA_PARENT))
         self.etcd_data = data
         self._spawn("etcd", [
             "etcd", "--name", "t", "--data-dir", str(data),

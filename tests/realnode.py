@@ -47,8 +47,10 @@ from llm_operator.local.llama_build import cache_root
 
 from controlplane import (
     ADMIN_TOKEN,
+    ETCD_DATA_PARENT,
     ControlPlane,
     binary_dir,
+    etcd_data_prefix,
     free_port,
     spawn,
     stop_process,
@@ -117,14 +119,29 @@ def sweep_stale_node() -> Path | None:
     if not MARKER.exists() or processes("kubelet"):
         return None
     root = Path(MARKER.read_text().strip())
-    cluster = str(root.parent).encode()
+    kill_cluster(root.parent)
+    Node(ControlPlane(root.parent / "control-plane"), root).stop()
+    return root
+
+
+def kill_cluster(cluster: Path) -> list[int]:
+    """SIGKILL every process of the test cluster in ``cluster`` (the node's and the control
+    plane's: their command lines name ``cluster``, or etcd's data directory, which lives in
+    memory and is named after the control plane); remove etcd's data; the pids killed."""
+    plane = cluster / "control-plane"
+    needles = (str(cluster).encode(), etcd_data_prefix(plane).encode())
+    killed = []
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit() and int(proc.name) != os.getpid():
             with contextlib.suppress(OSError):
-                if cluster in (proc / "cmdline").read_bytes():
+                cmdline = (proc / "cmdline").read_bytes()
+                if any(needle in cmdline for needle in needles):
                     os.kill(int(proc.name), signal.SIGKILL)
-    Node(ControlPlane(root.parent / "control-plane"), root).stop()
-    return root
+                    killed.append(int(proc.name))
+    for data in Path(ETCD_DATA_PARENT or tempfile.gettempdir()).glob(
+            f"{etcd_data_prefix(plane)}*"):
+        shutil.rmtree(data, ignore_errors=True)
+    return killed
 
 
 def _run(*argv: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:

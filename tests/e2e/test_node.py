@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from realnode import (
     Node,
     NodeError,
     archive_image,
+    kill_cluster,
     node_cluster,
     node_missing,
     processes,
@@ -71,6 +73,22 @@ def test_a_running_node_is_never_swept_as_stale(kube_node: NodeCluster) -> None:
     assert sweep_stale_node() is None
     assert MARKER.exists() and processes("kubelet") == 1
     kube_node.kubectl("wait", "--for=condition=Ready", "node/node-1", "--timeout=10s")
+
+
+def test_a_killed_runs_etcd_is_swept_by_the_cluster_it_served(tmp_path: Path) -> None:
+    """etcd keeps its data in memory, outside the cluster's directory: the sweep after a
+    killed run still finds that etcd (by its data directory's name) and removes its data."""
+    plane = ControlPlane(tmp_path / "cluster" / "control-plane")
+    plane.root.mkdir(parents=True)
+    plane._start_etcd()
+    etcd = plane.procs["etcd"]
+    try:
+        assert plane.etcd_data.exists()
+        assert kill_cluster(tmp_path / "cluster") == [etcd.pid]
+        assert etcd.wait(timeout=10) == -signal.SIGKILL
+        assert not plane.etcd_data.exists()
+    finally:
+        plane.stop()
 
 
 def test_an_image_already_in_the_store_is_imported_once(
