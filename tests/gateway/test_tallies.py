@@ -7,7 +7,7 @@ import re
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
-from llm_operator.gateway.tallies import Spreads, Tallies
+from llm_operator.gateway.tallies import spreads, tallies
 
 BUCKETS = (0.005, 0.01, 0.5, 1, 300)
 # (label values, amount): what a run of requests updated
@@ -25,11 +25,11 @@ def exposition(registry: CollectorRegistry) -> str:
 
 def test_a_counter_reads_as_prometheus_clients() -> None:
     ours, theirs = CollectorRegistry(), CollectorRegistry()
-    tallies = Tallies("llmop_test_requests", "Requests.", ["route", "status"], registry=ours)
+    counted = tallies("llmop_test_requests", "Requests.", ["route", "status"], registry=ours)
     counter = Counter("llmop_test_requests", "Requests.", ["route", "status"],
                       registry=theirs)
     for labels, amount in UPDATES:
-        tallies.labels(*labels).inc(amount)
+        counted.labels(*labels).inc(amount)
         counter.labels(*labels).inc(amount)
     assert exposition(ours) == exposition(theirs)
     assert ours.get_sample_value("llmop_test_requests_total",
@@ -38,12 +38,12 @@ def test_a_counter_reads_as_prometheus_clients() -> None:
 
 def test_a_histogram_reads_as_prometheus_clients() -> None:
     ours, theirs = CollectorRegistry(), CollectorRegistry()
-    spreads = Spreads("llmop_test_seconds", "Time.", ["route"], buckets=BUCKETS,
+    spread = spreads("llmop_test_seconds", "Time.", ["route"], buckets=BUCKETS,
                       registry=ours)
     histogram = Histogram("llmop_test_seconds", "Time.", ["route"], buckets=BUCKETS,
                           registry=theirs)
     for labels, seconds in OBSERVED:
-        spreads.labels(*labels).observe(seconds)
+        spread.labels(*labels).observe(seconds)
         histogram.labels(*labels).observe(seconds)
     assert exposition(ours) == exposition(theirs)
     # a value on a bound counts in that bound's bucket (le: less than or equal)
@@ -55,17 +55,20 @@ def test_a_histogram_reads_as_prometheus_clients() -> None:
     (lambda t, s: t.labels("chat"), r"llmop_t_requests takes the labels \['route', 'status'\]"),
     (lambda t, s: t.labels("chat", "200").inc(-1), "a counter only goes up"),
     (lambda t, s: s.labels(), r"llmop_t_seconds takes the labels \['route'\]"),
-], ids=["too-few-labels", "a-negative-increment", "no-labels"])
+    (lambda t, s: spreads("llmop_t_x", "X.", [], buckets=(1, 0.5),
+                          registry=CollectorRegistry()),
+     "llmop_t_x: buckets must be finite and in increasing order"),
+], ids=["too-few-labels", "a-negative-increment", "no-labels", "buckets-out-of-order"])
 def test_a_wrong_use_says_what_is_wrong(call: object, message: str) -> None:
     registry = CollectorRegistry()
-    tallies = Tallies("llmop_t_requests", "R.", ["route", "status"], registry=registry)
-    spreads = Spreads("llmop_t_seconds", "S.", ["route"], buckets=BUCKETS, registry=registry)
+    counted = tallies("llmop_t_requests", "R.", ["route", "status"], registry=registry)
+    spread = spreads("llmop_t_seconds", "S.", ["route"], buckets=BUCKETS, registry=registry)
     with pytest.raises(ValueError, match=message):
-        call(tallies, spreads)  # type: ignore[operator]
+        call(counted, spread)  # type: ignore[operator]
 
 
 def test_a_name_registered_twice_is_refused_as_prometheus_client_refuses_it() -> None:
     registry = CollectorRegistry()
     Counter("llmop_t_requests", "R.", ["route"], registry=registry)
     with pytest.raises(ValueError, match="Duplicated timeseries"):
-        Tallies("llmop_t_requests", "R.", ["route"], registry=registry)
+        tallies("llmop_t_requests", "R.", ["route"], registry=registry)

@@ -7,7 +7,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from llm_operator.gateway.flow_queue import FlowObserver
-from llm_operator.gateway.tallies import Spreads, Tallies
+from llm_operator.gateway.tallies import spreads, tallies
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 QUEUE_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120,
@@ -19,23 +19,24 @@ NO_ROUTE = "none"  # label for requests that matched no route
 class GatewayMetrics:
     """One registry per gateway, so several gateways (tests) never share counters.
 
-    What every proxied request updates is a Tallies or Spreads (gateway/tallies.py: no
-    lock per update, the same samples on /metrics); the rest are prometheus_client's.
+    What every proxied request updates is a ``tallies`` or ``spreads`` family
+    (gateway/tallies.py: no lock per update, the same samples on /metrics); the rest are
+    prometheus_client's.
     """
 
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry()
-        self.requests = Tallies("llmop_gateway_requests", "Requests by route and HTTP status.",
+        self.requests = tallies("llmop_gateway_requests", "Requests by route and HTTP status.",
                                 ["route", "status"], registry=r)
-        self.latency = Spreads("llmop_gateway_request_duration_seconds",
+        self.latency = spreads("llmop_gateway_request_duration_seconds",
                                  "Time from request to the last byte of the response.",
                                  ["route"], buckets=LATENCY_BUCKETS, registry=r)
-        self.ttft = Spreads("llmop_gateway_time_to_first_token_seconds",
+        self.ttft = spreads("llmop_gateway_time_to_first_token_seconds",
                               "Streams: time from request to the first upstream chunk sent.",
                               ["route"], buckets=TTFT_BUCKETS, registry=r)
-        self.tokens = Tallies("llmop_gateway_tokens", "Tokens reported in upstream usage.",
+        self.tokens = tallies("llmop_gateway_tokens", "Tokens reported in upstream usage.",
                               ["route", "kind"], registry=r)
-        self.cost = Tallies("llmop_gateway_cost_usd", "Estimated cost from usage and prices.",
+        self.cost = tallies("llmop_gateway_cost_usd", "Estimated cost from usage and prices.",
                             ["route"], registry=r)
         self.rate_limited = Counter("llmop_gateway_rate_limited",
                                     "Requests refused by the route's rate limit.", ["route"],
@@ -58,12 +59,12 @@ class GatewayMetrics:
                              "Circuit per route and upstream host: 0 closed, 1 half-open, "
                              "2 open.", ["route", "upstream"], registry=r)
         # Client keys (clientKeys configured): by the key's id from the keys file.
-        self.key_requests = Tallies("llmop_gateway_key_requests",
+        self.key_requests = tallies("llmop_gateway_key_requests",
                                     "Requests by client key id and HTTP status.",
                                     ["key", "status"], registry=r)
-        self.key_tokens = Tallies("llmop_gateway_key_tokens", "Tokens used per client key.",
+        self.key_tokens = tallies("llmop_gateway_key_tokens", "Tokens used per client key.",
                                   ["key", "kind"], registry=r)
-        self.key_cost = Tallies("llmop_gateway_key_cost_usd", "Estimated cost per client key.",
+        self.key_cost = tallies("llmop_gateway_key_cost_usd", "Estimated cost per client key.",
                                 ["key"], registry=r)
         self.key_spend = Gauge("llmop_gateway_key_spend_usd",
                                "Spend of the key's current budget period.", ["key"], registry=r)
@@ -78,10 +79,10 @@ class GatewayMetrics:
         self.queue_depth = Gauge("llmop_gateway_queue_depth",
                                  "Requests waiting for a free slot of a model's replicas.",
                                  ["route", "band"], registry=r)
-        self.queue_wait = Spreads("llmop_gateway_queue_wait_seconds",
+        self.queue_wait = spreads("llmop_gateway_queue_wait_seconds",
                                     "Time a request waited for a slot (0: none).",
                                     ["route", "band"], buckets=QUEUE_BUCKETS, registry=r)
-        self.flow_requests = Tallies("llmop_gateway_flow_requests",
+        self.flow_requests = tallies("llmop_gateway_flow_requests",
                                      "Requests by flow-control outcome: admitted, shed, "
                                      "queue_full, timeout, cancelled, overloaded, displaced.",
                                      ["route", "band", "outcome"], registry=r)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import bisect
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import cast
+from typing import Generic, TypeVar, cast
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
@@ -38,14 +38,18 @@ class Tally:
             raise ValueError("a counter only goes up: inc() takes an amount of 0 or more")
         self.value += amount
 
+    def samples(self, metric: Metric, labels: dict[str, str]) -> None:
+        metric.add_sample(f"{metric.name}_total", labels, self.value)
+        metric.add_sample(f"{metric.name}_created", labels, self.created)
+
 
 class Spread:
     """One histogram series: a count per bucket (the last one +Inf), and the sum."""
 
-    __slots__ = ("_bounds", "counts", "created", "sum")
+    __slots__ = ("_bounds", "_les", "counts", "created", "sum")
 
-    def __init__(self, bounds: tuple[float, ...]) -> None:
-        self._bounds = bounds
+    def __init__(self, bounds: tuple[float, ...], les: list[str]) -> None:
+        self._bounds, self._les = bounds, les
         self.counts = [0] * (len(bounds) + 1)
         self.sum = 0.0
         self.created = time.time()
@@ -54,91 +58,66 @@ class Spread:
         self.counts[bisect.bisect_left(self._bounds, amount)] += 1  # the first bound >= it
         self.sum += amount
 
+    def samples(self, metric: Metric, labels: dict[str, str]) -> None:
+        running = 0
+        for le, count in zip(self._les, list(self.counts), strict=True):
+            running += count
+            metric.add_sample(f"{metric.name}_bucket", {**labels, "le": le}, running)
+        metric.add_sample(f"{metric.name}_count", labels, running)
+        metric.add_sample(f"{metric.name}_sum", labels, self.sum)
+        metric.add_sample(f"{metric.name}_created", labels, self.created)
 
-class _Family(Collector):
-    """Series by label values, registered as one metric of ``registry``."""
 
-    def __init__(self, name: str, documentation: str, labelnames: Sequence[str],
-                 registry: CollectorRegistry) -> None:
-        self.name, self.documentation = name, documentation
+S = TypeVar("S", Tally, Spread)
+
+
+class Family(Collector, Generic[S]):
+    """One metric's series by label values, registered in ``registry``.
+
+    ``labels()`` as prometheus_client's metrics; ``new`` makes a label set's series.
+    """
+
+    def __init__(self, name: str, documentation: str, labelnames: Sequence[str], *,
+                 kind: str, new: Callable[[], S], registry: CollectorRegistry) -> None:
+        self.name, self.documentation, self.kind = name, documentation, kind
         self.labelnames = tuple(labelnames)
+        self._new: Callable[[], S] = new
+        self._series: dict[tuple[str, ...], S] = {}
         registry.register(self)
 
-    def describe(self) -> list[Metric]:
-        return [self._metric()]
-
-    def _metric(self) -> Metric:
-        raise NotImplementedError
-
-    def _labels(self, values: tuple[str, ...]) -> dict[str, str]:
-        return dict(zip(self.labelnames, values, strict=True))
-
-    def _check(self, values: tuple[object, ...]) -> tuple[str, ...]:
+    def labels(self, *values: object) -> S:
         if len(values) != len(self.labelnames):
             raise ValueError(f"{self.name} takes the labels {list(self.labelnames)}, "
                              f"got {len(values)} values")
-        return tuple(str(v) for v in values)
-
-
-class Tallies(_Family):
-    """A labelled counter (as prometheus_client's Counter named ``name``)."""
-
-    def __init__(self, name: str, documentation: str, labelnames: Sequence[str], *,
-                 registry: CollectorRegistry) -> None:
-        super().__init__(name, documentation, labelnames, registry)
-        self._series: dict[tuple[str, ...], Tally] = {}
-
-    def labels(self, *values: object) -> Tally:
-        key = self._check(values)
+        key = tuple(str(v) for v in values)
         series = self._series.get(key)
         if series is None:
-            series = self._series[key] = Tally()
+            series = self._series[key] = self._new()
         return series
 
-    def _metric(self) -> Metric:
-        return Metric(self.name, self.documentation, "counter")
+    def describe(self) -> list[Metric]:
+        return [Metric(self.name, self.documentation, self.kind)]
 
     def collect(self) -> Iterator[Metric]:
-        metric = self._metric()
+        metric = Metric(self.name, self.documentation, self.kind)
         for values, series in list(self._series.items()):
-            labels = self._labels(values)
-            metric.add_sample(f"{self.name}_total", labels, series.value)
-            metric.add_sample(f"{self.name}_created", labels, series.created)
+            series.samples(metric, dict(zip(self.labelnames, values, strict=True)))
         yield metric
 
 
-class Spreads(_Family):
-    """A labelled histogram (as prometheus_client's Histogram with ``buckets``)."""
+def tallies(name: str, documentation: str, labelnames: Sequence[str], *,
+            registry: CollectorRegistry) -> Family[Tally]:
+    """A labelled counter, as prometheus_client's ``Counter(name, ...)``."""
+    return Family(name, documentation, labelnames, kind="counter", new=Tally,
+                  registry=registry)
 
-    def __init__(self, name: str, documentation: str, labelnames: Sequence[str], *,
-                 buckets: Sequence[float], registry: CollectorRegistry) -> None:
-        super().__init__(name, documentation, labelnames, registry)
-        bounds = tuple(float(b) for b in buckets)
-        if list(bounds) != sorted(bounds) or not bounds or bounds[-1] == float("inf"):
-            raise ValueError(f"{name}: buckets must be finite and in increasing order")
-        self._bounds = bounds
-        self._les = [*(_go_float(b) for b in bounds), "+Inf"]
-        self._series: dict[tuple[str, ...], Spread] = {}
 
-    def labels(self, *values: object) -> Spread:
-        key = self._check(values)
-        series = self._series.get(key)
-        if series is None:
-            series = self._series[key] = Spread(self._bounds)
-        return series
-
-    def _metric(self) -> Metric:
-        return Metric(self.name, self.documentation, "histogram")
-
-    def collect(self) -> Iterator[Metric]:
-        metric = self._metric()
-        for values, series in list(self._series.items()):
-            labels = self._labels(values)
-            running = 0
-            for le, count in zip(self._les, list(series.counts), strict=True):
-                running += count
-                metric.add_sample(f"{self.name}_bucket", {**labels, "le": le}, running)
-            metric.add_sample(f"{self.name}_count", labels, running)
-            metric.add_sample(f"{self.name}_sum", labels, series.sum)
-            metric.add_sample(f"{self.name}_created", labels, series.created)
-        yield metric
+def spreads(name: str, documentation: str, labelnames: Sequence[str], *,
+            buckets: Sequence[float], registry: CollectorRegistry) -> Family[Spread]:
+    """A labelled histogram, as prometheus_client's ``Histogram(name, ..., buckets=)``."""
+    bounds = tuple(float(b) for b in buckets)
+    if not bounds or list(bounds) != sorted(bounds) or bounds[-1] == float("inf"):
+        raise ValueError(f"{name}: buckets must be finite and in increasing order")
+    les = [*(_go_float(b) for b in bounds), "+Inf"]
+    return Family(name, documentation, labelnames, kind="histogram",
+                  new=lambda: Spread(bounds, les), registry=registry)
