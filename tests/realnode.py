@@ -128,8 +128,8 @@ def kill_cluster(cluster: Path) -> list[int]:
     """SIGKILL every process of the test cluster in ``cluster`` (the node's and the control
     plane's: their command lines name ``cluster``, or etcd's data directory, which lives in
     memory and is named after the control plane); remove etcd's data; the pids killed."""
-    plane = cluster / "control-plane"
-    needles = (str(cluster).encode(), etcd_data_prefix(plane).encode())
+    etcd_data = etcd_data_prefix(cluster / "control-plane")
+    needles = (str(cluster).encode(), etcd_data.encode())
     killed = []
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit() and int(proc.name) != os.getpid():
@@ -138,8 +138,7 @@ def kill_cluster(cluster: Path) -> list[int]:
                 if any(needle in cmdline for needle in needles):
                     os.kill(int(proc.name), signal.SIGKILL)
                     killed.append(int(proc.name))
-    for data in Path(ETCD_DATA_PARENT or tempfile.gettempdir()).glob(
-            f"{etcd_data_prefix(plane)}*"):
+    for data in Path(ETCD_DATA_PARENT or tempfile.gettempdir()).glob(f"{etcd_data}*"):
         shutil.rmtree(data, ignore_errors=True)
     return killed
 
@@ -318,7 +317,8 @@ class Node:
         """
         tags, config = archive_image(archive)
         present = set(self._ctr("images", "ls", "-q").stdout.split())
-        if all(self.imported().get(tag) == config and tag in present for tag in tags):
+        imported = self.imported()
+        if all(imported.get(tag) == config and tag in present for tag in tags):
             return
         self._ctr("images", "import", str(archive), timeout=600)
         with self._recording:  # the background import records beside the first ones

@@ -29,11 +29,11 @@ class GatewayMetrics:
         self.requests = tallies("llmop_gateway_requests", "Requests by route and HTTP status.",
                                 ["route", "status"], registry=r)
         self.latency = spreads("llmop_gateway_request_duration_seconds",
-                                 "Time from request to the last byte of the response.",
-                                 ["route"], buckets=LATENCY_BUCKETS, registry=r)
+                               "Time from request to the last byte of the response.",
+                               ["route"], buckets=LATENCY_BUCKETS, registry=r)
         self.ttft = spreads("llmop_gateway_time_to_first_token_seconds",
-                              "Streams: time from request to the first upstream chunk sent.",
-                              ["route"], buckets=TTFT_BUCKETS, registry=r)
+                            "Streams: time from request to the first upstream chunk sent.",
+                            ["route"], buckets=TTFT_BUCKETS, registry=r)
         self.tokens = tallies("llmop_gateway_tokens", "Tokens reported in upstream usage.",
                               ["route", "kind"], registry=r)
         self.cost = tallies("llmop_gateway_cost_usd", "Estimated cost from usage and prices.",
@@ -80,8 +80,8 @@ class GatewayMetrics:
                                  "Requests waiting for a free slot of a model's replicas.",
                                  ["route", "band"], registry=r)
         self.queue_wait = spreads("llmop_gateway_queue_wait_seconds",
-                                    "Time a request waited for a slot (0: none).",
-                                    ["route", "band"], buckets=QUEUE_BUCKETS, registry=r)
+                                  "Time a request waited for a slot (0: none).",
+                                  ["route", "band"], buckets=QUEUE_BUCKETS, registry=r)
         self.flow_requests = tallies("llmop_gateway_flow_requests",
                                      "Requests by flow-control outcome: admitted, shed, "
                                      "queue_full, timeout, cancelled, overloaded, displaced.",
