@@ -262,6 +262,24 @@ class ControlPlane:
             "--listen-metrics-urls", f"http://127.0.0.1:{metrics}",
             "--log-level", "warn"])
 
+    def wait_etcd(self, timeout: float = 30) -> None:
+        """Until etcd answers /health; an etcd that exited (a port taken meanwhile) says so
+        with its log."""
+        deadline = time.monotonic() + timeout
+        while True:
+            proc = self.procs["etcd"]
+            if proc.poll() is not None:
+                raise RuntimeError(f"etcd exited ({proc.returncode}):\n{self.logs()}")
+            try:
+                with urllib.request.urlopen(f"{self.etcd_url}/health", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"etcd not serving in {timeout} s:\n{self.logs()}")
+            time.sleep(0.1)  # polling a process we do not control: nothing to wait on
+
     def start_apiserver(self, timeout: float = 90) -> None:
         pki = self.root / "pki"
         pods = [f"--kubelet-client-certificate={pki / 'kubelet-client.crt'}",

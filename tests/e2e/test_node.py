@@ -83,6 +83,7 @@ def test_a_killed_runs_etcd_is_swept_by_the_cluster_it_served(tmp_path: Path) ->
     plane._start_etcd()
     etcd = plane.procs["etcd"]
     try:
+        plane.wait_etcd()  # alive: an etcd that exited on its own has no command line left
         assert plane.etcd_data.exists()
         assert kill_cluster(tmp_path / "cluster") == [etcd.pid]
         assert etcd.wait(timeout=10) == -signal.SIGKILL
