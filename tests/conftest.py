@@ -76,8 +76,8 @@ def apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane
     The third-party CRDs (KEDA, Prometheus-Operator, Gateway API, InferencePool, and with
     server-side apply LeaderWorkerSet and DisaggregatedSet), then
     `kubectl apply -k config/default`, then the controller manager (its garbage collector
-    then knows every kind from the start). Its files (logs, audit log) stay in pytest's
-    temporary directory.
+    then knows every kind from the start) without the node lifecycle controller. Its files
+    (logs, audit log) stay in pytest's temporary directory.
     """
     reason = missing()
     if reason:
@@ -87,7 +87,10 @@ def apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane
         plane.kubectl("apply", "--server-side", "-f", str(large_schemas_dir()))
         plane.kubectl("apply", "-k", str(REPO / "config" / "default"))
         plane.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
-        plane.start_controller_manager()
+        # No kubelet runs here, so the node lifecycle controller would find every node
+        # Unknown a minute in, and mark a pod NotReady that a test made Ready before the
+        # controller saw the pod arrive (it did so in a CI run: test_router's second replica)
+        plane.start_controller_manager("node-lifecycle-controller")
         plane.wait_allowed("system:serviceaccount:llm-operator-system:llm-operator",
                            "watch", "llmmodels.ai.example.io")
         for name, labels, resources in ACCELERATOR_NODES:  # room for every sample at once

@@ -19,6 +19,7 @@ import ipaddress
 import json
 import os
 import shutil
+import signal
 import socket
 import ssl
 import subprocess
@@ -177,12 +178,68 @@ rules:
 ETCD_DATA_PARENT = "/dev/shm" if Path("/dev/shm").is_dir() else None
 
 
+def _digest(root: Path) -> str:
+    return hashlib.sha256(str(root.absolute()).encode()).hexdigest()[:12]
+
+
 def etcd_data_prefix(root: Path) -> str:
     """How the data directory of the etcd of a control plane in ``root`` is named: after
     ``root`` (hashed), so that a sweep after a killed run finds that etcd by its command line
     and its data directory by name (tests/realnode.py's ``sweep_stale_node``)."""
-    digest = hashlib.sha256(str(root.absolute()).encode()).hexdigest()[:12]
-    return f"llmop-etcd-{digest}-"
+    return f"llmop-etcd-{_digest(root)}-"
+
+
+# One file per running control plane: its directory and the process that owns it. A plane
+# whose owner died without stopping it (a test run killed outright) is stopped by the next
+# plane that starts (sweep_orphaned_planes).
+PLANES = Path(tempfile.gettempdir()) / "llmop-planes"
+
+
+def started_at(pid: int) -> str | None:
+    """When process ``pid`` started (clock ticks since boot, /proc's field 22), or None if
+    there is none: with the pid, it names one process even after the pid is reused."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def kill_naming(needles: tuple[str, ...]) -> list[int]:
+    """SIGKILL every other process whose command line holds one of ``needles``; their pids."""
+    wanted = tuple(n.encode() for n in needles)
+    killed = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit() and int(proc.name) != os.getpid():
+            with contextlib.suppress(OSError):
+                if any(n in (proc / "cmdline").read_bytes() for n in wanted):
+                    os.kill(int(proc.name), signal.SIGKILL)
+                    killed.append(int(proc.name))
+    return killed
+
+
+def kill_plane(root: Path, *also: str) -> list[int]:
+    """SIGKILL the processes of the control plane in ``root`` (their command lines name it,
+    or etcd's data directory, named after it) and those naming ``also``; remove etcd's
+    data; the pids killed."""
+    prefix = etcd_data_prefix(root)
+    killed = kill_naming((str(root), prefix, *also))
+    for data in Path(ETCD_DATA_PARENT or tempfile.gettempdir()).glob(f"{prefix}*"):
+        shutil.rmtree(data, ignore_errors=True)
+    return killed
+
+
+def sweep_orphaned_planes() -> list[Path]:
+    """Stop every registered control plane whose owning process is gone; their roots."""
+    swept = []
+    for entry in sorted(PLANES.glob("*.json")):
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            held = json.loads(entry.read_text())
+            if started_at(int(held["pid"])) != held["started"]:
+                kill_plane(Path(held["root"]))
+                swept.append(Path(held["root"]))
+                entry.unlink()
+    return swept
 
 
 @dataclass
@@ -191,6 +248,7 @@ class ControlPlane:
 
     root: Path
     port: int = field(default_factory=free_port)
+    controller_manager_port: int = field(default_factory=free_port)
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     # Where the API server listens. With a node (tests/realnode.py) it is the node's bridge
     # address, which pods reach, and the API server publishes itself as the `kubernetes`
@@ -224,6 +282,7 @@ class ControlPlane:
         every 30 s: start it after installing CRDs (`start_controller_manager`) so owner
         references to them are followed from the first second.
         """
+        self.register()
         write_pki(self.root / "pki", self.address)
         (self.root / "tokens.csv").write_text(
             f"{ADMIN_TOKEN},admin,admin,system:masters\n"
@@ -303,14 +362,33 @@ class ControlPlane:
             f"--audit-log-path={self.audit_log}", "--audit-log-maxsize=0"])
         self.wait_ready(timeout)
 
-    def start_controller_manager(self) -> None:
+    def start_controller_manager(self, *disabled: str) -> None:
+        """kube-controller-manager with every default controller but those ``disabled``."""
         pki = self.root / "pki"
         self._spawn("kube-controller-manager", [
             str(binary_dir() / "kube-controller-manager"), f"--kubeconfig={self.kubeconfig}",
-            "--bind-address=127.0.0.1", f"--secure-port={free_port()}", "--leader-elect=false",
-            f"--service-account-private-key-file={pki / 'sa.key'}",
+            "--bind-address=127.0.0.1", f"--secure-port={self.controller_manager_port}",
+            "--leader-elect=false", f"--service-account-private-key-file={pki / 'sa.key'}",
             f"--root-ca-file={pki / 'ca.crt'}", "--use-service-account-credentials=false",
-            "--controllers=*"])
+            ",".join(["--controllers=*", *(f"-{name}" for name in disabled)])])
+
+    def running_controllers(self, timeout: float = 60) -> set[str]:
+        """The controllers kube-controller-manager runs, as its /healthz?verbose lists them
+        (one check per started controller), once it answers."""
+        context = ssl.create_default_context()
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE  # its own cert
+        url = f"https://127.0.0.1:{self.controller_manager_port}/healthz?verbose"
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with urllib.request.urlopen(url, context=context, timeout=5) as r:
+                    text = r.read().decode()
+                return {line[3:].split()[0] for line in text.splitlines()
+                        if line.startswith("[+]")}
+            except (urllib.error.URLError, ConnectionError) as exc:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"kube-controller-manager's {url}: {exc}") from None
+            time.sleep(0.2)  # a process we do not control: nothing to wait on
 
     def wait_served(self, path: str, timeout: float = 60) -> None:
         """Until ``path`` answers 200: after a restart, /readyz passes before the storage of
@@ -360,10 +438,24 @@ class ControlPlane:
     def _stop(self, name: str) -> None:
         stop_process(self.procs, name)
 
+    def register(self) -> None:
+        """Stop the planes of killed runs, and list this one in PLANES as this process's."""
+        sweep_orphaned_planes()
+        PLANES.mkdir(exist_ok=True)
+        self.entry.write_text(json.dumps({"root": str(self.root.absolute()),
+                                          "pid": os.getpid(),
+                                          "started": started_at(os.getpid())}))
+
+    @property
+    def entry(self) -> Path:
+        """Its file in PLANES while it runs."""
+        return PLANES / f"{_digest(self.root)}.json"
+
     def stop(self) -> None:
         for name in ("kube-controller-manager", "kube-apiserver", "etcd"):
             self._stop(name)
         shutil.rmtree(getattr(self, "etcd_data", self.root / "none"), ignore_errors=True)
+        self.entry.unlink(missing_ok=True)
 
     def logs(self, lines: int = 30) -> str:
         out = []

@@ -47,11 +47,10 @@ from llm_operator.local.llama_build import cache_root
 
 from controlplane import (
     ADMIN_TOKEN,
-    ETCD_DATA_PARENT,
     ControlPlane,
     binary_dir,
-    etcd_data_prefix,
     free_port,
+    kill_plane,
     spawn,
     stop_process,
 )
@@ -128,19 +127,7 @@ def kill_cluster(cluster: Path) -> list[int]:
     """SIGKILL every process of the test cluster in ``cluster`` (the node's and the control
     plane's: their command lines name ``cluster``, or etcd's data directory, which lives in
     memory and is named after the control plane); remove etcd's data; the pids killed."""
-    etcd_data = etcd_data_prefix(cluster / "control-plane")
-    needles = (str(cluster).encode(), etcd_data.encode())
-    killed = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit() and int(proc.name) != os.getpid():
-            with contextlib.suppress(OSError):
-                cmdline = (proc / "cmdline").read_bytes()
-                if any(needle in cmdline for needle in needles):
-                    os.kill(int(proc.name), signal.SIGKILL)
-                    killed.append(int(proc.name))
-    for data in Path(ETCD_DATA_PARENT or tempfile.gettempdir()).glob(f"{etcd_data}*"):
-        shutil.rmtree(data, ignore_errors=True)
-    return killed
+    return kill_plane(cluster / "control-plane", str(cluster))
 
 
 def _run(*argv: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:
