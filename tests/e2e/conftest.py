@@ -33,6 +33,13 @@ sys.path.insert(0, str(REPO / "tools"))  # prepare_node builds the images from t
 E2E = REPO / "tests" / "e2e"
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The modules marked `late` run after the others, each kept whole: on a new machine
+    what they wait for (vLLM's image, the BF16 model and its LoRAs: `make`'s prebuild, ~18
+    minutes into a run) is still being built while the others run."""
+    items.sort(key=lambda item: item.get_closest_marker("late") is not None)
+
+
 @pytest.fixture(scope="session")
 def kube_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeCluster]:
     """A control plane and a real node with the operator installed and Available."""

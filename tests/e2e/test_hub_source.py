@@ -25,7 +25,7 @@ from realnode import NODE_IP
 
 from samples import REPO, load_yaml
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.late]
 NS = MODELS_NS
 HUB_PORT = 8090  # tests/e2e/install/settings.yaml: huggingFaceEndpoint
 GGUF_REPO = "test/gemma-3-270m-GGUF"

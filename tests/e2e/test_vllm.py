@@ -41,7 +41,7 @@ from monitoring.scrape import pod_monitor_jobs
 from controlplane import free_port
 from samples import REPO, load_yaml
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.late]
 E2E = REPO / "tests" / "e2e"
 NS, NAME = MODELS_NS, GEMMA_VLLM_NAME
 QUESTION = "Q: What is the capital of France?\nA:"

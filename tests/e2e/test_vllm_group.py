@@ -21,7 +21,7 @@ from lws_standin import create_group, mark_ready
 
 from samples import REPO
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.late]
 GROUP = REPO / "examples" / "cluster" / "gemma-270m-vllm-2-nodes.yaml"
 NS, NAME, MODEL_ID = MODELS_NS, "gemma-270m-vllm-2-nodes", "gemma-3-270m-vllm-pp2"
 QUESTION = "Q: What is the capital of France?\nA:"

@@ -71,3 +71,4 @@ def test_a_killed_runs_control_plane_is_stopped_by_the_next_one(tmp_path: Path) 
         time.sleep(0.05)  # processes we no longer own: nothing to wait on
     assert not Path(held["data"]).exists()
     assert not entry.exists() and PLANES.is_dir()
+
