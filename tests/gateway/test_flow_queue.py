@@ -14,16 +14,22 @@ from llm_operator.gateway.flow_queue import FlowObserver, FlowRefused, Sizes
 from llm_operator.gateway.flow_settings import Band, FlowControl
 
 SETTINGS = FlowControl()
+# the default bands with the batch band at its fixed share alone (reserveSeconds 0)
+CAPPED = FlowControl.model_validate({"bands": [
+    {"name": "interactive", "priority": 100},
+    {"name": "standard", "priority": 0},
+    {"name": "batch", "priority": -100, "maxShare": 0.5, "reserveSeconds": 0}]})
 
 
-def band(name: str) -> Band:
-    found = SETTINGS.band(name)
+def band(name: str, settings: FlowControl = SETTINGS) -> Band:
+    found = settings.band(name)
     assert found is not None
     return found
 
 
-def who(band_name: str = "standard", group: str = "", member: str = "") -> Classified:
-    return Classified(band(band_name), group, member)
+def who(band_name: str = "standard", group: str = "", member: str = "",
+        settings: FlowControl = SETTINGS) -> Classified:
+    return Classified(band(band_name, settings), group, member)
 
 
 class Seen(FlowObserver):
@@ -123,14 +129,16 @@ async def test_a_band_holds_at_most_its_share_of_the_slots(
     assert len(got) == held
 
 
-# 8 slots, the batch band at maxShare 0.5 with reserveSeconds 60: interactive requests
-# held at once at second 0, then given back; how many slots batch requests take at once
-# ``later`` seconds afterwards. Beyond its half, batch work takes what the interactive
-# band has not needed lately: the engine stays full, with room for the traffic above.
-RESERVING = FlowControl.model_validate({"bands": [
-    {"name": "interactive", "priority": 100},
-    {"name": "standard", "priority": 0},
-    {"name": "batch", "priority": -100, "maxShare": 0.5, "reserveSeconds": 60}]})
+# 8 slots, the default batch band (maxShare 0.5 with reserveSeconds 60): interactive
+# requests held at once at second 0, then given back; how many slots batch requests take
+# at once ``later`` seconds afterwards. Beyond its half, batch work takes what the
+# interactive band has not needed lately: the engine stays full, with room for the
+# traffic above.
+RESERVING = FlowControl()
+
+
+def test_the_default_batch_band_keeps_room_for_the_recent_peak_above_it() -> None:
+    assert (band("batch").max_share, band("batch").reserve_seconds) == (0.5, 60)
 
 
 @pytest.mark.parametrize(("interactive", "given_back", "later", "batch"), [
@@ -160,13 +168,14 @@ async def test_beyond_its_share_a_band_takes_what_the_bands_above_left_unused(
 
 
 async def test_slots_kept_from_batch_work_go_to_a_higher_band_at_once() -> None:
-    f, _ = flow(slots=4)  # the default batch band: maxShare 0.5
-    batch = [await f.acquire("m", who("batch")) for _ in range(2)]
+    f, _ = flow(slots=4, settings=CAPPED)  # the batch band holds 2 of the 4 slots
+    capped, chatting = who("batch", settings=CAPPED), who("interactive", settings=CAPPED)
+    batch = [await f.acquire("m", capped) for _ in range(2)]
     waiters = Waiters(f)
-    await waiters.add("batch2", who("batch"))  # waits although two slots are free
-    chat = [f.at_once("m", who("interactive")) for _ in range(2)]
+    await waiters.add("batch2", capped)  # waits although two slots are free
+    chat = [f.at_once("m", chatting) for _ in range(2)]
     assert all(lease is not None for lease in chat) and waiters.granted == []
-    assert f.at_once("m", who("interactive")) is None  # now every slot is busy
+    assert f.at_once("m", chatting) is None  # now every slot is busy
     for lease in chat:
         assert lease is not None
         lease.release()
@@ -451,11 +460,11 @@ async def test_flow_control_off_lets_everything_through() -> None:
         "the-highest-band-goes", "a-bands-share-is-of-the-slots", "a-free-slot"])
 async def test_beyond_the_slots_only_what_flow_control_sends_next_goes_to_an_engine(
         out: list[tuple[str, str]], newcomer: tuple[str, str], at_once: bool) -> None:
-    f = Flow(SETTINGS, clock=lambda: 0.0)
-    f.configure(SETTINGS, {"m": (4, None, 2)})
+    f = Flow(CAPPED, clock=lambda: 0.0)
+    f.configure(CAPPED, {"m": (4, None, 2)})
     for band_name, group in out:
-        assert f.at_once("m", who(band_name, group)) is not None
-    assert (f.at_once("m", who(*newcomer)) is not None) == at_once
+        assert f.at_once("m", who(band_name, group, settings=CAPPED)) is not None
+    assert (f.at_once("m", who(*newcomer, settings=CAPPED)) is not None) == at_once
 
 
 async def test_an_id_at_its_share_waits_for_a_slot_and_a_lighter_one_goes_ahead() -> None:

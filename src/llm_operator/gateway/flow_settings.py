@@ -61,7 +61,7 @@ def _default_bands() -> list[Band]:
     return [Band(name="interactive", priority=100, max_queue=1000, max_wait_seconds=60),
             Band(name="standard", priority=0, max_queue=1000, max_wait_seconds=120),
             Band(name="batch", priority=-100, max_queue=10_000, max_wait_seconds=300,
-                 max_share=0.5)]
+                 max_share=0.5, reserve_seconds=60)]
 
 
 class Saturation(_Config):
