@@ -89,7 +89,7 @@ def apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane
         plane.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
         # No kubelet runs here, so the node lifecycle controller would find every node
         # Unknown a minute in, and mark a pod NotReady that a test made Ready before the
-        # controller saw the pod arrive (it did so in a CI run: test_router's second replica)
+        # controller saw the pod arrive (it did so in a CI run: test_router's first replica)
         plane.start_controller_manager("node-lifecycle-controller")
         plane.wait_allowed("system:serviceaccount:llm-operator-system:llm-operator",
                            "watch", "llmmodels.ai.example.io")

@@ -128,14 +128,20 @@ def etcd_data_prefix(root: Path) -> str:
 PLANES = Path(tempfile.gettempdir()) / "llmop-planes"
 
 
+def proc_stat(pid: int) -> list[str] | None:
+    """/proc/<pid>/stat's fields after the command's name (the state first), or None if
+    there is no such process."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
 def started_at(pid: int) -> str | None:
     """When process ``pid`` started (clock ticks since boot, /proc's field 22), or None if
     there is none: with the pid, it names one process even after the pid is reused."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[1].split()[19]
+    fields = proc_stat(pid)
+    return fields[19] if fields else None
 
 
 def kill_naming(needles: tuple[str, ...]) -> list[int]:
