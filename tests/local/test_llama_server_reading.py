@@ -93,19 +93,26 @@ def test_a_build_is_keyed_by_source_architecture_and_flags() -> None:
     assert len(keys) == 2
 
 
-def test_only_the_light_targets_compile_at_o1(tmp_path: Path) -> None:
-    """LIGHT_CMAKE on a project shaped as llama.cpp's: its own targets, and ggml's kernels
-    in a subproject, configured as the build configures them (the venv's cmake, Ninja)."""
+def _configure_shaped_as_llama_cpp(tmp_path: Path) -> dict[str, list[tuple[str, str]]]:
+    """LIGHT_CMAKE on a project shaped as llama.cpp's: its own targets (two sources each,
+    and the sources kept alone where llama.cpp has them), ggml's kernels in a subproject,
+    configured as the build configures them (the venv's cmake, Ninja). Each target's
+    objects from build.ninja, with the last -O of their flags (the one GCC uses)."""
     source = tmp_path / "src"
     (source / "ggml").mkdir(parents=True)
-    (source / "unit.cpp").write_text("int unit() { return 0; }\n")
-    targets = [*llama_build.LIGHT_TARGETS, "llama", "server-context"]
-    (source / "CMakeLists.txt").write_text(
-        'cmake_minimum_required(VERSION 3.19)\nproject("llama.cpp" CXX)\n'
-        "add_subdirectory(ggml)\n"
-        + "".join(f"add_library({t} STATIC unit.cpp)\n" for t in targets))
+    targets = [*llama_build.UNITY_TARGETS, "llama"]
+    lines = ['cmake_minimum_required(VERSION 3.19)\nproject("llama.cpp" CXX)\n'
+             "add_subdirectory(ggml)\n"]
+    for target in targets:
+        files = [f"{target}-{i}.cpp" for i in (1, 2)]
+        files += [path for owner, path in llama_build.ALONE_SOURCES if owner == target]
+        for number, name in enumerate(files):
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            (source / name).write_text(f"static int unit() {{ return {number}; }}\n")
+        lines.append(f"add_library({target} STATIC {' '.join(files)})\n")
+    (source / "CMakeLists.txt").write_text("".join(lines))
     (source / "ggml" / "CMakeLists.txt").write_text(
-        'project("ggml" CXX)\nadd_library(ggml-cpu STATIC ../unit.cpp)\n')
+        'project("ggml" CXX)\nadd_library(ggml-cpu STATIC ../llama-1.cpp ../llama-2.cpp)\n')
     include = tmp_path / "light.cmake"
     include.write_text(llama_build.LIGHT_CMAKE)
     bin_dir = Path(sys.executable).parent
@@ -114,16 +121,36 @@ def test_only_the_light_targets_compile_at_o1(tmp_path: Path) -> None:
                     "-DCMAKE_BUILD_TYPE=Release", f"-DCMAKE_PROJECT_INCLUDE={include}"],
                    check=True, capture_output=True)
     ninja = (tmp_path / "b" / "build.ninja").read_text()
-    optimisation = {}  # target -> the last -O of its object's FLAGS (the one GCC uses)
+    objects: dict[str, list[tuple[str, str]]] = {}
     for block in ninja.split("\nbuild ")[1:]:
         head, _, body = block.partition("\n")
-        if "CMakeFiles/" in head and head.split(":")[0].endswith(".o"):
-            target = head.split("CMakeFiles/")[1].split(".dir/")[0]
+        output = head.split(":")[0]
+        if "CMakeFiles/" in output and output.endswith(".o"):
+            target, _, obj = output.split("CMakeFiles/")[1].partition(".dir/")
             (flags,) = [line.split("=", 1)[1].split() for line in body.splitlines()
                         if line.strip().startswith("FLAGS =")]
-            optimisation[target] = [f for f in flags if f.startswith("-O")][-1]
-    assert optimisation == {**dict.fromkeys(llama_build.LIGHT_TARGETS, "-O1"),
-                      "llama": "-O3", "server-context": "-O3", "ggml-cpu": "-O3"}
+            level = [f for f in flags if f.startswith("-O")][-1]
+            objects.setdefault(target, []).append((obj, level))
+    return objects
+
+
+def test_only_the_light_targets_compile_at_o1(tmp_path: Path) -> None:
+    objects = _configure_shaped_as_llama_cpp(tmp_path)
+    levels = {target: {level for _, level in objs} for target, objs in objects.items()}
+    assert levels == {**{t: {"-O1"} for t in llama_build.LIGHT_TARGETS},
+                      "llama": {"-O3"}, "server-context": {"-O3"}, "ggml-cpu": {"-O3"}}
+
+
+def test_the_servers_own_targets_compile_as_unity_files_but_the_sources_kept_alone(
+        tmp_path: Path) -> None:
+    objects = _configure_shaped_as_llama_cpp(tmp_path)
+    units = {target: sorted(obj for obj, _ in objs) for target, objs in objects.items()}
+    for target in llama_build.UNITY_TARGETS:
+        alone = [f"{path}.o" for owner, path in llama_build.ALONE_SOURCES if owner == target]
+        assert units[target] == sorted(["Unity/unity_0_cxx.cxx.o", *alone]), target
+    # libllama and ggml's kernels: one unit per source, as upstream builds them
+    assert units["llama"] == ["llama-1.cpp.o", "llama-2.cpp.o"]
+    assert units["ggml-cpu"] == ["__/llama-1.cpp.o", "__/llama-2.cpp.o"]
 
 
 def test_the_light_targets_are_part_of_the_build_key(monkeypatch: pytest.MonkeyPatch) -> None:
