@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import json
 import signal
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -117,15 +118,34 @@ async def test_a_queued_interactive_request_is_served_before_queued_batch_ones(
     routed.kubectl("get", "--raw", "/readyz")  # the API server is back
 
 
+async def tokens_lasting(client: openai.AsyncOpenAI, seconds: float) -> int:
+    """About how many tokens the model's one slot makes in ``seconds`` here (a timed
+    32-token completion; its prompt and round trip make it an underestimate)."""
+    started = time.monotonic()
+    await client.completions.create(model=GEMMA_ID, prompt="Once upon a time", max_tokens=32,
+                                    extra_body={"ignore_eos": True})
+    return max(48, int(32 / (time.monotonic() - started) * seconds))
+
+
 async def test_requests_queued_for_a_killed_pod_are_served_by_its_replacement(
         routed: NodeCluster) -> None:
     """A full slot, two requests queued behind it, and the model's pod killed: the one in
-    flight is sent again and the queued ones wait, all for the replacement pod."""
+    flight is sent again and the queued ones wait, all for the replacement pod.
+
+    The router learns that the killed pod's connection is gone from TCP keepalive, ~30 s
+    later (the pod's network went with it: no reset comes), and sends the request again.
+    So the one in flight lasts about 8 s at this machine's speed: long enough to be killed
+    mid-answer, short enough that sent again it leaves the interactive request in its
+    band's 60 s wait (400 tokens at the 500m model's ~10 tokens a second on a slow 2-core
+    machine took 40 s more, and the interactive request was refused after 60 s).
+    """
     base = routed.service_url(OPERATOR_NS, "llmop-router", 8080)
     scale = base.removesuffix("/v1") + f"/scale/{MODELS_NS}/{GEMMA_NAME}"
     client = openai.AsyncOpenAI(base_url=base, api_key="unused", timeout=300, max_retries=0)
     before = routed.kubectl("-n", MODELS_NS, "get", "pods", "-l", f"app={GEMMA_NAME}",
                             "-o", "jsonpath={.items[*].metadata.name}").split()
+
+    metrics = base.removesuffix("/v1") + "/metrics"
 
     async def ask(tokens: int, band: str) -> str:
         answer = await client.completions.create(
@@ -133,8 +153,18 @@ async def test_requests_queued_for_a_killed_pod_are_served_by_its_replacement(
             extra_body={"ignore_eos": True}, extra_headers={OBJECTIVE: band})
         return answer.choices[0].text
 
+    async def upstream_errors(http: aiohttp.ClientSession) -> float:
+        """The route's failed attempts so far, of every kind."""
+        async with http.get(metrics) as r:
+            families = text_string_to_metric_families(await r.text())
+        return sum(found.value for family in families for found in family.samples
+                   if found.name == "llmop_gateway_upstream_errors_total"
+                   and found.labels.get("route") == f"{MODELS_NS}/{GEMMA_NAME}")
+
     async with client, aiohttp.ClientSession() as http:
-        calls = [asyncio.create_task(ask(400, "standard"))]
+        long = await tokens_lasting(client, 8)
+        failed = await upstream_errors(http)
+        calls = [asyncio.create_task(ask(long, "standard"))]
         await until_load(http, scale, lambda load: load["inFlight"] == 1)
         calls += [asyncio.create_task(ask(4, band)) for band in ("batch", "interactive")]
         # the interactive one may be in the engine queue (gateway/saturation.py)
@@ -143,10 +173,13 @@ async def test_requests_queued_for_a_killed_pod_are_served_by_its_replacement(
         routed.kubectl("-n", MODELS_NS, "delete", "pods", *before, "--grace-period=0",
                        "--force", "--wait=true")
         answers = await asyncio.gather(*calls)
+        failed = await upstream_errors(http) - failed
     after = routed.kubectl("-n", MODELS_NS, "get", "pods", "-l", f"app={GEMMA_NAME}",
                            "-o", "jsonpath={.items[*].metadata.name}").split()
     assert after and not set(after) & set(before)  # served by the replacement
     assert all(answers)
+    # the long one was cut off by the kill and sent again, not finished before it
+    assert failed >= 1, f"{long} tokens finished before the pod was killed"
 
 
 def filler(millicores: int, priority_class: str) -> str:
