@@ -225,6 +225,10 @@ async def test_a_queue_whose_scale_up_cannot_be_placed_is_served_by_the_replica_
     stabilization window (15 s on the test node) and the unplaced pod is deleted: on a
     slow machine that happens before the last answer, so the pod cannot be looked up
     afterwards (the check this replaces failed so, 3 times of 3, on a new 2-core machine).
+
+    The 8 answers together last about 20 s at this machine's speed: the autoscaler asks
+    within a second of the queue, and 8 x 96 tokens spent ~90 s of a slow machine's time
+    after the scheduler had refused.
     """
     base = routed.service_url(OPERATOR_NS, "llmop-router", 8080)
     scale = base.removesuffix("/v1") + f"/scale/{MODELS_NS}/{GEMMA_NAME}"
@@ -235,12 +239,13 @@ async def test_a_queue_whose_scale_up_cannot_be_placed_is_served_by_the_replica_
                        *(f"pod/{name}" for name in going))  # its CPU is free once it is gone
     (serving,) = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
     priority = serving["spec"]["priorityClassName"]  # the model's, as every replica's
+    each = max(16, await tokens_lasting(client, 20) // 8)  # timed before the filler is there
     routed.kubectl("apply", "-f", "-", stdin=filler(max(1, routed.free_cpu() - 100),
                                                     priority))
 
     async def ask() -> str:
         answer = await client.completions.create(
-            model=GEMMA_ID, prompt="Once upon a time", max_tokens=96,
+            model=GEMMA_ID, prompt="Once upon a time", max_tokens=each,
             extra_body={"ignore_eos": True})
         return answer.choices[0].text
 
