@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import json
 import signal
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -32,6 +31,7 @@ from e2e_cluster import (
     kubectl_watch,
     millicores,
 )
+from pace import tokens_lasting
 from prometheus_client.parser import text_string_to_metric_families
 
 from realnode import PAUSE_IMAGE
@@ -118,15 +118,6 @@ async def test_a_queued_interactive_request_is_served_before_queued_batch_ones(
     routed.kubectl("get", "--raw", "/readyz")  # the API server is back
 
 
-async def tokens_lasting(client: openai.AsyncOpenAI, seconds: float) -> int:
-    """About how many tokens the model's one slot makes in ``seconds`` here (a timed
-    32-token completion; its prompt and round trip make it an underestimate)."""
-    started = time.monotonic()
-    await client.completions.create(model=GEMMA_ID, prompt="Once upon a time", max_tokens=32,
-                                    extra_body={"ignore_eos": True})
-    return max(48, int(32 / (time.monotonic() - started) * seconds))
-
-
 async def test_requests_queued_for_a_killed_pod_are_served_by_its_replacement(
         routed: NodeCluster) -> None:
     """A full slot, two requests queued behind it, and the model's pod killed: the one in
@@ -162,7 +153,7 @@ async def test_requests_queued_for_a_killed_pod_are_served_by_its_replacement(
                    and found.labels.get("route") == f"{MODELS_NS}/{GEMMA_NAME}")
 
     async with client, aiohttp.ClientSession() as http:
-        long = await tokens_lasting(client, 8)
+        long = max(48, await tokens_lasting(client, 8))
         failed = await upstream_errors(http)
         calls = [asyncio.create_task(ask(long, "standard"))]
         await until_load(http, scale, lambda load: load["inFlight"] == 1)

@@ -19,10 +19,12 @@ import openai
 import pytest
 from e2e_cluster import GEMMA_ID, MODELS_NS, OPERATOR_NS, NodeCluster, install_batching
 from openai.types import Batch
+from pace import tokens_lasting
 
 pytestmark = pytest.mark.e2e
 ROUTER = "app=llmop-router"
-# Gemma's one slot answers them one after another (2-3 s each on a loaded 2-core node):
+# Gemma's one slot answers them one after another, each lasting about 2 s here (48 tokens
+# took 4-6 s each on a slow 2-core host, ~90 s in all after the routers were replaced):
 # long enough to interrupt twice (at 2 answers, then 2 more) with half of them left
 LINES = 20
 
@@ -55,14 +57,15 @@ def completed(batch: Batch) -> int:
 async def test_a_batch_finishes_once_after_redis_and_every_router_pod_are_replaced(
         batching: NodeCluster) -> None:
     base = batching.service_url(OPERATOR_NS, "llmop-router", 8080)
-    lines = [{"custom_id": f"q{i}", "method": "POST", "url": "/v1/chat/completions",
-              "body": {"model": GEMMA_ID, "max_tokens": 48, "temperature": 0,
-                       "ignore_eos": True,  # llama.cpp: each answer takes as long
-                       "messages": [{"role": "user", "content": f"Count to {i + 2}."}]}}
-             for i in range(LINES)]
-    data = "".join(json.dumps(line) + "\n" for line in lines).encode()
     async with openai.AsyncOpenAI(base_url=base, api_key="unused", timeout=60,
                                   max_retries=3) as sdk:
+        each = max(8, await tokens_lasting(sdk, 2))
+        lines = [{"custom_id": f"q{i}", "method": "POST", "url": "/v1/chat/completions",
+                  "body": {"model": GEMMA_ID, "max_tokens": each, "temperature": 0,
+                           "ignore_eos": True,  # llama.cpp: each answer takes as long
+                           "messages": [{"role": "user", "content": f"Count to {i + 2}."}]}}
+                 for i in range(LINES)]
+        data = "".join(json.dumps(line) + "\n" for line in lines).encode()
         uploaded = await sdk.files.create(file=("eval.jsonl", data), purpose="batch")
         batch = await sdk.batches.create(input_file_id=uploaded.id,
                                          endpoint="/v1/chat/completions",
