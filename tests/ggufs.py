@@ -8,6 +8,8 @@ from pathlib import Path
 import gguf
 import numpy as np
 
+from llm_operator.profiles.gguf import read_header
+
 Fill = Callable[[gguf.GGUFWriter], None]
 
 
@@ -31,22 +33,24 @@ def write_lora(path: Path, base: Path, rank: int = 4, targets: tuple[str, ...] =
     Random low-rank deltas on every block's ``targets``: strong enough that the adapted
     model answers differently from the base model, shaped so llama.cpp accepts them.
     """
-    reader = gguf.GGUFReader(str(base))
-    arch = str(bytes(reader.fields["general.architecture"].parts[-1]), "utf-8")
+    with base.open("rb") as stream:  # gguf.GGUFReader decodes the whole vocabulary: 20 s
+        header = read_header(stream, tensors=True)
+    arch = header.architecture
+    assert arch is not None, f"{base} names no architecture"
     rng = np.random.default_rng(seed)
     path.parent.mkdir(parents=True, exist_ok=True)
     writer = gguf.GGUFWriter(str(path), arch)
     writer.add_type(gguf.GGUFType.ADAPTER)
     writer.add_string(gguf.Keys.Adapter.TYPE, "lora")
     writer.add_float32(gguf.Keys.Adapter.LORA_ALPHA, float(rank))
-    for tensor in reader.tensors:
-        if not tensor.name.endswith(".weight") or tensor.name.split(".")[-2] not in targets:
+    for name, shape in header.tensors.items():
+        if not name.endswith(".weight") or name.split(".")[-2] not in targets:
             continue
-        columns, rows = (int(n) for n in tensor.shape[:2])  # ggml order: inputs, outputs
+        columns, rows = shape[:2]  # ggml order: inputs, outputs
         a = rng.normal(0, strength, (rank, columns)).astype(np.float32)
         b = rng.normal(0, strength, (rows, rank)).astype(np.float32)
-        writer.add_tensor(f"{tensor.name}.lora_a", a)
-        writer.add_tensor(f"{tensor.name}.lora_b", b)
+        writer.add_tensor(f"{name}.lora_a", a)
+        writer.add_tensor(f"{name}.lora_b", b)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

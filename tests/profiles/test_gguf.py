@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import gguf
+import numpy as np
 import pytest
 
 from llm_operator.profiles.estimate import estimate_from_file
@@ -79,6 +80,25 @@ def test_arrays_are_skipped_with_their_length(tmp_path: Path) -> None:
         metadata = read_header(stream).metadata
     assert metadata["tokenizer.ggml.tokens"] == ArrayOf(8, 5000)
     assert metadata["tokenizer.ggml.scores"] == ArrayOf(6, 5000)
+
+
+def test_tensor_shapes_are_read_when_asked_for_as_the_reference_reader_sees_them(
+        tmp_path: Path) -> None:
+    def more_tensors(w: gguf.GGUFWriter) -> None:
+        llama_8b(w)
+        w.add_tensor("blk.0.ffn_down.weight", np.zeros((6, 10), dtype=np.float32))
+        w.add_tensor("output_norm.weight", np.zeros(10, dtype=np.float32))
+
+    path = write(tmp_path, "llama", more_tensors)
+    with path.open("rb") as stream:
+        without = read_header(stream)
+    with path.open("rb") as stream:
+        header = read_header(stream, tensors=True)
+    reference = {t.name: tuple(int(n) for n in t.shape) for t in gguf.GGUFReader(path).tensors}
+    assert without.tensors == {} and header.metadata == without.metadata
+    assert header.tensors == reference == {  # ggml's order: inputs first
+        "blk.0.ffn_down.weight": (10, 6), "output_norm.weight": (10,),
+        "token_embd.weight": (4, 8)}
 
 
 def test_the_kv_cache_of_a_llama_8b_is_128_kib_per_token(tmp_path: Path) -> None:
@@ -168,6 +188,22 @@ def test_a_broken_header_is_refused_with_why(tmp_path: Path, cut: Callable[[byte
     path.write_bytes(cut(path.read_bytes()))
     with path.open("rb") as stream, pytest.raises(GgufError, match=message):
         read_header(stream)
+
+
+@pytest.mark.parametrize(("cut", "message"), [
+    (lambda data: data[:data.index(b"token_embd.weight") + 20], "the GGUF header ends early"),
+    (lambda data: data.replace(b"token_embd.weight\x02\x00\x00\x00",
+                               b"token_embd.weight\x09\x00\x00\x00"),
+     "token_embd.weight claims 9 dimensions"),
+], ids=["truncated-infos", "too-many-dims"])
+def test_broken_tensor_infos_are_refused_with_why(tmp_path: Path, cut: Callable[[bytes], bytes],
+                                                  message: str) -> None:
+    path = write(tmp_path, "llama", llama_8b)
+    path.write_bytes(cut(path.read_bytes()))
+    with path.open("rb") as stream:
+        read_header(stream)  # the pairs alone are whole
+    with path.open("rb") as stream, pytest.raises(GgufError, match=message):
+        read_header(stream, tensors=True)
 
 
 def test_items_that_straddle_the_read_buffer_are_read_whole(

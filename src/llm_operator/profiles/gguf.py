@@ -2,13 +2,14 @@
 
 Pure parsing of the GGUF v2/v3 header from any binary stream (llama.cpp's gguf.md): the
 magic, the version, the tensor and key-value counts, then the key-value pairs. Arrays (the
-tokenizer's vocabulary) are skipped, not decoded; tensors are never read.
+tokenizer's vocabulary) are skipped, not decoded; the tensors' names and shapes (the infos
+after the pairs) are read when asked for; their data never is.
 """
 
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO, Any
 
 from llm_operator.api.model_status import ModelFileStatus
@@ -16,6 +17,7 @@ from llm_operator.api.model_status import ModelFileStatus
 MAGIC = b"GGUF"
 MAX_STRING = 1 << 24  # a key or string value longer than 16 MiB means a corrupt header
 MAX_KEYS = 1 << 16
+MAX_DIMS = 4  # GGML_MAX_DIMS
 
 # value type -> struct format of a scalar (llama.cpp's gguf_type)
 SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
@@ -55,6 +57,8 @@ class GgufHeader:
     version: int
     tensor_count: int
     metadata: dict[str, Any]
+    # name -> dimensions in ggml's order (inputs first), when read_header was asked for them
+    tensors: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
     @property
     def architecture(self) -> str | None:
@@ -185,22 +189,34 @@ class ArrayOf:
     length: int
 
 
-def read_header(stream: IO[bytes]) -> GgufHeader:
-    """The header of the GGUF file ``stream`` is positioned at the start of."""
+def read_header(stream: IO[bytes], *, tensors: bool = False) -> GgufHeader:
+    """The header of the GGUF file ``stream`` is positioned at the start of.
+
+    With ``tensors``, each tensor's name and shape too (the infos after the pairs).
+    """
     reader = _Reader(stream)
     if reader.take(4) != MAGIC:
         raise GgufError("not a GGUF file (the first bytes are not 'GGUF')")
     version = reader.unpack("<I")
     if version not in {2, 3}:
         raise GgufError(f"GGUF version {version} is not supported (2 and 3 are)")
-    tensors, keys = reader.unpack("<Q"), reader.unpack("<Q")
+    count, keys = reader.unpack("<Q"), reader.unpack("<Q")
     if keys > MAX_KEYS:
         raise GgufError(f"the GGUF header claims {keys} keys: it is corrupt")
     metadata = {}
     for _ in range(keys):
         key = reader.string()
         metadata[key] = reader.value(reader.unpack("<I"))
-    return GgufHeader(version, tensors, metadata)
+    if not tensors:
+        return GgufHeader(version, count, metadata)
+    shapes = {}
+    for _ in range(count):
+        name, dims = reader.string(), reader.unpack("<I")
+        if dims > MAX_DIMS:
+            raise GgufError(f"GGUF tensor {name} claims {dims} dimensions: the header is corrupt")
+        shapes[name] = tuple(reader.unpack("<Q") for _ in range(dims))
+        reader.take(4 + 8)  # its type and its data's offset
+    return GgufHeader(version, count, metadata, shapes)
 
 
 def describe(header: GgufHeader, *, file: str, size_bytes: int, sha256: str | None = None
