@@ -9,6 +9,7 @@ the Secret the model names.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 
 import openai
 import pytest
@@ -33,15 +34,20 @@ REMOTE = {
 
 
 @pytest.fixture(scope="module")
-def remote(routed: NodeCluster) -> NodeCluster:
-    """A remote model whose provider is a pod, and its key a Secret."""
+def remote(routed: NodeCluster) -> Iterator[NodeCluster]:
+    """A remote model whose provider is a pod, and its key a Secret; all of it gone after
+    the module: a provider left running was preempted by the vLLM group's second pod,
+    which waited for it."""
     routed.kubectl("-n", NS, "create", "secret", "generic", "openai-api-key",
                    f"--from-literal=apiKey={PROVIDER_KEY}")
     routed.apply_kustomization(E2E / "upstream", ["fake-provider"], NS)
     routed.kubectl("apply", "-f", "-", stdin=json.dumps(REMOTE))
     routed.wait_phase(NS, "fake-remote", "Proxying")
     routed.kubectl("-n", NS, "rollout", "status", "deployment/fake-remote", "--timeout=120s")
-    return routed
+    yield routed
+    routed.clear_models("fake-remote")
+    routed.kubectl("delete", "-k", str(E2E / "upstream"), "--wait=true", "--timeout=60s")
+    routed.kubectl("-n", NS, "delete", "secret", "openai-api-key")
 
 
 def test_the_router_answers_for_the_model_by_its_id(routed: NodeCluster) -> None:

@@ -69,7 +69,9 @@ def _cache_volume(node: NodeCluster, model: str) -> None:
 
 
 def _gone(node: NodeCluster, model: str) -> None:
-    node.kubectl("-n", NS, "delete", "llmmodel", model, "--wait=true", "--timeout=120s")
+    """The model, its pods (not left draining: the next test's pod waited 10 s for the cores
+    of one) and its volume."""
+    node.clear_models(model)
     node.kubectl("delete", "pv", f"e2e-{model}", "--wait=false")
 
 

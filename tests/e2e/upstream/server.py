@@ -7,6 +7,8 @@ how many requests it has had, so a test can tell the gateway injected the Secret
 
 import json
 import os
+import signal
+import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 KEY = os.environ["UPSTREAM_KEY"]
@@ -42,4 +44,7 @@ class Provider(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
 
+# As PID 1 the server would ignore SIGTERM and hold its pod for the whole grace period (30 s):
+# the scheduler's preemption of it for a model's pod waited that long.
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 ThreadingHTTPServer(("0.0.0.0", 8080), Provider).serve_forever()
