@@ -244,7 +244,7 @@ def test_readme_quick_start_commands_exist() -> None:
     assert "\nup: $(STAMP)\n\t$(BIN)/llmop up examples/local $(UP_ARGS)\n" in makefile
 
 
-@pytest.mark.parametrize("command", [[], *[[name] for name in sorted(cli.commands)]],
+@pytest.mark.parametrize("command", [[], *[[name] for name in sorted(COMMANDS)]],
                          ids=lambda c: " ".join(["llmop", *c]))
 def test_help_keeps_examples_verbatim(command: list[str]) -> None:
     """Example blocks stay one command per line (click's \\b marker, not a literal)."""
