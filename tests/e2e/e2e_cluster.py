@@ -230,6 +230,15 @@ def install_batching(cluster: NodeCluster) -> None:
         cluster.kubectl("-n", OPERATOR_NS, "wait", "--for=delete", "--timeout=120s", *earlier)
 
 
+def uninstall_batching(cluster: NodeCluster) -> None:
+    """The plain router back (one replica) and Redis's pod gone (its claim and volume stay
+    for the next run): the later modules' models need the node's cores, and the second
+    router pod and Redis held 120m of the 2,000 the vLLM group's pods fill."""
+    cluster.apply_kustomization(E2E / "router", ["llmop-router"], OPERATOR_NS)
+    cluster.kubectl("-n", MODELS_NS, "delete", "statefulset", "llmop-redis",
+                    "--cascade=foreground", "--wait=true", "--timeout=120s")
+
+
 def prepare_node() -> tuple[list[Path], Callable[[], list[Path]]]:
     """What the test node needs: the images to import before it starts (built once, by
     content hash, with the example's GGUF file placed), and what builds the rest in the

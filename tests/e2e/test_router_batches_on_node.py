@@ -13,11 +13,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import openai
 import pytest
-from e2e_cluster import GEMMA_ID, MODELS_NS, OPERATOR_NS, NodeCluster, install_batching
+from e2e_cluster import (
+    GEMMA_ID,
+    MODELS_NS,
+    OPERATOR_NS,
+    NodeCluster,
+    install_batching,
+    uninstall_batching,
+)
 from openai.types import Batch
 from pace import tokens_lasting
 
@@ -30,10 +37,11 @@ LINES = 20
 
 
 @pytest.fixture(scope="module")
-def batching(gemma: NodeCluster) -> NodeCluster:
-    """Redis and the router with the Batch API, sharing one password."""
+def batching(gemma: NodeCluster) -> Iterator[NodeCluster]:
+    """Redis and the router with the Batch API, sharing one password (for this module)."""
     install_batching(gemma)
-    return gemma
+    yield gemma
+    uninstall_batching(gemma)
 
 
 async def until_batch(sdk: openai.AsyncOpenAI, batch_id: str, check: Callable[[Batch], bool],
