@@ -11,7 +11,7 @@ BUILD_TOOLS := $(VENV)/.build-tools
 CRD := config/crd/bases/ai.example.io_llmmodels.yaml
 UP_ARGS ?=
 # The suites start hundreds of Python processes (tests/local's `llmop up`, olah, the linters,
-# helpers). Where PYTHONDONTWRITEBYTECODE is set, as on this project's CI machines, each one
+# helpers). Where PYTHONDONTWRITEBYTECODE is set (it was on the machine measured), each one
 # compiled every module it imported from source, every time (1.8 of the 5.5 CPU-seconds
 # `llmop up` takes to Ready). The recipes write bytecode: __pycache__ is ignored by git, by
 # the images' content hashes and by their copies of the source.
