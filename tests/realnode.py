@@ -287,10 +287,6 @@ class Node:
         except BaseException as exc:  # raised again by wait_for_images
             self._import_error.append(exc)
 
-    def images_ready(self) -> bool:
-        """Whether the images started with ``later`` are imported, or failed to be."""
-        return self._importing is None or not self._importing.is_alive()
-
     def wait_for_images(self, timeout: float = 600) -> None:
         """Until the images started with ``later`` are imported (raises what failed)."""
         if self._importing is not None:

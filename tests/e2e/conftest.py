@@ -8,9 +8,8 @@ Gemma 3 270M GGUF file from PyPI placed where examples/cluster/gemma-270m.yaml e
 
 from __future__ import annotations
 
-import itertools
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
 import pytest
 from e2e_cluster import (
@@ -24,7 +23,6 @@ from e2e_cluster import (
 )
 
 from realnode import node_cluster, node_missing, sweep_stale_node
-from suite_order import run_order
 
 from controlplane import missing
 from k8s_schemas import large_schemas_dir
@@ -35,43 +33,11 @@ sys.path.insert(0, str(REPO / "tools"))  # prepare_node builds the images from t
 E2E = REPO / "tests" / "e2e"
 
 
-_STARTED: list[NodeCluster] = []  # the session's node, once kube_node has started it
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The modules marked `late` are collected after the others, each kept whole: where
-    they run if what they wait for (vLLM's image, the BF16 model and its LoRAs: `make`'s
-    prebuild, ~17 minutes into a run on a new machine) is never ready before the end."""
+    """The modules marked `late` run after the others, each kept whole: on a new machine
+    what they wait for (vLLM's image, the BF16 model and its LoRAs: `make`'s prebuild, ~18
+    minutes into a run) is still being built while the others run."""
     items.sort(key=lambda item: item.get_closest_marker("late") is not None)
-
-
-def _waits(module: Sequence[pytest.Item]) -> bool:
-    return module[0].get_closest_marker("late") is not None
-
-
-def _images_ready() -> bool:
-    return bool(_STARTED) and _STARTED[0].images_ready()
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtestloop(session: pytest.Session) -> bool | None:
-    """The `late` modules run at the first module boundary where the node's background
-    build is ready (tests/suite_order.py): on a warm machine right after the first module,
-    beside the suites without a node, whose CPU their engines' one-core starts leave them;
-    the modules that wait on requests and pods then run with the machine to themselves."""
-    if session.testsfailed or session.config.option.collectonly:
-        return None  # pytest's own loop reports it
-    modules = [list(items) for _, items in
-               itertools.groupby(session.items, key=lambda item: item.path)]
-    if not any(_waits(m) for m in modules):
-        return None
-    for item, nextitem in run_order(modules, _waits, _images_ready):
-        item.config.hook.pytest_runtest_protocol(item=item, nextitem=nextitem)
-        if session.shouldfail:
-            raise session.Failed(session.shouldfail)
-        if session.shouldstop:
-            raise session.Interrupted(session.shouldstop)
-    return True
 
 
 @pytest.fixture(scope="session")
@@ -93,10 +59,7 @@ def kube_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeCluster]
         plane.start_controller_manager()  # its garbage collector knows LLMModel from the start
         plane.kubectl("-n", OPERATOR_NS, "rollout", "status", "deployment/llm-operator",
                       "--timeout=120s")
-        cluster = NodeCluster(plane, node)
-        _STARTED.append(cluster)
-        yield cluster
-        _STARTED.remove(cluster)
+        yield NodeCluster(plane, node)
 
 
 @pytest.fixture(scope="module")

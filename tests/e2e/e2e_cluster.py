@@ -98,10 +98,6 @@ class NodeCluster:
         out.extend(events.splitlines()[-25:])
         return "\n".join(out)
 
-    def images_ready(self) -> bool:
-        """Whether vLLM's image and the Hugging Face directory are on the node (or failed)."""
-        return self.node.images_ready()
-
     def wait_for_images(self) -> None:
         """Until vLLM's image and the Hugging Face directory, built and imported in the
         background, are on the node."""
