@@ -16,12 +16,11 @@ import random
 import signal
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import hdrs, web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from llm_operator.access.shared import RedisLedger, SharedLimits, redis_client
 from llm_operator.access.spend import Ledger, MemoryLedger
 from llm_operator.batch.runner import BatchRunner, RunnerSettings
 from llm_operator.batch.store import Store
@@ -64,6 +63,9 @@ from llm_operator.gateway.tracing import Traces
 from llm_operator.guardrails.runner import Guarding
 from llm_operator.span_export import SpanShipper
 from llm_operator.telemetry import trace_target
+
+if TYPE_CHECKING:  # redis with them: imported where Redis is configured
+    from llm_operator.access.shared import RedisLedger, SharedLimits
 
 log = logging.getLogger("llm_operator.gateway")
 
@@ -142,9 +144,11 @@ class Gateway:
             target.endpoint, target.service, "llm_operator.gateway"))
         self._clock, self._sleep, self._jitter, self._pick = clock, sleep, jitter, pick
         self.shared = _shared(config, self.metrics, clock)
-        self.ledger: Ledger = ledger or (
-            RedisLedger(self.shared, config.redis.spend_flush_seconds)
-            if self.shared and config.redis else MemoryLedger())
+        self._flush_spend: Callable[[], Awaitable[None]] | None = None
+        if ledger is None and self.shared is not None and config.redis is not None:
+            ledger = _redis_ledger(self.shared, config.redis.spend_flush_seconds)
+            self._flush_spend = ledger.close
+        self.ledger: Ledger = ledger or MemoryLedger()
         self.table = RouteTable(config, self.metrics, clock=clock, ledger=self.ledger,
                                 local_share=config.redis.local_share if config.redis else 1.0)
         self.proxies = proxy_settings(os.environ)  # egress proxies, read once (ProxyError)
@@ -388,8 +392,8 @@ class Gateway:
             await self._forward.close()
         if self._to_owner is not None:
             await self._to_owner.close()
-        if isinstance(self.ledger, RedisLedger):
-            await self.ledger.close()  # what was spent since the last flush
+        if self._flush_spend is not None:
+            await self._flush_spend()  # what was spent since the last flush
         if self.shared is not None:
             await self.shared.client.aclose()
         if self.traces is not None:
@@ -463,14 +467,23 @@ class Gateway:
 
 def _shared(config: GatewayConfig, metrics: GatewayMetrics, clock: Clock
             ) -> SharedLimits | None:
-    """Limits in Redis when configured (its client connects on first use)."""
+    """Limits in Redis when configured (its client connects on first use).
+
+    redis is imported here, not by every gateway: ~0.2 s of each start without it.
+    """
     if config.redis is None:
         return None
+    from llm_operator.access.shared import SharedLimits, redis_client  # noqa: PLC0415
     settings = config.redis
     client = redis_client(settings.url, settings.password())
     metrics.shared_up.set(1)
     return SharedLimits(client, settings.key_prefix, clock=clock,
                         on_state=lambda up: metrics.shared_up.set(int(up)))
+
+
+def _redis_ledger(shared: SharedLimits, flush_seconds: float) -> RedisLedger:
+    from llm_operator.access.shared import RedisLedger  # noqa: PLC0415  (as _shared)
+    return RedisLedger(shared, flush_seconds)
 
 
 async def serve(config: GatewayConfig, host: str | None = None, port: int | None = None,

@@ -16,11 +16,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import redis
 from aiohttp import BodyPartReader, web
 
 from llm_operator.batch.input import ENDPOINTS, MAX_BYTES, FileRefused, check_upload
-from llm_operator.batch.redis_store import RedisBatchStore
 from llm_operator.batch.runner import BatchRunner, RunnerSettings
 from llm_operator.batch.state import WINDOW_SECONDS, Batch, NotNow
 from llm_operator.batch.store import BatchStore, Store, new_batch_id
@@ -45,6 +43,10 @@ def open_store(settings: Batches, shared: SharedState | None) -> Store:
     if settings.path is not None:
         return BatchStore(Path(settings.path))
     assert shared is not None  # the config's validator: one of the two is set
+    import redis  # noqa: PLC0415  (~0.2 s: only where the store is Redis)
+
+    from llm_operator.batch.redis_store import RedisBatchStore  # noqa: PLC0415
+
     client = redis.Redis.from_url(shared.url, password=shared.password(),
                                   socket_timeout=STORE_TIMEOUT_SECONDS,
                                   socket_connect_timeout=STORE_CONNECT_SECONDS)

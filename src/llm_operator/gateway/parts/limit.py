@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from llm_operator.access.limits import Limits, admit, retry_after_header
-from llm_operator.access.shared import SharedLimits
 from llm_operator.gateway.errors import error_response
 from llm_operator.gateway.exchange import Exchange
 from llm_operator.gateway.routes import RouteTable
+
+if TYPE_CHECKING:  # with redis: the gateway imports it only where Redis is configured
+    from llm_operator.access.shared import SharedLimits
 
 
 class Limit:
