@@ -26,7 +26,7 @@ STATE = REPO / ".state"
 PYTEST = [sys.executable, "-m", "pytest", "-q"]
 # the other suites yield the CPU to the node's (apiserver, kubelet and containerd start as
 # the real-node run's children; the pods run under containerd)
-REST_NICENESS = 19
+REST_NICENESS = 10
 
 
 def _stamp() -> str:
