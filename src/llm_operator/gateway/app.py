@@ -64,8 +64,8 @@ from llm_operator.guardrails.runner import Guarding
 from llm_operator.span_export import SpanShipper
 from llm_operator.telemetry import trace_target
 
-if TYPE_CHECKING:  # redis with them: imported where Redis is configured
-    from llm_operator.access.shared import RedisLedger, SharedLimits
+if TYPE_CHECKING:  # redis with it: imported where Redis is configured
+    from llm_operator.access.shared import SharedLimits
 
 log = logging.getLogger("llm_operator.gateway")
 
@@ -146,8 +146,9 @@ class Gateway:
         self.shared = _shared(config, self.metrics, clock)
         self._flush_spend: Callable[[], Awaitable[None]] | None = None
         if ledger is None and self.shared is not None and config.redis is not None:
-            ledger = _redis_ledger(self.shared, config.redis.spend_flush_seconds)
-            self._flush_spend = ledger.close
+            from llm_operator.access.shared import RedisLedger  # noqa: PLC0415  (as _shared)
+            spend = RedisLedger(self.shared, config.redis.spend_flush_seconds)
+            ledger, self._flush_spend = spend, spend.close
         self.ledger: Ledger = ledger or MemoryLedger()
         self.table = RouteTable(config, self.metrics, clock=clock, ledger=self.ledger,
                                 local_share=config.redis.local_share if config.redis else 1.0)
@@ -479,11 +480,6 @@ def _shared(config: GatewayConfig, metrics: GatewayMetrics, clock: Clock
     metrics.shared_up.set(1)
     return SharedLimits(client, settings.key_prefix, clock=clock,
                         on_state=lambda up: metrics.shared_up.set(int(up)))
-
-
-def _redis_ledger(shared: SharedLimits, flush_seconds: float) -> RedisLedger:
-    from llm_operator.access.shared import RedisLedger  # noqa: PLC0415  (as _shared)
-    return RedisLedger(shared, flush_seconds)
 
 
 async def serve(config: GatewayConfig, host: str | None = None, port: int | None = None,
