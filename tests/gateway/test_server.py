@@ -193,6 +193,25 @@ async def test_an_idle_connection_is_closed_after_the_keepalive(
     writer.close()
 
 
+async def test_a_connection_in_use_past_the_keepalive_stays_open_until_idle_for_it(
+        gateway: GatewayFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One idle timer a connection: it waits while requests come, then closes the idle one."""
+    monkeypatch.setattr(server, "KEEPALIVE_SECONDS", 0.05)
+    client, _ = await gateway()
+    reader, writer = await asyncio.open_connection("127.0.0.1", client.port)
+    loop, answers = asyncio.get_running_loop(), Answers()
+    start, sent = loop.time(), 0
+    while loop.time() - start < 5 * server.KEEPALIVE_SECONDS:  # requests for 5 keepalives
+        writer.write(post())
+        sent += 1
+        await answers.read(reader, sent)
+        assert not answers.closed, f"closed in use after {sent} requests"
+    assert [a["status"] for a in answers.done] == [200] * sent
+    async with asyncio.timeout(WAIT):  # then idle: closed by the gateway
+        assert await reader.read() == b""
+    writer.close()
+
+
 async def test_shutdown_lets_the_request_in_flight_finish(upstream: Upstream,
                                                           key_file: Path) -> None:
     fake, base_url = upstream
