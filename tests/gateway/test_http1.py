@@ -270,6 +270,36 @@ async def test_no_answer_within_the_total_is_a_timeout_and_cuts_the_connection(
     await asyncio.wait_for(server.closed.wait(), 5)
 
 
+@pytest.mark.parametrize(("case", "first", "second", "answers_in", "times_out"), [
+    ("a shorter total after a longer one", 60.0, 0.05, None, True),
+    ("a longer total after a shorter one", 0.05, 60.0, 0.2, False),
+])
+async def test_each_request_on_a_reused_connection_keeps_its_own_total(
+        serve: Callable[..., Awaitable[Server]], client: Client, case: str, first: float,
+        second: float, answers_in: float | None, times_out: bool) -> None:
+    """The connection checks its answers' timeouts with one timer: each request's counts."""
+    answered = 0
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal answered
+        answered += 1
+        if answered == 2:  # the second request: late (an upstream that takes its time), or never
+            if answers_in is None:
+                await reader.read()
+                return
+            await asyncio.sleep(answers_in)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
+    server = await serve(answer)
+    assert await post(client, server, total=first) == b"ok"
+    if times_out:
+        with pytest.raises(UpstreamTimeout):
+            await asyncio.wait_for(post(client, server, total=second), 10)
+    else:
+        assert await post(client, server, total=second) == b"ok", case
+    assert server.connections == 1, case  # the same connection, reused
+
+
 async def test_a_stream_times_out_on_silence_not_on_its_length(
         serve: Callable[..., Awaitable[Server]], client: Client) -> None:
     steady = asyncio.Event()
