@@ -2,7 +2,8 @@
 
 Run from the repository root with the project's virtualenv (needs Debian's valgrind):
 
-    .venv/bin/python bench/gateway/instructions.py [--requests 500] [--floors] [REV ...]
+    .venv/bin/python bench/gateway/instructions.py [--requests 500] [--floors]
+        [--python /usr/bin/python3.11] [REV ...]
 
 Seconds on a shared 2-core machine move by ±15 % between runs; instructions do not (the
 same tree gives the same count to 0.2 %, whatever else runs). Each tree (REVs checked out
@@ -13,6 +14,7 @@ sequential keep-alive requests and off again. Flow control is measured on (the d
 and off; a tree whose config has no ``flowControl`` is measured without it. ``--floors``
 adds the hot path alone on aiohttp's server, on a front of our own that parses with
 httptools and answers with aiohttp's response objects, and on a bare one (floor_*_http1.py).
+``--python`` counts every tree and floor again served by another interpreter (trees.py).
 """
 
 from __future__ import annotations
@@ -26,9 +28,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from run import REPO, started, wait_ready
+from run import REPO, interpreter, started, wait_ready
 from run import free_port as port
-from trees import WORKING, worktree
+from trees import WORKING, served, worktree
 
 HERE = Path(__file__).resolve().parent
 BASELINES = ("8c0a945", "fdc4eb9")
@@ -49,10 +51,12 @@ def send(gateway_port: int, requests: int) -> None:
     connection.close()
 
 
-def counted(tree: Path, up_port: int, requests: int, flow: bool | None) -> float:
+def counted(tree: Path, up_port: int, requests: int, flow: bool | None,
+            python: str | None = None) -> float:
     """Millions of instructions per request of ``tree``'s gateway.
 
     ``flow``: flow control on or off; None where it is not a setting of that tree.
+    ``python``: the interpreter serving it (None: this virtualenv's).
     """
     gw_port = port()
     work = Path(tempfile.mkdtemp(prefix="llmop-instr-"))
@@ -65,26 +69,28 @@ def counted(tree: Path, up_port: int, requests: int, flow: bool | None) -> float
     (work / "gateway.yaml").write_text(json.dumps(config))
     return _instructions(["-m", "llm_operator", "gateway", "--config",
                           str(work / "gateway.yaml"), "--log-level", "warning"],
-                         tree, gw_port, requests, work)
+                         tree, gw_port, requests, work, python=python)
 
 
-def counted_floor(script: Path, up_port: int, requests: int) -> float:
+def counted_floor(script: Path, up_port: int, requests: int, python: str | None = None
+                  ) -> float:
     """Millions of instructions per request of a floor (``script PORT UPSTREAM_URL``)."""
     gw_port = port()
     work = Path(tempfile.mkdtemp(prefix="llmop-instr-"))
     return _instructions([str(script), str(gw_port),
                           f"http://127.0.0.1:{up_port}/v1/chat/completions"],
-                         REPO, gw_port, requests, work)
+                         REPO, gw_port, requests, work, python=python)
 
 
-def _instructions(args: list[str], tree: Path, gw_port: int, requests: int, work: Path
-                  ) -> float:
+def _instructions(args: list[str], tree: Path, gw_port: int, requests: int, work: Path, *,
+                  python: str | None) -> float:
     """``python args`` under callgrind, counted over ``requests`` after 50 to warm it."""
     out = work / "callgrind.out"
+    executable, env = interpreter(python, tree / "src")
     argv = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
-            f"--callgrind-out-file={out}", sys.executable, *args]
+            f"--callgrind-out-file={out}", executable, *args]
     url = f"http://127.0.0.1:{gw_port}/v1/chat/completions"
-    with started(argv, {"BENCH_KEY": "sk-bench", "PYTHONPATH": str(tree / "src")}) as proc:
+    with started(argv, {"BENCH_KEY": "sk-bench", **env}) as proc:
         wait_ready(url, 300)  # Python under valgrind starts slowly
         send(gw_port, 50)
         control = ["callgrind_control"]
@@ -111,6 +117,9 @@ def main() -> None:
                         "on aiohttp's server, on an httptools front answering with aiohttp's "
                         "responses, and on a bare asyncio+httptools one (floor_*_http1.py): "
                         "what the server library costs")
+    parser.add_argument("--python", action="append", default=[], help="also count every "
+                        "tree and floor served by this Python and this virtualenv's packages "
+                        "(e.g. /usr/bin/python3.11, which the router image ships). Repeatable")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="llmop-trees-"))
     trees = {rev: worktree(rev, work) for rev in args.revs}
@@ -120,18 +129,20 @@ def main() -> None:
     try:
         with started([sys.executable, str(HERE / "upstream.py"), str(up_port), "0"]):
             wait_ready(f"http://127.0.0.1:{up_port}/v1/chat/completions", 10)
-            for name, tree in trees.items():
-                knows_flow = "flow_control" in (
-                    tree / "src/llm_operator/gateway/config.py").read_text()
-                on = counted(tree, up_port, args.requests, True) if knows_flow else None
-                off = counted(tree, up_port, args.requests, False if knows_flow else None)
-                rows.append((name, on, off))
-                print(f"{name}: flow control on {on}, off {off}", flush=True)
-            if args.floors:
-                for floor in FLOORS:
-                    rows.append((floor, None, counted_floor(HERE / floor, up_port,
-                                                            args.requests)))
-                    print(f"{floor}: {rows[-1][2]}", flush=True)
+            for python in [None, *args.python]:
+                for name, tree in trees.items():
+                    knows_flow = "flow_control" in (
+                        tree / "src/llm_operator/gateway/config.py").read_text()
+                    on = counted(tree, up_port, args.requests, True, python) \
+                        if knows_flow else None
+                    off = counted(tree, up_port, args.requests,
+                                  False if knows_flow else None, python)
+                    rows.append((served(name, python), on, off))
+                    print(f"{rows[-1][0]}: flow control on {on}, off {off}", flush=True)
+                for floor in FLOORS if args.floors else ():
+                    rows.append((served(floor, python), None,
+                                 counted_floor(HERE / floor, up_port, args.requests, python)))
+                    print(f"{rows[-1][0]}: {rows[-1][2]}", flush=True)
     finally:
         for rev in args.revs:
             subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force",

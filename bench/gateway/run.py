@@ -28,6 +28,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 import urllib.error
@@ -54,6 +55,18 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def interpreter(python: str | None, src: Path) -> tuple[str, dict[str, str]]:
+    """The Python that serves a proxy, and its environment: ``src`` first on its path.
+
+    ``python``: another interpreter than this virtualenv's (Debian's ``/usr/bin/python3.11``,
+    the one the router image ships), given this virtualenv's packages after ``src``; the
+    packages' C extensions are built for CPython 3.11's ABI, which every 3.11 shares.
+    """
+    if python is None:
+        return sys.executable, {"PYTHONPATH": str(src)}
+    return python, {"PYTHONPATH": os.pathsep.join([str(src), sysconfig.get_paths()["purelib"]])}
 
 
 def pinned(cpu: str, argv: list[str]) -> list[str]:

@@ -2,7 +2,8 @@
 
 Run from the repository root with the project's virtualenv (needs `wrk`):
 
-    .venv/bin/python bench/gateway/trees.py [--rounds 2] [--duration 8] [REV ...]
+    .venv/bin/python bench/gateway/trees.py [--rounds 2] [--duration 8] [--floors]
+        [--python /usr/bin/python3.11] [--c1-cycles 8] [REV ...]
 
 Each REV (a commit, default ``8c0a945`` (before flow control and traces, #38) and
 ``fdc4eb9`` (before the request path's parts, #50)) is checked out into a temporary
@@ -10,25 +11,33 @@ worktree; the working tree is always measured too. Every tree's ``llmop gateway`
 this virtualenv and its own ``src`` first on the path, with bench/gateway/run.py's layout:
 the gateway pinned to CPU 0, the fake upstream (0 ms) and wrk to CPU 1. The trees take
 turns within each round, the direct path measured in every round too, so a drifting
-machine shifts all of them alike; the table shows medians over the rounds.
+machine shifts all of them alike; the table shows medians over the rounds. ``--python``
+serves every tree and floor a second time with another interpreter (this virtualenv's
+packages after its ``src``): the host's Python may be built unlike the one users run.
+``--c1-cycles`` then starts every gateway and floor at once and measures one client on each
+in turn, cycle after cycle: at one client the host's drift within a round is as large as
+the differences sought, and cycles of short runs spread it over all of them.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import math
 import statistics
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from run import (
     LOAD_CPU,
     PROXY_CPU,
     REPO,
+    interpreter,
     pinned,
     rss_mb,
     started,
@@ -69,15 +78,28 @@ def main() -> None:
                         "the same layout, on aiohttp's server, on an httptools front "
                         "answering with aiohttp's responses and on a bare asyncio+httptools "
                         "server (floor_*_http1.py): what any Python proxy adds here")
+    parser.add_argument("--python", action="append", default=[], help="also serve every "
+                        "gateway and floor with this Python and this virtualenv's packages "
+                        "(e.g. /usr/bin/python3.11: Debian's, which the router image ships); "
+                        "the upstream stays on this one. Repeatable")
+    parser.add_argument("--c1-cycles", type=int, default=0, metavar="N", help="then every "
+                        "gateway and floor at once, idle but one, and N cycles of one "
+                        "client for --c1-seconds on each in turn, the direct path too: "
+                        "the added p50 with the host's drift spread over all of them")
+    parser.add_argument("--c1-seconds", type=int, default=2)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="llmop-trees-"))
-    trees = {rev: worktree(rev, work) for rev in args.revs}
-    trees[WORKING] = REPO
+    checkouts = {rev: worktree(rev, work) for rev in args.revs}
+    checkouts[WORKING] = REPO
+    pythons: list[str | None] = [None, *args.python]
+    trees = {served(name, python): (tree, python)
+             for python in pythons for name, tree in checkouts.items()}
     up_port = port()
     direct = f"http://127.0.0.1:{up_port}/v1/chat/completions"
-    floors = [HERE / f for f in FLOORS] if args.floors else []
+    floors = {served(f, python): (HERE / f, python)
+              for python in pythons for f in (FLOORS if args.floors else ())}
     samples: dict[str, list[dict[str, float]]] = {
-        name: [] for name in ["direct", *trees, *(f.name for f in floors)]}
+        name: [] for name in ["direct", *trees, *floors]}
     try:
         with started(pinned(LOAD_CPU, [sys.executable, str(HERE / "upstream.py"),
                                        str(up_port), "0"])):
@@ -85,21 +107,45 @@ def main() -> None:
             for round_ in range(args.rounds):
                 print(f"round {round_ + 1}: direct", flush=True)
                 samples["direct"].append(measure(direct, args.duration))
-                for name, tree in trees.items():
-                    samples[name].append(one_tree(tree, up_port, args.duration))
+                for name, (tree, python) in trees.items():
+                    samples[name].append(one(gateway(tree, up_port, python), args.duration))
                     print(f"round {round_ + 1}: {name} {samples[name][-1]}", flush=True)
-                for floor in floors:
-                    samples[floor.name].append(one_floor(floor, up_port, args.duration))
-                    print(f"round {round_ + 1}: {floor.name} {samples[floor.name][-1]}",
-                          flush=True)
+                for name, (script, python) in floors.items():
+                    samples[name].append(one(floor(script, up_port, python), args.duration,
+                                             streams=False))
+                    print(f"round {round_ + 1}: {name} {samples[name][-1]}", flush=True)
+            servers = {**{name: gateway(tree, up_port, python)
+                          for name, (tree, python) in trees.items()},
+                       **{name: floor(script, up_port, python)
+                          for name, (script, python) in floors.items()}}
+            cycled = cycles(servers, direct, args.c1_cycles, args.c1_seconds) \
+                if args.c1_cycles else None
     finally:
         for rev in args.revs:
             subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force",
                             str(work / rev)], check=False)
-    print(table(samples, args.rounds, args.duration))
+    if args.rounds:
+        print(table(samples, args.rounds, args.duration))
+    if cycled is not None:
+        print(f"\n{cycles_table(cycled, args.c1_cycles, args.c1_seconds)}")
 
 
-def one_tree(tree: Path, up_port: int, seconds: int) -> dict[str, float]:
+def served(name: str, python: str | None) -> str:
+    """A row's name: the tree or floor, and the Python serving it when not this one."""
+    return name if python is None else f"{name} on {python}"
+
+
+@dataclass(frozen=True)
+class Served:
+    """How to start one gateway or floor in the gateway's place, and where it answers."""
+
+    argv: list[str]
+    env: dict[str, str]
+    url: str
+
+
+def gateway(tree: Path, up_port: int, python: str | None) -> Served:
+    """``tree``'s ``llmop gateway`` with one route that maps the model name."""
     gw_port = port()
     config = Path(tempfile.mkdtemp(prefix="llmop-tree-")) / "gateway.yaml"
     config.write_text(json.dumps({
@@ -108,27 +154,62 @@ def one_tree(tree: Path, up_port: int, seconds: int) -> dict[str, float]:
             "baseUrl": f"http://127.0.0.1:{up_port}/v1", "model": "bench-upstream",
             "apiKey": {"env": "BENCH_KEY"}}}]}))
     url = f"http://127.0.0.1:{gw_port}/v1/chat/completions"
-    argv = [sys.executable, "-m", "llm_operator", "gateway", "--config", str(config),
-            "--log-level", "warning"]
-    with started(pinned(PROXY_CPU, argv), {"BENCH_KEY": "sk-bench",
-                                           "PYTHONPATH": str(tree / "src")}) as proc:
-        wait_ready(url, 60)
-        result = measure(url, seconds)
-        result["rss"] = rss_mb(proc.pid)
-    return result
+    executable, env = interpreter(python, tree / "src")
+    return Served([executable, "-m", "llm_operator", "gateway", "--config", str(config),
+                   "--log-level", "warning"], {"BENCH_KEY": "sk-bench", **env}, url)
 
 
-def one_floor(script: Path, up_port: int, seconds: int) -> dict[str, float]:
+def floor(script: Path, up_port: int, python: str | None) -> Served:
     """A floor (``script PORT UPSTREAM_URL``) in the gateway's place: the same layout."""
     gw_port = port()
-    url = f"http://127.0.0.1:{gw_port}/v1/chat/completions"
-    argv = [sys.executable, str(script), str(gw_port),
-            f"http://127.0.0.1:{up_port}/v1/chat/completions"]
-    with started(pinned(PROXY_CPU, argv), {"PYTHONPATH": str(REPO / "src")}) as proc:
-        wait_ready(url, 60)
-        result = measure(url, seconds, streams=False)
+    executable, env = interpreter(python, REPO / "src")
+    return Served([executable, str(script), str(gw_port),
+                   f"http://127.0.0.1:{up_port}/v1/chat/completions"], env,
+                  f"http://127.0.0.1:{gw_port}/v1/chat/completions")
+
+
+def one(server: Served, seconds: int, *, streams: bool = True) -> dict[str, float]:
+    """``server`` alone on the proxy's CPU, measured (``streams``: it relays a stream)."""
+    with started(pinned(PROXY_CPU, server.argv), server.env) as proc:
+        wait_ready(server.url, 60)
+        result = measure(server.url, seconds, streams=streams)
         result["rss"] = rss_mb(proc.pid)
     return result
+
+
+def cycles(servers: dict[str, Served], direct: str, count: int, seconds: int
+           ) -> dict[str, list[float]]:
+    """Each server's added p50s at one client: all started at once, measured in turn.
+
+    On the proxy's CPU together, ``count`` cycles of one client for ``seconds`` on each
+    (the direct path first, each p50 less the direct path's of the same cycle). Idle, the
+    others wait in epoll and take no CPU; the host's drift, which moves a whole round of
+    separate runs, is spread over every server alike.
+    """
+    added: dict[str, list[float]] = {name: [] for name in servers}
+    with contextlib.ExitStack() as stack:
+        for server in servers.values():
+            stack.enter_context(started(pinned(PROXY_CPU, server.argv), server.env))
+        for server in servers.values():
+            wait_ready(server.url, 60)
+            wrk(server.url, 10, 2)  # warm-up
+        for cycle in range(count):
+            base = wrk(direct, 1, seconds)["p50"]
+            for name, server in servers.items():
+                added[name].append(wrk(server.url, 1, seconds)["p50"] - base)
+            print(f"cycle {cycle + 1}: " + ", ".join(
+                f"{name} {values[-1]:+.3f}" for name, values in added.items()), flush=True)
+    return added
+
+
+def cycles_table(added: dict[str, list[float]], count: int, seconds: int) -> str:
+    lines = [f"One client, every server up at once, {count} cycles of {seconds} s each "
+             "in turn: the added p50 (the server's minus the direct path's in the same "
+             "cycle).", "",
+             "| server | added p50 ms, median | lowest | highest |", "|---|---|---|---|"]
+    lines.extend(f"| {name} | {statistics.median(values):+.3f} | {min(values):+.3f} | "
+                 f"{max(values):+.3f} |" for name, values in added.items())
+    return "\n".join(lines)
 
 
 def table(samples: dict[str, list[dict[str, float]]], rounds: int, seconds: int) -> str:
@@ -150,9 +231,15 @@ def table(samples: dict[str, list[dict[str, float]]], rounds: int, seconds: int)
             f"| {name} | {median(name, 'p50') - base['p50']:+.2f} | "
             f"{median(name, 'p99') - base['p99']:+.2f} | {median(name, 'rps50'):.0f} | "
             f"{median(name, 'rps50') / base['rps50']:.2f}x | "
-            f"{median(name, 'ttfb') - base['ttfb']:+.2f} | {median(name, 'rss'):.0f} | "
+            f"{_added(median(name, 'ttfb'), base['ttfb'])} | {median(name, 'rss'):.0f} | "
             f"{sum(s['errors'] for s in runs):.0f} |")
     return "\n".join(lines)
+
+
+
+def _added(value: float, base: float) -> str:
+    """``value`` over ``base``; "-" where there is none (a floor relays no stream)."""
+    return "-" if math.isnan(value) else f"{value - base:+.2f}"
 
 
 if __name__ == "__main__":
