@@ -85,7 +85,7 @@ def main() -> None:
     parser.add_argument("--c1-cycles", type=int, default=0, metavar="N", help="then every "
                         "gateway and floor at once, idle but one, and N cycles of one "
                         "client for --c1-seconds on each in turn, the direct path too: "
-                        "the added p50 with the host's drift spread over all of them")
+                        "the added p50 and p99 with the host's drift spread over all of them")
     parser.add_argument("--c1-seconds", type=int, default=2)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="llmop-trees-"))
@@ -178,15 +178,16 @@ def one(server: Served, seconds: int, *, streams: bool = True) -> dict[str, floa
 
 
 def cycles(servers: dict[str, Served], direct: str, count: int, seconds: int
-           ) -> dict[str, list[float]]:
-    """Each server's added p50s at one client: all started at once, measured in turn.
+           ) -> dict[str, dict[str, list[float]]]:
+    """Each server's added p50s and p99s at one client: all started at once, measured in turn.
 
     On the proxy's CPU together, ``count`` cycles of one client for ``seconds`` on each
-    (the direct path first, each p50 less the direct path's of the same cycle). Idle, the
-    others wait in epoll and take no CPU; the host's drift, which moves a whole round of
-    separate runs, is spread over every server alike.
+    (the direct path first, each figure less the direct path's of the same cycle). Idle,
+    the others wait in epoll and take no CPU; the host's drift, which moves a whole round
+    of separate runs, is spread over every server alike.
     """
-    added: dict[str, list[float]] = {name: [] for name in servers}
+    added: dict[str, dict[str, list[float]]] = {
+        name: {"p50": [], "p99": []} for name in servers}
     with contextlib.ExitStack() as stack:
         for server in servers.values():
             stack.enter_context(started(pinned(PROXY_CPU, server.argv), server.env))
@@ -194,21 +195,29 @@ def cycles(servers: dict[str, Served], direct: str, count: int, seconds: int
             wait_ready(server.url, 60)
             wrk(server.url, 10, 2)  # warm-up
         for cycle in range(count):
-            base = wrk(direct, 1, seconds)["p50"]
+            base = wrk(direct, 1, seconds)
             for name, server in servers.items():
-                added[name].append(wrk(server.url, 1, seconds)["p50"] - base)
+                result = wrk(server.url, 1, seconds)
+                for key, values in added[name].items():
+                    values.append(result[key] - base[key])
             print(f"cycle {cycle + 1}: " + ", ".join(
-                f"{name} {values[-1]:+.3f}" for name, values in added.items()), flush=True)
+                f"{name} {values['p50'][-1]:+.3f}/{values['p99'][-1]:+.3f}"
+                for name, values in added.items()), flush=True)
     return added
 
 
-def cycles_table(added: dict[str, list[float]], count: int, seconds: int) -> str:
+def cycles_table(added: dict[str, dict[str, list[float]]], count: int, seconds: int) -> str:
     lines = [f"One client, every server up at once, {count} cycles of {seconds} s each "
-             "in turn: the added p50 (the server's minus the direct path's in the same "
-             "cycle).", "",
-             "| server | added p50 ms, median | lowest | highest |", "|---|---|---|---|"]
-    lines.extend(f"| {name} | {statistics.median(values):+.3f} | {min(values):+.3f} | "
-                 f"{max(values):+.3f} |" for name, values in added.items())
+             "in turn: the added p50 and p99 (the server's minus the direct path's in the "
+             "same cycle), median [lowest, highest] over the cycles.", "",
+             "| server | added p50 ms | added p99 ms |", "|---|---|---|"]
+
+    def spread(values: list[float]) -> str:
+        return (f"{statistics.median(values):+.3f} [{min(values):+.3f}, "
+                f"{max(values):+.3f}]")
+
+    lines.extend(f"| {name} | {spread(figures['p50'])} | {spread(figures['p99'])} |"
+                 for name, figures in added.items())
     return "\n".join(lines)
 
 
