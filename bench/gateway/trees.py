@@ -114,12 +114,13 @@ def main() -> None:
                     samples[name].append(one(floor(script, up_port, python), args.duration,
                                              streams=False))
                     print(f"round {round_ + 1}: {name} {samples[name][-1]}", flush=True)
-            servers = {**{name: gateway(tree, up_port, python)
-                          for name, (tree, python) in trees.items()},
-                       **{name: floor(script, up_port, python)
-                          for name, (script, python) in floors.items()}}
-            cycled = cycles(servers, direct, args.c1_cycles, args.c1_seconds) \
-                if args.c1_cycles else None
+            cycled = None
+            if args.c1_cycles:
+                servers = {**{name: gateway(tree, up_port, python)
+                              for name, (tree, python) in trees.items()},
+                           **{name: floor(script, up_port, python)
+                              for name, (script, python) in floors.items()}}
+                cycled = cycles(servers, direct, args.c1_cycles, args.c1_seconds)
     finally:
         for rev in args.revs:
             subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force",
@@ -243,7 +244,6 @@ def table(samples: dict[str, list[dict[str, float]]], rounds: int, seconds: int)
             f"{_added(median(name, 'ttfb'), base['ttfb'])} | {median(name, 'rss'):.0f} | "
             f"{sum(s['errors'] for s in runs):.0f} |")
     return "\n".join(lines)
-
 
 
 def _added(value: float, base: float) -> str:
