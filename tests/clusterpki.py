@@ -44,10 +44,14 @@ def _certificate(subject: str, key: rsa.RSAPrivateKey, *, issuer: x509.Certifica
                .not_valid_before(now - datetime.timedelta(minutes=5))
                .not_valid_after(now + datetime.timedelta(days=2))
                .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
-    if not ca:
-        builder = builder.add_extension(x509.SubjectAlternativeName(
-            [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips]
-            + [x509.DNSName(n) for n in names]), critical=False)
+    alternative: list[x509.GeneralName] = [
+        *(x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips),
+        *(x509.DNSName(n) for n in names)]
+    # a certificate that names no host (a client's) has no SAN at all: RFC 5280 forbids an
+    # empty one, and cryptography refuses to build it from 51 on
+    if not ca and alternative:
+        builder = builder.add_extension(x509.SubjectAlternativeName(alternative),
+                                        critical=False)
     return builder.sign(issuer_key, hashes.SHA256())
 
 
