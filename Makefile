@@ -9,6 +9,11 @@ BIN := $(VENV)/bin
 # The versions a new machine installs: what the tests last passed with (tools/lock.py, `make
 # lock`), not the newest release of each of ~170 packages on the day.
 LOCK := requirements/lock.txt
+# and the packages builds install (the project's setuptools, the scikit-build-core that reads
+# llama.cpp's source package), for uv and for every pip the recipes run (`llmop setup`, the
+# images)
+export UV_BUILD_CONSTRAINT := $(abspath $(LOCK))
+export PIP_BUILD_CONSTRAINT := $(abspath $(LOCK))
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml $(LOCK) | cksum | cut -d' ' -f1)
 BUILD_TOOLS := $(VENV)/.build-tools
 CRD := config/crd/bases/ai.example.io_llmmodels.yaml

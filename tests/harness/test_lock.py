@@ -41,6 +41,8 @@ def _requirements() -> list[Requirement]:
                 wanted.extend(requirement.extras)
             else:
                 found.append(requirement)
+    found += [Requirement(r) for r in
+              tomllib.loads((REPO / "pyproject.toml").read_text())["build-system"]["requires"]]
     tools = [line.strip() for line in lock.TOOLS_IN.read_text().splitlines()]
     return found + [Requirement(t) for t in tools if t and not t.startswith("#")]
 
@@ -73,3 +75,6 @@ def test_every_install_the_makefile_runs_is_held_to_the_lock() -> None:
     assert installs, "the Makefile installs nothing?"
     for line in installs:
         assert "-c $(LOCK)" in line, line
+    # and what builds install, for uv and pip alike
+    assert "export UV_BUILD_CONSTRAINT := $(abspath $(LOCK))" in makefile
+    assert "export PIP_BUILD_CONSTRAINT := $(abspath $(LOCK))" in makefile
