@@ -22,6 +22,7 @@ tests/harness/test_lock.py fails when a requirement has no pin that satisfies it
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -61,10 +62,20 @@ def normalise(name: str) -> str:
     return "-".join(name.replace("_", "-").replace(".", "-").lower().split("-"))
 
 
-def main() -> None:
-    sys.path.insert(0, str(REPO / "tools"))
-    import images  # noqa: PLC0415  (tools/images.py: the vLLM image's versions)
+def image_versions() -> dict[str, str]:
+    """tools/images.py's string constants, read without importing it.
 
+    images.py imports the project, which `make lock` must not need installed: its pins may
+    be what is wrong.
+    """
+    tree = ast.parse((REPO / "tools" / "images.py").read_text())
+    return {target.id: node.value.value for node in tree.body if isinstance(node, ast.Assign)
+            for target in node.targets if isinstance(target, ast.Name)
+            and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)}
+
+
+def main() -> None:
+    versions = image_versions()
     # uv keeps a lock's pins where they still satisfy; --upgrade asks for the newest releases
     upgrade = ["--upgrade"] if "--upgrade" in sys.argv[1:] else []
     extras = [arg for extra in EXTRAS for arg in ("--extra", extra)]
@@ -72,7 +83,7 @@ def main() -> None:
              [*upgrade, *extras, "--universal"])
     links = ["--find-links", str(WHEELS)] if WHEELS.is_dir() else []
     _compile(["-"], VLLM_LOCK, [*upgrade, *links, "--python-platform", "x86_64-manylinux_2_28"],
-             stdin=f"torch=={images.TORCH_VERSION}\nvllm-cpu=={images.VLLM_VERSION}\n")
+             stdin=f"torch=={versions['TORCH_VERSION']}\nvllm-cpu=={versions['VLLM_VERSION']}\n")
 
 
 if __name__ == "__main__":

@@ -65,6 +65,9 @@ def test_the_vllm_image_pins_the_versions_it_is_built_from() -> None:
     assert pinned["torch"].split("+")[0] == images.TORCH_VERSION
     assert len(pinned) > 100  # and what they pull in: transformers, numpy, ...
     assert images.VLLM_LOCK == lock.VLLM_LOCK and images.LOCK == lock.LOCK
+    # what tools/lock.py reads from images.py without importing it
+    assert {k: lock.image_versions()[k] for k in ("VLLM_VERSION", "TORCH_VERSION")} == {
+        "VLLM_VERSION": images.VLLM_VERSION, "TORCH_VERSION": images.TORCH_VERSION}
 
 
 def test_every_install_the_makefile_runs_is_held_to_the_lock() -> None:
