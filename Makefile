@@ -112,7 +112,7 @@ tools:
 	@if [ -n "$(strip $(APT_TOOLS))" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo ">> installing Debian's $(strip $(APT_TOOLS))"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_TOOLS) >/dev/null; \
+	    apt-get update -qq -o Acquire::Retries=3 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o Acquire::Retries=3 $(APT_TOOLS) >/dev/null; \
 	  else echo "missing: sudo apt-get install $(APT_TOOLS)" >&2; exit 1; fi; fi
 	@$(PYTHON) tools/k8s_binaries.py
 
