@@ -6,8 +6,10 @@
 FROM python:3.11.11-slim-bookworm AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
+# the versions the tests passed with (requirements/lock.txt, `make lock`), not the newest
+COPY requirements/lock.txt requirements/
 COPY src/ src/
-RUN pip wheel --no-cache-dir --wheel-dir /wheels ".[image]"
+RUN pip wheel --no-cache-dir --wheel-dir /wheels -c requirements/lock.txt ".[image]"
 
 # --- runtime: no compilers, no build context, non-root ---------------------------------------
 FROM python:3.11.11-slim-bookworm

@@ -36,6 +36,15 @@ def test_the_image_extra_brings_the_hf_cli_the_init_container_runs() -> None:
 
 def test_the_build_context_is_only_what_the_image_needs() -> None:
     ignored = (REPO / ".dockerignore").read_text().splitlines()
-    assert ignored[1] == "*" and {"!pyproject.toml", "!README.md", "!src/"} <= set(ignored)
+    assert ignored[1] == "*" and {"!pyproject.toml", "!README.md", "!src/",
+                                  "!requirements/lock.txt"} <= set(ignored)
     copied = [c.split()[:-1] for c in instructions("COPY")]
-    assert sorted(f for c in copied for f in c) == ["README.md", "pyproject.toml", "src/"]
+    assert sorted(f for c in copied for f in c) == ["README.md", "pyproject.toml",
+                                                    "requirements/lock.txt", "src/"]
+
+
+def test_the_wheels_are_the_versions_the_tests_passed_with() -> None:
+    """requirements/lock.txt constrains the build stage, as it does `make` and the test
+    node's image (tools/images.py)."""
+    (build,) = [r for r in instructions("RUN") if r.startswith("pip wheel")]
+    assert "-c requirements/lock.txt" in build
