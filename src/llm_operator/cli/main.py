@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import signal
 from importlib import import_module
+from types import FrameType
 
 import click
 
@@ -77,5 +80,17 @@ def cli() -> None:
     """
 
 
+def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    os._exit(128 + signum)  # what the kernel does to any other process: no cleanup
+
+
 def main() -> None:
+    # In a container `llmop` is PID 1, and the kernel delivers no signal to PID 1 that it
+    # does not handle. The commands that serve handle SIGTERM once their loop runs, but a
+    # pod deleted while its command is still importing (a second or more: a rollout or a
+    # scale-down that catches a starting pod) ignored it and lived out its whole grace
+    # period (the router's: 330 s, holding its CPU request all along; #49). Until a
+    # command installs its own handler, SIGTERM ends the process as it would elsewhere.
+    if os.getpid() == 1:
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
     cli(prog_name="llmop")
