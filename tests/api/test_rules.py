@@ -66,6 +66,28 @@ def _mig(card: str, profile: str, acceleratorCount: int = 1, **sharing: Any) -> 
 CASES: list[tuple[str, dict[str, Any], set[str]]] = [
     ("valid local", {}, set()),
     ("valid remote", REMOTE, set()),
+    # engineArgs.chat-template: a name llama-server applies, Jinja text, or nothing
+    ("llama.cpp, builtin template", {**LLAMA_CPU, "engineArgs": {"chat-template": "gemma"}},
+     set()),
+    ("llama.cpp, builtin template, Jinja off", {**LLAMA_CPU, "engineArgs": {
+        "chat-template": "llama3", "jinja": "false"}}, set()),
+    ("llama.cpp, Jinja template text", {**LLAMA_CPU, "engineArgs": {
+        "chat-template": "{% for m in messages %}{{ m.content }}{% endfor %}"}}, set()),
+    ("llama.cpp, unknown template name", {**LLAMA_CPU, "engineArgs": {
+        "chat-template": "gemma3"}}, {"llamacpp-chat-template-known"}),
+    ("llama.cpp, builtin template read as Jinja", {**LLAMA_CPU, "engineArgs": {
+        "chat-template": "gemma", "jinja": "true"}}, {"llamacpp-builtin-template-without-jinja"}),
+    ("llama.cpp, template and template file", {**LLAMA_CPU, "engineArgs": {
+        "chat-template": "gemma", "chat-template-file": "/t.jinja"}}, {"chat-template-once"}),
+    ("llama.cpp, llamaCpp.mlock and a load mode", {**LLAMA_CPU, "llamaCpp": {"mlock": True},
+                                                  "engineArgs": {"load-mode": "none"}},
+     {"llamacpp-settings-not-in-engine-args"}),
+    ("vLLM, Jinja template text", {"engineArgs": {"chat-template": "{{ messages }}"}}, set()),
+    ("vLLM, template file", {"engineArgs": {"chat-template": "/templates/qa.jinja"}}, set()),
+    ("vLLM, a llama.cpp name", {"engineArgs": {"chat-template": "gemma"}},
+     {"vllm-chat-template-is-jinja"}),
+    ("Ollama, any template is its own rule", {**LLAMA_CPU, "inferenceEngine": "ollama",
+                                               "engineArgs": {"chat-template": "x"}}, set()),
     ("remote without remoteApi", {**REMOTE, "remoteApi": None}, {"remote-needs-remote-api"}),
     ("local without parameters", {"totalParametersBillions": None}, {"local-needs-parameters"}),
     ("vLLM on cpu, BF16, enough RAM", {**VLLM_CPU, "quantization": "BF16"}, set()),

@@ -16,6 +16,8 @@ import openai
 import pytest
 from e2e_cluster import GEMMA_ID, GEMMA_NAME, MODELS_NS, OPERATOR_NS, NodeCluster
 
+from prompts import GEMMA_USER_TURN, ask, engine_prompt_now
+
 pytestmark = pytest.mark.e2e
 RAILS = {"input": [{"name": "no-pii", "action": "mask", "pii": {}}]}
 PROMPTS = ("Write to jane.doe@example.com today", "Write to <EMAIL_ADDRESS> today")
@@ -50,6 +52,9 @@ async def test_a_models_guardrails_mask_its_prompts_in_the_router(routed: NodeCl
                 while not await flagged(client):
                     await asyncio.sleep(0.2)  # another process: poll it
             guarded = await prompt_tokens(client)
+            # a guarded chat reaches the engine as the masked conversation, in Gemma's turns
+            chat = await client.chat.completions.create(
+                model=GEMMA_ID, messages=ask(PROMPTS[0]), max_tokens=1)  # type: ignore[arg-type]
         finally:
             guardrails(routed, None)
         async with asyncio.timeout(60):
@@ -57,4 +62,8 @@ async def test_a_models_guardrails_mask_its_prompts_in_the_router(routed: NodeCl
                 await asyncio.sleep(0.2)
         after = await prompt_tokens(client)
     assert guarded == [before[1], before[1]]
+    engine = routed.service_url(MODELS_NS, GEMMA_NAME, 8000, "")
+    masked_prompt, masked_tokens = engine_prompt_now(engine, ask(PROMPTS[1]))
+    assert masked_prompt.endswith(GEMMA_USER_TURN.format(text=PROMPTS[1]))
+    assert chat.usage is not None and chat.usage.prompt_tokens == masked_tokens
     assert after == before

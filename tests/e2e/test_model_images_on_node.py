@@ -23,6 +23,8 @@ import pytest
 import yaml
 from e2e_cluster import GEMMA_FILE, INSTALL, MODELS_NS, NodeCluster
 
+from prompts import assert_chat_reaches_the_model
+
 from samples import REPO, load_yaml
 
 pytestmark = pytest.mark.e2e
@@ -79,7 +81,10 @@ def test_the_operator_mounts_the_model_image_as_a_volume_on_a_node_that_can(
     assert [c["name"] for c in pod["spec"]["initContainers"]] == ["model-verify",
                                                                  "model-prepare"]
     assert "Paris" in _ask(imaged, NAME)
+    engine = imaged.service_url(NS, NAME, 8000, "")  # and its chat, in Gemma's turns
+    assert_chat_reaches_the_model(engine, f"{engine}/v1", "gemma-3-270m")
     model = imaged.json("-n", NS, "get", "llmmodel", NAME)
+    assert model["status"]["model"]["chatTemplate"] is False  # hence chat-template: gemma
     assert model["status"]["model"]["sha256"] == \
         load_yaml(EXAMPLE)["spec"]["modelSource"]["sha256"]  # model-verify read the image
     # the volume is the image's /models, read-only

@@ -20,6 +20,8 @@ import pytest
 import yaml
 from e2e_cluster import MODELS_NS, OPERATOR_NS, NodeCluster, kubectl_watch
 
+from prompts import assert_chat_reaches_the_model
+
 from ggufs import unloadable_gguf
 from samples import REPO, load_yaml
 
@@ -80,6 +82,14 @@ def test_each_member_answers_through_the_router_from_one_pod(pool: NodeCluster) 
                        f"ai.example.io/model-name in ({','.join(MEMBERS)})")
     assert own.split() == []  # no member has pods of its own: the pool's engine serves them
     pool.json("-n", NS, "get", "deployment", ENGINE)  # which exists
+
+
+def test_the_chat_members_template_reaches_its_engine_through_the_router(
+        pool: NodeCluster) -> None:
+    """The chat member's preset gives its builtin template with no-jinja."""
+    engine = pool.service_url(NS, ENGINE, 8000, "")
+    assert_chat_reaches_the_model(engine, pool.service_url(OPERATOR_NS, "llmop-router", 8080),
+                                  "gemma-3-270m-chat")
 
 
 def add_member(pool: NodeCluster, suffix: str, source: dict[str, Any]) -> None:

@@ -28,6 +28,8 @@ from e2e_cluster import (
 )
 from load import SteadyLoad
 
+from prompts import assert_chat_reaches_the_model
+
 pytestmark = pytest.mark.e2e
 NS, NAME, MODEL_ID = MODELS_NS, GEMMA_NAME, GEMMA_ID
 OPERATOR_SA = f"system:serviceaccount:{OPERATOR_NS}:llm-operator"
@@ -73,6 +75,12 @@ def test_a_completion_through_the_service_with_the_openai_sdk(gemma: NodeCluster
                                        "France?\nA:", max_tokens=16, stop=["\n"], temperature=0)
     assert "Paris" in answer.choices[0].text
     assert [m.id for m in client.models.list()] == [MODEL_ID]
+
+
+def test_a_chat_request_reaches_the_model_as_the_conversation(gemma: NodeCluster) -> None:
+    """chat-template: gemma is applied (--no-jinja): the question, in Gemma's turns."""
+    engine = gemma.service_url(NS, NAME, 8000, "")
+    assert_chat_reaches_the_model(engine, f"{engine}/v1", MODEL_ID)
 
 
 def test_the_endpoint_in_status_answers_inside_the_cluster(gemma: NodeCluster) -> None:

@@ -37,6 +37,7 @@ from llm_operator.profiles.settings import Settings
 from llm_operator.render import render
 from monitoring.promtool import rule_groups, write_rules
 from monitoring.scrape import pod_monitor_jobs
+from prompts import QUESTIONS, ask
 
 from controlplane import free_port
 from samples import REPO, load_yaml
@@ -73,6 +74,27 @@ def test_vllm_answers_through_the_service_with_the_openai_sdk(vllm: NodeCluster)
     env = {e["name"]: e.get("value") for e in server["env"]}
     assert (env["VLLM_CPU_KVCACHE_SPACE"], env["OMP_NUM_THREADS"]) == ("1", "1")
     assert pod["status"]["containerStatuses"][0]["restartCount"] == 0
+
+
+def test_a_chat_request_reaches_vllm_in_the_template_its_weights_carry(
+        vllm: NodeCluster) -> None:
+    """vLLM renders the messages with the model's own template (tools/gemma_hf.py's Q/A):
+    its /tokenize of the conversation counts what the chat request reports, and two
+    questions are two prompts."""
+    base = vllm.service_url(NS, NAME, 8000, "")
+    client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused", timeout=60)
+    counted, rendered = [], []
+    for question in QUESTIONS:
+        tokenized = httpx2.post(f"{base}/tokenize", timeout=30, json={
+            "model": GEMMA_VLLM_ID, "messages": ask(question),
+            "add_generation_prompt": True}).json()
+        rendered.append(tokenized["count"])
+        usage = client.chat.completions.create(
+            model=GEMMA_VLLM_ID, messages=ask(question), max_tokens=1).usage  # type: ignore[arg-type]
+        assert usage is not None
+        counted.append(usage.prompt_tokens)
+    assert counted == rendered and rendered[0] != rendered[1]
+    assert rendered[0] > len(QUESTIONS[0].split())  # the question, not a fixed text
 
 
 def test_the_pod_exports_vllms_own_metrics_for_its_model(vllm: NodeCluster) -> None:

@@ -17,6 +17,8 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from prompts import GEMMA_USER_TURN, ask, engine_prompt
+
 from localstack import gemma, options, row, running, write_model
 from samples import REPO
 
@@ -47,10 +49,20 @@ async def test_a_masked_prompt_reaches_llama_server_and_moderation_flags_it(
             counted = [(await client.completions.create(
                 model="gemma-3-270m", prompt=prompt, max_tokens=1)).usage
                        for prompt in prompts]
+            # a guarded chat reaches the model as the masked conversation in Gemma's turns
+            chat = (await client.chat.completions.create(
+                model="gemma-3-270m", messages=ask(prompts[0]),  # type: ignore[arg-type]
+                max_tokens=1)).usage
+            async with aiohttp.ClientSession() as http:
+                port = row(up.snapshot(), "gemma3-270m")["where"].rsplit(":", 1)[1]
+                masked_prompt, masked_tokens = await engine_prompt(
+                    http, f"http://127.0.0.1:{port}", ask(prompts[1]))
             moderated = await client.moderations.create(
                 model="gemma-3-270m", input=["card 4111 1111 1111 1111", "a fox"])
     tokens = [usage.prompt_tokens for usage in counted if usage is not None]
     assert len(tokens) == 2 and tokens[0] == tokens[1]
+    assert masked_prompt.endswith(GEMMA_USER_TURN.format(text=prompts[1]))
+    assert chat is not None and chat.prompt_tokens == masked_tokens
     assert [r.flagged for r in moderated.results] == [True, False]
 
 

@@ -456,7 +456,8 @@ async def test_a_checked_file_is_served_and_its_header_shown(tmp_path: Path,
         "architecture": "gemma3", "name": "Gemma 3 270m", "quantization": "Q4_K_M",
         "layers": 18, "contextLength": 32768, "embeddingLength": 640, "headCount": 4,
         "headCountKV": 1, "keyLength": 256, "valueLength": 256, "slidingWindow": 512,
-        "slidingWindowLayers": 15}  # 5 of every 6 of Gemma 3's layers: 15 of 18
+        "slidingWindowLayers": 15,  # 5 of every 6 of Gemma 3's layers: 15 of 18
+        "chatTemplate": False}  # none in the file: the example declares gemma
 
 
 async def test_a_request_while_the_model_loads_waits_for_it_instead_of_failing(

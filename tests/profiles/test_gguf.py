@@ -214,3 +214,17 @@ def test_items_that_straddle_the_read_buffer_are_read_whole(
     monkeypatch.setattr("llm_operator.profiles.gguf._Reader.CHUNK", 7)  # every item crosses
     with path.open("rb") as stream:
         assert read_header(stream).metadata == whole
+
+
+def with_template(w: gguf.GGUFWriter) -> None:
+    llama_8b(w)
+    w.add_chat_template("{% for m in messages %}{{ m.content }}{% endfor %}")
+
+
+@pytest.mark.parametrize(("fill", "carried"), [(with_template, True), (llama_8b, False)],
+                         ids=["the file's own template", "none"])
+def test_the_header_says_whether_the_file_carries_a_chat_template(
+        tmp_path: Path, fill: Writer, carried: bool) -> None:
+    with write(tmp_path, "llama", fill).open("rb") as stream:
+        status = describe(read_header(stream), file="m", size_bytes=1)
+    assert status.chat_template is carried

@@ -50,6 +50,7 @@ parallel = 1
 n-predict = 256
 chat-template = gemma
 ctx-size = 2048
+no-jinja = true
 warmup = false
 load-on-startup = true
 

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from llm_operator.api.validation import parse_llmmodel
+from llm_operator.profiles.llama_router import Member, models_preset
 from llm_operator.profiles.llamaserver import Where, llama_server_args, lora_path_problem
 
 from samples import local_doc
@@ -44,7 +45,7 @@ def test_a_pod_and_a_laptop_differ_only_in_where() -> None:
     ({"llamaCpp": {"flashAttention": False, "mlock": True, "parallelSlots": 2},
       "engineArgs": {"n-predict": "-1", "ctx-size": "1024"}}, LAPTOP,
      ["--ctx-size", "2048", "--threads", "2", "--parallel", "2", "--flash-attn", "off",
-      "--mlock", "--n-predict", "-1"]),
+      "--load-mode", "mmap+mlock", "--n-predict", "-1"]),
     # one slot and ctx-size given: passed on as it is
     ({"engineArgs": {"ctx-size": "1024", "cache-type-k": "q8_0"}}, LAPTOP,
      ["--threads", "2", "--parallel", "1", "--n-predict", "256", "--cache-type-k", "q8_0",
@@ -64,6 +65,32 @@ def test_each_setting_becomes_its_flag(fields: dict[str, Any], where: Where,
     built = llama_server_args(_spec(**fields), where)
     assert list(built.args) == [*HEAD, *tail]
     assert built.ignored == ()
+
+
+JINJA = "{% for m in messages %}{{ m.content }}{% endfor %}"
+DEFAULTS = ["--ctx-size", "32768", "--threads", "2", "--parallel", "1", "--n-predict", "256"]
+
+
+@pytest.mark.parametrize(("engine_args", "template_flags"), [
+    # a builtin name is applied only with Jinja off: with it on, llama-server took "gemma"
+    # for the template's whole text and every prompt was the word gemma
+    ({"chat-template": "gemma"}, ["--chat-template", "gemma", "--no-jinja"]),
+    ({"chat-template": "chatml", "jinja": "false"}, ["--chat-template", "chatml", "--no-jinja"]),
+    # Jinja text stays Jinja; nothing declared: the GGUF file's own template, with Jinja
+    ({"chat-template": JINJA}, ["--chat-template", JINJA]),
+    ({"chat-template-file": "/t/qa.jinja"}, ["--chat-template-file", "/t/qa.jinja"]),
+    ({}, []),
+], ids=["builtin", "builtin, jinja given", "jinja text", "jinja file", "the file's own"])
+def test_the_declared_chat_template_is_the_one_applied(engine_args: dict[str, str],
+                                                       template_flags: list[str]) -> None:
+    built = llama_server_args(_spec(engineArgs=engine_args or None), LAPTOP)
+    assert list(built.args) == [*HEAD, *DEFAULTS, *template_flags]
+
+
+def test_a_pool_members_preset_applies_its_builtin_template_too() -> None:
+    args = llama_server_args(_spec(engineArgs={"chat-template": "gemma"}), POD).args
+    preset = models_preset([Member("gemma-3-270m", "/m.gguf", args)])
+    assert "chat-template = gemma\n" in preset and "no-jinja = true\n" in preset
 
 
 def test_an_ollama_model_runs_its_settings_on_llama_server() -> None:

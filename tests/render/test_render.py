@@ -404,7 +404,8 @@ def _pod_template(doc: dict[str, Any]) -> dict[str, Any]:
     ({"parallelSlots": 4}, None, ["--ctx-size", "131072", "--parallel", "4"]),  # 4 x 32K
     ({"parallelSlots": 2}, {"ctx-size": "4096"}, ["--ctx-size", "8192", "--parallel", "2"]),
     ({"flashAttention": True, "mlock": True}, None,
-     ["--ctx-size", "32768", "--parallel", "1", "--flash-attn", "on", "--mlock"]),
+     ["--ctx-size", "32768", "--parallel", "1", "--flash-attn", "on", "--load-mode",
+      "mmap+mlock"]),
     ({"flashAttention": False}, None,
      ["--ctx-size", "32768", "--parallel", "1", "--flash-attn", "off"]),
     # always --parallel: llama-server's own default is 4 slots sharing one KV cache
@@ -419,8 +420,8 @@ def test_llama_cpp_settings_become_server_flags(llama_cpp: dict[str, Any] | None
     doc["spec"]["resources"]["memoryGiB"] = 64  # four slots of 32K need the room
     args = _pod_template(doc)["spec"]["containers"][0]["args"]
     picked = [a for i, a in enumerate(args) if a in {
-        "--ctx-size", "--parallel", "--flash-attn", "--mlock"} or (
-        i and args[i - 1] in {"--ctx-size", "--parallel", "--flash-attn"})]
+        "--ctx-size", "--parallel", "--flash-attn", "--load-mode"} or (
+        i and args[i - 1] in {"--ctx-size", "--parallel", "--flash-attn", "--load-mode"})]
     assert picked == flags
 
 

@@ -65,6 +65,10 @@ class ModelFileStatus(Wire):
         None, ge=0, description="How many layers attend through the sliding window (the "
         "others see the whole context): from the header's sliding_window_pattern, else the "
         "architecture's own pattern as llama.cpp applies it (Gemma 3: 5 of every 6).")
+    chat_template: bool | None = Field(
+        None, description="Whether the file carries its own chat template "
+        "(tokenizer.chat_template). llama-server applies it unless engineArgs.chat-template "
+        "declares another; with neither, it formats every conversation as ChatML.")
 
 
 class LLMModelStatus(Wire):

@@ -11,6 +11,7 @@ from llm_operator.api.gpu_rules import DRA_RULES, GPU_RULES
 from llm_operator.api.pool_rules import POOL_RULES
 from llm_operator.api.rule import ENGINE, VENDOR, Rule, is_local
 from llm_operator.api.serving_rules import SERVING_RULES, asked_nodes
+from llm_operator.api.template_rules import TEMPLATE_RULES
 from llm_operator.api.v1alpha1 import LLMModel, LLMModelSpec
 
 HF_REPO = r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9._-]+$"
@@ -40,7 +41,7 @@ GEMINI_NATIVE_MESSAGE = (
     "https://generativelanguage.googleapis.com/v1beta, not its OpenAI-compatible /openai path")
 
 
-LLAMACPP_FLAGS = ("parallel", "np", "flash-attn", "fa", "mlock", "no-mlock")
+LLAMACPP_FLAGS = ("parallel", "np", "flash-attn", "fa", "mlock", "no-mlock", "load-mode")
 
 
 def _pod_key(key: str, reserved: tuple[str, ...]) -> bool:
@@ -413,6 +414,7 @@ RULES: tuple[Rule, ...] = (
         message=GEMINI_NATIVE_MESSAGE,
         holds=lambda api: api.api != "gemini" or gemini_url_fits(api.base_url, api.api),
     ),
+    *TEMPLATE_RULES,
     *SERVING_RULES,
     *POOL_RULES,
     *GPU_RULES,

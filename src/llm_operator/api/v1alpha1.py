@@ -257,8 +257,8 @@ class LlamaCppSpec(Wire):
     flash_attention: bool | None = Field(
         None, description="Flash attention (--flash-attn on/off); unset: llama.cpp decides.")
     mlock: bool | None = Field(
-        None, description="Pin the weights in RAM (--mlock): no swapping, but memoryGiB must "
-        "hold them (the planner checks).")
+        None, description="Pin the weights in RAM (--load-mode mmap+mlock): no swapping, but "
+        "memoryGiB must hold them (the planner checks).")
 
 
 class RoutingSpec(Wire):

@@ -23,6 +23,7 @@ MAX_DIMS = 4  # GGML_MAX_DIMS
 SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
            10: "<Q", 11: "<q", 12: "<d"}
 STRING, ARRAY = 8, 9
+CHAT_TEMPLATE_KEY = "tokenizer.chat_template"  # the Jinja template a file may carry
 
 # general.file_type (llama.cpp's llama_ftype) -> the quantization's usual name
 FILE_TYPES = {
@@ -235,4 +236,5 @@ def describe(header: GgufHeader, *, file: str, size_bytes: int, sha256: str | No
         value_length=header.arch_value("attention.value_length"),
         sliding_window=header.arch_value("attention.sliding_window"),
         sliding_window_layers=header.sliding_window_layers,
+        chat_template=isinstance(header.metadata.get(CHAT_TEMPLATE_KEY), str),
     )

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from llm_operator.api.chat_templates import llamacpp_template_args
 from llm_operator.api.v1alpha1 import LLMModelSpec
 from llm_operator.profiles.flags import flag_args
 
@@ -111,6 +112,7 @@ def _engine_args(spec: LLMModelSpec) -> tuple[dict[str, str], list[str]]:
     """The engineArgs as llama-server flag names and values, and the ones left out."""
     args = dict(spec.engine_args or {})
     if spec.inference_engine != "ollama":
+        args = llamacpp_template_args(args)  # a builtin name is applied with --no-jinja
         return {k: _on_off(v) if k in ON_OFF_ARGS else v for k, v in args.items()}, []
     flags: dict[str, str] = {}
     ignored = []
@@ -134,7 +136,9 @@ def llama_server_args(spec: LLMModelSpec, where: Where) -> LlamaServerArgs:
     - ``--embeddings`` for a model whose domains include ``embedding``;
     - each LoRA adapter loaded at scale 0: applied to no request unless it asks (the router
       sets ``lora`` for an adapter's name);
-    - ``--metrics`` always: the queue and token counters that scaling and status read.
+    - ``--metrics`` always: the queue and token counters that scaling and status read;
+    - ``--no-jinja`` with a builtin ``chat-template`` name (``api.chat_templates``): with
+      Jinja on, llama-server would take the name for the template's text.
     EngineArgs come last, as flags (``flag_args``).
     """
     args, ignored = _engine_args(spec)
@@ -153,8 +157,8 @@ def llama_server_args(spec: LLMModelSpec, where: Where) -> LlamaServerArgs:
     out += ["--parallel", str(slots)]  # llama-server's own default is 4 slots sharing one KV
     if settings is not None and settings.flash_attention is not None:
         out += ["--flash-attn", "on" if settings.flash_attention else "off"]
-    if settings is not None and settings.mlock:
-        out.append("--mlock")
+    if settings is not None and settings.mlock:  # llama.cpp's --mlock is now a load mode
+        out += ["--load-mode", "mmap+mlock"]
     if not set(PREDICT_ARGS) & set(args):
         out += ["--n-predict", str(DEFAULT_MAX_TOKENS)]
     if "embedding" in (spec.domains or ()) and not {"embedding", "embeddings"} & set(args):
