@@ -25,6 +25,7 @@ class Reply:
     opening_delay: float = 0.0  # a stream: after its headers, before its first chunk
     drop_after: int | None = None  # close the connection after this many chunks (a JSON
     # body: after half of it)
+    raw: bytes | None = None  # a body sent as it is (not JSON), instead of ``body``
 
 
 def completion(model: str, text: str = "Hello!", prompt: int = 11,
@@ -98,6 +99,8 @@ class FakeUpstream:
             assert request.transport is not None
             request.transport.close()
             return response
+        if reply.chunks is None and reply.raw is not None:
+            return web.Response(body=reply.raw, status=reply.status, headers=reply.headers)
         if reply.chunks is None:
             return web.json_response(reply.body, status=reply.status, headers=reply.headers)
         response = web.StreamResponse(status=reply.status, headers={

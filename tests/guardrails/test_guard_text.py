@@ -8,7 +8,12 @@ from typing import Any
 import pytest
 
 from llm_operator.api.guardrails import GuardrailsSpec
-from llm_operator.guardrails.text import answer_spots, request_spots
+from llm_operator.guardrails.text import (
+    answer_spots,
+    asks_unmaskable,
+    drop_unmaskable,
+    request_spots,
+)
 
 IMAGE = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
 
@@ -50,24 +55,68 @@ def test_a_requests_text_is_found_by_its_api(path: str, body: dict[str, Any],
     assert [spot.text for spot in request_spots(path, body)] == texts
 
 
-@pytest.mark.parametrize(("path", "body", "texts"), [
-    ("/v1/chat/completions", {"choices": [
-        {"message": {"content": "Hi", "reasoning_content": "think"}},
-        {"message": {"content": None, "tool_calls": [{"id": "1"}]}}]}, ["Hi", "think"]),
-    ("/v1/chat/completions", {"choices": [{"message": {"content": None, "tool_calls": [
+CARD = "4111 1111 1111 1111"
+
+
+@pytest.mark.parametrize(("body", "texts"), [
+    ({"choices": [{"message": {"content": "Hi", "reasoning_content": "think"}},
+                  {"message": {"content": None, "tool_calls": [{"id": "1"}]}}]}, ["Hi", "think"]),
+    ({"choices": [{"message": {"content": None, "tool_calls": [
         {"id": "1", "type": "function", "function": {
             "name": "call", "arguments": '{"phone": "+1 415 555 0100"}'}}]}}]},
      ["+1 415 555 0100"]),
-    ("/v1/completions", {"choices": [{"text": "one"}, {"text": "two"}]}, ["one", "two"]),
-    ("/v1/responses", {"output": [{"type": "message", "content": [
-        {"type": "output_text", "text": "Hello"}]}]}, ["Hello"]),
-    ("/v1/responses", {"output": [{"type": "function_call", "name": "f",
-                                   "arguments": '{"to": ["x@y.io"]}'}]}, ["x@y.io"]),
-    ("/v1/embeddings", {"data": [{"embedding": [0.1]}]}, []),
+    ({"choices": [{"text": "one"}, {"text": "two"}]}, ["one", "two"]),
+    ({"output": [{"type": "message", "content": [{"type": "output_text", "text": "Hello"}]}]},
+     ["Hello"]),
+    ({"output": [{"type": "function_call", "name": "f", "arguments": '{"to": ["x@y.io"]}'}]},
+     ["x@y.io"]),
+    ({"data": [{"embedding": [0.1]}]}, []),
+    # what a checklist of known fields missed: vLLM's reasoning, a refusal, an audio
+    # transcript, a field the upstream adds next month, an error's message
+    ({"choices": [{"message": {"role": "assistant", "content": None, "reasoning": CARD,
+                               "refusal": "no, " + CARD}}]}, [CARD, "no, " + CARD]),
+    ({"choices": [{"message": {"audio": {"id": "a1", "data": "UklGR", "transcript": CARD}}}]},
+     [CARD]),
+    ({"choices": [{"message": {"content": "a", "next_months_field": {"notes": [CARD]}}}]},
+     ["a", CARD]),
+    ({"error": {"message": f"cannot say {CARD}", "type": "invalid_request_error"}},
+     [f"cannot say {CARD}"]),
+    # identifiers and enumerations are not text
+    ({"id": "chatcmpl-1", "object": "chat.completion", "model": "m", "system_fingerprint": "f",
+      "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant"}}]},
+     []),
+], ids=["chat", "tool call", "completions", "responses", "function call", "embeddings",
+        "reasoning and refusal", "audio transcript", "a new field", "error", "identifiers"])
+def test_an_answers_text_is_every_string_but_identifiers(body: dict[str, Any],
+                                                       texts: list[str]) -> None:
+    assert [spot.text for spot in answer_spots(body)] == texts
+
+
+@pytest.mark.parametrize(("body", "asked"), [
+    ({"logprobs": True, "top_logprobs": 3}, "logprobs"),
+    ({"top_logprobs": 2}, "top_logprobs"),
+    ({"logprobs": 5}, "logprobs"),  # text completions: a count
+    ({"logprobs": False, "top_logprobs": 0}, None),
+    ({}, None),
 ])
-def test_an_answers_text_is_found_by_its_api(path: str, body: dict[str, Any],
-                                             texts: list[str]) -> None:
-    assert [spot.text for spot in answer_spots(path, body)] == texts
+def test_log_probabilities_are_what_output_guards_cannot_mask(body: dict[str, Any],
+                                                               asked: str | None) -> None:
+    assert asks_unmaskable(body) == asked
+
+
+def test_log_probabilities_are_dropped_from_an_answer() -> None:
+    answer = {"choices": [{"message": {"content": "x"}, "logprobs": {"content": [
+        {"token": CARD, "top_logprobs": [{"token": CARD}]}]}}]}
+    assert drop_unmaskable(answer) is True
+    assert answer == {"choices": [{"message": {"content": "x"}}]}
+    assert drop_unmaskable(answer) is False
+
+
+def test_a_deeply_nested_answer_is_read_without_recursion() -> None:
+    deep: Any = CARD
+    for _ in range(5000):
+        deep = {"inner": [deep]}
+    assert [s.text for s in answer_spots({"x": deep})] == [CARD]
 
 
 def test_a_spot_rewrites_its_string_in_place() -> None:
@@ -94,7 +143,7 @@ def test_a_tool_calls_arguments_stay_json_when_a_value_is_masked() -> None:
     body = {"choices": [{"message": {"content": None, "tool_calls": [
         {"id": "1", "type": "function", "function": {"name": "send",
                                                      "arguments": arguments}}]}}]}
-    to, note = answer_spots("/v1/chat/completions", body)
+    to, note = answer_spots(body)
     to.replace("<EMAIL_ADDRESS>")
     written = body["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"]
     assert json.loads(written) == {"to": "<EMAIL_ADDRESS>", "note": 'say "hi"', "n": 2}

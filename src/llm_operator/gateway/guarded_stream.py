@@ -1,7 +1,9 @@
 """A stream's text through the output guards as it comes: held back, checked, sent.
 
-Each choice's text (chat ``content`` and ``reasoning_content``, completions ``text``) is
-taken out of the upstream's events and held. PII guards (``check``): once more than the
+Each choice's text is taken out of the upstream's events and held: every string of a chat
+delta or a completions choice but identifiers and enumerations (``content``,
+``reasoning``, ``reasoning_content``, ``refusal``, an audio ``transcript``, a field added
+next month), by its place in the delta. PII guards (``check``): once more than the
 hold-back and half again is held, the held text is checked as one window (masked in place)
 and all but the last ``hold`` characters pass on (guardrails/holdback.py says where the cut
 falls). Judge and moderation guards (``judge``), after them: what passed waits until
@@ -11,8 +13,11 @@ choice's tool calls are held whole (their deltas merged) and checked when the ch
 their JSON arguments' string values masked in place, then sent as one delta before its
 finish reason. Other events go on in order (role, finish reason, usage), each after the
 text before it; the end of a choice, of the stream or an error event sends what is held,
-checked, first. A guard that blocks ends the stream with an error event (the OpenAI SDK
-raises it) and ``stopped`` tells Relay to cut the upstream.
+checked, first. Strings in a delta's other lists, and in events without choices (an
+error), are checked whole before their event goes. ``logprobs`` are dropped. An event whose
+data is not a JSON object cannot be checked: it ends the stream with an error event, as a
+guard that blocks does (the OpenAI SDK raises it), and ``stopped`` tells Relay to cut the
+upstream.
 """
 
 from __future__ import annotations
@@ -23,14 +28,53 @@ from typing import Any
 
 from aiohttp import web
 
-from llm_operator.gateway.sse import split_events, sse_data
+from llm_operator.gateway.errors import error_response
+from llm_operator.gateway.sse import data_field, split_events
 from llm_operator.guardrails.guards import Checked
 from llm_operator.guardrails.holdback import cut
-from llm_operator.guardrails.text import Spot, answer_spots
+from llm_operator.guardrails.text import NOT_TEXT, UNMASKABLE, Spot, answer_spots, text_spots
 
 Check = Callable[[list[Spot]], Awaitable["Checked | web.Response"]]
-CHAT_FIELDS = ("content", "reasoning_content")
+Field = tuple[int, tuple[str, ...]]  # a choice's index, and the text's place in its delta
 DONE = b"data: [DONE]\n\n"
+
+
+def _take_texts(holder: dict[str, Any], skip: frozenset[str]) -> tuple[
+        list[tuple[tuple[str, ...], str]], list[Any]]:
+    """The strings of a delta (or a completions choice) by their place, taken out of it.
+
+    Objects inside are read too (and left out once empty); lists other than ``skip`` are
+    returned to be checked whole where they are.
+    """
+    texts: list[tuple[tuple[str, ...], str]] = []
+    lists: list[Any] = []
+    stack: list[tuple[tuple[str, ...], dict[str, Any]]] = [((), holder)]
+    while stack:
+        path, node = stack.pop()
+        for key in list(node):
+            value = node[key]
+            if key in skip and not path:
+                continue
+            if isinstance(value, str) and key not in NOT_TEXT:
+                if value:
+                    texts.append(((*path, key), value))
+                del node[key]
+            elif isinstance(value, dict):
+                stack.append(((*path, key), value))
+            elif isinstance(value, list):
+                lists.append(value)
+    _prune(holder)
+    return texts, lists
+
+
+def _prune(node: dict[str, Any]) -> None:
+    """Objects emptied by taking their strings out are left out."""
+    for key in list(node):
+        value = node[key]
+        if isinstance(value, dict):
+            _prune(value)
+            if not value:
+                del node[key]
 
 
 def _event(payload: dict[str, Any]) -> bytes:
@@ -48,9 +92,9 @@ class GuardedStream:
         self.window = window
         self.stopped = False
         self._pending = b""
-        self._held: dict[tuple[int, str], str] = {}  # (choice, field): text not yet sent
-        self._unjudged: dict[tuple[int, str], str] = {}  # passed the PII guards, not judged
-        self._judged: dict[tuple[int, str], str] = {}  # judged safe, and sent
+        self._held: dict[Field, str] = {}  # (choice, field): text not yet sent
+        self._unjudged: dict[Field, str] = {}  # passed the PII guards, not judged
+        self._judged: dict[Field, str] = {}  # judged safe, and sent
         self._chat: dict[int, bool] = {}  # choice: a chat delta (else a completions text)
         self._calls: dict[int, dict[int, dict[str, Any]]] = {}  # choice: its tool calls
         self._envelope: dict[str, Any] = {}  # id, object, created, model of the last chunk
@@ -74,36 +118,54 @@ class GuardedStream:
         return await self._release_all() + self._pending
 
     async def _one(self, event: bytes) -> bytes:
-        payload = sse_data(event)
-        choices = payload.get("choices") if payload is not None else None
-        if payload is None or not isinstance(choices, list) or not choices:
-            # [DONE], usage, an error, a comment: after every text before it
+        data = data_field(event)
+        if data is None or data.strip() == b"[DONE]":  # a comment, [DONE]: after the text
             released = await self._release_all()
             return released if self.stopped else released + event
+        try:
+            payload = json.loads(data)
+        except (ValueError, RecursionError):
+            payload = None
+        if not isinstance(payload, dict):
+            return self._blocked(error_response(
+                502, "the model's stream sent an event that is not a JSON object; its output "
+                "guards cannot check it, so the stream ends here", "server_error",
+                "guardrail_unchecked"))
+        choices = payload.get("choices")
+        if not isinstance(choices, list) or not choices:
+            # usage, an error: after every text before it, its own strings checked whole
+            released = await self._release_all()
+            if self.stopped:
+                return released
+            refused = await self._check_now(answer_spots(payload))
+            return released + (refused if refused is not None else _event(payload))
         self._envelope = {k: v for k, v in payload.items() if k not in ("choices", "usage")}
         kept, ending = [], set()
         for choice in choices:
             if not isinstance(choice, dict):
                 continue
             index = choice.get("index", 0)
+            index = index if isinstance(index, int) else 0
+            for unmaskable in UNMASKABLE:
+                choice.pop(unmaskable, None)
             chat = isinstance(choice.get("delta"), dict)
             self._chat[index] = chat
             holder: dict[str, Any] = choice["delta"] if chat else choice
             if chat and isinstance(holder.get("tool_calls"), list):
                 self._hold_calls(index, holder.pop("tool_calls"))
-            for name in CHAT_FIELDS if chat else ("text",):
-                text = holder.get(name)
-                if isinstance(text, str) and text:
-                    self._held[index, name] = self._held.get((index, name), "") + text
-                    if chat:
-                        del holder[name]
-                    else:
-                        holder[name] = ""
+            texts, lists = _take_texts(holder, frozenset() if chat else frozenset({"delta"}))
+            for place, text in texts:
+                self._held[index, place] = self._held.get((index, place), "") + text
+            if not chat and "text" not in holder:
+                holder["text"] = ""  # a completions chunk always has its text
+            refused = await self._check_now([s for items in lists for s in text_spots(items)])
+            if refused is not None:
+                return refused
             if choice.get("finish_reason"):
                 ending.add(index)
             carries = bool(holder) if chat else any(
                 v not in (None, "") for k, v in choice.items() if k not in ("index", "text"))
-            if not carries and not choice.get("finish_reason") and not choice.get("logprobs"):
+            if not carries and not choice.get("finish_reason"):
                 continue  # it only carried text: the text goes out in chunks of its own
             kept.append(choice)
         out = []
@@ -120,6 +182,14 @@ class GuardedStream:
         if kept or payload.get("usage"):
             out.append(_event({**payload, "choices": kept}))
         return b"".join(out)
+
+    async def _check_now(self, spots: list[Spot]) -> bytes | None:
+        """Strings checked where they are (masked in place); the error event if refused."""
+        for check in (self.check, self.judge):
+            checked = await check(spots) if check is not None and spots else None
+            if isinstance(checked, web.Response):
+                return self._blocked(checked)
+        return None
 
     async def _release_all(self) -> bytes:
         out = []
@@ -154,12 +224,9 @@ class GuardedStream:
         """A choice's tool calls, their arguments checked (masked in place), as one delta."""
         calls = self._calls.pop(index)
         listed = [{"index": i, **call} for i, call in sorted(calls.items())]
-        spots = answer_spots("/chat/completions", {"choices": [
-            {"message": {"tool_calls": listed}}]})
-        for check in (self.check, self.judge):  # masked first, then judged as masked
-            checked = await check(spots) if check is not None and spots else None
-            if isinstance(checked, web.Response):
-                return self._blocked(checked)
+        refused = await self._check_now(answer_spots({"tool_calls": listed}))  # masked first,
+        if refused is not None:  # then judged as masked
+            return refused
         return _event({**self._envelope, "choices": [
             {"index": index, "delta": {"tool_calls": listed}, "finish_reason": None}]})
 
@@ -173,7 +240,7 @@ class GuardedStream:
         body = refusal.body if isinstance(refusal.body, bytes) else b"{}"
         return b"data: " + body + b"\n\n" + DONE
 
-    async def _release(self, key: tuple[int, str], *, final: bool) -> bytes:
+    async def _release(self, key: Field, *, final: bool) -> bytes:
         """The held text of ``key`` checked; what may go now, as a chunk of its own."""
         window = [self._held.get(key, "")]
         if window[0] and self.check is not None:
@@ -187,7 +254,7 @@ class GuardedStream:
             return await self._judge(key, masked[:sent], final=final)
         return self._chunk(key, masked[:sent])
 
-    async def _judge(self, key: tuple[int, str], text: str, *, final: bool) -> bytes:
+    async def _judge(self, key: Field, text: str, *, final: bool) -> bytes:
         """``text`` (past the PII guards) gathered; a full window judged with what preceded it."""
         unjudged = self._unjudged.get(key, "") + text
         if not unjudged or (len(unjudged) < self.window and not final):
@@ -201,11 +268,14 @@ class GuardedStream:
         self._judged[key], self._unjudged[key] = so_far[0], ""
         return self._chunk(key, unjudged)
 
-    def _chunk(self, key: tuple[int, str], text: str) -> bytes:
+    def _chunk(self, key: Field, text: str) -> bytes:
         """``text`` of ``key``'s choice and field as an event of its own (nothing if empty)."""
         if not text:
             return b""
-        index, name = key
-        piece: dict[str, Any] = {"index": index, "delta": {name: text}} if self._chat[index] \
-            else {"index": index, "text": text}
+        index, place = key
+        nested: Any = text
+        for name in reversed(place):
+            nested = {name: nested}
+        piece: dict[str, Any] = {"index": index, "delta": nested} if self._chat[index] \
+            else {"index": index, **nested}
         return _event({**self._envelope, "choices": [{**piece, "finish_reason": None}]})

@@ -54,6 +54,13 @@ def usage_only(event: bytes) -> bool:
     return data is not None and not data.get("choices") and isinstance(data.get("usage"), dict)
 
 
+def data_field(event: bytes) -> bytes | None:
+    """An SSE event's data (its data lines joined), None when it has none (a comment)."""
+    lines = [line[5:].removeprefix(b" ") for line in event.splitlines()
+             if line.startswith(b"data:")]
+    return b"\n".join(lines) if lines else None
+
+
 def sse_data(event: bytes) -> dict[str, Any] | None:
     """The JSON object of an SSE event's data line (None for [DONE], comments, junk)."""
     for line in event.splitlines():

@@ -128,17 +128,80 @@ def request_spots(path: str, body: dict[str, Any]) -> list[Spot]:
     return []
 
 
-def answer_spots(path: str, body: dict[str, Any]) -> list[Spot]:
-    """The text of a model's answer to ``path``, in OpenAI's shape."""
-    if path.endswith("/chat/completions"):
-        return [s for c in _each(body, "choices") if isinstance(c, dict)
-                for s in (*_content(c.get("message"), "content"),
-                          *_content(c.get("message"), "reasoning_content"),
-                          *_tool_calls(c.get("message")))]
-    if path.endswith("/completions"):
-        return [s for c in _each(body, "choices") if isinstance(c, dict)
-                for s in _string(c, "text")]
-    if path.endswith("/responses"):
-        return [s for item in _each(body, "output")
-                for s in (*_content(item), *_function_call(item))]
-    return []
+# String values that identify or enumerate rather than say something: an answer's text is
+# every other string, wherever the upstream puts it (a field added next month included).
+NOT_TEXT = frozenset({
+    "id", "object", "model", "role", "type", "finish_reason", "stop_reason",
+    "system_fingerprint", "service_tier", "status", "call_id", "tool_call_id", "name",
+    "data", "format", "mime_type", "encoding_format", "created", "index"})
+# What cannot be masked safely: each token of the answer again, one by one. Refused in a
+# request and removed from an answer while output guards run.
+UNMASKABLE = ("logprobs", "top_logprobs")
+
+
+def text_spots(value: Any) -> list[Spot]:
+    """Every string a reader reads in parsed JSON, in document order, but ``NOT_TEXT``.
+
+    A string ``arguments`` (a tool call's JSON) gives each string value in it instead.
+    Iterative: no nesting depth the parser accepted makes it recurse.
+    """
+    found: list[Spot] = []
+    stack: list[Any] = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            later = []
+            for key, item in node.items():
+                if isinstance(item, str):
+                    if key == "arguments":
+                        found.extend(_arguments(node))
+                    elif key not in NOT_TEXT:
+                        found.append(Spot(node, key))
+                elif isinstance(item, dict | list):
+                    later.append(item)
+            stack.extend(reversed(later))
+        elif isinstance(node, list):
+            later = []
+            for index, item in enumerate(node):
+                if isinstance(item, str):
+                    found.append(Spot(node, index))
+                elif isinstance(item, dict | list):
+                    later.append(item)
+            stack.extend(reversed(later))
+    return found
+
+
+def drop_unmaskable(value: Any) -> bool:
+    """Remove ``UNMASKABLE`` fields from every object in parsed JSON, in place.
+
+    True when one held something (not null).
+    """
+    dropped = False
+    stack: list[Any] = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            for key in UNMASKABLE:
+                dropped = node.pop(key, None) is not None or dropped
+            stack.extend(v for v in node.values() if isinstance(v, dict | list))
+        elif isinstance(node, list):
+            stack.extend(v for v in node if isinstance(v, dict | list))
+    return dropped
+
+
+def asks_unmaskable(body: dict[str, Any]) -> str | None:
+    """The request's parameter that asks for what output guards cannot mask, if any."""
+    for key in UNMASKABLE:
+        value = body.get(key)
+        if value not in (None, False, 0):
+            return key
+    return None
+
+
+def answer_spots(body: dict[str, Any]) -> list[Spot]:
+    """The text of a model's answer, whatever its API: every string but ``NOT_TEXT``.
+
+    A checklist of known fields missed each field added after it (``reasoning``,
+    ``refusal``, an audio ``transcript``); this reads them all.
+    """
+    return text_spots(body)

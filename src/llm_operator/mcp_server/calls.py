@@ -18,7 +18,7 @@ from mcp.shared.exceptions import MCPError
 from llm_operator.api.guardrails import GuardSpec
 from llm_operator.guardrails.guards import Direction
 from llm_operator.guardrails.runner import Guarding, GuardUnavailable, JudgeClient
-from llm_operator.guardrails.text import answer_spots, request_spots
+from llm_operator.guardrails.text import answer_spots, drop_unmaskable, request_spots
 from llm_operator.mcp_server import failures
 from llm_operator.mcp_server.auth import Caller, McpAuth
 from llm_operator.mcp_server.metrics import McpMetrics
@@ -67,8 +67,11 @@ class ModelCalls:
         A masking guard rewrites ``body`` in place, as the router does a request's.
         """
         assert self.guarding is not None
-        spots = (request_spots if direction == "input" else answer_spots)(
-            f"/{record.path}", body)
+        if direction == "input":
+            spots = request_spots(f"/{record.path}", body)
+        else:
+            drop_unmaskable(body)  # the agent reads no token list the guards cannot mask
+            spots = answer_spots(body)
         if not spots:
             return None
         try:

@@ -16,7 +16,13 @@ from llm_operator.gateway.routes import CHAT_PATH
 from llm_operator.gateway.tracing import RequestTrace
 from llm_operator.guardrails.guards import Activation, Checked, Direction
 from llm_operator.guardrails.runner import Guarding, GuardUnavailable
-from llm_operator.guardrails.text import Spot, answer_spots, request_spots
+from llm_operator.guardrails.text import (
+    Spot,
+    answer_spots,
+    asks_unmaskable,
+    drop_unmaskable,
+    request_spots,
+)
 
 Exempt = Callable[[str], bool]
 Decision = web.StreamResponse | None
@@ -36,6 +42,13 @@ def unavailable(exc: GuardUnavailable) -> web.Response:
                           "guardrail_unavailable")
 
 
+def unchecked(why: str) -> web.Response:
+    """Output guards fail closed: what they cannot read is not sent."""
+    return error_response(502, f"the model's answer could not be checked by its output "
+                          f"guards ({why}), so none of it is sent", "server_error",
+                          "guardrail_unchecked")
+
+
 def _never(_: str) -> bool:
     return False
 
@@ -46,7 +59,10 @@ class Guard:
     Input guards rewrite ``body`` and ``raw`` (mask) or answer 400 (block). Output guards:
     a stream is checked as it comes (``stream_guard``: PII guards on a held-back window,
     then judge and moderation guards on the answer so far at each judge window); a plain
-    answer whole, through ``answer_guard``. Nothing reaches the client unchecked. A client
+    answer whole, through ``answer_guard``. Every string of the answer is read but
+    identifiers and enumerations (``guardrails.text.NOT_TEXT``); ``logprobs`` are refused
+    in the request and dropped from answers; what cannot be parsed is not sent (a 502).
+    Nothing reaches the client unchecked. A client
     key's ``exemptGuards`` skip those guards; nothing in the request can.
     """
 
@@ -69,6 +85,11 @@ class Guard:
                 400, "this model's output guards stream only chat and text completions "
                 f"(checked whole, then sent): ask {ex.request.path} without stream",
                 "invalid_request_error", "guardrail_stream_unsupported", param="stream")
+        if outputs and (unmaskable := asks_unmaskable(ex.body)) is not None:
+            return error_response(
+                400, f"this model's output guards cannot mask {unmaskable} (each token of "
+                f"the answer again, one by one): ask without logprobs and top_logprobs",
+                "invalid_request_error", "guardrail_unmaskable", param=unmaskable)
         checks = _Checks(self.guarding, ex.state.route.label, path,
                          ex.client.key.exempt_from if ex.client is not None else _never,
                          ex.trace)
@@ -134,12 +155,17 @@ class _Checks:
         """A plain answer's body after the output guards, or their refusal."""
         try:
             answer = json.loads(body)
-        except ValueError:
-            answer = None
-        spots = answer_spots(self.path, answer) if isinstance(answer, dict) else []
-        if not spots:
-            return body
-        checked = await self.run(guards, spots, "output")
-        if isinstance(checked, web.Response):
-            return checked
-        return json.dumps(answer, separators=(",", ":")).encode() if checked.masked else body
+        except (ValueError, RecursionError):
+            return unchecked("its body is not JSON")
+        if not isinstance(answer, dict):
+            return unchecked("its body is not a JSON object")
+        dropped = drop_unmaskable(answer)
+        spots = answer_spots(answer)
+        masked = False
+        if spots:
+            checked = await self.run(guards, spots, "output")
+            if isinstance(checked, web.Response):
+                return checked
+            masked = checked.masked
+        return json.dumps(answer, separators=(",", ":")).encode() if masked or dropped \
+            else body

@@ -17,6 +17,7 @@ from aiohttp import web
 
 from llm_operator.gateway.answers import CLIENT_CLOSED, AnswerFailed, Streamed
 from llm_operator.gateway.assembling import StreamError, assemble
+from llm_operator.gateway.errors import error_response
 from llm_operator.gateway.exchange import Exchange
 from llm_operator.gateway.http1 import Response as UpstreamResponse
 from llm_operator.gateway.http1 import UpstreamError
@@ -95,19 +96,25 @@ class Relay:
             body = _from_native(native, upstream.status, body)
         if status == 200:
             await self._account(ex, *usage_from_body(body))
-            if ex.answer_guard is not None:
-                checked = await ex.answer_guard(body)
-                if isinstance(checked, web.Response):  # a guard blocked it
-                    return checked
-                body = checked
-            if ex.anthropic:
-                try:
-                    answer = json.loads(body)
-                except ValueError:
-                    answer = None
-                if isinstance(answer, dict):
-                    message = from_openai(answer, ex.state.route.models[0])
-                    return web.json_response(message, headers=extra)
+        if ex.answer_guard is not None and (status == 200 or body.strip()):
+            # an error's body is read too: it may quote what the model said
+            checked = await ex.answer_guard(body)
+            if isinstance(checked, web.Response):  # a guard blocked it, or could not read it
+                if status != 200 and checked.status == 502:
+                    return error_response(status, f"the model's server answered HTTP "
+                                          f"{status}; its body is not shown: the model's "
+                                          "output guards could not read it", "server_error",
+                                          "upstream_error")
+                return checked
+            body = checked
+        if status == 200 and ex.anthropic:
+            try:
+                answer = json.loads(body)
+            except ValueError:
+                answer = None
+            if isinstance(answer, dict):
+                message = from_openai(answer, ex.state.route.models[0])
+                return web.json_response(message, headers=extra)
         headers = _headers_from(upstream)
         if collect:  # the stream's content type does not describe the JSON answer
             headers = {k: v for k, v in headers.items() if k != "content-type"}
