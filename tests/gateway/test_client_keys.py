@@ -236,3 +236,52 @@ async def test_a_broken_keys_file_stops_the_gateway_at_start(gateway: GatewayFac
     bad.write_text("keys:\n  - id: a\n    sha256: short\n")
     with pytest.raises(KeyringError, match=r"keys.yaml: keys.0.sha256"):
         await keyed(gateway, bad)
+
+
+@pytest.mark.parametrize(("method", "path"), [
+    ("POST", "/v1/chat/completions"), ("POST", "/v1/completions"), ("POST", "/v1/embeddings"),
+    ("POST", "/v1/responses"), ("POST", "/v1/messages"), ("POST", "/v1/moderations"),
+    ("GET", "/v1/models"),
+])
+async def test_a_request_without_a_key_gets_401_on_every_endpoint(
+        gateway: GatewayFactory, keys_file: Path, upstream: Upstream, method: str, path: str
+        ) -> None:
+    """One way to stop a request: /v1/moderations answered 500 where chat answered 401."""
+    fake, _ = upstream
+    client, _ = await keyed(gateway, keys_file)
+    resp = await client.request(method, path, json={**CHAT, "input": "hi"})
+    body = await resp.json()
+    assert resp.status == 401, body
+    assert "missing_api_key" in str(body) or "API key" in str(body)
+    assert not fake.requests
+
+
+async def test_a_moderation_check_counts_against_the_keys_rate_limit(
+        gateway: GatewayFactory, keys_file: Path, upstream: Upstream) -> None:
+    """Checked here by the model's own guards: once each, as a request would be."""
+    client, _ = await gateway({"guardrails": {"input": [
+        {"name": "no-pii", "action": "mask", "pii": {}}]}},
+        config={"clientKeys": {"file": str(keys_file)}})
+    statuses = []
+    for _ in range(3):  # the batch key may send 2 requests a minute
+        resp = await client.post("/v1/moderations", headers=bearer(BATCH),
+                                 json={"model": "frontier", "input": "hi"})
+        statuses.append(resp.status)
+    assert statuses[-1] == 429 and statuses.count(429) == 1, statuses
+
+
+async def test_guards_run_after_the_keys_limits_so_a_refused_client_costs_no_check(
+        gateway: GatewayFactory, keys_file: Path, upstream: Upstream) -> None:
+    client, gw = await gateway({"guardrails": {"input": [
+        {"name": "no-cards", "action": "block", "pii": {"entities": ["CREDIT_CARD"]}}]}},
+        config={"clientKeys": {"file": str(keys_file)}})
+    codes = []
+    for _ in range(3):  # the batch key may send 2 requests a minute
+        resp = await client.post("/v1/chat/completions", headers=bearer(BATCH), json={
+            **CHAT, "model": "frontier",
+            "messages": [{"role": "user", "content": "card 4111 1111 1111 1111"}]})
+        codes.append((resp.status, (await resp.json())["error"]["code"]))
+    assert codes == [(400, "guardrail_blocked")] * 2 + [(429, "rate_limit_exceeded")]
+    assert metric(gw, "llmop_gateway_guardrail_activations_total", route="gpt-5.5",
+                  guard="no-cards", direction="input", action="block",
+                  entity="CREDIT_CARD") == 2

@@ -29,7 +29,7 @@ from llm_operator.gateway.batches import BatchApi, open_store, own_address, runn
 from llm_operator.gateway.clients import ClientGate
 from llm_operator.gateway.config import GatewayConfig
 from llm_operator.gateway.engine_watch import EngineWatch
-from llm_operator.gateway.errors import Refusal, error_response, unexpected
+from llm_operator.gateway.errors import error_response, unexpected
 from llm_operator.gateway.flow import Flow
 from llm_operator.gateway.holding import Holds
 from llm_operator.gateway.incoming import Incoming
@@ -277,10 +277,13 @@ class Gateway:
         state = self.table.routes.get(model)
         return state is None or bool(state.deployments)  # an unknown model: its error
 
-    def _owner(self, request: web.Request) -> str:
-        """Whose files and batches a request sees: its client key's ("" without keys)."""
+    def _owner(self, request: web.Request) -> str | web.Response:
+        """Whose files and batches a request sees: its key's id ("" without keys), or a 401."""
         gate = self.table.gate
-        return "" if gate is None else gate.identify(request).key.id
+        if gate is None:
+            return ""
+        client = gate.identify(request)
+        return client if isinstance(client, web.Response) else client.key.id
 
     # --- application -------------------------------------------------------------------
 
@@ -303,9 +306,9 @@ class Gateway:
                     ReadBody(table),  # the JSON and its model
                     resolve,  # the route, for this client; can it serve now
                     *owner,  # on another router replica, where its queue is: sent there
+                    Limit(table, self.shared),  # budget, rate limits: before any work
                     Guard(self.guarding),  # its guardrails on the request (and the answer)
-                    Hold(table, self.holds, resolve, clock),  # a replica, from zero
-                    Limit(table, self.shared)),  # budget, rate limits
+                    Hold(table, self.holds, resolve, clock)),  # a replica, from zero
             shape=Shape(),  # how each upstream is asked
             slot=Slot(self.flow, clock),  # a slot of the model's replicas
             wake=Wake(self.sleepers),  # its engine awake, where engines take turns
@@ -329,7 +332,8 @@ class Gateway:
 
         moderations = Moderations(
             (Identify(self.table, None), ReadBody(self.table), Resolve(self.table)),
-            self.guarding, self._clock, path.handle).handle
+            self.guarding, self._clock, path.handle,
+            limit=Limit(self.table, self.shared)).handle  # a check costs like a request
         app.router.add_post(MESSAGES_PATH, messages)
         app.router.add_post(MODERATIONS_PATH, moderations)
         # the same handlers, served by the gateway's own server where it listens (server.py)
@@ -407,10 +411,9 @@ class Gateway:
         gate = self.table.gate
         if gate is None:
             return web.Response(body=self.table.models_body, content_type="application/json")
-        try:
-            client = gate.identify(request)
-        except Refusal as refused:
-            return refused.response
+        client = gate.identify(request)
+        if isinstance(client, web.Response):
+            return client
         return web.json_response({"object": "list", "data": self.table.listed(client)})
 
     async def engines(self, _: web.Request) -> web.Response:

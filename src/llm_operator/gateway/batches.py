@@ -23,7 +23,7 @@ from llm_operator.batch.runner import BatchRunner, RunnerSettings
 from llm_operator.batch.state import WINDOW_SECONDS, Batch, NotNow
 from llm_operator.batch.store import BatchStore, Store, new_batch_id
 from llm_operator.gateway.config import Batches, SharedState
-from llm_operator.gateway.errors import Refusal, error_response
+from llm_operator.gateway.errors import error_response
 
 log = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -65,10 +65,21 @@ def own_address(host: str, port: int) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
+class Refusal(Exception):
+    """The answer a Files or Batch handler gives instead; caught where the handler is.
+
+    Never raised out of a handler, nor anywhere on the request path.
+    """
+
+    def __init__(self, response: web.Response) -> None:
+        super().__init__(response.status)
+        self.response = response
+
+
 class BatchApi:
     """The Files and Batch endpoints over one store, one runner."""
 
-    def __init__(self, runner: BatchRunner, owner: Callable[[web.Request], str],
+    def __init__(self, runner: BatchRunner, owner: Callable[[web.Request], str | web.Response],
                  now: Callable[[], float] = time.time) -> None:
         self.runner, self._owner, self._now = runner, owner, now
         self.store = runner.store  # the one the runner works from
@@ -90,8 +101,11 @@ class BatchApi:
                    ) -> Handler:
         """The handler with its caller identified; a Refusal becomes its answer."""
         async def answer(request: web.Request) -> web.StreamResponse:
+            owner = self._owner(request)
+            if isinstance(owner, web.Response):
+                return owner  # the 401
             try:
-                response: web.StreamResponse = await handler(request, self._owner(request))
+                response: web.StreamResponse = await handler(request, owner)
             except Refusal as refused:
                 return refused.response
             except self.store.errors as exc:  # a full disk, a full or unreachable Redis

@@ -14,7 +14,7 @@ from llm_operator.access.keyring import ClientKey, Keyring, period_of
 from llm_operator.access.limits import Limits, retry_after_header
 from llm_operator.access.limits import limits as build_limits
 from llm_operator.access.spend import Ledger, over_budget
-from llm_operator.gateway.errors import Refusal, error_response
+from llm_operator.gateway.errors import error_response
 from llm_operator.gateway.incoming import Incoming
 from llm_operator.gateway.metrics import Children, GatewayMetrics
 
@@ -92,23 +92,23 @@ class ClientGate:
         client = self._current().get(key_id)
         return None if client is None or client.key.disabled else client
 
-    def identify(self, request: Incoming) -> Client:
-        """The calling client, or Refusal with the 401 to answer."""
+    def identify(self, request: Incoming) -> Client | web.Response:
+        """The calling client, or the 401 to answer."""
         clients = self._current()
         assert self._keyring is not None
         given = presented_key(request.headers)
         if given is None:
             self.metrics.auth_failures.labels("missing").inc()
-            raise Refusal(error_response(
+            return error_response(
                 401, f"this gateway needs an API key: {KEY_HELP}", "invalid_request_error",
-                "missing_api_key", headers={"WWW-Authenticate": "Bearer"}))
+                "missing_api_key", headers={"WWW-Authenticate": "Bearer"})
         key = self._keyring.find(given)
         if key is None:
             self.metrics.auth_failures.labels("invalid").inc()
-            raise Refusal(error_response(
+            return error_response(
                 401, "the API key is not valid (unknown, revoked or disabled); ask the "
                 "gateway's operator for a key", "invalid_request_error", "invalid_api_key",
-                headers={"WWW-Authenticate": "Bearer"}))
+                headers={"WWW-Authenticate": "Bearer"})
         return clients[key.id]
 
     @staticmethod
@@ -118,16 +118,16 @@ class ClientGate:
                               "ask the gateway's operator to allow it", "permission_error",
                               "model_not_allowed", param="model")
 
-    async def check_budget(self, client: Client) -> None:
-        """Refusal (429 insufficient_quota) when the key's budget for this period is spent."""
+    async def check_budget(self, client: Client) -> web.Response | None:
+        """The 429 (insufficient_quota) when the key's budget for this period is spent."""
         over = await over_budget(client.key, self.ledger, self.now())
         if over is None:
-            return
+            return None
         client.refused("budget")
         retry = {} if over.renews is None else {"Retry-After": retry_after_header(
             (over.renews - self.now()).total_seconds())}
-        raise Refusal(error_response(429, over.message, "insufficient_quota",
-                                     "budget_exceeded", headers=retry))
+        return error_response(429, over.message, "insufficient_quota", "budget_exceeded",
+                              headers=retry)
 
     async def charge(self, client: Client, usd: float, prompt: int, completion: int) -> None:
         """Count a finished request's tokens and cost against the key."""

@@ -19,14 +19,6 @@ def error_response(status: int, message: str, kind: str, code: str | None = None
     return web.json_response(body, status=status, headers=headers)
 
 
-class Refusal(Exception):
-    """A request the gateway answers itself (4xx, 503) without calling an upstream."""
-
-    def __init__(self, response: web.Response) -> None:
-        super().__init__(response.status)
-        self.response = response
-
-
 def unexpected(request: Incoming, exc: Exception, *, streaming: bool = False
                ) -> web.Response:
     """What a handler raised, answered in OpenAI's shape.

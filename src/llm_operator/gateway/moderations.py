@@ -87,15 +87,16 @@ def _asks_upstream(state: RouteState) -> bool:
 
 
 class Moderations:
-    """The handler: the checks (who, which model), then every guard of the model.
+    """The handler: the checks (who, which model), the key's limits, every guard of the model.
 
-    ``forward``: the request path (path.py), for a remote model without guards.
+    ``forward``: the request path (path.py), for a remote model without guards, which
+    counts the request itself; ``limit``: the budget and rate limits a check counts against.
     """
 
     def __init__(self, checks: Sequence[Check], guarding: Guarding, clock: Clock,
-                 forward: Handler) -> None:
+                 forward: Handler, limit: Check | None = None) -> None:
         self.checks, self.guarding, self._clock = tuple(checks), guarding, clock
-        self.forward = forward
+        self.forward, self.limit = forward, limit
 
     async def handle(self, request: Incoming) -> web.StreamResponse:
         ex = Exchange(request, self._clock(), None)
@@ -107,7 +108,10 @@ class Moderations:
             return error_response(400, texts, "invalid_request_error", "invalid_input",
                                   param="input")
         if _asks_upstream(ex.state):
-            return await self.forward(request)
+            return await self.forward(request)  # the request path counts it as a request
+        if self.limit is not None and (
+                spent := await first_answer((self.limit,), ex)) is not None:
+            return spent  # checked here: it costs the key a request, as any other
         guardrails = ex.state.route.guardrails
         guards = guardrails.every_guard if guardrails is not None else ()
         results = []

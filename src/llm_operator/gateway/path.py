@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from aiohttp import web
 
 from llm_operator.gateway.answers import CLIENT_CLOSED, HeldStream, Streamed
-from llm_operator.gateway.errors import Refusal, unexpected
+from llm_operator.gateway.errors import unexpected
 from llm_operator.gateway.exchange import Exchange
 from llm_operator.gateway.incoming import Incoming
 from llm_operator.gateway.parts.forward import UNREACHABLE, Forward
@@ -76,16 +76,13 @@ class RequestPath:
         back; an answer to a held stream is written into it as its error event.
         """
         try:
-            try:
-                answer = await self._admit(ex) if ex.trace is not None else \
-                    await self._checked(ex)
-                if answer is None:
-                    try:
-                        answer = await self._dispatch(ex)
-                    finally:
-                        ex.reservation.settle()  # no usage came back (an error, a cancel)
-            except Refusal as refused:
-                answer = refused.response
+            answer = await self._admit(ex) if ex.trace is not None else \
+                await self._checked(ex)
+            if answer is None:
+                try:
+                    answer = await self._dispatch(ex)
+                finally:
+                    ex.reservation.settle()  # no usage came back (an error, a cancel)
             held = ex.held
             if held is not None and answer is not held and isinstance(answer, web.Response):
                 answer = await held.fail(answer)  # the headers went out with the keepalives

@@ -13,7 +13,7 @@ from llm_operator.gateway.routes import RouteTable
 
 
 class Identify:
-    """Sets ``client`` (with client keys) and ``batch_run``; a Refusal (401) otherwise.
+    """Sets ``client`` (with client keys) and ``batch_run``; answers 401 otherwise.
 
     The batch runner's requests carry a per-process secret (``runner_token``) and the
     owner's key id: they act as that key, at batch prices. Nothing else can.
@@ -29,9 +29,12 @@ class Identify:
             client = self._batch_owner(ex, token)
         gate = self.table.gate
         if gate is not None:  # who is asking, before reading what they ask
-            ex.client = client or gate.identify(ex.request)
+            found = client or gate.identify(ex.request)
+            if isinstance(found, web.Response):
+                return found  # the 401
+            ex.client = found
             if ex.trace is not None:
-                ex.trace.note(**{"llmop.client_key": ex.client.key.id})
+                ex.trace.note(**{"llmop.client_key": found.key.id})
         return None
 
     def _batch_owner(self, ex: Exchange, token: str) -> Client | None:

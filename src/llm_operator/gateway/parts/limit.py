@@ -37,7 +37,9 @@ class Limit:
         client, state = ex.client, ex.state
         if client is not None:
             assert self.table.gate is not None
-            await self.table.gate.check_budget(client)
+            spent = await self.table.gate.check_budget(client)
+            if spent is not None:
+                return spent
         parties = [state.limits] if client is None else [state.limits, client.limits]
         return self._answer(ex, await self.shared.admit(parties, ex.body, ex.reservation)
                             if self.shared else admit(parties, ex.body, ex.reservation))
