@@ -159,3 +159,18 @@ async def test_a_stream_event_that_is_not_json_ends_the_stream_unsent(
         "model": "gpt-5.5", "stream": True, "messages": [{"role": "user", "content": "hi"}]})
     raw = (await resp.read()).decode()
     assert DIGITS not in raw and "guardrail_unchecked" in raw, raw
+
+
+@pytest.mark.parametrize(("path", "body"), [
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": f"{CARD} " * 4000}]}),
+    ("/v1/moderations", {"input": f"{CARD} " * 50_000}),  # 1 MB: minutes of analysis once
+], ids=["chat", "moderation"])
+async def test_more_text_than_the_guards_read_is_refused_with_the_limit(
+        gateway: GatewayFactory, upstream: Upstream, path: str, body: dict[str, Any]) -> None:
+    fake, _ = upstream
+    client, _ = await gateway(guards(input=[pii("no-pii", "mask")]))
+    resp = await client.post(path, json={"model": "gpt-5.5", **body})
+    error = (await resp.json())["error"]
+    assert (resp.status, error["code"]) == (413, "guardrail_text_too_long")
+    assert "guardrails.maxCheckedChars" in error["message"] and "65536" in error["message"]
+    assert fake.requests == []

@@ -209,7 +209,8 @@ def test_a_models_guardrails_go_with_its_routes_and_its_adapters() -> None:
                                    "pii": {"scoreThreshold": 0.4}}],
                "output": [{"name": "no-cards", "action": "block", "onError": "closed",
                            "pii": {"entities": ["CREDIT_CARD"], "scoreThreshold": 0.4}}],
-               "streamHoldBackChars": 128, "streamJudgeWindowChars": 512}
+               "maxCheckedChars": 65536, "streamHoldBackChars": 128,
+               "streamJudgeWindowChars": 512}
     assert [r.get("guardrails") for r in table.routes] == [written, written]
     config = parse_config({"routes": table.routes})
     assert all(r.guardrails is not None and r.guardrails.names == ("no-pii", "no-cards")

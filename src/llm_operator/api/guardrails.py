@@ -224,6 +224,12 @@ class GuardrailsSpec(Wire):
         json_schema_extra={"x-kubernetes-list-type": "map",
                            "x-kubernetes-list-map-keys": ["name"]})
 
+    max_checked_chars: int = Field(
+        65536, ge=1024, le=4194304, description="The most text the guards read of one "
+        "request, answer or moderation input, all its strings together. Past it a request "
+        "or moderation input is refused (413) and a plain answer is not sent (502): PII "
+        "analysis costs more than linear time in the text, and a judge's context is "
+        "bounded. A stream's judge reads the last this many characters of the answer so far.")
     stream_hold_back_chars: int = Field(
         128, ge=16, le=4096, description="Output PII guards on a stream: the text not yet "
         "sent while it is checked; what the longest entity to catch needs (an IBAN: 34).")

@@ -85,9 +85,12 @@ class GuardedStream:
     """SSE bytes in (OpenAI's chunks, as the client would get them), checked SSE bytes out."""
 
     def __init__(self, check: Check | None, hold: int, *, judge: Check | None = None,
-                 window: int = 0) -> None:
-        """``check``: the PII guards (None: none); ``judge``: the model guards (None: none)."""
-        self.check, self.judge = check, judge
+                 window: int = 0, tail: int = 65536) -> None:
+        """``check``: the PII guards (None: none); ``judge``: the model guards (None: none).
+
+        A judge reads the last ``tail`` characters of the answer so far.
+        """
+        self.check, self.judge, self.tail = check, judge, tail
         self.hold = hold if check is not None else 0
         self.window = window
         self.stopped = False
@@ -261,7 +264,7 @@ class GuardedStream:
             self._unjudged[key] = unjudged
             return b""
         assert self.judge is not None
-        so_far = [self._judged.get(key, "") + unjudged]
+        so_far = [(self._judged.get(key, "") + unjudged)[-self.tail:]]  # bounded
         checked = await self.judge([Spot(so_far, 0)])
         if isinstance(checked, web.Response):
             return self._blocked(checked)

@@ -27,11 +27,11 @@ from llm_operator.api.guardrails import GuardSpec
 from llm_operator.gateway.errors import error_response
 from llm_operator.gateway.exchange import Exchange
 from llm_operator.gateway.incoming import Incoming
-from llm_operator.gateway.parts.guard import unavailable
+from llm_operator.gateway.parts.guard import too_long, unavailable
 from llm_operator.gateway.path import Check, first_answer
 from llm_operator.gateway.routes import Clock, RouteState
 from llm_operator.guardrails.guards import Activation
-from llm_operator.guardrails.runner import Guarding, GuardUnavailable
+from llm_operator.guardrails.runner import Guarding, GuardUnavailable, TextTooLong
 from llm_operator.guardrails.text import Spot
 
 Handler = Callable[[Incoming], Awaitable[web.StreamResponse]]
@@ -114,6 +114,9 @@ class Moderations:
             return spent  # checked here: it costs the key a request, as any other
         guardrails = ex.state.route.guardrails
         guards = guardrails.every_guard if guardrails is not None else ()
+        size = sum(len(text) for text in texts)
+        if guardrails is not None and size > guardrails.max_checked_chars:
+            return too_long(TextTooLong(size, guardrails.max_checked_chars))
         results = []
         for text in texts:
             found: list[Activation] = []

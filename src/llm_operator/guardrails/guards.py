@@ -5,7 +5,7 @@ Pure: the detector is passed in (guardrails/pii.py's scanner, in a worker thread
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -44,24 +44,22 @@ class Checked:
     masked: bool = False
 
 
-def pii_found(guard: GuardSpec, spots: Sequence[Spot], detector: Detector,
-              direction: Direction) -> tuple[tuple[str, ...], float, bool]:
-    """A PII guard over every spot's text: entity types found, best score, whether masked.
+def applied(guard: GuardSpec, spots: Sequence[Spot], found: Sequence[Sequence[Finding]],
+            direction: Direction, mask: Callable[[str, Sequence[Finding]], str]
+            ) -> tuple[tuple[str, ...], float, bool]:
+    """A PII guard's findings (``found``, spot by spot), masked where it masks.
 
-    A masking guard rewrites the spots in place (never for a moderation).
+    Entity types, best score, whether a spot changed. Never masked for a moderation.
     """
-    assert guard.pii is not None
     entities: set[str] = set()
     score, masked = 0.0, False
-    for spot in spots:
-        text = spot.text
-        found = detector.find(text, guard.pii.wanted, guard.pii.score_threshold)
-        if not found:
+    for spot, findings in zip(spots, found, strict=True):
+        if not findings:
             continue
-        entities.update(f.entity for f in found)
-        score = max(score, *(f.score for f in found))
+        entities.update(f.entity for f in findings)
+        score = max(score, *(f.score for f in findings))
         if guard.action == "mask" and direction != "moderation":
-            spot.replace(detector.mask(text, found))
+            spot.replace(mask(spot.text, findings))
             masked = True
     return tuple(sorted(entities)), score, masked
 

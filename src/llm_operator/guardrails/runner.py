@@ -19,9 +19,9 @@ from typing import Any, Protocol
 
 from llm_operator.api.guardrails import GuardSpec
 from llm_operator.guardrails import judges, moderation
-from llm_operator.guardrails.guards import Checked, Detector, Direction, pii_found, record
-from llm_operator.guardrails.pii import shared_scanner
-from llm_operator.guardrails.possible import possible
+from llm_operator.guardrails.guards import Checked, Detector, Direction, applied, record
+from llm_operator.guardrails.pii import Finding, kept_in_piece, shared_scanner
+from llm_operator.guardrails.possible import pieces, possible
 from llm_operator.guardrails.text import Spot
 
 log = logging.getLogger("llm_operator.gateway")
@@ -42,6 +42,15 @@ class GuardMetrics(Protocol):
 
 class GuardUnavailable(RuntimeError):
     """A guard's detector cannot run here; the message says why and what to install."""
+
+
+class TextTooLong(ValueError):
+    """More text than the guardrails read (``maxCheckedChars``): nothing was checked."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"{size} characters of text, more than the {limit} this model's "
+                         "guardrails read (guardrails.maxCheckedChars)")
+        self.size, self.limit = size, limit
 
 
 class JudgeFailed(RuntimeError):
@@ -104,17 +113,21 @@ class Guarding:
 
     async def check(self, where: str, guards: Sequence[GuardSpec], spots: Sequence[Spot],
                     direction: Direction, exempt: Callable[[str], bool], *,
-                    context: str = "", trace: Trace | None = None) -> Checked:
+                    context: str = "", trace: Trace | None = None,
+                    max_chars: int | None = None) -> Checked:
         """``guards`` in order over ``spots`` (rewritten in place where one masks), counted.
 
         ``where``: the route or tool the metrics name; ``context``: an answer's request
         text, which a judge reads beside it; ``trace``: a span per guard (its name,
         direction, and what it found: types, never text). GuardUnavailable when a detector
-        cannot run or a judge fails closed (the caller refuses the request).
+        cannot run or a judge fails closed (the caller refuses the request); TextTooLong,
+        before any guard runs, when the spots hold more than ``max_chars``.
         """
+        size = sum(len(spot.text) for spot in spots)
+        if max_chars is not None and size > max_chars:
+            raise TextTooLong(size, max_chars)
         started = time.perf_counter()
         checked = Checked()
-        loop = asyncio.get_running_loop()
         try:
             for guard in guards:
                 if exempt(guard.name):
@@ -127,9 +140,7 @@ class Guarding:
                             possible(guard.pii.wanted, spot.text) for spot in spots):
                         entities, score = _NOTHING  # prose: nothing it looks for can be there
                     elif guard.pii is not None:
-                        detector = await self._detector()
-                        entities, score, masked = await loop.run_in_executor(
-                            self._worker, pii_found, guard, spots, detector, direction)
+                        entities, score, masked = await self._pii(guard, spots, direction)
                         checked.masked |= masked
                     elif guard.judge is not None:
                         entities, score = await self._judged(where, guard, spots, direction,
@@ -151,6 +162,30 @@ class Guarding:
                 self.metrics.guard_activations.labels(
                     where, found.guard, found.direction, found.action, entity).inc()
         return checked
+
+    async def _pii(self, guard: GuardSpec, spots: Sequence[Spot], direction: Direction
+                   ) -> tuple[tuple[str, ...], float, bool]:
+        """A PII guard over the spots, a bounded piece at a time on the worker thread.
+
+        Each piece (guardrails/possible.py's PIECE) is one job: a request with much text
+        takes turns with the others' pieces instead of holding the worker, and stops at
+        the next piece when its client goes away or the server stops (cancellation).
+        """
+        assert guard.pii is not None
+        detector = await self._detector()
+        loop = asyncio.get_running_loop()
+        threshold = guard.pii.score_threshold
+        found: list[list[Finding]] = []
+        for spot in spots:
+            text = spot.text
+            wanted = possible(guard.pii.wanted, text)
+            kept: set[Finding] = set()
+            for start, end, cut_before, cut_after in pieces(wanted, text) if wanted else ():
+                piece = await loop.run_in_executor(self._worker, detector.find,
+                                                   text[start:end], wanted, threshold)
+                kept.update(kept_in_piece(piece, start, end, cut_before, cut_after))
+            found.append(sorted(kept, key=lambda f: (f.start, f.end, f.entity)))
+        return applied(guard, spots, found, direction, detector.mask)
 
     async def _judged(self, where: str, guard: GuardSpec, spots: Sequence[Spot],
                       direction: Direction, context: str) -> tuple[tuple[str, ...], float]:

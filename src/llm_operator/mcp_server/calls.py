@@ -17,7 +17,7 @@ from mcp.shared.exceptions import MCPError
 
 from llm_operator.api.guardrails import GuardSpec
 from llm_operator.guardrails.guards import Direction
-from llm_operator.guardrails.runner import Guarding, GuardUnavailable, JudgeClient
+from llm_operator.guardrails.runner import Guarding, GuardUnavailable, JudgeClient, TextTooLong
 from llm_operator.guardrails.text import answer_spots, drop_unmaskable, request_spots
 from llm_operator.mcp_server import failures
 from llm_operator.mcp_server.auth import Caller, McpAuth
@@ -74,9 +74,14 @@ class ModelCalls:
             spots = answer_spots(body)
         if not spots:
             return None
+        rails = record.guardrails
         try:
-            checked = await self.guarding.check(record.tool_name, guards, spots, direction,
-                                                exempt)
+            checked = await self.guarding.check(
+                record.tool_name, guards, spots, direction, exempt,
+                max_chars=rails.max_checked_chars if rails is not None else None)
+        except TextTooLong as exc:
+            what = "this call" if direction == "input" else "the model's answer"
+            return failure(f"{what} holds {exc}: send less text"), "guardrail_text_too_long"
         except GuardUnavailable as exc:
             return failure(f"the guardrails of model {record.model_id} cannot run: {exc}"), \
                 "guardrail_unavailable"

@@ -15,7 +15,7 @@ from llm_operator.gateway.guarded_stream import GuardedStream
 from llm_operator.gateway.routes import CHAT_PATH
 from llm_operator.gateway.tracing import RequestTrace
 from llm_operator.guardrails.guards import Activation, Checked, Direction
-from llm_operator.guardrails.runner import Guarding, GuardUnavailable
+from llm_operator.guardrails.runner import Guarding, GuardUnavailable, TextTooLong
 from llm_operator.guardrails.text import (
     Spot,
     answer_spots,
@@ -47,6 +47,13 @@ def unchecked(why: str) -> web.Response:
     return error_response(502, f"the model's answer could not be checked by its output "
                           f"guards ({why}), so none of it is sent", "server_error",
                           "guardrail_unchecked")
+
+
+def too_long(exc: TextTooLong) -> web.Response:
+    """The 413 for a request (or moderation input) with more text than the guards read."""
+    return error_response(413, f"the request holds {exc}: send less text, or ask an "
+                          "administrator to raise it", "invalid_request_error",
+                          "guardrail_text_too_long")
 
 
 def _never(_: str) -> bool:
@@ -92,7 +99,7 @@ class Guard:
                 "invalid_request_error", "guardrail_unmaskable", param=unmaskable)
         checks = _Checks(self.guarding, ex.state.route.label, path,
                          ex.client.key.exempt_from if ex.client is not None else _never,
-                         ex.trace)
+                         ex.trace, guardrails.max_checked_chars)
         spots = request_spots(path, ex.body)
         if inputs and spots:
             checked = await checks.run(inputs, spots, "input")
@@ -102,7 +109,8 @@ class Guard:
                 ex.raw = json.dumps(ex.body, separators=(",", ":")).encode()
         if not outputs:
             return None
-        checks.asked = "\n\n".join(s.text for s in spots)  # as the input guards left it
+        # as the input guards left it (a judge reads it beside the answer): bounded
+        checks.asked = "\n\n".join(s.text for s in spots)[-guardrails.max_checked_chars:]
         if ex.body.get("stream") is True:
             ex.stream_guard = _stream_guard(checks, guardrails)
             return None
@@ -126,7 +134,8 @@ def _stream_guard(checks: _Checks, guardrails: GuardrailsSpec) -> GuardedStream:
         return await checks.run(models, so_far, "output")
     return GuardedStream(check_text if pii else None, guardrails.stream_hold_back_chars,
                          judge=judge_text if models else None,
-                         window=guardrails.stream_judge_window_chars)
+                         window=guardrails.stream_judge_window_chars,
+                         tail=guardrails.max_checked_chars)
 
 
 @dataclass
@@ -138,6 +147,7 @@ class _Checks:
     path: str
     exempt: Exempt
     trace: RequestTrace | None  # a span per guard
+    max_chars: int  # guardrails.maxCheckedChars
     asked: str = ""  # the request's text, which a judge reads beside the answer
 
     async def run(self, guards: Sequence[GuardSpec], spots: Sequence[Spot],
@@ -146,9 +156,11 @@ class _Checks:
         try:
             checked = await self.guarding.check(self.route, guards, spots, direction,
                                                 self.exempt, context=self.asked,
-                                                trace=self.trace)
+                                                trace=self.trace, max_chars=self.max_chars)
         except GuardUnavailable as exc:
             return unavailable(exc)
+        except TextTooLong as exc:
+            return too_long(exc) if direction == "input" else unchecked(f"it holds {exc}")
         return blocked(checked.blocked) if checked.blocked is not None else checked
 
     async def answer(self, guards: Sequence[GuardSpec], body: bytes) -> bytes | web.Response:
