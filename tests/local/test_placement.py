@@ -41,7 +41,7 @@ def test_the_embedded_default_runs_llama_server_as_a_pod_would_on_loopback() -> 
     assert decision.server_args("/m.gguf", 4100) == [
         "--model", "/m.gguf", "--alias", "gemma-3-270m", "--host", "127.0.0.1",
         "--port", "4100", "--metrics", "--ctx-size", "32768", "--threads", "2",
-        "--parallel", "8", "--n-predict", "256", "--chat-template", "gemma"]
+        "--parallel", "8", "--n-predict", "256", "--chat-template", "gemma", "--no-jinja"]
 
 
 @pytest.mark.parametrize(("engine_args", "engine", "flags", "ignored"), [
@@ -208,8 +208,8 @@ def test_adapters_are_loaded_applied_to_no_request_in_the_order_of_their_ids() -
     assert isinstance(decision, LocalServe)
     args = decision.server_args("/m.gguf", 4100, [("wild", "/a/wild.gguf"),
                                                   ("tame", "/a/tame.gguf")])
-    assert args[-6:-2] == ["--lora-scaled", "/a/wild.gguf:0", "--lora-scaled",
-                           "/a/tame.gguf:0"]
+    assert args[-7:-3] == ["--lora-scaled", "/a/wild.gguf:0", "--lora-scaled",
+                           "/a/tame.gguf:0"]  # then the engineArgs
 
 
 def test_an_adapter_name_another_model_serves_leaves_the_later_model_out() -> None:
