@@ -38,6 +38,7 @@ from llm_operator.gateway.keys import KeyUnavailable
 from llm_operator.gateway.looks import Looks
 from llm_operator.gateway.metrics import FlowMetrics, GatewayMetrics
 from llm_operator.gateway.moderations import Moderations
+from llm_operator.gateway.openapi import description
 from llm_operator.gateway.owners import Owners
 from llm_operator.gateway.parts.body import ReadBody
 from llm_operator.gateway.parts.classify import Classify
@@ -74,7 +75,7 @@ MESSAGES_PATH = "/v1/messages"  # Anthropic-shaped clients, translated for any m
 # the model's guardrails, OpenAI's moderation shape (a remote model without any: its own)
 MODERATIONS_PATH = "/v1/moderations"
 ENDPOINTS = ", ".join(f"POST {p}" for p in (*PROXIED_PATHS, MESSAGES_PATH, MODERATIONS_PATH)
-                      ) + ", GET /v1/models, GET /models"
+                      ) + ", GET /v1/models, GET /models, GET /openapi.json"
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -345,6 +346,7 @@ class Gateway:
         app.router.add_get("/health", answering_errors(self.health))
         app.router.add_get("/ready", answering_errors(self.ready))
         app.router.add_get("/metrics", answering_errors(self.prometheus))
+        app.router.add_get("/openapi.json", answering_errors(self.openapi))
         if self.batch_api is not None:
             self.batch_api.add_routes(app.router, answering_errors)
         if more is not None:
@@ -428,6 +430,10 @@ class Gateway:
 
     async def health(self, _: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
+
+    async def openapi(self, _: web.Request) -> web.Response:
+        """The gateway's OpenAPI description (gateway/openapi.py)."""
+        return web.json_response(description(batches=self.batch_api is not None))
 
     async def ready(self, _: web.Request) -> web.Response:
         problems = []

@@ -139,6 +139,7 @@ class Connection(BaseProtocol):
         self._closing = False  # answer what is in flight, then close
         self._idle: asyncio.TimerHandle | None = None
         self._idle_from: float | None = None  # when it went idle; None: a request is served
+        self._body_seen: float | None = None  # a body coming when the idle timer fired
         # the message being parsed
         self._url = b""
         self._raw_headers: list[tuple[bytes, bytes]] = []
@@ -215,6 +216,7 @@ class Connection(BaseProtocol):
 
     def on_message_begin(self) -> None:
         self._in_message = self._in_head = True
+        self._body_seen = None
         self._url, self._raw_headers, self._body = b"", [], []
         self._size, self._too_large, self._chunked = 0, False, False
 
@@ -386,7 +388,12 @@ class Connection(BaseProtocol):
             self._idle = None
 
     def _idle_out(self) -> None:
-        """As aiohttp's: closed unless a request is answered or its body is coming."""
+        """As aiohttp's: closed unless a request is answered.
+
+        A body still coming gets one more keepalive to arrive whole, then a 408 (aiohttp
+        waits for it forever: one client holding connections open with bodies it never
+        finishes held the gateway's sockets).
+        """
         armed_for = self._idle.when() if self._idle is not None else 0.0
         self._idle = None
         since = self._idle_from
@@ -396,8 +403,14 @@ class Connection(BaseProtocol):
             self._idle = self.loop.call_at(since + KEEPALIVE_SECONDS, self._idle_out)
             return
         coming = self._in_message and not self._in_head
-        if self._task_handler is None and not coming and self.transport is not None \
+        if coming and self._body_seen is None:  # given one more keepalive to arrive whole
+            self._body_seen = now = self.loop.time()
+            self._idle = self.loop.call_at(now + KEEPALIVE_SECONDS, self._idle_out)
+            return
+        if self._task_handler is None and self.transport is not None \
                 and self._aiohttp is None:
+            if coming:  # a body still not whole: a client that never finishes holds nothing
+                self.transport.write(_body_timed_out())
             self.transport.close()
 
 
@@ -426,6 +439,14 @@ def _plain(response: web.Response, version: HttpVersion, *, keep: bool) -> bytes
             head.append("Connection: keep-alive\r\n")
     head.append("\r\n")
     return "".join(head).encode("utf-8") + body
+
+
+def _body_timed_out() -> bytes:
+    """A 408 for a request whose body did not arrive whole in time, closing the connection."""
+    return _plain(error_response(408, f"the request's body did not arrive whole within "
+                                 f"{KEEPALIVE_SECONDS:g} s; send it at once",
+                                 "invalid_request_error", "request_timeout"),
+                  HttpVersion11, keep=False)
 
 
 def _bad_request(exc: Exception) -> bytes:
