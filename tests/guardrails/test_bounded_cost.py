@@ -18,7 +18,15 @@ import pytest
 
 from llm_operator.api.guardrails import GuardSpec
 from llm_operator.gateway.metrics import GatewayMetrics
-from llm_operator.guardrails.pii import Finding, PiiScanner, masked_text, merged, shared_scanner
+from llm_operator.guardrails.pii import (
+    RUN_DIGITS,
+    Finding,
+    PiiScanner,
+    masked_text,
+    merged,
+    phone_parts,
+    shared_scanner,
+)
 from llm_operator.guardrails.possible import MARGIN, PIECE, pieces
 from llm_operator.guardrails.runner import Guarding, TextTooLong
 from llm_operator.guardrails.text import Spot
@@ -152,3 +160,31 @@ async def test_more_text_than_the_guards_read_is_refused_before_any_guard_runs()
     finally:
         runner.close()
     assert detector.read == []
+
+
+@pytest.mark.parametrize(("text", "parts"), [
+    ("call 212 555 0123", ["call 212 555 0123"]),  # a phone number's run: read whole
+    # card numbers side by side (a column of them is one run): left out, nothing to read
+    (f"{CARD} {CARD}\n{CARD}", []),
+    # a phone number between card numbers: read alone
+    (f"{CARD} 415 555 0100 {CARD}", ["415 555 0100"]),
+])
+def test_a_run_longer_than_a_phone_number_is_read_in_parts(text: str,
+                                                          parts: list[str]) -> None:
+    at = 5 if text.startswith("call") else 0
+    assert [text[a:b] for a, b in phone_parts(text, at, len(text))] == (
+        [text[at:]] if at else parts)
+
+
+def test_a_long_run_without_cards_is_read_in_overlapping_parts_of_bounded_digits() -> None:
+    text = " ".join(["123"] * 40)  # 120 digits, no card number in them
+    parts = phone_parts(text, 0, len(text))
+    assert len(parts) > 4 and parts[0][0] == 0 and parts[-1][1] == len(text)
+    assert all(sum(c.isdigit() for c in text[a:b]) <= RUN_DIGITS for a, b in parts)
+    assert all(a2 < b1 for (_, b1), (a2, _) in itertools.pairwise(parts))  # they overlap
+
+
+def test_a_column_of_card_numbers_is_found_card_by_card(scanner: PiiScanner) -> None:
+    text = f"{CARD}\n" * 400
+    found = scanner.find(text, ["CREDIT_CARD", "PHONE_NUMBER"], 0.4)
+    assert [(f.entity, text[f.start:f.end]) for f in found] == [("CREDIT_CARD", CARD)] * 400

@@ -65,7 +65,7 @@ WHOLE = 0.75  # regions covering more of the text than this: scan it whole, in o
 # card numbers: 2.3 s, 80 KB: 18 s, measured here), so a longer part is analyzed in pieces
 # this long that overlap by MARGIN: linear in the text, and each piece a bounded job that
 # other requests' pieces take turns with (guardrails/runner.py).
-PIECE = 2048
+PIECE = 1024
 
 
 def regions(entities: Sequence[str], text: str) -> list[tuple[int, int]]:
