@@ -81,3 +81,24 @@ def assert_chat_reaches_the_model(engine: str, base_url: str, model: str) -> Non
         model=model, messages=KNOWN_ANSWER[0], max_tokens=4,  # type: ignore[arg-type]
         temperature=0)
     assert (known.choices[0].message.content or "").startswith(KNOWN_ANSWER[1]), known
+
+
+def assert_vllm_chat_reaches_the_model(base: str, model: str) -> None:
+    """Two questions to vLLM at ``base`` (a Service root): each chat request costs the
+    tokens of the conversation as vLLM renders it with the template the weights carry
+    (its ``/tokenize`` of the messages), and two questions are two prompts."""
+    client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused", timeout=60,
+                           max_retries=0)
+    counted, rendered = [], []
+    with httpx.Client(timeout=30) as http:
+        for question in QUESTIONS:
+            tokenized = http.post(f"{base}/tokenize", json={
+                "model": model, "messages": ask(question), "add_generation_prompt": True})
+            assert tokenized.status_code == 200, tokenized.text
+            rendered.append(tokenized.json()["count"])
+            usage = client.chat.completions.create(
+                model=model, messages=ask(question), max_tokens=1).usage  # type: ignore[arg-type]
+            assert usage is not None
+            counted.append(usage.prompt_tokens)
+    assert counted == rendered and rendered[0] != rendered[1]
+    assert rendered[0] > len(QUESTIONS[0].split())  # the question, not a fixed text

@@ -21,6 +21,7 @@ import pytest
 from e2e_cluster import GEMMA_DIR, GEMMA_FILE, MODELS_NS, NodeCluster
 
 from hubserver import hub, make_repo
+from prompts import assert_vllm_chat_reaches_the_model
 from realnode import NODE_IP
 
 from samples import REPO, load_yaml
@@ -179,6 +180,9 @@ def test_the_vllm_example_downloads_its_repo_and_hot_loads_adapters(
     base = client.completions.create(model="google/gemma-3-270m", prompt=QUESTION,
                                      max_tokens=16, stop=["\n"], temperature=0)
     assert "Paris" in base.choices[0].text
+    # the downloaded repo's own chat template: the conversation reaches the model
+    assert_vllm_chat_reaches_the_model(hub_node.service_url(NS, name, 8000, ""),
+                                       "google/gemma-3-270m")
     (pod,) = hub_node.json("-n", NS, "get", "pods", "-l", f"app={name}")["items"]
     assert _served(hub_node, name) == {"google/gemma-3-270m", *LORAS}
     adapted = client.completions.create(model="sql", prompt=QUESTION, max_tokens=16,

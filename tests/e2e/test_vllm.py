@@ -33,11 +33,12 @@ from e2e_cluster import (
 )
 
 from llm_operator.api.validation import parse_llmmodel
+from llm_operator.profiles.engines import serve, vllm_sleeper
 from llm_operator.profiles.settings import Settings
 from llm_operator.render import render
 from monitoring.promtool import rule_groups, write_rules
 from monitoring.scrape import pod_monitor_jobs
-from prompts import QUESTIONS, ask
+from prompts import assert_vllm_chat_reaches_the_model
 
 from controlplane import free_port
 from samples import REPO, load_yaml
@@ -78,23 +79,42 @@ def test_vllm_answers_through_the_service_with_the_openai_sdk(vllm: NodeCluster)
 
 def test_a_chat_request_reaches_vllm_in_the_template_its_weights_carry(
         vllm: NodeCluster) -> None:
-    """vLLM renders the messages with the model's own template (tools/gemma_hf.py's Q/A):
-    its /tokenize of the conversation counts what the chat request reports, and two
-    questions are two prompts."""
-    base = vllm.service_url(NS, NAME, 8000, "")
-    client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused", timeout=60)
-    counted, rendered = [], []
-    for question in QUESTIONS:
-        tokenized = httpx2.post(f"{base}/tokenize", timeout=30, json={
-            "model": GEMMA_VLLM_ID, "messages": ask(question),
-            "add_generation_prompt": True}).json()
-        rendered.append(tokenized["count"])
-        usage = client.chat.completions.create(
-            model=GEMMA_VLLM_ID, messages=ask(question), max_tokens=1).usage  # type: ignore[arg-type]
-        assert usage is not None
-        counted.append(usage.prompt_tokens)
-    assert counted == rendered and rendered[0] != rendered[1]
-    assert rendered[0] > len(QUESTIONS[0].split())  # the question, not a fixed text
+    """vLLM renders the messages with the model's own template (tools/gemma_hf.py's Q/A)."""
+    assert_vllm_chat_reaches_the_model(vllm.service_url(NS, NAME, 8000, ""), GEMMA_VLLM_ID)
+
+
+def _vllm_models() -> list[Any]:
+    """Every vLLM model the repository ships (examples, samples), parsed."""
+    found = []
+    for path in sorted([*(REPO / "examples").rglob("*.yaml"),
+                        *(REPO / "config/samples").rglob("*.yaml")]):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if isinstance(doc, dict) and doc.get("kind") == "LLMModel" and doc["spec"].get(
+                    "deploymentMode", "local") == "local" and doc["spec"].get(
+                    "inferenceEngine", "vllm") == "vllm":
+                found.append(parse_llmmodel(doc))
+    return found
+
+
+def test_every_flag_rendered_for_vllm_is_one_the_pinned_vllm_knows(vllm: NodeCluster) -> None:
+    """vLLM's own --help, in the pod that runs it: a flag it renamed or dropped fails here,
+    before a user's engine refuses to start."""
+    (pod,) = vllm.json("-n", NS, "get", "pods", "-l", f"app={NAME}")["items"]
+    text = vllm.plane.kubectl("-n", NS, "exec", pod["metadata"]["name"], "-c",
+                              "inference-server", "--", "python3", "-m",
+                              "vllm.entrypoints.openai.api_server", "--help=all",
+                              timeout=300).stdout
+    known = set(re.findall(r"(?<![\w-])--[a-z0-9][a-z0-9-]*", text))
+    assert {"--max-model-len", "--served-model-name", "--enable-sleep-mode"} <= known
+    models = _vllm_models()
+    assert len(models) >= 5
+    rendered = set()
+    for model in models:
+        on_gpu = model.spec.accelerator_vendor != "cpu"
+        rendered.update(a for a in serve(model.spec, on_gpu).args if a.startswith("--"))
+        rendered.update(a for a in vllm_sleeper(model.spec, "/m", 8001, 0.4).args
+                        if a.startswith("--"))
+    assert not rendered - known, sorted(rendered - known)
 
 
 def test_the_pod_exports_vllms_own_metrics_for_its_model(vllm: NodeCluster) -> None:

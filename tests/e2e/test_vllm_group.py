@@ -19,6 +19,8 @@ import pytest
 from e2e_cluster import MODELS_NS, NodeCluster
 from lws_standin import create_group, mark_ready
 
+from prompts import assert_vllm_chat_reaches_the_model
+
 from samples import REPO
 
 pytestmark = [pytest.mark.e2e, pytest.mark.late]
@@ -58,6 +60,8 @@ def test_the_group_answers_through_the_models_service_with_the_openai_sdk(
                             f"kubernetes.io/service-name={NAME}")["items"]
     targets = {e["targetRef"]["name"] for s in slices for e in s.get("endpoints") or []}
     assert targets == {group[0]}
+    # and a chat request reaches both stages as the conversation, in the weights' template
+    assert_vllm_chat_reaches_the_model(kube_node.service_url(NS, NAME, 8000, ""), MODEL_ID)
 
 
 def test_each_pod_runs_its_own_stage_from_the_rendered_command(
