@@ -77,6 +77,8 @@ CASES: list[tuple[str, dict[str, Any], set[str]]] = [
         "chat-template": "gemma3"}}, {"llamacpp-chat-template-known"}),
     ("llama.cpp, builtin template read as Jinja", {**LLAMA_CPU, "engineArgs": {
         "chat-template": "gemma", "jinja": "true"}}, {"llamacpp-builtin-template-without-jinja"}),
+    ("llama.cpp, builtin template read as Jinja, any case", {**LLAMA_CPU, "engineArgs": {
+        "chat-template": "gemma", "jinja": "tRuE"}}, {"llamacpp-builtin-template-without-jinja"}),
     ("llama.cpp, template and template file", {**LLAMA_CPU, "engineArgs": {
         "chat-template": "gemma", "chat-template-file": "/t.jinja"}}, {"chat-template-once"}),
     ("llama.cpp, llamaCpp.mlock and a load mode", {**LLAMA_CPU, "llamaCpp": {"mlock": True},

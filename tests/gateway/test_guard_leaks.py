@@ -69,6 +69,10 @@ STREAMED = [
     ("logprobs", _events({"content": "ok"}, logprobs={"content": [{"token": CARD}]})),
     ("an error event", Reply(chunks=[
         f"data: {json.dumps({'error': {'message': f'cannot say {CARD}'}})}\n\n".encode()])),
+    # beside the choices and beside a delta, and an event the upstream never finished
+    ("a string beside the choices", Reply(chunks=[f"data: {json.dumps({**CHUNK, 'note': CARD, 'choices': [{'index': 0, 'delta': {'content': 'ok'}}]})}\n\n".encode(), b"data: [DONE]\n\n"])),  # noqa: E501
+    ("a string beside a delta", Reply(chunks=[f"data: {json.dumps({**CHUNK, 'choices': [{'index': 0, 'delta': {'role': 'assistant'}, 'content_filter_results': {'pii': {'detail': CARD}}}]})}\n\n".encode(), b"data: [DONE]\n\n"])),  # noqa: E501
+    ("the last event cut short", Reply(chunks=[f"data: {json.dumps({**CHUNK, 'choices': [{'index': 0, 'delta': {'content': CARD}}]})}".encode()])),  # noqa: E501
 ]
 
 
@@ -104,7 +108,7 @@ async def test_a_stream_reaches_the_client_with_every_text_masked(
     events = [json.loads(line[6:]) for line in raw.splitlines()
               if line.startswith("data: {")]
     assert events, raw
-    if case != "logprobs":
+    if case not in ("logprobs", "a delta that is not an object"):
         assert MASKED in raw, raw
 
 
@@ -173,4 +177,32 @@ async def test_more_text_than_the_guards_read_is_refused_with_the_limit(
     error = (await resp.json())["error"]
     assert (resp.status, error["code"]) == (413, "guardrail_text_too_long")
     assert "guardrails.maxCheckedChars" in error["message"] and "65536" in error["message"]
+    assert fake.requests == []
+
+
+async def test_a_delta_that_is_not_an_object_ends_the_stream_unsent(
+        gateway: GatewayFactory, upstream: Upstream) -> None:
+    fake, _ = upstream
+    fake.then(Reply(chunks=[f"data: {json.dumps({**CHUNK, 'choices': [{'index': 0, 'delta': [CARD]}]})}\n\n".encode()]))  # noqa: E501
+    client, _ = await gateway(guards(output=[pii("no-pii", "mask")]))
+    resp = await client.post("/v1/chat/completions", json={
+        "model": "gpt-5.5", "stream": True, "messages": [{"role": "user", "content": "hi"}]})
+    raw = (await resp.read()).decode()
+    assert DIGITS not in raw and "guardrail_unchecked" in raw, raw
+
+
+async def test_a_request_a_guard_refuses_gives_its_reserved_tokens_back(
+        gateway: GatewayFactory, upstream: Upstream) -> None:
+    """Limits come before the guards now: what a refused request reserved goes back."""
+    fake, _ = upstream
+    client, _ = await gateway({**guards(input=[pii("no-cards", "block",
+                                                   entities=["CREDIT_CARD"])]),
+                               "rateLimit": {"tokensPerMinute": 1000}})
+    codes = []
+    for _ in range(3):  # each reserves its prompt and 600 tokens of answer
+        resp = await client.post("/v1/chat/completions", json={
+            "model": "gpt-5.5", "max_tokens": 600,
+            "messages": [{"role": "user", "content": f"card {CARD}"}]})
+        codes.append((resp.status, (await resp.json())["error"]["code"]))
+    assert codes == [(400, "guardrail_blocked")] * 3
     assert fake.requests == []

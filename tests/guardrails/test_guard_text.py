@@ -96,6 +96,7 @@ def test_an_answers_text_is_every_string_but_identifiers(body: dict[str, Any],
     ({"logprobs": True, "top_logprobs": 3}, "logprobs"),
     ({"top_logprobs": 2}, "top_logprobs"),
     ({"logprobs": 5}, "logprobs"),  # text completions: a count
+    ({"logprobs": 0}, "logprobs"),  # text completions: the sampled tokens' own
     ({"logprobs": False, "top_logprobs": 0}, None),
     ({}, None),
 ])
@@ -148,3 +149,22 @@ def test_a_tool_calls_arguments_stay_json_when_a_value_is_masked() -> None:
     written = body["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"]
     assert json.loads(written) == {"to": "<EMAIL_ADDRESS>", "note": 'say "hi"', "n": 2}
     assert note.text == 'say "hi"'  # the others read the parsed values, quotes unescaped
+
+
+@pytest.mark.parametrize(("arguments", "texts", "written"), [
+    ('"john@example.com"', ["john@example.com"], '"<EMAIL_ADDRESS>"'),  # a JSON string
+    ("[" * 500 + '"john@example.com"' + "]" * 500, ["john@example.com"],
+     "[" * 500 + '"<EMAIL_ADDRESS>"' + "]" * 500),  # deep: read without recursion
+    ("[" * 5000 + "]" * 5000, ["[" * 5000 + "]" * 5000], "<EMAIL_ADDRESS>"),  # too deep to
+    ("42", [], None),  # parse: one text; a number: none
+])
+def test_a_tool_calls_arguments_are_read_whatever_json_they_are(
+        arguments: str, texts: list[str], written: str | None) -> None:
+    body = {"choices": [{"message": {"tool_calls": [
+        {"id": "1", "type": "function", "function": {"name": "f", "arguments": arguments}}]}}]}
+    spots = answer_spots(body)
+    assert [s.text for s in spots] == texts
+    if spots:
+        spots[0].replace("<EMAIL_ADDRESS>")
+        function = body["choices"][0]["message"]["tool_calls"][0]["function"]
+        assert function["arguments"].replace(" ", "") == written

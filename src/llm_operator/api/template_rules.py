@@ -44,7 +44,7 @@ TEMPLATE_RULES: tuple[Rule, ...] = (
         field=".engineArgs",
         cel=f"{ENGINE} != 'llamacpp' || !{DECLARED} || !{BUILTIN} || "
         f"!('{JINJA_ARG}' in self.engineArgs) || "
-        f"!(self.engineArgs['{JINJA_ARG}'] in ['true', 'True', 'TRUE'])",
+        f"!self.engineArgs['{JINJA_ARG}'].matches('(?i)^true$')",
         message=f"engineArgs.{ARG} names a builtin template of llama.cpp, which llama-server "
         f"applies only with its Jinja engine off; with engineArgs.{JINJA_ARG} \"true\" it "
         "would send the name to the model in place of every conversation: remove "

@@ -81,6 +81,12 @@ def _event(payload: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
 
 
+def _not_checkable(what: str) -> web.Response:
+    return error_response(502, f"the model's stream sent {what}; its output guards cannot "
+                          "check it, so the stream ends here", "server_error",
+                          "guardrail_unchecked")
+
+
 class GuardedStream:
     """SSE bytes in (OpenAI's chunks, as the client would get them), checked SSE bytes out."""
 
@@ -118,7 +124,11 @@ class GuardedStream:
         """The upstream's stream ended: everything held, checked."""
         if self.stopped:
             return b""
-        return await self._release_all() + self._pending
+        pending, self._pending = self._pending, b""
+        last = await self._one(pending + b"\n\n") if pending.strip() else b""  # cut short
+        if self.stopped:
+            return last
+        return last + await self._release_all()
 
     async def _one(self, event: bytes) -> bytes:
         data = data_field(event)
@@ -130,10 +140,7 @@ class GuardedStream:
         except (ValueError, RecursionError):
             payload = None
         if not isinstance(payload, dict):
-            return self._blocked(error_response(
-                502, "the model's stream sent an event that is not a JSON object; its output "
-                "guards cannot check it, so the stream ends here", "server_error",
-                "guardrail_unchecked"))
+            return self._blocked(_not_checkable("an event that is not a JSON object"))
         choices = payload.get("choices")
         if not isinstance(choices, list) or not choices:
             # usage, an error: after every text before it, its own strings checked whole
@@ -142,35 +149,22 @@ class GuardedStream:
                 return released
             refused = await self._check_now(answer_spots(payload))
             return released + (refused if refused is not None else _event(payload))
+        refused = await self._check_beside(payload, "choices")
+        if refused is not None:
+            return refused
         self._envelope = {k: v for k, v in payload.items() if k not in ("choices", "usage")}
         kept, ending = [], set()
         for choice in choices:
             if not isinstance(choice, dict):
                 continue
-            index = choice.get("index", 0)
-            index = index if isinstance(index, int) else 0
-            for unmaskable in UNMASKABLE:
-                choice.pop(unmaskable, None)
-            chat = isinstance(choice.get("delta"), dict)
-            self._chat[index] = chat
-            holder: dict[str, Any] = choice["delta"] if chat else choice
-            if chat and isinstance(holder.get("tool_calls"), list):
-                self._hold_calls(index, holder.pop("tool_calls"))
-            texts, lists = _take_texts(holder, frozenset() if chat else frozenset({"delta"}))
-            for place, text in texts:
-                self._held[index, place] = self._held.get((index, place), "") + text
-            if not chat and "text" not in holder:
-                holder["text"] = ""  # a completions chunk always has its text
-            refused = await self._check_now([s for items in lists for s in text_spots(items)])
-            if refused is not None:
-                return refused
+            took = await self._take(choice)
+            if isinstance(took, bytes):
+                return took  # refused: the error event
+            index, keep = took
             if choice.get("finish_reason"):
                 ending.add(index)
-            carries = bool(holder) if chat else any(
-                v not in (None, "") for k, v in choice.items() if k not in ("index", "text"))
-            if not carries and not choice.get("finish_reason"):
-                continue  # it only carried text: the text goes out in chunks of its own
-            kept.append(choice)
+            if keep:
+                kept.append(choice)
         out = []
         for key in list(self._held):
             index = key[0]
@@ -185,6 +179,47 @@ class GuardedStream:
         if kept or payload.get("usage"):
             out.append(_event({**payload, "choices": kept}))
         return b"".join(out)
+
+    async def _take(self, choice: dict[str, Any]) -> tuple[int, bool] | bytes:
+        """A choice's text taken out to be held, the rest checked where it is.
+
+        Its index and whether it still carries something to send; or the error event.
+        """
+        index = choice.get("index", 0)
+        index = index if isinstance(index, int) else 0
+        for unmaskable in UNMASKABLE:
+            choice.pop(unmaskable, None)
+        chat = isinstance(choice.get("delta"), dict)
+        if not chat and choice.get("delta") is not None:
+            return self._blocked(_not_checkable("a choice's delta is not an object"))
+        if chat:  # what a choice carries beside its delta, checked where it is
+            refused = await self._check_beside(choice, "delta")
+            if refused is not None:
+                return refused
+        self._chat[index] = chat
+        holder: dict[str, Any] = choice["delta"] if chat else choice
+        if chat and isinstance(holder.get("tool_calls"), list):
+            self._hold_calls(index, holder.pop("tool_calls"))
+        texts, lists = _take_texts(holder, frozenset() if chat else frozenset({"delta"}))
+        for place, text in texts:
+            self._held[index, place] = self._held.get((index, place), "") + text
+        if not chat and "text" not in holder:
+            holder["text"] = ""  # a completions chunk always has its text
+        refused = await self._check_now([s for items in lists for s in text_spots(items)])
+        if refused is not None:
+            return refused
+        carries = bool(holder) if chat else any(
+            v not in (None, "") for k, v in choice.items() if k not in ("index", "text"))
+        # a choice that only carried text is not sent: the text goes out in chunks of its own
+        return index, carries or bool(choice.get("finish_reason"))
+
+    async def _check_beside(self, holder: dict[str, Any], key: str) -> bytes | None:
+        """The strings of ``holder`` but those under ``key``, checked (masked) in place."""
+        inside = holder.pop(key)
+        try:
+            return await self._check_now(answer_spots(holder))
+        finally:
+            holder[key] = inside
 
     async def _check_now(self, spots: list[Spot]) -> bytes | None:
         """Strings checked where they are (masked in place); the error event if refused."""
@@ -212,7 +247,9 @@ class GuardedStream:
         for delta in deltas:
             if not isinstance(delta, dict):
                 continue
-            call = calls.setdefault(delta.get("index", 0), {"function": {"arguments": ""}})
+            at = delta.get("index", 0)
+            call = calls.setdefault(at if isinstance(at, int) else 0,
+                                    {"function": {"arguments": ""}})
             for key in ("id", "type"):
                 if delta.get(key) is not None:
                     call[key] = delta[key]

@@ -109,9 +109,16 @@ class Moderations:
                                   param="input")
         if _asks_upstream(ex.state):
             return await self.forward(request)  # the request path counts it as a request
-        if self.limit is not None and (
-                spent := await first_answer((self.limit,), ex)) is not None:
-            return spent  # checked here: it costs the key a request, as any other
+        try:
+            if self.limit is not None and (
+                    spent := await first_answer((self.limit,), ex)) is not None:
+                return spent  # checked here: it costs the key a request, as any other
+            return await self._checked(ex, texts)
+        finally:
+            ex.reservation.settle()  # a check uses no tokens of the model's
+
+    async def _checked(self, ex: Exchange, texts: list[str]) -> web.StreamResponse:
+        """Every guard of the route over each text, in OpenAI's moderation shape."""
         guardrails = ex.state.route.guardrails
         guards = guardrails.every_guard if guardrails is not None else ()
         size = sum(len(text) for text in texts)

@@ -76,13 +76,13 @@ class RequestPath:
         back; an answer to a held stream is written into it as its error event.
         """
         try:
-            answer = await self._admit(ex) if ex.trace is not None else \
-                await self._checked(ex)
-            if answer is None:
-                try:
+            try:
+                answer = await self._admit(ex) if ex.trace is not None else \
+                    await self._checked(ex)
+                if answer is None:
                     answer = await self._dispatch(ex)
-                finally:
-                    ex.reservation.settle()  # no usage came back (an error, a cancel)
+            finally:  # no usage came back (admission answered: a guard, no replica; an
+                ex.reservation.settle()  # error, a cancel): the reserved tokens go back
             held = ex.held
             if held is not None and answer is not held and isinstance(answer, web.Response):
                 answer = await held.fail(answer)  # the headers went out with the keepalives

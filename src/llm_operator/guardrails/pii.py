@@ -56,18 +56,48 @@ def card_number(run: str) -> bool:
 # A run of more digits than a phone number holds (E.164: 15, with an extension a few more)
 # is many numbers written side by side: a column of card numbers, one per line, is one run.
 # The phonenumbers library read such a run whole, in time growing with its length (86 % of
-# the check of 1 KB of card numbers); it reads its parts instead, card numbers left out.
-RUN_DIGITS = 24
+# the check of 1 KB of card numbers); it reads windows of it instead, card numbers left
+# out: each window holds at most RUN_DIGITS digits, and the next starts PHONE_MAX digits
+# later, so a number of up to PHONE_MAX digits lies whole in one of them.
+PHONE_MAX = 17
+RUN_DIGITS = 2 * PHONE_MAX
 # a card number's place, at every start (a lookahead: candidates may overlap, and the
 # one that passes Luhn's check is the card)
 CARD_IN_RUN = re.compile(r"(?<!\d)(?=((?:\d{4}[ -]?){3}\d{4}(?!\d)|\d{16,19}(?!\d)))")
+DIGIT_GROUP = re.compile(r"\d+")
+
+
+def _windows(groups: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Windows over consecutive digit groups.
+
+    Each holds at most RUN_DIGITS digits; the next starts PHONE_MAX digits on (one group on
+    at least).
+    """
+    out: list[tuple[int, int]] = []
+    first = 0
+    while first < len(groups):
+        last, digits = first, 0
+        while last < len(groups) and (last == first or digits + groups[last][1]
+                                      - groups[last][0] <= RUN_DIGITS):
+            digits += groups[last][1] - groups[last][0]
+            last += 1
+        out.append((groups[first][0], groups[last - 1][1]))
+        if last >= len(groups):
+            break
+        skipped, nxt = 0, first
+        while nxt < last - 1 and skipped < PHONE_MAX:
+            skipped += groups[nxt][1] - groups[nxt][0]
+            nxt += 1
+        first = max(first + 1, nxt)
+    return out
 
 
 def phone_parts(text: str, start: int, end: int) -> list[tuple[int, int]]:
     """Where in ``text[start:end]`` (a run) a phone number could be.
 
-    The run itself; or, in a run longer than a phone number, its parts between card
-    numbers, each at most RUN_DIGITS digits and overlapping their neighbours by a word.
+    The run itself; or, in a run longer than a phone number, windows between the card
+    numbers it holds (``_windows``), each led by the ``+`` or ``(`` before it. A group of
+    more than PHONE_MAX digits is no phone number and holds none: windows stop at it.
     """
     if sum(c.isdigit() for c in text[start:end]) <= RUN_DIGITS:
         return [(start, end)]
@@ -79,22 +109,20 @@ def phone_parts(text: str, start: int, end: int) -> list[tuple[int, int]]:
     gaps.append((at, end))
     parts: list[tuple[int, int]] = []
     for gap_start, gap_end in gaps:
-        words = [m.span() for m in re.finditer(r"\S+", text[gap_start:gap_end])]
-        first = 0
-        while first < len(words):
-            last, digits = first, 0
-            while last < len(words):
-                digits += sum(c.isdigit() for c in text[gap_start + words[last][0]:
-                                                            gap_start + words[last][1]])
-                if digits > RUN_DIGITS and last > first:
-                    break
-                last += 1
-            parts.append((gap_start + words[first][0], gap_start + words[last - 1][1]))
-            if last >= len(words):
-                break
-            first = max(first + 1, last - 1)  # the next part starts a word back
-    return [(a, b) for a, b in parts
-            if sum(c.isdigit() for c in text[a:b]) >= PHONE_DIGITS]
+        segment: list[tuple[int, int]] = []
+        for group in [*DIGIT_GROUP.finditer(text, gap_start, gap_end), None]:
+            if group is None or group.end() - group.start() > PHONE_MAX:
+                parts += _windows(segment)
+                segment = []
+            else:
+                segment.append(group.span())
+    led = []
+    for begin, until in parts:
+        lead = begin
+        while lead > start and text[lead - 1] in "+(":
+            lead -= 1
+        led.append((lead, until))
+    return [(a, b) for a, b in led if sum(c.isdigit() for c in text[a:b]) >= PHONE_DIGITS]
 
 
 class Finding(NamedTuple):

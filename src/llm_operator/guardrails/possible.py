@@ -114,8 +114,14 @@ def possible(entities: Sequence[str], text: str) -> list[str]:
 
 
 def _to_space(text: str, at: int, step: int) -> int:
-    """``at`` moved by ``step`` until it sits at whitespace or an end of the text."""
-    while 0 < at < len(text) and not text[at - 1 if step < 0 else at].isspace():
+    """``at`` moved by ``step`` until it sits at whitespace or an end of the text.
+
+    By MARGIN characters at most: text without whitespace is cut where it is (an entity
+    across the cut lies whole in the neighbouring piece's overlap).
+    """
+    for _ in range(MARGIN):
+        if not 0 < at < len(text) or text[at - 1 if step < 0 else at].isspace():
+            break
         at += step
     return at
 
@@ -129,8 +135,11 @@ def pieces(entities: Sequence[str], text: str) -> list[tuple[int, int, bool, boo
     """
     out: list[tuple[int, int, bool, bool]] = []
     for start, end in regions(entities, text):
+        if end - start <= PIECE + 4 * MARGIN:  # as long as a piece may be: one
+            out.append((start, end, False, False))
+            continue
         cuts = [start]
-        while end - cuts[-1] > PIECE + 4 * MARGIN:  # a piece is never cut again
+        while end - cuts[-1] > PIECE:
             cut = _to_space(text, cuts[-1] + PIECE, -1)
             cuts.append(cut if cut > cuts[-1] + MARGIN else cuts[-1] + PIECE)
         cuts.append(end)

@@ -58,32 +58,42 @@ def _content(message: Any, key: str = "content") -> list[Spot]:
 
 
 def _leaves(value: Any, written: Callable[[], None]) -> list[Spot]:
-    """Every string value in parsed JSON (object keys are not text to check)."""
-    if isinstance(value, dict):
-        return [s for k in value for s in (
-            [Spot(value, k, written)] if isinstance(value[k], str) else _leaves(value[k],
-                                                                              written))]
-    if isinstance(value, list):
-        return [s for i, item in enumerate(value) for s in (
-            [Spot(value, i, written)] if isinstance(item, str) else _leaves(item, written))]
-    return []
+    """Every string value in parsed JSON (object keys are not text to check), in order.
+
+    Iterative: arguments nested as deep as the parser allows do not overflow the stack.
+    """
+    found: list[Spot] = []
+    stack: list[Any] = [value]
+    while stack:
+        node = stack.pop()
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        later = []
+        for key, item in items:
+            if isinstance(item, str):
+                found.append(Spot(node, key, written))
+            elif isinstance(item, dict | list):
+                later.append(item)
+        stack.extend(reversed(later))
+    return found
 
 
 def _arguments(function: dict[str, Any]) -> list[Spot]:
     """A tool call's ``arguments``: each string in its JSON.
 
-    One changed writes the arguments back, so they stay valid JSON; arguments that are not
-    JSON are one text.
+    One changed writes the arguments back, so they stay valid JSON; arguments that are a
+    JSON string are that string; arguments that are not JSON (or nest deeper than the
+    parser goes) are one text.
     """
     try:
         parsed = json.loads(function["arguments"])
-    except ValueError:
+    except (ValueError, RecursionError):
         return [Spot(function, "arguments")]
+    holder = [parsed]
 
     def written() -> None:
-        function["arguments"] = json.dumps(parsed, ensure_ascii=False)
+        function["arguments"] = json.dumps(holder[0], ensure_ascii=False)
 
-    return _leaves(parsed, written)
+    return _leaves(holder, written)
 
 
 def _tool_calls(message: Any) -> list[Spot]:
@@ -191,10 +201,12 @@ def drop_unmaskable(value: Any) -> bool:
 
 def asks_unmaskable(body: dict[str, Any]) -> str | None:
     """The request's parameter that asks for what output guards cannot mask, if any."""
-    for key in UNMASKABLE:
-        value = body.get(key)
-        if value not in (None, False, 0):
-            return key
+    logprobs = body.get("logprobs")  # chat: true; text completions: a count, 0 included
+    if logprobs is not None and logprobs is not False:
+        return "logprobs"
+    top = body.get("top_logprobs")
+    if top is not None and top is not False and top != 0:
+        return "top_logprobs"
     return None
 
 
