@@ -50,8 +50,12 @@ async def engine_prompt(http: aiohttp.ClientSession, engine: str,
 
 def engine_prompt_now(engine: str, messages: list[dict[str, str]], model: str | None = None
                       ) -> tuple[str, int]:
-    """``engine_prompt`` for a test without an event loop."""
-    with httpx.Client(timeout=30) as http:
+    """``engine_prompt`` for a test without an event loop.
+
+    A connection each request: a pool's llama-server router closes an idle keep-alive
+    connection as a request reuses it (seen on the node, while it loaded a member).
+    """
+    with httpx.Client(timeout=60, limits=httpx.Limits(max_keepalive_connections=0)) as http:
         resp = http.post(f"{engine}/apply-template",
                          json={"messages": messages, **_model(model)})
         assert resp.status_code == 200, resp.text
