@@ -189,3 +189,19 @@ def test_the_apis_judge_categories_are_the_ones_the_prompts_define() -> None:
         "llama-guard-4": set(judges.LLAMA_GUARD_CATEGORIES),
         "granite-guardian-3": set(judges.GRANITE_RISKS),
         "shieldgemma": set(judges.SHIELDGEMMA_POLICIES)}
+
+
+@pytest.mark.parametrize(("family", "turns", "foreign"), [
+    ("llama-guard-3", ("<|start_header_id|>user<|end_header_id|>\n\n",
+                       "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"),
+     "<|header_start|>"),
+    # Llama Guard 4 is a Llama 4 model: Llama 3's turn tokens are plain text to it
+    ("llama-guard-4", ("<|header_start|>user<|header_end|>\n\n",
+                       "<|eot|><|header_start|>assistant<|header_end|>\n\n"),
+     "<|start_header_id|>"),
+])
+def test_a_llama_guards_prompt_is_in_its_own_turns(family: str, turns: tuple[str, str],
+                                                   foreign: str) -> None:
+    (ask,) = judges.asks(family, ("S1",), "User", "hello")
+    assert ask.prompt.startswith("<|begin_of_text|>" + turns[0])
+    assert ask.prompt.endswith(turns[1]) and foreign not in ask.prompt
