@@ -254,3 +254,14 @@ def test_help_keeps_examples_verbatim(command: list[str]) -> None:
     if "Examples:" in result.output:
         after = result.output.split("Examples:", 1)[1].splitlines()[1]
         assert after.strip().startswith("llmop ")
+
+
+def test_the_readmes_bad_document_example_is_what_validate_prints(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README shows docs/examples/bad.yaml's errors: they are the ones given today."""
+    monkeypatch.chdir(REPO)  # the path as the README gives it
+    readme = (REPO / "README.md").read_text()
+    block = readme.split("llmop validate -f docs/examples/bad.yaml`):\n\n```\n", 1)[1]
+    shown = block.split("\n```", 1)[0]
+    code, _, err = run("validate", "-f", "docs/examples/bad.yaml")
+    assert code == 1 and err.strip() == shown
