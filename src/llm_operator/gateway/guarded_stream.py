@@ -43,11 +43,12 @@ def _take_texts(holder: dict[str, Any], skip: frozenset[str]) -> tuple[
         list[tuple[tuple[str, ...], str]], list[Any]]:
     """The strings of a delta (or a completions choice) by their place, taken out of it.
 
-    Objects inside are read too (and left out once empty); lists other than ``skip`` are
-    returned to be checked whole where they are.
+    Objects inside are read too (and left out once emptied); lists other than ``skip`` are
+    returned to be checked whole where they are. Iterative, as deep as the parser went.
     """
     texts: list[tuple[tuple[str, ...], str]] = []
     lists: list[Any] = []
+    inner: list[tuple[dict[str, Any], str, dict[str, Any]]] = []  # (parent, key, object)
     stack: list[tuple[tuple[str, ...], dict[str, Any]]] = [((), holder)]
     while stack:
         path, node = stack.pop()
@@ -60,31 +61,25 @@ def _take_texts(holder: dict[str, Any], skip: frozenset[str]) -> tuple[
                     texts.append(((*path, key), value))
                 del node[key]
             elif isinstance(value, dict):
+                inner.append((node, key, value))
                 stack.append(((*path, key), value))
             elif isinstance(value, list):
                 lists.append(value)
-    _prune(holder)
+    for parent, key, value in reversed(inner):  # the deepest first: emptied, left out
+        if not value:
+            del parent[key]
     return texts, lists
 
 
-def _prune(node: dict[str, Any]) -> None:
-    """Objects emptied by taking their strings out are left out."""
-    for key in list(node):
-        value = node[key]
-        if isinstance(value, dict):
-            _prune(value)
-            if not value:
-                del node[key]
+def unchecked(what: str) -> web.Response:
+    """Output guards fail closed: an answer they cannot read is not sent (502)."""
+    return error_response(502, f"the model's answer held {what}, which its output guards "
+                          "cannot check, so it is not sent", "server_error",
+                          "guardrail_unchecked")
 
 
 def _event(payload: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
-
-
-def _not_checkable(what: str) -> web.Response:
-    return error_response(502, f"the model's stream sent {what}; its output guards cannot "
-                          "check it, so the stream ends here", "server_error",
-                          "guardrail_unchecked")
 
 
 class GuardedStream:
@@ -140,7 +135,7 @@ class GuardedStream:
         except (ValueError, RecursionError):
             payload = None
         if not isinstance(payload, dict):
-            return self._blocked(_not_checkable("an event that is not a JSON object"))
+            return self._blocked(unchecked("an event that is not a JSON object"))
         choices = payload.get("choices")
         if not isinstance(choices, list) or not choices:
             # usage, an error: after every text before it, its own strings checked whole
@@ -191,7 +186,7 @@ class GuardedStream:
             choice.pop(unmaskable, None)
         chat = isinstance(choice.get("delta"), dict)
         if not chat and choice.get("delta") is not None:
-            return self._blocked(_not_checkable("a choice's delta is not an object"))
+            return self._blocked(unchecked("a choice's delta that is not an object"))
         if chat:  # what a choice carries beside its delta, checked where it is
             refused = await self._check_beside(choice, "delta")
             if refused is not None:

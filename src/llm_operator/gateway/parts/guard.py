@@ -11,7 +11,7 @@ from aiohttp import web
 from llm_operator.api.guardrails import GuardrailsSpec, GuardSpec
 from llm_operator.gateway.errors import error_response
 from llm_operator.gateway.exchange import Exchange
-from llm_operator.gateway.guarded_stream import GuardedStream
+from llm_operator.gateway.guarded_stream import GuardedStream, unchecked
 from llm_operator.gateway.routes import CHAT_PATH
 from llm_operator.gateway.tracing import RequestTrace
 from llm_operator.guardrails.guards import Activation, Checked, Direction
@@ -40,13 +40,6 @@ def blocked(found: Activation) -> web.Response:
 def unavailable(exc: GuardUnavailable) -> web.Response:
     return error_response(503, f"the model's guardrails cannot run: {exc}", "server_error",
                           "guardrail_unavailable")
-
-
-def unchecked(why: str) -> web.Response:
-    """Output guards fail closed: what they cannot read is not sent."""
-    return error_response(502, f"the model's answer could not be checked by its output "
-                          f"guards ({why}), so none of it is sent", "server_error",
-                          "guardrail_unchecked")
 
 
 def too_long(exc: TextTooLong) -> web.Response:
@@ -160,7 +153,7 @@ class _Checks:
         except GuardUnavailable as exc:
             return unavailable(exc)
         except TextTooLong as exc:
-            return too_long(exc) if direction == "input" else unchecked(f"it holds {exc}")
+            return too_long(exc) if direction == "input" else unchecked(str(exc))
         return blocked(checked.blocked) if checked.blocked is not None else checked
 
     async def answer(self, guards: Sequence[GuardSpec], body: bytes) -> bytes | web.Response:
@@ -168,9 +161,9 @@ class _Checks:
         try:
             answer = json.loads(body)
         except (ValueError, RecursionError):
-            return unchecked("its body is not JSON")
+            return unchecked("a body that is not JSON")
         if not isinstance(answer, dict):
-            return unchecked("its body is not a JSON object")
+            return unchecked("a body that is not a JSON object")
         dropped = drop_unmaskable(answer)
         spots = answer_spots(answer)
         masked = False
