@@ -247,3 +247,27 @@ async def test_the_gateway_reaches_an_https_provider_through_https_proxy(
     finally:
         await client.close()
     assert proxy.heads[0].startswith(b"CONNECT api.upstream.test:")
+
+
+async def test_a_guard_model_is_asked_through_the_egress_proxy_like_any_upstream(
+        start_proxy: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A judge behind HTTP_PROXY: its call goes where every request to it would."""
+    proxy: FakeProxy = await start_proxy(FakeProxy())
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{proxy.port}")
+    judge = {"name": "safety", "action": "block", "onError": "closed", "judge": {
+        "model": "guard", "family": "llama-guard-3", "categories": ["S1"]}}
+    gateway = Gateway(parse_config({"routes": [
+        {"models": ["m"], "upstream": {"baseUrl": "http://vllm.team-a.svc:8000/v1",
+                                       "auth": "none"}, "guardrails": {"input": [judge]}},
+        {"models": ["guard"], "upstream": {"baseUrl": "http://guard.team-a.svc:8000/v1",
+                                           "auth": "none"}}]}))
+    client: TestClient[Any, Any] = TestClient(TestServer(gateway.app(), host="127.0.0.1"))
+    await client.start_server()
+    try:
+        resp = await client.post("/v1/chat/completions", json={
+            "model": "m", "messages": [{"role": "user", "content": "hello"}]})
+        assert resp.status == 503  # the proxy's answer holds no verdict: failed closed
+    finally:
+        await client.close()
+    assert proxy.heads[0].startswith(
+        b"POST http://guard.team-a.svc:8000/v1/completions HTTP/1.1\r\n")

@@ -172,7 +172,7 @@ class Gateway:
         self.sleepers = Sleepers(self.sleep_control, lambda group, action, outcome:
                                  self.metrics.sleep_changes.labels(group, action,
                                                                    outcome).inc())
-        self.judges = RouteJudges(self.table)  # guard models, asked through the routes
+        self.judges = RouteJudges(self.table, self.flow, clock)  # guard models, as routes
         self.guarding = Guarding(self.metrics, judge_client=self.judges)  # guardrails
         self.reconfigure(config)
 
@@ -332,9 +332,11 @@ class Gateway:
             return response
 
         moderations = Moderations(
-            (Identify(self.table, None), ReadBody(self.table), Resolve(self.table)),
+            (Identify(self.table, None), Classify(self.table), ReadBody(self.table),
+             Resolve(self.table)),
             self.guarding, self._clock, path.handle,
-            limit=Limit(self.table, self.shared)).handle  # a check costs like a request
+            limit=Limit(self.table, self.shared),  # a check costs like a request
+            slot=Slot(self.flow, self._clock)).handle  # and waits its turn like one
         app.router.add_post(MESSAGES_PATH, messages)
         app.router.add_post(MODERATIONS_PATH, moderations)
         # the same handlers, served by the gateway's own server where it listens (server.py)
@@ -375,6 +377,7 @@ class Gateway:
                 EngineWatch(looks.pools, looks.engines, looks.looked, looks.every).run())
         if self._forward is not None:
             self._forward.open()
+            self.judges.http = self._forward.http  # guard models: the same upstream client
         if self._to_owner is not None:
             self._to_owner.open()
         if (proxied := self.proxies.describe()) is not None:
@@ -390,7 +393,7 @@ class Gateway:
     async def _close(self, _: web.Application) -> None:
         self.guarding.close()
         await self.sleep_control.close()
-        await self.judges.close()
+        self.judges.http = None
         if self._watch is not None:
             self._watch.cancel()
             with contextlib.suppress(asyncio.CancelledError):

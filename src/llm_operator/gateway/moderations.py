@@ -1,7 +1,10 @@
 """POST /v1/moderations in OpenAI's shape: the named model's guardrails run over ``input``.
 
 Who may ask, and about which model, is decided by the request path's own parts (Identify,
-ReadBody, Resolve): a client key sees the models it may use. Every guard of the model runs
+Classify, ReadBody, Resolve): a client key sees the models it may use. A check then costs
+what a request does: it counts against the key's rate limits and budget (Limit) and takes
+a flow-control slot of the model's pool under the client's band and fairness ID (Slot), and
+a judge it asks queues as that client's. Every guard of the model runs
 (its input and output guards, once each by name; a judge reads the input as a user's),
 nothing is masked or refused, and a key's exemptGuards do not apply: the caller asked for
 the check. Categories: ``pii`` for the PII guards, each judge's own (Llama Guard's codes,
@@ -28,6 +31,7 @@ from llm_operator.gateway.errors import error_response
 from llm_operator.gateway.exchange import Exchange
 from llm_operator.gateway.incoming import Incoming
 from llm_operator.gateway.parts.guard import too_long, unavailable
+from llm_operator.gateway.parts.slot import Slot
 from llm_operator.gateway.path import Check, first_answer
 from llm_operator.gateway.routes import Clock, RouteState
 from llm_operator.guardrails.guards import Activation
@@ -90,13 +94,16 @@ class Moderations:
     """The handler: the checks (who, which model), the key's limits, every guard of the model.
 
     ``forward``: the request path (path.py), for a remote model without guards, which
-    counts the request itself; ``limit``: the budget and rate limits a check counts against.
+    counts the request itself; ``limit``: the budget and rate limits a check counts against;
+    ``slot``: flow control's slot a check holds while it runs.
     """
 
     def __init__(self, checks: Sequence[Check], guarding: Guarding, clock: Clock,
-                 forward: Handler, limit: Check | None = None) -> None:
+                 forward: Handler, *, limit: Check | None = None,
+                 slot: Slot | None = None
+                 ) -> None:
         self.checks, self.guarding, self._clock = tuple(checks), guarding, clock
-        self.forward, self.limit = forward, limit
+        self.forward, self.limit, self.slot = forward, limit, slot
 
     async def handle(self, request: Incoming) -> web.StreamResponse:
         ex = Exchange(request, self._clock(), None)
@@ -113,7 +120,18 @@ class Moderations:
             if self.limit is not None and (
                     spent := await first_answer((self.limit,), ex)) is not None:
                 return spent  # checked here: it costs the key a request, as any other
-            return await self._checked(ex, texts)
+            if self.slot is None:
+                return await self._checked(ex, texts)
+            lease = self.slot.now(ex)
+            if lease is None:  # the pool is full: its turn, or flow control's 429 or 503
+                granted = await self.slot.wait(ex)
+                if isinstance(granted, web.Response):
+                    return granted
+                lease = granted
+            try:
+                return await self._checked(ex, texts)
+            finally:
+                lease.release()
         finally:
             ex.reservation.settle()  # a check uses no tokens of the model's
 
@@ -132,7 +150,7 @@ class Moderations:
                 try:
                     checked = await self.guarding.check(
                         ex.state.route.label, guards, [Spot(holder, 0)], "moderation",
-                        lambda _: False)
+                        lambda _: False, caller=ex.who)
                 except GuardUnavailable as exc:
                     return unavailable(exc)
                 found = checked.activations

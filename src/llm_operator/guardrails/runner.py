@@ -69,12 +69,18 @@ class Trace(Protocol):
 class JudgeClient(Protocol):
     """How a server asks a guard's model (the gateway: its own routes)."""
 
-    async def complete(self, model: str, prompt: str, timeout: float) -> str:
-        """A judge's text completion of ``prompt``."""
+    async def complete(self, model: str, prompt: str, timeout: float,
+                       caller: object = None) -> str:
+        """A judge's text completion of ``prompt``.
+
+        ``caller``: whom the checked text came from (the gateway's flow-control
+        classification), so the call queues as that client's; None where there is none.
+        """
         ...
 
-    async def moderate(self, model: str, texts: Sequence[str], timeout: float) -> bytes:
-        """A moderation endpoint's answer (its body) about ``texts``."""
+    async def moderate(self, model: str, texts: Sequence[str], timeout: float,
+                       caller: object = None) -> bytes:
+        """A moderation endpoint's answer (its body) about ``texts``, for ``caller``."""
         ...
 
 
@@ -114,12 +120,14 @@ class Guarding:
     async def check(self, where: str, guards: Sequence[GuardSpec], spots: Sequence[Spot],
                     direction: Direction, exempt: Callable[[str], bool], *,
                     context: str = "", trace: Trace | None = None,
-                    max_chars: int | None = None) -> Checked:
+                    max_chars: int | None = None, caller: object = None) -> Checked:
         """``guards`` in order over ``spots`` (rewritten in place where one masks), counted.
 
         ``where``: the route or tool the metrics name; ``context``: an answer's request
         text, which a judge reads beside it; ``trace``: a span per guard (its name,
-        direction, and what it found: types, never text). GuardUnavailable when a detector
+        direction, and what it found: types, never text); ``caller``: whom the text came
+        from, passed to the JudgeClient (a judge's call waits its turn as that client's).
+        GuardUnavailable when a detector
         cannot run or a judge fails closed (the caller refuses the request); TextTooLong,
         before any guard runs, when the spots hold more than ``max_chars``.
         """
@@ -144,10 +152,10 @@ class Guarding:
                         checked.masked |= masked
                     elif guard.judge is not None:
                         entities, score = await self._judged(where, guard, spots, direction,
-                                                             context)
+                                                             context, caller=caller)
                     else:
                         entities, score = await self._moderated(where, guard, spots,
-                                                                direction)
+                                                                direction, caller)
                     if trace is not None and entities:
                         trace.note(**{"llmop.guard.found": ",".join(entities)})
                     if record(checked, guard, direction, entities, score):
@@ -188,7 +196,8 @@ class Guarding:
         return applied(guard, spots, found, direction, detector.mask)
 
     async def _judged(self, where: str, guard: GuardSpec, spots: Sequence[Spot],
-                      direction: Direction, context: str) -> tuple[tuple[str, ...], float]:
+                      direction: Direction, context: str, *, caller: object
+                      ) -> tuple[tuple[str, ...], float]:
         """The categories a judge found unsafe (none: safe), or its guard's onError."""
         judge = guard.judge
         assert judge is not None
@@ -202,7 +211,7 @@ class Guarding:
             client = self.judge_client
             async with asyncio.timeout(judge.timeout_seconds):
                 answers = await asyncio.gather(*(client.complete(
-                    judge.model, ask.prompt, judge.timeout_seconds) for ask in asks))
+                    judge.model, ask.prompt, judge.timeout_seconds, caller) for ask in asks))
             verdicts = [judges.verdict(judge.family, ask, answer)
                         for ask, answer in zip(asks, answers, strict=True)]
         except (JudgeFailed, judges.Unreadable, TimeoutError) as exc:
@@ -215,7 +224,8 @@ class Guarding:
         return tuple(sorted({c for v in unsafe for c in v.categories})) or ("unsafe",), 1.0
 
     async def _moderated(self, where: str, guard: GuardSpec, spots: Sequence[Spot],
-                         direction: Direction) -> tuple[tuple[str, ...], float]:
+                         direction: Direction, caller: object
+                         ) -> tuple[tuple[str, ...], float]:
         """The chosen categories the endpoint flags in the spots' texts, or onError."""
         asked = guard.moderation
         assert asked is not None
@@ -228,7 +238,7 @@ class Guarding:
                                   "router, `llmop gateway` and `llmop up` do)")
             async with asyncio.timeout(asked.timeout_seconds):
                 raw = await self.judge_client.moderate(asked.model, texts,
-                                                       asked.timeout_seconds)
+                                                       asked.timeout_seconds, caller)
             return moderation.flagged_categories(raw, len(texts), asked.chosen,
                                                  asked.score_threshold)
         except (JudgeFailed, judges.Unreadable, TimeoutError) as exc:

@@ -23,12 +23,17 @@ from llm_operator.registry.catalog import Catalog
 
 @dataclass
 class CatalogJudges:
-    """The MCP server's JudgeClient (guardrails/runner.py): guard models from its catalog."""
+    """The MCP server's JudgeClient (guardrails/runner.py): guard models from its catalog.
+
+    A call goes to the guard model's own endpoint (its router), whose flow control and
+    limits apply to it: ``caller`` is not needed here.
+    """
 
     catalog: Catalog
     http: Callable[[], aiohttp.ClientSession | None]  # the app's session, while it runs
 
-    async def complete(self, model: str, prompt: str, timeout: float) -> str:
+    async def complete(self, model: str, prompt: str, timeout: float,
+                       caller: object = None) -> str:
         """The judge's answer to ``prompt``; JudgeFailed (why, never the prompt) if none."""
         raw = await self._ask(model, "judge", "/completions",
                               lambda model_id: verdict_request(model_id, prompt), timeout)
@@ -40,7 +45,8 @@ class CatalogJudges:
             raise JudgeFailed(f"{model}: the answer has no text")
         return text
 
-    async def moderate(self, model: str, texts: Sequence[str], timeout: float) -> bytes:
+    async def moderate(self, model: str, texts: Sequence[str], timeout: float,
+                       caller: object = None) -> bytes:
         """The moderation endpoint's answer about ``texts``; JudgeFailed (why) if none."""
         return await self._ask(model, "moderation", "/moderations",
                                lambda model_id: moderation_request(model_id, texts), timeout)

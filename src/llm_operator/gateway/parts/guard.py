@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from llm_operator.api.guardrails import GuardrailsSpec, GuardSpec
+from llm_operator.gateway.classify import Classified
 from llm_operator.gateway.errors import error_response
 from llm_operator.gateway.exchange import Exchange
 from llm_operator.gateway.guarded_stream import GuardedStream, unchecked
@@ -92,7 +93,7 @@ class Guard:
                 "invalid_request_error", "guardrail_unmaskable", param=unmaskable)
         checks = _Checks(self.guarding, ex.state.route.label, path,
                          ex.client.key.exempt_from if ex.client is not None else _never,
-                         ex.trace, guardrails.max_checked_chars)
+                         ex.trace, guardrails.max_checked_chars, ex.who)
         spots = request_spots(path, ex.body)
         if inputs and spots:
             checked = await checks.run(inputs, spots, "input")
@@ -141,6 +142,7 @@ class _Checks:
     exempt: Exempt
     trace: RequestTrace | None  # a span per guard
     max_chars: int  # guardrails.maxCheckedChars
+    caller: Classified | None  # whose text: a judge's call queues as this client's
     asked: str = ""  # the request's text, which a judge reads beside the answer
 
     async def run(self, guards: Sequence[GuardSpec], spots: Sequence[Spot],
@@ -149,7 +151,8 @@ class _Checks:
         try:
             checked = await self.guarding.check(self.route, guards, spots, direction,
                                                 self.exempt, context=self.asked,
-                                                trace=self.trace, max_chars=self.max_chars)
+                                                trace=self.trace, max_chars=self.max_chars,
+                                                caller=self.caller)
         except GuardUnavailable as exc:
             return unavailable(exc)
         except TextTooLong as exc:
