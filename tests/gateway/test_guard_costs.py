@@ -16,9 +16,10 @@ from typing import Any
 import pytest
 from guardtools import Upstream, judge_routes, judged, verdict
 
+from llm_operator.gateway.classify import OBJECTIVE_HEADER
+
 from fake_upstream import Reply, completion
 from gwtools import GatewayFactory
-from llm_operator.gateway.classify import OBJECTIVE_HEADER
 
 BANDS = {"bands": [{"name": "standard", "priority": 0},
                    {"name": "best-effort", "priority": -1, "sheddable": True}]}

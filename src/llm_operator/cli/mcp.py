@@ -62,6 +62,10 @@ import click
 @click.option("--session-idle-seconds", type=click.FloatRange(1), default=300.0,
               show_default=True, metavar="SECONDS",
               help="A session with no request in flight and no open stream this long ends.")
+@click.option("--drain-seconds", type=click.IntRange(0, 3600), default=30,
+              show_default=True, metavar="SECONDS",
+              help="On SIGTERM or Ctrl-C: how long tool calls and open streams in flight "
+              "get to finish before they are cancelled and the server exits.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
               default="info", show_default=True)
 def mcp(namespaces: tuple[str, ...], *, all_namespaces: bool, files_dir: Path | None,
@@ -71,7 +75,7 @@ def mcp(namespaces: tuple[str, ...], *, all_namespaces: bool, files_dir: Path | 
         client_keys_file: Path | None, oauth_issuer: str | None, resource_url: str | None,
         page_size: int, sdk_baseline: bool, call_timeout: float,
         max_concurrent_calls: int, sessions_per_client: int, session_idle_seconds: float,
-        log_level: str) -> None:
+        drain_seconds: int, log_level: str) -> None:
     """Serve every exposed model as an MCP tool (Streamable HTTP at /mcp).
 
     A model is a tool when spec.mcpExposure.enabled is true and its phase is Ready or
@@ -113,6 +117,7 @@ def mcp(namespaces: tuple[str, ...], *, all_namespaces: bool, files_dir: Path | 
                            max_concurrent_calls=max_concurrent_calls,
                            sessions_per_client=sessions_per_client,
                            session_idle_seconds=session_idle_seconds,
+                           drain_seconds=drain_seconds,
                            client_keys_file=client_keys_file, oauth_issuer=oauth_issuer,
                            resource_url=resource_url, listing_cache=not sdk_baseline,
                            session_json=not sdk_baseline)

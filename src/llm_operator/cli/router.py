@@ -20,6 +20,11 @@ import click
 @click.option("--hold-seconds", type=click.FloatRange(1, 3600), default=300.0,
               show_default=True, help="How long a request waits for a model with no ready "
               "replica (scaling from zero, starting) before it gets 503.")
+@click.option("--drain-seconds", type=click.FloatRange(0, 3600), default=320.0,
+              show_default=True, help="On SIGTERM the router stops listening and gives the "
+              "requests in flight (held ones included) this long; then it cancels them and "
+              "exits. Keep it below the pod's terminationGracePeriodSeconds (config/router: "
+              "330).")
 @click.option("--keepalive-seconds", type=click.FloatRange(0.1, 120), default=5.0,
               show_default=True, help="A held stream gets an SSE comment this often.")
 @click.option("--max-held", type=click.IntRange(1), default=1000, show_default=True,
@@ -58,6 +63,7 @@ import click
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
               default="info", show_default=True)
 def router(*, namespaces: tuple[str, ...], host: str, port: int, hold_seconds: float,
+           drain_seconds: float,
            keepalive_seconds: float, max_held: int, max_held_per_model: int,
            scrape_seconds: float, keys_file: str | None, redis_url: str | None,
            redis_password_file: str | None, settings_file: str | None,
@@ -143,7 +149,7 @@ def router(*, namespaces: tuple[str, ...], host: str, port: int, hold_seconds: f
                              scrape_seconds=scrape_seconds, max_held=max_held,
                              max_held_per_route=max_held_per_model, settings=settings,
                              peers=peers, port=port, batch_lease=lease)
-            await serve(routing, host, port, stop=stop)
+            await serve(routing, host, port, stop=stop, drain_seconds=drain_seconds)
 
     asyncio.run(main())
 

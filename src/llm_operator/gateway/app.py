@@ -500,7 +500,8 @@ async def serve(config: GatewayConfig, host: str | None = None, port: int | None
     gateway = Gateway(config)
     gateway.configured_batches(lambda: own_address(
         host or config.listen.host, config.listen.port if port is None else port))
-    runner = web.AppRunner(gateway.app(), handler_cancellation=True, access_log=None)
+    runner = web.AppRunner(gateway.app(), handler_cancellation=True, access_log=None,
+                           shutdown_timeout=config.listen.drain_seconds)
     await runner.setup()
     site = GatewaySite(runner, host or config.listen.host, config.listen.port
                      if port is None else port)
@@ -516,7 +517,11 @@ async def serve(config: GatewayConfig, host: str | None = None, port: int | None
 
 
 def run(config: GatewayConfig, host: str | None = None, port: int | None = None) -> None:
-    """Serve until SIGINT or SIGTERM, then drain: in-flight requests finish or are cancelled."""
+    """Serve until SIGINT or SIGTERM, then drain: in-flight requests finish or are cancelled.
+
+    Requests still running ``listen.drainSeconds`` after the signal are cancelled, whatever
+    they wait on (an upstream, a guard): the process ends within that deadline.
+    """
 
     async def main() -> None:
         task = asyncio.current_task()

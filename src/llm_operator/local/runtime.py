@@ -57,6 +57,11 @@ API_PHASE = {"Skipped": "Pending", "Unplaceable": "Failed", "Standby": "Ready",
              "Loading": "Ready"}
 
 
+# After Ctrl-C or SIGTERM: what the gateway and MCP server still serve gets this long before
+# it is cancelled (a laptop's user who stops the stack wants it stopped)
+UP_DRAIN_SECONDS = 5
+
+
 class _Embedded(uvicorn.Server):
     """A uvicorn server that leaves SIGINT and SIGTERM to `llmop up` (which stops it)."""
 
@@ -237,7 +242,8 @@ class Runtime:
 
     @contextlib.asynccontextmanager
     async def _gateway(self, sock: socket.socket) -> AsyncIterator[None]:
-        runner = web.AppRunner(self.gateway.app(), handler_cancellation=True, access_log=None)
+        runner = web.AppRunner(self.gateway.app(), handler_cancellation=True, access_log=None,
+                               shutdown_timeout=UP_DRAIN_SECONDS)
         await runner.setup()
         await GatewaySite(runner, sock=sock).start()  # the proxied paths on server.py's
         log.info("gateway on %s", self.gateway_url)
@@ -265,7 +271,7 @@ class Runtime:
     @contextlib.asynccontextmanager
     async def _mcp(self, sock: socket.socket) -> AsyncIterator[None]:
         port = sock.getsockname()[1]
-        settings = McpSettings(host=LOOPBACK, port=port)
+        settings = McpSettings(host=LOOPBACK, port=port, drain_seconds=UP_DRAIN_SECONDS)
         async with service(settings, files=self.options.directory,
                            status_file=self.options.state.status_file) as svc:
             server = _Embedded(svc.uvicorn_server(log_level="warning").config)
@@ -276,7 +282,7 @@ class Runtime:
             finally:
                 server.should_exit = True
                 with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.wait_for(task, 10)
+                    await asyncio.wait_for(task, UP_DRAIN_SECONDS + 5)
 
     async def _write_state(self) -> None:
         """Write the state and status files after changes, and wake waiters."""

@@ -328,7 +328,8 @@ class McpService:
         # gateway needs it), whose laxer header checks fail MCP's header-validation tests.
         config = uvicorn.Config(self.app(), host=self.settings.host, port=self.settings.port,
                                 log_level=log_level, lifespan="on", access_log=False,
-                                http="h11")
+                                http="h11",
+                                timeout_graceful_shutdown=self.settings.drain_seconds)
         return uvicorn.Server(config)
 
     async def serve(self, sock: socket.socket | None = None, log_level: str = "info") -> None:

@@ -281,9 +281,13 @@ class Router:
 
 
 async def serve(router: Router, host: str, port: int, ready: asyncio.Event | None = None,
-                stop: asyncio.Event | None = None) -> None:
-    """Run ``router`` and, once its table is built, its HTTP server; until ``stop``."""
-    runner = web.AppRunner(router.app(), handler_cancellation=True, access_log=None)
+                stop: asyncio.Event | None = None, *, drain_seconds: float = 320.0) -> None:
+    """Run ``router`` and, once its table is built, its HTTP server; until ``stop``.
+
+    Then requests in flight get ``drain_seconds`` to finish before they are cancelled.
+    """
+    runner = web.AppRunner(router.app(), handler_cancellation=True, access_log=None,
+                           shutdown_timeout=drain_seconds)
     await runner.setup()
     watching = asyncio.create_task(router.run())
     try:
