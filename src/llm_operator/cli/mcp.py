@@ -62,7 +62,7 @@ import click
 @click.option("--session-idle-seconds", type=click.FloatRange(1), default=300.0,
               show_default=True, metavar="SECONDS",
               help="A session with no request in flight and no open stream this long ends.")
-@click.option("--drain-seconds", type=click.IntRange(0, 3600), default=30,
+@click.option("--drain-seconds", type=click.IntRange(0, 3600), default=25,
               show_default=True, metavar="SECONDS",
               help="On SIGTERM or Ctrl-C: how long tool calls and open streams in flight "
               "get to finish before they are cancelled and the server exits.")

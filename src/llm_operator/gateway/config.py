@@ -277,7 +277,7 @@ class Listen(_Config):
     host: str = "0.0.0.0"  # a server in a pod listens on all interfaces
     port: int = Field(8000, ge=0, le=65535)
     drain_seconds: float = Field(
-        30, ge=0, le=3600, description="On SIGTERM or Ctrl-C the gateway stops listening "
+        25, ge=0, le=3600, description="On SIGTERM or Ctrl-C the gateway stops listening "
         "and gives the requests in flight this long to finish; then it cancels them (their "
         "guards and upstream calls with them) and exits. Keep it below the pod's "
         "terminationGracePeriodSeconds.")

@@ -27,7 +27,7 @@ class McpSettings:
     max_concurrent_calls: int = 256  # per model tool; more wait (llmop_mcp_tool_calls_queued)
     sessions_per_client: int = DEFAULT_PER_CLIENT  # 2025-era sessions one address may hold
     session_idle_seconds: float = DEFAULT_IDLE_SECONDS  # no request, no open stream: ended
-    drain_seconds: int = 30  # after SIGTERM: calls and streams in flight, then cancelled
+    drain_seconds: int = 25  # after SIGTERM: calls and streams in flight, then cancelled
     client_keys_file: Path | None = None  # bearer tokens (the gateway's keys file format)
     oauth_issuer: str | None = None  # accept JWT access tokens from this issuer
     resource_url: str | None = None  # this server's public /mcp URL (the tokens' audience)
