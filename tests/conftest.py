@@ -14,6 +14,7 @@ from cluster import Cluster
 from controlplane import ControlPlane, control_plane, missing
 from fake_upstream import FakeUpstream
 from k8s_schemas import large_schemas_dir, schemas_dir
+from llmop_process import Start, llmop_processes
 from redisserver import redis_server
 from samples import REPO
 
@@ -28,6 +29,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     and model are built in the background (Makefile `prebuild`) meanwhile. `make test` runs
     the two side by side instead (tools/test_suites.py)."""
     items.sort(key=lambda item: "e2e" in item.path.relative_to(REPO).parts)
+
+
+@pytest.fixture
+def started() -> Iterator[Start]:
+    """``start("gateway", "--config", path, serving=b"gateway listening")``: a real llmop."""
+    with llmop_processes() as start:
+        yield start
 
 
 @pytest.fixture

@@ -16,49 +16,21 @@ connection closed or answered with an error, and nothing left running.
 from __future__ import annotations
 
 import json
-import os
-import select
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
-import pytest
 
+from llmop_process import Start, free_port
 from mcptools import guide_models
 
 DRAIN = 2
 PHONES = "call +1 415 555 0100 now, " * 30_000  # 780,000 characters: about 40 s of checking
 Answers = list[httpx.Response | Exception]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _until_line(proc: subprocess.Popen[bytes], needle: bytes, seconds: float) -> None:
-    """Read the process's stderr until a line holds ``needle`` (or fail after ``seconds``)."""
-    assert proc.stderr is not None
-    deadline = time.monotonic() + seconds
-    seen = []
-    while (left := deadline - time.monotonic()) > 0:
-        ready, _, _ = select.select([proc.stderr], [], [], left)
-        if not ready:
-            break
-        line = proc.stderr.readline()
-        if not line:
-            break
-        seen.append(line)
-        if needle in line:
-            return
-    pytest.fail(f"no {needle!r} in {seconds} s; it said: {b''.join(seen)[-2000:]!r}")
 
 
 def _worker_ticks(pid: int) -> int:
@@ -76,28 +48,6 @@ def _worker_ticks(pid: int) -> int:
             continue
         ticks += int(fields[11]) + int(fields[12])  # utime + stime
     return ticks
-
-
-@pytest.fixture
-def started() -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
-    """Start ``llmop ARGS...`` and wait for the line that says it serves; killed at the end."""
-    procs: list[subprocess.Popen[bytes]] = []
-
-    def start(*args: str, serving: bytes) -> subprocess.Popen[bytes]:
-        proc = subprocess.Popen([sys.executable, "-m", "llm_operator", *args],
-                                stderr=subprocess.PIPE,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        procs.append(proc)
-        _until_line(proc, serving, 60)
-        return proc
-
-    yield start
-    for proc in procs:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(10)
-        assert proc.stderr is not None
-        proc.stderr.close()
 
 
 def _sent(http: httpx.Client, path: str, body: dict[str, object]
@@ -131,8 +81,8 @@ def _stopped(proc: subprocess.Popen[bytes], sender: threading.Thread, answers: A
 
 
 def test_sigterm_mid_guard_check_ends_the_gateway_within_its_drain_deadline(
-        tmp_path: Path, started: Callable[..., subprocess.Popen[bytes]]) -> None:
-    port = _free_port()
+        tmp_path: Path, started: Start) -> None:
+    port = free_port()
     config = tmp_path / "gateway.yaml"
     config.write_text(json.dumps({
         "listen": {"host": "127.0.0.1", "port": port, "drainSeconds": DRAIN},
@@ -157,14 +107,14 @@ def test_sigterm_mid_guard_check_ends_the_gateway_within_its_drain_deadline(
 
 
 def test_sigterm_mid_tool_call_ends_the_mcp_server_within_its_drain_deadline(
-        tmp_path: Path, started: Callable[..., subprocess.Popen[bytes]]) -> None:
+        tmp_path: Path, started: Start) -> None:
     with socket.socket() as model:  # takes the call, never answers
         model.bind(("127.0.0.1", 0))
         model.listen(8)
         models = tmp_path / "models"
         models.mkdir()
         status = guide_models(models, f"http://127.0.0.1:{model.getsockname()[1]}/v1")
-        port = _free_port()
+        port = free_port()
         proc = started("mcp", "-f", str(models), "--status-file", str(status), "--port",
                        str(port), "--drain-seconds", str(DRAIN),
                        serving=b"Application startup complete")
