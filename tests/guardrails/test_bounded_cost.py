@@ -15,6 +15,8 @@ import threading
 from collections.abc import Sequence
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from llm_operator.api.guardrails import GuardSpec
 from llm_operator.gateway.metrics import GatewayMetrics
@@ -27,7 +29,15 @@ from llm_operator.guardrails.pii import (
     phone_parts,
     shared_scanner,
 )
-from llm_operator.guardrails.possible import MARGIN, PIECE, pieces
+from llm_operator.guardrails.possible import (
+    ANCHOR,
+    LONG,
+    MARGIN,
+    PIECE,
+    WHOLE,
+    pieces,
+    regions,
+)
 from llm_operator.guardrails.runner import Guarding, TextTooLong
 from llm_operator.guardrails.text import Spot
 
@@ -205,3 +215,44 @@ def test_a_column_of_phone_numbers_is_found_number_by_number(scanner: PiiScanner
     text = "Branches:\n" + "\n".join(f"020 7946 01{i:02d}" for i in range(12))
     found = scanner.find(text, ["PHONE_NUMBER"], 0.4)
     assert [text[f.start:f.end] for f in found] == [f"020 7946 01{i:02d}" for i in range(12)]
+
+
+def _regions_anchor_by_anchor(entities: Sequence[str], text: str) -> list[tuple[int, int]]:
+    """``regions`` as a walk over each anchor finds them: the specification."""
+    anchors = [m.span() for m in ANCHOR.finditer(text)]
+    if "CRYPTO" in entities:
+        anchors = sorted(anchors + [m.span() for m in LONG.finditer(text)])
+    spans: list[tuple[int, int]] = []
+    for at, until in anchors:
+        start, end = max(0, at - MARGIN), min(len(text), until + MARGIN)
+        if spans and start <= spans[-1][1]:
+            spans[-1] = (spans[-1][0], max(spans[-1][1], end))
+        else:
+            spans.append((start, end))
+    out: list[tuple[int, int]] = []
+    for near_start, near_end in spans:
+        start, end = near_start, near_end
+        while start > 0 and not text[start - 1].isspace():
+            start -= 1
+        while end < len(text) and not text[end].isspace():
+            end += 1
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return [(0, len(text))] if sum(e - s for s, e in out) > WHOLE * len(text) else out
+
+
+WORDS = st.lists(st.one_of(
+    st.text("ab cd-:.@0123456789ABCDEF\n", max_size=3), st.text(" xyz", min_size=1,
+                                                                 max_size=40),
+    st.text("abcdef0123456789-.:", min_size=20, max_size=60)), max_size=60).map("".join)
+
+
+@settings(max_examples=400, derandomize=True, database=None, deadline=None)
+@given(WORDS, st.sampled_from([["CREDIT_CARD"], ["CRYPTO", "EMAIL_ADDRESS"]]))
+def test_nearby_anchors_merge_in_one_match_as_they_would_one_by_one(
+        text: str, entities: list[str]) -> None:
+    """The regular expression that merges nearby anchors covers what a walk over every
+    anchor covers (a walk took 12 ms of the event loop over 64 KB of card numbers)."""
+    assert regions(entities, text) == _regions_anchor_by_anchor(entities, text)

@@ -44,7 +44,8 @@ class Judge:
     def __init__(self, *answers: str | Exception) -> None:
         self.answers, self.prompts = list(answers), list[str]()
 
-    async def complete(self, model: str, prompt: str, timeout: float) -> str:
+    async def complete(self, model: str, prompt: str, timeout: float,
+                       caller: object = None) -> str:
         self.prompts.append(prompt)
         answer = self.answers.pop(0)
         if isinstance(answer, Exception):

@@ -81,10 +81,12 @@ class Endpoint:
     def __init__(self, *answers: bytes | Exception | str) -> None:
         self.answers, self.asked = list(answers), list[list[str]]()
 
-    async def complete(self, model: str, prompt: str, timeout: float) -> str:
+    async def complete(self, model: str, prompt: str, timeout: float,
+                       caller: object = None) -> str:
         raise AssertionError("a moderation guard asks no completion")
 
-    async def moderate(self, model: str, texts: Sequence[str], timeout: float) -> bytes:
+    async def moderate(self, model: str, texts: Sequence[str], timeout: float,
+                       caller: object = None) -> bytes:
         self.asked.append(list(texts))
         given = self.answers.pop(0)
         if isinstance(given, Exception):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from llm_operator.api.guardrails import DEFAULT_PII_ENTITIES, PII_ENTITIES
-from llm_operator.guardrails.pii import PiiScanner, card_number, shared_scanner
+from llm_operator.guardrails.pii import PiiScanner, card_number, match_token, shared_scanner
 from llm_operator.guardrails.possible import MARGIN, possible, regions
 
 
@@ -147,3 +147,31 @@ def test_a_card_number_beside_a_phone_number_finds_both(scanner: PiiScanner) -> 
     assert ("CREDIT_CARD", "4111 1111 1111 1111") in found
     assert ("PHONE_NUMBER", "+1 212 555 0123") in found
     assert all(e != "PHONE_NUMBER" or "4111" not in t for e, t in found)
+
+
+@pytest.mark.parametrize("text", [
+    "card 4111 1111 1111 1111, call +1 212 555 0123",
+    "  leading spaces, (212) 414-0134 and a@b.example.com\n\ttabs",
+    "4111 1111 1111 1111 " * 12,
+    "x",
+])
+def test_a_matchs_token_is_found_as_presidio_finds_it(text: str) -> None:
+    """The scanner's context lookup by bisection agrees with Presidio's walk at every
+    character offset of a real tokenization (the scanner's blank English pipeline)."""
+    import spacy  # noqa: PLC0415
+    from presidio_analyzer.context_aware_enhancers import (  # noqa: PLC0415
+        LemmaContextAwareEnhancer,
+    )
+    doc = spacy.blank("en")(text)
+    starts = [token.idx for token in doc]
+    for start in range(len(text)):
+        try:
+            expected: int | str = LemmaContextAwareEnhancer._find_index_of_match_token(
+                "w", start, doc, starts)
+        except ValueError:
+            expected = "none"
+        try:
+            got: int | str = match_token(start, starts, lambda at: len(doc[at]), "w")
+        except ValueError:
+            got = "none"
+        assert got == expected, (text, start)

@@ -10,12 +10,13 @@ recognizer (about a second): do it once, off the event loop (guardrails/guards.p
 
 from __future__ import annotations
 
+import bisect
 import functools
 import logging
 import re
 import threading
-from collections.abc import Sequence
-from typing import NamedTuple
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 from llm_operator.guardrails.possible import pieces, possible
 
@@ -172,6 +173,23 @@ def kept_in_piece(found: Sequence[Finding], start: int, end: int, cut_before: bo
             if not (cut_before and f.start == 0) and not (cut_after and f.end == end - start)]
 
 
+def match_token(start: int, starts: Sequence[int], length: Callable[[int], int],
+                word: str = "") -> int:
+    """The index of the first token that ends after ``start``: the token it falls in.
+
+    Tokens start at ``starts``, in order, and do not overlap; ``length`` of one by index.
+    A ``start`` between tokens gives the next one; ValueError if none is left, as
+    Presidio's own lookup says.
+    """
+    at = bisect.bisect_right(starts, start) - 1
+    if at >= 0 and start < starts[at] + length(at):
+        return at
+    if at + 1 < len(starts):
+        return at + 1
+    raise ValueError(f"Did not find word {word!r} in the list of tokens although it is "
+                     "expected to be found")
+
+
 def _offline_suffix_list() -> None:
     """Tldextract's module-wide extractor, reading its bundled snapshot and nothing else."""
     from tldextract import tldextract  # noqa: PLC0415
@@ -193,6 +211,9 @@ class PiiScanner:
             AnalyzerEngine,
             RecognizerRegistry,
             RecognizerResult,
+        )
+        from presidio_analyzer.context_aware_enhancers import (  # noqa: PLC0415
+            LemmaContextAwareEnhancer,
         )
         from presidio_analyzer.nlp_engine import NlpArtifacts, SpacyNlpEngine  # noqa: PLC0415
         from presidio_analyzer.predefined_recognizers import PhoneRecognizer  # noqa: PLC0415
@@ -240,9 +261,23 @@ class PiiScanner:
                                 found.append(result)
                 return found
 
+        class NearbyWords(LemmaContextAwareEnhancer):
+            """Presidio's context enhancer, finding a match's token by bisection.
+
+            Its own walks every token of the text for every match: a kilobyte of card
+            numbers (50 matches, 200 tokens) took 4 of its 6.5 ms there, phone numbers 44.
+            """
+
+            @staticmethod
+            def _find_index_of_match_token(word: str, start: int, tokens: Any,
+                                           tokens_indices: list[int]) -> int:
+                return match_token(start, tokens_indices,
+                                   lambda at: len(tokens[at]), word)
+
         registry.add_recognizer(PhoneRuns(leniency=PHONE_LENIENCY))
         self._analyzer = AnalyzerEngine(nlp_engine=nlp, registry=registry,
-                                        supported_languages=[LANGUAGE])
+                                        supported_languages=[LANGUAGE],
+                                        context_aware_enhancer=NearbyWords())
         self._lock = threading.Lock()  # spaCy's pipeline is not documented thread-safe
         # the first analysis compiles each recognizer's patterns: not on a request
         self.find("warm up: 4111 1111 1111 1111 a@example.com +1 212 555 0123",

@@ -21,6 +21,7 @@ DIGITS = "0123456789"
 IP = re.compile(r"\.\d{1,3}\.\d{1,3}\.|:[0-9A-Fa-f]*:")  # inside any IPv4, IPv6 address
 MAC = re.compile(r"[:-][0-9A-Fa-f]{2}[:-]|\.[0-9A-Fa-f]{4}\.")  # inside 01:23:45.., 0123.4567..
 LONG_WORD = 26  # a wallet address: 26 characters or more without a space
+LONG = re.compile(rf"\S{{{LONG_WORD},}}")
 
 
 def _digits(text: str) -> int:
@@ -55,11 +56,18 @@ ANCHORED = frozenset({"CREDIT_CARD", "PHONE_NUMBER", "US_SSN", "US_ITIN", "US_BA
                       "US_PASSPORT", "UK_NHS", "IBAN_CODE", "EMAIL_ADDRESS", "IP_ADDRESS",
                       "MAC_ADDRESS", "CRYPTO"})
 ANCHOR = re.compile(r"[\d@:]+|" + MAC.pattern)
-LONG = re.compile(rf"\S{{{LONG_WORD},}}")
 # Characters kept on each side of an anchor: the longest match that reaches beyond its
 # anchor (an e-mail address's local part and domain), and the five words of context that
 # Presidio would read around a match with a lemmatizer installed.
 MARGIN = 100
+# Anchors no further apart than two margins, as one match: their regions merge, and the
+# regular expression engine does that merging (64 KB of card numbers: 1.7 ms, where a
+# Python loop over each anchor took 12 ms of the event loop). A long word first: at a
+# word's start it covers the whole word, as its own match would.
+_NEAR = rf".{{0,{2 * MARGIN}}}?"
+CLUSTER = re.compile(rf"(?s:(?:{ANCHOR.pattern})(?:{_NEAR}(?:{ANCHOR.pattern}))*)")
+CLUSTER_WITH_WORDS = re.compile(
+    rf"(?s:(?:{LONG.pattern}|{ANCHOR.pattern})(?:{_NEAR}(?:{LONG.pattern}|{ANCHOR.pattern}))*)")
 WHOLE = 0.75  # regions covering more of the text than this: scan it whole, in one pass
 # The most text Presidio analyzes in one go. Its cost grows faster than the text (20 KB of
 # card numbers: 2.3 s, 80 KB: 18 s, measured here), so a longer part is analyzed in pieces
@@ -77,10 +85,9 @@ def regions(entities: Sequence[str], text: str) -> list[tuple[int, int]]:
     if not set(entities) <= ANCHORED:
         return [(0, len(text))]
     spans: list[tuple[int, int]] = []
-    anchors = [m.span() for m in ANCHOR.finditer(text)]
-    if "CRYPTO" in entities:
-        anchors = sorted(anchors + [m.span() for m in LONG.finditer(text)])
-    for at, until in anchors:
+    clusters = CLUSTER_WITH_WORDS if "CRYPTO" in entities else CLUSTER
+    for found in clusters.finditer(text):
+        at, until = found.span()
         start, end = max(0, at - MARGIN), min(len(text), until + MARGIN)
         if spans and start <= spans[-1][1]:
             spans[-1] = (spans[-1][0], max(spans[-1][1], end))

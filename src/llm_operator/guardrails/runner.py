@@ -109,7 +109,7 @@ class Guarding:
         except ImportError as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.name
             why = (f"the PII detector is not installed here ({first}): install "
-                   "llm-operator[guardrails] (presidio-analyzer, presidio-anonymizer)")
+                   "llm-operator[guardrails] (presidio-analyzer)")
         except Exception as exc:  # a broken install: said once, every check refused
             why = f"the PII detector failed to start: {type(exc).__name__}: {exc}"
         if not self._reported:
