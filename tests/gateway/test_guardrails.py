@@ -69,6 +69,33 @@ async def test_a_blocking_input_guard_refuses_with_its_name_and_never_calls_the_
     assert CARD not in caplog.text and MAIL not in caplog.text
 
 
+@pytest.mark.parametrize(("path", "field", "value", "refused"), [
+    ("/v1/completions", "prompt", [4111, 1111, 1111, 1111], True),  # token ids: unreadable
+    ("/v1/completions", "prompt", [[9906, 1917], [15339]], True),
+    ("/v1/completions", "prompt", ["card", 4111], True),
+    ("/v1/completions", "prompt", {"text": CARD}, True),
+    ("/v1/embeddings", "input", [[4111, 1111]], True),
+    ("/v1/completions", "prompt", ["Hello", "world"], False),  # text: read, and sent
+    ("/v1/embeddings", "input", "Hello", False),
+])
+async def test_a_prompt_of_token_ids_is_refused_where_input_guards_read_text(
+        gateway: GatewayFactory, upstream: Upstream, path: str, field: str, value: Any,
+        refused: bool) -> None:
+    fake, _ = upstream
+    client, _ = await gateway(guards(input=[pii("no-pii", "mask")]))
+    resp = await client.post(path, json={"model": "gpt-5.5", field: value})
+    body = await resp.json()
+    if refused:
+        assert resp.status == 400, body
+        assert (body["error"]["code"], body["error"]["param"]) == ("guardrail_unreadable",
+                                                                   field)
+        assert f"send {field} as text" in body["error"]["message"]
+        assert fake.requests == []  # what the ids encode never reached the model
+    else:
+        assert resp.status == 200, body
+        assert fake.requests[-1]["body"][field] == value
+
+
 async def test_a_logging_guard_counts_and_lets_the_text_through(
         gateway: GatewayFactory, upstream: Upstream) -> None:
     fake, _ = upstream

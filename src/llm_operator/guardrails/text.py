@@ -210,6 +210,22 @@ def asks_unmaskable(body: dict[str, Any]) -> str | None:
     return None
 
 
+def token_ids(path: str, body: dict[str, Any]) -> str | None:
+    """The request's field that holds token ids where input guards read text, if any.
+
+    Text completions' ``prompt`` and embeddings' ``input`` may be token ids (a list of
+    integers, or lists of them): a guard reads no text there, so what they encode would
+    pass unread.
+    """
+    key = "prompt" if path.endswith("/completions") and not path.endswith(
+        "/chat/completions") else "input" if path.endswith("/embeddings") else None
+    value = body.get(key) if key is not None else None
+    if value is None or isinstance(value, str) or (
+            isinstance(value, list) and all(isinstance(item, str) for item in value)):
+        return None
+    return key
+
+
 def answer_spots(body: dict[str, Any]) -> list[Spot]:
     """The text of a model's answer, whatever its API: every string but ``NOT_TEXT``.
 

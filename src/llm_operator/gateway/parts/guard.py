@@ -23,6 +23,7 @@ from llm_operator.guardrails.text import (
     asks_unmaskable,
     drop_unmaskable,
     request_spots,
+    token_ids,
 )
 
 Exempt = Callable[[str], bool]
@@ -91,6 +92,11 @@ class Guard:
                 400, f"this model's output guards cannot mask {unmaskable} (each token of "
                 f"the answer again, one by one): ask without logprobs and top_logprobs",
                 "invalid_request_error", "guardrail_unmaskable", param=unmaskable)
+        if inputs and (ids := token_ids(path, ex.body)) is not None:
+            return error_response(
+                400, f"this model's input guards read text, and {ids} holds token ids "
+                f"(or something else that is not a string): send {ids} as text",
+                "invalid_request_error", "guardrail_unreadable", param=ids)
         checks = _Checks(self.guarding, ex.state.route.label, path,
                          ex.client.key.exempt_from if ex.client is not None else _never,
                          ex.trace, guardrails.max_checked_chars, ex.who)
