@@ -13,15 +13,15 @@ import sys
 
 from aiohttp import web
 
-from llm_operator.gateway.http1 import Client
+from llm_operator.gateway.upstream.http1 import UpstreamClient
 
 UPSTREAM = sys.argv[2]
 HEADERS = {"Content-Type": "application/json", "Authorization": "Bearer sk-bench"}
-CLIENT = web.AppKey("client", Client)
+CLIENT = web.AppKey("client", UpstreamClient)
 
 
 async def start(app: web.Application) -> None:
-    app[CLIENT] = Client()
+    app[CLIENT] = UpstreamClient()
 
 
 async def proxy(request: web.Request) -> web.Response:

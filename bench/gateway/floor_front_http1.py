@@ -22,7 +22,7 @@ from aiohttp.base_protocol import BaseProtocol
 from aiohttp.http_writer import HttpVersion11, StreamWriter
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from llm_operator.gateway.http1 import Client
+from llm_operator.gateway.upstream.http1 import UpstreamClient
 
 UPSTREAM = sys.argv[2]
 HEADERS = {"Content-Type": "application/json", "Authorization": "Bearer sk-bench"}
@@ -47,7 +47,7 @@ class Incoming:
 class Front(BaseProtocol):
     """Parses requests with httptools; each answered by ``answer`` in a task of its own."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, client: Client) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, client: UpstreamClient) -> None:
         super().__init__(loop)
         self.client = client
         self.parser = httptools.HttpRequestParser(self)
@@ -80,7 +80,7 @@ class Front(BaseProtocol):
         task.add_done_callback(TASKS.discard)
 
 
-async def answer(client: Client, request: Incoming) -> None:
+async def answer(client: UpstreamClient, request: Incoming) -> None:
     body = json.loads(request.body)
     body["model"] = "bench-upstream"
     upstream = await client.post(UPSTREAM, json.dumps(body).encode(), HEADERS,
@@ -92,7 +92,7 @@ async def answer(client: Client, request: Incoming) -> None:
 
 
 async def main() -> None:
-    client = Client()
+    client = UpstreamClient()
     loop = asyncio.get_running_loop()
     server = await loop.create_server(lambda: Front(loop, client), "127.0.0.1",
                                       int(sys.argv[1]))

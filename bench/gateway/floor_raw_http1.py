@@ -14,7 +14,7 @@ import sys
 
 import httptools
 
-from llm_operator.gateway.http1 import Client
+from llm_operator.gateway.upstream.http1 import UpstreamClient
 
 UPSTREAM = sys.argv[2]
 HEADERS = {"Content-Type": "application/json", "Authorization": "Bearer sk-bench"}
@@ -22,7 +22,7 @@ TASKS: set[asyncio.Task[None]] = set()
 
 
 class Proxy(asyncio.Protocol):
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: UpstreamClient) -> None:
         self.client = client
         self.parser = httptools.HttpRequestParser(self)
         self.body: list[bytes] = []
@@ -58,7 +58,7 @@ class Proxy(asyncio.Protocol):
 
 
 async def main() -> None:
-    client = Client()
+    client = UpstreamClient()
     server = await asyncio.get_running_loop().create_server(
         lambda: Proxy(client), "127.0.0.1", int(sys.argv[1]))
     await server.serve_forever()

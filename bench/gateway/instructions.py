@@ -132,7 +132,7 @@ def main() -> None:
             for python in [None, *args.python]:
                 for name, tree in trees.items():
                     knows_flow = "flow_control" in (
-                        tree / "src/llm_operator/gateway/config.py").read_text()
+                        tree / "src/llm_operator/gateway/settings/config.py").read_text()
                     on = counted(tree, up_port, args.requests, True, python) \
                         if knows_flow else None
                     off = counted(tree, up_port, args.requests,

@@ -11,7 +11,7 @@ every path. The gateway runs twice: plain, and with client keys and limits and s
 Redis (Debian's redis-server, on the load CPU). Two bare proxies (the hot path alone, with
 aiohttp's server and client, and on Starlette + uvicorn + httpx) show what each off-the-shelf
 HTTP stack costs before any gateway feature; the gateway serves with aiohttp's server and
-calls upstreams with its own client (llm_operator.gateway.http1). Prints a Markdown table;
+calls upstreams with its own client (llm_operator.gateway.upstream.http1). Prints a Markdown table;
 the figures in docs/benchmarks.md come from it.
 """
 

@@ -353,7 +353,7 @@ async def cold_start_part(start_delay: float, requests: int) -> list[str]:
     from aiohttp import web  # noqa: PLC0415
 
     from llm_operator.gateway.app import Gateway  # noqa: PLC0415
-    from llm_operator.gateway.config import parse_config  # noqa: PLC0415
+    from llm_operator.gateway.settings.config import parse_config  # noqa: PLC0415
 
     gateway = Gateway(parse_config({"routes": [held_route]}))
     runner = web.AppRunner(gateway.app(), handler_cancellation=True, access_log=None)

@@ -3,7 +3,7 @@
 The Gemma example has one llama.cpp slot. While a long completion holds it, two batch
 requests wait in the router (config/router, its settings ConfigMap); an interactive one
 that comes after them waits there too, or in llama.cpp's own queue once the router has
-widened the model's engine queue to one (gateway/saturation.py: a look saw the slot idle
+widened the model's engine queue to one (gateway/flow/saturation.py: a look saw the slot idle
 while requests waited); either way it is served first. Sent with the OpenAI SDK, its band named
 by the Inference Extension's objective header. The same holds while the API server is
 frozen (SIGSTOP): the router serves from what it last saw. On a full node, the queue asks
@@ -106,7 +106,7 @@ async def test_a_queued_interactive_request_is_served_before_queued_batch_ones(
         with frozen_api_server(routed) if api_server == "frozen" else contextlib.nullcontext():
             calls.append(asyncio.create_task(ask("interactive", "interactive", 4)))
             # it waits here, or in llama.cpp's queue behind the long one once the router
-            # has widened the engine queue (gateway/saturation.py): first either way
+            # has widened the engine queue (gateway/flow/saturation.py): first either way
             await until_load(http, scale, lambda load: load["pending"] == 4
                              and load["queued"] >= 2)
             async with asyncio.timeout(90):
@@ -158,7 +158,7 @@ async def test_requests_queued_for_a_killed_pod_are_served_by_its_replacement(
         calls = [asyncio.create_task(ask(long, "standard"))]
         await until_load(http, scale, lambda load: load["inFlight"] == 1)
         calls += [asyncio.create_task(ask(4, band)) for band in ("batch", "interactive")]
-        # the interactive one may be in the engine queue (gateway/saturation.py)
+        # the interactive one may be in the engine queue (gateway/flow/saturation.py)
         await until_load(http, scale, lambda load: load["pending"] == 3
                          and load["queued"] >= 1)
         routed.kubectl("-n", MODELS_NS, "delete", "pods", *before, "--grace-period=0",

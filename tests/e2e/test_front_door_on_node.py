@@ -5,7 +5,7 @@ connections), the Gemma example behind them with its one llama.cpp slot. A heavy
 ID (GIE's x-gateway-inference-fairness-id) sends closed-loop requests through both
 replicas; a light ID's requests, sent one after the other, land on either. The replica that
 does not own the model's queue passes its requests to the one that does
-(gateway/owners.py), so they all wait in one queue, where flow control sends the light ID's
+(gateway/routing/owners.py), so they all wait in one queue, where flow control sends the light ID's
 next: a light request waits for the request in the slot and what is in llama.cpp's own
 queue (at most one request here: docs/flow-control.md), not for the heavy queue. When each
 replica held its own queue, a light request waited 7-10 services beside 10 heavy clients.

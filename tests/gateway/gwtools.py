@@ -12,7 +12,7 @@ from aiohttp.test_utils import TestServer
 from yarl import URL
 
 from llm_operator.gateway.app import Gateway
-from llm_operator.gateway.server import GatewaySite
+from llm_operator.gateway.server.http import GatewaySite
 
 GatewayFactory = Callable[..., Any]  # the `gateway` fixture: await it to get (client, gateway)
 

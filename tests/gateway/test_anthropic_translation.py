@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from llm_operator.gateway.inbound.messages import (
+from llm_operator.gateway.providers.messages_api import (
     MessagesError,
     StreamTranslator,
     from_openai,

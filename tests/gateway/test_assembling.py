@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from llm_operator.gateway.assembling import StreamError, assemble
+from llm_operator.gateway.providers.assembling import StreamError, assemble
 
 USAGE = {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}
 

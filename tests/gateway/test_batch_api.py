@@ -30,9 +30,9 @@ from llm_operator.batch.redis_store import RedisBatchStore
 from llm_operator.batch.runner import RUN_HEADER, RunnerSettings
 from llm_operator.batch.state import FINISHED, Batch
 from llm_operator.batch.store import BatchStore, Store
-from llm_operator.gateway import batches
 from llm_operator.gateway.app import Gateway
-from llm_operator.gateway.config import Batches, SharedState, parse_config
+from llm_operator.gateway.server import batches
+from llm_operator.gateway.settings.config import Batches, SharedState, parse_config
 
 from fake_upstream import FakeUpstream, Reply, completion
 from freezing_proxy import FreezingProxy

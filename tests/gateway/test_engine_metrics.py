@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from llm_operator.gateway.engine_metrics import engine_report
-from llm_operator.gateway.saturation import EngineReport
+from llm_operator.gateway.flow.engine_metrics import engine_report
+from llm_operator.gateway.flow.saturation import EngineReport
 
 VLLM = """\
 # TYPE vllm:num_requests_waiting gauge

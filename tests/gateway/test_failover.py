@@ -13,7 +13,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from llm_operator.gateway.app import Gateway
-from llm_operator.gateway.config import parse_config
+from llm_operator.gateway.settings.config import parse_config
 
 from fake_upstream import FakeUpstream, Reply, completion, sse_chunks
 from gwtools import FakeTime, GatewayFactory, metric
@@ -179,7 +179,7 @@ async def test_traffic_splits_by_weight(upstream: Upstream, backup: Upstream) ->
     ({"upstreams": [{"baseUrl": "http://a/v1", "weight": 0}]}, "greater than 0"),
 ])
 def test_bad_upstream_lists_name_the_problem(route: dict[str, Any], message: str) -> None:
-    from llm_operator.gateway.config import ConfigError  # noqa: PLC0415
+    from llm_operator.gateway.settings.config import ConfigError  # noqa: PLC0415
 
     with pytest.raises(ConfigError, match=message):
         parse_config({"routes": [{"models": ["m"], **route}]})

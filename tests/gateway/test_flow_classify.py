@@ -5,15 +5,15 @@ from __future__ import annotations
 import pytest
 
 from llm_operator.access.keyring import ClientKey
-from llm_operator.gateway.classify import (
+from llm_operator.gateway.flow.bands import (
     FAIRNESS_HEADER,
     OBJECTIVE_HEADER,
     BadFairnessId,
     band_for_priority,
     classify,
 )
-from llm_operator.gateway.config import ConfigError, parse_config
-from llm_operator.gateway.flow_settings import FlowControl
+from llm_operator.gateway.settings.config import ConfigError, parse_config
+from llm_operator.gateway.settings.flow_control import FlowControl
 
 FLOW = FlowControl(objectives={"chat": "interactive", "nightly-report": "batch"})
 DIGEST = "0" * 64

@@ -19,10 +19,10 @@ import yaml
 
 from llm_operator.access.keyring import digest
 from llm_operator.gateway.app import Gateway
-from llm_operator.gateway.classify import FAIRNESS_HEADER, OBJECTIVE_HEADER
-from llm_operator.gateway.config import parse_config
-from llm_operator.gateway.flow_queue import Sizes
-from llm_operator.gateway.routes import pools
+from llm_operator.gateway.flow.bands import FAIRNESS_HEADER, OBJECTIVE_HEADER
+from llm_operator.gateway.flow.queue import Sizes
+from llm_operator.gateway.routing.routes import pools
+from llm_operator.gateway.settings.config import parse_config
 
 from flowtools import GatedEngine, cancel_all, serving
 from gwtools import metric

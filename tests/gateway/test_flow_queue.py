@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from llm_operator.gateway.classify import Classified
-from llm_operator.gateway.flow import Flow, Lease
-from llm_operator.gateway.flow_queue import FlowObserver, FlowRefused, Sizes
-from llm_operator.gateway.flow_settings import Band, FlowControl
+from llm_operator.gateway.flow.bands import Classified
+from llm_operator.gateway.flow.control import Flow
+from llm_operator.gateway.flow.queue import FlowObserver, FlowRefused, Lease, Sizes
+from llm_operator.gateway.settings.flow_control import Band, FlowControl
 
 SETTINGS = FlowControl()
 # the default bands with the batch band at its fixed share alone (reserveSeconds 0)

@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 
 from llm_operator.gateway.app import Gateway
-from llm_operator.gateway.config import parse_config
+from llm_operator.gateway.settings.config import parse_config
 
 from fake_upstream import FakeUpstream, Reply, completion, sse_chunks
 from gwtools import FakeTime, GatewayFactory, metric

@@ -11,10 +11,15 @@ import yaml
 
 from llm_operator.access.limits import TokenBucket, retry_after_header
 from llm_operator.api.validation import parse_llmmodel
-from llm_operator.gateway.breaker import Breaker, State
-from llm_operator.gateway.config import ApiKeySource, ConfigError, load_config, parse_config
-from llm_operator.gateway.keys import KeySource, KeyUnavailable
-from llm_operator.gateway.sse import usage_from_body, usage_from_sse
+from llm_operator.gateway.providers.sse import usage_from_body, usage_from_sse
+from llm_operator.gateway.routing.breaker import Breaker, State
+from llm_operator.gateway.settings.config import (
+    ApiKeySource,
+    ConfigError,
+    load_config,
+    parse_config,
+)
+from llm_operator.gateway.upstream.credentials import KeySource, KeyUnavailable
 from llm_operator.profiles.settings import Settings
 from llm_operator.render import render
 

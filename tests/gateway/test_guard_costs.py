@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from guardtools import Upstream, judge_routes, judged, verdict
 
-from llm_operator.gateway.classify import OBJECTIVE_HEADER
+from llm_operator.gateway.flow.bands import OBJECTIVE_HEADER
 
 from fake_upstream import Reply, completion
 from gwtools import GatewayFactory

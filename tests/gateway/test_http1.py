@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 import pytest
 import trustme
 
-from llm_operator.gateway.http1 import (
+from llm_operator.gateway.upstream.http1 import (
     BUFFER_HIGH,
-    Client,
+    UpstreamClient,
     UpstreamError,
     UpstreamTimeout,
     target,
@@ -79,13 +79,13 @@ async def serve() -> AsyncIterator[Callable[..., Awaitable[Server]]]:
 
 
 @pytest.fixture
-async def client() -> AsyncIterator[Client]:
-    http = Client()
+async def client() -> AsyncIterator[UpstreamClient]:
+    http = UpstreamClient()
     yield http
     await http.close()
 
 
-async def post(http: Client, server: Server, **timeouts: float) -> bytes:
+async def post(http: UpstreamClient, server: Server, **timeouts: float) -> bytes:
     response = await http.post(server.url, b'{"model":"m"}', {"Content-Type": "application/json"},
                                connect_timeout=5, **timeouts)
     return await response.read()
@@ -118,7 +118,7 @@ def test_only_http_urls_are_targets(url: str) -> None:
 
 
 async def test_a_body_is_read_whole_and_the_connection_kept_for_the_next_call(
-        serve: Callable[..., Awaitable[Server]], client: Client) -> None:
+        serve: Callable[..., Awaitable[Server]], client: UpstreamClient) -> None:
     server = await serve(fixed(b'{"ok":true}', "Content-Type: application/json"))
     assert [await post(client, server) for _ in range(3)] == [b'{"ok":true}'] * 3
     assert server.connections == 1
@@ -129,7 +129,7 @@ async def test_a_body_is_read_whole_and_the_connection_kept_for_the_next_call(
 
 
 async def test_the_headers_come_back_case_insensitive(
-        serve: Callable[..., Awaitable[Server]], client: Client) -> None:
+        serve: Callable[..., Awaitable[Server]], client: UpstreamClient) -> None:
     server = await serve(fixed(b"{}", "Retry-After: 7", "x-ratelimit-remaining-requests: 9",
                                "Set-Cookie: a=1", "Set-Cookie: b=2"))
     response = await client.post(server.url, b"{}", {}, connect_timeout=5)
@@ -141,7 +141,7 @@ async def test_the_headers_come_back_case_insensitive(
 
 
 async def test_a_chunked_stream_is_read_as_it_arrives(
-        serve: Callable[..., Awaitable[Server]], client: Client) -> None:
+        serve: Callable[..., Awaitable[Server]], client: UpstreamClient) -> None:
     more = asyncio.Event()
 
     async def stream(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -168,7 +168,7 @@ async def test_a_chunked_stream_is_read_as_it_arrives(
     ("Content-Encoding: identity", b'{"a":1}', b'{"a":1}'),
 ])
 async def test_a_compressed_body_is_decoded(
-        serve: Callable[..., Awaitable[Server]], client: Client, headers: str, body: bytes,
+        serve: Callable[..., Awaitable[Server]], client: UpstreamClient, headers: str, body: bytes,
         decoded: bytes) -> None:
     server = await serve(fixed(body, headers))
     assert await post(client, server) == decoded
@@ -183,7 +183,7 @@ async def test_a_compressed_body_is_decoded(
                          close=True), "closed the connection before it answered"),
 ])
 async def test_an_unusable_answer_is_an_upstream_error(
-        serve: Callable[..., Awaitable[Server]], client: Client, answer: Answer,
+        serve: Callable[..., Awaitable[Server]], client: UpstreamClient, answer: Answer,
         message: str, caplog: pytest.LogCaptureFixture) -> None:
     server = await serve(answer)
     with pytest.raises(UpstreamError, match=message) as raised:
@@ -200,7 +200,7 @@ async def _write(writer: asyncio.StreamWriter, data: bytes, *, close: bool = Fal
 
 
 async def test_an_interim_1xx_answer_is_skipped_for_the_real_one(
-        serve: Callable[..., Awaitable[Server]], client: Client) -> None:
+        serve: Callable[..., Awaitable[Server]], client: UpstreamClient) -> None:
     server = await serve(lambda _, w: _write(
         w, b"HTTP/1.1 103 Early Hints\r\nLink: </x>; rel=preload\r\n\r\n"
            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-Real: 1\r\n\r\n{}"))
@@ -212,7 +212,7 @@ async def test_an_interim_1xx_answer_is_skipped_for_the_real_one(
 
 
 async def test_a_body_that_ends_with_its_connection_is_read_in_full(
-        serve: Callable[..., Awaitable[Server]], client: Client) -> None:
+        serve: Callable[..., Awaitable[Server]], client: UpstreamClient) -> None:
     server = await serve(lambda _, w: _write(w, b"HTTP/1.1 200 OK\r\n\r\n{\"whole\":1}",
                                              close=True))
     assert await post(client, server) == b'{"whole":1}'
@@ -224,7 +224,7 @@ async def test_connection_close_and_idle_expiry_open_a_new_connection(
         serve: Callable[..., Awaitable[Server]]) -> None:
     closing = await serve(fixed(b"{}", "Connection: close"))
     keeping = await serve(fixed(b"{}"))
-    expired = Client(keepalive_seconds=0)
+    expired = UpstreamClient(keepalive_seconds=0)
     try:
         for _ in range(2):
             await post(expired, closing)
@@ -235,7 +235,7 @@ async def test_connection_close_and_idle_expiry_open_a_new_connection(
 
 
 async def test_a_connection_the_server_closed_while_idle_is_not_reused(
-        serve: Callable[..., Awaitable[Server]], client: Client) -> None:
+        serve: Callable[..., Awaitable[Server]], client: UpstreamClient) -> None:
     async def once(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await fixed(b"{}")(_, writer)
         await writer.drain()
@@ -255,14 +255,14 @@ async def _until(condition: Callable[[], bool]) -> None:
         await asyncio.sleep(0)  # one loop turn: the transports' callbacks run
 
 
-async def test_a_connection_refused_is_a_connect_error(client: Client) -> None:
+async def test_a_connection_refused_is_a_connect_error(client: UpstreamClient) -> None:
     with pytest.raises(UpstreamError, match=r"could not connect to 127\.0\.0\.1:9") as raised:
         await client.post("http://127.0.0.1:9/v1", b"{}", {}, connect_timeout=5)
     assert raised.value.reason == "connect"
 
 
 async def test_no_answer_within_the_total_is_a_timeout_and_cuts_the_connection(
-        serve: Callable[..., Awaitable[Server]], client: Client) -> None:
+        serve: Callable[..., Awaitable[Server]], client: UpstreamClient) -> None:
     server = await serve(lambda reader, _: reader.read())
     with pytest.raises(UpstreamTimeout) as raised:
         await post(client, server, total=0.05)
@@ -275,7 +275,7 @@ async def test_no_answer_within_the_total_is_a_timeout_and_cuts_the_connection(
     ("a longer total after a shorter one", 0.05, 60.0, 0.2, False),
 ])
 async def test_each_request_on_a_reused_connection_keeps_its_own_total(
-        serve: Callable[..., Awaitable[Server]], client: Client, case: str, first: float,
+        serve: Callable[..., Awaitable[Server]], client: UpstreamClient, case: str, first: float,
         second: float, answers_in: float | None, times_out: bool) -> None:
     """The connection checks its answers' timeouts with one timer: each request's counts."""
     answered = 0
@@ -301,7 +301,7 @@ async def test_each_request_on_a_reused_connection_keeps_its_own_total(
 
 
 async def test_a_stream_times_out_on_silence_not_on_its_length(
-        serve: Callable[..., Awaitable[Server]], client: Client) -> None:
+        serve: Callable[..., Awaitable[Server]], client: UpstreamClient) -> None:
     steady = asyncio.Event()
 
     async def slow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -327,7 +327,7 @@ async def test_a_stream_times_out_on_silence_not_on_its_length(
 
 @pytest.mark.parametrize("when", ["waiting for the headers", "reading the body"])
 async def test_a_caller_that_gives_up_cuts_the_connection(
-        serve: Callable[..., Awaitable[Server]], client: Client, when: str) -> None:
+        serve: Callable[..., Awaitable[Server]], client: UpstreamClient, when: str) -> None:
     async def hang(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if when == "reading the body":
             writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\n")
@@ -354,7 +354,7 @@ async def _first(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
 
 
 async def test_a_body_larger_than_the_read_buffer_arrives_whole(
-        serve: Callable[..., Awaitable[Server]], client: Client) -> None:
+        serve: Callable[..., Awaitable[Server]], client: UpstreamClient) -> None:
     body = bytes(range(256)) * (3 * BUFFER_HIGH // 256)
     server = await serve(fixed(body))
     assert await post(client, server) == body
@@ -363,7 +363,7 @@ async def test_a_body_larger_than_the_read_buffer_arrives_whole(
 @pytest.mark.parametrize("header", [("X-Evil", "a\r\nHost: b"), ("X-Evil\r\n", "a"),
                                     ("Bad:Name", "a")])
 async def test_a_header_that_would_split_the_request_is_refused_before_sending(
-        serve: Callable[..., Awaitable[Server]], client: Client,
+        serve: Callable[..., Awaitable[Server]], client: UpstreamClient,
         header: tuple[str, str]) -> None:
     server = await serve(fixed(b"{}"))
     with pytest.raises(ValueError, match="line break or colon"):
@@ -379,8 +379,8 @@ async def test_an_https_upstream_is_verified_against_the_trusted_ca(
     server = await serve(fixed(b'{"tls":true}'), server_tls)
     trusting = ssl.create_default_context()
     ca.configure_trust(trusting)
-    http = Client(ssl_context=trusting)
-    untrusting = Client()  # the system's CAs: trustme's is not among them
+    http = UpstreamClient(ssl_context=trusting)
+    untrusting = UpstreamClient()  # the system's CAs: trustme's is not among them
     try:
         assert await post(http, server) == b'{"tls":true}'
         with pytest.raises(UpstreamError, match="CERTIFICATE_VERIFY_FAILED"):
@@ -391,7 +391,7 @@ async def test_an_https_upstream_is_verified_against_the_trusted_ca(
 
 
 async def test_upstream_connections_probe_a_peer_that_vanished(
-        serve: Callable[..., Awaitable[Server]], client: Client) -> None:
+        serve: Callable[..., Awaitable[Server]], client: UpstreamClient) -> None:
     """TCP keepalive on every upstream socket: a deleted pod sends no reset, and a request
     waiting on it fails within ~30 s (15 s idle, then 3 probes 5 s apart), not at its
     deadline."""

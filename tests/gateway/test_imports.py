@@ -12,7 +12,7 @@ import pytest
 PROBE = """
 import json, sys
 from llm_operator.gateway.app import Gateway
-from llm_operator.gateway.config import parse_config
+from llm_operator.gateway.settings.config import parse_config
 import llm_operator.router.app
 config = {"routes": [{"models": ["m"], "upstream": {"baseUrl": "http://127.0.0.1:9/v1"}}]}
 config.update(json.loads(sys.argv[1]))

@@ -17,8 +17,8 @@ from google.genai import types as genai
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from pydantic import TypeAdapter
 
-from llm_operator.gateway.upstreams import NATIVE, Untranslatable
-from llm_operator.gateway.upstreams.gemini import SIGNATURE_MARK
+from llm_operator.gateway.providers import NATIVE, Untranslatable
+from llm_operator.gateway.providers.gemini import SIGNATURE_MARK
 
 FIXTURES = Path(__file__).parent / "fixtures"
 NOW = 1_790_000_000

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from llm_operator.gateway.owners import Owners
+from llm_operator.gateway.routing.owners import Owners
 
 REPLICAS = {f"router-{i}": f"http://10.0.0.{i}:8080" for i in range(3)}
 POOLS = [f"ns/model-{i}" for i in range(60)]

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from llm_operator.gateway.holding import Holds
-from llm_operator.gateway.picking import (
+from llm_operator.gateway.routing.holding import Holds
+from llm_operator.gateway.routing.picking import (
     Load,
     PrefixIndex,
     least_loaded,

@@ -16,9 +16,9 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from llm_operator.gateway.app import Gateway
-from llm_operator.gateway.config import parse_config
-from llm_operator.gateway.http1 import Client, UpstreamError, target
-from llm_operator.gateway.proxies import Proxy, ProxyError, ProxySettings, proxy_settings
+from llm_operator.gateway.settings.config import parse_config
+from llm_operator.gateway.upstream.http1 import UpstreamClient, UpstreamError, target
+from llm_operator.gateway.upstream.proxies import Proxy, ProxyError, ProxySettings, proxy_settings
 
 CORP = {"HTTPS_PROXY": "http://egress.corp:3128", "HTTP_PROXY": "http://plain.corp:8080"}
 
@@ -175,7 +175,7 @@ async def test_an_https_upstream_is_reached_through_a_connect_tunnel(
     trusting = ssl.create_default_context()
     tls_upstream.ca.configure_trust(trusting)
     settings = proxy_settings({"HTTPS_PROXY": f"http://gw:s3cret@127.0.0.1:{proxy.port}"})
-    http = Client(ssl_context=trusting, proxies=settings)
+    http = UpstreamClient(ssl_context=trusting, proxies=settings)
     try:
         for _ in range(2):  # the tunnel is kept like any connection
             response = await http.post(
@@ -195,7 +195,7 @@ async def test_an_https_upstream_is_reached_through_a_connect_tunnel(
 async def test_an_http_upstream_is_asked_for_through_the_proxy_by_its_whole_url(
         start_proxy: Callable[..., Any]) -> None:
     proxy: FakeProxy = await start_proxy(FakeProxy())
-    http = Client(proxies=proxy_settings({"HTTP_PROXY": f"http://127.0.0.1:{proxy.port}"}))
+    http = UpstreamClient(proxies=proxy_settings({"HTTP_PROXY": f"http://127.0.0.1:{proxy.port}"}))
     try:
         response = await http.post("http://vllm.team-a.svc:8000/v1/chat/completions", b"{}",
                                    {}, connect_timeout=5)
@@ -211,7 +211,7 @@ async def test_a_proxy_that_refuses_the_tunnel_is_a_connect_error_naming_it(
         start_proxy: Callable[..., Any]) -> None:
     proxy: FakeProxy = await start_proxy(
         FakeProxy(refuse=b"HTTP/1.1 407 Proxy Authentication Required"))
-    http = Client(proxies=proxy_settings({"HTTPS_PROXY": f"http://u:pw@127.0.0.1:{proxy.port}"}))
+    http = UpstreamClient(proxies=proxy_settings({"HTTPS_PROXY": f"http://u:pw@127.0.0.1:{proxy.port}"}))
     try:
         with pytest.raises(UpstreamError) as raised:
             await http.post("https://api.openai.com/v1/chat/completions", b"{}", {},

@@ -20,9 +20,9 @@ import pytest
 from llm_operator.batch.runner import OWNER_HEADER, RUN_HEADER
 from llm_operator.batch.store import BatchStore
 from llm_operator.gateway.app import Gateway
-from llm_operator.gateway.classify import FAIRNESS_HEADER
-from llm_operator.gateway.config import parse_config
-from llm_operator.gateway.owners import PEER_HEADER, Owners
+from llm_operator.gateway.flow.bands import FAIRNESS_HEADER
+from llm_operator.gateway.routing.owners import PEER_HEADER, Owners
+from llm_operator.gateway.settings.config import parse_config
 
 from fake_upstream import FakeUpstream, Reply, sse_chunks
 from flowtools import GatedEngine, cancel_all, serving

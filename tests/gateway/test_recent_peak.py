@@ -1,10 +1,10 @@
-"""The most a count reached lately (gateway/recent_peak.py), for a 10 s window."""
+"""The most a count reached lately (gateway/flow/recent_peak.py), for a 10 s window."""
 
 from __future__ import annotations
 
 import pytest
 
-from llm_operator.gateway.recent_peak import RecentPeak
+from llm_operator.gateway.flow.recent_peak import RecentPeak
 
 
 # (values seen, as (second, value); then asked at a second with the count then; expected)

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from llm_operator.gateway.flow_settings import FlowControl
-from llm_operator.gateway.saturation import (
+from llm_operator.gateway.flow.saturation import (
     CALM_LOOKS,
     EngineReport,
     Headroom,
     Saturation,
     adapt,
 )
+from llm_operator.gateway.settings.flow_control import FlowControl
 
 SLOTS = 8
 

@@ -11,10 +11,10 @@ import httptools
 import pytest
 from aiohttp import web
 
-from llm_operator.gateway import server
 from llm_operator.gateway.app import Gateway
-from llm_operator.gateway.config import parse_config
-from llm_operator.gateway.server import GatewaySite
+from llm_operator.gateway.server import http as server
+from llm_operator.gateway.server.http import GatewaySite
+from llm_operator.gateway.settings.config import parse_config
 
 from fake_upstream import FakeUpstream, Reply, completion
 from gwtools import GatewayFactory

@@ -24,7 +24,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from llm_operator.access import shared
 from llm_operator.access.keyring import digest
 from llm_operator.gateway.app import Gateway
-from llm_operator.gateway.config import parse_config
+from llm_operator.gateway.settings.config import parse_config
 
 from fake_upstream import FakeUpstream, Reply, completion
 from gwtools import GatewayFactory, metric

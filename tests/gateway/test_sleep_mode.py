@@ -15,7 +15,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from llm_operator.gateway.app import Gateway
-from llm_operator.gateway.config import ConfigError, parse_config
+from llm_operator.gateway.settings.config import ConfigError, parse_config
 
 from fake_vllm import Accelerator, FakeVllm
 

@@ -7,7 +7,7 @@ import re
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
-from llm_operator.gateway.tallies import spreads, tallies
+from llm_operator.gateway.telemetry.tallies import spreads, tallies
 
 BUCKETS = (0.005, 0.01, 0.5, 1, 300)
 # (label values, amount): what a run of requests updated

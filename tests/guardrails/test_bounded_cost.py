@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llm_operator.api.guardrails import GuardSpec
-from llm_operator.gateway.metrics import GatewayMetrics
+from llm_operator.gateway.telemetry.metrics import GatewayMetrics
 from llm_operator.guardrails.pii import (
     RUN_DIGITS,
     Finding,

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from llm_operator.api.guardrails import JUDGE_CATEGORIES, GuardSpec
-from llm_operator.gateway.metrics import GatewayMetrics
+from llm_operator.gateway.telemetry.metrics import GatewayMetrics
 from llm_operator.guardrails import judges
 from llm_operator.guardrails.guards import Activation, Checked, Direction
 from llm_operator.guardrails.pii import Finding

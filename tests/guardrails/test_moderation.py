@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from llm_operator.api.guardrails import MODERATION_CATEGORIES, GuardSpec
-from llm_operator.gateway.metrics import GatewayMetrics
+from llm_operator.gateway.telemetry.metrics import GatewayMetrics
 from llm_operator.guardrails.judges import Unreadable
 from llm_operator.guardrails.moderation import flagged_categories, moderation_request
 from llm_operator.guardrails.runner import Guarding, GuardUnavailable, JudgeFailed

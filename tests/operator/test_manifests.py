@@ -13,8 +13,8 @@ import yaml
 from llm_operator.api import labels as L
 from llm_operator.api.validation import parse_llmmodel
 from llm_operator.cli.main import cli
-from llm_operator.gateway.config import parse_config
-from llm_operator.gateway.flow_settings import FlowControl
+from llm_operator.gateway.settings.config import parse_config
+from llm_operator.gateway.settings.flow_control import FlowControl
 from llm_operator.profiles.settings import Settings
 from llm_operator.render import render
 

@@ -27,7 +27,7 @@ from llm_operator.api.pools import pools
 from llm_operator.api.v1alpha1 import LLMModel
 from llm_operator.api.validation import parse_llmmodel
 from llm_operator.gateway.app import Gateway
-from llm_operator.gateway.config import parse_config
+from llm_operator.gateway.settings.config import parse_config
 from llm_operator.profiles.pool import plan_pool
 from llm_operator.profiles.settings import Settings
 from llm_operator.render.pool_engine import pool_objects

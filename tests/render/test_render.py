@@ -13,7 +13,7 @@ import yaml
 
 from llm_operator.api.validation import parse_llmmodel
 from llm_operator.cli.main import cli
-from llm_operator.gateway.proxies import proxy_settings
+from llm_operator.gateway.upstream.proxies import proxy_settings
 from llm_operator.profiles.settings import Settings
 from llm_operator.render import RenderError, render
 from llm_operator.render.accelerators import cpu_quantity

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from llm_operator.api.validation import parse_llmmodel
-from llm_operator.gateway.config import parse_config
+from llm_operator.gateway.settings.config import parse_config
 from llm_operator.router.routes import (
     Options,
     Serving,

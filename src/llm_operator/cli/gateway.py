@@ -21,7 +21,7 @@ config_option = click.option(
 
 
 def _load(config_path: str | None) -> Any:
-    from llm_operator.gateway.config import ConfigError, load_config  # noqa: PLC0415
+    from llm_operator.gateway.settings.config import ConfigError, load_config  # noqa: PLC0415
 
     if config_path is None:
         raise click.UsageError("say which gateway: --config FILE (or $LLMOP_GATEWAY_CONFIG)")
@@ -61,7 +61,7 @@ def gateway(ctx: click.Context, config_path: str | None, host: str | None, port:
     config = _load(config_path)
     logging.basicConfig(level=log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from llm_operator.gateway.proxies import ProxyError  # noqa: PLC0415
+    from llm_operator.gateway.upstream.proxies import ProxyError  # noqa: PLC0415
 
     try:
         run(config, host, port)

@@ -174,7 +174,7 @@ def up(directory: Path | None, *, port: int, mcp_port: int, state_dir: Path, cac
                       gateway_port=port, mcp_port=mcp_port, max_queue=max_queue,
                       llama_server=binary, register=registration,
                       gateway_host="0.0.0.0" if registration else "127.0.0.1")
-    from llm_operator.gateway.proxies import ProxyError  # noqa: PLC0415
+    from llm_operator.gateway.upstream.proxies import ProxyError  # noqa: PLC0415
 
     try:
         asyncio.run(_foreground(Runtime(options), console))

@@ -99,8 +99,8 @@ def router(*, namespaces: tuple[str, ...], host: str, port: int, hold_seconds: f
     """
     from llm_operator.access.keyfile import load_keyring  # noqa: PLC0415
     from llm_operator.access.keyring import KeyringError  # noqa: PLC0415
-    from llm_operator.gateway.config import ConfigError, parse_config  # noqa: PLC0415
-    from llm_operator.gateway.proxies import ProxyError, proxy_settings  # noqa: PLC0415
+    from llm_operator.gateway.settings.config import ConfigError, parse_config  # noqa: PLC0415
+    from llm_operator.gateway.upstream.proxies import ProxyError, proxy_settings  # noqa: PLC0415
     from llm_operator.kube import Kube, connection  # noqa: PLC0415
     from llm_operator.leader import LeaseTerms  # noqa: PLC0415
     from llm_operator.router.app import Router, serve  # noqa: PLC0415
@@ -167,7 +167,7 @@ def _named(option: str, value: str, example: str) -> tuple[str, str]:
 
 def _settings(path: Path) -> dict[str, object]:
     """The settings file's sections; ClickException naming what is wrong."""
-    from llm_operator.gateway.config import ConfigError, read_yaml  # noqa: PLC0415
+    from llm_operator.gateway.settings.config import ConfigError, read_yaml  # noqa: PLC0415
 
     try:
         data = read_yaml(path)

@@ -1,9 +1,9 @@
-"""The gateway's HTTP server: OpenAI-compatible endpoints proxied to each route's upstream.
+"""The gateway composed: OpenAI-compatible endpoints, each request through its route's path.
 
-This module composes the request path from its parts (gateway/parts, run by path.py, in
-the order ``Gateway.path`` lists them; docs/gateway.md has the table) and wires the aiohttp
-application: its endpoints, error shape, start and stop. The routes every part reads are
-routes.py's RouteTable.
+This module composes the subpackages: the request path from its parts (path/parts, run by
+path/request_path.py, in the order ``Gateway.path`` lists them; docs/gateway.md has the
+table), the endpoints beside it (server/), and the aiohttp application's start and stop.
+The routes every part reads are routing/routes.py's RouteTable.
 """
 
 from __future__ import annotations
@@ -24,43 +24,43 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from llm_operator.access.spend import Ledger, MemoryLedger
 from llm_operator.batch.runner import BatchRunner, RunnerSettings
 from llm_operator.batch.store import Store
-from llm_operator.gateway.answers import as_anthropic_error
-from llm_operator.gateway.batches import BatchApi, open_store, own_address, runner_settings
-from llm_operator.gateway.clients import ClientGate
-from llm_operator.gateway.config import GatewayConfig
-from llm_operator.gateway.engine_watch import EngineWatch
 from llm_operator.gateway.errors import error_response, unexpected
-from llm_operator.gateway.flow import Flow
-from llm_operator.gateway.holding import Holds
-from llm_operator.gateway.incoming import Incoming
-from llm_operator.gateway.judging import RouteJudges
-from llm_operator.gateway.keys import KeyUnavailable
-from llm_operator.gateway.looks import Looks
-from llm_operator.gateway.metrics import FlowMetrics, GatewayMetrics
-from llm_operator.gateway.moderations import Moderations
-from llm_operator.gateway.openapi import description
-from llm_operator.gateway.owners import Owners
-from llm_operator.gateway.parts.body import ReadBody
-from llm_operator.gateway.parts.classify import Classify
-from llm_operator.gateway.parts.forward import Forward
-from llm_operator.gateway.parts.guard import Guard
-from llm_operator.gateway.parts.hold import Hold, Reroute
-from llm_operator.gateway.parts.identify import Identify
-from llm_operator.gateway.parts.limit import Limit
-from llm_operator.gateway.parts.owner import ToOwner
-from llm_operator.gateway.parts.relay import Relay
-from llm_operator.gateway.parts.resolve import Resolve
-from llm_operator.gateway.parts.shape import Shape
-from llm_operator.gateway.parts.slot import Slot
-from llm_operator.gateway.parts.wake import Wake
-from llm_operator.gateway.path import Check, RequestPath
-from llm_operator.gateway.picking import Load
-from llm_operator.gateway.proxies import proxy_settings
-from llm_operator.gateway.routes import Clock, RouteState, RouteTable, Sleep, pools
-from llm_operator.gateway.saturation import Saturation
-from llm_operator.gateway.server import SERVED_PATHS, GatewaySite, ServedPaths
-from llm_operator.gateway.sleepers import HttpControl, Sleepers
-from llm_operator.gateway.tracing import Traces
+from llm_operator.gateway.flow.control import Flow
+from llm_operator.gateway.flow.engine_watch import EngineWatch
+from llm_operator.gateway.flow.saturation import Saturation
+from llm_operator.gateway.inbound.incoming import Incoming
+from llm_operator.gateway.path.answers import as_anthropic_error
+from llm_operator.gateway.path.judging import RouteJudges
+from llm_operator.gateway.path.parts.body import ReadBody
+from llm_operator.gateway.path.parts.classify import Classify
+from llm_operator.gateway.path.parts.forward import Forward
+from llm_operator.gateway.path.parts.guard import Guard
+from llm_operator.gateway.path.parts.hold import Hold, Reroute
+from llm_operator.gateway.path.parts.identify import Identify
+from llm_operator.gateway.path.parts.limit import Limit
+from llm_operator.gateway.path.parts.owner import ToOwner
+from llm_operator.gateway.path.parts.relay import Relay
+from llm_operator.gateway.path.parts.resolve import Resolve
+from llm_operator.gateway.path.parts.shape import Shape
+from llm_operator.gateway.path.parts.slot import Slot
+from llm_operator.gateway.path.parts.wake import Wake
+from llm_operator.gateway.path.request_path import Check, RequestPath
+from llm_operator.gateway.routing.client_keys import ClientGate
+from llm_operator.gateway.routing.holding import Holds
+from llm_operator.gateway.routing.looks import Looks
+from llm_operator.gateway.routing.owners import Owners
+from llm_operator.gateway.routing.picking import Load
+from llm_operator.gateway.routing.routes import Clock, RouteState, RouteTable, Sleep, pools
+from llm_operator.gateway.routing.sleepers import HttpControl, Sleepers
+from llm_operator.gateway.server.batches import BatchApi, open_store, own_address, runner_settings
+from llm_operator.gateway.server.http import SERVED_PATHS, ServedPaths, served
+from llm_operator.gateway.server.moderations import Moderations
+from llm_operator.gateway.server.openapi import description
+from llm_operator.gateway.settings.config import GatewayConfig
+from llm_operator.gateway.telemetry.metrics import FlowMetrics, GatewayMetrics
+from llm_operator.gateway.telemetry.tracing import Traces
+from llm_operator.gateway.upstream.credentials import KeyUnavailable
+from llm_operator.gateway.upstream.proxies import proxy_settings
 from llm_operator.guardrails.runner import Guarding
 from llm_operator.span_export import SpanShipper
 from llm_operator.telemetry import trace_target
@@ -86,7 +86,7 @@ def answering_errors(handler: Handler) -> Handler:
 
     Not an aiohttp middleware: one on the application cost every proxied request ~16,000
     instructions (2.5 % of its CPU) for what only errors need; the proxied paths' own
-    handler (path.py) answers its errors the same way.
+    handler (path/request_path.py) answers its errors the same way.
     """
     async def answer(request: web.Request) -> web.StreamResponse:
         try:
@@ -129,7 +129,7 @@ def finish_routes(router: web.UrlDispatcher) -> None:
 class Gateway:
     """The gateway: its route table, flow control and holds, and the request path's parts.
 
-    ``app()`` composes the parts (gateway/parts) in the order a request meets them; the
+    ``app()`` composes the parts (gateway/path/parts) in the order a request meets them; the
     other methods are what the local runtime and the router change as models come and go.
     """
 
@@ -339,7 +339,7 @@ class Gateway:
             slot=Slot(self.flow, self._clock)).handle  # and waits its turn like one
         app.router.add_post(MESSAGES_PATH, messages)
         app.router.add_post(MODERATIONS_PATH, moderations)
-        # the same handlers, served by the gateway's own server where it listens (server.py)
+        # the same handlers, served by the gateway's own server where it listens (server/http.py)
         app[SERVED_PATHS] = ServedPaths({**dict.fromkeys(PROXIED_PATHS, path.handle),
                                        MESSAGES_PATH: messages, MODERATIONS_PATH: moderations},
                                       self.config.max_request_bytes)
@@ -435,7 +435,7 @@ class Gateway:
         return web.json_response({"status": "ok"})
 
     async def openapi(self, _: web.Request) -> web.Response:
-        """The gateway's OpenAPI description (gateway/openapi.py)."""
+        """The gateway's OpenAPI description (gateway/server/openapi.py)."""
         return web.json_response(description(batches=self.batch_api is not None))
 
     async def ready(self, _: web.Request) -> web.Response:
@@ -500,20 +500,14 @@ async def serve(config: GatewayConfig, host: str | None = None, port: int | None
     gateway = Gateway(config)
     gateway.configured_batches(lambda: own_address(
         host or config.listen.host, config.listen.port if port is None else port))
-    runner = web.AppRunner(gateway.app(), handler_cancellation=True, access_log=None,
-                           shutdown_timeout=config.listen.drain_seconds)
-    await runner.setup()
-    site = GatewaySite(runner, host or config.listen.host, config.listen.port
-                     if port is None else port)
-    await site.start()
-    log.info("gateway listening on %s:%s with %d route(s)", host or config.listen.host,
-             config.listen.port if port is None else port, len(config.routes))
-    if ready is not None:
-        ready.set()
-    try:
+    where = host or config.listen.host
+    at = config.listen.port if port is None else port
+    async with served(gateway.app(), config.listen.drain_seconds) as listen:
+        await listen(where, at)
+        log.info("gateway listening on %s:%s with %d route(s)", where, at, len(config.routes))
+        if ready is not None:
+            ready.set()
         await asyncio.Event().wait()
-    finally:
-        await runner.cleanup()
 
 
 def run(config: GatewayConfig, host: str | None = None, port: int | None = None) -> None:

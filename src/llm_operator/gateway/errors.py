@@ -6,7 +6,7 @@ import logging
 
 from aiohttp import web
 
-from llm_operator.gateway.incoming import Incoming
+from llm_operator.gateway.inbound.incoming import Incoming
 
 log = logging.getLogger("llm_operator.gateway")
 

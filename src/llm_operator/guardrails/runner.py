@@ -58,7 +58,7 @@ class JudgeFailed(RuntimeError):
 
 
 class Trace(Protocol):
-    """A request's trace (gateway/tracing.py's RequestTrace): a span per guard."""
+    """A request's trace (gateway/telemetry/tracing.py's RequestTrace): a span per guard."""
 
     def span(self, name: str, attributes: dict[str, Any] | None = None
              ) -> contextlib.AbstractContextManager[Any]: ...

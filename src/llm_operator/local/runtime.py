@@ -14,14 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import uvicorn
-from aiohttp import web
 
 from llm_operator.api.v1alpha1 import LLMModel
 from llm_operator.batch.store import BatchStore
 from llm_operator.gateway.app import Gateway
-from llm_operator.gateway.config import ConfigError, parse_config
-from llm_operator.gateway.flow_settings import FlowControl
-from llm_operator.gateway.server import GatewaySite
+from llm_operator.gateway.server.http import served
+from llm_operator.gateway.settings.config import ConfigError, parse_config
+from llm_operator.gateway.settings.flow_control import FlowControl
 from llm_operator.local.entries import Entry, read_models, runtime_key
 from llm_operator.local.listening import StartError, free_port, listen
 from llm_operator.local.machine import detect
@@ -242,15 +241,10 @@ class Runtime:
 
     @contextlib.asynccontextmanager
     async def _gateway(self, sock: socket.socket) -> AsyncIterator[None]:
-        runner = web.AppRunner(self.gateway.app(), handler_cancellation=True, access_log=None,
-                               shutdown_timeout=UP_DRAIN_SECONDS)
-        await runner.setup()
-        await GatewaySite(runner, sock=sock).start()  # the proxied paths on server.py's
-        log.info("gateway on %s", self.gateway_url)
-        try:
+        async with served(self.gateway.app(), UP_DRAIN_SECONDS) as listen:
+            await listen(sock=sock)
+            log.info("gateway on %s", self.gateway_url)
             yield
-        finally:
-            await runner.cleanup()
 
     def serving(self) -> list[LLMModel]:
         """The local models that serve now (what --register publishes): pool members too."""

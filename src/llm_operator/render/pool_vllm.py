@@ -5,7 +5,7 @@ servers one after another on loopback, each with ``--enable-sleep-mode`` and its
 the accelerator's memory, and puts each to sleep once it serves, but for the last
 ``maxLoaded``: at most ``maxLoaded`` are ever awake. Beside it, ``pool-gateway`` (the
 operator's image) runs `llmop gateway` with a route per member in one sleep group
-(gateway/sleepers.py): it serves the pool's port, and wakes the member a request names,
+(gateway/routing/sleepers.py): it serves the pool's port, and wakes the member a request names,
 after putting the least recently used idle one to sleep. The Service, the router and the
 members' status see the same pool as a llama.cpp one (render/pool_engine.py).
 """

@@ -18,11 +18,11 @@ from llm_operator.api import labels as L
 from llm_operator.api.validation import InvalidModel, parse_llmmodel
 from llm_operator.batch.runner import BatchRunner
 from llm_operator.gateway.app import Gateway, answering_errors
-from llm_operator.gateway.batches import own_address
-from llm_operator.gateway.config import parse_config
-from llm_operator.gateway.engine_watch import look
-from llm_operator.gateway.owners import PEER_HEADER, Owners
-from llm_operator.gateway.server import GatewaySite
+from llm_operator.gateway.flow.engine_watch import look
+from llm_operator.gateway.routing.owners import PEER_HEADER, Owners
+from llm_operator.gateway.server.batches import own_address
+from llm_operator.gateway.server.http import served
+from llm_operator.gateway.settings.config import parse_config
 from llm_operator.informer import Informer, Key
 from llm_operator.kube import Kube
 from llm_operator.leader import LeaderElector, LeaseTerms
@@ -68,7 +68,7 @@ class Router:
         self.options = options or Options()
         self.base = {**(settings or {}), "maxHeldPerRoute": max_held_per_route,
                      "maxHeld": max_held}
-        # with its Service's replicas: each model's queue on one of them (gateway/owners.py)
+        # with its Service's replicas: each model's queue on one of them (gateway/routing/owners.py)
         self.owners = None if peers is None else Owners(
             identity or os.environ.get("HOSTNAME") or socket.gethostname())
         self.gateway = Gateway(parse_config({"routes": [], **self.base}, empty_ok=True),
@@ -286,22 +286,19 @@ async def serve(router: Router, host: str, port: int, ready: asyncio.Event | Non
 
     Then requests in flight get ``drain_seconds`` to finish before they are cancelled.
     """
-    runner = web.AppRunner(router.app(), handler_cancellation=True, access_log=None,
-                           shutdown_timeout=drain_seconds)
-    await runner.setup()
-    watching = asyncio.create_task(router.run())
-    try:
-        # Listen once the table is built: a probe then means every model is routed, and no
-        # request meets an empty table (a 404 for a model that exists).
-        await router.synced.wait()
-        await GatewaySite(runner, host, port).start()  # the proxied paths on server.py's
-        log.info("router listening on %s:%d with %d route(s)", host, port,
-                 len(router.table.routes))
-        if ready is not None:
-            ready.set()
-        await (stop or asyncio.Event()).wait()
-    finally:
-        watching.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await watching
-        await runner.cleanup()
+    async with served(router.app(), drain_seconds) as listen:
+        watching = asyncio.create_task(router.run())
+        try:
+            # Listen once the table is built: a probe then means every model is routed, and
+            # no request meets an empty table (a 404 for a model that exists).
+            await router.synced.wait()
+            await listen(host, port)
+            log.info("router listening on %s:%d with %d route(s)", host, port,
+                     len(router.table.routes))
+            if ready is not None:
+                ready.set()
+            await (stop or asyncio.Event()).wait()
+        finally:
+            watching.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watching

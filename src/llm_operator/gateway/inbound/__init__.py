@@ -1,1 +1,4 @@
-"""What clients send in other APIs than OpenAI's, translated to the gateway's OpenAI shape."""
+"""A request as the request path reads it, from either server (``Incoming``).
+
+The lowest floor of the gateway: imports nothing of it.
+"""
