@@ -165,8 +165,7 @@ class Gateway:
         self.batch_api: BatchApi | None = None
         self._batch_task: asyncio.Task[None] | None = None
         self._batch_autostart = True
-        self._forward: Forward | None = None
-        self._to_owner: ToOwner | None = None
+        self._path: RequestPath | None = None  # the app's, opened and closed with it
         # engines that take turns on one accelerator (vLLM's sleep mode)
         self.sleep_control = HttpControl()
         self.sleepers = Sleepers(self.sleep_control, lambda group, action, outcome:
@@ -292,14 +291,13 @@ class Gateway:
         """The request path: its parts in the order a request meets them."""
         table, clock = self.table, self._clock
         resolve = Resolve(table)
-        forward = self._forward = Forward(
+        forward = Forward(
             table, Relay(table, clock), self.proxies, clock=clock, sleep=self._sleep,
             jitter=self._jitter, pick=self._pick)
         runner_token = None if self.batch_runner is None else self.batch_runner.token
         owner: tuple[Check, ...] = ()
         if self.owners is not None:  # the replica holding the model's queue serves it
-            self._to_owner = ToOwner(self.owners, self.flow, self.metrics, clock=clock)
-            owner = (self._to_owner,)
+            owner = (ToOwner(self.owners, self.flow, self.metrics, clock=clock),)
         return RequestPath(
             table, self.traces, clock,
             checks=(Identify(table, runner_token),  # who: a client key, or a batch's owner
@@ -320,7 +318,7 @@ class Gateway:
             ) -> web.Application:
         """The aiohttp application; ``more`` adds the caller's own routes (the router's)."""
         app = web.Application(client_max_size=self.config.max_request_bytes)
-        path = self.path()
+        path = self._path = self.path()
         for route in PROXIED_PATHS:
             app.router.add_post(route, path.handle)
 
@@ -375,11 +373,9 @@ class Gateway:
             looks = self.looks
             self._watch = asyncio.create_task(
                 EngineWatch(looks.pools, looks.engines, looks.looked, looks.every).run())
-        if self._forward is not None:
-            self._forward.open()
-            self.judges.http = self._forward.http  # guard models: the same upstream client
-        if self._to_owner is not None:
-            self._to_owner.open()
+        if self._path is not None:
+            self._path.open()
+            self.judges.http = self._path.upstream_client  # guard models: the same client
         if (proxied := self.proxies.describe()) is not None:
             log.info("egress proxies: %s", proxied)
 
@@ -398,10 +394,8 @@ class Gateway:
             self._watch.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watch
-        if self._forward is not None:
-            await self._forward.close()
-        if self._to_owner is not None:
-            await self._to_owner.close()
+        if self._path is not None:
+            await self._path.close()
         if self._flush_spend is not None:
             await self._flush_spend()  # what was spent since the last flush
         if self.shared is not None:

@@ -1,4 +1,4 @@
-"""The gateway's own kinds of answer: a relayed stream, a held stream, a failed answer."""
+"""The gateway's own kinds of answer: a held stream, an answer that failed unseen, errors."""
 
 from __future__ import annotations
 
@@ -26,11 +26,7 @@ class AnswerFailed(Exception):
         self.reason = reason
 
 
-class Streamed(web.StreamResponse):
-    """A relayed stream: its metrics are recorded when it ends, not when it starts."""
-
-
-class HeldStream(Streamed):
+class HeldStream(web.StreamResponse):
     """A stream answered 200 with keepalives while its model had no replica.
 
     If no answer comes after all, the error goes into the stream as an OpenAI error

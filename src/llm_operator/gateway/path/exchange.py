@@ -59,6 +59,12 @@ class Exchange:
     # Hold or Relay: a stream's headers went out, so an error cannot be an answer of its own
     # (it becomes the stream's last event)
     headers_sent: bool = False
+    # Relay (a stream counts itself as it ends) or ToOwner (the owner counts it): the
+    # request path does not count the answer
+    counted_elsewhere: bool = False
+    # Forward: it failed where the replica may be gone (no connection, an open circuit):
+    # Reroute may find another
+    unreachable: bool = False
     # Limit: the tokens reserved against the route's and the key's allowances
     reservation: Reservation = field(default_factory=Reservation)
     # Shape: how the upstream is asked (a stream, usage asked for, a stream collected)

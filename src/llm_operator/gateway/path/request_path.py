@@ -11,20 +11,32 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol, runtime_checkable
 
 from aiohttp import web
 
 from llm_operator.gateway.errors import unexpected
 from llm_operator.gateway.inbound.incoming import Incoming
-from llm_operator.gateway.path.answers import CLIENT_CLOSED, HeldStream, Streamed
+from llm_operator.gateway.path.answers import CLIENT_CLOSED, HeldStream
 from llm_operator.gateway.path.exchange import Exchange
-from llm_operator.gateway.path.parts.forward import UNREACHABLE, Forward
+from llm_operator.gateway.path.parts.forward import Forward
 from llm_operator.gateway.path.parts.hold import Reroute
 from llm_operator.gateway.path.parts.shape import Shape
 from llm_operator.gateway.path.parts.slot import Slot
 from llm_operator.gateway.path.parts.wake import Wake
 from llm_operator.gateway.routing.routes import Clock, RouteTable
 from llm_operator.gateway.telemetry.tracing import RequestTrace, Traces
+from llm_operator.gateway.upstream.http1 import UpstreamClient
+
+
+@runtime_checkable
+class Lifecycle(Protocol):
+    """A part holding something while the app runs (a client): the path opens, closes it."""
+
+    def open(self) -> None: ...
+
+    async def close(self) -> None: ...
+
 
 # A part of admission: None (go on), the answer, or an awaitable of either when it must wait
 # (a part answers at once where it can: most requests need no coroutine of it)
@@ -42,6 +54,26 @@ class RequestPath:
         self.checks = tuple(checks)
         self.shape, self.slot, self.wake = shape, slot, wake
         self.forward, self.reroute = forward, reroute
+
+    def _with_lifecycle(self) -> list[Lifecycle]:
+        parts: list[object] = [*self.checks, self.shape, self.slot, self.wake, self.forward,
+                               self.reroute]
+        return [part for part in parts if isinstance(part, Lifecycle)]
+
+    def open(self) -> None:
+        """Open what the parts hold while the app runs (their clients): its startup."""
+        for part in self._with_lifecycle():
+            part.open()
+
+    async def close(self) -> None:
+        """Close it again: the app's cleanup."""
+        for part in self._with_lifecycle():
+            await part.close()
+
+    @property
+    def upstream_client(self) -> UpstreamClient | None:
+        """The client every upstream call goes through while the app runs (Forward's)."""
+        return self.forward.http
 
     async def handle(self, request: Incoming, *, anthropic: bool = False
                      ) -> web.StreamResponse:
@@ -90,7 +122,7 @@ class RequestPath:
             self._count(ex, CLIENT_CLOSED)
             raise
         status = answer.outcome if isinstance(answer, HeldStream) else \
-            None if isinstance(answer, Streamed) else answer.status
+            None if ex.counted_elsewhere else answer.status
         if status is not None:
             self._count(ex, status)
         return answer
@@ -127,8 +159,9 @@ class RequestPath:
                 awake = woken
             try:
                 while True:
+                    ex.unreachable = False
                     response = await self.forward(ex)
-                    if not response.get(UNREACHABLE):
+                    if not ex.unreachable:
                         return response
                     replaced = await self.reroute(ex)
                     if replaced is None:

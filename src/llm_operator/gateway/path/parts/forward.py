@@ -39,7 +39,6 @@ from llm_operator.gateway.upstream.proxies import ProxySettings
 log = logging.getLogger("llm_operator.gateway")
 
 RETRYABLE = frozenset({429, 502, 503, 504, 529})  # 529: Anthropic overloaded
-UNREACHABLE = web.ResponseKey("unreachable", bool)  # a give-up: the replica may be gone
 LOST = frozenset({"connect", "connect_timeout"})  # no connection, or it died mid-answer
 TIMEOUTS = frozenset({"timeout", "connect_timeout"})
 _NO_SPAN: contextlib.nullcontext[None] = contextlib.nullcontext()  # reusable: not traced
@@ -130,7 +129,8 @@ class Forward:
                 skipped += 1
                 if skipped < len(order):
                     continue
-                return _blocked(state, order, blocked)
+                answer, ex.unreachable = _blocked(state, order, blocked)
+                return answer
             skipped = 0
             attempt += 1
             tried = {"x-llmop-upstream": deployment.label, "x-llmop-attempts": str(attempt),
@@ -157,7 +157,8 @@ class Forward:
                 except AnswerFailed as failed:
                     state.metrics.upstream_error(failed.reason)
                     outcome = failed
-            return _gave_up(label, outcome, attempt, tried)
+            answer, ex.unreachable = _gave_up(label, outcome, attempt, tried)
+            return answer
 
     async def _try_one(self, ex: Exchange, deployment: Deployment, sending: Outbound,
                        deadline: float, *, attempt: int, retry_reason: str | None,
@@ -268,42 +269,47 @@ def _attempt_span(trace: RequestTrace, deployment: Deployment, attempt: int,
 
 
 def _gave_up(label: str, outcome: str | AnswerFailed, attempt: int, tried: dict[str, str]
-             ) -> web.Response:
-    """The error once no attempt is left: why the last one failed."""
+             ) -> tuple[web.Response, bool]:
+    """The error once no attempt is left: why the last one failed.
+
+    With it, whether the replica may be gone (no connection, or it died mid-answer).
+    """
     if isinstance(outcome, AnswerFailed):
         reason = outcome.reason
         response = error_response(504 if reason in TIMEOUTS else 502,
                                   f"upstream of {label!r} failed while it answered "
                                   f"({reason}) after {attempt} attempt(s)",
                                   "server_error", f"upstream_{reason}", headers=tried)
-        response[UNREACHABLE] = reason in LOST
-        return response
+        return response, reason in LOST
     log.warning("route %s: upstream %s after %d attempts", label, outcome, attempt)
     if outcome == "credentials":
         return error_response(503, f"the gateway has no credentials for {label!r}; "
                               "its operator must provide the API key", "server_error",
-                              "credentials_unavailable", headers=tried)
+                              "credentials_unavailable", headers=tried), False
     status = 504 if outcome in TIMEOUTS else 502
     response = error_response(status, f"upstream of {label!r} did not answer "
                               f"({outcome}) after {attempt} attempt(s)", "server_error",
                               f"upstream_{outcome}", headers=tried)
-    response[UNREACHABLE] = outcome in LOST  # its replica may be gone
-    return response
+    return response, outcome in LOST  # its replica may be gone
 
 
-def _blocked(state: RouteState, order: list[Deployment], why: str) -> web.Response:
-    """503 when no upstream may be called now: all full, or their circuits open."""
+def _blocked(state: RouteState, order: list[Deployment], why: str
+             ) -> tuple[web.Response, bool]:
+    """503 when no upstream may be called now (all full, or their circuits open).
+
+    With it, whether the replicas may be gone: open circuits (a route that holds waits for
+    another replica).
+    """
     label = state.route.label
     if why == "circuit_open":
         wait = retry_after_header(min(d.breaker.retry_in() for d in order))
         response = error_response(503, f"upstream of {label!r} is failing; the gateway "
                                   f"stops calling it for {wait}s", "server_error",
                                   "circuit_open", headers={"Retry-After": wait})
-        response[UNREACHABLE] = True  # a route that holds waits for another replica
-        return response
+        return response, True
     limits = ", ".join(f"{d.label}: {d.upstream.max_concurrent}" for d in order)
     wait = retry_after_header(max(1.0, min(d.load.answer_seconds for d in order)))
     return error_response(
         503, f"{label!r} is at capacity: every upstream holds as many requests as it "
         f"takes at once ({limits}); retry after {wait}s", "server_error",
-        "model_overloaded", headers={"Retry-After": wait})
+        "model_overloaded", headers={"Retry-After": wait}), False

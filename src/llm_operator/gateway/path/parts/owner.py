@@ -22,7 +22,6 @@ from aiohttp import hdrs, web
 from llm_operator.connectors import tcp_connector
 from llm_operator.gateway.flow.control import Flow
 from llm_operator.gateway.inbound.incoming import prepare
-from llm_operator.gateway.path.answers import Streamed
 from llm_operator.gateway.path.exchange import Exchange
 from llm_operator.gateway.routing.owners import PEER_HEADER, Owners
 from llm_operator.gateway.routing.routes import Clock
@@ -38,10 +37,6 @@ HOP_BY_HOP = frozenset(h.lower() for h in (
 
 
 DOWN_SECONDS = 5.0  # an owner that could not be reached is not tried for this long
-
-
-class PassedOn(Streamed):
-    """The owner's answer, relayed: counted there."""
 
 
 class ToOwner:
@@ -106,7 +101,8 @@ class ToOwner:
             return None
         self.metrics.peer_requests.labels(label, "passed").inc()
         async with upstream:
-            answer = PassedOn(status=upstream.status, reason=upstream.reason)
+            answer = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+            ex.counted_elsewhere = True  # on the owner
             for name, value in upstream.headers.items():
                 if name.lower() not in HOP_BY_HOP:
                     answer.headers.add(name, value)

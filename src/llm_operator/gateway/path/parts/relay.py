@@ -17,7 +17,7 @@ from aiohttp import web
 
 from llm_operator.gateway.errors import error_response
 from llm_operator.gateway.inbound.incoming import prepare
-from llm_operator.gateway.path.answers import CLIENT_CLOSED, AnswerFailed, Streamed
+from llm_operator.gateway.path.answers import CLIENT_CLOSED, AnswerFailed
 from llm_operator.gateway.path.exchange import Exchange
 from llm_operator.gateway.providers import NativeApi
 from llm_operator.gateway.providers.assembling import StreamError, assemble
@@ -144,8 +144,9 @@ class Relay:
         """
         state, hide_usage, prepared = ex.state, ex.hide_usage, ex.held
         label = state.route.label
-        out = prepared or Streamed(status=200, headers={**_headers_from(upstream),
-                                                         "Cache-Control": "no-cache", **extra})
+        out = prepared or web.StreamResponse(status=200, headers={
+            **_headers_from(upstream), "Cache-Control": "no-cache", **extra})
+        ex.counted_elsewhere = True  # the stream counts itself as it ends
         first, completed = True, False
         events = _Events(StreamTranslator(state.route.models[0]) if ex.anthropic else None,
                          hide_usage=hide_usage)
