@@ -26,7 +26,7 @@ from llm_operator.batch.runner import BatchRunner, RunnerSettings
 from llm_operator.batch.store import Store
 from llm_operator.gateway.errors import error_response, unexpected
 from llm_operator.gateway.flow.control import Flow
-from llm_operator.gateway.flow.engine_watch import EngineWatch
+from llm_operator.gateway.flow.engine_watch import EngineWatch, Sweep
 from llm_operator.gateway.flow.saturation import Saturation
 from llm_operator.gateway.inbound.incoming import Incoming
 from llm_operator.gateway.path.answers import as_anthropic_error
@@ -369,10 +369,12 @@ class Gateway:
     async def _open(self, _: web.Application) -> None:
         if self._batch_autostart:
             self.start_batches()
-        if self.looks.wanted:  # the engines of busy models, while the app runs
+        if self.looks.wanted:  # the engines of busy models (all, on the router): one loop
             looks = self.looks
-            self._watch = asyncio.create_task(
-                EngineWatch(looks.pools, looks.engines, looks.looked, looks.every).run())
+            sweep = None if looks.sweep_seconds is None else \
+                Sweep(looks.all_engines, looks.loaded, looks.sweep_seconds)
+            self._watch = asyncio.create_task(EngineWatch(
+                looks.pools, looks.engines, looks.looked, looks.every, sweep).run())
         if self._path is not None:
             self._path.open()
             self.judges.http = self._path.upstream_client  # guard models: the same client

@@ -18,7 +18,6 @@ from llm_operator.api import labels as L
 from llm_operator.api.validation import InvalidModel, parse_llmmodel
 from llm_operator.batch.runner import BatchRunner
 from llm_operator.gateway.app import Gateway, answering_errors
-from llm_operator.gateway.flow.engine_watch import look
 from llm_operator.gateway.routing.owners import PEER_HEADER, Owners
 from llm_operator.gateway.server.batches import own_address
 from llm_operator.gateway.server.http import served
@@ -76,6 +75,8 @@ class Router:
         # its looks: peers send to the same engines, and a band with idleSeconds waits
         # for a look that finds none of their requests
         self.gateway.flow.look_every = watch_seconds
+        # and every engine's load, for picking, in the same loop (flow/engine_watch.py)
+        self.gateway.looks.sweep_seconds = scrape_seconds
         # the Batch API (settings batch.enabled): every replica answers it from Redis; the
         # one holding ``batch_lease`` runs the batches, through itself
         self.gateway.configured_batches(lambda: own_address("127.0.0.1", port),
@@ -216,11 +217,10 @@ class Router:
         return self.gateway.app(scaling)
 
     async def run(self) -> None:
-        """Watch, rebuild on every change, scrape the engines; until cancelled."""
+        """Watch, rebuild on every change; until cancelled (the gateway looks at the engines)."""
         informers = [*self.model_informers, *self.slice_informers]
         tasks = [asyncio.create_task(i.run())
                  for i in [*informers, *self.objective_informers, *self.peer_informers]]
-        tasks.append(asyncio.create_task(self._scrape_forever()))
         if self.gateway.batch_runner is not None:
             tasks.append(asyncio.create_task(self._run_batches(self.gateway.batch_runner)))
         try:  # objectives are optional (their CRD, the router's RBAC): not waited for
@@ -263,21 +263,6 @@ class Router:
                 log.error("the batch runner failed (%s); starting it again",
                           work.exception())
                 await asyncio.sleep(self.batch_lease.retry)
-
-    async def _scrape_forever(self) -> None:
-        timeout = aiohttp.ClientTimeout(total=max(1.0, self.scrape_seconds))
-        async with aiohttp.ClientSession(timeout=timeout) as http:
-            while True:
-                urls = {u for urls in self.table.upstreams.values() for u in urls}
-                await asyncio.gather(*(self._scrape(http, url) for url in sorted(urls)))
-                await asyncio.sleep(self.scrape_seconds)
-
-    async def _scrape(self, http: aiohttp.ClientSession, base_url: str) -> None:
-        """An engine's (waiting, running, KV usage), kept for picking."""
-        report = await look(http, base_url)
-        if report is not None:  # else a replica going away; its endpoint leaves the table
-            self.gateway.engine_load(base_url, waiting=report.waiting,
-                                     running=report.running, kv_usage=report.kv_usage)
 
 
 async def serve(router: Router, host: str, port: int, ready: asyncio.Event | None = None,

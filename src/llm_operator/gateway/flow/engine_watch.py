@@ -2,14 +2,17 @@
 
 What a look is for is the caller's to say (routing/looks.py's ``Looks.looked``): each
 replica's engine queue (flow/saturation.py) and, on the router, whether a band with
-``idleSeconds`` may run. This module only asks: which pools, which engines, one GET each.
+``idleSeconds`` may run; on the router, with a sweep, every engine's load now and then, for
+picking. This module only asks: which pools, which engines, one GET each.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Callable
+from typing import NamedTuple
 
 import aiohttp
 
@@ -32,23 +35,50 @@ async def look(http: aiohttp.ClientSession, base_url: str) -> EngineReport | Non
         return None  # a replica going away, or an engine without metrics
 
 
+class Sweep(NamedTuple):
+    """Every engine, now and then, for its load alone (the router's picking)."""
+
+    engines: Callable[[], list[str]]
+    loaded: Callable[[str, EngineReport], None]
+    seconds: float
+
+
 class EngineWatch:
-    """Every ``every`` seconds: the engines of ``pools()``, each pool's reported at once."""
+    """Every ``every`` seconds: the engines of ``pools()``, each pool's reported at once.
+
+    With a ``sweep``, also every engine the pools' looks left out, every ``sweep.seconds``:
+    one loop reads every engine a process needs, however many of its parts use the reports.
+    """
 
     def __init__(self, pools: Callable[[], list[str]], engines: Callable[[str], list[str]],
-                 looked: Callable[[str, Reports], None], every: Callable[[], float]) -> None:
+                 looked: Callable[[str, Reports], None], every: Callable[[], float],
+                 sweep: Sweep | None = None) -> None:
         self.pools, self.engines, self.looked, self.every = pools, engines, looked, every
+        self.sweep = sweep
 
     async def run(self) -> None:
         """Until cancelled."""
         timeout = aiohttp.ClientTimeout(total=max(1.0, self.every() * 10))
+        swept = -math.inf
+        loop = asyncio.get_running_loop()
         async with aiohttp.ClientSession(timeout=timeout) as http:
             while True:
                 try:
+                    seen: set[str] = set()
                     for pool in self.pools():
                         urls = self.engines(pool)
+                        seen.update(urls)
                         reports = await asyncio.gather(*(look(http, url) for url in urls))
                         self.looked(pool, dict(zip(urls, reports, strict=True)))
+                    sweep = self.sweep
+                    if sweep is not None and loop.time() - swept >= sweep.seconds:
+                        swept = loop.time()
+                        rest = [url for url in sweep.engines() if url not in seen]
+                        for url, report in zip(rest, await asyncio.gather(
+                                *(look(http, url) for url in rest)), strict=True):
+                            if report is not None:  # else a replica going away
+                                sweep.loaded(url, report)
                 except Exception:  # a defect: say so, and look again (dispatch never waits)
                     log.exception("looking at the engines failed")
-                await asyncio.sleep(self.every())
+                await asyncio.sleep(self.every() if self.sweep is None
+                                    else min(self.every(), self.sweep.seconds))

@@ -26,11 +26,24 @@ class Looks:
                  metrics: GatewayMetrics) -> None:
         self.table, self.flow, self.saturation = table, flow, saturation
         self.metrics = metrics
+        # the router: every engine's load this often, for picking (None: busy pools only)
+        self.sweep_seconds: float | None = None
 
     @property
     def wanted(self) -> bool:
         """Whether anything needs looks: adaptive engine queues, or the router's bands."""
-        return self.saturation.adaptive or self.flow.look_every is not None
+        return self.saturation.adaptive or self.flow.look_every is not None \
+            or self.sweep_seconds is not None
+
+    def all_engines(self) -> list[str]:
+        """Every replica of every route: what a sweep reads."""
+        return sorted({d.url_base for state in self.table.routes.values()
+                       for d in state.deployments})
+
+    def loaded(self, url: str, report: EngineReport) -> None:
+        """A sweep's report: the replica's load, which picking reads."""
+        self.table.engine_load(url, waiting=report.waiting, running=report.running,
+                               kv_usage=report.kv_usage)
 
     def every(self) -> float:
         """Seconds between looks: the router's own cadence, else the saturation setting."""
