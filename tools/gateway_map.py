@@ -5,7 +5,7 @@
 Each subpackage of ``llm_operator.gateway`` opens with a docstring that says what it owns;
 each module with a line that says its role. This prints them as a tree (one line each)
 between the map's markers in docs/gateway.md, or with ``--check`` exits 1 when the page
-differs from what the code says (tests/gateway/test_gateway_map.py runs it in `make test`).
+differs from what the code says (tests/harness/test_reference_pages.py runs it in `make test`).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
-from prometheus_client import Gauge
+from prometheus_client import CollectorRegistry, Gauge
 
 from llm_operator.api import labels as L
 from llm_operator.api.validation import InvalidModel, parse_llmmodel
@@ -99,10 +99,7 @@ class Router:
         self.peer_informers = [] if peers is None else [Informer(
             kube, *SLICES, namespace=peers[0], on_change=self._changed,
             label_selector=f"{SERVICE_NAME_LABEL}={peers[1]}")]
-        self.pending = Gauge("llmop_router_pending_requests", "Requests for a model held, "
-                             "queued or in flight: what KEDA scales on (GET "
-                             "/scale/<ns>/<name>).",
-                             ["namespace", "model"], registry=self.gateway.metrics.registry)
+        self.pending = pending_requests(self.gateway.metrics.registry)
         self.gateway.before_scrape.append(self._export_pending)
         self._session: aiohttp.ClientSession | None = None  # asks the owners' /scale
 
@@ -263,6 +260,13 @@ class Router:
                 log.error("the batch runner failed (%s); starting it again",
                           work.exception())
                 await asyncio.sleep(self.batch_lease.retry)
+
+
+def pending_requests(registry: CollectorRegistry) -> Gauge:
+    """The router's own series beside the gateway's: what KEDA scales each model on."""
+    return Gauge("llmop_router_pending_requests", "Requests for a model held, queued or in "
+                 "flight: what KEDA scales on (GET /scale/<ns>/<name>).",
+                 ["namespace", "model"], registry=registry)
 
 
 async def serve(router: Router, host: str, port: int, ready: asyncio.Event | None = None,
