@@ -1,0 +1,45 @@
+"""Every relative link in the docs reaches a file that exists, and a heading in it."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from samples import REPO
+
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*$", re.M)
+ANCHOR = re.compile(r'<a id="([^"]+)"></a>')
+PAGES = sorted([REPO / "README.md", *REPO.glob("docs/**/*.md"), *REPO.glob("examples/**/*.md")])
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lowercase, punctuation dropped, spaces to dashes."""
+    text = re.sub(r"[`*_]", "", heading).strip().lower()
+    text = re.sub(r"[^\w\- ]", "", text)
+    return text.replace(" ", "-")
+
+
+def anchors(page: Path) -> set[str]:
+    text = page.read_text(encoding="utf-8")
+    text = re.sub(r"```.*?```", "", text, flags=re.S)  # no headings in code blocks
+    return {slug(h) for h in HEADING.findall(text)} | set(ANCHOR.findall(text))
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))
+def test_each_relative_link_reaches_its_file_and_heading(page: Path) -> None:
+    text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.S)
+    text = re.sub(r"`[^`\n]*`", "", text)  # code spans: a regex is not a link
+    broken = []
+    for target in LINK.findall(text):
+        if re.match(r"^[a-z]+:", target):  # https:, mailto:
+            continue
+        path, _, anchor = target.partition("#")
+        found = (page.parent / path).resolve() if path else page
+        if not found.exists():
+            broken.append(f"{target}: no such file")
+        elif anchor and found.suffix == ".md" and anchor not in anchors(found):
+            broken.append(f"{target}: no heading #{anchor}")
+    assert not broken, broken
