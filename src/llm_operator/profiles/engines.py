@@ -214,7 +214,7 @@ def engine_arg_problems(spec: LLMModelSpec) -> list[str]:
             and asked_nodes(spec) > 1 and args.get("enforce-eager", "").lower() == "true":
         # seen on the test node: the later stage asserted on its first request
         # (intermediate tensors are made by the compile's warm-up), the engine died and
-        # the leader restarted (docs/testing.md, session 32)
+        # the leader restarted (docs/deviations.md)
         problems.append("engineArgs.enforce-eager: vLLM's CPU build cannot run pipeline "
                         "stages across pods in eager mode (its later stage fails on the "
                         "first request and the engine exits); remove enforce-eager, or "
