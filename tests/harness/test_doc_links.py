@@ -43,3 +43,17 @@ def test_each_relative_link_reaches_its_file_and_heading(page: Path) -> None:
         elif anchor and found.suffix == ".md" and anchor not in anchors(found):
             broken.append(f"{target}: no heading #{anchor}")
     assert not broken, broken
+
+
+def test_every_example_directory_says_what_it_shows_needs_and_does() -> None:
+    """A README in each: what it shows, what it needs, how to run it, what you should see."""
+    folders = sorted({p.parent for p in (REPO / "examples").rglob("*")
+                      if p.is_file() and p.suffix in (".yaml", ".py")})
+    missing = []
+    for folder in folders:
+        readme = folder / "README.md"
+        text = readme.read_text(encoding="utf-8") if readme.exists() else ""
+        if not all(word in text for word in ("**Shows**", "**Needs**", "**Run**",
+                                             "**You should see**")):
+            missing.append(str(folder.relative_to(REPO)))
+    assert missing == [], f"no README saying Shows/Needs/Run/You should see: {missing}"
