@@ -131,7 +131,7 @@ def up(directory: Path | None, *, port: int, mcp_port: int, state_dir: Path, cac
     Local models (acceleratorVendor cpu, inferenceEngine llamacpp or ollama, modelSource
     type file) each run as a llama-server process with the arguments a cluster's pod gets
     (parallel slots, context, threads, LoRA), restarted with backoff if it crashes.
-    llama-server is compiled once per machine (`llmop setup`; 5-10 minutes on 2 cores).
+    llama-server is compiled once per machine (`llmop setup`; about 4 minutes on 2 cores).
     Remote models are proxied when the variable named after their apiKeySecret is set
     (openai-api-key -> OPENAI_API_KEY). One gateway serves every model's OpenAI API, and an
     MCP server publishes each as a tool. Editing, adding or removing a YAML file while it
@@ -220,7 +220,7 @@ def setup(print_path: bool) -> None:
 
     The source is the pinned llama-cpp-python sdist from PyPI, which carries llama.cpp's
     tree; only llama-server is built (no web UI, no TLS). It needs a C++ compiler and cmake,
-    takes 5-10 minutes on 2 cores, and is cached in ~/.cache/llm-operator/llama-server
+    takes about 4 minutes on 2 cores, and is cached in ~/.cache/llm-operator/llama-server
     ($LLMOP_CACHE) for every later `llmop up`, `make` run and test. The cluster's
     llama-server image (`make images`) carries the same binary.
     """

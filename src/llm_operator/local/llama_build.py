@@ -282,7 +282,7 @@ def build_reporting(out: TextIO) -> Path:
         return found
     tty = out.isatty()
     print(f">> compiling llama.cpp's llama-server from {SOURCE_PACKAGE} {SOURCE_VERSION}: "
-          "once per machine, 5-10 minutes on 2 cores", file=out, flush=True)
+          "once per machine, about 4 minutes on 2 cores", file=out, flush=True)
 
     def write(text: str) -> None:
         out.write(text)
