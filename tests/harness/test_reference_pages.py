@@ -11,7 +11,7 @@ from samples import REPO
 
 
 @pytest.mark.parametrize("tool", ["metrics_reference.py", "cli_reference.py", "api_reference.py",
-                                  "gateway_map.py"])
+                                  "config_reference.py", "gateway_map.py"])
 def test_a_generated_page_is_up_to_date(tool: str) -> None:
     checked = subprocess.run([sys.executable, str(REPO / "tools" / tool), "--check"],
                              capture_output=True, text=True, check=False)

@@ -30,8 +30,10 @@ class ApiKeySource(_Config):
     A file (a mounted Secret, re-read when it changes) or an environment variable.
     """
 
-    file: str | None = None
-    env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    file: str | None = Field(None, description="A file holding the key, e.g. a mounted "
+                             "Secret; re-read when it changes.")
+    env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+                            description="An environment variable holding the key.")
 
     @model_validator(mode="after")
     def _exactly_one(self) -> ApiKeySource:
@@ -106,12 +108,20 @@ class Upstream(_Config):
 
 
 class RateLimit(_Config):
-    requests_per_minute: int | None = Field(None, ge=1)
-    tokens_per_minute: int | None = Field(None, ge=1)
+    """The route's limits, across its clients (a client key has its own): 429 beyond them."""
+
+    requests_per_minute: int | None = Field(None, ge=1, description="Requests a minute; "
+                                            "unset: no limit.")
+    tokens_per_minute: int | None = Field(None, ge=1, description="Prompt and completion "
+                                          "tokens a minute, reserved before a request goes "
+                                          "upstream; unset: no limit.")
 
 
 class Timeouts(_Config):
-    connect_seconds: float = Field(5.0, gt=0, le=300)
+    """How long the gateway waits for an upstream."""
+
+    connect_seconds: float = Field(5.0, gt=0, le=300, description="To connect to an "
+                                   "upstream (a proxy's tunnel included).")
     request_seconds: float = Field(
         600.0, gt=0, le=86_400,
         description="Deadline for the whole request, retries included (streams: until the "
@@ -120,22 +130,32 @@ class Timeouts(_Config):
 
 
 class Retry(_Config):
+    """Upstream failures tried again: 429, 502-504, 529 and connection errors."""
+
     attempts: int = Field(3, ge=1, le=10, description="Total tries, the first included.")
-    backoff_initial_seconds: float = Field(0.25, ge=0, le=60)
-    backoff_max_seconds: float = Field(8.0, ge=0, le=600)
+    backoff_initial_seconds: float = Field(0.25, ge=0, le=60, description="The first "
+                                           "backoff; it doubles each try, with jitter.")
+    backoff_max_seconds: float = Field(8.0, ge=0, le=600, description="The longest "
+                                       "backoff.")
     on_rate_limit: bool = Field(True, description="Retry an upstream 429 after its "
                                 "Retry-After; false passes it on at once.")
 
 
 class CircuitBreaker(_Config):
+    """Per route and upstream: fail fast while an upstream keeps failing."""
+
     failure_threshold: int = Field(5, ge=1, le=1000,
                                    description="Consecutive failures that open the circuit.")
-    open_seconds: float = Field(30.0, gt=0, le=3600)
+    open_seconds: float = Field(30.0, gt=0, le=3600, description="How long an open "
+                                "circuit refuses before one trial request decides.")
 
 
 class Pricing(_Config):
-    input_per_million: float = Field(ge=0)
-    output_per_million: float = Field(ge=0)
+    """What the route's tokens cost, for the cost metrics and client keys' budgets."""
+
+    input_per_million: float = Field(ge=0, description="USD per million prompt tokens.")
+    output_per_million: float = Field(ge=0, description="USD per million completion "
+                                      "tokens.")
     batch_factor: float = Field(0.5, ge=0, le=1, description="What a request of a batch "
                                 "(the Batch API) pays of these prices; OpenAI's is half.")
 
@@ -197,7 +217,8 @@ class Route(_Config):
     """Client-facing model names served by one upstream."""
 
     name: str | None = Field(None, min_length=1, description="Metrics label; default models[0].")
-    models: list[str] = Field(min_length=1)
+    models: list[str] = Field(min_length=1, description="The names clients may ask for, "
+                              "listed in /v1/models.")
     aliases: list[str] = Field(
         default_factory=list, description="More names the route answers to, sent upstream "
         "as models[0] (the router's metadata.name and namespace/name). /v1/models lists one "
@@ -274,8 +295,11 @@ class Route(_Config):
 
 
 class Listen(_Config):
-    host: str = "0.0.0.0"  # a server in a pod listens on all interfaces
-    port: int = Field(8000, ge=0, le=65535)
+    """Where the gateway listens, and how it stops."""
+
+    host: str = Field("0.0.0.0", description="The address to listen on (all interfaces, "
+                      "as a server in a pod does).")
+    port: int = Field(8000, ge=0, le=65535, description="The port (0: any free one).")
     drain_seconds: float = Field(
         25, ge=0, le=3600, description="On SIGTERM or Ctrl-C the gateway stops listening "
         "and gives the requests in flight this long to finish; then it cancels them (their "
@@ -297,7 +321,8 @@ class SharedState(_Config):
                      description="e.g. redis://redis.llm-operator-system.svc:6379/0")
     password_file: str | None = Field(None, min_length=1,
                                       description="The password, e.g. a mounted Secret.")
-    key_prefix: str = Field("llmop", pattern=r"^[A-Za-z0-9:_.-]{1,64}$")
+    key_prefix: str = Field("llmop", pattern=r"^[A-Za-z0-9:_.-]{1,64}$",
+                            description="Prefix of every Redis key the gateway writes.")
     local_share: float = Field(
         1.0, gt=0, le=1, description="The part of each limit this replica enforces on its "
         "own while Redis is down (1 / replicas keeps the whole within the limit).")
@@ -337,7 +362,8 @@ class GatewayConfig(_Config):
     client_keys: ClientKeys | None = Field(
         None, description="Require a client key on every /v1 request; unset: no client "
         "authentication (keep the gateway behind a NetworkPolicy).")
-    max_request_bytes: int = Field(10 * 1024 * 1024, ge=1024)
+    max_request_bytes: int = Field(10 * 1024 * 1024, ge=1024, description="The largest "
+                                   "request body taken; a larger one is refused (413).")
     max_held_per_route: int = Field(100, ge=1, le=100_000,
                                     description="Requests one route may hold at once.")
     max_held: int = Field(1000, ge=1, le=1_000_000,
@@ -346,7 +372,8 @@ class GatewayConfig(_Config):
     tracing: Tracing = Field(default_factory=Tracing, description="OpenTelemetry traces "
                              "(docs/tracing.md); read at start.")
     batch: Batches = Field(default_factory=Batches)
-    routes: list[Route] = Field(default_factory=list)
+    routes: list[Route] = Field(default_factory=list, description="Model names to "
+                                "upstream APIs; a file with none is refused.")
 
     @model_validator(mode="after")
     def _batch_store(self) -> GatewayConfig:

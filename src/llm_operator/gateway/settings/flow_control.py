@@ -105,7 +105,9 @@ class FlowControl(_Config):
 
     enabled: bool = Field(True, description="Off: every request goes straight to an "
                           "upstream, which queues it first come, first served.")
-    bands: list[Band] = Field(default_factory=_default_bands, min_length=1)
+    bands: list[Band] = Field(default_factory=_default_bands, min_length=1,
+                              description="Priority bands, each with its queue; default: "
+                              "interactive, standard and batch.")
     default_band: str = Field("standard", pattern=BAND_NAME, description="The band of a "
                               "request that names none (or an unknown one).")
     objectives: dict[str, str] = Field(
