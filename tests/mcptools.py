@@ -66,3 +66,20 @@ class Running:
 
 
 Start = Callable[..., contextlib.AbstractAsyncContextManager[Running]]
+
+
+GUARDED_TOOL = "gemma4_31b_nvidia"  # the guide's Gemma sample: the tool guard tests guard
+
+
+async def with_guardrails(running: Running, rails: dict[str, Any]) -> str:
+    """The Gemma sample with ``rails`` as its guardrails, once the server has read them: the
+    model id its calls name upstream."""
+    path = running.models / "gemma4-31b-nvidia.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["spec"]["guardrails"] = rails
+    path.write_text(yaml.safe_dump(doc))
+    catalog = running.service.catalog
+    await running.service.until(lambda: (r := catalog.get(GUARDED_TOOL)) is not None
+                                and r.guardrails is not None)
+    return str(doc["spec"]["modelId"])
+

@@ -11,14 +11,15 @@ values and what it does, then every admission rule (CEL) with the message it ans
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from generated_page import REPO, main
+
 PAGE = REPO / "docs" / "reference" / "llmmodel.md"
 
 
@@ -111,22 +112,5 @@ def page() -> str:
     return "\n".join(lines)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check", action="store_true",
-                        help="exit 1 when docs/reference/llmmodel.md is not what the code says")
-    args = parser.parse_args()
-    wanted = page()
-    if args.check:
-        if not PAGE.exists() or PAGE.read_text(encoding="utf-8") != wanted:
-            print(f"{PAGE.relative_to(REPO)} is stale; run tools/api_reference.py",
-                  file=sys.stderr)
-            return 1
-        return 0
-    PAGE.parent.mkdir(parents=True, exist_ok=True)
-    PAGE.write_text(wanted, encoding="utf-8")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(PAGE, page, Path(__file__).name, __doc__.split("\n\n")[0]))

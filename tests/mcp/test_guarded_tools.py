@@ -10,7 +10,7 @@ import yaml
 from mcp import Client
 
 from fake_upstream import Reply, completion
-from mcptools import Running
+from mcptools import Running, with_guardrails
 
 CARD = "4111 1111 1111 1111"
 RAILS = {"input": [{"name": "no-ibans", "action": "block", "pii": {"entities": ["IBAN_CODE"]}},
@@ -19,14 +19,8 @@ RAILS = {"input": [{"name": "no-ibans", "action": "block", "pii": {"entities": [
 
 
 async def guarded(running: Running) -> None:
-    """The Gemma sample with guardrails, once the server has read it again."""
-    path = running.models / "gemma4-31b-nvidia.yaml"
-    doc = yaml.safe_load(path.read_text())
-    doc["spec"]["guardrails"] = RAILS
-    path.write_text(yaml.safe_dump(doc))
-    catalog = running.service.catalog
-    await running.service.until(lambda: (r := catalog.get("gemma4_31b_nvidia")) is not None
-                                and r.guardrails is not None)
+    """The Gemma sample with RAILS, once the server has read it again."""
+    await with_guardrails(running, RAILS)
 
 
 async def test_a_tool_call_is_masked_and_its_answer_too(running: Running) -> None:

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from llm_operator.access.keyring import digest
 
 from fuzzing import CARD, JSON, drawn, from_schema, mutated
-from mcptools import Running, Start
+from mcptools import Start, with_guardrails
 
 KEY = "sk-llmop-mcp-fuzz-0123456789"
 MAIL = "jane@example.com"
@@ -75,19 +75,6 @@ def keys_file(tmp_path: Path) -> Path:
     return path
 
 
-async def _guarded(running: Running) -> str:
-    """The Gemma sample with input and output PII guards, once the server has read it: the
-    model id its calls name."""
-    path = running.models / "gemma4-31b-nvidia.yaml"
-    doc = yaml.safe_load(path.read_text())
-    doc["spec"]["guardrails"] = RAILS
-    path.write_text(yaml.safe_dump(doc))
-    catalog = running.service.catalog
-    await running.service.until(lambda: (r := catalog.get("gemma4_31b_nvidia")) is not None
-                                and r.guardrails is not None)
-    return str(doc["spec"]["modelId"])
-
-
 async def _post(http: aiohttp.ClientSession, url: str, body: bytes,
                 headers: dict[str, str]) -> tuple[int, str]:
     async with asyncio.timeout(ANSWER_SECONDS), http.post(url, data=body, headers={
@@ -101,7 +88,7 @@ async def test_the_mcp_endpoint_answers_hostile_messages_without_a_server_error(
     right = {"Authorization": f"Bearer {KEY}", "Accept": "application/json, text/event-stream"}
     async with start(client_keys_file=keys_file) as running, \
             aiohttp.ClientSession() as http:
-        guarded = await _guarded(running)
+        guarded = await with_guardrails(running, RAILS)
         status, text = await _post(http, running.mcp, json.dumps({
             "jsonrpc": "2.0", "id": 1, "method": "tools/list"}).encode(), right)
         assert status == 200, text

@@ -12,7 +12,7 @@ rest of a 2 KB prompt is never tokenized or scanned.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 DIGITS = "0123456789"
 # Each begins with a separator, which the regular expression engine skips to: a search over
@@ -84,15 +84,24 @@ def regions(entities: Sequence[str], text: str) -> list[tuple[int, int]]:
     """
     if not set(entities) <= ANCHORED:
         return [(0, len(text))]
-    spans: list[tuple[int, int]] = []
     clusters = CLUSTER_WITH_WORDS if "CRYPTO" in entities else CLUSTER
-    for found in clusters.finditer(text):
-        at, until = found.span()
+    return whole_words(text, with_margins(text, (m.span() for m in clusters.finditer(text))))
+
+
+def with_margins(text: str, anchors: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The anchors, in order, with MARGIN characters each side, overlapping ones merged."""
+    spans: list[tuple[int, int]] = []
+    for at, until in anchors:
         start, end = max(0, at - MARGIN), min(len(text), until + MARGIN)
         if spans and start <= spans[-1][1]:
             spans[-1] = (spans[-1][0], max(spans[-1][1], end))
         else:
             spans.append((start, end))
+    return spans
+
+
+def whole_words(text: str, spans: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The spans widened to whitespace and merged; the whole text where they cover most."""
     out: list[tuple[int, int]] = []
     for near_start, near_end in spans:
         start, end = near_start, near_end
