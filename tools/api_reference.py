@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from generated_page import REPO, main
+from generated_page import REPO, cell, limits, main
 
 PAGE = REPO / "docs" / "reference" / "llmmodel.md"
 
@@ -34,28 +34,6 @@ def _type(schema: dict[str, Any]) -> str:
     if schema.get("x-kubernetes-preserve-unknown-fields") and not kind:
         return "any"
     return str(kind or "any")
-
-
-def _limits(schema: dict[str, Any]) -> str:
-    """Bounds, patterns and allowed values, as short text."""
-    said = []
-    if "enum" in schema:
-        said.append("one of " + ", ".join(f"`{v}`" for v in schema["enum"]))
-    items = schema.get("items", {})
-    if isinstance(items, dict) and "enum" in items:
-        said.append("each one of " + ", ".join(f"`{v}`" for v in items["enum"]))
-    for key, word in (("minimum", "≥"), ("maximum", "≤"), ("minLength", "length ≥"),
-                      ("maxLength", "length ≤"), ("minItems", "items ≥"),
-                      ("maxItems", "items ≤")):
-        if key in schema:
-            said.append(f"{word} {schema[key]}")
-    if "pattern" in schema:
-        said.append(f"pattern `{schema['pattern']}`")
-    return "; ".join(said)
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def fields(schema: dict[str, Any], path: str
@@ -98,16 +76,16 @@ def page() -> str:
              "|---|---|---|---|---|---|"]
     for where, schema, required in fields(spec, ""):
         default = f"`{json.dumps(schema['default'])}`" if "default" in schema else ""
-        lines.append(f"| `{where}` | {_type(schema)} | {_cell(default)} | "
-                     f"{'yes' if required else ''} | {_cell(_limits(schema))} | "
-                     f"{_cell(schema.get('description', ''))} |")
+        lines.append(f"| `{where}` | {_type(schema)} | {cell(default)} | "
+                     f"{'yes' if required else ''} | {cell(limits(schema))} | "
+                     f"{cell(schema.get('description', ''))} |")
     lines += ["", "## Rules checked at admission", "",
               "Each is a CEL rule on the object named; the API server refuses a document that "
               "breaks it with the message shown (`llmop validate` gives the same).", "",
               "| on | rule | message |", "|---|---|---|"]
     for where, rule in rules(spec, ""):
-        lines.append(f"| `{where}` | `{_cell(rule['rule'])}` | "
-                     f"{_cell(rule.get('message', ''))} |")
+        lines.append(f"| `{where}` | `{cell(rule['rule'])}` | "
+                     f"{cell(rule.get('message', ''))} |")
     lines.append("")
     return "\n".join(lines)
 

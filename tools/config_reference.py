@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from generated_page import REPO, main
+from generated_page import REPO, cell, limits, main
 
 PAGE = REPO / "docs" / "reference" / "gateway-config.md"
 
@@ -46,20 +46,6 @@ def _type(schema: dict[str, Any], defs: dict[str, Any]) -> str:
     return str(kind or "any")
 
 
-def _limits(schema: dict[str, Any]) -> str:
-    said = []
-    if "enum" in schema:
-        said.append("one of " + ", ".join(f"`{v}`" for v in schema["enum"]))
-    for key, word in (("minimum", "≥"), ("exclusiveMinimum", ">"), ("maximum", "≤"),
-                      ("minLength", "length ≥"), ("maxLength", "length ≤"),
-                      ("minItems", "items ≥")):
-        if key in schema:
-            said.append(f"{word} {schema[key]}")
-    if "pattern" in schema:
-        said.append(f"pattern `{schema['pattern']}`")
-    return "; ".join(said)
-
-
 def keys(schema: dict[str, Any], defs: dict[str, Any], path: str, seen: frozenset[str]
          ) -> Iterator[tuple[str, dict[str, Any]]]:
     """(path, schema) of every key under ``schema``, depth first.
@@ -82,10 +68,6 @@ def keys(schema: dict[str, Any], defs: dict[str, Any], path: str, seen: frozense
             yield from keys(target, defs, where, seen | ({ref} if ref else set()))
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
 def page() -> str:
     sys.path.insert(0, str(REPO / "src"))
     from llm_operator.gateway.settings.config import GatewayConfig  # noqa: PLC0415
@@ -102,9 +84,9 @@ def page() -> str:
     for where, sub in keys(schema, defs, "", frozenset()):
         resolved = _resolve(sub, defs)
         default = f"`{json.dumps(sub['default'])}`" if "default" in sub else ""
-        lines.append(f"| `{where}` | {_type(sub, defs)} | {_cell(default)} | "
-                     f"{_cell(_limits(resolved))} | "
-                     f"{_cell(sub.get('description') or resolved.get('description', ''))} |")
+        lines.append(f"| `{where}` | {_type(sub, defs)} | {cell(default)} | "
+                     f"{cell(limits(resolved))} | "
+                     f"{cell(sub.get('description') or resolved.get('description', ''))} |")
     lines.append("")
     return "\n".join(lines)
 

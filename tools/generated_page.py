@@ -11,6 +11,7 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -30,3 +31,28 @@ def main(page: Path, build: Callable[[], str], tool: str, description: str) -> i
     page.parent.mkdir(parents=True, exist_ok=True)
     page.write_text(wanted, encoding="utf-8")
     return 0
+
+
+def limits(schema: dict[str, Any]) -> str:
+    """A JSON schema's bounds, pattern and allowed values (its items' too), as short text."""
+    said = []
+    if "enum" in schema:
+        said.append("one of " + ", ".join(f"`{v}`" for v in schema["enum"]))
+    items = schema.get("items", {})
+    if isinstance(items, dict) and "enum" in items:
+        said.append("each one of " + ", ".join(f"`{v}`" for v in items["enum"]))
+    for key, word in (("minimum", "≥"), ("exclusiveMinimum", ">"), ("maximum", "≤"),
+                      ("exclusiveMaximum", "<"), ("minLength", "length ≥"),
+                      ("maxLength", "length ≤"), ("minItems", "items ≥"),
+                      ("maxItems", "items ≤")):
+        if key in schema:
+            said.append(f"{word} {schema[key]}")
+    if "pattern" in schema:
+        said.append(f"pattern `{schema['pattern']}`")
+    return "; ".join(said)
+
+
+def cell(text: str) -> str:
+    """``text`` fit for one cell of a Markdown table."""
+    return text.replace("|", "\\|").replace("\n", " ")
+
