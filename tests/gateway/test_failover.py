@@ -183,3 +183,16 @@ def test_bad_upstream_lists_name_the_problem(route: dict[str, Any], message: str
 
     with pytest.raises(ConfigError, match=message):
         parse_config({"routes": [{"models": ["m"], **route}]})
+
+
+async def test_a_stream_that_dies_before_its_first_event_on_every_attempt_is_counted_once(
+        gateway: GatewayFactory, upstream: Upstream) -> None:
+    """The stream never began, so it counts nothing itself: the error is counted as any."""
+    first, primary = upstream
+    dead = Reply(chunks=sse_chunks("gpt-5.5", ["a", "b"]), drop_after=0)
+    first.then(dead, dead)
+    client, gw = await gateway({"upstream": {"baseUrl": primary}, "retry": {"attempts": 2}},
+                               time=FakeTime())
+    resp = await client.post("/v1/chat/completions", json={**CHAT, "stream": True})
+    assert resp.status == 502, await resp.text()
+    assert metric(gw, "llmop_gateway_requests_total", route="gpt-5.5", status="502") == 1

@@ -146,7 +146,6 @@ class Relay:
         label = state.route.label
         out = prepared or web.StreamResponse(status=200, headers={
             **_headers_from(upstream), "Cache-Control": "no-cache", **extra})
-        ex.counted_elsewhere = True  # the stream counts itself as it ends
         first, completed = True, False
         events = _Events(StreamTranslator(state.route.models[0]) if ex.anthropic else None,
                          hide_usage=hide_usage)
@@ -160,7 +159,8 @@ class Relay:
             if send:
                 await out.write(send)
 
-        chunks = await _opening(upstream, label, extra)
+        chunks = await _opening(upstream, label, extra)  # AnswerFailed: Forward goes on
+        ex.counted_elsewhere = True  # from here the stream counts itself as it ends
         try:
             if prepared is None:  # a held stream's headers went out with its keepalives
                 await prepare(out, ex.request)
