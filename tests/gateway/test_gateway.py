@@ -554,3 +554,21 @@ async def test_streams_always_count_usage_and_show_it_only_when_asked(
     assert any('"usage"' in e for e in events) == client_asks
     assert events[-1] == "data: [DONE]" and len(events) == (4 if client_asks else 3)
     assert metric(gw, "llmop_gateway_tokens_total", kind="completion", route="gpt-5.5") == 4
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("maxRequestBytes", 2048),
+    ("listen", {"host": "127.0.0.1", "port": 9999}),
+    ("tracing", {"sampleRatio": 0.5}),
+])
+def test_a_setting_read_at_start_keeps_its_value_and_a_change_says_restart(
+        key: str, value: Any, caplog: pytest.LogCaptureFixture) -> None:
+    route = {"models": ["m"], "upstream": {"baseUrl": "http://127.0.0.1:9/v1", "auth": "none"}}
+    gw = Gateway(parse_config({"routes": [route]}))
+    first = gw.config.model_dump(by_alias=True)[key]
+    caplog.set_level(logging.WARNING)
+    gw.reconfigure(parse_config({"routes": [route, {**route, "models": ["n"]}], key: value}))
+    assert sorted(gw.routes) == ["m", "n"]  # the routes change
+    assert gw.config.model_dump(by_alias=True)[key] == first  # this one does not
+    assert f"gateway config: {key} changed, but the gateway reads it only at start" \
+        in caplog.text

@@ -69,6 +69,9 @@ if TYPE_CHECKING:  # redis with it: imported where Redis is configured
     from llm_operator.access.shared import SharedLimits
 
 log = logging.getLogger("llm_operator.gateway")
+# what a reconfigure cannot change: the server, Redis, tracing and the Batch API are
+# made once, when the gateway starts
+READ_AT_START = ("listen", "redis", "tracing", "max_request_bytes", "batch")
 
 PROXIED_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses")
 MESSAGES_PATH = "/v1/messages"  # Anthropic-shaped clients, translated for any model
@@ -203,8 +206,19 @@ class Gateway:
 
         A route whose upstream host is unchanged keeps its circuit breaker's state (with the
         new settings); limits start afresh. The local runtime calls this when a model YAML
-        is added, edited or removed, the router on every change it watches.
+        is added, edited or removed, the router on every change it watches. Settings read
+        only at start (``READ_AT_START``) keep their first value: a change to one is logged,
+        saying to restart.
         """
+        before = self.table.config
+        kept = {name: getattr(before, name) for name in READ_AT_START
+                if getattr(before, name) != getattr(config, name)}
+        for name in kept:
+            log.warning("gateway config: %s changed, but the gateway reads it only at start: "
+                        "restart it to apply the change", GatewayConfig.model_fields[name].alias
+                        or name)
+        if kept:
+            config = config.model_copy(update=kept)
         self.table.reconfigure(config)
         self.sleepers.configure((r.sleep.group, r.sleep.max_awake, r.deployments[0].base_url)
                                 for r in config.routes if r.sleep is not None)
