@@ -131,8 +131,10 @@ def main() -> None:
             wait_ready(f"http://127.0.0.1:{up_port}/v1/chat/completions", 10)
             for python in [None, *args.python]:
                 for name, tree in trees.items():
-                    knows_flow = "flow_control" in (
-                        tree / "src/llm_operator/gateway/settings/config.py").read_text()
+                    knows_flow = any(  # the config module, where each tree keeps it
+                        "flow_control" in path.read_text() for path in (
+                            tree / "src/llm_operator/gateway/settings/config.py",
+                            tree / "src/llm_operator/gateway/config.py") if path.exists())
                     on = counted(tree, up_port, args.requests, True, python) \
                         if knows_flow else None
                     off = counted(tree, up_port, args.requests,
