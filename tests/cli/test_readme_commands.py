@@ -1,11 +1,11 @@
-"""Every command the README shows exists as it is written: its command, options and files.
+"""Every command the README and the docs show exists as it is written: command, options, files.
 
-The README's blocks are read as a user copies them. Each `llmop` command must be one the
-CLI has, each option one that command takes, each file of this repository it names must
-exist; `make` targets must be the Makefile's; the curl example must ask a model that
-`make up` serves, with a JSON body; every path of the source tree's map must exist. (The
-bad-document example's output is compared with `llmop validate`'s in test_cli.py; the
-quick start runs in tests/local.)
+Their shell blocks are read as a user copies them. Each `llmop` command (a group's
+subcommand too) must be one the CLI has, each option one that command takes, each file of
+this repository it names must exist. For the README also: its `make` targets must be the
+Makefile's, the curl example must ask a model that `make up` serves with a JSON body, and
+every path of the source tree's map must exist. (The bad-document example's output is
+compared with `llmop validate`'s in test_cli.py; the quick start runs in tests/local.)
 """
 
 from __future__ import annotations
@@ -23,34 +23,42 @@ from llm_operator.cli.main import COMMANDS, Commands
 from samples import REPO
 
 README = (REPO / "README.md").read_text(encoding="utf-8")
+PAGES = [REPO / "README.md", *sorted(REPO.glob("docs/**/*.md")),
+         *sorted(REPO.glob("examples/**/*.md"))]
 BLOCKS = re.findall(r"```(?:sh|bash)?\n(.*?)```", README, re.S)
 OURS = ("config/", "examples/", "docs/", "src/", "tests/", "bench/", "tools/")
 
 
-def _commands() -> list[str]:
-    """Each shell command of the README's blocks, comments and line continuations gone."""
+def _commands(blocks: list[str] = BLOCKS) -> list[str]:
+    """Each shell command of ``blocks``, comments and line continuations gone."""
     out = []
-    for block in BLOCKS:
+    for block in blocks:
         for written in block.replace("\\\n", " ").splitlines():
             line = written.split("  #")[0].split(" # ")[0].strip()
-            out += [part.strip() for part in re.split(r"[;|]", line) if part.strip()]
+            out += [part.strip() for part in re.split(r"[;|&]", line) if part.strip()]
     return out
 
 
-LLMOP = [c for c in _commands() if re.match(r"^(\.venv/bin/)?llmop ", c)]
+LLMOP = sorted({c for page in PAGES for c in _commands(re.findall(
+    r"```(?:sh|bash|shell)?\n(.*?)```", page.read_text(encoding="utf-8"), re.S))
+    if re.match(r"^(sudo )?(\.venv/bin/)?llmop ", c)})
 
 
-def test_the_readme_shows_llmop_commands() -> None:
-    assert len(LLMOP) >= 10, LLMOP
+def test_the_readme_and_docs_show_llmop_commands() -> None:
+    assert len(LLMOP) >= 20, LLMOP
 
 
 @pytest.mark.parametrize("line", LLMOP)
-def test_an_llmop_command_of_the_readme_exists_with_its_options_and_files(line: str) -> None:
-    words = shlex.split(line)[1:]
+def test_an_llmop_command_of_the_docs_exists_with_its_options_and_files(line: str) -> None:
+    words = shlex.split(line.removeprefix("sudo "))[1:]
     name = words[0]
     assert name in COMMANDS, f"{line}: llmop has no command {name!r}"
     command = Commands().get_command(click.Context(click.Command("llmop")), name)
     assert command is not None
+    if isinstance(command, click.Group) and len(words) > 1 and not words[1].startswith("-"):
+        sub = command.get_command(click.Context(command), words[1])
+        assert sub is not None, f"{line}: llmop {name} has no command {words[1]!r}"
+        command, words = sub, words[1:]
     options = {opt for param in command.params for opt in (*param.opts, *param.secondary_opts)}
     for word in words[1:]:
         flag = word.split("=")[0]
