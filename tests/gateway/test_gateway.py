@@ -512,6 +512,25 @@ async def test_a_request_its_client_abandons_is_counted(gateway: GatewayFactory,
     assert metric(gw, "llmop_gateway_requests_total", route="gpt-5.5", status="499") == 1
 
 
+async def test_a_stream_its_client_abandons_midway_is_counted_once(
+        gateway: GatewayFactory, upstream: Upstream) -> None:
+    """The stream counts itself as it ends; the path, cancelled with it, counts nothing."""
+    fake, _ = upstream
+    client, gw = await gateway()
+    fake.then(Reply(chunks=sse_chunks("m", ["a", "b"]), chunk_gap=30))
+    resp = await client.post("/v1/chat/completions", json={**CHAT, "stream": True})
+    assert resp.status == 200
+    assert await resp.content.readany()  # the first event came
+    resp.close()  # the client goes away
+    await asyncio.wait_for(fake.stream_cancelled.wait(), 5)  # the gateway let go upstream
+    async with asyncio.timeout(5):  # until the stream counted itself (and, in the same
+        # step of the handler's cancellation, the path would have counted it again)
+        while metric(gw, "llmop_gateway_requests_total", route="gpt-5.5",
+                     status="499") is None:
+            await asyncio.sleep(0.01)
+    assert metric(gw, "llmop_gateway_requests_total", route="gpt-5.5", status="499") == 1
+
+
 async def test_tokens_are_reserved_before_the_request_so_a_burst_cannot_overrun(
         gateway: GatewayFactory, upstream: Upstream) -> None:
     """10 concurrent requests of 1 + 5 tokens each against 20 TPM: at most 3 may go."""

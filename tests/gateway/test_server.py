@@ -242,3 +242,38 @@ async def test_shutdown_lets_the_request_in_flight_finish(upstream: Upstream,
     async with asyncio.timeout(WAIT):
         await cleanup
     writer.close()
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/slow"],
+                         ids=["proxied, the gateway's server", "another route, aiohttp's"])
+async def test_served_ends_every_request_within_the_drain_deadline(
+        upstream: Upstream, key_file: Path, path: str) -> None:
+    """Whichever server holds the request, the stop takes ``drain_seconds`` at most.
+
+    aiohttp's connections wait their timeout for a handler and as long again after
+    cancelling it: a stop once took twice the drain for a request they served.
+    """
+    fake, base_url = upstream
+    fake.then(Reply(body=completion("gpt-5.5"), hold=asyncio.Event()))
+    arrived, never = asyncio.Event(), asyncio.Event()
+
+    async def slow(_: web.Request) -> web.Response:
+        arrived.set()
+        await never.wait()
+        return web.Response()
+
+    gw = Gateway(parse_config({"routes": [{"models": ["gpt-5.5"], "upstream": {
+        "baseUrl": base_url, "apiKey": {"file": str(key_file)}}}]}))
+    app = gw.app(lambda router: router.add_get("/slow", slow))
+    drain = 1.0
+    loop = asyncio.get_running_loop()
+    async with server.served(app, drain) as listen:
+        site = await listen("127.0.0.1", 0)
+        _, writer = await asyncio.open_connection("127.0.0.1", site.port)
+        writer.write(post() if path != "/slow" else
+                     b"GET /slow HTTP/1.1\r\nHost: gw\r\n\r\n")
+        await asyncio.wait_for((fake.received if path != "/slow" else arrived).wait(), WAIT)
+        stopping = loop.time()
+    stopped = loop.time() - stopping
+    writer.close()
+    assert stopped < drain + 0.5, f"{path}: {stopped:.2f} s to stop with a {drain} s drain"

@@ -9,8 +9,8 @@ picking. This module only asks: which pools, which engines, one GET each.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-import math
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -46,8 +46,9 @@ class Sweep(NamedTuple):
 class EngineWatch:
     """Every ``every`` seconds: the engines of ``pools()``, each pool's reported at once.
 
-    With a ``sweep``, also every engine the pools' looks left out, every ``sweep.seconds``:
-    one loop reads every engine a process needs, however many of its parts use the reports.
+    With a ``sweep``, also every engine, every ``sweep.seconds``, for its load alone: one
+    watch reads every engine a process needs, however many of its parts use the reports.
+    The sweep runs beside the looks, so an engine slow to answer it never delays them.
     """
 
     def __init__(self, pools: Callable[[], list[str]], engines: Callable[[str], list[str]],
@@ -58,27 +59,39 @@ class EngineWatch:
 
     async def run(self) -> None:
         """Until cancelled."""
+        sweeping = None if self.sweep is None else asyncio.create_task(
+            self._sweep(self.sweep))
+        try:
+            await self._look()
+        finally:
+            if sweeping is not None:
+                sweeping.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await sweeping
+
+    async def _look(self) -> None:
         timeout = aiohttp.ClientTimeout(total=max(1.0, self.every() * 10))
-        swept = -math.inf
-        loop = asyncio.get_running_loop()
         async with aiohttp.ClientSession(timeout=timeout) as http:
             while True:
                 try:
-                    seen: set[str] = set()
                     for pool in self.pools():
                         urls = self.engines(pool)
-                        seen.update(urls)
                         reports = await asyncio.gather(*(look(http, url) for url in urls))
                         self.looked(pool, dict(zip(urls, reports, strict=True)))
-                    sweep = self.sweep
-                    if sweep is not None and loop.time() - swept >= sweep.seconds:
-                        swept = loop.time()
-                        rest = [url for url in sweep.engines() if url not in seen]
-                        for url, report in zip(rest, await asyncio.gather(
-                                *(look(http, url) for url in rest)), strict=True):
-                            if report is not None:  # else a replica going away
-                                sweep.loaded(url, report)
                 except Exception:  # a defect: say so, and look again (dispatch never waits)
                     log.exception("looking at the engines failed")
-                await asyncio.sleep(self.every() if self.sweep is None
-                                    else min(self.every(), self.sweep.seconds))
+                await asyncio.sleep(self.every())
+
+    async def _sweep(self, sweep: Sweep) -> None:
+        timeout = aiohttp.ClientTimeout(total=max(1.0, sweep.seconds))
+        async with aiohttp.ClientSession(timeout=timeout) as http:
+            while True:
+                try:
+                    urls = sweep.engines()
+                    reports = await asyncio.gather(*(look(http, url) for url in urls))
+                    for url, report in zip(urls, reports, strict=True):
+                        if report is not None:  # else a replica going away
+                            sweep.loaded(url, report)
+                except Exception:  # a defect: say so, and sweep again
+                    log.exception("sweeping the engines failed")
+                await asyncio.sleep(sweep.seconds)

@@ -113,9 +113,11 @@ class RouteJudges:
         limit = deployment.upstream.max_concurrent
         if limit is not None and deployment.load.in_flight >= limit:
             return "at capacity (maxConcurrent)"
+        http = self.http
+        if http is None:  # the app stopped while the call waited for its slot
+            return "the gateway is stopping"
         if not deployment.breaker.allow():
             return "circuit open"
-        assert self.http is not None
         try:
             headers = deployment.auth_headers()
         except KeyUnavailable as exc:
@@ -126,7 +128,7 @@ class RouteJudges:
         deployment.load.in_flight += 1
         sent = self._clock()
         try:
-            answer = await self.http.post(
+            answer = await http.post(
                 f"{deployment.url_base}{path}", payload, headers,
                 connect_timeout=min(state.route.timeouts.connect_seconds, timeout),
                 total=timeout)

@@ -119,7 +119,8 @@ class RequestPath:
             if held is not None and answer is not held and isinstance(answer, web.Response):
                 answer = await held.fail(answer)  # the headers went out with the keepalives
         except asyncio.CancelledError:  # the client went away before the answer
-            self._count(ex, CLIENT_CLOSED)
+            if not ex.counted_elsewhere:  # a stream under way counts itself as it ends
+                self._count(ex, CLIENT_CLOSED)
             raise
         status = answer.outcome if isinstance(answer, HeldStream) else \
             None if ex.counted_elsewhere else answer.status

@@ -202,12 +202,17 @@ class Connection(BaseProtocol):
             self.transport.close()
 
     async def shutdown(self, timeout: float | None) -> None:
-        """Let the request in flight finish within ``timeout``, then cancel it and close."""
+        """Let the request in flight finish within twice ``timeout``, then cancel it, close.
+
+        Twice, as aiohttp's own connections take it: ``timeout`` for the handler to finish,
+        then ``timeout`` more after it is cancelled (``served`` gives each half the drain).
+        """
         self._closing = True
         task = self._task_handler
         if task is not None and not task.done():
             try:
-                await asyncio.wait_for(asyncio.shield(task), timeout)
+                await asyncio.wait_for(asyncio.shield(task),
+                                       None if timeout is None else 2 * timeout)
             except (TimeoutError, asyncio.CancelledError):
                 task.cancel()
         if self.transport is not None:
@@ -509,8 +514,10 @@ async def served(app: web.Application, drain_seconds: float) -> AsyncIterator[Li
     built). On the way out the sites stop listening, the requests in flight get
     ``drain_seconds``, and the rest are cancelled, whatever they wait on.
     """
+    # aiohttp's connections wait shutdown_timeout for a handler, then as long again after
+    # cancelling it: half the drain each keeps every request within it
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
-                           shutdown_timeout=drain_seconds)
+                           shutdown_timeout=drain_seconds / 2)
     await runner.setup()
 
     async def listen(host: str | None = None, port: int = 0, *,
