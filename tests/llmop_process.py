@@ -8,6 +8,7 @@ import select
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 
@@ -45,7 +46,7 @@ def llmop_processes() -> Iterator[Start]:
     """Start ``llmop ARGS...`` and wait for the line that says it serves; killed at the end
     (the ``started`` fixture).
 
-    Its stderr is not read further: a test that has it log much reads it itself.
+    After that line its stderr is read and dropped, so the process never blocks on it.
     """
     procs: list[subprocess.Popen[bytes]] = []
 
@@ -55,6 +56,9 @@ def llmop_processes() -> Iterator[Start]:
                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
         procs.append(proc)
         until_line(proc, serving, 60)
+        # then read on, so that a process logging much never blocks on a full pipe
+        assert proc.stderr is not None
+        threading.Thread(target=proc.stderr.read, daemon=True).start()
         return proc
 
     yield start

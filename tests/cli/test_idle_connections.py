@@ -24,6 +24,7 @@ import httpx
 from llmop_process import Start, free_port
 
 CONNECTIONS = 2000
+SLACK = 8  # files of the gateway's that may close while it is counted
 MOST_PER_CONNECTION = 32 * 1024  # bytes of the gateway's memory one idle connection may take
 SLOW = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
         b"Content-Length: 100\r\n\r\n{\"model\"")
@@ -72,9 +73,12 @@ def test_thousands_of_idle_connections_cost_little_and_stop_no_one(
                 idle.append(connection)
                 if index % 2:
                     connection.sendall(SLOW)
-            deadline = time.monotonic() + 30
-            while _open_files(proc.pid) < files + count:  # the gateway holds them all
-                assert time.monotonic() < deadline, "the gateway did not take them all"
+            deadline = time.monotonic() + 60
+            # the gateway holds them all (give or take the few files it had open when
+            # counted: the health check's connection may close after that)
+            while (held := _open_files(proc.pid)) < files + count - SLACK:
+                assert time.monotonic() < deadline, \
+                    f"the gateway took {held - files} of {count} connections in 60 s"
                 time.sleep(0.02)  # another process's state: nothing to wait on
             grown = _rss(proc.pid) - memory
             asked = time.monotonic()
