@@ -91,4 +91,5 @@ def test_thousands_of_idle_connections_cost_little_and_stop_no_one(
     assert grown / count < MOST_PER_CONNECTION, \
         f"{grown / count / 1024:.1f} KiB a connection ({count} connections)"
     assert health.status_code == 200
-    assert answered < 2, f"a new client waited {answered:.2f} s beside {count} idle ones"
+    # liveness, not speed (bench/ measures speed): a stalled gateway would take minutes
+    assert answered < 10, f"a new client waited {answered:.2f} s beside {count} idle ones"
