@@ -3,7 +3,7 @@
 A judge or a moderation endpoint is any routed model: its deployments are tried in the
 route's order on their OpenAI-compatible API (``/completions``, ``/moderations``; a native
 Anthropic or Gemini API has neither), with the route's credentials, a judge greedy and
-short. Each call goes the way a client's request does: through the request path's
+short. Each call goes the way a client's request does (calling.py): through the request path's
 upstream client (its egress proxies and kept-alive connections), past a deployment whose
 circuit is open or that holds its ``maxConcurrent``, its verdict recorded on the
 deployment's breaker and load. Where the guard model's pool is flow-controlled, the call
@@ -14,7 +14,6 @@ cannot crowd out the others.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import random
 import time
@@ -24,8 +23,8 @@ from typing import Any, TypeVar
 from llm_operator.gateway.flow.bands import Classified
 from llm_operator.gateway.flow.control import Flow
 from llm_operator.gateway.flow.queue import FREE, FlowRefused, Lease
+from llm_operator.gateway.path.calling import Counted, post, refused
 from llm_operator.gateway.routing.routes import Clock, Deployment, RouteState, RouteTable
-from llm_operator.gateway.upstream.credentials import KeyUnavailable
 from llm_operator.gateway.upstream.http1 import UpstreamClient, UpstreamError
 from llm_operator.guardrails.judges import answer_text, verdict_request
 from llm_operator.guardrails.moderation import moderation_request
@@ -107,46 +106,35 @@ class RouteJudges:
     async def _one(self, deployment: Deployment, state: RouteState, path: str,
                    body: Callable[[str], dict[str, Any]], *, timeout: float,
                    read: Callable[[bytes], T | None]) -> tuple[T] | str:
-        """One deployment's readable answer (in a 1-tuple), or why it gave none."""
+        """One deployment's readable answer (in a 1-tuple), or why it gave none.
+
+        It is called as Forward calls one (path/calling.py): skipped when full or its circuit
+        is open, its verdict on the breaker, counted in its load while the call lasts.
+        """
         if deployment.native is not None:
             return f"the {deployment.native.name} API has no {path.lstrip('/')} endpoint"
-        limit = deployment.upstream.max_concurrent
-        if limit is not None and deployment.load.in_flight >= limit:
-            return "at capacity (maxConcurrent)"
         http = self.http
         if http is None:  # the app stopped while the call waited for its slot
             return "the gateway is stopping"
-        if not deployment.breaker.allow():
-            return "circuit open"
-        try:
-            headers = deployment.auth_headers()
-        except KeyUnavailable as exc:
-            deployment.breaker.release()
-            return str(exc)
+        blocked = refused(deployment)
+        if blocked is not None:
+            state.metrics.upstream_error(blocked)
+            return blocked
         payload = json.dumps(body(state.route.upstream_model(deployment.upstream)),
                              separators=(",", ":")).encode()
-        deployment.load.in_flight += 1
-        sent = self._clock()
-        try:
-            answer = await http.post(
-                f"{deployment.url_base}{path}", payload, headers,
-                connect_timeout=min(state.route.timeouts.connect_seconds, timeout),
-                total=timeout)
-            raw = await answer.read()
-        except asyncio.CancelledError:  # the guarded request went away: no verdict
-            deployment.breaker.release()
-            raise
-        except UpstreamError as exc:
-            deployment.breaker.failure()
-            state.metrics.upstream_error(exc.reason)
-            return exc.reason
-        finally:
-            deployment.load.in_flight -= 1
-            deployment.load.answered(self._clock() - sent)
-        if answer.status >= 500:
-            deployment.breaker.failure()
-        else:
-            deployment.breaker.success()
+        with Counted(deployment, self._clock):
+            answer = await post(http, deployment, state, f"{deployment.url_base}{path}",
+                                payload, total=timeout,
+                                connect_timeout=min(state.route.timeouts.connect_seconds,
+                                                    timeout))
+            if isinstance(answer, str):
+                return answer
+            try:
+                raw = await answer.read()
+            except UpstreamError as exc:  # it died mid-answer
+                deployment.breaker.failure()
+                state.metrics.upstream_error(exc.reason)
+                return exc.reason
         if answer.status != 200:
             return f"HTTP {answer.status}"
         try:

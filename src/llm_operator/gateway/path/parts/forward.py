@@ -7,7 +7,6 @@ this part's (``open``, ``close``).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Iterator
@@ -18,6 +17,7 @@ from opentelemetry.trace import SpanKind
 from llm_operator.access.limits import retry_after_header
 from llm_operator.gateway.errors import error_response
 from llm_operator.gateway.path.answers import AnswerFailed
+from llm_operator.gateway.path.calling import Counted, post, refused
 from llm_operator.gateway.path.exchange import Exchange
 from llm_operator.gateway.path.parts.relay import Relay
 from llm_operator.gateway.providers import Untranslatable
@@ -31,9 +31,8 @@ from llm_operator.gateway.routing.routes import (
     Sleep,
 )
 from llm_operator.gateway.telemetry.tracing import RequestTrace, Span
-from llm_operator.gateway.upstream.credentials import KeyUnavailable
 from llm_operator.gateway.upstream.http1 import Response as UpstreamResponse
-from llm_operator.gateway.upstream.http1 import UpstreamClient, UpstreamError
+from llm_operator.gateway.upstream.http1 import UpstreamClient
 from llm_operator.gateway.upstream.proxies import ProxySettings
 
 log = logging.getLogger("llm_operator.gateway")
@@ -50,12 +49,6 @@ def _why(outcome: Outcome) -> str:
     if isinstance(outcome, UpstreamResponse):
         return str(outcome.status)
     return outcome.reason if isinstance(outcome, AnswerFailed) else outcome
-
-
-def _full(deployment: Deployment) -> bool:
-    """Whether the upstream already holds as many requests as it takes (maxConcurrent)."""
-    limit = deployment.upstream.max_concurrent
-    return limit is not None and deployment.load.in_flight >= limit
 
 
 class Forward:
@@ -122,8 +115,7 @@ class Forward:
             unavailable = self.table.unavailable_error(state) if attempt else None
             if unavailable is not None:
                 return unavailable
-            blocked = "at_capacity" if _full(deployment) else \
-                None if deployment.breaker.allow() else "circuit_open"
+            blocked = refused(deployment)
             if blocked is not None:
                 state.metrics.upstream_error(blocked)
                 skipped += 1
@@ -169,32 +161,25 @@ class Forward:
         pass on.
         """
         state = ex.state
-        deployment.load.in_flight += 1  # until its answer is relayed in full
-        sent = self._clock()
         outcome: Outcome
         trace = ex.trace
-        with _NO_SPAN if trace is None or not trace.recording else \
-                _attempt_span(trace, deployment, attempt, retry_reason) as span:
-            try:
-                outcome = await self._attempt(deployment, state, sending.url, sending.body,
-                                              stream=ex.stream or ex.collect,
-                                              deadline=deadline, trace=trace)
-                if isinstance(outcome, UpstreamResponse) \
-                        and outcome.status not in RETRYABLE:
-                    try:
-                        if ex.stream and outcome.status == 200:
-                            return await self.relay.stream(ex, outcome, tried,
-                                                           deployment.native)
-                        return await self.relay.plain(
-                            ex, outcome, tried, deployment.native,
-                            collect=ex.collect and outcome.status == 200)
-                    except AnswerFailed as failed:  # the client has nothing yet: go on
-                        deployment.breaker.failure()
-                        state.metrics.upstream_error(failed.reason)
-                        outcome = failed
-            finally:
-                deployment.load.in_flight -= 1
-                deployment.load.answered(self._clock() - sent)
+        # in the deployment's load until its answer is relayed in full
+        span_of = _NO_SPAN if trace is None or not trace.recording else \
+            _attempt_span(trace, deployment, attempt, retry_reason)
+        with Counted(deployment, self._clock), span_of as span:
+            outcome = await self._attempt(deployment, state, sending.url, sending.body,
+                                          stream=ex.stream or ex.collect,
+                                          deadline=deadline, trace=trace)
+            if isinstance(outcome, UpstreamResponse) and outcome.status not in RETRYABLE:
+                try:
+                    if ex.stream and outcome.status == 200:
+                        return await self.relay.stream(ex, outcome, tried, deployment.native)
+                    return await self.relay.plain(ex, outcome, tried, deployment.native,
+                                                  collect=ex.collect and outcome.status == 200)
+                except AnswerFailed as failed:  # the client has nothing yet: go on
+                    deployment.breaker.failure()
+                    state.metrics.upstream_error(failed.reason)
+                    outcome = failed
             RequestTrace.failed(span, _why(outcome))
         return outcome
 
@@ -216,42 +201,16 @@ class Forward:
     async def _attempt(self, deployment: Deployment, state: RouteState, url: str,
                        payload: bytes, *, stream: bool, deadline: float,
                        trace: RequestTrace | None = None) -> UpstreamResponse | str:
-        """One call to one deployment, its verdict recorded on the deployment's breaker.
-
-        The upstream's response, or why there was none: connect, timeout, credentials.
-        """
+        """One call to one deployment (path/calling.py), its first byte in the trace."""
         assert self.http is not None, "Forward.open() runs when the app starts"
-        try:
-            headers = deployment.auth_headers()
-        except KeyUnavailable as exc:
-            log.error("route %s upstream %s: %s", state.route.label, deployment.label, exc)
-            deployment.breaker.release()
-            return "credentials"
-        if trace is not None:
-            trace.inject(headers)  # the engine continues the trace (W3C traceparent)
         timeouts = state.route.timeouts
-        try:
-            upstream = await self.http.post(
-                url, payload, headers, connect_timeout=timeouts.connect_seconds,
-                total=None if stream else deadline - self._clock(),
-                read_timeout=timeouts.request_seconds if stream else None)
-        except asyncio.CancelledError:  # the client went away: no verdict on the upstream
-            deployment.breaker.release()
-            raise
-        except UpstreamError as exc:
-            deployment.breaker.failure()
-            state.metrics.upstream_error(exc.reason)
-            log.info("route %s upstream %s: %s", state.route.label, deployment.label, exc)
-            return exc.reason
-        status = upstream.status
-        if trace is not None:
-            trace.event("first byte", **{"http.response.status_code": status})
-        if status >= 500:
-            deployment.breaker.failure()
-        else:
-            deployment.breaker.success()  # a 429 too: alive, only busy
-        if status == 429 or status >= 500:
-            state.metrics.upstream_error(str(status))
+        upstream = await post(self.http, deployment, state, url, payload,
+                              connect_timeout=timeouts.connect_seconds,
+                              total=None if stream else deadline - self._clock(),
+                              read_timeout=timeouts.request_seconds if stream else None,
+                              trace=trace)
+        if trace is not None and isinstance(upstream, UpstreamResponse):
+            trace.event("first byte", **{"http.response.status_code": upstream.status})
         return upstream
 
 
