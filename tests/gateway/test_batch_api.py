@@ -27,12 +27,12 @@ from aiohttp.test_utils import TestServer
 
 from llm_operator.access.keyring import digest
 from llm_operator.batch.redis_store import RedisBatchStore
-from llm_operator.batch.runner import RUN_HEADER, RunnerSettings
+from llm_operator.batch.runner import RUN_HEADER
 from llm_operator.batch.state import FINISHED, Batch
 from llm_operator.batch.store import BatchStore, Store
 from llm_operator.gateway.app import Gateway
 from llm_operator.gateway.server import batches
-from llm_operator.gateway.settings.config import Batches, SharedState, parse_config
+from llm_operator.gateway.settings.config import Batches, Route, SharedState, parse_config
 
 from fake_upstream import FakeUpstream, Reply, completion
 from freezing_proxy import FreezingProxy
@@ -90,11 +90,14 @@ async def front(store: Path | Store, upstream_url: str, **config: Any
     route = {"name": "ns/m", "models": ["m"], "upstreams": [
         {"name": "r0", "baseUrl": upstream_url, "auth": "none", "slots": 2}],
         **config.pop("route", {})}
-    gateway = Gateway(parse_config({"routes": [route], **config}))
+    # a store object replaces the configured file (a disk that fills, Redis)
+    path = store if isinstance(store, Path) else Path("replaced-by-the-store-given.db")
+    gateway = Gateway(parse_config({"routes": [route], "batch": {
+        "enabled": True, "path": str(path), "concurrency": 2, "retrySeconds": 0.05},
+        **config}))
     address: list[str] = []
-    gateway.enable_batches(BatchStore(store) if isinstance(store, Path) else store,
-                           lambda: address[0],
-                           RunnerSettings(concurrency=2, retry_seconds=0.05))
+    gateway.serve_batches(lambda: address[0],
+                          store=None if isinstance(store, Path) else store)
     # as llmop up and the router serve: a request whose client left is cancelled
     server = TestServer(gateway.app(), host="127.0.0.1", handler_cancellation=True)
     await server.start_server()
@@ -525,7 +528,9 @@ async def test_a_model_with_no_replica_is_woken_for_batch_work_only_when_allowed
         tmp_path: Path, upstream: tuple[FakeUpstream, str], wake: bool) -> None:
     held = {"name": "ns/m", "models": ["m"], "upstreams": [],
             "hold": {"seconds": 60, "reason": "scaled to zero"}}
-    gateway = Gateway(parse_config({"routes": [held]}, empty_ok=True))
+    gateway = Gateway(parse_config({"routes": [held], "batch": {
+        "enabled": True, "path": str(tmp_path / "b.db"), "retrySeconds": 0.05,
+        "wakeModels": wake}}, empty_ok=True))
     address: list[str] = []
     asked = asyncio.Event()
     has_replica = gateway._has_replica
@@ -534,8 +539,7 @@ async def test_a_model_with_no_replica_is_woken_for_batch_work_only_when_allowed
         asked.set()
         return has_replica(model)
     gateway._has_replica = spied  # type: ignore[method-assign]
-    gateway.enable_batches(BatchStore(tmp_path / "b.db"), lambda: address[0],
-                           RunnerSettings(retry_seconds=0.05, wake_models=wake))
+    gateway.serve_batches(lambda: address[0])
     server = TestServer(gateway.app(), host="127.0.0.1", handler_cancellation=True)
     await server.start_server()
     address.append(f"http://127.0.0.1:{server.port}")
@@ -552,9 +556,9 @@ async def test_a_model_with_no_replica_is_woken_for_batch_work_only_when_allowed
                 asked.clear()
                 await asyncio.wait_for(asked.wait(), 10)  # asked again: still waiting
                 assert gateway.holds.held.get("ns/m", 0) == 0
-            gateway.reconfigure(parse_config({"routes": [{
+            gateway.set_routes([Route.model_validate({
                 **held, "upstreams": [{"name": "r0", "baseUrl": upstream[1],
-                                       "auth": "none"}]}]}))
+                                       "auth": "none"}]})])
             front_ = Front(gateway, address[0])
             assert await front_.until_finished(batch_id) == "completed"
     finally:

@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 
 from llm_operator.gateway.app import Gateway
-from llm_operator.gateway.settings.config import parse_config
+from llm_operator.gateway.settings.config import ConfigError, Route, parse_config
 
 from fake_upstream import FakeUpstream, Reply, completion, sse_chunks
 from gwtools import FakeTime, GatewayFactory, metric
@@ -591,3 +591,20 @@ def test_a_setting_read_at_start_keeps_its_value_and_a_change_says_restart(
     assert gw.config.model_dump(by_alias=True)[key] == first  # this one does not
     assert f"gateway config: {key} changed, but the gateway reads it only at start" \
         in caplog.text
+
+
+def test_a_route_set_changes_the_routes_and_keeps_every_setting() -> None:
+    """The router and `llmop up` hand over typed routes; their settings stay the gateway's."""
+    route = Route.model_validate({"models": ["m"], "upstream": {
+        "baseUrl": "http://127.0.0.1:9/v1", "auth": "none"}})
+    gw = Gateway(parse_config({"routes": [], "maxHeld": 7, "maxRequestBytes": 4096,
+                               "flowControl": {"bands": [{"name": "only", "priority": 0}],
+                                               "defaultBand": "only"}},
+                              empty_ok=True))
+    before = gw.config.model_dump(exclude={"routes"})
+    gw.set_routes([route, route.model_copy(update={"models": ["n"]})])
+    assert sorted(gw.routes) == ["m", "n"]
+    assert gw.config.model_dump(exclude={"routes"}) == before
+    with pytest.raises(ConfigError, match=r"routes\[1\]: model 'm' is already routed"):
+        gw.set_routes([route, route])
+    assert sorted(gw.routes) == ["m", "n"]  # a refused set changes nothing

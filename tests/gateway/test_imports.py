@@ -17,7 +17,7 @@ import llm_operator.router.app
 config = {"routes": [{"models": ["m"], "upstream": {"baseUrl": "http://127.0.0.1:9/v1"}}]}
 config.update(json.loads(sys.argv[1]))
 gateway = Gateway(parse_config(config))
-gateway.configured_batches(lambda: "http://127.0.0.1:9", autostart=False)
+gateway.serve_batches(lambda: "http://127.0.0.1:9", autostart=False)
 print("redis" in sys.modules)
 """
 REDIS = {"url": "redis://127.0.0.1:9"}  # nothing listens: the clients connect on first use

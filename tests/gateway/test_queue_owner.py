@@ -18,7 +18,6 @@ import openai
 import pytest
 
 from llm_operator.batch.runner import OWNER_HEADER, RUN_HEADER
-from llm_operator.batch.store import BatchStore
 from llm_operator.gateway.app import Gateway
 from llm_operator.gateway.flow.bands import FAIRNESS_HEADER
 from llm_operator.gateway.routing.owners import PEER_HEADER, Owners
@@ -291,9 +290,9 @@ async def test_the_batch_runners_requests_are_served_on_its_own_replica(
     owner_name = owning("m", ["router-1", "router-2"])
     mine = "router-2" if owner_name == "router-1" else "router-1"
     gateway = Gateway(parse_config({"routes": [{"models": ["m"], "upstream": {
-        "baseUrl": url, "auth": "none", "slots": 1}}]}), owners=Owners(mine))
-    gateway.enable_batches(BatchStore(tmp_path / "batches.db"), lambda: "http://unused",
-                           autostart=False)
+        "baseUrl": url, "auth": "none", "slots": 1}}], "batch": {
+            "enabled": True, "path": str(tmp_path / "batches.db")}}), owners=Owners(mine))
+    gateway.serve_batches(lambda: "http://unused", autostart=False)
     assert gateway.batch_runner is not None
     async with serving(gateway, HOSTS["b"]) as here, aiohttp.ClientSession() as http:
         assert gateway.owners is not None

@@ -15,14 +15,14 @@ import os
 import random
 import signal
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import hdrs, web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from llm_operator.access.spend import Ledger, MemoryLedger
-from llm_operator.batch.runner import BatchRunner, RunnerSettings
+from llm_operator.batch.runner import BatchRunner
 from llm_operator.batch.store import Store
 from llm_operator.gateway.errors import error_response, unexpected
 from llm_operator.gateway.flow.control import Flow
@@ -56,7 +56,12 @@ from llm_operator.gateway.server.batches import BatchApi, open_store, own_addres
 from llm_operator.gateway.server.http import SERVED_PATHS, ServedPaths, served
 from llm_operator.gateway.server.moderations import Moderations
 from llm_operator.gateway.server.openapi import description
-from llm_operator.gateway.settings.config import GatewayConfig
+from llm_operator.gateway.settings.config import (
+    ConfigError,
+    GatewayConfig,
+    Route,
+    check_route_set,
+)
 from llm_operator.gateway.telemetry.metrics import FlowMetrics, GatewayMetrics
 from llm_operator.gateway.telemetry.tracing import Traces
 from llm_operator.gateway.upstream.credentials import KeyUnavailable
@@ -233,6 +238,20 @@ class Gateway:
             if found is None or found.deployments:
                 self.holds.release(label)
 
+    def set_routes(self, routes: Sequence[Route]) -> None:
+        """Serve ``routes`` with the settings the gateway already has.
+
+        This is how the router and `llmop up` change what it serves; ``reconfigure`` takes
+        a whole config, as a file gives it.
+
+        ConfigError when two routes claim one name or a sleep group disagrees with itself.
+        """
+        try:
+            check_route_set(routes)
+        except ValueError as exc:
+            raise ConfigError(f"routes: {exc}") from None
+        self.reconfigure(self.config.model_copy(update={"routes": list(routes)}))
+
     def set_absent(self, reasons: dict[str, str]) -> None:
         """Models known but not served, with why: their requests get a 404 saying so."""
         self.table.set_absent(reasons)
@@ -256,20 +275,27 @@ class Gateway:
 
     # --- the Files and Batch APIs -------------------------------------------------------
 
-    def enable_batches(self, store: Store, base_url: Callable[[], str],
-                       settings: RunnerSettings | None = None, *, autostart: bool = True,
-                       on_change: Callable[[], None] = lambda: None) -> None:
-        """Serve OpenAI's Files and Batch APIs from ``store``.
+    def serve_batches(self, base_url: Callable[[], str], *, store: Store | None = None,
+                      autostart: bool = True, on_change: Callable[[], None] = lambda: None
+                      ) -> None:
+        """Serve OpenAI's Files and Batch APIs as the config's ``batch`` section says.
 
+        Nothing happens unless ``batch.enabled``. Files and batches are kept in the
+        configured store (``batch.path``, else Redis), or in ``store`` where one is given.
         Batches run through this gateway at ``base_url()`` (its own address, asked when a
         request is sent). Call before ``app()``: the routes are added there, and the
         runner runs while the app does (``autostart``; else the caller runs it, as the
-        router does while it holds the batch Lease).
+        router does while it holds the batch Lease). ``on_change`` is called when a batch
+        changes (`llmop up` shows them).
         """
+        settings = self.config.batch
+        if not settings.enabled:
+            return
         counted = self.metrics.batch_requests
         runner = self.batch_runner = BatchRunner(
-            store, base_url, served=lambda model: model in self.table.routes,
-            has_replica=self._has_replica, settings=settings,
+            store or open_store(settings, self.config.redis), base_url,
+            served=lambda model: model in self.table.routes,
+            has_replica=self._has_replica, settings=runner_settings(settings),
             counted=lambda outcome: counted.labels(outcome).inc(), on_change=on_change)
         self.batch_api = BatchApi(runner, self._owner)
         self.before_scrape.append(self._export_batches)
@@ -279,13 +305,6 @@ class Gateway:
         if self.batch_runner is not None:
             self.metrics.batches_unfinished.set(self.batch_runner.unfinished)
             self.metrics.batch_requests_left.set(self.batch_runner.left())
-
-    def configured_batches(self, base_url: Callable[[], str], *, autostart: bool = True
-                           ) -> None:
-        """``enable_batches`` as the config's ``batch`` section says, when it is enabled."""
-        if self.config.batch.enabled:
-            self.enable_batches(open_store(self.config.batch, self.config.redis), base_url,
-                                runner_settings(self.config.batch), autostart=autostart)
 
     def _has_replica(self, model: str) -> bool:
         state = self.table.routes.get(model)
@@ -508,7 +527,7 @@ async def serve(config: GatewayConfig, host: str | None = None, port: int | None
                 ready: asyncio.Event | None = None) -> None:
     """Run the gateway until cancelled. Client disconnects cancel their upstream request."""
     gateway = Gateway(config)
-    gateway.configured_batches(lambda: own_address(
+    gateway.serve_batches(lambda: own_address(
         host or config.listen.host, config.listen.port if port is None else port))
     where = host or config.listen.host
     at = config.listen.port if port is None else port

@@ -16,10 +16,17 @@ from typing import Any
 import uvicorn
 
 from llm_operator.api.v1alpha1 import LLMModel
-from llm_operator.batch.store import BatchStore
 from llm_operator.gateway.app import Gateway
 from llm_operator.gateway.server.http import served
-from llm_operator.gateway.settings.config import ConfigError, parse_config
+from llm_operator.gateway.settings.config import (
+    Batches,
+    CircuitBreaker,
+    ConfigError,
+    GatewayConfig,
+    Retry,
+    Route,
+    Upstream,
+)
 from llm_operator.gateway.settings.flow_control import FlowControl
 from llm_operator.local.entries import Entry, read_models, runtime_key
 from llm_operator.local.listening import StartError, free_port, listen
@@ -91,7 +98,7 @@ class Options:
     hold_seconds: float = 300.0  # a request for a model still loading waits this long
 
 
-def _local_flow_control() -> dict[str, Any]:
+def _local_flow_control() -> FlowControl:
     """The gateway's default flow control, with batch work only in the gaps.
 
     Batch requests wait until interactive ones have left the models alone for a second
@@ -100,7 +107,7 @@ def _local_flow_control() -> dict[str, Any]:
     """
     bands = [band.model_copy(update={"idle_seconds": 1.0}) if band.name == "batch" else band
              for band in FlowControl().bands]
-    return {"bands": [band.model_dump(by_alias=True) for band in bands]}
+    return FlowControl(bands=bands)
 
 
 LOCAL_FLOW_CONTROL = _local_flow_control()
@@ -116,23 +123,22 @@ class Runtime:
         self.pools = Pools(options.state, options.timing, self._prepare, self._refresh,
                            self._engine_env)
         self.problems: list[str] = []
-        self.gateway = Gateway(parse_config({"routes": [], "flowControl": LOCAL_FLOW_CONTROL},
-                                            empty_ok=True))
+        self.gateway = Gateway(GatewayConfig(
+            flow_control=LOCAL_FLOW_CONTROL,
+            batch=Batches(enabled=True, path=str(options.state.batches))))
         self._held: dict[str, str | None] = {}  # served model -> why its requests wait
         self.table = Table()
         self._route_options = RouteOptions(
             hold_seconds=options.hold_seconds,
-            replica_fields={
-                # quick retries: a kept-alive connection the server closed as the request
-                # went out, or a process that just died (the retry then answers 503
-                # model_unavailable)
-                "retry": {"attempts": 3, "backoffInitialSeconds": 0.05,
-                          "onRateLimit": False},
-                # short: a restarted process is used at once
-                "circuitBreaker": {"failureThreshold": 5, "openSeconds": 1},
-                # every local model is a llama-server (Ollama ones too): plain answers are
-                # streamed from it, so a client that leaves frees its slot
-                "streamUpstream": True})
+            # quick retries: a kept-alive connection the server closed as the request went
+            # out, or a process that just died (the retry then answers 503
+            # model_unavailable)
+            retry=Retry(attempts=3, backoff_initial_seconds=0.05, on_rate_limit=False),
+            # short: a restarted process is used at once
+            circuit_breaker=CircuitBreaker(failure_threshold=5, open_seconds=1),
+            # every local model is a llama-server (Ollama ones too): plain answers are
+            # streamed from it, so a client that leaves frees its slot
+            stream_all=True)
         self.gateway_url = ""
         self.mcp_url = ""
         self.version = 0
@@ -216,9 +222,8 @@ class Runtime:
         options.state.logs.mkdir(parents=True, exist_ok=True)
         options.state.write_statuses({})
         # the Batch API: its runner sends each request to this gateway's own address
-        self.gateway.enable_batches(BatchStore(options.state.batches),
-                                    lambda: self.gateway_url.removesuffix("/v1"),
-                                    autostart=False, on_change=self._touch)
+        self.gateway.serve_batches(lambda: self.gateway_url.removesuffix("/v1"),
+                                   autostart=False, on_change=self._touch)
         try:
             async with self._gateway(gateway_sock), self._mcp(mcp_sock), \
                     self._registered(gateway_sock.getsockname()[1]):
@@ -399,14 +404,14 @@ class Runtime:
         if isinstance(decision, LocalServe) and entry.port is not None:
             loading = self._loading(entry)
             self._held[entry.model.name] = loading
-            return Serving([] if loading else [{
-                "name": entry.model.name, "baseUrl": f"http://{LOOPBACK}:{entry.port}/v1",
-                "auth": "none", "slots": decision.slots,  # more wait in the gateway's queue
+            return Serving([] if loading else [Upstream(
+                name=entry.model.name, base_url=f"http://{LOOPBACK}:{entry.port}/v1",
+                auth="none", slots=decision.slots,  # more wait in the gateway's queue
                 # flow control's bound: every slot busy and max_queue waiting, the fairness
                 # ID holding the most is refused (429 with Retry-After), never a newcomer
-                "maxConcurrent": decision.slots + self.options.max_queue}], loading or "")
-        if isinstance(decision, RemoteProxy):
-            return Serving(route=decision.route())  # build() names it as the router does
+                max_concurrent=decision.slots + self.options.max_queue)], loading or "")
+        if isinstance(decision, RemoteProxy):  # build() names it as the router does
+            return Serving(route=Route.model_validate(decision.route()))
         return Serving(absent=f"llmop up {entry.phase.lower()} it: {entry.detail}")
 
     def _reroute(self) -> None:
@@ -420,8 +425,7 @@ class Runtime:
         table = build(((e.model, self._serving(e)) for e in self.entries.values()),
                       self._route_options)
         try:
-            self.gateway.reconfigure(parse_config(
-                {"routes": table.routes, "flowControl": LOCAL_FLOW_CONTROL}, empty_ok=True))
+            self.gateway.set_routes(table.routes)
         except ConfigError as exc:  # the API's own validation makes this unexpected
             log.error("gateway routes rejected, keeping the previous ones: %s", exc)
             return

@@ -79,7 +79,7 @@ class Router:
         self.gateway.looks.sweep_seconds = scrape_seconds
         # the Batch API (settings batch.enabled): every replica answers it from Redis; the
         # one holding ``batch_lease`` runs the batches, through itself
-        self.gateway.configured_batches(lambda: own_address("127.0.0.1", port),
+        self.gateway.serve_batches(lambda: own_address("127.0.0.1", port),
                                         autostart=False)
         self.batch_lease = batch_lease
         self.table = Table()
@@ -127,8 +127,7 @@ class Router:
         if self.owners is not None and self.peer_informers:
             self.owners.update({name: url.removesuffix("/v1") for name, url in ready_endpoints(
                 list(self.peer_informers[0].objects.values()))})
-        self.gateway.reconfigure(parse_config({"routes": table.routes, **self.base},
-                                              empty_ok=True))
+        self.gateway.set_routes(table.routes)
         self.gateway.set_absent(table.absent)
         self.gateway.objectives = self._objectives()
         self.table = table

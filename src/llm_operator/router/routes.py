@@ -7,6 +7,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llm_operator.api.v1alpha1 import LLMModel
+from llm_operator.gateway.settings.config import (
+    Balancing,
+    CircuitBreaker,
+    HoldSettings,
+    Retry,
+    Route,
+    Upstream,
+)
 from llm_operator.profiles.adapters import llamacpp_selection
 from llm_operator.profiles.concurrency import replica_slots
 from llm_operator.render.pool_engine import pool_object_name
@@ -19,19 +27,23 @@ PORT_NAME = "http"  # the port our Services name (engines serve on it)
 
 @dataclass(frozen=True)
 class Options:
-    """How requests wait for a model with no replica, and the route fields for replicas.
+    """How requests wait for a model with no replica, and how its replicas are called.
 
-    ``replica_fields`` go on every route whose upstreams the caller found (the router's
-    pods, `llmop up`'s processes); by default a replica that refuses (restarting,
-    overloaded) hands over to the next at once. A llama.cpp adapter goes to the base
-    model with its ``lora`` id (llama-server's way), an SGLang one with ``lora_path`` set to
-    its name (SGLang's).
+    ``retry`` and ``circuit_breaker`` (None: the gateway's defaults) go on every route whose
+    upstreams the caller found (the router's pods, `llmop up`'s processes); by default a
+    replica that refuses (restarting, overloaded) hands over to the next at once.
+    ``stream_all`` streams every local model's answers from its engine (`llmop up`: all
+    are llama-servers); otherwise only llama.cpp's are. A llama.cpp adapter goes to the
+    base model with its ``lora`` id (llama-server's way), an SGLang one with ``lora_path``
+    set to its name (SGLang's).
     """
 
     hold_seconds: float = 300.0
     keepalive_seconds: float = 5.0
-    replica_fields: Mapping[str, Any] = field(default_factory=lambda: {
-        "retry": {"attempts": 3, "backoffInitialSeconds": 0.05}})
+    retry: Retry = field(default_factory=lambda: Retry(attempts=3,
+                                                       backoff_initial_seconds=0.05))
+    circuit_breaker: CircuitBreaker | None = None
+    stream_all: bool = False
 
 
 @dataclass(frozen=True)
@@ -45,17 +57,17 @@ class Serving:
     the table's.
     """
 
-    upstreams: Sequence[Mapping[str, Any]] = ()
+    upstreams: Sequence[Upstream] = ()
     waiting: str = "Pending"
     absent: str | None = None
-    route: Mapping[str, Any] = field(default_factory=dict)
+    route: Route | None = None
 
 
 @dataclass
 class Table:
     """Routes for the gateway, models known but not served, and each model's route labels."""
 
-    routes: list[dict[str, Any]] = field(default_factory=list)
+    routes: list[Route] = field(default_factory=list)
     absent: dict[str, str] = field(default_factory=dict)  # model name -> why not served
     labels: dict[tuple[str, str], list[str]] = field(default_factory=dict)
     upstreams: dict[tuple[str, str], list[str]] = field(default_factory=dict)  # base URLs
@@ -113,26 +125,26 @@ def in_cluster(model: LLMModel, slices: Sequence[Mapping[str, Any]]) -> Serving:
         return Serving(absent=f"model {model.namespace}/{model.name} failed: {reason}")
     if model.spec.is_remote:
         endpoint = model.status.endpoint if model.status else None
-        return Serving([{"name": model.name, "baseUrl": endpoint, "auth": "none"}]
+        return Serving([Upstream(name=model.name, base_url=endpoint, auth="none")]
                        if endpoint and phase == "Proxying" else [], reason)
-    return Serving([{"name": name, "baseUrl": url, "auth": "none"}
+    return Serving([Upstream(name=name, base_url=url, auth="none")
                     for name, url in ready_endpoints(slices)], reason)
 
 
-def _balancing(model: LLMModel) -> dict[str, Any]:
+def _balancing(model: LLMModel) -> Balancing:
     routing = model.spec.routing
     if model.spec.is_remote:
-        return {"strategy": "weighted"}
+        return Balancing(strategy="weighted")
     if model.spec.pool is not None:  # to the pool's replica that has it loaded
-        return {"strategy": "model-hash"}
+        return Balancing(strategy="model-hash")
     if routing is None or routing.strategy == "least-load":
-        return {"strategy": "least-load"}
-    out: dict[str, Any] = {"strategy": routing.strategy}
+        return Balancing(strategy="least-load")
+    bounds: dict[str, Any] = {}
     if routing.prefix_chars:
-        out["prefixChars"] = routing.prefix_chars
+        bounds["prefix_chars"] = routing.prefix_chars
     if routing.load_bound_percent:
-        out["loadBound"] = routing.load_bound_percent / 100
-    return out
+        bounds["load_bound"] = routing.load_bound_percent / 100
+    return Balancing(strategy=routing.strategy, **bounds)
 
 
 def _served_names(model: LLMModel) -> list[str]:
@@ -185,40 +197,42 @@ def build(models: Iterable[tuple[LLMModel, Serving]], options: Options | None = 
         # the engine (or the model's gateway) knows it by its modelId alone; flow control
         # queues what its replicas' slots cannot take
         slots = replica_slots(spec)
-        upstreams = [{**({"slots": slots} if slots else {}), **u, "model": spec.model_id}
-                     for u in serving.upstreams]
-        route: dict[str, Any] = {
+        upstreams = [u.model_copy(update={"model": spec.model_id, **(
+            {"slots": slots} if slots and u.slots is None else {})}) for u in serving.upstreams]
+        fields: dict[str, Any] = {
+            "name": label, "models": names[:1], "aliases": names[1:],
             "balancing": _balancing(model),
-            "hold": {"seconds": options.hold_seconds, "reason": serving.waiting,
-                     "keepaliveSeconds": options.keepalive_seconds},
-            "ownedBy": owned_by(model) or "llmop",
-            **(serving.route or {"upstreams": upstreams, **options.replica_fields}),
-            "name": label, "models": names[:1], "aliases": names[1:]}
-        if spec.guardrails is not None:  # checked here, for the model and its adapters
-            route["guardrails"] = spec.guardrails.model_dump(by_alias=True, mode="json",
-                                                             exclude_none=True)
-        if spec.inference_engine == "llamacpp" and not spec.is_remote:
+            "hold": HoldSettings(seconds=options.hold_seconds, reason=serving.waiting,
+                                 keepalive_seconds=options.keepalive_seconds),
+            "owned_by": owned_by(model) or "llmop",
+            # checked here, for the model and its adapters
+            **({"guardrails": spec.guardrails} if spec.guardrails is not None else {})}
+        local = spec.inference_engine == "llamacpp" and not spec.is_remote
+        route = Route(upstreams=upstreams, retry=options.retry, **fields, **(
+            {"circuit_breaker": options.circuit_breaker} if options.circuit_breaker else {}), **(
             # llama-server stops generating for a client that left only when it streams
-            route["streamUpstream"] = True
-        if spec.inference_engine == "llamacpp" and spec.lora_adapters and not spec.is_remote:
+            {"stream_upstream": True} if local or (options.stream_all and not spec.is_remote)
+            else {}), **(
             # every adapter at scale 0 unless the client says otherwise: llama-server reuses
             # a slot's prompt cache computed with an adapter for a request that names none
-            route["defaultFields"] = {"lora": llamacpp_selection(spec, None)}
+            {"default_fields": {"lora": llamacpp_selection(spec, None)}}
+            if local and spec.lora_adapters else {})
+        ) if serving.route is None else serving.route.model_copy(update=fields)
         table.routes.append(route)
         table.labels[key] = [label]
-        table.upstreams[key] = [u["baseUrl"] for u in upstreams]
+        table.upstreams[key] = [u.base_url for u in upstreams]
         for adapter in spec.lora_adapters or ():
             if owner.get(adapter.name) != key or spec.is_remote:
                 continue
-            adapter_route = {**route, "name": f"{label}/{adapter.name}", "pool": label,
-                             "models": [adapter.name], "aliases": [],
-                             "upstreams": [{**u, "model": adapter.name} for u in upstreams]}
-            if spec.inference_engine == "llamacpp":
-                adapter_route["upstreams"] = upstreams  # the base model, the adapter's id
-                adapter_route["setFields"] = {"lora": llamacpp_selection(spec, adapter.name)}
-            elif spec.inference_engine == "sglang":
-                adapter_route["upstreams"] = upstreams  # the base model, SGLang's lora_path
-                adapter_route["setFields"] = {"lora_path": adapter.name}
-            table.routes.append(adapter_route)
-            table.labels[key].append(adapter_route["name"])
+            mine: dict[str, Any] = {
+                "name": f"{label}/{adapter.name}", "pool": label, "models": [adapter.name],
+                "aliases": [], "upstreams": [u.model_copy(update={"model": adapter.name})
+                                             for u in upstreams]}
+            if spec.inference_engine == "llamacpp":  # the base model, the adapter's id
+                mine.update(upstreams=upstreams,
+                            set_fields={"lora": llamacpp_selection(spec, adapter.name)})
+            elif spec.inference_engine == "sglang":  # the base model, SGLang's lora_path
+                mine.update(upstreams=upstreams, set_fields={"lora_path": adapter.name})
+            table.routes.append(route.model_copy(update=mine))
+            table.labels[key].append(mine["name"])
     return table

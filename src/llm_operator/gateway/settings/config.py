@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -383,28 +384,31 @@ class GatewayConfig(_Config):
         return self
 
     @model_validator(mode="after")
-    def _sleep_groups(self) -> GatewayConfig:
-        awake: dict[str, tuple[int, int]] = {}  # group: (maxAwake, the first route's index)
-        for index, route in enumerate(self.routes):
-            if route.sleep is None:
-                continue
-            first = awake.setdefault(route.sleep.group, (route.sleep.max_awake, index))
-            if first[0] != route.sleep.max_awake:
-                raise ValueError(
-                    f"routes[{index}].sleep.maxAwake: {route.sleep.max_awake} here but "
-                    f"{first[0]} in routes[{first[1]}]: every route of sleep group "
-                    f"{route.sleep.group!r} declares the same")
+    def _route_set(self) -> GatewayConfig:
+        check_route_set(self.routes)
         return self
 
-    @model_validator(mode="after")
-    def _unique_models(self) -> GatewayConfig:
-        seen: set[str] = set()
-        for index, route in enumerate(self.routes):
-            for name in [*route.models, *route.aliases]:
-                if name in seen:
-                    raise ValueError(f"routes[{index}]: model {name!r} is already routed")
-                seen.add(name)
-        return self
+
+def check_route_set(routes: Sequence[Route]) -> None:
+    """What holds across routes: each name routed once, one maxAwake per sleep group.
+
+    ValueError names the route (its index) that breaks it.
+    """
+    awake: dict[str, tuple[int, int]] = {}  # group: (maxAwake, the first route's index)
+    seen: set[str] = set()
+    for index, route in enumerate(routes):
+        for name in [*route.models, *route.aliases]:
+            if name in seen:
+                raise ValueError(f"routes[{index}]: model {name!r} is already routed")
+            seen.add(name)
+        if route.sleep is None:
+            continue
+        first = awake.setdefault(route.sleep.group, (route.sleep.max_awake, index))
+        if first[0] != route.sleep.max_awake:
+            raise ValueError(
+                f"routes[{index}].sleep.maxAwake: {route.sleep.max_awake} here but "
+                f"{first[0]} in routes[{first[1]}]: every route of sleep group "
+                f"{route.sleep.group!r} declares the same")
 
 
 class ConfigError(ValueError):
