@@ -41,7 +41,11 @@ def _walk(node: Any, path: str = "") -> list[str]:
             issues.append(f"{path or '<root>'} has no type")
         if node.get("additionalProperties") is False:
             issues.append(f"{path} sets additionalProperties: false")
-        if "patternProperties" in node or "$ref" in node or "anyOf" in node:
+        # anyOf only as Kubernetes writes int-or-string: [{type: integer}, {type: string}]
+        int_or_string = node.get("x-kubernetes-int-or-string") and node.get("anyOf") == [
+            {"type": "integer"}, {"type": "string"}]
+        if "patternProperties" in node or "$ref" in node \
+                or ("anyOf" in node and not int_or_string):
             issues.append(f"{path} uses a keyword structural schemas forbid")
         for name, prop in node.get("properties", {}).items():
             issues += _walk(prop, f"{path}.{name}")

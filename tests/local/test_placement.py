@@ -41,15 +41,17 @@ def test_the_embedded_default_runs_llama_server_as_a_pod_would_on_loopback() -> 
     assert decision.server_args("/m.gguf", 4100) == [
         "--model", "/m.gguf", "--alias", "gemma-3-270m", "--host", "127.0.0.1",
         "--port", "4100", "--metrics", "--ctx-size", "32768", "--threads", "2",
-        "--parallel", "8", "--n-predict", "256", "--chat-template", "gemma", "--no-jinja"]
+        "--parallel", "8", "--cache-ram", "256", "--n-predict", "256", "--chat-template",
+        "gemma", "--no-jinja"]
 
 
 @pytest.mark.parametrize(("engine_args", "engine", "flags", "ignored"), [
-    ({}, "llamacpp", ["--ctx-size", "32768", "--threads", "2", "--parallel", "1"], ()),
+    ({}, "llamacpp", ["--ctx-size", "32768", "--threads", "2", "--parallel", "1",
+                      "--cache-ram", "256"], ()),
     ({"threads": "6", "flash-attn": "true"}, "llamacpp",
      ["--flash-attn", "on", "--threads", "6"], ()),
     ({"num-ctx": "8192", "num-parallel": "4", "keep-alive": "5m"}, "ollama",
-     ["--ctx-size", "32768", "--threads", "2", "--parallel", "4"],
+     ["--ctx-size", "32768", "--threads", "2", "--parallel", "4", "--cache-ram", "256"],
      ("engineArgs.keep-alive",)),
     ({"n-predict": "64"}, "llamacpp", ["--n-predict", "64"], ()),
     ({"kv-cache-type": "q8_0"}, "ollama", ["--cache-type-k", "q8_0", "--cache-type-v", "q8_0"],

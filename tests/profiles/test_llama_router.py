@@ -47,6 +47,7 @@ model = /m/gemma.gguf
 metrics = true
 threads = 1
 parallel = 1
+cache-ram = 256
 n-predict = 256
 chat-template = gemma
 ctx-size = 2048

@@ -32,34 +32,47 @@ def test_a_pod_and_a_laptop_differ_only_in_where() -> None:
     assert pod[:8] == ("--model", "/model-cache/model.gguf", "--alias", "gemma-3-270m",
                        "--host", "0.0.0.0", "--port", "8000")
     assert pod[8:] == here[8:] == ("--metrics", "--ctx-size", "32768", "--threads", "2",
-                                   "--parallel", "8", "--n-predict", "256")
+                                   "--parallel", "8", "--cache-ram", "256", "--n-predict", "256")
+
+
+CACHE = ["--cache-ram", "256"]  # the host KV tier's default, always given
 
 
 @pytest.mark.parametrize(("fields", "where", "tail"), [
-    ({}, LAPTOP, ["--ctx-size", "32768", "--threads", "2", "--parallel", "1",
+    ({}, LAPTOP, ["--ctx-size", "32768", "--threads", "2", "--parallel", "1", *CACHE,
                   "--n-predict", "256"]),
     # flash-attn takes on/off/auto: a bare --flash-attn would swallow the next flag
     ({"engineArgs": {"flash-attn": "true", "threads": "3"}}, LAPTOP,
-     ["--ctx-size", "32768", "--parallel", "1", "--n-predict", "256", "--flash-attn", "on",
-      "--threads", "3"]),
+     ["--ctx-size", "32768", "--parallel", "1", *CACHE, "--n-predict", "256",
+      "--flash-attn", "on", "--threads", "3"]),
     ({"llamaCpp": {"flashAttention": False, "mlock": True, "parallelSlots": 2},
       "engineArgs": {"n-predict": "-1", "ctx-size": "1024"}}, LAPTOP,
-     ["--ctx-size", "2048", "--threads", "2", "--parallel", "2", "--flash-attn", "off",
+     ["--ctx-size", "2048", "--threads", "2", "--parallel", "2", *CACHE, "--flash-attn", "off",
       "--load-mode", "mmap+mlock", "--n-predict", "-1"]),
     # one slot and ctx-size given: passed on as it is
     ({"engineArgs": {"ctx-size": "1024", "cache-type-k": "q8_0"}}, LAPTOP,
-     ["--threads", "2", "--parallel", "1", "--n-predict", "256", "--cache-type-k", "q8_0",
-      "--ctx-size", "1024"]),
+     ["--threads", "2", "--parallel", "1", *CACHE, "--n-predict", "256",
+      "--cache-type-k", "q8_0", "--ctx-size", "1024"]),
     ({"resources": {"acceleratorCount": 0, "cpuMillicores": 16000, "memoryGiB": 2}}, LAPTOP,
-     ["--ctx-size", "32768", "--threads", "4", "--parallel", "1", "--n-predict", "256"]),
+     ["--ctx-size", "32768", "--threads", "4", "--parallel", "1", *CACHE, "--n-predict", "256"]),
     ({"domains": ["embedding"]}, LAPTOP,
-     ["--ctx-size", "32768", "--threads", "2", "--parallel", "1", "--n-predict", "256",
+     ["--ctx-size", "32768", "--threads", "2", "--parallel", "1", *CACHE, "--n-predict", "256",
       "--embeddings"]),
     ({}, Where("/m.gguf", "127.0.0.1", 4100, ("/a.gguf", "/b.gguf"), on_accelerator=True),
-     ["--ctx-size", "32768", "--n-gpu-layers", "999", "--parallel", "1", "--n-predict", "256",
-      "--lora-scaled", "/a.gguf:0", "--lora-scaled", "/b.gguf:0"]),
+     ["--ctx-size", "32768", "--n-gpu-layers", "999", "--parallel", "1", *CACHE,
+      "--n-predict", "256", "--lora-scaled", "/a.gguf:0", "--lora-scaled", "/b.gguf:0"]),
+    # the declared tier, in MiB (rounded up), and 0: none
+    ({"kvCache": {"hostMemory": "1536Mi"}}, LAPTOP,
+     ["--ctx-size", "32768", "--threads", "2", "--parallel", "1", "--cache-ram", "1536",
+      "--n-predict", "256"]),
+    ({"kvCache": {"hostMemory": "2G"}}, LAPTOP,
+     ["--ctx-size", "32768", "--threads", "2", "--parallel", "1", "--cache-ram", "1908",
+      "--n-predict", "256"]),
+    ({"kvCache": {"hostMemory": 0}}, LAPTOP,
+     ["--ctx-size", "32768", "--threads", "2", "--parallel", "1", "--cache-ram", "0",
+      "--n-predict", "256"]),
 ], ids=["defaults", "flash-attn", "llamaCpp", "ctx-size as given", "cores cap", "embeddings",
-        "gpu and adapters"])
+        "gpu and adapters", "a declared tier", "a decimal tier", "no tier"])
 def test_each_setting_becomes_its_flag(fields: dict[str, Any], where: Where,
                                        tail: list[str]) -> None:
     built = llama_server_args(_spec(**fields), where)
@@ -68,7 +81,8 @@ def test_each_setting_becomes_its_flag(fields: dict[str, Any], where: Where,
 
 
 JINJA = "{% for m in messages %}{{ m.content }}{% endfor %}"
-DEFAULTS = ["--ctx-size", "32768", "--threads", "2", "--parallel", "1", "--n-predict", "256"]
+DEFAULTS = ["--ctx-size", "32768", "--threads", "2", "--parallel", "1", "--cache-ram", "256",
+            "--n-predict", "256"]
 
 
 @pytest.mark.parametrize(("engine_args", "template_flags"), [
@@ -99,8 +113,9 @@ def test_an_ollama_model_runs_its_settings_on_llama_server() -> None:
         "kv-cache-type": "q4_0", "keep-alive": "-1", "max-loaded-models": "1"})
     built = llama_server_args(spec, LAPTOP)
     assert list(built.args) == [*HEAD, "--ctx-size", "6144", "--threads", "2", "--parallel",
-                                "3", "--n-predict", "256", "--cache-type-k", "q4_0",
-                                "--cache-type-v", "q4_0", "--flash-attn", "on"]
+                                "3", "--cache-ram", "256", "--n-predict", "256",
+                                "--cache-type-k", "q4_0", "--cache-type-v", "q4_0",
+                                "--flash-attn", "on"]
     assert built.ignored == ("engineArgs.keep-alive", "engineArgs.max-loaded-models")
 
 

@@ -50,6 +50,7 @@ def _resolve(node: Any, defs: dict[str, Any]) -> Any:
             merged = {k: v for k, v in node.items() if k != "anyOf"}
             merged = {**variants[0], **merged}
             return _resolve(merged, defs)
+        node = {**node, "anyOf": variants}  # int-or-string: optional by leaving it out
     out: dict[str, Any] = {}
     for key, value in node.items():
         if key in _DROP or key == "$defs":

@@ -115,3 +115,7 @@ class LLMModelStatus(Wire):
         None, description="The GGUF file being served, from its header (GGUF models only).")
     queue_position: int | None = Field(
         None, ge=1, description="Place in the GPU queue while WaitingForGPU (1: next to start).")
+    host_kv_cache: str | None = Field(
+        None, max_length=32, description="The host-memory KV tier the "
+        "engine keeps (spec.kvCache.hostMemory, else its default; 0: off), in the pod's "
+        "memory request on top of resources.memoryGiB. Unset for an engine without one.")

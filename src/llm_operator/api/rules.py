@@ -8,6 +8,7 @@ from typing import Any
 from llm_operator.api import vllm_cpu
 from llm_operator.api.formats import LABEL_KEY, RESERVED_POD_KEY_PREFIXES
 from llm_operator.api.gpu_rules import DRA_RULES, GPU_RULES
+from llm_operator.api.kv_cache_rules import KV_CACHE_RULES
 from llm_operator.api.pool_rules import POOL_RULES
 from llm_operator.api.rule import ENGINE, VENDOR, Rule, is_local
 from llm_operator.api.serving_rules import SERVING_RULES, asked_nodes
@@ -417,6 +418,7 @@ RULES: tuple[Rule, ...] = (
     *TEMPLATE_RULES,
     *SERVING_RULES,
     *POOL_RULES,
+    *KV_CACHE_RULES,
     *GPU_RULES,
     *DRA_RULES,
     Rule(
@@ -447,7 +449,8 @@ def _at(model: LLMModel, location: str) -> Any:
     attrs = {"spec": "spec", "scaling": "scaling", "mcpExposure": "mcp_exposure",
              "modelSource": "model_source", "remoteApi": "remote_api", "routing": "routing",
              "serving": "serving", "disaggregation": "disaggregation", "prefill": "prefill",
-             "decode": "decode", "resources": "resources", "gpuSharing": "gpu_sharing"}
+             "decode": "decode", "resources": "resources", "gpuSharing": "gpu_sharing",
+             "kvCache": "kv_cache"}
     for part in filter(None, location.split(".")):
         node = getattr(node, attrs[part])
         if node is None:

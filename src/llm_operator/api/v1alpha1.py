@@ -19,6 +19,7 @@ from llm_operator.api.formats import (
     SecretName,
 )
 from llm_operator.api.guardrails import GuardrailsSpec
+from llm_operator.api.kv_cache import KvCacheSpec
 from llm_operator.api.lora import LoraAdapterSpec
 from llm_operator.api.mig import PROFILE as MIG_PROFILE
 from llm_operator.api.model_status import SHA256_HEX, LLMModelStatus
@@ -378,6 +379,10 @@ class LLMModelSpec(Wire):
         "not fit now wait (phase WaitingForGPU) in priority, then creation, order.")
     llama_cpp: LlamaCppSpec | None = Field(
         None, alias="llamaCpp", description="llama.cpp settings (inferenceEngine llamacpp).")
+    kv_cache: KvCacheSpec | None = Field(
+        None, description="KV cache beyond the engine's own: a host-memory tier that keeps "
+        "conversations' prompts for their next turn (docs/kv-cache.md). Local llamacpp "
+        "models, and vllm on nvidia or amd.")
     pod_labels: dict[Annotated[str, Field(max_length=317)],
                      Annotated[str, Field(max_length=63, pattern=LABEL_VALUE)]] | None = Field(
         None, max_length=64, description="Extra labels on the model's pods (inference or "

@@ -9,6 +9,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from llm_operator.api.kv_cache import mib_quantity
 from llm_operator.api.pools import pools
 from llm_operator.api.v1alpha1 import LLMModel
 from llm_operator.cli.outcomes import (
@@ -97,12 +98,14 @@ def _pool_table(pooled: list[PoolPlan]) -> Table:
 
 def _plan_table(plans: list[Plan]) -> Table:
     table = Table(title="Capacity plan")
-    for col in ("NAME", "MODE", "MEMORY GiB", "ACCELERATOR", "COUNT", "TP", "NODES", "VERDICT",
-                "REASON"):
+    for col in ("NAME", "MODE", "MEMORY GiB", "HOST KV", "ACCELERATOR", "COUNT", "TP", "NODES",
+                "VERDICT", "REASON"):
         table.add_column(col, overflow="fold")
     colour = {"fits": "green", "tight": "yellow", "does-not-fit": "red"}
     for p in plans:
-        table.add_row(p.name, p.mode, f"{p.estimated_memory_gib:.1f}", p.accelerator or "-",
+        table.add_row(p.name, p.mode, f"{p.estimated_memory_gib:.1f}",
+                      mib_quantity(p.host_tier_mib) if p.host_tier_mib else "-",
+                      p.accelerator or "-",
                       str(p.accelerator_count), str(p.tensor_parallel_size),
                       f"{p.nodes} (PP {p.pipeline_parallel_size})" if p.nodes > 1 else "1",
                       f"[{colour[p.verdict]}]{p.verdict}[/]", p.reason)

@@ -16,11 +16,11 @@ DEVICE_MARKERS = {
 }
 
 
-def memory_gib(meminfo: Path = Path("/proc/meminfo")) -> float:
-    """Total RAM in GiB (Linux); on other systems the physical page count."""
+def memory_gib(meminfo: Path = Path("/proc/meminfo"), field: str = "MemTotal") -> float:
+    """RAM in GiB (Linux: /proc/meminfo's ``field``); elsewhere the physical page count."""
     try:
         for line in meminfo.read_text().splitlines():
-            if line.startswith("MemTotal:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) / 1024**2
     except OSError:
         pass
@@ -47,4 +47,6 @@ def accelerators() -> frozenset[str]:
 
 
 def detect() -> Machine:
-    return Machine(cpus=cpus(), memory_gib=memory_gib(), accelerators=accelerators())
+    total = memory_gib()
+    return Machine(cpus=cpus(), memory_gib=total, accelerators=accelerators(),
+                   available_gib=memory_gib(field="MemAvailable"))

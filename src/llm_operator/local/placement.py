@@ -9,9 +9,10 @@ from typing import Any, Literal
 from llm_operator.api.model_status import ModelFileStatus
 from llm_operator.api.pools import pools
 from llm_operator.api.references import declared, unknown_guard_models
-from llm_operator.api.v1alpha1 import LLMModel
+from llm_operator.api.v1alpha1 import LLMModel, LLMModelSpec
 from llm_operator.api.validation import Problem
 from llm_operator.profiles.estimate import DEFAULT_CONTEXT_TOKENS, GIB, estimate_from_file
+from llm_operator.profiles.kv_tier import host_tier_mib
 from llm_operator.profiles.llama_router import Member, models_preset
 from llm_operator.profiles.llamaserver import Where, llama_server_args, parallel_slots
 from llm_operator.profiles.planner import plan
@@ -38,6 +39,11 @@ class Machine:
     cpus: int
     memory_gib: float
     accelerators: frozenset[str] = frozenset()
+    available_gib: float | None = None  # free at start (MemAvailable); None: unknown
+
+    @property
+    def free_gib(self) -> float:
+        return self.memory_gib if self.available_gib is None else self.available_gib
 
 
 @dataclass(frozen=True)
@@ -140,8 +146,24 @@ def decide(model: LLMModel, machine: Machine, env: Collection[str]) -> Decision:
         return NotServed(model, "unplaceable", f"needs ~{need:.1f} GiB of RAM and this "
                          f"machine has {machine.memory_gib:.1f} GiB: lower the context "
                          "(engineArgs ctx-size) or pick a smaller quantization")
+    tier = host_tier_mib(spec, llama_server=True) / 1024
+    if tier > machine.free_gib or need + tier > machine.memory_gib:
+        return NotServed(model, "unplaceable", _tier_too_big(spec, need, tier, machine))
     placed = llama_server_args(spec, Where("", LOOPBACK, 0, cores=machine.cpus))
     return LocalServe(model, machine.cpus, placed.ignored, round(need, 1))
+
+
+def _tier_too_big(spec: LLMModelSpec, need: float, tier: float, machine: Machine) -> str:
+    """Why the model's host KV tier does not fit this machine, with both figures."""
+    size = spec.kv_cache.host_memory if spec.kv_cache and spec.kv_cache.host_memory \
+        is not None else f"{tier * 1024:.0f}Mi (the default)"
+    if tier > machine.free_gib:
+        return (f"kvCache.hostMemory {size} does not fit this machine's free memory "
+                f"({machine.free_gib:.1f} GiB of {machine.memory_gib:.1f} GiB): lower it, "
+                "or set 0 to turn the tier off")
+    return (f"the model needs ~{need:.1f} GiB and its kvCache.hostMemory {size} "
+            f"{tier:.1f} GiB more, and this machine has {machine.memory_gib:.1f} GiB: lower "
+            "hostMemory, or set 0 to turn the tier off")
 
 
 def file_does_not_fit(model: LLMModel, file: ModelFileStatus, machine: Machine) -> str | None:

@@ -11,6 +11,7 @@ from llm_operator.api.serving_rules import asked_nodes
 from llm_operator.api.v1alpha1 import LLMModelSpec
 from llm_operator.profiles import adapters
 from llm_operator.profiles.flags import flag_args
+from llm_operator.profiles.kv_tier import TIER_ARGS, vllm_tier_args
 from llm_operator.profiles.llamaserver import (
     CONTEXT_ARGS,
     Where,
@@ -145,6 +146,8 @@ def _vllm(spec: LLMModelSpec, on_accelerator: bool, *, model: str = SOURCE_DIR,
     count = spec.resources.accelerator_count
     if on_accelerator and count > 1 and "tensor-parallel-size" not in args:
         extra += ["--tensor-parallel-size", str(count)]
+    if on_accelerator:
+        extra += vllm_tier_args(spec)  # the host KV tier: offloaded blocks
     env = [*HF_CACHE_ENV, ("VLLM_CACHE_ROOT", VLLM_CACHE_ROOT)]
     if spec.lora_adapters:  # lora-sync loads and unloads them through the API
         env.append(("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "True"))
@@ -206,6 +209,11 @@ def engine_arg_problems(spec: LLMModelSpec) -> list[str]:
             f"engineArgs {', '.join(sorted(reserved))} are set by the operator (model path, "
             f"port {PORT} contract, served name = modelId) and cannot be overridden"
         )
+    tier = sorted(set(TIER_ARGS) & set(args))
+    if tier:
+        problems.append(f"engineArgs {', '.join(tier)}: set kvCache.hostMemory instead, "
+                        "which sets the engine's host KV tier and counts it in the pod's "
+                        "memory request (docs/kv-cache.md)")
     for key in CONTEXT_ARGS:
         if key in args and not args[key].isdigit():
             problems.append(f"engineArgs.{key} must be a whole number of tokens, "

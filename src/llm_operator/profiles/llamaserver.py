@@ -14,6 +14,7 @@ from types import MappingProxyType
 from llm_operator.api.chat_templates import llamacpp_template_args
 from llm_operator.api.v1alpha1 import LLMModelSpec
 from llm_operator.profiles.flags import flag_args
+from llm_operator.profiles.kv_tier import llama_server_tier_args
 
 # Generated tokens when a request names no max_tokens. llama-server's own default is
 # unlimited, which lets a base model's chat run until the context is full.
@@ -137,6 +138,8 @@ def llama_server_args(spec: LLMModelSpec, where: Where) -> LlamaServerArgs:
     - each LoRA adapter loaded at scale 0: applied to no request unless it asks (the router
       sets ``lora`` for an adapter's name);
     - ``--metrics`` always: the queue and token counters that scaling and status read;
+    - ``--cache-ram`` always: the host KV tier (``spec.kvCache.hostMemory``, else a small
+      default) that keeps idle slots' prompts, never llama-server's own 8 GiB;
     - ``--no-jinja`` with a builtin ``chat-template`` name (``api.chat_templates``): with
       Jinja on, llama-server would take the name for the template's text.
     EngineArgs come last, as flags (``flag_args``).
@@ -155,6 +158,7 @@ def llama_server_args(spec: LLMModelSpec, where: Where) -> LlamaServerArgs:
         out += ["--threads", str(cpu_threads(spec, where.cores))]
     settings = spec.llama_cpp
     out += ["--parallel", str(slots)]  # llama-server's own default is 4 slots sharing one KV
+    out += llama_server_tier_args(spec)
     if settings is not None and settings.flash_attention is not None:
         out += ["--flash-attn", "on" if settings.flash_attention else "off"]
     if settings is not None and settings.mlock:  # llama.cpp's --mlock is now a load mode

@@ -22,6 +22,7 @@ from llm_operator.profiles.estimate import (
     estimate_from_file,
     estimate_memory,
 )
+from llm_operator.profiles.kv_tier import host_tier_mib
 from llm_operator.profiles.llamaserver import parallel_slots
 from llm_operator.profiles.vendors import VENDORS, Accelerator, VendorProfile, vendor
 
@@ -54,6 +55,7 @@ class Plan:
     nodes: int = 1  # more than 1: tensor parallel in each node, pipeline parallel across
     pipeline_parallel_size: int = 1
     field: str = "spec.resources"  # the spec field a does-not-fit verdict asks to change
+    host_tier_mib: int = 0  # the host KV tier, in the pod's memory on top of memoryGiB
 
     @property
     def estimated_memory_gib(self) -> float:
@@ -77,6 +79,7 @@ class Plan:
             "nodes": self.nodes,
             "pipelineParallelSize": self.pipeline_parallel_size,
             "cacheSizeGiB": self.cache_size_gib,
+            "hostKvCacheMiB": self.host_tier_mib,
             "verdict": self.verdict,
             "reason": self.reason,
         }
@@ -134,7 +137,8 @@ def plan(model: LLMModel, min_cache_gib: int = 20) -> Plan:
     lora = adapter_memory(spec, file.embedding_length if measured and file else None,
                           file.layers if measured and file else None)
     chosen = replace(measured or est, adapters_gib=lora.gib if lora else 0.0)
-    result = _plan_local(model, chosen, cache, vp, on_accel)
+    result = replace(_plan_local(model, chosen, cache, vp, on_accel),
+                     host_tier_mib=host_tier_mib(spec))
     notes = []
     if lora is not None:
         notes.append(f"LoRA adapters {lora.gib:.2f} GiB: {lora.slots} at rank {lora.rank}")

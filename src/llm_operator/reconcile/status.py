@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from llm_operator.api.model_status import Condition, LLMModelStatus, ModelFileStatus, Phase
 from llm_operator.api.v1alpha1 import LLMModel
 from llm_operator.api.validation import Problem
+from llm_operator.profiles.kv_tier import status_quantity
 from llm_operator.reconcile import workloads
 from llm_operator.reconcile.autoscaling import Report
 from llm_operator.reconcile.queue import Admission
@@ -418,6 +419,7 @@ def compute_status(model: LLMModel, obs: Observation, endpoint: str, now: str) -
         model=model_file(obs.pods) or (old.model if facts.phase != "Failed" else None),
         queue_position=obs.queued.position if facts.phase == "WaitingForGPU" and obs.queued
         else None,
+        host_kv_cache=status_quantity(model.spec),
     )
     events: list[Event] = []
     if facts.phase != old.phase:

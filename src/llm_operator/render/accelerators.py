@@ -6,6 +6,7 @@ import re
 from typing import Any
 
 from llm_operator.api.v1alpha1 import LLMModelSpec
+from llm_operator.profiles.kv_tier import memory_quantity
 from llm_operator.profiles.settings import Settings
 from llm_operator.profiles.vendors import VendorProfile
 from llm_operator.render import claims
@@ -35,9 +36,12 @@ def resource_key(spec: LLMModelSpec, vp: VendorProfile, settings: Settings) -> s
 
 
 def resources(spec: LLMModelSpec, vp: VendorProfile, settings: Settings) -> dict[str, Any]:
-    """CPU and memory, and the accelerators: an extended resource, or the pod's DRA claim."""
+    """CPU and memory, and the accelerators: an extended resource, or the pod's DRA claim.
+
+    Memory is resources.memoryGiB and the host KV tier (profiles/kv_tier.py) on top.
+    """
     amounts = {"cpu": cpu_quantity(spec.resources.cpu_millicores),
-               "memory": f"{spec.resources.memory_gi_b}Gi"}
+               "memory": memory_quantity(spec)}  # memoryGiB and the host KV tier
     key = resource_key(spec, vp, settings)
     if key and not claims.claimed(spec):
         amounts[key] = str(spec.resources.accelerator_count)

@@ -14,10 +14,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from llm_operator.api import labels as L
+from llm_operator.api.kv_cache import mib_quantity
 from llm_operator.api.pools import pool_autoscaled, pool_scaling
 from llm_operator.api.v1alpha1 import API_VERSION, KIND, LLMModel
 from llm_operator.api.validation import Problem
 from llm_operator.profiles.engines import NON_ROOT_UID, PORT, engine
+from llm_operator.profiles.kv_tier import pool_tier_mib
 from llm_operator.profiles.llama_router import Member, models_preset, router_args
 from llm_operator.profiles.llamaserver import Where, llama_server_args
 from llm_operator.profiles.pool import PoolPlan
@@ -150,7 +152,9 @@ def pool_objects(members: Sequence[LLMModel], plan: PoolPlan, settings: Settings
     vp, eng = vendor(first.spec.accelerator_vendor), engine("llamacpp")
     image = engine_image(vp, eng.name, settings)
     assert image is not None  # each member's placement_problems() checked it
-    memory = math.ceil(plan.limit_gib or plan.need_gib)
+    # the loaded members' memory, and their host KV tiers (a llama-server each)
+    memory = mib_quantity(math.ceil(plan.limit_gib or plan.need_gib) * 1024 + pool_tier_mib(
+        [m.spec for m in members], pool.max_loaded))
     cpu = plan.cpu_millicores
     volumes: list[dict[str, Any]] = [{"name": "preset", "configMap": {
         "name": pool_object_name(pool.name)}}]
@@ -172,8 +176,8 @@ def pool_objects(members: Sequence[LLMModel], plan: PoolPlan, settings: Settings
                             pool.max_loaded),
         "env": [{"name": "HOME", "value": "/tmp"}],
         "ports": [{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
-        "resources": {"requests": {"cpu": f"{cpu}m", "memory": f"{memory}Gi"},
-                      "limits": {"cpu": f"{cpu}m", "memory": f"{memory}Gi"}},
+        "resources": {"requests": {"cpu": f"{cpu}m", "memory": memory},
+                      "limits": {"cpu": f"{cpu}m", "memory": memory}},
         "volumeMounts": mounts,
         "startupProbe": {**probe, "periodSeconds": 1, "failureThreshold":
                          max(1, settings.startup_timeout_seconds), "timeoutSeconds": 5},

@@ -20,8 +20,10 @@ from typing import Any
 
 import yaml
 
+from llm_operator.api.kv_cache import mib_quantity
 from llm_operator.api.v1alpha1 import LLMModel
 from llm_operator.profiles.engines import CACHE_DIR, PORT, vllm_sleeper
+from llm_operator.profiles.kv_tier import pool_tier_mib
 from llm_operator.profiles.pool import PoolPlan
 from llm_operator.profiles.settings import Settings
 from llm_operator.profiles.vendors import vendor
@@ -124,8 +126,10 @@ def pod(members: Sequence[LLMModel], plan: PoolPlan, settings: Settings, config_
     image = engine_image(vp, "vllm", settings)
     assert image is not None and vp.resource_key is not None  # rule pool-vllm-sleep-mode
     count = max(m.spec.resources.accelerator_count for m in members)
-    # host memory: each member's process as its own pod asks, and the weights asleep
-    memory = f"{math.ceil(sum(m.spec.resources.memory_gi_b for m in members) + plan.asleep_gib)}Gi"
+    # host memory: each member's process as its own pod asks, the weights asleep, and each
+    # member's host KV tier
+    gib = math.ceil(sum(m.spec.resources.memory_gi_b for m in members) + plan.asleep_gib)
+    memory = mib_quantity(gib * 1024 + pool_tier_mib([m.spec for m in members]))
     volumes: list[dict[str, Any]] = [
         {"name": "pool-config", "configMap": {"name": config_map, "defaultMode": 0o555}},
         {"name": "shm", "emptyDir": {"medium": "Memory"}},
