@@ -33,7 +33,8 @@ def test_dry_run_says_what_would_run_here_and_why_not_the_rest(tmp_path: Path) -
     assert lines[0].startswith("This machine: ")
     assert lines[1].startswith("serve   gemma3-270m: llama-server, ~1.6 GiB RAM, --metrics "
                                "--ctx-size 32768 --threads ")
-    assert lines[1].endswith(" --parallel 8 --n-predict 256 --chat-template gemma --no-jinja")
+    assert lines[1].endswith(" --parallel 8 --cache-ram 256 --n-predict 256 --chat-template gemma "
+                             "--no-jinja")
     assert lines[2] == "proxy   gpt55-remote: key from $OPENAI_API_KEY"
 
 

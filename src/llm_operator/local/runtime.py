@@ -15,6 +15,7 @@ from typing import Any
 
 import uvicorn
 
+from llm_operator.api.kv_cache import mib_quantity
 from llm_operator.api.v1alpha1 import LLMModel
 from llm_operator.gateway.app import Gateway
 from llm_operator.gateway.server.http import served
@@ -48,6 +49,7 @@ from llm_operator.local.state import StateDir
 from llm_operator.mcp_server.run import service
 from llm_operator.mcp_server.settings import McpSettings
 from llm_operator.mcp_server.sources import DirectoryCache
+from llm_operator.profiles.kv_tier import host_tier_mib
 from llm_operator.registry.catalog import is_base_model
 from llm_operator.router.routes import Options as RouteOptions
 from llm_operator.router.routes import Serving, Table, build
@@ -174,6 +176,9 @@ class Runtime:
                 "pid": entry.supervised.pid if entry.supervised else
                 entry.pool.supervised.pid if entry.pool and entry.pool.supervised else None,
                 "load": self._load(entry),
+                # the host KV tier its llama-server keeps (--cache-ram)
+                "hostKvCache": mib_quantity(host_tier_mib(entry.model.spec, llama_server=True))
+                if isinstance(decision, LocalServe) else None,
                 "modelFile": entry.model_file.model_dump(by_alias=True, exclude_none=True)
                 if entry.model_file else None,
             })
