@@ -4,11 +4,12 @@ More conversations than slots, each with its own long system prompt and a growin
 sent to llama-server as `llmop up` runs the embedded default (examples/local/gemma3-270m.yaml,
 its arguments built by the project's own code). A conversation's next turn comes after the
 other conversations have taken every slot: its prompt is either found in the host tier
-(``--cache-ram``, from ``spec.kvCache.hostMemory``) or computed again. Three engines, each
+(``--cache-ram``, from ``spec.kvCache.hostMemory``) or computed again. Four engines, each
 started fresh, serve the same workload:
 
 - ``hostMemory: 0``: no tier (the baseline);
 - ``hostMemory`` as ``--tier`` says (1Gi by default): the declared tier;
+- ``hostMemory`` unset: the default tier, 256Mi, smaller than the workload's prompts;
 - no ``--cache-ram`` at all: llama-server's own default (8 GiB, unaccounted), what every
   llama.cpp model got before the tier was declared.
 
@@ -108,38 +109,38 @@ async def ask(session: aiohttp.ClientSession, url: str, prompt: str
 
 async def conversations(session: aiohttp.ClientSession, url: str, args: argparse.Namespace
                         ) -> Run:
-    """Every conversation's turns, turn by turn across conversations, ``slots`` at once."""
+    """Every conversation's turns, a turn of each in turn, ``slots`` requests at once.
+
+    Turn t+1 of any conversation starts once turn t of every conversation is answered:
+    by then the other conversations have taken its slot, and a later turn never waits
+    behind another conversation's first prompt (what is measured is the cache, not the
+    queue).
+    """
     run = Run()
     transcripts = [system_prompt(c, args.system_words) for c in range(args.conversations)]
-    queue: asyncio.Queue[tuple[int, int]] = asyncio.Queue()
-    for turn in range(args.turns):
-        for conversation in range(args.conversations):
-            queue.put_nowait((conversation, turn))
-    done = {(c, -1): asyncio.Event() for c in range(args.conversations)}
-    for event in done.values():
-        event.set()
-    for key in [(c, t) for c in range(args.conversations) for t in range(args.turns)]:
-        done[key] = asyncio.Event()
 
-    async def worker() -> None:
-        while not queue.empty():
-            conversation, turn = queue.get_nowait()
-            await done[(conversation, turn - 1)].wait()  # its previous answer is in
-            transcripts[conversation] += (f"User: question {turn} about "
-                                          f"{WORDS[(conversation + turn) % len(WORDS)]}?\n"
-                                          "Assistant:")
-            ttft, answer, cached, prompt = await ask(session, url, transcripts[conversation])
-            transcripts[conversation] += answer + "\n"
-            if turn == 0:
-                run.first.append(ttft)
-            else:
-                run.later.append(ttft)
-                run.cached += cached
-                run.prompt += prompt
-            done[(conversation, turn)].set()
+    async def one(conversation: int, turn: int) -> None:
+        transcripts[conversation] += (f"User: question {turn} about "
+                                      f"{WORDS[(conversation + turn) % len(WORDS)]}?\n"
+                                      "Assistant:")
+        ttft, answer, cached, prompt = await ask(session, url, transcripts[conversation])
+        transcripts[conversation] += answer + "\n"
+        if turn == 0:
+            run.first.append(ttft)
+        else:
+            run.later.append(ttft)
+            run.cached += cached
+            run.prompt += prompt
 
     began = time.monotonic()
-    await asyncio.gather(*(worker() for _ in range(args.slots)))
+    for turn in range(args.turns):
+        queue = list(range(args.conversations))
+
+        async def worker(turn: int = turn, queue: list[int] = queue) -> None:
+            while queue:
+                await one(queue.pop(0), turn)
+
+        await asyncio.gather(*(worker() for _ in range(args.slots)))
     run.seconds = time.monotonic() - began
     return run
 
@@ -178,8 +179,10 @@ async def serve(binary: Path, argv: list[str], work: Path, name: str,
             await asyncio.sleep(0.25)
 
     timeout = aiohttp.ClientTimeout(total=None)
+    # a connection per request: llama-server closes one after a streamed answer
+    connector = aiohttp.TCPConnector(force_close=True)
     try:
-        async with aiohttp.ClientSession(timeout=timeout) as session:
+        async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
             await pool_bench.healthy(session, url, proc, 0.05)
             sampler = asyncio.create_task(sample())
             run = await conversations(session, url, measure)
@@ -205,17 +208,19 @@ async def main(args: argparse.Namespace) -> None:
     gguf = await locate(parse_llmmodel(doc), ROOT, work)
     where = Where(str(gguf), "127.0.0.1", 0, cores=None)
     configs: dict[str, list[str]] = {}
-    for name, tier in (("hostMemory: 0", 0), (f"hostMemory: {args.tier}", args.tier)):
+    for name, tier in (("hostMemory: 0", 0), (f"hostMemory: {args.tier}", args.tier),
+                       ("hostMemory unset (256Mi)", None)):
         spec_doc = copy.deepcopy(doc)
-        spec_doc["spec"]["kvCache"] = {"hostMemory": tier}
+        if tier is not None:
+            spec_doc["spec"]["kvCache"] = {"hostMemory": tier}
         configs[name] = list(llama_server_args(parse_llmmodel(spec_doc).spec, where).args)
     unbounded = list(configs["hostMemory: 0"])
     at = unbounded.index("--cache-ram")
     del unbounded[at:at + 2]
     configs["llama-server's default (8 GiB)"] = unbounded
     results: dict[str, tuple[Run, float]] = {}
-    for name, argv in configs.items():
-        results[name] = await serve(binary, argv, work, name.split(":")[0].split()[0], args)
+    for number, (name, argv) in enumerate(configs.items()):
+        results[name] = await serve(binary, argv, work, f"engine-{number}", args)
         print(f"done: {name}", file=sys.stderr)
 
     print(f"\n{args.conversations} conversations x {args.turns} turns on {args.slots} slots, "

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import urllib.request
 
 import openai
 import pytest
@@ -27,6 +28,7 @@ from e2e_cluster import (
     kubectl_watch,
 )
 from load import SteadyLoad
+from prometheus_client.parser import text_string_to_metric_families
 
 from prompts import assert_chat_reaches_the_model
 
@@ -81,6 +83,38 @@ def test_a_chat_request_reaches_the_model_as_the_conversation(gemma: NodeCluster
     """chat-template: gemma is applied (--no-jinja): the question, in Gemma's turns."""
     engine = gemma.service_url(NS, NAME, 8000, "")
     assert_chat_reaches_the_model(engine, f"{engine}/v1", MODEL_ID)
+
+
+def test_the_engine_keeps_a_conversations_prompt_in_its_counted_host_tier(
+        gemma: NodeCluster) -> None:
+    """The default host KV tier: --cache-ram 256 in the pod, 1Gi + 256Mi in its memory
+    request, in status; on one slot, a conversation's prompt comes back from host memory
+    after another took the slot (the engine's own counter, read between the turns)."""
+    (pod,) = gemma.json("-n", NS, "get", "pods", "-l", f"app={NAME}")["items"]
+    (engine,) = pod["spec"]["containers"]
+    args = engine["args"]
+    assert args[args.index("--cache-ram") + 1] == "256"
+    assert engine["resources"]["requests"]["memory"] == "1280Mi"
+    assert engine["resources"]["limits"]["memory"] == "1280Mi"
+    assert gemma.json("-n", NS, "get", "llmmodel", NAME)["status"]["hostKvCache"] == "256Mi"
+    base = gemma.service_url(NS, NAME, 8000, "")
+    client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused", timeout=60)
+
+    def cached_total() -> float:
+        with urllib.request.urlopen(f"{base}/metrics", timeout=10) as resp:
+            text = resp.read().decode()
+        return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
+                   if s.name == "llamacpp:prompt_tokens_cached_total")
+
+    openings = [f"Notes on the {t}: " + " ".join([t] * 120) + "\nQ: And then?\nA:"
+                for t in ("harbor", "orchard")]
+    for prompt in openings:  # A, then B takes the one slot
+        client.completions.create(model=MODEL_ID, prompt=prompt, max_tokens=1)
+    before = cached_total()
+    again = client.completions.create(model=MODEL_ID, prompt=openings[0], max_tokens=1)
+    details = again.usage.prompt_tokens_details if again.usage else None
+    assert details is not None and (details.cached_tokens or 0) > 100
+    assert cached_total() - before > 100
 
 
 def test_the_endpoint_in_status_answers_inside_the_cluster(gemma: NodeCluster) -> None:

@@ -12,7 +12,7 @@ from llm_operator.api.references import declared, unknown_guard_models
 from llm_operator.api.v1alpha1 import LLMModel, LLMModelSpec
 from llm_operator.api.validation import Problem
 from llm_operator.profiles.estimate import DEFAULT_CONTEXT_TOKENS, GIB, estimate_from_file
-from llm_operator.profiles.kv_tier import host_tier_mib
+from llm_operator.profiles.kv_tier import host_tier_mib, pool_tier_mib
 from llm_operator.profiles.llama_router import Member, models_preset
 from llm_operator.profiles.llamaserver import Where, llama_server_args, parallel_slots
 from llm_operator.profiles.planner import plan
@@ -245,7 +245,10 @@ def _pooled(out: Arrangement, machine: Machine) -> None:
     served = [d.model for d in out.served]
     problems = across_pools(served, "in the files given")
     for (namespace, name), members in pools(served).items():
-        need = plan_pool(members).need_gib
+        # the loaded members and their host KV tiers (a llama-server each)
+        need = plan_pool(members).need_gib + pool_tier_mib(
+            [m.spec for m in members], members[0].spec.pool.max_loaded
+            if members[0].spec.pool else None) / 1024
         if any((namespace, m.name) in problems for m in members) \
                 or need <= machine.memory_gib:
             continue
