@@ -1,4 +1,4 @@
-"""Two test hosts on one machine: network namespaces joined by a veth pair, addressed like pods.
+"""Test hosts on one machine: network namespaces, alone or joined by a veth pair like pods.
 
 Each host has its own loopback and ports, an address on the link and a default route
 through it, as a pod has on its network: a program that finds its own address by the route
@@ -73,3 +73,17 @@ def host_pair() -> Iterator[tuple[Host, Host]]:
         for host in pair:
             _kill_all(host)
             subprocess.run(["ip", "netns", "del", host.netns], check=False, capture_output=True)
+
+
+@contextlib.contextmanager
+def lone_host() -> Iterator[Host]:
+    """A host with its own loopback only: every port free, as on a new machine; removed on
+    exit with every process still running in it."""
+    host = Host(f"llmop{os.getpid() % 100000}l", "127.0.0.1")
+    try:
+        _ip("netns", "add", host.netns)
+        _ip("-n", host.netns, "link", "set", "lo", "up")
+        yield host
+    finally:
+        _kill_all(host)
+        subprocess.run(["ip", "netns", "del", host.netns], check=False, capture_output=True)
