@@ -319,6 +319,13 @@ CASES: list[tuple[str, dict[str, Any], set[str]]] = [
     ("a vLLM model on Gaudi in a pool", {"acceleratorVendor": "intel-gaudi",
                                          "pool": {"name": "small"}},
      {"pool-vllm-sleep-mode"}),
+    # a llama.cpp pool's pod asks for no GPU: on a GPU vendor it would run on the CPU unseen
+    ("a llama.cpp model on an NVIDIA GPU in a pool",
+     {**LLAMA_CPU, "acceleratorVendor": "nvidia", "resources": {"acceleratorCount": 1},
+      "pool": {"name": "small"}}, {"pool-llamacpp-on-cpu"}),
+    ("a llama.cpp model on an AMD GPU in a pool",
+     {**LLAMA_CPU, "acceleratorVendor": "amd", "resources": {"acceleratorCount": 1},
+      "pool": {"name": "small"}}, {"pool-llamacpp-on-cpu"}),
     ("an Ollama model in a pool", {**LLAMA_CPU, "inferenceEngine": "ollama",
                                    "pool": {"name": "small"}}, {"pool-engine"}),
     ("a remote model in a pool", {**REMOTE, "pool": {"name": "small"}},

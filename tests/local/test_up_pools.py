@@ -108,9 +108,9 @@ def test_a_pool_this_machine_cannot_hold_loaded_serves_none_of_its_members() -> 
     reasons = {d.model.name: d.reason for d in small.decisions if isinstance(d, NotServed)}
     assert set(reasons) == {"gemma-pool-chat", "gemma-pool-long", "gemma-pool-qa"}
     assert reasons["gemma-pool-qa"].startswith(
-        "spec.pool.maxLoaded: pool gemma-small needs ~1.") and \
-        "with its 2 largest members loaded and this machine has 1.0 GiB: lower maxLoaded" \
-        in reasons["gemma-pool-qa"]
+        "spec.pool.maxLoaded: pool gemma-small needs ~2.0 GiB") and \
+        "with its 2 largest members loaded (their host KV tiers included) and this machine " \
+        "has 1.0 GiB: lower maxLoaded" in reasons["gemma-pool-qa"]
 
 
 def test_a_pool_of_one_in_the_files_given_is_not_served() -> None:

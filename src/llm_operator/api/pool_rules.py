@@ -44,6 +44,19 @@ POOL_RULES: tuple[Rule, ...] = (
         or s.accelerator_vendor in SLEEP_MODE_VENDORS,
     ),
     Rule(
+        id="pool-llamacpp-on-cpu",
+        location="spec",
+        field=".acceleratorVendor",
+        cel=f"!{POOLED} || self.deploymentMode != 'local' || {ENGINE} != 'llamacpp' || "
+        f"{VENDOR} == 'cpu'",
+        message="a llama.cpp pool runs on the CPU: its pod asks for no GPU and offloads no "
+        "layer, so on nvidia or amd its members would run on the CPU unseen; set "
+        "acceleratorVendor cpu, serve the GPU pool with inferenceEngine vllm (sleep mode), "
+        "or take the model out of the pool",
+        holds=lambda s: not _pooled(s) or not is_local(s) or s.inference_engine != "llamacpp"
+        or s.accelerator_vendor == "cpu",
+    ),
+    Rule(
         id="pool-one-pod",
         location="spec",
         field=".serving",

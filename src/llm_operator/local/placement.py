@@ -256,7 +256,8 @@ def _pooled(out: Arrangement, machine: Machine) -> None:
             problems.setdefault((namespace, member.name), []).append(Problem(
                 "spec.pool.maxLoaded", f"pool {name} needs ~{need:.1f} GiB with its "
                 f"{member.spec.pool.max_loaded if member.spec.pool else 0} largest members "
-                f"loaded and this machine has {machine.memory_gib:.1f} GiB: lower maxLoaded"))
+                f"loaded (their host KV tiers included) and this machine has "
+                f"{machine.memory_gib:.1f} GiB: lower maxLoaded"))
     for serve in out.served:
         if serve.model.spec.pool is not None:
             try:
