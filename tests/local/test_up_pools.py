@@ -7,6 +7,7 @@ two loaded at once), its file taken from the PyPI package rather than a node pat
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,8 @@ def pool_copy(directory: Path) -> Path:
     ({"value": "unloaded"}, MemberState(
         "Standby", "not loaded: its next request loads it (at most 2 of the pool's 3 at once)")),
     ({"value": "sleeping"}, MemberState(
-        "Standby", "not loaded: its next request loads it (at most 2 of the pool's 3 at once)")),
+        "Standby", "asleep after its idle time (pool.idleSeconds): its weights are unloaded, "
+        "its next request wakes it")),
     # a load the router stopped (another member needed the room) says no error: loaded
     # again on its next request, not refused
     ({"value": "unloaded", "failed": True, "exit_code": 1}, MemberState(
@@ -198,3 +200,50 @@ async def test_an_edited_member_restarts_the_pool_and_a_pool_left_with_one_is_re
         snap = await up.until(lambda s: row(s, "gemma-pool-qa")["phase"] == "Unplaceable", 30)
         assert "pool gemma-small has no other member" in row(snap, "gemma-pool-qa")["detail"]
         assert exits_within(second, 5) and up.pools.runs == {}
+
+
+def _rss_of_tree(pid: int) -> int:
+    """Resident bytes of ``pid`` and every process below it (the router and its members)."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            parents.setdefault(parent, []).append(int(entry.name))
+    total, todo = 0, [pid]
+    while todo:
+        current = todo.pop()
+        with contextlib.suppress(OSError, StopIteration):
+            status = Path(f"/proc/{current}/status").read_text()
+            total += next(int(line.split()[1]) * 1024 for line in status.splitlines()
+                          if line.startswith("VmRSS:"))
+        todo += parents.get(current, [])
+    return total
+
+
+async def test_an_idle_member_sleeps_after_its_idle_seconds_and_gives_its_memory_back(
+        tmp_path: Path, model_cache: Path) -> None:
+    """pool.idleSeconds on one member: asleep within idleSeconds + 5 s of its last answer,
+    the pool's memory smaller by its weights, woken by its next request."""
+    models = pool_copy(tmp_path / "models")
+    qa = next(models.glob("gemma-pool-qa.yaml"))
+    doc = load_yaml(qa)
+    doc["spec"]["pool"]["idleSeconds"] = 2
+    write_model(models, doc)
+    async with running(options(models, tmp_path / "state", model_cache)) as up, \
+            openai.AsyncOpenAI(base_url=up.gateway_url, api_key="unused",
+                               max_retries=0) as client:
+        await up.until(lambda s: row(s, "gemma-pool-chat")["phase"] == "Ready", 120)
+        router = up.pools.runs["ai-models/gemma-small"].supervised
+        assert router is not None and router.pid is not None
+        answer = await client.completions.create(model=QA, prompt=QUESTION, max_tokens=4,
+                                                 temperature=0)
+        answered = asyncio.get_running_loop().time()
+        assert answer.model == QA
+        awake = _rss_of_tree(router.pid)  # sampled while it is loaded
+        await up.until(lambda s: "asleep" in row(s, "gemma-pool-qa")["detail"], 2 + 5)
+        slept = asyncio.get_running_loop().time() - answered
+        asleep = _rss_of_tree(router.pid)
+        assert awake - asleep > 150 * 2**20, (awake, asleep)  # its weights, ~250 MB mapped
+        again = await client.completions.create(model=QA, prompt=QUESTION, max_tokens=4,
+                                                temperature=0)
+        assert again.model == QA and slept <= 2 + 5

@@ -135,6 +135,7 @@ WAKE_FAILED = "POST http://127.0.0.1:8002/wake_up answered 500: CUDA out of memo
     (("loaded", None), "True", "Loaded", "loaded in pool"),
     (("loading", None), "False", "Loading", "being loaded"),
     (("unloaded", None), "False", "NotLoaded", "its next request loads it"),
+    (("sleeping", None), "False", "Asleep", "its next request wakes it"),
     (("failed", None), "False", "LoadFailed", "exited while loading it"),
     (("failed", WAKE_FAILED), "False", "LoadFailed", f"could not load it: {WAKE_FAILED}"),
     (None, "False", "Unknown", "did not say")])

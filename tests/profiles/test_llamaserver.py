@@ -71,8 +71,12 @@ CACHE = ["--cache-ram", "256"]  # the host KV tier's default, always given
     ({"kvCache": {"hostMemory": 0}}, LAPTOP,
      ["--ctx-size", "32768", "--threads", "2", "--parallel", "1", "--cache-ram", "0",
       "--n-predict", "256"]),
+    # a pool member unloaded after its idle time
+    ({"pool": {"name": "small", "idleSeconds": 120}}, LAPTOP,
+     ["--ctx-size", "32768", "--threads", "2", "--parallel", "1", *CACHE,
+      "--sleep-idle-seconds", "120", "--n-predict", "256"]),
 ], ids=["defaults", "flash-attn", "llamaCpp", "ctx-size as given", "cores cap", "embeddings",
-        "gpu and adapters", "a declared tier", "a decimal tier", "no tier"])
+        "gpu and adapters", "a declared tier", "a decimal tier", "no tier", "idle member"])
 def test_each_setting_becomes_its_flag(fields: dict[str, Any], where: Where,
                                        tail: list[str]) -> None:
     built = llama_server_args(_spec(**fields), where)

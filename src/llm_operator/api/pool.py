@@ -31,3 +31,9 @@ class PoolSpec(Wire):
         description="Memory the pool's engine may use, in GiB. The planner refuses a member "
         "larger than this, and maxLoaded members whose largest ones do not fit together. "
         "Unset: the sum of the maxLoaded largest members' estimates.")
+    idle_seconds: int | None = Field(
+        None, ge=1, le=604_800, description="Unload this member's weights after this many "
+        "seconds without a request (llama-server's --sleep-idle-seconds): its memory goes "
+        "back, and its next request wakes it (seconds for a small GGUF model). Each member "
+        "sets its own. Unset: it stays loaded until another member needs its place. "
+        "llama.cpp pools.")

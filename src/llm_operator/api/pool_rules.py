@@ -57,6 +57,16 @@ POOL_RULES: tuple[Rule, ...] = (
         or s.accelerator_vendor == "cpu",
     ),
     Rule(
+        id="pool-idle-llamacpp",
+        location="spec",
+        field=".pool.idleSeconds",
+        cel=f"!{POOLED} || !has(self.pool.idleSeconds) || {ENGINE} == 'llamacpp'",
+        message="pool.idleSeconds unloads an idle member of a llama.cpp pool; a vLLM pool's "
+        "members already sleep when another needs the accelerator: remove idleSeconds",
+        holds=lambda s: not _pooled(s) or s.pool is None or s.pool.idle_seconds is None
+        or s.inference_engine == "llamacpp",
+    ),
+    Rule(
         id="pool-one-pod",
         location="spec",
         field=".serving",

@@ -51,7 +51,10 @@ def member_states(body: Any, pool: str, max_loaded: int, members: int,
             state = MemberState("Standby", f"its last load ended before it finished (exit "
                                 f"code {status.get('exit_code')}, no error in pool {pool}'s "
                                 "log): its next request loads it")
-        else:  # unloaded, sleeping
+        elif value == "sleeping":  # pool.idleSeconds passed without a request
+            state = MemberState("Standby", "asleep after its idle time (pool.idleSeconds): "
+                                "its weights are unloaded, its next request wakes it")
+        else:  # unloaded
             state = MemberState("Standby", f"not loaded: its next request loads it (at most "
                                 f"{max_loaded} of the pool's {members} at once)")
         out[str(item.get("id"))] = state

@@ -138,6 +138,8 @@ def llama_server_args(spec: LLMModelSpec, where: Where) -> LlamaServerArgs:
     - each LoRA adapter loaded at scale 0: applied to no request unless it asks (the router
       sets ``lora`` for an adapter's name);
     - ``--metrics`` always: the queue and token counters that scaling and status read;
+    - ``--sleep-idle-seconds`` for a pool member with ``pool.idleSeconds``: its weights
+      unloaded after that long without a request;
     - ``--cache-ram`` always: the host KV tier (``spec.kvCache.hostMemory``, else a small
       default) that keeps idle slots' prompts, never llama-server's own 8 GiB;
     - ``--no-jinja`` with a builtin ``chat-template`` name (``api.chat_templates``): with
@@ -159,6 +161,8 @@ def llama_server_args(spec: LLMModelSpec, where: Where) -> LlamaServerArgs:
     settings = spec.llama_cpp
     out += ["--parallel", str(slots)]  # llama-server's own default is 4 slots sharing one KV
     out += llama_server_tier_args(spec)
+    if spec.pool is not None and spec.pool.idle_seconds is not None:  # a pool member
+        out += ["--sleep-idle-seconds", str(spec.pool.idle_seconds)]
     if settings is not None and settings.flash_attention is not None:
         out += ["--flash-attn", "on" if settings.flash_attention else "off"]
     if settings is not None and settings.mlock:  # llama.cpp's --mlock is now a load mode

@@ -371,7 +371,9 @@ def _loaded(model: LLMModel, state: str | None, error: str | None
     pool = model.spec.pool
     assert pool is not None
     if state == "loaded":
-        return True, "Loaded", f"loaded in pool {pool.name}"
+        idle = f"; unloaded after {pool.idle_seconds} s without a request" \
+            if pool.idle_seconds else ""
+        return True, "Loaded", f"loaded in pool {pool.name}{idle}"
     if state == "loading":
         return False, "Loading", f"being loaded in pool {pool.name}; requests wait for it"
     if state == "failed" and error:
@@ -380,6 +382,10 @@ def _loaded(model: LLMModel, state: str | None, error: str | None
     if state == "failed":
         return False, "LoadFailed", (f"the engine of pool {pool.name} exited while loading it "
                                      "(its log says why); the next request tries again")
+    if state == "sleeping":
+        return False, "Asleep", (f"asleep after {pool.idle_seconds or 0} s without a request "
+                                 f"(pool.idleSeconds): its weights are unloaded in pool "
+                                 f"{pool.name}, its next request wakes it")
     if state == "unloaded":
         return False, "NotLoaded", (f"not loaded: its next request loads it (pool "
                                     f"{pool.name} keeps at most {pool.max_loaded} loaded)")
