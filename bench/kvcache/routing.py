@@ -80,16 +80,8 @@ async def one_strategy(binary: Path, argv: list[str], strategy: str, work: Path,
         async with aiohttp.ClientSession(connector=connector,
                                          timeout=aiohttp.ClientTimeout(total=None)) as http:
             for engine, port in zip(engines, ports, strict=True):
-                await pool_bench.healthy(
-                    http, f"http://127.0.0.1:{port}", engine, 0.05)
-            while True:
-                try:
-                    async with http.get(f"{url}/health") as resp:
-                        if resp.status == 200:
-                            break
-                except aiohttp.ClientError:
-                    pass
-                await asyncio.sleep(0.1)  # a process starting: nothing to wait on
+                await pool_bench.healthy(http, f"http://127.0.0.1:{port}", engine, 0.05)
+            await pool_bench.healthy(http, url, gateway, 0.1)  # its /health answers too
             # every slot of both engines busy: twice as many workers as one engine's slots
             measure = argparse.Namespace(**{**vars(args), "slots": args.slots * REPLICAS})
             return await kv.conversations(http, url, measure)
