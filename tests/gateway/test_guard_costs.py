@@ -81,20 +81,26 @@ async def test_a_sheddable_callers_judge_call_is_refused_at_a_full_judge(
     assert (await first).status == 200
 
 
+@pytest.mark.parametrize(("reply", "said"), [
+    (Reply(status=500, body={"error": {"message": "down"}}), "HTTP 500"),
+    # headers sent, then the connection dropped halfway through the body
+    (Reply(body={"choices": [{"text": "safe " * 200}]}, drop_after=1), ": connect"),
+], ids=["answers 500", "dies mid-answer"])
 async def test_a_failing_judge_opens_its_circuit_and_is_then_passed_over_without_a_call(
-        gateway: GatewayFactory, upstream: Upstream, key_file: Path) -> None:
+        gateway: GatewayFactory, upstream: Upstream, key_file: Path, reply: Reply,
+        said: str) -> None:
     fake, base_url = upstream
-    fake.then(Reply(status=500, body={"error": {"message": "down"}}))
+    fake.then(reply, reply)
     client, gw = await gateway(config=one_slot_judge(
-        base_url, key_file, circuitBreaker={"failureThreshold": 1, "openSeconds": 60}))
+        base_url, key_file, circuitBreaker={"failureThreshold": 2, "openSeconds": 60}))
     messages = []
-    for _ in range(2):
+    for _ in range(3):
         answer = await client.post("/v1/chat/completions", json=CHAT)
         assert answer.status == 503
         messages.append((await answer.json())["error"]["message"])
-    assert "HTTP 500" in messages[0]
-    assert "circuit_open" in messages[1]
-    assert len(fake.requests) == 1  # the open circuit spared the judge the second call
+    assert all(said in m for m in messages[:2]), messages
+    assert "circuit_open" in messages[2], messages
+    assert len(fake.requests) == 2  # the open circuit spared the judge the third call
     assert gw.routes["guard"].deployments[0].breaker.state.name == "OPEN"
 
 

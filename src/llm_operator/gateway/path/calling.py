@@ -56,15 +56,16 @@ class Counted:
 
 async def post(http: UpstreamClient, deployment: Deployment, state: RouteState, url: str,
                payload: bytes, *, connect_timeout: float, total: float | None,
-               read_timeout: float | None = None, trace: RequestTrace | None = None
-               ) -> Response | str:
+               read_timeout: float | None = None, trace: RequestTrace | None = None,
+               judge_status: bool = True) -> Response | str:
     """POST ``payload`` to a deployment ``refused`` let through; its breaker's verdict.
 
     The upstream's response (its status judged: a 5xx fails the breaker, a 429 or any
     other is alive), or why there was none: ``credentials`` (the route's key cannot be
     read), or the upstream client's reason (``connect``, ``timeout``...). A cancelled
     call gives back the breaker's leave without a verdict. ``trace`` continues in the
-    engine (W3C traceparent).
+    engine (W3C traceparent). ``judge_status`` False: the caller gives the verdict
+    (``judged``) once it has read what it needs, so that an answer cut short fails it.
     """
     try:
         headers = deployment.auth_headers()
@@ -85,11 +86,19 @@ async def post(http: UpstreamClient, deployment: Deployment, state: RouteState, 
         state.metrics.upstream_error(exc.reason)
         log.info("route %s upstream %s: %s", state.route.label, deployment.label, exc)
         return exc.reason
-    status = upstream.status
+    if judge_status:
+        judged(deployment, state, upstream.status)
+    return upstream
+
+
+def judged(deployment: Deployment, state: RouteState, status: int) -> None:
+    """The breaker's verdict on an answer's status; a 429 or 5xx is counted on the route.
+
+    A 5xx fails the breaker; a 429 or any other status says the upstream is alive.
+    """
     if status >= 500:
         deployment.breaker.failure()
     else:
         deployment.breaker.success()  # a 429 too: alive, only busy
     if status == 429 or status >= 500:
         state.metrics.upstream_error(str(status))
-    return upstream

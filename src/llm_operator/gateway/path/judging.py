@@ -14,6 +14,7 @@ cannot crowd out the others.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import time
@@ -23,7 +24,7 @@ from typing import Any, TypeVar
 from llm_operator.gateway.flow.bands import Classified
 from llm_operator.gateway.flow.control import Flow
 from llm_operator.gateway.flow.queue import FREE, FlowRefused, Lease
-from llm_operator.gateway.path.calling import Counted, post, refused
+from llm_operator.gateway.path.calling import Counted, judged, post, refused
 from llm_operator.gateway.routing.routes import Clock, Deployment, RouteState, RouteTable
 from llm_operator.gateway.upstream.http1 import UpstreamClient, UpstreamError
 from llm_operator.guardrails.judges import answer_text, verdict_request
@@ -124,17 +125,21 @@ class RouteJudges:
                              separators=(",", ":")).encode()
         with Counted(deployment, self._clock):
             answer = await post(http, deployment, state, f"{deployment.url_base}{path}",
-                                payload, total=timeout,
+                                payload, total=timeout, judge_status=False,
                                 connect_timeout=min(state.route.timeouts.connect_seconds,
                                                     timeout))
             if isinstance(answer, str):
                 return answer
             try:
                 raw = await answer.read()
-            except UpstreamError as exc:  # it died mid-answer
+            except asyncio.CancelledError:  # the guarded request went away: no verdict
+                deployment.breaker.release()
+                raise
+            except UpstreamError as exc:  # it died mid-answer: a failure, whatever its status
                 deployment.breaker.failure()
                 state.metrics.upstream_error(exc.reason)
                 return exc.reason
+            judged(deployment, state, answer.status)
         if answer.status != 200:
             return f"HTTP {answer.status}"
         try:
