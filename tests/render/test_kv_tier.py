@@ -9,6 +9,7 @@ import pytest
 
 from llm_operator.api.kv_cache import mib_quantity, quantity_bytes
 from llm_operator.api.validation import parse_llmmodel
+from llm_operator.profiles.engines import engine_arg_problems
 from llm_operator.profiles.kv_tier import host_tier_mib, pool_tier_mib, status_quantity
 from llm_operator.profiles.planner import plan
 from llm_operator.profiles.settings import Settings
@@ -110,8 +111,12 @@ def test_a_pool_counts_the_tiers_its_loaded_members_may_hold() -> None:
     assert pool_tier_mib(specs) == 1024 + 256 + 512
 
 
-def test_engine_args_that_set_the_tier_are_refused_for_the_declared_field() -> None:
-    from llm_operator.profiles.engines import engine_arg_problems  # noqa: PLC0415
-
-    model = _model("gemma4-31b-nvidia", None, **LLAMA_CPU, engineArgs={"cache-ram": "8192"})
+@pytest.mark.parametrize(("patch", "args"), [
+    (LLAMA_CPU, {"cache-ram": "8192"}),
+    ({}, {"kv-offloading-size": "400"}),
+    ({}, {"kv_offloading_size": "400"}),  # vLLM takes underscores too
+], ids=["llama.cpp", "vLLM", "vLLM, underscores"])
+def test_engine_args_that_set_the_tier_are_refused_for_the_declared_field(
+        patch: dict[str, Any], args: dict[str, str]) -> None:
+    model = _model("gemma4-31b-nvidia", None, **patch, engineArgs=args)
     assert any("set kvCache.hostMemory instead" in p for p in engine_arg_problems(model.spec))

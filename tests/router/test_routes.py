@@ -118,6 +118,9 @@ def test_local_models_route_to_their_endpoints_and_hold_without_any() -> None:
     assert qwen.upstreams == [] and qwen.balancing == Balancing(strategy="least-load")
     assert qwen.hold == HoldSettings(seconds=30, reason="Starting: 0 of 1 replicas ready",
                                      keepalive_seconds=2)
+    # a reason longer than a hold says is cut, never a route refused
+    long_wait = build([(starting, Serving([], "Downloading: " + "x" * 1100))]).routes[0]
+    assert long_wait.hold is not None and len(long_wait.hold.reason) == 1024
     assert table.upstreams == {("ai-models", "gemma"): ["http://10.0.0.1:8000/v1"],
                                ("ai-models", "qwen"): []}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from pydantic import Field, field_validator
+from pydantic import Field, StrictInt, field_validator
 
 from llm_operator.api.wire import Wire
 
@@ -44,7 +44,7 @@ def mib_quantity(mib: int) -> str:
 class KvCacheSpec(Wire):
     """Where the engine keeps KV cache beyond its own (docs/kv-cache.md)."""
 
-    host_memory: int | str | None = Field(
+    host_memory: StrictInt | str | None = Field(
         None, description="A host-memory tier for prompt caches, a Kubernetes quantity such "
         "as 512Mi or 2Gi; 0 turns it off. llama.cpp keeps idle slots' prompts there "
         "(--cache-ram) and takes a new turn of a conversation from it; vLLM on nvidia or "
@@ -58,8 +58,6 @@ class KvCacheSpec(Wire):
     def _a_size(cls, value: int | str | None) -> int | str | None:
         if value is None:
             return value
-        if isinstance(value, bool):
-            raise ValueError("hostMemory is a size such as 512Mi, 2Gi or 0, not a boolean")
         if isinstance(value, str):
             quantity_bytes(value)  # the pattern (ValueError names what is allowed)
         elif value < 0:

@@ -56,6 +56,17 @@ KV_CACHE_RULES: tuple[Rule, ...] = (
         holds=lambda s: not (declared(s) and _vllm_on_cpu(s)),
     ),
     Rule(
+        id="kv-cache-disaggregation",
+        location="spec",
+        field=".kvCache.hostMemory",
+        cel=f"!({DECLARED}) || !has(self.serving) || !has(self.serving.disaggregation)",
+        message="kvCache.hostMemory: prefill and decode pods hand the KV cache over with "
+        "vLLM's NIXL connector, which its KV offloading would replace: remove hostMemory "
+        "(or set 0), or serve without serving.disaggregation",
+        holds=lambda s: not (declared(s) and s.serving is not None
+                             and s.serving.disaggregation is not None),
+    ),
+    Rule(
         id="kv-cache-engine",
         location="spec",
         field=".kvCache.hostMemory",

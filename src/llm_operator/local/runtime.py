@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import uvicorn
+from pydantic import ValidationError
 
 from llm_operator.api.kv_cache import mib_quantity
 from llm_operator.api.v1alpha1 import LLMModel
@@ -427,11 +428,11 @@ class Runtime:
         is Ready (docs/routing.md); a failed one answers 503 with the reason.
         """
         self._held = {}
-        table = build(((e.model, self._serving(e)) for e in self.entries.values()),
-                      self._route_options)
         try:
+            table = build(((e.model, self._serving(e)) for e in self.entries.values()),
+                          self._route_options)
             self.gateway.set_routes(table.routes)
-        except ConfigError as exc:  # the API's own validation makes this unexpected
+        except (ConfigError, ValidationError) as exc:  # the API's validation makes it rare
             log.error("gateway routes rejected, keeping the previous ones: %s", exc)
             return
         self.gateway.set_absent(table.absent)

@@ -209,7 +209,7 @@ def engine_arg_problems(spec: LLMModelSpec) -> list[str]:
             f"engineArgs {', '.join(sorted(reserved))} are set by the operator (model path, "
             f"port {PORT} contract, served name = modelId) and cannot be overridden"
         )
-    tier = sorted(set(TIER_ARGS) & set(args))
+    tier = sorted(k for k in args if k.replace("_", "-") in TIER_ARGS)  # vLLM takes either
     if tier:
         problems.append(f"engineArgs {', '.join(tier)}: set kvCache.hostMemory instead, "
                         "which sets the engine's host KV tier and counts it in the pod's "

@@ -23,6 +23,7 @@ from llm_operator.render.remote import owned_by
 FAILED = "Failed"
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"  # set on every EndpointSlice
 PORT_NAME = "http"  # the port our Services name (engines serve on it)
+HOLD_REASON = 1024  # the most of a waiting reason a held request's keepalives say
 
 
 @dataclass(frozen=True)
@@ -202,7 +203,8 @@ def build(models: Iterable[tuple[LLMModel, Serving]], options: Options | None = 
         fields: dict[str, Any] = {
             "name": label, "models": names[:1], "aliases": names[1:],
             "balancing": _balancing(model),
-            "hold": HoldSettings(seconds=options.hold_seconds, reason=serving.waiting,
+            "hold": HoldSettings(seconds=options.hold_seconds,
+                                 reason=serving.waiting[:HOLD_REASON],
                                  keepalive_seconds=options.keepalive_seconds),
             "owned_by": owned_by(model) or "llmop",
             # checked here, for the model and its adapters
