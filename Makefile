@@ -1,6 +1,7 @@
 # Two commands on a fresh machine: `make up` (serve examples/local on this machine) and
 # `make test`. Both create the virtualenv first; llama.cpp's llama-server compiles once per
-# machine (`llmop setup`: 5-10 minutes on 2 cores, cached in ~/.cache/llm-operator).
+# machine (`llmop setup`, cached in ~/.cache/llm-operator; what each first run costs:
+# README.md, measured by tools/first_run.py).
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 PYTHON ?= python3
@@ -25,7 +26,7 @@ UP_ARGS ?=
 # the images' content hashes and by their copies of the source.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: up plan test llama-server-background prebuild lint typecheck importlint unit crd golden clean tools images cluster \
+.PHONY: venv up plan test llama-server-background prebuild lint typecheck importlint unit crd golden clean tools images cluster \
   cluster-down llama-server lock
 
 # The virtualenv with what compiles llama-server (cmake and ninja from PyPI, the `local`
@@ -48,6 +49,9 @@ $(STAMP): pyproject.toml $(BUILD_TOOLS)
 	@$(UV) -e '.[test,local]' > $(VENV)/pip-install.log 2>&1 \
 	  || { tail -n 40 $(VENV)/pip-install.log; exit 1; }
 	@rm -f $(VENV)/.installed-* && touch $@
+
+# The virtualenv with the project and its pinned dependencies, nothing else.
+venv: $(STAMP)
 
 # llama.cpp's llama-server for this machine, compiled once (progress shown) and cached.
 llama-server: $(STAMP)
