@@ -53,10 +53,11 @@ def size(path: Path) -> int:
     return int(done.stdout.split()[0])
 
 
-def model_package() -> Path:
-    """The model file's package inside the virtualenv."""
-    found = sorted((ROOT / ".venv" / "lib").glob(f"python*/site-packages/{MODEL_PACKAGE}"))
-    return found[0] if found else ROOT / ".venv" / "missing-model-package"
+def model_packages() -> int:
+    """Bytes of the model file's packages in the virtualenv (it ships in parts, each a
+    package of its own beside the one that joins them)."""
+    return sum(size(found) for found in
+               (ROOT / ".venv" / "lib").glob(f"python*/site-packages/{MODEL_PACKAGE}*"))
 
 
 def minutes(seconds: float) -> str:
@@ -86,8 +87,8 @@ def main() -> None:
     rows.append(("the virtualenv with uv, cmake and ninja", seconds, "-"))
     seconds = run("project", ["make", "venv"], env)
     rows.append(("the project and its pinned dependencies", seconds,
-                 f".venv {gb(size(ROOT / '.venv'))} (the model's package "
-                 f"{gb(size(model_package()))}); uv's cache {gb(size(cache / 'uv'))}"))
+                 f".venv {gb(size(ROOT / '.venv'))} (the model's packages "
+                 f"{gb(model_packages())}); uv's cache {gb(size(cache / 'uv'))}"))
     seconds = run("llama-server", ["make", "llama-server"], env)
     rows.append(("llama-server compiled", seconds,
                  gb(size(cache / "llm-operator" / "llama-server"))))
