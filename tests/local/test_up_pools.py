@@ -19,6 +19,7 @@ from mcp.client import Client
 from llm_operator.api.validation import parse_llmmodel
 from llm_operator.local.placement import LocalServe, Machine, NotServed, arrange
 from llm_operator.local.pool_run import MemberState, member_states
+from llm_operator.local.runtime import Runtime
 
 from ggufs import unloadable_gguf
 from localstack import exits_within, options, row, running, write_model
@@ -178,28 +179,129 @@ async def test_pooled_members_are_tools_whether_loaded_or_not(tmp_path: Path,
         assert "Paris" in (result.structured_content or {}).get("text", "")
 
 
-async def test_an_edited_member_restarts_the_pool_and_a_pool_left_with_one_is_refused(
+async def _router_models(session: aiohttp.ClientSession, port: int) -> dict[str, Any]:
+    """The pool's router's /models entries, by modelId."""
+    async with session.get(f"http://127.0.0.1:{port}/models") as resp:
+        return {m["id"]: m for m in (await resp.json())["data"]}
+
+
+class Asking:
+    """One request after another to a model until stopped: each answer or failure kept."""
+
+    def __init__(self, client: openai.AsyncOpenAI, model_id: str) -> None:
+        self.answers: list[str] = []
+        self.failures: list[str] = []
+        self._more = asyncio.Condition()
+        self._task = asyncio.create_task(self._ask(client, model_id))
+
+    async def _ask(self, client: openai.AsyncOpenAI, model_id: str) -> None:
+        while True:
+            try:
+                answer = await client.completions.create(model=model_id, prompt=QUESTION,
+                                                         max_tokens=4, temperature=0)
+                self.answers.append(answer.choices[0].text)
+            except openai.OpenAIError as exc:
+                self.failures.append(repr(exc))
+            async with self._more:
+                self._more.notify_all()
+
+    async def answered(self, count: int, timeout: float) -> None:
+        """Wait until ``count`` answers in all have come back."""
+        async with asyncio.timeout(timeout), self._more:
+            await self._more.wait_for(lambda: len(self.answers) >= count)
+
+    async def stop(self) -> None:
+        self._task.cancel()
+        await asyncio.wait({self._task})
+
+
+async def test_an_edited_added_or_removed_member_changes_alone_while_the_others_serve(
         tmp_path: Path, model_cache: Path) -> None:
+    """The router reads its new preset: the other members keep serving, every request
+    answered; its process and theirs stay the same. Left with one member, the pool is
+    refused."""
     models = pool_copy(tmp_path / "models")
-    async with running(options(models, tmp_path / "state", model_cache)) as up:
+    async with running(options(models, tmp_path / "state", model_cache)) as up, \
+            aiohttp.ClientSession() as session, \
+            openai.AsyncOpenAI(base_url=up.gateway_url, api_key="unused",
+                               max_retries=0) as client:
+        await up.until(lambda s: row(s, "gemma-pool-chat")["phase"] == "Ready", 120)
         first = row(up.snapshot(), "gemma-pool-qa")["pid"]
-        edited = load_yaml(models / "gemma-pool-long.yaml")
-        edited["spec"]["engineArgs"]["ctx-size"] = "3072"
-        write_model(models, edited)
-        await up.until(lambda s: row(s, "gemma-pool-qa")["pid"] not in (None, first), 60)
-        assert exits_within(first, 5)  # the old router, with its members
-        async with openai.AsyncOpenAI(base_url=up.gateway_url, api_key="unused",
-                                      max_retries=0) as client:
-            answer = await client.completions.create(model=LONG, prompt=QUESTION,
-                                                     max_tokens=16, stop=["\n"],
-                                                     temperature=0)  # held while it starts
-        assert "Paris" in answer.choices[0].text
-        second = row(up.snapshot(), "gemma-pool-qa")["pid"]
+        port = up.entries["gemma-pool-chat"].port
+        assert port is not None
+        asking = Asking(client, CHAT)
+        try:
+            await _edit_add_remove(up, models, session, client, port, asking)
+        finally:
+            await asking.stop()
+        assert asking.failures == [] and len(asking.answers) > 6, (
+            asking.failures, len(asking.answers))
+        assert row(up.snapshot(), "gemma-pool-qa")["pid"] == first  # one router throughout
+
         for name in ("gemma-pool-long", "gemma-pool-chat"):
             (models / f"{name}.yaml").unlink()
         snap = await up.until(lambda s: row(s, "gemma-pool-qa")["phase"] == "Unplaceable", 30)
         assert "pool gemma-small has no other member" in row(snap, "gemma-pool-qa")["detail"]
-        assert exits_within(second, 5) and up.pools.runs == {}
+        assert exits_within(first, 5) and up.pools.runs == {}
+
+
+async def _edit_add_remove(up: Runtime, models: Path, session: aiohttp.ClientSession,
+                           client: openai.AsyncOpenAI, port: int, asking: Asking) -> None:
+    """One member edited, one added, one removed, while ``asking`` asks another."""
+    await asking.answered(3, 30)
+
+    edited = load_yaml(models / "gemma-pool-long.yaml")
+    edited["spec"]["engineArgs"]["ctx-size"] = "3072"
+    write_model(models, edited)
+    async with asyncio.timeout(60):  # the router's section for it, read again
+        while "3072" not in (await _router_models(session, port))[LONG]["status"].get(
+                "preset", ""):
+            await asyncio.sleep(0.2)
+    answer = await client.completions.create(model=LONG, prompt=QUESTION, max_tokens=16,
+                                             stop=["\n"], temperature=0)
+    assert "Paris" in answer.choices[0].text
+    loaded = (await _router_models(session, port))[LONG]["status"]["args"]
+    assert loaded[loaded.index("--ctx-size") + 1] == "3072"  # what the engine was given
+
+    added = load_yaml(models / "gemma-pool-qa.yaml")
+    added["metadata"]["name"] = "gemma-pool-short"
+    added["spec"]["modelId"] = "gemma-3-270m-short"
+    added["spec"]["mcpExposure"]["toolName"] = "gemma3_270m_short"
+    write_model(models, added)
+    await up.until(lambda s: any(r["name"] == "gemma-pool-short"
+                                 and r["phase"] == "Standby" for r in s["models"]), 60)
+    answer = await client.completions.create(model="gemma-3-270m-short", prompt=QUESTION,
+                                             max_tokens=16, stop=["\n"], temperature=0)
+    assert "Paris" in answer.choices[0].text
+
+    (models / "gemma-pool-short.yaml").unlink()
+    async with asyncio.timeout(30):
+        while "gemma-3-270m-short" in await _router_models(session, port):
+            await asyncio.sleep(0.2)
+    await asking.answered(len(asking.answers) + 3, 30)  # still answering after
+
+
+async def test_a_router_started_anew_loads_the_members_it_had_loaded(
+        tmp_path: Path, model_cache: Path) -> None:
+    """By demand, not by name: after a restart of `llmop up`, the two members it had
+    loaded are loaded again, not the first two by name."""
+    models, state = pool_copy(tmp_path / "models"), tmp_path / "state"
+    loaded = {"gemma-pool-chat": "Ready", "gemma-pool-long": "Ready",
+              "gemma-pool-qa": "Standby"}
+    async with running(options(models, state, model_cache)) as up, \
+            openai.AsyncOpenAI(base_url=up.gateway_url, api_key="unused",
+                               max_retries=0) as client:
+        await up.until(lambda s: {r["name"]: r["phase"] for r in s["models"]} == loaded, 120)
+        for model_id in (QA, CHAT):  # long, used least recently, makes room for qa
+            await client.completions.create(model=model_id, prompt=QUESTION, max_tokens=4,
+                                            temperature=0)
+        loaded = {"gemma-pool-chat": "Ready", "gemma-pool-long": "Standby",
+                  "gemma-pool-qa": "Ready"}
+        await up.until(lambda s: {r["name"]: r["phase"] for r in s["models"]} == loaded, 30)
+    async with running(options(models, state, model_cache)) as up:
+        snap = await up.until(lambda s: sum(r["phase"] == "Ready" for r in s["models"]) == 2,
+                              120)
+        assert {r["name"]: r["phase"] for r in snap["models"]} == loaded
 
 
 def _rss_of_tree(pid: int) -> int:

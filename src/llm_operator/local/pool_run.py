@@ -1,4 +1,9 @@
-"""A pool on this machine: one llama-server in router mode, its members' states from /models."""
+"""A pool on this machine: one llama-server in router mode, its members' states from /models.
+
+The preset file is the pool's truth: written before the router starts, and rewritten when
+a member is added, removed or edited, after which the router re-reads it (``reload``) and
+unloads only the members whose section changed; the others keep serving.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +21,8 @@ from llm_operator.local.process import Supervised, Timing
 from llm_operator.profiles.llama_router import Member, load_error, models_preset, router_args
 
 LOG_TAIL_BYTES = 256 * 1024  # where a member's last start and its errors are
+# A reload waits for the router to unload the edited members: their requests finish first.
+RELOAD_TIMEOUT_SECONDS = 120.0
 
 
 @dataclass(frozen=True)
@@ -66,14 +73,26 @@ class PoolRun:
     """One pool's router process and what it says of each member."""
 
     label: str  # namespace/pool
-    key: str  # what, when changed, means the pool must be started anew
+    key: str  # its members and settings: when changed, the preset is written again
+    restart_key: str  # what, when changed, means the router itself must be started anew
     port: int
     max_loaded: int
     members: list[str]  # the members' modelIds
     states: dict[str, MemberState] = field(default_factory=dict)
     supervised: Supervised | None = None
     task: asyncio.Task[None] | None = None
+    editing: asyncio.Task[None] | None = None  # the latest edit's preset being applied
+    prepared: dict[str, Member] = field(default_factory=dict)  # by the member's name
     log_path: Path | None = None  # the router's, its members' lines in it
+    preset: Path | None = None
+
+    def serving(self) -> bool:
+        """Whether the router is up, so that an edit can reach it without a restart."""
+        return self.supervised is not None and self.supervised.state.phase == "Ready"
+
+    def loaded(self) -> list[str]:
+        """The modelIds the router has loaded now, as last read."""
+        return [m for m, state in self.states.items() if state.phase == "Ready"]
 
     def state_of(self, model_id: str) -> tuple[str, str, int] | None:
         """(phase, detail, restarts) of a member once the router runs, else None."""
@@ -91,10 +110,8 @@ class PoolRun:
                   log_path: Path, on_change: Callable[[], None], timing: Timing,
                   env: dict[str, str]) -> None:
         """Write the preset, then keep the router running and its members' states read."""
-        preset.parent.mkdir(parents=True, exist_ok=True)
-        preset.write_text(models_preset(prepared), encoding="utf-8")
-        self.members = [m.model_id for m in prepared]
-        self.log_path = log_path
+        self.preset, self.log_path = preset, log_path
+        self._write(prepared)
         argv = [str(binary), *router_args(LOOPBACK, self.port, str(preset), self.max_loaded)]
         self.supervised = Supervised(self.label, argv, base_url=f"http://{LOOPBACK}:{self.port}",
                                      log_path=log_path, on_change=on_change, timing=timing,
@@ -106,6 +123,32 @@ class PoolRun:
             watching.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watching
+
+    def _write(self, members: Sequence[Member]) -> None:
+        assert self.preset is not None
+        self.preset.parent.mkdir(parents=True, exist_ok=True)
+        written = self.preset.with_suffix(".tmp")
+        written.write_text(models_preset(members), encoding="utf-8")
+        written.replace(self.preset)  # never half a file, should the router read it now
+        self.members = [m.model_id for m in members]
+
+    async def reload(self, members: Sequence[Member]) -> None:
+        """The preset written with ``members``, then read again by the running router.
+
+        The router unloads a member whose section changed or went, adds a new one (loaded
+        by its first request) and leaves the others as they are, their requests included.
+        Should the router be down meanwhile, it reads the new preset when it starts again.
+        """
+        self._write(members)
+        async with aiohttp.ClientSession() as session, session.get(
+                f"http://{LOOPBACK}:{self.port}/models", params={"reload": "1"},
+                timeout=aiohttp.ClientTimeout(total=RELOAD_TIMEOUT_SECONDS)) as resp:
+            if resp.status != 200:
+                raise aiohttp.ClientResponseError(resp.request_info, (), status=resp.status,
+                                                  message=(await resp.text())[:300])
+            body = await resp.json()
+        self.states = member_states(body, self.label, self.max_loaded, len(self.members),
+                                    self._load_error)
 
     def _load_error(self, model_id: str) -> str | None:
         """The engine's words for the member's failed load, from the end of the pool's log."""
