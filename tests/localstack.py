@@ -16,9 +16,10 @@ from typing import Any
 import yaml
 
 from llm_operator.local import llama_build
+from llm_operator.local.options import Options
 from llm_operator.local.placement import Machine
 from llm_operator.local.process import Timing
-from llm_operator.local.runtime import Options, Runtime
+from llm_operator.local.runtime import Runtime
 from llm_operator.local.state import StateDir
 
 from samples import LOCAL_EXAMPLES, local_doc

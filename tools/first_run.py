@@ -54,8 +54,10 @@ def size(path: Path) -> int:
 
 
 def model_packages() -> int:
-    """Bytes of the model file's packages in the virtualenv (it ships in parts, each a
-    package of its own beside the one that joins them)."""
+    """Bytes of the model file's packages in the virtualenv.
+
+    The file ships in parts, each a package of its own beside the one that joins them.
+    """
     return sum(size(found) for found in
                (ROOT / ".venv" / "lib").glob(f"python*/site-packages/{MODEL_PACKAGE}*"))
 

@@ -150,7 +150,8 @@ def up(directory: Path | None, *, port: int, mcp_port: int, state_dir: Path, cac
     """
     # The runtime (MCP SDK, gateway, uvicorn) loads only for this command: ~1 s of imports.
     from llm_operator.local.listening import StartError  # noqa: PLC0415
-    from llm_operator.local.runtime import Options, Runtime  # noqa: PLC0415
+    from llm_operator.local.options import Options  # noqa: PLC0415
+    from llm_operator.local.runtime import Runtime  # noqa: PLC0415
 
     folder = _directory(directory).resolve()
     state = StateDir(state_dir.resolve())

@@ -110,6 +110,9 @@ def endpoints_text(snapshot: dict[str, Any], *, stop: str | None = None) -> Text
     text.append(f"{snapshot['gateway']}\n")
     text.append("MCP server            ", style="bold")
     text.append(f"{snapshot['mcp']}\n")
+    if snapshot.get("console"):
+        text.append("Web console           ", style="bold")
+        text.append(f"{snapshot['console']}\n")
     text.append("Logs                  ", style="bold")
     text.append(f"{snapshot['logs']}\n")
     model = first_serving_local(snapshot)

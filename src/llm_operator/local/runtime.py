@@ -8,8 +8,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from pydantic import ValidationError
 
 from llm_operator.api.kv_cache import mib_quantity
 from llm_operator.api.v1alpha1 import LLMModel
+from llm_operator.console.pages import Console
 from llm_operator.gateway.app import Gateway
 from llm_operator.gateway.server.http import served
 from llm_operator.gateway.settings.config import (
@@ -29,24 +29,23 @@ from llm_operator.gateway.settings.config import (
     Route,
     Upstream,
 )
-from llm_operator.gateway.settings.flow_control import FlowControl
+from llm_operator.local.console_models import LocalModels, where_of
 from llm_operator.local.entries import Entry, read_models, runtime_key
 from llm_operator.local.listening import StartError, free_port, listen
 from llm_operator.local.machine import detect
+from llm_operator.local.options import LOCAL_FLOW_CONTROL, Options
 from llm_operator.local.placement import (
     LOOPBACK,
     Decision,
     LocalServe,
-    Machine,
     NotServed,
     RemoteProxy,
     arrange,
 )
 from llm_operator.local.pools import Pools
 from llm_operator.local.preparing import Prepared, prepare
-from llm_operator.local.process import Supervised, Timing
-from llm_operator.local.register import Registrar, Registration, registered
-from llm_operator.local.state import StateDir
+from llm_operator.local.process import Supervised
+from llm_operator.local.register import Registrar, registered
 from llm_operator.mcp_server.run import service
 from llm_operator.mcp_server.settings import McpSettings
 from llm_operator.mcp_server.sources import DirectoryCache
@@ -79,43 +78,6 @@ class _Embedded(uvicorn.Server):
         yield
 
 
-@dataclass(frozen=True)
-class Options:
-    """What `llmop up` serves and where."""
-
-    directory: Path
-    state: StateDir
-    cache_dir: Path
-    gateway_port: int = 8000
-    mcp_port: int = 3000
-    env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
-    machine: Machine | None = None
-    scan_seconds: float = 0.5
-    llama_server: Path | None = None  # the binary (llama_build.locate())
-    timing: Timing = field(default_factory=Timing)
-    # requests that may wait for a slot per model, flow control's bound: beyond it the
-    # fairness ID holding the most gets 429 (docs/flow-control.md)
-    max_queue: int = 8
-    gateway_host: str = LOOPBACK  # 0.0.0.0 when a cluster must reach it (--register)
-    register: Registration | None = None  # publish the served models into a cluster
-    hold_seconds: float = 300.0  # a request for a model still loading waits this long
-
-
-def _local_flow_control() -> FlowControl:
-    """The gateway's default flow control, with batch work only in the gaps.
-
-    Batch requests wait until interactive ones have left the models alone for a second
-    (docs/flow-control.md, idleSeconds): one machine's models share its cores (or one small
-    accelerator) with whoever uses it.
-    """
-    bands = [band.model_copy(update={"idle_seconds": 1.0}) if band.name == "batch" else band
-             for band in FlowControl().bands]
-    return FlowControl(bands=bands)
-
-
-LOCAL_FLOW_CONTROL = _local_flow_control()
-
-
 class Runtime:
     """Serve a directory of LLMModel YAML on this machine until cancelled."""
 
@@ -143,7 +105,13 @@ class Runtime:
             # streamed from it, so a client that leaves frees its slot
             stream_all=True)
         self.gateway_url = ""
+        self.console_url = ""
         self.mcp_url = ""
+        # the web console, on the gateway's port: loopback only, no login
+        self.console = Console(LocalModels(lambda: self.entries, lambda: self.table.labels),
+                               self.gateway.metrics.registry,
+                               gateway_url=lambda: self.gateway_url.removesuffix("/v1"),
+                               where=f"llmop up: {options.directory}")
         self.version = 0
         self._changed = asyncio.Condition()
         self._dirty = asyncio.Event()
@@ -160,13 +128,7 @@ class Runtime:
         for name, entry in sorted(self.entries.items()):  # rows keep their place
             phase, detail, restarts = entry.current()
             decision = entry.decision
-            where = "-"
-            if isinstance(decision, LocalServe) and entry.pool is not None:
-                where = f"llama-server :{entry.port} (pool {entry.pool.label})"
-            elif isinstance(decision, LocalServe):
-                where = f"llama-server :{entry.port}"
-            elif isinstance(decision, RemoteProxy):
-                where = decision.route()["upstream"]["baseUrl"]
+            where = where_of(entry)
             exposure = entry.model.spec.mcp_exposure
             rows.append({
                 "name": name, "modelId": entry.model.spec.model_id, "phase": phase,
@@ -185,6 +147,7 @@ class Runtime:
             })
         return {"pid": os.getpid(), "startedAt": self._started,
                 "directory": str(self.options.directory), "gateway": self.gateway_url,
+                "console": self.console_url,
                 "mcp": self.mcp_url, "logs": str(self.options.state.logs),
                 "settled": self._scanned and all(r["phase"] not in UNSETTLED for r in rows),
                 "models": rows, "problems": list(self.problems),
@@ -224,6 +187,7 @@ class Runtime:
         gateway_sock = listen(options.gateway_port, "gateway", "--port", options.gateway_host)
         mcp_sock = listen(options.mcp_port, "MCP server", "--mcp-port")
         self.gateway_url = f"http://{LOOPBACK}:{gateway_sock.getsockname()[1]}/v1"
+        self.console_url = f"http://{LOOPBACK}:{gateway_sock.getsockname()[1]}/ui/"
         self.mcp_url = f"http://{LOOPBACK}:{mcp_sock.getsockname()[1]}/mcp"
         options.state.logs.mkdir(parents=True, exist_ok=True)
         options.state.write_statuses({})
@@ -252,10 +216,14 @@ class Runtime:
 
     @contextlib.asynccontextmanager
     async def _gateway(self, sock: socket.socket) -> AsyncIterator[None]:
-        async with served(self.gateway.app(), UP_DRAIN_SECONDS) as listen:
+        async with served(self.gateway.app(self.console.add_routes),
+                          UP_DRAIN_SECONDS) as listen:
             await listen(sock=sock)
-            log.info("gateway on %s", self.gateway_url)
-            yield
+            log.info("gateway on %s, console on %s", self.gateway_url, self.console_url)
+            try:
+                yield
+            finally:
+                await self.console.close()
 
     def serving(self) -> list[LLMModel]:
         """The local models that serve now (what --register publishes): pool members too."""

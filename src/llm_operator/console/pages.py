@@ -1,0 +1,212 @@
+"""The console's pages and their data, as aiohttp routes under /ui/ (jinja2 templates).
+
+``Console.add_routes`` is what `llmop up` and the router hand to ``Gateway.app(more=...)``.
+While a page has been asked for in the last ``idle_seconds``, a task reads the gateway's
+registry and the source every ``every`` seconds (console.series, console.views.History);
+with no page open, the console costs the gateway nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import Callable
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import yaml
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from llm_operator.console.series import Rolling, totals
+from llm_operator.console.views import (
+    History,
+    ModelState,
+    Source,
+    engine_of,
+    key_of,
+    plain_words,
+    plan_rows,
+    spec_document,
+    verdict_of,
+)
+
+PACKAGE = Path(str(files("llm_operator.console")))
+# nothing from elsewhere: scripts, styles and data from this origin only
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; "
+                               "style-src 'self'; script-src 'self'; connect-src 'self'; "
+                               "frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+
+
+class Console:
+    """The pages of one gateway: its models (``source``), its figures (``registry``)."""
+
+    def __init__(self, source: Source, registry: CollectorRegistry, *,
+                 gateway_url: Callable[[], str], where: str, every: float = 2.0,
+                 idle_seconds: float = 120.0,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.source, self.registry = source, registry
+        self.gateway_url, self.where = gateway_url, where
+        self.every, self.idle_seconds, self.clock = every, idle_seconds, clock
+        self.rolling = Rolling(keep=int(600 / every))  # ten minutes
+        self.history = History()
+        self._seen = 0.0  # when a page was last asked for
+        self._sampling: asyncio.Task[None] | None = None
+        self._templates = jinja2.Environment(
+            loader=jinja2.FileSystemLoader(PACKAGE / "templates"),
+            autoescape=True, undefined=jinja2.StrictUndefined,
+            trim_blocks=True, lstrip_blocks=True)
+
+    # --- the routes ---------------------------------------------------------------------
+
+    def add_routes(self, router: web.UrlDispatcher) -> None:
+        router.add_get("/ui", self._home)
+        router.add_get("/ui/", self._home)
+        router.add_get("/ui/models", self.models_page)
+        router.add_get("/ui/models/rows", self.model_rows)
+        router.add_get("/ui/models/{namespace}/{name}", self.model_page)
+        router.add_get("/ui/playground", self.playground)
+        router.add_get("/ui/api/series", self.series)
+        router.add_static("/ui/static", PACKAGE / "static", append_version=False)
+
+    async def close(self) -> None:
+        if self._sampling is not None:
+            self._sampling.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sampling
+            self._sampling = None
+
+    # --- reading, while someone looks ---------------------------------------------------
+
+    @property
+    def reading(self) -> bool:
+        """Whether the figures are being read: a page was asked for lately."""
+        return self._sampling is not None and not self._sampling.done()
+
+    def _looked(self) -> None:
+        """A page was asked for: keep the figures read for ``idle_seconds`` from now."""
+        self._seen = self.clock()
+        if self._sampling is None or self._sampling.done():
+            self.read()  # the first point's baseline, at once
+            self._sampling = asyncio.create_task(self._sample(), name="console sampling")
+
+    def read(self) -> None:
+        now = self.clock()
+        self.rolling.add(now, totals(self.registry.collect()))
+        self.history.add(now, self.source.states())
+
+    async def _sample(self) -> None:
+        while self.clock() - self._seen < self.idle_seconds:
+            await asyncio.sleep(self.every)
+            self.read()
+
+    # --- pages --------------------------------------------------------------------------
+
+    def _page(self, template: str, **values: Any) -> web.Response:
+        text = self._templates.get_template(template).render(where=self.where, **values)
+        return web.Response(text=text, content_type="text/html", charset="utf-8",
+                            headers=SECURITY_HEADERS)
+
+    async def _home(self, _: web.Request) -> web.StreamResponse:
+        raise web.HTTPFound("/ui/models")
+
+    def _rows(self) -> list[dict[str, Any]]:
+        rows = []
+        for state in sorted(self.source.states(), key=lambda s: key_of(s.model)):
+            model = state.model
+            found = verdict_of(model)
+            latest = self.rolling.latest(state.route) if state.route else None
+            rows.append({
+                "key": key_of(model), "namespace": model.namespace, "name": model.name,
+                "model_id": model.spec.model_id, "engine": engine_of(model),
+                "vendor": "-" if model.spec.is_remote else model.spec.accelerator_vendor,
+                "phase": state.phase, "why": plain_words(state),
+                "ready": state.ready, "desired": state.desired,
+                "verdict": found.verdict, "memory": found.estimated_memory_gib,
+                "members": state.members_loaded, "route": state.route or "",
+                "latest": latest})
+        return rows
+
+    async def models_page(self, _: web.Request) -> web.Response:
+        self._looked()
+        return self._page("models.html", title="Models", rows=self._rows())
+
+    async def model_rows(self, _: web.Request) -> web.Response:
+        self._looked()
+        return self._page("model_rows.html", rows=self._rows())
+
+    def _state(self, request: web.Request) -> ModelState:
+        key = f"{request.match_info['namespace']}/{request.match_info['name']}"
+        state = next((s for s in self.source.states() if key_of(s.model) == key), None)
+        if state is None:
+            raise web.HTTPNotFound(text=f"no model {key}: the models page lists them",
+                                   headers=SECURITY_HEADERS)
+        return state
+
+    async def model_page(self, request: web.Request) -> web.Response:
+        self._looked()
+        state = self._state(request)
+        model = state.model
+        return self._page(
+            "model.html", title=model.name, state=state, model=model,
+            engine=engine_of(model), why=plain_words(state),
+            plan=plan_rows(verdict_of(model)),
+            spec=yaml.safe_dump(spec_document(model), sort_keys=False),
+            history=list(reversed(self.history.of(model))), route=state.route or "",
+            fmt_time=_clock_time)
+
+    async def playground(self, request: web.Request) -> web.Response:
+        self._looked()
+        states = sorted(self.source.states(), key=lambda s: key_of(s.model))
+        models = [s.model.spec.model_id for s in states
+                  if s.phase not in ("Failed", "Unplaceable", "Skipped")]
+        chosen = request.query.get("model") or (models[0] if models else "")
+        base = self.gateway_url().rstrip("/")
+        return self._page("playground.html", title="Playground", models=models,
+                          chosen=chosen, base=base, snippets=snippets(base, chosen))
+
+    async def series(self, request: web.Request) -> web.Response:
+        self._looked()
+        route = request.query.get("route")
+        routes = [route] if route else sorted(self.rolling.points)
+        body = {r: [p.as_dict() for p in self.rolling.of(r)] for r in routes}
+        return web.json_response(body, headers=SECURITY_HEADERS)
+
+
+def _clock_time(at: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(at))
+
+
+def snippets(base: str, model: str) -> dict[str, str]:
+    """The playground's request as curl, the OpenAI SDK and the Anthropic SDK would send it."""
+    body = {"model": model, "messages": [{"role": "user", "content": "Hello!"}],
+            "stream": True}
+    return {
+        "curl": (f"curl -sN {base}/v1/chat/completions \\\n"
+                 "  -H 'Content-Type: application/json' \\\n"
+                 "  -H \"Authorization: Bearer $LLMOP_KEY\" \\\n"
+                 f"  -d '{json.dumps(body)}'"),
+        "OpenAI SDK (Python)": (
+            "import os\n\nfrom openai import OpenAI\n\n"
+            f"client = OpenAI(base_url=\"{base}/v1\", api_key=os.environ.get(\"LLMOP_KEY\", "
+            "\"unused\"))\n"
+            f"for chunk in client.chat.completions.create(\n        model={model!r}, "
+            "messages=[{\"role\": \"user\", \"content\": \"Hello!\"}], stream=True):\n"
+            "    print(chunk.choices[0].delta.content or \"\", end=\"\")"),
+        "Anthropic SDK (Python)": (
+            "import os\n\nfrom anthropic import Anthropic\n\n"
+            f"client = Anthropic(base_url=\"{base}\", api_key=os.environ.get(\"LLMOP_KEY\", "
+            "\"unused\"))\n"
+            f"with client.messages.stream(model={model!r}, max_tokens=256,\n"
+            "        messages=[{\"role\": \"user\", \"content\": \"Hello!\"}]) as stream:\n"
+            "    for text in stream.text_stream:\n        print(text, end=\"\")"),
+    }

@@ -1,0 +1,154 @@
+"""The console's pages over a source of models: what each shows, and what none ever does."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+
+import aiohttp
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from llm_operator.api.validation import parse_llmmodel
+from llm_operator.console.pages import Console
+from llm_operator.console.views import Condition, ModelState
+from llm_operator.gateway.telemetry.metrics import GatewayMetrics, RouteMetrics
+
+from samples import GUIDE_SAMPLES, load_yaml
+
+
+@dataclass
+class Models:
+    """A source that says what the test sets."""
+
+    now: list[ModelState] = field(default_factory=list)
+
+    def states(self) -> Sequence[ModelState]:
+        return self.now
+
+
+def _states() -> list[ModelState]:
+    out = []
+    for path in GUIDE_SAMPLES:
+        model = parse_llmmodel(load_yaml(path))
+        if model.name == "gpt55-remote":
+            out.append(ModelState(model, "Ready", "", 1, 1, model.name, "gpt55-remote-gateway",
+                                  objects=(("Deployment", "gpt55-remote-gateway"),)))
+        elif model.name.startswith("gemma"):
+            out.append(ModelState(model, "Pending", "", 0, 1, None, conditions=(
+                Condition("Ready", "False", "Unschedulable",
+                          "0/1 nodes are available: 1 Insufficient nvidia.com/gpu"),)))
+        else:
+            out.append(ModelState(model, "Ready", "", 2, 2, model.name))
+    return out
+
+
+@dataclass
+class Served:
+    url: str
+    models: Models
+    metrics: GatewayMetrics
+    console: Console
+
+
+@pytest.fixture
+async def served() -> AsyncIterator[Served]:
+    models, metrics = Models(_states()), GatewayMetrics()
+    console = Console(models, metrics.registry, gateway_url=lambda: "http://gw.example:8000",
+                      where="test")
+    app = web.Application()
+    console.add_routes(app.router)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    try:
+        yield Served(str(server.make_url("")).rstrip("/"), models, metrics, console)
+    finally:
+        await console.close()
+        await server.close()
+
+
+async def _get(url: str) -> tuple[int, str, dict[str, str]]:
+    async with aiohttp.ClientSession() as session, session.get(url) as resp:
+        return resp.status, await resp.text(), dict(resp.headers)
+
+
+def _text(html: str) -> str:
+    """What a reader sees: the page's text, its tags gone and its spaces folded."""
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html))
+
+
+async def test_the_models_page_lists_every_model_with_its_state_and_verdict(
+        served: Served) -> None:
+    status, html, headers = await _get(f"{served.url}/ui/models")
+    assert status == 200 and headers["Content-Type"].startswith("text/html")
+    assert "default-src 'self'" in headers["Content-Security-Policy"]
+    rows = re.findall(r'<tr data-model="([^"]+)"', html)
+    assert rows == sorted(f"{s.model.namespace}/{s.model.name}" for s in served.models.now)
+    text = _text(html)
+    assert "Unschedulable: 0/1 nodes are available: 1 Insufficient nvidia.com/gpu" in text
+    assert "does-not-fit" in text or "fits" in text  # the planner's verdict on each
+
+
+@pytest.mark.parametrize(("path", "status"), [
+    ("/ui/", 200),  # to the models page
+    ("/ui/models/rows", 200),
+    ("/ui/playground", 200),
+    ("/ui/api/series", 200),
+    ("/ui/static/console.js", 200),
+    ("/ui/static/vendor/htmx.org/htmx.min.js", 200),
+    ("/ui/static/vendor/uplot/LICENSE", 200),
+    ("/ui/models/nowhere/nothing", 404),
+    ("/ui/static/../pages.py", 404),
+])
+async def test_each_address_answers(served: Served, path: str, status: int) -> None:
+    assert (await _get(f"{served.url}{path}"))[0] == status
+
+
+async def test_a_models_page_shows_its_plan_spec_and_why_it_is_not_serving(
+        served: Served) -> None:
+    pending = next(s for s in served.models.now if s.phase == "Pending").model
+    status, html, _ = await _get(f"{served.url}/ui/models/{pending.namespace}/{pending.name}")
+    text = _text(html)
+    assert status == 200
+    assert "Pending Unschedulable: 0/1 nodes are available" in text
+    assert "Capacity plan" in text and "Memory estimate" in text
+    assert f"modelId: {pending.spec.model_id}" in html
+    assert "Pending" in _text(html.split("Recent changes")[1])  # seen by the console
+
+
+async def test_a_routed_models_figures_come_from_the_gateways_registry(
+        served: Served) -> None:
+    await _get(f"{served.url}/ui/models")  # opens the console: the first reading
+    route = RouteMetrics(served.metrics, "gpt55-remote")
+    for _ in range(4):
+        route.request(200, 0.2)
+    route.completion_tokens.inc(80)
+    served.console.read()
+    async with aiohttp.ClientSession() as session, session.get(
+            f"{served.url}/ui/api/series", params={"route": "gpt55-remote"}) as resp:
+        (only,) = (await resp.json())["gpt55-remote"]
+    assert only["requestsPerSecond"] > 0 and 100 < only["p50Ms"] <= 250
+    assert only["tokensPerSecond"] > 0
+    _, html, _ = await _get(f"{served.url}/ui/models")
+    row = html.split('data-model="ai-models/gpt55-remote"')[1].split("</tr>")[0]
+    assert re.search(r"<td>\d+\.\d\d</td>", row), row  # requests/s in the table
+
+
+async def test_the_playground_offers_its_models_and_the_same_request_as_code(
+        served: Served) -> None:
+    status, html, _ = await _get(f"{served.url}/ui/playground?model=gpt-5.5")
+    text = _text(html)
+    assert status == 200
+    assert '<option value="gpt-5.5" selected>' in html
+    assert "curl -sN http://gw.example:8000/v1/chat/completions" in text
+    assert "OpenAI(base_url=&#34;http://gw.example:8000/v1&#34;" in html
+    assert "Anthropic(base_url=&#34;http://gw.example:8000&#34;" in html
+
+
+async def test_with_no_page_open_the_console_reads_nothing(served: Served) -> None:
+    assert not served.console.reading  # nothing asked yet: no task, no reading
+    assert served.console.rolling.points == {}
+    await _get(f"{served.url}/ui/models")
+    assert served.console.reading
