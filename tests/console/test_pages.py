@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import aiohttp
 import pytest
@@ -56,8 +57,18 @@ class Served:
 @pytest.fixture
 async def served() -> AsyncIterator[Served]:
     models, metrics = Models(_states()), GatewayMetrics()
+    async def batches(owner: str) -> list[dict[str, Any]]:
+        assert owner == ""  # no client keys: the batches of no key
+        return [{"id": "batch_1", "status": "in_progress", "endpoint": "/v1/chat/completions",
+                 "created_at": 1_700_000_000, "output_file_id": None, "error_file_id": None,
+                 "request_counts": {"total": 10, "completed": 3, "failed": 1}},
+                {"id": "batch_0", "status": "completed", "endpoint": "/v1/chat/completions",
+                 "created_at": 1_699_999_000, "output_file_id": "file-out",
+                 "error_file_id": None,
+                 "request_counts": {"total": 2, "completed": 2, "failed": 0}}]
+
     console = Console(models, metrics.registry, gateway_url=lambda: "http://gw.example:8000",
-                      where="test")
+                      where="test", batches=batches)
     app = web.Application()
     console.add_routes(app.router)
     server = TestServer(app, host="127.0.0.1")
@@ -152,3 +163,14 @@ async def test_with_no_page_open_the_console_reads_nothing(served: Served) -> No
     assert served.console.rolling.points == {}
     await _get(f"{served.url}/ui/models")
     assert served.console.reading
+
+
+async def test_the_batches_page_shows_each_batchs_progress_and_its_files(
+        served: Served) -> None:
+    status, html, _ = await _get(f"{served.url}/ui/batches")
+    assert status == 200
+    assert re.findall(r'<tr data-batch="([^"]+)"', html) == ["batch_1", "batch_0"]
+    assert '<progress id="p-batch_1" max="10" value="4"' in html  # completed + failed
+    assert 'aria-label="batch_1: 4 of 10 requests done"' in html
+    assert '<a href="/v1/files/file-out/content">output</a>' in html
+    assert (await _get(f"{served.url}/ui/batches/rows"))[1].startswith('<tbody id="batch-rows"')

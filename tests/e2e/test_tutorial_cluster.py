@@ -19,7 +19,11 @@ from pathlib import Path
 
 import pytest
 from e2e_cluster import NodeCluster
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions as seen
+from selenium.webdriver.support.ui import WebDriverWait
 
+from browser import axe_source, chromium, look
 from samples import REPO
 
 pytestmark = pytest.mark.e2e
@@ -72,3 +76,25 @@ def test_every_block_of_the_cluster_tutorial_does_what_it_says(
         assert done.returncode == 0, f"{script}\n{done.stdout}\n{done.stderr}"
         if check is not None:
             assert check(done.stdout), f"{script}\n{done.stdout}"
+        if text.startswith("ROUTER=$("):  # the tutorial says the console is there too
+            _the_console_through_the_router(env)
+
+
+def _the_console_through_the_router(env: dict[str, str]) -> None:
+    """The router's /ui/ in a real browser: the model Ready, its page with its charts."""
+    address = subprocess.run(
+        ["kubectl", "-n", "llm-operator-system", "get", "service", "llmop-router", "-o",
+         "jsonpath={.spec.clusterIP}"], env=env, capture_output=True, text=True, check=True,
+        timeout=30).stdout.strip()
+    console, axe = f"http://{address}:8080/ui/", axe_source()
+    with chromium() as driver:
+        wait = WebDriverWait(driver, 60)
+        driver.get(console)
+        wait.until(seen.text_to_be_present_in_element(
+            (By.CSS_SELECTOR, 'tr[data-model="ai-models/gemma-270m"]'), "Ready"))
+        look(driver, axe, "router-models")
+        driver.find_element(By.LINK_TEXT, "gemma-270m").click()
+        wait.until(seen.presence_of_all_elements_located((By.CSS_SELECTOR, ".charts .uplot")))
+        # the tutorial's curl went through this router: its figures are the model's
+        wait.until(seen.text_to_be_present_in_element((By.CSS_SELECTOR, "p.latest"), "Now:"))
+        look(driver, axe, "router-model")

@@ -1,79 +1,41 @@
-"""The web console in a real browser: Debian's headless Chromium, driven by Selenium, on `llmop up`.
+"""The web console in a real browser (Debian's headless Chromium through Selenium) on `llmop up`.
 
 Every page is loaded as a visitor would, checked with axe-core (no serious or critical
-accessibility violation) and photographed into .state/console/ (CI keeps them; docs/console.md
-shows them). The playground streams a chat from the real llama-server; a model made to fail
-shows its reason.
+accessibility violation) and photographed into .state/console/ (CI keeps them;
+docs/console.md shows them). The playground streams a chat from the real llama-server; a
+model made to fail shows its reason; a batch's bar moves while its page is open.
 """
 
 from __future__ import annotations
 
 import asyncio
-import shutil
+import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import aiohttp
+import openai
 import pytest
 from selenium import webdriver
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as seen
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
+from browser import axe_source, chromium, look
 from localstack import gemma, options, row, running, write_model
-from npmtools import installed
-from samples import REPO
 
-CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
-SHOTS = REPO / ".state" / "console"
 WAIT = 60.0
 
 
 @pytest.fixture(scope="module")
-def axe_source() -> str:
-    return (installed("axe-core", "4.11.4") / "axe.min.js").read_text(encoding="utf-8")
+def axe() -> str:
+    return axe_source()
 
 
 @pytest.fixture
 def browser() -> Iterator[webdriver.Chrome]:
-    missing = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not p.is_file()]
-    assert not missing, f"missing {missing}: `make tools` installs chromium chromium-driver"
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = str(CHROMIUM)
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
-                "--window-size=1280,1000", "--force-prefers-reduced-motion"):
-        opts.add_argument(arg)
-    driver = webdriver.Chrome(options=opts,
-                              service=webdriver.ChromeService(str(CHROMEDRIVER)))
-    try:
+    with chromium() as driver:
         yield driver
-    finally:
-        driver.quit()
-
-
-def accessibility_problems(driver: webdriver.Chrome, axe: str) -> list[str]:
-    """axe-core's serious and critical violations on the page as it is now."""
-    driver.execute_script(axe)
-    found: dict[str, Any] = driver.execute_async_script(
-        "const done = arguments[arguments.length - 1];"
-        "axe.run(document).then(r => done(r), e => done({error: String(e)}));")
-    assert "error" not in found, found
-    return [f"{v['id']} ({v['impact']}): {v['help']} at "
-            f"{[n['target'] for n in v['nodes']][:3]}"
-            for v in found["violations"] if v["impact"] in ("serious", "critical")]
-
-
-def look(driver: webdriver.Chrome, axe: str, name: str) -> None:
-    """The page checked with axe-core and photographed, light and dark."""
-    assert accessibility_problems(driver, axe) == [], name
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    driver.save_screenshot(str(SHOTS / f"{name}.png"))
-    driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {
-        "features": [{"name": "prefers-color-scheme", "value": "dark"}]})
-    assert accessibility_problems(driver, axe) == [], f"{name}, dark"
-    driver.save_screenshot(str(SHOTS / f"{name}-dark.png"))
-    driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
 
 
 def visit(driver: webdriver.Chrome, console: str, axe: str) -> dict[str, str]:
@@ -106,6 +68,8 @@ def visit(driver: webdriver.Chrome, console: str, axe: str) -> dict[str, str]:
     said["figures"] = driver.find_element(By.ID, "figures").text
     look(driver, axe, "playground")
 
+    said["bar"] = batch_bar(driver, console, axe)
+
     driver.get(console)
     driver.find_element(By.LINK_TEXT, "gemma3-270m").click()
     wait.until(seen.presence_of_all_elements_located((By.CSS_SELECTOR, ".charts .uplot")))
@@ -115,8 +79,42 @@ def visit(driver: webdriver.Chrome, console: str, axe: str) -> dict[str, str]:
     return said
 
 
+BATCH = 12  # requests: a few seconds of work on 2 cores, so that the bar is seen moving
+
+
+def batch_bar(driver: webdriver.Chrome, console: str, axe: str) -> str:
+    """A batch sent while its page is open: the values its bar took, in order."""
+    wait = WebDriverWait(driver, WAIT)
+    driver.get(f"{console}batches")
+    wait.until(seen.text_to_be_present_in_element((By.ID, "batch-rows"), "No batch yet"))
+    sdk = openai.OpenAI(base_url=console.replace("/ui/", "/v1"), api_key="unused")
+    lines = b"".join(json.dumps({
+        "custom_id": str(i), "method": "POST", "url": "/v1/chat/completions",
+        "body": {"model": "gemma-3-270m", "max_tokens": 48, "temperature": 0,
+                 "messages": [{"role": "user", "content": f"Count to {i + 3}."}]}}).encode()
+        + b"\n" for i in range(BATCH))
+    uploaded = sdk.files.create(file=("in.jsonl", lines), purpose="batch")
+    batch = sdk.batches.create(input_file_id=uploaded.id, completion_window="24h",
+                               endpoint="/v1/chat/completions")
+    values: list[int] = []
+
+    def bar_at_the_end(found: webdriver.Chrome) -> bool:
+        bars = found.find_elements(By.CSS_SELECTOR, f'tr[data-batch="{batch.id}"] progress')
+        if bars:
+            value = int(bars[0].get_attribute("value") or 0)
+            if not values or values[-1] != value:
+                values.append(value)
+        return bool(values) and values[-1] == BATCH
+
+    wait.until(bar_at_the_end)
+    wait.until(seen.text_to_be_present_in_element(
+        (By.CSS_SELECTOR, f'tr[data-batch="{batch.id}"]'), "completed"))
+    look(driver, axe, "batches")
+    return ",".join(map(str, values))
+
+
 async def test_every_page_in_a_browser_the_chat_streams_and_a_failed_model_says_why(
-        tmp_path: Path, model_cache: Path, browser: webdriver.Chrome, axe_source: str) -> None:
+        tmp_path: Path, model_cache: Path, browser: webdriver.Chrome, axe: str) -> None:
     models = tmp_path / "models"
     models.mkdir()
     write_model(models, gemma())
@@ -126,7 +124,7 @@ async def test_every_page_in_a_browser_the_chat_streams_and_a_failed_model_says_
     broken["spec"]["mcpExposure"]["toolName"] = "gemma_broken"
     write_model(models, broken)
     async with running(options(models, tmp_path / "state", model_cache)) as up:
-        said = await asyncio.to_thread(visit, browser, up.console_url, axe_source)
+        said = await asyncio.to_thread(visit, browser, up.console_url, axe)
         async with aiohttp.ClientSession() as session, session.get(
                 f"{up.console_url}api/series") as resp:
             series = await resp.json()
@@ -138,6 +136,7 @@ async def test_every_page_in_a_browser_the_chat_streams_and_a_failed_model_says_
     assert said["answer"].strip() and not said["answer"].startswith("Refused")
     assert said["figures"].startswith("First token ") and ", 16 tokens, " in said["figures"]
     assert said["charts"] == "4"
+    bar = [int(v) for v in said["bar"].split(",")]
+    assert bar == sorted(bar) and bar[-1] == BATCH and bar[0] < BATCH, bar  # it moved
     # the chat, counted in its route's figures
     assert any(p["requestsPerSecond"] > 0 for p in series["ai-models/gemma3-270m"])
-    assert shutil.which("chromium") or CHROMIUM.is_file()

@@ -347,3 +347,56 @@ def test_labels_used_by_the_router_are_the_services(stem: str) -> None:
     model = parse_llmmodel(sample_doc(stem))
     assert service(model, "inference", None)["metadata"]["labels"][L.K8S_MANAGED_BY] == \
         L.MANAGED_BY_VALUE
+
+
+async def test_the_console_asks_for_a_key_and_shows_it_the_models_it_may_use(
+        router_connection: Connection, admin: Kube, namespace: str, tmp_path: Path) -> None:
+    """The router's /ui/: a login form where the gateway has client keys; a key sees its
+    models, with the state and reason the operator wrote."""
+    team = "sk-llmop-team-console"
+    keys = tmp_path / "keys.yaml"
+    keys.write_text(yaml.safe_dump({"keys": [
+        {"id": "team-a", "sha256": digest(team), "models": [f"{namespace}/alpha"]}]}))
+    async with routing(router_connection, admin, namespace,
+                       clientKeys={"file": str(keys)}) as cluster, \
+            aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http:
+        # unsafe: aiohttp keeps no cookie of an IP address by default; browsers do
+        await cluster.model("alpha", known=True)
+        await cluster.model("beta", known=True)
+        await admin.merge_patch(API, "llmmodels", namespace, "alpha", subresource="status",
+                                body={"status": {"phase": "Pending", "conditions": [{
+                                    "type": "Ready", "status": "False",
+                                    "reason": "Unschedulable", "message":
+                                    "0/1 nodes are available: 1 Insufficient nvidia.com/gpu",
+                                    "lastTransitionTime": "2026-11-23T00:00:00Z"}]}})
+        async with http.get(f"{cluster.url}/ui/models") as r:
+            assert r.status == 401 and "This gateway asks for a client key" in await r.text()
+            assert "team" not in str(r.cookies)
+        async with http.post(f"{cluster.url}/ui/login", data={"key": "sk-llmop-wrong"},
+                             allow_redirects=False) as r:
+            assert r.status == 401 and "sk-llmop-wrong" not in await r.text()
+        async with http.post(f"{cluster.url}/ui/login", data={"key": team},
+                             allow_redirects=False) as r:
+            assert r.status == 303 and r.headers["Location"] == "/ui/models"
+            cookie = r.headers["Set-Cookie"]
+            assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/ui" in cookie
+        async with asyncio.timeout(30):  # the status patch, seen by the router's informer
+            while True:
+                async with http.get(f"{cluster.url}/ui/models") as r:
+                    assert r.status == 200
+                    page = await r.text()
+                if "Unschedulable" in page:
+                    break
+                cluster.router.rebuilt.clear()
+                await cluster.router.rebuilt.wait()
+        assert f'data-model="{namespace}/alpha"' in page
+        assert f'data-model="{namespace}/beta"' not in page  # not the key's
+        assert "0/1 nodes are available: 1 Insufficient nvidia.com/gpu" in page
+        async with http.get(f"{cluster.url}/ui/models/{namespace}/beta") as r:
+            assert r.status == 404
+        async with http.get(f"{cluster.url}/ui/playground") as r:
+            assert f"curl -sN {cluster.url}/v1/chat/completions" in await r.text()
+        async with http.post(f"{cluster.url}/ui/logout", allow_redirects=False) as r:
+            assert r.status == 303
+        async with http.get(f"{cluster.url}/ui/models") as r:
+            assert r.status == 401

@@ -1,9 +1,13 @@
 """The console's pages and their data, as aiohttp routes under /ui/ (jinja2 templates).
 
 ``Console.add_routes`` is what `llmop up` and the router hand to ``Gateway.app(more=...)``.
-While a page has been asked for in the last ``idle_seconds``, a task reads the gateway's
-registry and the source every ``every`` seconds (console.series, console.views.History);
-with no page open, the console costs the gateway nothing.
+Who may look is the caller's to say (``viewer``): `llmop up` lets every visitor in (it
+listens on loopback), the router asks for a valid client key where the gateway has client
+keys, typed once in a login form and kept in an HttpOnly cookie for /ui only, and shows
+each key the models it may use. While a page has been asked for in the last
+``idle_seconds``, a task reads the gateway's registry and the source every ``every``
+seconds (console.series, console.views.History); with no page open, the console costs the
+gateway nothing.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
@@ -24,9 +28,11 @@ from prometheus_client import CollectorRegistry
 
 from llm_operator.console.series import Rolling, totals
 from llm_operator.console.views import (
+    EVERYONE,
     History,
     ModelState,
     Source,
+    Visitor,
     engine_of,
     key_of,
     plain_words,
@@ -36,6 +42,14 @@ from llm_operator.console.views import (
 )
 
 PACKAGE = Path(str(files("llm_operator.console")))
+COOKIE = "llmop_console_key"
+
+
+def everyone(_: str | None) -> Visitor:
+    """`llmop up`'s visitors: every one sees every model."""
+    return EVERYONE
+
+
 # nothing from elsewhere: scripts, styles and data from this origin only
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; "
@@ -53,8 +67,12 @@ class Console:
     def __init__(self, source: Source, registry: CollectorRegistry, *,
                  gateway_url: Callable[[], str], where: str, every: float = 2.0,
                  idle_seconds: float = 120.0,
-                 clock: Callable[[], float] = time.time) -> None:
-        self.source, self.registry = source, registry
+                 clock: Callable[[], float] = time.time,
+                 viewer: Callable[[str | None], Visitor | None] = everyone,
+                 batches: Callable[[str], Awaitable[list[dict[str, Any]]]] | None = None
+                 ) -> None:
+        self.source, self.registry, self.viewer = source, registry, viewer
+        self.batches = batches  # a visitor's batches, newest first (the Batch API's)
         self.gateway_url, self.where = gateway_url, where
         self.every, self.idle_seconds, self.clock = every, idle_seconds, clock
         self.rolling = Rolling(keep=int(600 / every))  # ten minutes
@@ -75,7 +93,11 @@ class Console:
         router.add_get("/ui/models/rows", self.model_rows)
         router.add_get("/ui/models/{namespace}/{name}", self.model_page)
         router.add_get("/ui/playground", self.playground)
+        router.add_get("/ui/batches", self.batches_page)
+        router.add_get("/ui/batches/rows", self.batch_rows)
         router.add_get("/ui/api/series", self.series)
+        router.add_post("/ui/login", self.login)
+        router.add_post("/ui/logout", self.logout)
         router.add_static("/ui/static", PACKAGE / "static", append_version=False)
 
     async def close(self) -> None:
@@ -119,9 +141,50 @@ class Console:
     async def _home(self, _: web.Request) -> web.StreamResponse:
         raise web.HTTPFound("/ui/models")
 
-    def _rows(self) -> list[dict[str, Any]]:
+    def _visitor(self, request: web.Request) -> Visitor:
+        """What the visitor may see; the login page (401) when they must say who they are."""
+        given = request.cookies.get(COOKIE)
+        header = request.headers.get("Authorization", "")
+        if header.lower().startswith("bearer "):
+            given = header[7:].strip()
+        visitor = self.viewer(given)
+        if visitor is None:
+            raise self._login_page(401, "This gateway asks for a client key." if not given
+                                   else "That key is not valid (unknown, revoked or "
+                                   "disabled): ask the gateway's operator for one.")
+        return visitor
+
+    def _login_page(self, status: int, message: str) -> web.HTTPException:
+        text = self._templates.get_template("login.html").render(
+            where=self.where, title="Sign in", message=message)
+        return web.HTTPUnauthorized(text=text, content_type="text/html", headers={
+            **SECURITY_HEADERS, "WWW-Authenticate": "Bearer"}) if status == 401 else \
+            web.HTTPBadRequest(text=text, content_type="text/html", headers=SECURITY_HEADERS)
+
+    async def login(self, request: web.Request) -> web.StreamResponse:
+        """POST /ui/login (a form with ``key``): the key in a cookie for /ui, if valid."""
+        form = await request.post()
+        given = str(form.get("key") or "").strip()
+        if not given or self.viewer(given) is None:
+            raise self._login_page(401, "That key is not valid (unknown, revoked or "
+                                   "disabled): ask the gateway's operator for one.")
+        answer = web.HTTPSeeOther("/ui/models", headers=SECURITY_HEADERS)
+        answer.set_cookie(COOKIE, given, path="/ui", httponly=True, samesite="Strict",
+                          secure=request.secure)
+        raise answer
+
+    async def logout(self, _: web.Request) -> web.StreamResponse:
+        answer = web.HTTPSeeOther("/ui/models", headers=SECURITY_HEADERS)
+        answer.del_cookie(COOKIE, path="/ui")
+        raise answer
+
+    def _states(self, visitor: Visitor) -> list[ModelState]:
+        return sorted((s for s in self.source.states() if visitor.sees(s.model)),
+                      key=lambda s: key_of(s.model))
+
+    def _rows(self, visitor: Visitor) -> list[dict[str, Any]]:
         rows = []
-        for state in sorted(self.source.states(), key=lambda s: key_of(s.model)):
+        for state in self._states(visitor):
             model = state.model
             found = verdict_of(model)
             latest = self.rolling.latest(state.route) if state.route else None
@@ -136,25 +199,51 @@ class Console:
                 "latest": latest})
         return rows
 
-    async def models_page(self, _: web.Request) -> web.Response:
+    async def models_page(self, request: web.Request) -> web.Response:
+        visitor = self._visitor(request)
         self._looked()
-        return self._page("models.html", title="Models", rows=self._rows())
+        return self._page("models.html", title="Models", rows=self._rows(visitor))
 
-    async def model_rows(self, _: web.Request) -> web.Response:
+    async def model_rows(self, request: web.Request) -> web.Response:
+        visitor = self._visitor(request)
         self._looked()
-        return self._page("model_rows.html", rows=self._rows())
+        return self._page("model_rows.html", rows=self._rows(visitor))
+
+    async def _batch_rows(self, request: web.Request) -> list[dict[str, Any]]:
+        visitor = self._visitor(request)
+        if self.batches is None:
+            raise web.HTTPNotFound(text="this gateway runs no batches (settings batch."
+                                   "enabled)", headers=SECURITY_HEADERS)
+        rows = []
+        for batch in await self.batches(visitor.owner):
+            counts = batch.get("request_counts") or {}
+            total = int(counts.get("total") or 0)
+            done = int(counts.get("completed") or 0) + int(counts.get("failed") or 0)
+            rows.append({**batch, "total": total, "done": done,
+                         "completed": int(counts.get("completed") or 0),
+                         "failed": int(counts.get("failed") or 0),
+                         "created": _clock_time(float(batch.get("created_at") or 0))})
+        return rows
+
+    async def batches_page(self, request: web.Request) -> web.Response:
+        rows = await self._batch_rows(request)
+        return self._page("batches.html", title="Batches", rows=rows)
+
+    async def batch_rows(self, request: web.Request) -> web.Response:
+        return self._page("batch_rows.html", rows=await self._batch_rows(request))
 
     def _state(self, request: web.Request) -> ModelState:
         key = f"{request.match_info['namespace']}/{request.match_info['name']}"
-        state = next((s for s in self.source.states() if key_of(s.model) == key), None)
+        state = next((s for s in self._states(self._visitor(request))
+                      if key_of(s.model) == key), None)
         if state is None:
             raise web.HTTPNotFound(text=f"no model {key}: the models page lists them",
                                    headers=SECURITY_HEADERS)
         return state
 
     async def model_page(self, request: web.Request) -> web.Response:
-        self._looked()
         state = self._state(request)
+        self._looked()
         model = state.model
         return self._page(
             "model.html", title=model.name, state=state, model=model,
@@ -165,19 +254,22 @@ class Console:
             fmt_time=_clock_time)
 
     async def playground(self, request: web.Request) -> web.Response:
+        states = self._states(self._visitor(request))
         self._looked()
-        states = sorted(self.source.states(), key=lambda s: key_of(s.model))
         models = [s.model.spec.model_id for s in states
                   if s.phase not in ("Failed", "Unplaceable", "Skipped")]
         chosen = request.query.get("model") or (models[0] if models else "")
-        base = self.gateway_url().rstrip("/")
+        # where clients reach this gateway: as `llmop up` listens, else as this page was asked
+        base = self.gateway_url().rstrip("/") or f"{request.scheme}://{request.host}"
         return self._page("playground.html", title="Playground", models=models,
                           chosen=chosen, base=base, snippets=snippets(base, chosen))
 
     async def series(self, request: web.Request) -> web.Response:
+        visible = {s.route for s in self._states(self._visitor(request)) if s.route}
         self._looked()
         route = request.query.get("route")
-        routes = [route] if route else sorted(self.rolling.points)
+        routes = [r for r in ([route] if route else sorted(self.rolling.points))
+                  if r in visible]
         body = {r: [p.as_dict() for p in self.rolling.of(r)] for r in routes}
         return web.json_response(body, headers=SECURITY_HEADERS)
 

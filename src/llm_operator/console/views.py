@@ -8,7 +8,7 @@ the objects the model becomes and the history of its states.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -40,6 +40,21 @@ class ModelState:
     conditions: tuple[Condition, ...] = ()
     members_loaded: tuple[str, ...] | None = None  # a pool's members loaded (pools only)
     objects: tuple[tuple[str, str], ...] = ()  # (kind, name) of what it became
+
+
+@dataclass(frozen=True)
+class Visitor:
+    """Who looks, and what they may see.
+
+    ``owner`` is the client key's id ("" where the gateway has none); ``sees`` says which
+    models it may see (in the router, those its key may use).
+    """
+
+    owner: str
+    sees: Callable[[LLMModel], bool]
+
+
+EVERYONE = Visitor("", lambda _: True)
 
 
 class Source(Protocol):

@@ -301,6 +301,10 @@ class Gateway:
         self.before_scrape.append(self._export_batches)
         self._batch_autostart = autostart
 
+    async def batches_of(self, owner: str) -> list[dict[str, Any]]:
+        """A client key's batches as GET /v1/batches lists them (none: batches are off)."""
+        return [] if self.batch_api is None else await self.batch_api.listing(owner)
+
     def _export_batches(self) -> None:
         if self.batch_runner is not None:
             self.metrics.batches_unfinished.set(self.batch_runner.unfinished)

@@ -111,7 +111,8 @@ class Runtime:
         self.console = Console(LocalModels(lambda: self.entries, lambda: self.table.labels),
                                self.gateway.metrics.registry,
                                gateway_url=lambda: self.gateway_url.removesuffix("/v1"),
-                               where=f"llmop up: {options.directory}")
+                               where=f"llmop up: {options.directory}",
+                               batches=self.gateway.batches_of)
         self.version = 0
         self._changed = asyncio.Condition()
         self._dirty = asyncio.Event()

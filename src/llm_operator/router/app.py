@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry, Gauge
 from llm_operator.api import labels as L
 from llm_operator.api.validation import InvalidModel, parse_llmmodel
 from llm_operator.batch.runner import BatchRunner
+from llm_operator.console.pages import Console
 from llm_operator.gateway.app import Gateway, answering_errors
 from llm_operator.gateway.routing.owners import PEER_HEADER, Owners
 from llm_operator.gateway.server.batches import own_address
@@ -25,6 +26,7 @@ from llm_operator.gateway.settings.config import parse_config
 from llm_operator.informer import Informer, Key
 from llm_operator.kube import Kube
 from llm_operator.leader import LeaderElector, LeaseTerms
+from llm_operator.router.console_models import ClusterModels, key_viewer
 from llm_operator.router.routes import (
     SERVICE_NAME_LABEL,
     Options,
@@ -99,6 +101,14 @@ class Router:
         self.peer_informers = [] if peers is None else [Informer(
             kube, *SLICES, namespace=peers[0], on_change=self._changed,
             label_selector=f"{SERVICE_NAME_LABEL}={peers[1]}")]
+        # the web console at /ui/: a client key to look where the gateway asks for keys
+        self.console = Console(
+            ClusterModels(lambda: [o for i in self.model_informers
+                                   for o in i.objects.values()], lambda: self.table.labels),
+            self.gateway.metrics.registry, gateway_url=lambda: "", where="llmop router",
+            viewer=key_viewer(lambda: None if self.gateway.gate is None
+                              else self.gateway.gate.source.current()),
+            batches=self.gateway.batches_of)
         self.pending = pending_requests(self.gateway.metrics.registry)
         self.gateway.before_scrape.append(self._export_pending)
         self._session: aiohttp.ClientSession | None = None  # asks the owners' /scale
@@ -207,10 +217,17 @@ class Router:
         return web.json_response({"models": loads})
 
     def app(self) -> web.Application:
-        def scaling(router: web.UrlDispatcher) -> None:
+        def more(router: web.UrlDispatcher) -> None:
             router.add_get("/scale", answering_errors(self.scale_all))
             router.add_get("/scale/{namespace}/{name}", answering_errors(self.scale))
-        return self.gateway.app(scaling)
+            self.console.add_routes(router)
+
+        async def close_console(_: web.Application) -> None:
+            await self.console.close()
+
+        app = self.gateway.app(more)
+        app.on_cleanup.append(close_console)
+        return app
 
     async def run(self) -> None:
         """Watch, rebuild on every change; until cancelled (the gateway looks at the engines)."""

@@ -97,6 +97,11 @@ class BatchApi:
                 ("POST", "/v1/batches/{id}/cancel", self.cancel)):
             router.add_route(method, path, errors(self._answering(handler)))
 
+    async def listing(self, owner: str, limit: int = 50) -> list[dict[str, Any]]:
+        """The owner's batches as GET /v1/batches lists them, a running one's counts as now."""
+        found, _ = await asyncio.to_thread(self.store.batches, owner, limit=limit)
+        return [(self.runner.running(b.id) or b).as_openai() for b in found]
+
     def _answering(self, handler: Callable[[web.Request, str], Awaitable[web.StreamResponse]]
                    ) -> Handler:
         """The handler with its caller identified; a Refusal becomes its answer."""
