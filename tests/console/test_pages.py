@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,9 +13,10 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from llm_operator.access.keyring import parse_keyring
 from llm_operator.api.validation import parse_llmmodel
 from llm_operator.console.pages import Console
-from llm_operator.console.views import Condition, ModelState
+from llm_operator.console.views import Condition, ModelState, Visitor
 from llm_operator.gateway.telemetry.metrics import GatewayMetrics, RouteMetrics
 
 from samples import GUIDE_SAMPLES, load_yaml
@@ -56,6 +58,13 @@ class Served:
 
 @pytest.fixture
 async def served() -> AsyncIterator[Served]:
+    async with serving() as found:
+        yield found
+
+
+@contextlib.asynccontextmanager
+async def serving(viewer: Callable[[str | None], Visitor | None] | None = None
+                  ) -> AsyncIterator[Served]:
     models, metrics = Models(_states()), GatewayMetrics()
     async def batches(owner: str) -> list[dict[str, Any]]:
         assert owner == ""  # no client keys: the batches of no key
@@ -68,7 +77,7 @@ async def served() -> AsyncIterator[Served]:
                  "request_counts": {"total": 2, "completed": 2, "failed": 0}}]
 
     console = Console(models, metrics.registry, gateway_url=lambda: "http://gw.example:8000",
-                      where="test", batches=batches)
+                      where="test", batches=batches, **({"viewer": viewer} if viewer else {}))
     app = web.Application()
     console.add_routes(app.router)
     server = TestServer(app, host="127.0.0.1")
@@ -174,3 +183,52 @@ async def test_the_batches_page_shows_each_batchs_progress_and_its_files(
     assert 'aria-label="batch_1: 4 of 10 requests done"' in html
     assert '<a href="/v1/files/file-out/content">output</a>' in html
     assert (await _get(f"{served.url}/ui/batches/rows"))[1].startswith('<tbody id="batch-rows"')
+
+
+KEYS = parse_keyring({"keys": [{
+    "id": "team-a", "sha256": "0" * 64, "models": ["gpt-5.5"], "requestsPerMinute": 60,
+    "budget": {"usd": 20, "period": "month"}}]})
+(TEAM,) = KEYS.keys
+
+
+def _team(given: str | None) -> Visitor | None:
+    return Visitor("team-a", lambda m: m.spec.model_id == "gpt-5.5", TEAM) \
+        if given == "sk-team" else None
+
+
+async def test_a_key_sees_its_own_use_budget_and_allowances() -> None:
+    async with serving(_team) as served, aiohttp.ClientSession(
+            headers={"Authorization": "Bearer sk-team"}) as http:
+        metrics = served.metrics
+        metrics.key_requests.labels("team-a", "200").inc(7)
+        metrics.key_requests.labels("team-a", "429").inc(1)
+        metrics.key_requests.labels("other", "200").inc(100)  # not this key's
+        metrics.key_tokens.labels("team-a", "prompt").inc(1200)
+        metrics.key_tokens.labels("team-a", "completion").inc(300)
+        metrics.key_spend.labels("team-a").set(5.0)
+        async with http.get(f"{served.url}/ui/keys") as r:
+            text = _text(await r.text())
+        async with http.get(f"{served.url}/ui/models") as r:
+            rows = re.findall(r'<tr data-model="([^"]+)"', await r.text())
+    assert "Requests 8 200: 7 429: 1" in text
+    assert "Tokens 1200 in, 300 out" in text
+    assert "$5.00 of $20.00 this month" in text
+    assert "Models gpt-5.5" in text and "Requests per minute 60" in text
+    assert rows == ["ai-models/gpt55-remote"]  # the models it may use
+
+
+async def test_without_client_keys_the_keys_page_says_how_to_set_them(
+        served: Served) -> None:
+    assert "asks for no client key" in _text((await _get(f"{served.url}/ui/keys"))[1])
+
+
+async def test_guard_activations_by_model_and_entity_never_the_text(served: Served) -> None:
+    await _get(f"{served.url}/ui/models")  # the console reads from now on
+    found = served.metrics.guard_activations
+    found.labels("gpt55-remote", "pii", "output", "mask", "CREDIT_CARD").inc(3)
+    found.labels("gpt55-remote", "pii", "input", "block", "US_SSN").inc()
+    status, html, _ = await _get(f"{served.url}/ui/guardrails")
+    text = _text(html)
+    assert status == 200
+    assert "gpt55-remote pii output mask CREDIT_CARD 3 3" in text
+    assert "gpt55-remote pii input block US_SSN 1 1" in text

@@ -70,6 +70,11 @@ def visit(driver: webdriver.Chrome, console: str, axe: str) -> dict[str, str]:
 
     said["bar"] = batch_bar(driver, console, axe)
 
+    for page in ("guardrails", "keys"):  # what there is to see with no guard and no key
+        driver.get(f"{console}{page}")
+        said[page] = driver.find_element(By.TAG_NAME, "main").text
+        look(driver, axe, page)
+
     driver.get(console)
     driver.find_element(By.LINK_TEXT, "gemma3-270m").click()
     wait.until(seen.presence_of_all_elements_located((By.CSS_SELECTOR, ".charts .uplot")))
@@ -136,6 +141,8 @@ async def test_every_page_in_a_browser_the_chat_streams_and_a_failed_model_says_
     assert said["answer"].strip() and not said["answer"].startswith("Refused")
     assert said["figures"].startswith("First token ") and ", 16 tokens, " in said["figures"]
     assert said["charts"] == "4"
+    assert "No guard has found anything yet" in said["guardrails"]
+    assert "This gateway asks for no client key" in said["keys"]
     bar = [int(v) for v in said["bar"].split(",")]
     assert bar == sorted(bar) and bar[-1] == BATCH and bar[0] < BATCH, bar  # it moved
     # the chat, counted in its route's figures

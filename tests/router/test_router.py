@@ -396,6 +396,9 @@ async def test_the_console_asks_for_a_key_and_shows_it_the_models_it_may_use(
             assert r.status == 404
         async with http.get(f"{cluster.url}/ui/playground") as r:
             assert f"curl -sN {cluster.url}/v1/chat/completions" in await r.text()
+        async with http.get(f"{cluster.url}/ui/keys") as r:
+            page = await r.text()
+        assert "<code>team-a</code>" in page and team not in page  # its id, never the key
         async with http.post(f"{cluster.url}/ui/logout", allow_redirects=False) as r:
             assert r.status == 303
         async with http.get(f"{cluster.url}/ui/models") as r:

@@ -26,7 +26,7 @@ import yaml
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from llm_operator.console.series import Rolling, totals
+from llm_operator.console.series import Rolling, activations, key_use, totals
 from llm_operator.console.views import (
     EVERYONE,
     History,
@@ -94,6 +94,8 @@ class Console:
         router.add_get("/ui/models/{namespace}/{name}", self.model_page)
         router.add_get("/ui/playground", self.playground)
         router.add_get("/ui/batches", self.batches_page)
+        router.add_get("/ui/keys", self.keys_page)
+        router.add_get("/ui/guardrails", self.guardrails_page)
         router.add_get("/ui/batches/rows", self.batch_rows)
         router.add_get("/ui/api/series", self.series)
         router.add_post("/ui/login", self.login)
@@ -123,7 +125,9 @@ class Console:
 
     def read(self) -> None:
         now = self.clock()
-        self.rolling.add(now, totals(self.registry.collect()))
+        families = list(self.registry.collect())
+        self.rolling.add(now, totals(families))
+        self.rolling.add_activations(now, activations(families))
         self.history.add(now, self.source.states())
 
     async def _sample(self) -> None:
@@ -252,6 +256,32 @@ class Console:
             spec=yaml.safe_dump(spec_document(model), sort_keys=False),
             history=list(reversed(self.history.of(model))), route=state.route or "",
             fmt_time=_clock_time)
+
+    async def keys_page(self, request: web.Request) -> web.Response:
+        """The visitor's own key: what it used and spent, and what it may do."""
+        visitor = self._visitor(request)
+        self._looked()
+        key = visitor.key
+        if key is None:
+            return self._page("keys.html", title="Keys", key=None, use=None, budget=None)
+        use = key_use(self.registry.collect(), key.id)
+        budget = None
+        if key.budget is not None:
+            spent = use.spend_usd or 0.0
+            budget = {"usd": key.budget.usd, "period": key.budget.period, "spent": spent,
+                      "share": min(spent / key.budget.usd, 1.0)}
+        return self._page("keys.html", title="Keys", key=key, use=use, budget=budget)
+
+    async def guardrails_page(self, request: web.Request) -> web.Response:
+        """What each guard found, by route and entity type: counts, never the text."""
+        visible = {s.route for s in self._states(self._visitor(request)) if s.route}
+        self._looked()
+        found = activations(self.registry.collect())
+        lately = self.rolling.activations_since(found)
+        rows = [{"route": k[0], "guard": k[1], "direction": k[2], "action": k[3],
+                 "entity": k[4], "total": int(v), "lately": int(lately.get(k, 0))}
+                for k, v in sorted(found.items()) if k[0] in visible]
+        return self._page("guardrails.html", title="Guardrails", rows=rows)
 
     async def playground(self, request: web.Request) -> web.Response:
         states = self._states(self._visitor(request))

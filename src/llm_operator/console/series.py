@@ -21,6 +21,12 @@ LATENCY = "llmop_gateway_request_duration_seconds"
 TTFT = "llmop_gateway_time_to_first_token_seconds"
 TOKENS = "llmop_gateway_tokens"
 QUEUE = "llmop_gateway_queue_depth"
+GUARDS = "llmop_gateway_guardrail_activations"
+KEY_REQUESTS = "llmop_gateway_key_requests"
+KEY_TOKENS = "llmop_gateway_key_tokens"
+KEY_SPEND = "llmop_gateway_key_spend_usd"
+# (route, guard, direction, action, entity type): what a guard found, never the text
+Activation = tuple[str, str, str, str, str]
 
 
 @dataclass
@@ -130,6 +136,47 @@ def point(at: float, seconds: float, before: Totals, after: Totals) -> Point:
         queue=dict(after.queue))
 
 
+def activations(families: Iterable[Any]) -> dict[Activation, float]:
+    """Every guard's activations so far, by route, guard, direction, action, entity type."""
+    out: dict[Activation, float] = {}
+    for family in families:
+        if family.name != GUARDS:
+            continue
+        for sample in family.samples:
+            if sample.name.endswith("_total"):
+                labels = sample.labels
+                out[(labels["route"], labels["guard"], labels["direction"], labels["action"],
+                     labels["entity"])] = sample.value
+    return out
+
+
+@dataclass
+class KeyUse:
+    """One client key's figures so far: requests by status, tokens, this period's spend."""
+
+    requests: dict[str, float] = field(default_factory=dict)
+    tokens: dict[str, float] = field(default_factory=dict)  # prompt, completion
+    spend_usd: float | None = None
+
+
+def key_use(families: Iterable[Any], key: str) -> KeyUse:
+    """What the gateway's registry says of one key (by its id)."""
+    use = KeyUse()
+    for family in families:
+        if family.name not in (KEY_REQUESTS, KEY_TOKENS, KEY_SPEND):
+            continue
+        for sample in family.samples:
+            if sample.labels.get("key") != key:
+                continue
+            if family.name == KEY_REQUESTS and sample.name.endswith("_total"):
+                use.requests[sample.labels["status"]] = sample.value
+            elif family.name == KEY_TOKENS and sample.name.endswith("_total"):
+                use.tokens[sample.labels["kind"]] = sample.value
+            elif family.name == KEY_SPEND:
+                use.spend_usd = sample.value
+    return use
+
+
 class Rolling:
     """The last ``keep`` points of every route, fed one reading at a time."""
 
@@ -137,6 +184,7 @@ class Rolling:
         self.keep = keep
         self._last: tuple[float, dict[str, Totals]] | None = None
         self.points: dict[str, deque[Point]] = {}
+        self.guards: deque[tuple[float, dict[Activation, float]]] = deque(maxlen=keep)
 
     def add(self, at: float, reading: dict[str, Totals]) -> None:
         """A new reading: one point per route seen in it (a route new since: from zero)."""
@@ -146,6 +194,14 @@ class Rolling:
                 series = self.points.setdefault(route, deque(maxlen=self.keep))
                 series.append(point(at, at - then, previous.get(route, Totals()), now))
         self._last = (at, reading)
+
+    def add_activations(self, at: float, found: dict[Activation, float]) -> None:
+        self.guards.append((at, found))
+
+    def activations_since(self, found: dict[Activation, float]) -> dict[Activation, float]:
+        """How many of ``found`` (now) came since the oldest reading kept."""
+        oldest = self.guards[0][1] if self.guards else {}
+        return {k: v - oldest.get(k, 0.0) for k, v in found.items()}
 
     def latest(self, route: str) -> Point | None:
         series = self.points.get(route)

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from llm_operator.access.keyring import ClientKey
 from llm_operator.api.v1alpha1 import LLMModel
 from llm_operator.profiles.planner import Plan, plan
 
@@ -52,6 +53,7 @@ class Visitor:
 
     owner: str
     sees: Callable[[LLMModel], bool]
+    key: ClientKey | None = None  # the visitor's own key, where the gateway has keys
 
 
 EVERYONE = Visitor("", lambda _: True)

@@ -83,5 +83,5 @@ def key_viewer(keyring: Callable[[], Keyring | None]) -> Callable[[str | None], 
         if key is None:
             return None
         return Visitor(key.id, lambda model: any(key.may_use(name) for name in (
-            model.spec.model_id, model.name, f"{model.namespace}/{model.name}")))
+            model.spec.model_id, model.name, f"{model.namespace}/{model.name}")), key)
     return viewer
