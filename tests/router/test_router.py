@@ -121,6 +121,15 @@ class Cluster:
                 for s in slices["items"]]
         return f"pods' Ready: {ready}; slices: {held}"
 
+    async def not_ready(self, model: str, phase: str, reason: str, message: str) -> None:
+        """The model's status as the operator writes it when it does not serve, and why."""
+        await self.kube.merge_patch(API, "llmmodels", self.namespace, model,
+                                    subresource="status", body={"status": {
+                                        "phase": phase, "conditions": [{
+                                            "type": "Ready", "status": "False",
+                                            "reason": reason, "message": message,
+                                            "lastTransitionTime": "2026-11-23T00:00:00Z"}]}})
+
     async def known(self, model: str) -> None:
         async with asyncio.timeout(30):
             while (self.namespace, model) not in self.router.table.labels:
@@ -319,12 +328,8 @@ async def test_remote_and_failed_models(router_connection: Connection, admin: Ku
                                 body={"status": {"phase": "Proxying",
                                                  "endpoint": f"{proxy.url}/v1"}})
         await cluster.model("broken")
-        await admin.merge_patch(API, "llmmodels", namespace, "broken", subresource="status",
-                                body={"status": {"phase": "Failed", "conditions": [{
-                                    "type": "Ready", "status": "False",
-                                    "reason": "ChecksumMismatch", "message":
-                                    "the file's SHA-256 is not modelSource.sha256",
-                                    "lastTransitionTime": "2026-11-23T00:00:00Z"}]}})
+        await cluster.not_ready("broken", "Failed", "ChecksumMismatch",
+                                "the file's SHA-256 is not modelSource.sha256")
         async with asyncio.timeout(30):
             while not (cluster.router.table.upstreams.get((namespace, name))
                        and "broken" in cluster.router.table.absent):
@@ -363,12 +368,8 @@ async def test_the_console_asks_for_a_key_and_shows_it_the_models_it_may_use(
         # unsafe: aiohttp keeps no cookie of an IP address by default; browsers do
         await cluster.model("alpha", known=True)
         await cluster.model("beta", known=True)
-        await admin.merge_patch(API, "llmmodels", namespace, "alpha", subresource="status",
-                                body={"status": {"phase": "Pending", "conditions": [{
-                                    "type": "Ready", "status": "False",
-                                    "reason": "Unschedulable", "message":
-                                    "0/1 nodes are available: 1 Insufficient nvidia.com/gpu",
-                                    "lastTransitionTime": "2026-11-23T00:00:00Z"}]}})
+        await cluster.not_ready("alpha", "Pending", "Unschedulable",
+                                "0/1 nodes are available: 1 Insufficient nvidia.com/gpu")
         async with http.get(f"{cluster.url}/ui/models") as r:
             assert r.status == 401 and "This gateway asks for a client key" in await r.text()
             assert "team" not in str(r.cookies)
