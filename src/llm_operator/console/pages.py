@@ -26,7 +26,19 @@ import yaml
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from llm_operator.console.series import Rolling, activations, key_use, totals
+from llm_operator.api.v1alpha1 import LLMModel
+from llm_operator.console.series import (
+    GUARDS,
+    LATENCY,
+    QUEUE,
+    REQUESTS,
+    TOKENS,
+    TTFT,
+    Rolling,
+    activations,
+    key_use,
+    totals,
+)
 from llm_operator.console.views import (
     EVERYONE,
     History,
@@ -40,9 +52,13 @@ from llm_operator.console.views import (
     spec_document,
     verdict_of,
 )
+from llm_operator.profiles.planner import Plan
 
 PACKAGE = Path(str(files("llm_operator.console")))
 COOKIE = "llmop_console_key"
+PLANS_KEPT = 1000
+READ_SAMPLES = [f"{REQUESTS}_total", f"{LATENCY}_bucket", f"{TTFT}_bucket", f"{TOKENS}_total",
+                QUEUE, f"{GUARDS}_total"]
 
 
 def everyone(_: str | None) -> Visitor:
@@ -72,12 +88,15 @@ class Console:
                  batches: Callable[[str], Awaitable[list[dict[str, Any]]]] | None = None
                  ) -> None:
         self.source, self.registry, self.viewer = source, registry, viewer
+        # only the families the console reads (restricted_registry collects only theirs)
+        self._read = registry.restricted_registry(READ_SAMPLES)
         self.batches = batches  # a visitor's batches, newest first (the Batch API's)
         self.gateway_url, self.where = gateway_url, where
         self.every, self.idle_seconds, self.clock = every, idle_seconds, clock
         self.rolling = Rolling(keep=int(600 / every))  # ten minutes
         self.history = History()
         self._seen = 0.0  # when a page was last asked for
+        self._plans: dict[int, tuple[LLMModel, Plan]] = {}
         self._sampling: asyncio.Task[None] | None = None
         self._templates = jinja2.Environment(
             loader=jinja2.FileSystemLoader(PACKAGE / "templates"),
@@ -125,7 +144,7 @@ class Console:
 
     def read(self) -> None:
         now = self.clock()
-        families = list(self.registry.collect())
+        families = list(self._read.collect())
         self.rolling.add(now, totals(families))
         self.rolling.add_activations(now, activations(families))
         self.history.add(now, self.source.states())
@@ -182,6 +201,18 @@ class Console:
         answer.del_cookie(COOKIE, path="/ui")
         raise answer
 
+    def _plan(self, model: LLMModel) -> Plan:
+        """The planner's plan of this very model object, computed once.
+
+        A changed model is a new object, planned again.
+        """
+        cached = self._plans.get(id(model))
+        if cached is None or cached[0] is not model:
+            if len(self._plans) > 4 * PLANS_KEPT:  # models gone: forget them all
+                self._plans.clear()
+            cached = self._plans[id(model)] = (model, verdict_of(model))
+        return cached[1]
+
     def _states(self, visitor: Visitor) -> list[ModelState]:
         return sorted((s for s in self.source.states() if visitor.sees(s.model)),
                       key=lambda s: key_of(s.model))
@@ -190,7 +221,7 @@ class Console:
         rows = []
         for state in self._states(visitor):
             model = state.model
-            found = verdict_of(model)
+            found = self._plan(model)
             latest = self.rolling.latest(state.route) if state.route else None
             rows.append({
                 "key": key_of(model), "namespace": model.namespace, "name": model.name,
@@ -252,7 +283,7 @@ class Console:
         return self._page(
             "model.html", title=model.name, state=state, model=model,
             engine=engine_of(model), why=plain_words(state),
-            plan=plan_rows(verdict_of(model)),
+            plan=plan_rows(self._plan(model)),
             spec=yaml.safe_dump(spec_document(model), sort_keys=False),
             history=list(reversed(self.history.of(model))), route=state.route or "",
             fmt_time=_clock_time)
