@@ -13,6 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from selenium import webdriver
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions as seen
+from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from npmtools import installed
 from samples import REPO
@@ -65,3 +68,23 @@ def look(driver: webdriver.Chrome, axe: str, name: str) -> None:
     assert accessibility_problems(driver, axe) == [], f"{name}, dark"
     driver.save_screenshot(str(SHOTS / f"{name}-dark.png"))
     driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
+
+
+def chat(driver: webdriver.Chrome, console: str, model_id: str, wait_seconds: float
+         ) -> tuple[str, str]:
+    """One message in the playground, 16 tokens at temperature 0: the answer as it
+    streamed in, and the figures under it."""
+    wait = WebDriverWait(driver, wait_seconds)
+    driver.get(f"{console}playground")
+    Select(driver.find_element(By.ID, "model")).select_by_value(model_id)
+    wait.until(seen.text_to_be_present_in_element_value((By.ID, "model"), model_id))
+    for field, value in (("max-tokens", "16"), ("temperature", "0")):
+        box = driver.find_element(By.ID, field)
+        box.clear()
+        box.send_keys(value)
+    prompt = wait.until(seen.element_to_be_clickable((By.ID, "prompt")))
+    prompt.send_keys("Q: What is the capital of France?\nA:")
+    driver.find_element(By.ID, "send").click()
+    wait.until(seen.text_to_be_present_in_element((By.ID, "figures"), "tokens/s"))
+    return (driver.find_element(By.CSS_SELECTOR, ".message.assistant p").text,
+            driver.find_element(By.ID, "figures").text)

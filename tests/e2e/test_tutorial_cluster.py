@@ -23,7 +23,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as seen
 from selenium.webdriver.support.ui import WebDriverWait
 
-from browser import axe_source, chromium, look
+from browser import axe_source, chat, chromium, look
 from samples import REPO
 
 pytestmark = pytest.mark.e2e
@@ -81,7 +81,8 @@ def test_every_block_of_the_cluster_tutorial_does_what_it_says(
 
 
 def _the_console_through_the_router(env: dict[str, str]) -> None:
-    """The router's /ui/ in a real browser: the model Ready, its page with its charts."""
+    """The router's /ui/ in a real browser: every page, the model Ready, a chat streamed
+    through the router, and its figures on the model's page."""
     address = subprocess.run(
         ["kubectl", "-n", "llm-operator-system", "get", "service", "llmop-router", "-o",
          "jsonpath={.spec.clusterIP}"], env=env, capture_output=True, text=True, check=True,
@@ -93,6 +94,13 @@ def _the_console_through_the_router(env: dict[str, str]) -> None:
         wait.until(seen.text_to_be_present_in_element(
             (By.CSS_SELECTOR, 'tr[data-model="ai-models/gemma-270m"]'), "Ready"))
         look(driver, axe, "router-models")
+        answer, figures = chat(driver, console, "gemma-3-270m", 60)
+        assert answer.strip() and ", 16 tokens, " in figures, (answer, figures)
+        look(driver, axe, "router-playground")
+        for page in ("batches", "guardrails", "keys"):
+            driver.get(f"{console}{page}")
+            look(driver, axe, f"router-{page}")
+        driver.get(console)
         driver.find_element(By.LINK_TEXT, "gemma-270m").click()
         wait.until(seen.presence_of_all_elements_located((By.CSS_SELECTOR, ".charts .uplot")))
         # the tutorial's curl went through this router: its figures are the model's

@@ -19,9 +19,9 @@ import pytest
 from selenium import webdriver
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as seen
-from selenium.webdriver.support.ui import Select, WebDriverWait
+from selenium.webdriver.support.ui import WebDriverWait
 
-from browser import axe_source, chromium, look
+from browser import axe_source, chat, chromium, look
 from localstack import gemma, options, row, running, write_model
 
 WAIT = 60.0
@@ -53,19 +53,7 @@ def visit(driver: webdriver.Chrome, console: str, axe: str) -> dict[str, str]:
     said["broken page"] = driver.find_element(By.CSS_SELECTOR, "p.state").text
     look(driver, axe, "model-failed")
 
-    driver.get(f"{console}playground")
-    Select(driver.find_element(By.ID, "model")).select_by_value("gemma-3-270m")
-    wait.until(seen.text_to_be_present_in_element_value((By.ID, "model"), "gemma-3-270m"))
-    for field, value in (("max-tokens", "16"), ("temperature", "0")):
-        box = driver.find_element(By.ID, field)
-        box.clear()
-        box.send_keys(value)
-    prompt = wait.until(seen.element_to_be_clickable((By.ID, "prompt")))
-    prompt.send_keys("Q: What is the capital of France?\nA:")
-    driver.find_element(By.ID, "send").click()
-    wait.until(seen.text_to_be_present_in_element((By.ID, "figures"), "tokens/s"))
-    said["answer"] = driver.find_element(By.CSS_SELECTOR, ".message.assistant p").text
-    said["figures"] = driver.find_element(By.ID, "figures").text
+    said["answer"], said["figures"] = chat(driver, console, "gemma-3-270m", WAIT)
     look(driver, axe, "playground")
 
     said["bar"] = batch_bar(driver, console, axe)
