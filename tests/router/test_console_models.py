@@ -52,9 +52,12 @@ def test_a_key_sees_the_models_it_may_use_and_no_keys_means_everyone() -> None:
                                    {"id": "b", "sha256": digest("sk-b"), "models": ["x-*"]},
                                    {"id": "c", "sha256": digest("sk-c"), "disabled": True}]})
     viewer = key_viewer(lambda: ring)
+    reached = state_of(MODEL, {}, "r", [f"{MODEL.namespace}/{MODEL.name}"])
     a, b = viewer("sk-a"), viewer("sk-b")
-    assert a is not None and a.owner == "a" and a.sees(MODEL)
-    assert b is not None and not b.sees(MODEL)
+    assert a is not None and a.owner == "a" and a.sees(reached)
+    assert b is not None and not b.sees(reached)
     assert viewer("sk-c") is None and viewer("sk-unknown") is None and viewer(None) is None
     open_door = key_viewer(lambda: None)(None)
-    assert open_door is not None and open_door.owner == "" and open_door.sees(MODEL)
+    assert open_door is not None and open_door.owner == "" and open_door.sees(reached)
+    # the name the key may use belongs to another model: this one is not shown to it
+    assert not a.sees(state_of(MODEL, {}, "r", []))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import shlex
 import time
 from collections.abc import Awaitable, Callable
 from importlib.resources import files
@@ -93,7 +94,7 @@ class Console:
         self.batches = batches  # a visitor's batches, newest first (the Batch API's)
         self.gateway_url, self.where = gateway_url, where
         self.every, self.idle_seconds, self.clock = every, idle_seconds, clock
-        self.rolling = Rolling(keep=int(600 / every))  # ten minutes
+        self.rolling = Rolling(keep=max(1, int(600 / every)))  # ten minutes
         self.history = History()
         self._seen = 0.0  # when a page was last asked for
         self._plans: dict[int, tuple[LLMModel, Plan]] = {}
@@ -139,6 +140,7 @@ class Console:
         """A page was asked for: keep the figures read for ``idle_seconds`` from now."""
         self._seen = self.clock()
         if self._sampling is None or self._sampling.done():
+            self.rolling.rebase()  # nothing was read while no page was open
             self.read()  # the first point's baseline, at once
             self._sampling = asyncio.create_task(self._sample(), name="console sampling")
 
@@ -156,8 +158,10 @@ class Console:
 
     # --- pages --------------------------------------------------------------------------
 
-    def _page(self, template: str, **values: Any) -> web.Response:
-        text = self._templates.get_template(template).render(where=self.where, **values)
+    def _page(self, template: str, visitor: Visitor = EVERYONE, **values: Any
+              ) -> web.Response:
+        text = self._templates.get_template(template).render(
+            where=self.where, signed_in=bool(visitor.owner), **values)
         return web.Response(text=text, content_type="text/html", charset="utf-8",
                             headers=SECURITY_HEADERS)
 
@@ -179,7 +183,7 @@ class Console:
 
     def _login_page(self, status: int, message: str) -> web.HTTPException:
         text = self._templates.get_template("login.html").render(
-            where=self.where, title="Sign in", message=message)
+            where=self.where, title="Sign in", message=message, signed_in=False)
         return web.HTTPUnauthorized(text=text, content_type="text/html", headers={
             **SECURITY_HEADERS, "WWW-Authenticate": "Bearer"}) if status == 401 else \
             web.HTTPBadRequest(text=text, content_type="text/html", headers=SECURITY_HEADERS)
@@ -192,8 +196,10 @@ class Console:
             raise self._login_page(401, "That key is not valid (unknown, revoked or "
                                    "disabled): ask the gateway's operator for one.")
         answer = web.HTTPSeeOther("/ui/models", headers=SECURITY_HEADERS)
+        # Secure where the browser came over TLS, to this process or to a proxy before it
+        secure = request.secure or request.headers.get("X-Forwarded-Proto") == "https"
         answer.set_cookie(COOKIE, given, path="/ui", httponly=True, samesite="Strict",
-                          secure=request.secure)
+                          secure=secure)
         raise answer
 
     async def logout(self, _: web.Request) -> web.StreamResponse:
@@ -214,7 +220,7 @@ class Console:
         return cached[1]
 
     def _states(self, visitor: Visitor) -> list[ModelState]:
-        return sorted((s for s in self.source.states() if visitor.sees(s.model)),
+        return sorted((s for s in self.source.states() if visitor.sees(s)),
                       key=lambda s: key_of(s.model))
 
     def _rows(self, visitor: Visitor) -> list[dict[str, Any]]:
@@ -237,15 +243,14 @@ class Console:
     async def models_page(self, request: web.Request) -> web.Response:
         visitor = self._visitor(request)
         self._looked()
-        return self._page("models.html", title="Models", rows=self._rows(visitor))
+        return self._page("models.html", visitor, title="Models", rows=self._rows(visitor))
 
     async def model_rows(self, request: web.Request) -> web.Response:
         visitor = self._visitor(request)
         self._looked()
         return self._page("model_rows.html", rows=self._rows(visitor))
 
-    async def _batch_rows(self, request: web.Request) -> list[dict[str, Any]]:
-        visitor = self._visitor(request)
+    async def _batch_rows(self, visitor: Visitor) -> list[dict[str, Any]]:
         if self.batches is None:
             raise web.HTTPNotFound(text="this gateway runs no batches (settings batch."
                                    "enabled)", headers=SECURITY_HEADERS)
@@ -261,27 +266,29 @@ class Console:
         return rows
 
     async def batches_page(self, request: web.Request) -> web.Response:
-        rows = await self._batch_rows(request)
-        return self._page("batches.html", title="Batches", rows=rows)
+        visitor = self._visitor(request)
+        rows = await self._batch_rows(visitor)
+        return self._page("batches.html", visitor, title="Batches", rows=rows)
 
     async def batch_rows(self, request: web.Request) -> web.Response:
-        return self._page("batch_rows.html", rows=await self._batch_rows(request))
+        visitor = self._visitor(request)
+        return self._page("batch_rows.html", visitor, rows=await self._batch_rows(visitor))
 
-    def _state(self, request: web.Request) -> ModelState:
+    def _state(self, request: web.Request, visitor: Visitor) -> ModelState:
         key = f"{request.match_info['namespace']}/{request.match_info['name']}"
-        state = next((s for s in self._states(self._visitor(request))
-                      if key_of(s.model) == key), None)
+        state = next((s for s in self._states(visitor) if key_of(s.model) == key), None)
         if state is None:
             raise web.HTTPNotFound(text=f"no model {key}: the models page lists them",
                                    headers=SECURITY_HEADERS)
         return state
 
     async def model_page(self, request: web.Request) -> web.Response:
-        state = self._state(request)
+        visitor = self._visitor(request)
+        state = self._state(request, visitor)
         self._looked()
         model = state.model
         return self._page(
-            "model.html", title=model.name, state=state, model=model,
+            "model.html", visitor, title=model.name, state=state, model=model,
             engine=engine_of(model), why=plain_words(state),
             plan=plan_rows(self._plan(model)),
             spec=yaml.safe_dump(spec_document(model), sort_keys=False),
@@ -294,35 +301,40 @@ class Console:
         self._looked()
         key = visitor.key
         if key is None:
-            return self._page("keys.html", title="Keys", key=None, use=None, budget=None)
+            return self._page("keys.html", visitor, title="Keys", key=None, use=None,
+                              budget=None)
         use = key_use(self.registry.collect(), key.id)
         budget = None
         if key.budget is not None:
             spent = use.spend_usd or 0.0
             budget = {"usd": key.budget.usd, "period": key.budget.period, "spent": spent,
                       "share": min(spent / key.budget.usd, 1.0)}
-        return self._page("keys.html", title="Keys", key=key, use=use, budget=budget)
+        return self._page("keys.html", visitor, title="Keys", key=key, use=use, budget=budget)
 
     async def guardrails_page(self, request: web.Request) -> web.Response:
         """What each guard found, by route and entity type: counts, never the text."""
-        visible = {s.route for s in self._states(self._visitor(request)) if s.route}
+        visitor = self._visitor(request)
+        visible = {s.route for s in self._states(visitor) if s.route}
         self._looked()
         found = activations(self.registry.collect())
         lately = self.rolling.activations_since(found)
         rows = [{"route": k[0], "guard": k[1], "direction": k[2], "action": k[3],
                  "entity": k[4], "total": int(v), "lately": int(lately.get(k, 0))}
                 for k, v in sorted(found.items()) if k[0] in visible]
-        return self._page("guardrails.html", title="Guardrails", rows=rows)
+        return self._page("guardrails.html", visitor, title="Guardrails", rows=rows)
 
     async def playground(self, request: web.Request) -> web.Response:
-        states = self._states(self._visitor(request))
+        visitor = self._visitor(request)
+        states = self._states(visitor)
         self._looked()
         models = [s.model.spec.model_id for s in states
                   if s.phase not in ("Failed", "Unplaceable", "Skipped")]
-        chosen = request.query.get("model") or (models[0] if models else "")
+        chosen = request.query.get("model") or ""
+        if chosen not in models:  # only a model this visitor may use, never a link's text
+            chosen = models[0] if models else ""
         # where clients reach this gateway: as `llmop up` listens, else as this page was asked
         base = self.gateway_url().rstrip("/") or f"{request.scheme}://{request.host}"
-        return self._page("playground.html", title="Playground", models=models,
+        return self._page("playground.html", visitor, title="Playground", models=models,
                           chosen=chosen, base=base, snippets=snippets(base, chosen))
 
     async def series(self, request: web.Request) -> web.Response:
@@ -347,7 +359,7 @@ def snippets(base: str, model: str) -> dict[str, str]:
         "curl": (f"curl -sN {base}/v1/chat/completions \\\n"
                  "  -H 'Content-Type: application/json' \\\n"
                  "  -H \"Authorization: Bearer $LLMOP_KEY\" \\\n"
-                 f"  -d '{json.dumps(body)}'"),
+                 f"  -d {shlex.quote(json.dumps(body))}"),
         "OpenAI SDK (Python)": (
             "import os\n\nfrom openai import OpenAI\n\n"
             f"client = OpenAI(base_url=\"{base}/v1\", api_key=os.environ.get(\"LLMOP_KEY\", "

@@ -195,6 +195,11 @@ class Rolling:
                 series.append(point(at, at - then, previous.get(route, Totals()), now))
         self._last = (at, reading)
 
+    def rebase(self) -> None:
+        """Readings start again after a gap: the next is a baseline, not a point."""
+        self._last = None
+        self.guards.clear()
+
     def add_activations(self, at: float, found: dict[Activation, float]) -> None:
         self.guards.append((at, found))
 

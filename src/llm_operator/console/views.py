@@ -41,6 +41,7 @@ class ModelState:
     conditions: tuple[Condition, ...] = ()
     members_loaded: tuple[str, ...] | None = None  # a pool's members loaded (pools only)
     objects: tuple[tuple[str, str], ...] = ()  # (kind, name) of what it became
+    names: tuple[str, ...] = ()  # what clients reach it by, as the gateway routes them
 
 
 @dataclass(frozen=True)
@@ -48,11 +49,11 @@ class Visitor:
     """Who looks, and what they may see.
 
     ``owner`` is the client key's id ("" where the gateway has none); ``sees`` says which
-    models it may see (in the router, those its key may use).
+    models it may see (in the router, those whose names the gateway gives it may use).
     """
 
     owner: str
-    sees: Callable[[LLMModel], bool]
+    sees: Callable[[ModelState], bool]
     key: ClientKey | None = None  # the visitor's own key, where the gateway has keys
 
 
@@ -82,6 +83,9 @@ class History:
     changes: dict[str, deque[Change]] = field(default_factory=dict)
 
     def add(self, at: float, states: Sequence[ModelState]) -> None:
+        now = {key_of(s.model) for s in states}
+        for gone in [k for k in self.changes if k not in now]:  # deleted: forgotten
+            del self.changes[gone]
         for state in states:
             key = key_of(state.model)
             series = self.changes.setdefault(key, deque(maxlen=self.keep))

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -111,7 +113,7 @@ class PoolRun:
                   env: dict[str, str]) -> None:
         """Write the preset, then keep the router running and its members' states read."""
         self.preset, self.log_path = preset, log_path
-        self._write(prepared)
+        self.write(prepared)
         argv = [str(binary), *router_args(LOOPBACK, self.port, str(preset), self.max_loaded)]
         self.supervised = Supervised(self.label, argv, base_url=f"http://{LOOPBACK}:{self.port}",
                                      log_path=log_path, on_change=on_change, timing=timing,
@@ -124,7 +126,8 @@ class PoolRun:
             with contextlib.suppress(asyncio.CancelledError):
                 await watching
 
-    def _write(self, members: Sequence[Member]) -> None:
+    def write(self, members: Sequence[Member]) -> None:
+        """The preset file, with ``members``. ValueError if a value cannot be written."""
         assert self.preset is not None
         self.preset.parent.mkdir(parents=True, exist_ok=True)
         written = self.preset.with_suffix(".tmp")
@@ -132,14 +135,13 @@ class PoolRun:
         written.replace(self.preset)  # never half a file, should the router read it now
         self.members = [m.model_id for m in members]
 
-    async def reload(self, members: Sequence[Member]) -> None:
-        """The preset written with ``members``, then read again by the running router.
+    async def reload(self) -> None:
+        """The preset read again by the running router (``write`` it first).
 
         The router unloads a member whose section changed or went, adds a new one (loaded
         by its first request) and leaves the others as they are, their requests included.
         Should the router be down meanwhile, it reads the new preset when it starts again.
         """
-        self._write(members)
         async with aiohttp.ClientSession() as session, session.get(
                 f"http://{LOOPBACK}:{self.port}/models", params={"reload": "1"},
                 timeout=aiohttp.ClientTimeout(total=RELOAD_TIMEOUT_SECONDS)) as resp:
@@ -149,6 +151,13 @@ class PoolRun:
             body = await resp.json()
         self.states = member_states(body, self.label, self.max_loaded, len(self.members),
                                     self._load_error)
+
+    def restart(self) -> None:
+        """Stop the router's process: it is started again (Supervised) with the preset."""
+        pid = self.supervised.pid if self.supervised is not None else None
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
 
     def _load_error(self, model_id: str) -> str | None:
         """The engine's words for the member's failed load, from the end of the pool's log."""

@@ -41,6 +41,11 @@ def pooled(entries: Mapping[str, Entry]) -> dict[str, list[Entry]]:
     return found
 
 
+def file_name(run: PoolRun) -> str:
+    """The pool's files' name: namespace and pool, "_" between (no DNS label has one)."""
+    return run.label.replace("/", "_")
+
+
 @dataclass
 class Pools:
     """Every pool's router on this machine (PoolRun), as the runtime's entries want them.
@@ -121,7 +126,7 @@ class Pools:
 
     def _demand_file(self, run: PoolRun) -> Path:
         """Where the members the router had loaded are kept, beside the pool's preset."""
-        return self.state.root / "pools" / f"{run.label.replace('/', '-')}.loaded.json"
+        return self.state.root / "pools" / f"{file_name(run)}.loaded.json"
 
     def _demanded(self, run: PoolRun) -> list[str]:
         """The modelIds loaded when the pool's router last ran, if it was recorded."""
@@ -158,10 +163,10 @@ class Pools:
         first = demanded or [e.model.spec.model_id for e, _ in ready][:run.max_loaded]
         run.prepared = {e.model.name: self._member(e, p, e.model.spec.model_id in first)
                         for e, p in ready}
-        file_name = run.label.replace("/", "-")
+        name = file_name(run)
         await run.run(ready[0][1].binary, list(run.prepared.values()),
-                      preset=self.state.root / "pools" / f"{file_name}.ini",
-                      log_path=self.state.model_log(file_name), on_change=refresh,
+                      preset=self.state.root / "pools" / f"{name}.ini",
+                      log_path=self.state.model_log(name), on_change=refresh,
                       timing=self.timing, env=self.env())
 
     async def _edit(self, run: PoolRun, members: Sequence[Entry]) -> None:
@@ -180,12 +185,23 @@ class Pools:
             elif (found := ready.get(entry.model.name)) is not None:
                 sections[entry.model.name] = self._member(entry, found, False)
         try:
-            await run.reload(list(sections.values()))
+            run.write(list(sections.values()))
+        except ValueError as exc:  # a value the INI cannot hold: the router keeps the old
+            log.error("pool %s: %s", run.label, exc)
+            run.key = ""  # the next change of the files tries again
+            for entry in fresh:
+                entry.phase, entry.detail = "Failed", f"not in pool {run.label}'s preset: {exc}"
+                self.refresh(entry)
+            return
+        try:
+            await run.reload()
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-            # the preset is written: the router reads it when it starts again
-            log.warning("pool %s: the router did not reload its preset (%s); it reads it "
-                        "when it starts again", run.label, exc)
+            # the preset is written; the router reads it as it starts again
+            log.warning("pool %s: the router did not reload its preset (%s): starting it "
+                        "again", run.label, exc)
+            run.restart()
         run.prepared = sections
+        self._record_demand(run)
         for entry in fresh:
             if entry.model.name in sections:
                 entry.pool = run

@@ -104,7 +104,8 @@ class Router:
         # the web console at /ui/: a client key to look where the gateway asks for keys
         self.console = Console(
             ClusterModels(lambda: [o for i in self.model_informers
-                                   for o in i.objects.values()], lambda: self.table.labels),
+                                   for o in i.objects.values()], lambda: self.table.labels,
+                          lambda: self.table.names),
             self.gateway.metrics.registry, gateway_url=lambda: "", where="llmop router",
             viewer=key_viewer(lambda: None if self.gateway.gate is None
                               else self.gateway.gate.source.current()),

@@ -13,7 +13,8 @@ from llm_operator.console.views import EVERYONE, Condition, ModelState, Visitor
 Key = tuple[str, str]
 
 
-def state_of(model: LLMModel, status: Mapping[str, Any], route: str | None) -> ModelState:
+def state_of(model: LLMModel, status: Mapping[str, Any], route: str | None,
+             names: Sequence[str] = ()) -> ModelState:
     """What the operator wrote in the model's status, as the console shows it."""
     conditions = tuple(
         Condition(str(c.get("type", "")), str(c.get("status", "")), str(c.get("reason", "")),
@@ -26,7 +27,7 @@ def state_of(model: LLMModel, status: Mapping[str, Any], route: str | None) -> M
         detail=ready.message if ready is not None else "",
         ready=int(status.get("currentReplicas") or 0),
         desired=int(status.get("desiredReplicas") or 0), route=route, where=str(where),
-        conditions=conditions)
+        conditions=conditions, names=tuple(names))
 
 
 class ClusterModels:
@@ -37,8 +38,9 @@ class ClusterModels:
     """
 
     def __init__(self, objects: Callable[[], Iterable[Mapping[str, Any]]],
-                 labels: Callable[[], Mapping[Key, list[str]]]) -> None:
-        self._objects, self._labels = objects, labels
+                 labels: Callable[[], Mapping[Key, list[str]]],
+                 names: Callable[[], Mapping[Key, list[str]]] = dict) -> None:
+        self._objects, self._labels, self._names = objects, labels, names
         self._parsed: dict[Key, tuple[str, LLMModel | None]] = {}
 
     def _model(self, obj: Mapping[str, Any]) -> LLMModel | None:
@@ -56,7 +58,7 @@ class ClusterModels:
         return model
 
     def states(self) -> Sequence[ModelState]:
-        labels, out, seen = self._labels(), [], set()
+        labels, names, out, seen = self._labels(), self._names(), [], set()
         for obj in self._objects():
             model = self._model(obj)
             if model is None:
@@ -64,14 +66,14 @@ class ClusterModels:
             key = (model.namespace, model.name)
             seen.add(key)
             out.append(state_of(model, obj.get("status") or {},
-                                next(iter(labels.get(key, ())), None)))
+                                next(iter(labels.get(key, ())), None), names.get(key, ())))
         for gone in set(self._parsed) - seen:
             del self._parsed[gone]
         return out
 
 
 def key_viewer(keyring: Callable[[], Keyring | None]) -> Callable[[str | None], Visitor | None]:
-    """Who may look: with client keys, a valid key, seeing the models it may use.
+    """Who may look: with client keys, a valid key, seeing the models it may reach.
 
     Without client keys (``keyring`` answers None) the console is as open as the gateway.
     """
@@ -82,6 +84,7 @@ def key_viewer(keyring: Callable[[], Keyring | None]) -> Callable[[str | None], 
         key = ring.find(given) if given else None
         if key is None:
             return None
-        return Visitor(key.id, lambda model: any(key.may_use(name) for name in (
-            model.spec.model_id, model.name, f"{model.namespace}/{model.name}")), key)
+        # the names the gateway gives the model, not every name it could have: a key
+        # allowed a name another model took first sees that model only
+        return Visitor(key.id, lambda state: any(key.may_use(n) for n in state.names), key)
     return viewer

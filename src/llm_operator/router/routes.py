@@ -72,6 +72,8 @@ class Table:
     absent: dict[str, str] = field(default_factory=dict)  # model name -> why not served
     labels: dict[tuple[str, str], list[str]] = field(default_factory=dict)
     upstreams: dict[tuple[str, str], list[str]] = field(default_factory=dict)  # base URLs
+    # the names clients reach each model by (another model may have taken some first)
+    names: dict[tuple[str, str], list[str]] = field(default_factory=dict)
 
 
 def ready_endpoints(slices: Iterable[Mapping[str, Any]]) -> list[tuple[str, str]]:
@@ -191,6 +193,7 @@ def build(models: Iterable[tuple[LLMModel, Serving]], options: Options | None = 
         spec = model.spec
         names = [n for n in dict.fromkeys((spec.model_id, label, model.name))
                  if owner.get(n) == key]
+        table.names[key] = names
         if serving.absent is not None:
             for name in names:
                 table.absent[name] = serving.absent
