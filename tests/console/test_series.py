@@ -56,7 +56,7 @@ def test_a_point_is_the_difference_of_two_readings_over_their_interval() -> None
     found = point(1002.0, 2.0, before, after)
     assert (found.requests_per_s, found.errors_per_s, found.tokens_per_s) == (10, 0, 200)
     assert found.p50_ms == 50.0 and found.ttft_p50_ms is None
-    assert found.as_dict()["queue"] == {"default": 2}
+    assert found.as_dict()["queue"] == {"default": 2} and found.as_dict()["queued"] == 2
 
 
 def test_rolling_keeps_the_last_points_of_every_route_and_starts_a_new_one_from_zero() -> None:

@@ -128,7 +128,7 @@ async def test_every_page_in_a_browser_the_chat_streams_and_a_failed_model_says_
     # a base model's chat answer: text, 16 tokens of it as the engine counted them
     assert said["answer"].strip() and not said["answer"].startswith("Refused")
     assert said["figures"].startswith("First token ") and ", 16 tokens, " in said["figures"]
-    assert said["charts"] == "4"
+    assert said["charts"] == "5"
     assert "No guard has found anything yet" in said["guardrails"]
     assert "This gateway asks for no client key" in said["keys"]
     bar = [int(v) for v in said["bar"].split(",")]

@@ -58,7 +58,8 @@ class Point:
         return {"at": self.at, "requestsPerSecond": self.requests_per_s,
                 "errorsPerSecond": self.errors_per_s, "p50Ms": self.p50_ms,
                 "p99Ms": self.p99_ms, "ttftP50Ms": self.ttft_p50_ms,
-                "tokensPerSecond": self.tokens_per_s, "queue": dict(self.queue)}
+                "tokensPerSecond": self.tokens_per_s, "queue": dict(self.queue),
+                "queued": sum(self.queue.values())}
 
 
 def _bound(text: str) -> float:

@@ -25,7 +25,7 @@ function chartsOf(box) {
       const opts = {
         width: Math.max(el.clientWidth, 260), height: 160,
         series: [{}, ...names.map((n, i) => ({label: n, stroke: c.lines[i % 2], width: 2}))],
-        axes: [clock, axis],
+        axes: [clock, {...axis, size: 64}],  // room for "10,000"
         // the last ten minutes, however few points there are yet
         scales: {x: {time: true, range: (u, lo, hi) => [(hi || Date.now() / 1000) - TEN_MINUTES,
                                                          hi || Date.now() / 1000]}},
@@ -46,8 +46,10 @@ function chartsOf(box) {
       const last = points[points.length - 1];
       if (last && latest) {
         const ms = v => (v === null ? "-" : v + " ms");
+        const bands = Object.entries(last.queue || {}).map(([band, n]) => `${band} ${n}`).join(", ");
         latest.textContent = `Now: ${last.requestsPerSecond} requests/s, p50 ${ms(last.p50Ms)}, ` +
-          `p99 ${ms(last.p99Ms)}, first token ${ms(last.ttftP50Ms)}, ${last.tokensPerSecond} tokens/s`;
+          `p99 ${ms(last.p99Ms)}, first token ${ms(last.ttftP50Ms)}, ${last.tokensPerSecond} tokens/s, ` +
+          `waiting: ${bands || "none"}`;
       }
     } catch (e) { /* the next refresh tries again */ }
   }
