@@ -29,7 +29,7 @@ def installed(package: str, version: str, alias: str | None = None) -> Path:
     """The package's directory under .cache/npm, at ``version``.
 
     What is installed there is tests/npm/package-lock.json's tree exactly (`npm ci`), not
-    the newest release of each package it needs on the day (#49); installed again only
+    the newest release of each package it needs on the day; installed again only
     when the lock changes. ``alias`` is the name tests/npm/package.json gives a second
     version of a package.
     """

@@ -5,7 +5,7 @@
 pyproject.toml says what the project accepts (ranges, for those who install it); a new
 machine would otherwise take the newest release of each of ~170 packages, so a release
 published yesterday could fail `make test` there and nowhere else (cryptography 51.0
-refused an empty SAN list and 210 tests errored, #49). The pins hold what was tested:
+refused an empty SAN list and 210 tests errored). The pins hold what was tested:
 
 - requirements/lock.txt: the project with its test, local and image extras, and the
   Makefile's own tools (requirements/tools.in: uv, pip), for Python 3.11 on any platform.

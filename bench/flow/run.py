@@ -26,7 +26,7 @@ engine full, nothing of theirs queued): what is measured is what the queue adds.
 
 Flow control runs as it ships ("on": each replica's engine queue adapts from its
 /metrics, flowControl.saturation), with every request beyond the slots held in the gateway
-("on, held here": saturation.adaptive false, what it did before #51), and off. Each row
+("on, held here": saturation.adaptive false, what it did before), and off. Each row
 reports every client's completed requests per second and the engine queue the gateway
 allowed at the end (``llmop_gateway_engine_queue_allowed``). Each case runs ``--rounds``
 times on its gateways in turn, the order reversed every round, and reports medians.

@@ -7,13 +7,14 @@ Run from the repository root with the project's virtualenv (needs Debian's valgr
 
 Seconds on a shared 2-core machine move by ±15 % between runs; instructions do not (the
 same tree gives the same count to 0.2 %, whatever else runs). Each tree (REVs checked out
-into worktrees, default ``8c0a945`` before #38 and ``fdc4eb9`` before #50, and the working
-tree) serves ``llmop gateway`` under ``valgrind --tool=callgrind`` with collection off; a
-client sends 50 requests to warm it, collection is switched on for ``--requests``
-sequential keep-alive requests and off again. Flow control is measured on (the default)
-and off; a tree whose config has no ``flowControl`` is measured without it. ``--floors``
-adds the hot path alone on aiohttp's server, on a front of our own that parses with
-httptools and answers with aiohttp's response objects, and on a bare one (floor_*_http1.py).
+into worktrees, default ``8c0a945``, before flow control and traces, and ``fdc4eb9``,
+before the request path's parts, and the working tree) serves ``llmop gateway`` under
+``valgrind --tool=callgrind`` with collection off; a client sends 50 requests to warm it,
+collection is switched on for ``--requests`` sequential keep-alive requests and off again.
+Flow control is measured on (the default) and off; a tree whose config has no
+``flowControl`` is measured without it. ``--floors`` adds the hot path alone on aiohttp's
+server, on a front of our own that parses with httptools and answers with aiohttp's
+response objects, and on a bare one (floor_*_http1.py).
 ``--python`` counts every tree and floor again served by another interpreter (trees.py).
 """
 

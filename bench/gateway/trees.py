@@ -5,8 +5,8 @@ Run from the repository root with the project's virtualenv (needs `wrk`):
     .venv/bin/python bench/gateway/trees.py [--rounds 2] [--duration 8] [--floors]
         [--python /usr/bin/python3.11] [--c1-cycles 8] [REV ...]
 
-Each REV (a commit, default ``8c0a945`` (before flow control and traces, #38) and
-``fdc4eb9`` (before the request path's parts, #50)) is checked out into a temporary
+Each REV (a commit, default ``8c0a945`` (before flow control and traces) and
+``fdc4eb9`` (before the request path's parts)) is checked out into a temporary
 worktree; the working tree is always measured too. Every tree's ``llmop gateway`` runs with
 this virtualenv and its own ``src`` first on the path, with bench/gateway/run.py's layout:
 the gateway pinned to CPU 0, the fake upstream (0 ms) and wrk to CPU 1. The trees take

@@ -4,7 +4,7 @@ The kernel delivers no signal to a PID namespace's init that it does not handle.
 pod deleted while `llmop router` was still importing (a rollout caught it starting)
 ignored SIGTERM and lived out its 330 s grace period, holding its CPU request: the node
 could not place the next pods, the scheduler preempted a model for the operator's, and six
-real-node tests failed in one run (#49). Here a command that takes its time to import
+real-node tests failed in one run. Here a command that takes its time to import
 stands in for any of them, in a PID namespace of its own (`unshare`, root).
 """
 

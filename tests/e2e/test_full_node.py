@@ -1,7 +1,7 @@
 """On the real node: a node full of models keeps its control plane, a crashed replica costs no
-request, and a drain never takes a model's last serving replica (#35).
+request, and a drain never takes a model's last serving replica.
 
-The node has 2 cores. Copies of the Gemma example (500m each) fill it as #35 did; the
+The node has 2 cores. Copies of the Gemma example (500m each) fill it; the
 operator, router and MCP server run at llmop-control-plane, above every model's class, so
 the scheduler has nothing to preempt for the copy that does not fit. A two-replica copy
 behind the router takes steady load while one replica's llama-server is SIGKILLed: the

@@ -187,7 +187,7 @@ async def test_a_deleted_engine_pod_degrades_the_model_then_it_recovers(
     assert all(o.sent < back for o in load.failures if o.result == "TimeoutError"), timeline
     # what ends after the model is back is judged by when it was sent: one sent while no
     # replica served may end late, however it failed (the check that allowed only a late
-    # timeout failed once on a loaded 2-core machine, #49; the offenders are named now)
+    # timeout failed once on a loaded 2-core machine; the offenders are named now)
     late = [(o.result, round(o.sent - deleted, 1), round(o.ended - deleted, 1))
             for o in load.outcomes[recovered + 3:] if o.result != "ok" and o.sent >= back]
     assert late == [], (load.summary(), late, round(back - deleted, 1))

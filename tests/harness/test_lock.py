@@ -2,7 +2,7 @@
 
 Without them a new machine took the newest release of every package on the day: a
 `cryptography` published after the last green run refused the test PKI and 210 tests
-errored there and nowhere else (#49). A requirement added to pyproject.toml without
+errored there and nowhere else. A requirement added to pyproject.toml without
 `make lock` would again install whatever is newest: these fail first.
 """
 

@@ -1,8 +1,8 @@
 """The test control plane's certificates, read back as the API server and kubelet read them.
 
 A new machine installs the newest `cryptography`; 51.0 refused the empty SAN list the
-kubelet client certificate was built with, and every test on a control plane errored
-(#49). These pin down what each certificate must say, whatever the library's version.
+kubelet client certificate was built with, and every test on a control plane errored.
+These pin down what each certificate must say, whatever the library's version.
 """
 
 from __future__ import annotations

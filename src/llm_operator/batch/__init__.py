@@ -1,1 +1,1 @@
-"""The OpenAI Batch API on our own models: input files, batches, their runs (#39)."""
+"""The OpenAI Batch API on our own models: input files, batches, their runs."""

@@ -89,7 +89,7 @@ def main() -> None:
     # does not handle. The commands that serve handle SIGTERM once their loop runs, but a
     # pod deleted while its command is still importing (a second or more: a rollout or a
     # scale-down that catches a starting pod) ignored it and lived out its whole grace
-    # period (the router's: 330 s, holding its CPU request all along; #49). Until a
+    # period (the router's: 330 s, holding its CPU request all along). Until a
     # command installs its own handler, SIGTERM ends the process as it would elsewhere.
     if os.getpid() == 1:
         signal.signal(signal.SIGTERM, _exit_on_sigterm)

@@ -2,7 +2,7 @@
 
 prometheus_client takes a lock and runs a Python loop over the buckets on every update: a
 request's six updates cost it about 6 µs, a tenth of what the gateway's own parts spend
-per request (docs/benchmarks.md, #50). The gateway updates these only from its event loop,
+per request (docs/benchmarks.md). The gateway updates these only from its event loop,
 so a tally is a plain number and a histogram a list of bucket counts. A family answers
 ``labels()`` as prometheus_client's metrics do, and its ``collect()`` yields the same
 samples theirs would (``_total`` and ``_created`` of a counter; ``_bucket``, ``_count``,
