@@ -8,6 +8,7 @@ import fnmatch
 import functools
 import hashlib
 import secrets
+from collections.abc import Mapping
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -94,6 +95,18 @@ class KeyringFile(_Entry):
 
 class KeyringError(ValueError):
     """The keys file is invalid; the message names each bad field (never a key)."""
+
+
+def presented_key(headers: Mapping[str, str]) -> str | None:
+    """The key a client sent: OpenAI's bearer token, or Anthropic's / Azure's header."""
+    auth = headers.get("Authorization")
+    if auth is not None:
+        scheme, _, token = auth.partition(" ")
+        return token.strip() or None if scheme.lower() == "bearer" else None
+    for name in ("x-api-key", "api-key"):
+        if given := headers.get(name, "").strip():
+            return given
+    return None
 
 
 def digest(key: str) -> str:

@@ -27,6 +27,7 @@ import yaml
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from llm_operator.access.keyring import presented_key
 from llm_operator.api.v1alpha1 import LLMModel
 from llm_operator.console.series import (
     GUARDS,
@@ -57,6 +58,8 @@ from llm_operator.profiles.planner import Plan
 
 PACKAGE = Path(str(files("llm_operator.console")))
 COOKIE = "llmop_console_key"
+NOT_VALID = ("That key is not valid (unknown, revoked or disabled): ask the gateway's "
+             "operator for one.")
 PLANS_KEPT = 1000
 READ_SAMPLES = [f"{REQUESTS}_total", f"{LATENCY}_bucket", f"{TTFT}_bucket", f"{TOKENS}_total",
                 QUEUE, f"{GUARDS}_total"]
@@ -169,32 +172,30 @@ class Console:
         raise web.HTTPFound("/ui/models")
 
     def _visitor(self, request: web.Request) -> Visitor:
-        """What the visitor may see; the login page (401) when they must say who they are."""
-        given = request.cookies.get(COOKIE)
-        header = request.headers.get("Authorization", "")
-        if header.lower().startswith("bearer "):
-            given = header[7:].strip()
+        """What the visitor may see; the login page (401) when they must say who they are.
+
+        The key as the gateway's API takes it (a header), else the console's cookie.
+        """
+        given = presented_key(request.headers) or request.cookies.get(COOKIE)
         visitor = self.viewer(given)
         if visitor is None:
-            raise self._login_page(401, "This gateway asks for a client key." if not given
-                                   else "That key is not valid (unknown, revoked or "
-                                   "disabled): ask the gateway's operator for one.")
+            raise self._login_page(NOT_VALID if given else "This gateway asks for a client "
+                                   "key.")
         return visitor
 
-    def _login_page(self, status: int, message: str) -> web.HTTPException:
+    def _login_page(self, message: str) -> web.HTTPException:
+        """The sign-in form, answered 401 with ``message`` above it."""
         text = self._templates.get_template("login.html").render(
             where=self.where, title="Sign in", message=message, signed_in=False)
         return web.HTTPUnauthorized(text=text, content_type="text/html", headers={
-            **SECURITY_HEADERS, "WWW-Authenticate": "Bearer"}) if status == 401 else \
-            web.HTTPBadRequest(text=text, content_type="text/html", headers=SECURITY_HEADERS)
+            **SECURITY_HEADERS, "WWW-Authenticate": "Bearer"})
 
     async def login(self, request: web.Request) -> web.StreamResponse:
         """POST /ui/login (a form with ``key``): the key in a cookie for /ui, if valid."""
         form = await request.post()
         given = str(form.get("key") or "").strip()
         if not given or self.viewer(given) is None:
-            raise self._login_page(401, "That key is not valid (unknown, revoked or "
-                                   "disabled): ask the gateway's operator for one.")
+            raise self._login_page(NOT_VALID)
         answer = web.HTTPSeeOther("/ui/models", headers=SECURITY_HEADERS)
         # Secure where the browser came over TLS, to this process or to a proxy before it
         secure = request.secure or request.headers.get("X-Forwarded-Proto") == "https"
@@ -257,11 +258,10 @@ class Console:
         rows = []
         for batch in await self.batches(visitor.owner):
             counts = batch.get("request_counts") or {}
-            total = int(counts.get("total") or 0)
-            done = int(counts.get("completed") or 0) + int(counts.get("failed") or 0)
-            rows.append({**batch, "total": total, "done": done,
-                         "completed": int(counts.get("completed") or 0),
-                         "failed": int(counts.get("failed") or 0),
+            total, completed, failed = (int(counts.get(k) or 0)
+                                        for k in ("total", "completed", "failed"))
+            rows.append({**batch, "total": total, "completed": completed, "failed": failed,
+                         "done": completed + failed,
                          "created": _clock_time(float(batch.get("created_at") or 0))})
         return rows
 
@@ -316,7 +316,7 @@ class Console:
         visitor = self._visitor(request)
         visible = {s.route for s in self._states(visitor) if s.route}
         self._looked()
-        found = activations(self.registry.collect())
+        found = activations(self._read.collect())
         lately = self.rolling.activations_since(found)
         rows = [{"route": k[0], "guard": k[1], "direction": k[2], "action": k[3],
                  "entity": k[4], "total": int(v), "lately": int(lately.get(k, 0))}

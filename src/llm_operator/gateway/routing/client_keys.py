@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from aiohttp import web
 
 from llm_operator.access.keyfile import KeyringSource
-from llm_operator.access.keyring import ClientKey, Keyring, period_of
+from llm_operator.access.keyring import ClientKey, Keyring, period_of, presented_key
 from llm_operator.access.limits import Limits, retry_after_header
 from llm_operator.access.limits import limits as build_limits
 from llm_operator.access.spend import Ledger, over_budget
@@ -21,18 +21,6 @@ from llm_operator.gateway.telemetry.metrics import Children, GatewayMetrics
 log = logging.getLogger("llm_operator.gateway")
 
 KEY_HELP = "send your key as Authorization: Bearer <key> (or x-api-key: <key>)"
-
-
-def presented_key(headers: Mapping[str, str]) -> str | None:
-    """The key a client sent: OpenAI's bearer token, or Anthropic's / Azure's header."""
-    auth = headers.get("Authorization")
-    if auth is not None:
-        scheme, _, token = auth.partition(" ")
-        return token.strip() or None if scheme.lower() == "bearer" else None
-    for name in ("x-api-key", "api-key"):
-        if given := headers.get(name, "").strip():
-            return given
-    return None
 
 
 @dataclass
