@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import importlib.util
 import json
 import os
 import statistics
@@ -34,7 +33,6 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 
 import aiohttp
 
@@ -43,17 +41,11 @@ REPO = HERE.parents[1]
 IDLE_SECONDS = 5  # the bench's console stops reading this long after the last page
 
 
-def _module(name: str, path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # its dataclasses look themselves up there
-    spec.loader.exec_module(module)
-    return module
+sys.path.insert(0, str(HERE.parent))
+from script_module import load_script  # noqa: E402
 
-
-gateway_bench = _module("gateway_bench", HERE.parent / "gateway" / "run.py")
-serving = _module("console_serve", HERE / "serve.py")
+gateway_bench = load_script("gateway_bench", HERE.parent / "gateway" / "run.py")
+serving = load_script("console_serve", HERE / "serve.py")
 LOAD_CPU, PROXY_CPU = gateway_bench.LOAD_CPU, gateway_bench.PROXY_CPU
 free_port, pinned, wait_ready, wrk = (gateway_bench.free_port, gateway_bench.pinned,
                                       gateway_bench.wait_ready, gateway_bench.wrk)

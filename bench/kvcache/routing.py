@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import copy
-import importlib.util
 import statistics
 import subprocess
 import sys
@@ -40,17 +39,11 @@ LLMOP = str(Path(sys.executable).parent / "llmop")
 REPLICAS = 2
 
 
-def _load(name: str, path: Path) -> Any:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+sys.path.insert(0, str(HERE.parent))
+from script_module import load_script  # noqa: E402
 
-
-kv: Any = _load("kvcache_bench", HERE / "run.py")
-pool_bench: Any = _load("pool_bench_helpers", ROOT / "bench" / "pool" / "run.py")
+kv: Any = load_script("kvcache_bench", HERE / "run.py")
+pool_bench: Any = load_script("pool_bench_helpers", ROOT / "bench" / "pool" / "run.py")
 
 
 async def one_strategy(binary: Path, argv: list[str], strategy: str, work: Path,
