@@ -95,6 +95,33 @@ def test_the_router_keys_overlay_mounts_the_secret_its_keys_file_names() -> None
                                 if p.name != "kustomization.yaml" for d in docs(p)])
 
 
+def test_the_router_admin_overlay_mounts_the_token_and_may_write_only_the_keys_secret(
+        ) -> None:
+    """`kubectl apply -k config/router-admin`: the console's administrator writes keys to
+    the Secret the keys file is mounted from, and to no other."""
+    built = subprocess.run([kubectl_path(), "kustomize", str(CONFIG / "router-admin")],
+                           check=True, capture_output=True, text=True).stdout
+    objects = [d for d in yaml.safe_load_all(built) if d]
+    assert [e for d in objects for e in validate_object(d)] == []
+    pod = next(d for d in objects if d["kind"] == "Deployment")["spec"]["template"]["spec"]
+    router = cli.get_command(click.Context(cli), "router")
+    assert router is not None
+    params = router.make_context("router", pod["containers"][0]["args"][1:]).params
+    mounts = {m["name"]: m for m in pod["containers"][0]["volumeMounts"]}
+    volumes = {v["name"]: v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
+    assert Path(params["admin_token_file"]).parent == Path(mounts["admin"]["mountPath"])
+    assert Path(params["keys_file"]).parent == Path(mounts["keys"]["mountPath"])
+    assert volumes["admin"] == "llmop-router-admin"
+    namespace, secret = params["keys_secret"].split("/")
+    assert volumes["keys"] == secret and namespace == "llm-operator-system"
+    role = next(d for d in objects if d["kind"] == "Role")
+    assert role["metadata"]["namespace"] == namespace
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["secrets"],
+                              "resourceNames": [secret], "verbs": ["get", "patch"]}]
+    binding = next(d for d in objects if d["kind"] == "RoleBinding")
+    assert binding["subjects"][0]["name"] == pod["serviceAccountName"]
+
+
 def test_the_router_batch_overlay_elects_a_runner_and_reaches_redis_with_its_password(
         ) -> None:
     """`kubectl apply -k config/router-batch`: the Batch API, Redis, the Lease's RBAC."""

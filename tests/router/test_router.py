@@ -5,12 +5,14 @@ holds its requests until one is ready."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import copy
 import json
 import math
+import subprocess
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,8 +21,11 @@ import aiohttp
 import openai
 import pytest
 import yaml
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions as seen
+from selenium.webdriver.support.ui import WebDriverWait
 
-from llm_operator.access.keyring import digest
+from llm_operator.access.keyring import KeyringError, digest
 from llm_operator.api import labels as L
 from llm_operator.api.validation import parse_llmmodel
 from llm_operator.kube import Connection, Kube
@@ -28,11 +33,17 @@ from llm_operator.leader import LeaseTerms
 from llm_operator.render.meta import selector_labels
 from llm_operator.render.networking import service
 from llm_operator.router.app import Router, serve
+from llm_operator.router.keys_secret import SecretKeyStore
 from llm_operator.router.routes import Options
 
+from browser import axe_source, chromium, look
+from controlplane import ControlPlane
 from fake_vllm import FakeVllm, host_ip
 from redisserver import free_port
 from samples import sample_doc
+
+REPO = Path(__file__).resolve().parents[2]
+ROUTER_USER = "system:serviceaccount:llm-operator-system:llmop-router"
 
 API = "ai.example.io/v1alpha1"
 MODEL_ID = "google/gemma-4-31b-it"
@@ -146,12 +157,15 @@ class Cluster:
 async def routing(conn: Connection, admin: Kube, namespace: str,
                   hold_seconds: float = 60, peers: tuple[str, str] | None = None,
                   batch_lease: LeaseTerms | None = None,
+                  admin_token: str | None = None, keys_secret: tuple[str, str] | None = None,
                   **settings: Any) -> AsyncIterator[Cluster]:
     async with Kube(conn) as kube:
         port = free_port()
         router = Router(kube, [namespace], options=Options(hold_seconds, 0.1),
                         scrape_seconds=0.1, settings=settings, peers=peers, port=port,
-                        batch_lease=batch_lease)
+                        batch_lease=batch_lease, keys_secret=keys_secret,
+                        admin_token=None if admin_token is None
+                        else lambda given: given == admin_token)
         ready, stop = asyncio.Event(), asyncio.Event()
         task = asyncio.create_task(serve(router, "127.0.0.1", port, ready=ready, stop=stop))
         await ready.wait()
@@ -404,3 +418,80 @@ async def test_the_console_asks_for_a_key_and_shows_it_the_models_it_may_use(
             assert r.status == 303
         async with http.get(f"{cluster.url}/ui/models") as r:
             assert r.status == 401
+
+
+async def test_the_consoles_admin_writes_keys_to_the_secret_and_curl_feels_each_change(
+        router_connection: Connection, admin: Kube, namespace: str, tmp_path: Path,
+        apiserver: ControlPlane) -> None:
+    """config/router-admin: signed in with the admin token, a key is created (written to
+    the Secret the keys file is mounted from, under the router's own RBAC), used with
+    curl, disabled and refused, and the router may write no other Secret."""
+    apiserver.kubectl("apply", "-f", str(REPO / "config" / "router-admin" / "rbac.yaml"))
+    apiserver.wait_allowed(ROUTER_USER, "patch", "secrets/llmop-router-keys",
+                           namespace="llm-operator-system")
+    team = "sk-llmop-team-admin-test"
+    keys = tmp_path / "keys.yaml"
+    keys.write_text(yaml.safe_dump({"keys": [{"id": "team-a", "sha256": digest(team)}]}))
+    secret = ("llm-operator-system", "llmop-router-keys")
+    await admin.delete("v1", "secrets", *secret)
+    await admin.apply({"apiVersion": "v1", "kind": "Secret", "metadata": {
+        "name": secret[1], "namespace": secret[0]}, "stringData": {
+        "keys.yaml": keys.read_text()}})
+    token = "admin-token-for-the-router-test"
+
+    def curl(url: str, key: str) -> str:
+        return subprocess.run(
+            ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", f"{url}/v1/models",
+             "-H", f"Authorization: Bearer {key}"],
+            check=True, capture_output=True, text=True, timeout=30).stdout
+
+    try:
+        async with routing(router_connection, admin, namespace, admin_token=token,
+                           keys_secret=secret, clientKeys={"file": str(keys)}) as cluster, \
+                aiohttp.ClientSession(headers={"Authorization": f"Bearer {token}",
+                                               "Origin": cluster.url}) as http:
+            # the browser blocks: it runs beside the router's event loop, not in it
+            key = await asyncio.to_thread(_create_use_and_disable, cluster.url, token, curl)
+            stored = await admin.get("v1", "secrets", *secret)
+            assert stored is not None
+            written = base64.b64decode(stored["data"]["keys.yaml"]).decode()
+            assert key not in written
+            assert [(k["id"], k.get("disabled", False), k.get("requestsPerMinute"))
+                    for k in yaml.safe_load(written)["keys"]] == [
+                ("team-a", False, None), ("ci", True, 600)]
+            assert await asyncio.to_thread(curl, cluster.url, team) == "200"  # untouched
+            async with http.post(f"{cluster.url}/ui/keys/ci/enable") as r:
+                assert r.status == 200
+            assert await asyncio.to_thread(curl, cluster.url, key) == "200"
+        async with Kube(router_connection) as kube:
+            with pytest.raises(KeyringError, match="its Role needs get and patch"):
+                await SecretKeyStore(kube, "llm-operator-system", "another").read()
+    finally:
+        await admin.delete("v1", "secrets", *secret)
+
+
+def _create_use_and_disable(url: str, token: str, curl: Callable[[str, str], str]) -> str:
+    """In Chromium: sign in with the admin token, create a key, use it with curl, disable
+    it and see curl refused; each keys page checked with axe-core and photographed."""
+    axe = axe_source()
+    with chromium() as driver:
+        wait = WebDriverWait(driver, 30)
+        driver.get(f"{url}/ui/keys")
+        driver.find_element(By.ID, "key").send_keys(token)
+        driver.find_element(By.CSS_SELECTOR, "form button[type=submit]").click()
+        driver.get(f"{url}/ui/keys")
+        wait.until(seen.presence_of_element_located((By.CSS_SELECTOR, 'tr[data-key="team-a"]')))
+        driver.find_element(By.ID, "id").send_keys("ci")
+        driver.find_element(By.ID, "rpm").send_keys("600")
+        driver.find_element(By.CSS_SELECTOR, "form.newkey button[type=submit]").click()
+        key = wait.until(seen.presence_of_element_located((By.ID, "secret"))).text
+        look(driver, axe, "key-created")
+        assert curl(url, key) == "200"
+        driver.get(f"{url}/ui/keys")
+        driver.find_element(By.CSS_SELECTOR, 'button[aria-label="Disable ci"]').click()
+        wait.until(seen.text_to_be_present_in_element(
+            (By.CSS_SELECTOR, 'tr[data-key="ci"]'), "disabled"))
+        assert key not in driver.page_source
+        look(driver, axe, "keys-admin")
+        assert curl(url, key) == "401"
+    return key

@@ -47,6 +47,14 @@ class KeyringSource:
             return None
         return stat.st_mtime_ns, stat.st_size, stat.st_ino
 
+    def apply(self, keyring: Keyring) -> None:
+        """Keys just written where this file comes from, in force before it is updated.
+
+        The console's administrator wrote them to the Secret this file is mounted from.
+        """
+        self.keyring, self.problem = keyring, None
+        log.info("client keys: %d applied as written", len(keyring.keys))
+
     def current(self) -> Keyring:
         stamp = self._stat()
         if stamp != self._stamp:

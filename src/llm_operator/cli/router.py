@@ -8,8 +8,12 @@ import os
 import signal
 import socket
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:
+    from llm_operator.access.admin_token import AdminToken
 
 
 @click.command(name="router")
@@ -38,6 +42,14 @@ import click
               help="Require a client key on every /v1 request: the gateway's keys file "
               "(llmop keys new; e.g. a mounted Secret, re-read when it changes). Each key's "
               "models globs match the name the client asks for; /v1/models lists those.")
+@click.option("--admin-token-file", type=click.Path(dir_okay=False), metavar="PATH",
+              help="The web console's admin token (a mounted Secret; at least 16 "
+              "characters, e.g. `openssl rand -hex 32`): signed in with it, /ui/keys lists "
+              "every key and creates, disables and rotates keys, written to --keys-secret "
+              "or else to the keys file itself (docs/console.md). Needs client keys.")
+@click.option("--keys-secret", metavar="NAMESPACE/NAME",
+              help="The Secret the keys file is mounted from (its keys.yaml): where the "
+              "console writes keys. config/router-keys sets it.")
 @click.option("--redis-url", metavar="URL", help="Share the keys' rate limits and spend "
               "across router replicas, e.g. redis://redis.llm-operator-system.svc:6379/0.")
 @click.option("--redis-password-file", type=click.Path(dir_okay=False), metavar="PATH",
@@ -67,7 +79,8 @@ def router(*, namespaces: tuple[str, ...], host: str, port: int, hold_seconds: f
            keepalive_seconds: float, max_held: int, max_held_per_model: int,
            scrape_seconds: float, keys_file: str | None, redis_url: str | None,
            redis_password_file: str | None, settings_file: str | None,
-           peers_service: str | None, batch_lease: str | None, log_level: str) -> None:
+           peers_service: str | None, batch_lease: str | None, admin_token_file: str | None,
+           keys_secret: str | None, log_level: str) -> None:
     """Serve every LLMModel behind one OpenAI endpoint (docs/routing.md).
 
     \b
@@ -87,6 +100,9 @@ def router(*, namespaces: tuple[str, ...], host: str, port: int, hold_seconds: f
     With --keys-file, only listed client keys get in, each to the models its globs
     allow, within its rate limits (docs/gateway.md); unset, keep the router behind its
     NetworkPolicy (config/router).
+    The web console is at /ui/ (docs/console.md): a key sees its models and its use; with
+    --admin-token-file, the admin token sees every key and creates, disables and rotates
+    them.
     GET /scale/<namespace>/<name> and llmop_router_pending_requests on /metrics say how
     many requests wait for each model: KEDA scales on them (settings router.enabled).
     \b
@@ -122,6 +138,7 @@ def router(*, namespaces: tuple[str, ...], host: str, port: int, hold_seconds: f
             {"passwordFile": redis_password_file} if redis_password_file else {})}
     elif redis_password_file is not None:
         raise click.UsageError("--redis-password-file needs --redis-url")
+    admin, secret = _key_admin(admin_token_file, keys_secret, settings)
     peers = None if peers_service is None else _named(
         "--peers-service", peers_service, "llm-operator-system/llmop-router")
     lease = None
@@ -148,13 +165,36 @@ def router(*, namespaces: tuple[str, ...], host: str, port: int, hold_seconds: f
             routing = Router(kube, namespaces, options=Options(hold_seconds, keepalive_seconds),
                              scrape_seconds=scrape_seconds, max_held=max_held,
                              max_held_per_route=max_held_per_model, settings=settings,
-                             peers=peers, port=port, batch_lease=lease)
+                             peers=peers, port=port, batch_lease=lease,
+                             admin_token=None if admin is None else admin.matches,
+                             keys_secret=secret)
             await serve(routing, host, port, stop=stop, drain_seconds=drain_seconds)
 
     asyncio.run(main())
 
 
 SETTINGS_SECTIONS = ("flowControl", "tracing", "batch")
+
+
+def _key_admin(token_file: str | None, keys_secret: str | None, settings: dict[str, object]
+               ) -> tuple[AdminToken | None, tuple[str, str] | None]:
+    """The console's admin token and the Secret it writes keys to; UsageError if unusable."""
+    from llm_operator.access.admin_token import AdminToken, AdminTokenError  # noqa: PLC0415
+
+    if token_file is None:
+        if keys_secret is not None:
+            raise click.UsageError("--keys-secret is where the console's administrator "
+                                   "writes keys: give --admin-token-file too")
+        return None, None
+    if "clientKeys" not in settings:
+        raise click.UsageError("--admin-token-file administers client keys: give "
+                               "--keys-file (or clientKeys in --settings) too")
+    try:
+        admin = AdminToken(Path(token_file))
+    except AdminTokenError as exc:
+        raise click.UsageError(f"--admin-token-file {exc}") from None
+    return admin, None if keys_secret is None else _named(
+        "--keys-secret", keys_secret, "llm-operator-system/llmop-router-keys")
 
 
 def _named(option: str, value: str, example: str) -> tuple[str, str]:

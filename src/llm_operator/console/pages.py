@@ -29,6 +29,7 @@ from prometheus_client import CollectorRegistry
 
 from llm_operator.access.keyring import presented_key
 from llm_operator.api.v1alpha1 import LLMModel
+from llm_operator.console.key_admin import KeyAdmin, KeyPages
 from llm_operator.console.series import (
     GUARDS,
     LATENCY,
@@ -42,6 +43,7 @@ from llm_operator.console.series import (
     totals,
 )
 from llm_operator.console.views import (
+    ADMIN,
     EVERYONE,
     History,
     ModelState,
@@ -89,9 +91,13 @@ class Console:
                  idle_seconds: float = 120.0,
                  clock: Callable[[], float] = time.time,
                  viewer: Callable[[str | None], Visitor | None] = everyone,
-                 batches: Callable[[str], Awaitable[list[dict[str, Any]]]] | None = None
-                 ) -> None:
+                 batches: Callable[[str], Awaitable[list[dict[str, Any]]]] | None = None,
+                 key_admin: KeyAdmin | None = None) -> None:
         self.source, self.registry, self.viewer = source, registry, viewer
+        # the admin token's visitor sees every model and key, and changes keys
+        self.key_admin = key_admin
+        self.key_pages = None if key_admin is None else KeyPages(
+            key_admin, self._admin_page, lambda: list(self.registry.collect()), self._base)
         # only the families the console reads (restricted_registry collects only theirs)
         self._read = registry.restricted_registry(READ_SAMPLES)
         self.batches = batches  # a visitor's batches, newest first (the Batch API's)
@@ -121,6 +127,8 @@ class Console:
         router.add_get("/ui/guardrails", self.guardrails_page)
         router.add_get("/ui/batches/rows", self.batch_rows)
         router.add_get("/ui/api/series", self.series)
+        router.add_post("/ui/keys", self.change_keys)
+        router.add_post("/ui/keys/{id}/{action}", self.change_keys)
         router.add_post("/ui/login", self.login)
         router.add_post("/ui/logout", self.logout)
         router.add_static("/ui/static", PACKAGE / "static", append_version=False)
@@ -164,9 +172,16 @@ class Console:
     def _page(self, template: str, visitor: Visitor = EVERYONE, **values: Any
               ) -> web.Response:
         text = self._templates.get_template(template).render(
-            where=self.where, signed_in=bool(visitor.owner), **values)
+            where=self.where, signed_in=visitor.signed_in, **values)
         return web.Response(text=text, content_type="text/html", charset="utf-8",
                             headers=SECURITY_HEADERS)
+
+    def _admin_page(self, template: str, **values: Any) -> web.Response:
+        return self._page(template, ADMIN, **values)
+
+    def _base(self, request: web.Request) -> str:
+        """Where clients reach this gateway: where `llmop up` listens, else this page's host."""
+        return self.gateway_url().rstrip("/") or f"{request.scheme}://{request.host}"
 
     async def _home(self, _: web.Request) -> web.StreamResponse:
         raise web.HTTPFound("/ui/models")
@@ -177,16 +192,23 @@ class Console:
         The key as the gateway's API takes it (a header), else the console's cookie.
         """
         given = presented_key(request.headers) or request.cookies.get(COOKIE)
-        visitor = self.viewer(given)
+        visitor = self._who(given)
         if visitor is None:
             raise self._login_page(NOT_VALID if given else "This gateway asks for a client "
                                    "key.")
         return visitor
 
+    def _who(self, given: str | None) -> Visitor | None:
+        """The admin token's visitor, a key's, everyone's, or None (not valid)."""
+        if self.key_admin is not None and self.key_admin.token(given):
+            return ADMIN
+        return self.viewer(given)
+
     def _login_page(self, message: str) -> web.HTTPException:
         """The sign-in form, answered 401 with ``message`` above it."""
         text = self._templates.get_template("login.html").render(
-            where=self.where, title="Sign in", message=message, signed_in=False)
+            where=self.where, title="Sign in", message=message, signed_in=False,
+            admin=self.key_admin is not None)
         return web.HTTPUnauthorized(text=text, content_type="text/html", headers={
             **SECURITY_HEADERS, "WWW-Authenticate": "Bearer"})
 
@@ -194,7 +216,7 @@ class Console:
         """POST /ui/login (a form with ``key``): the key in a cookie for /ui, if valid."""
         form = await request.post()
         given = str(form.get("key") or "").strip()
-        if not given or self.viewer(given) is None:
+        if not given or self._who(given) is None:
             raise self._login_page(NOT_VALID)
         answer = web.HTTPSeeOther("/ui/models", headers=SECURITY_HEADERS)
         # Secure where the browser came over TLS, to this process or to a proxy before it
@@ -299,6 +321,8 @@ class Console:
         """The visitor's own key: what it used and spent, and what it may do."""
         visitor = self._visitor(request)
         self._looked()
+        if visitor.admin and self.key_pages is not None:
+            return await self.key_pages.keys()
         key = visitor.key
         if key is None:
             return self._page("keys.html", visitor, title="Keys", key=None, use=None,
@@ -310,6 +334,13 @@ class Console:
             budget = {"usd": key.budget.usd, "period": key.budget.period, "spent": spent,
                       "share": min(spent / key.budget.usd, 1.0)}
         return self._page("keys.html", visitor, title="Keys", key=key, use=use, budget=budget)
+
+    async def change_keys(self, request: web.Request) -> web.Response:
+        """The admin's forms: a key created, disabled, enabled or rotated."""
+        if not self._visitor(request).admin or self.key_pages is None:
+            raise web.HTTPForbidden(text="changing keys takes the admin token: sign in with "
+                                    "it", headers=SECURITY_HEADERS)
+        return await self.key_pages.post(request)
 
     async def guardrails_page(self, request: web.Request) -> web.Response:
         """What each guard found, by route and entity type: counts, never the text."""
@@ -332,8 +363,7 @@ class Console:
         chosen = request.query.get("model") or ""
         if chosen not in models:  # only a model this visitor may use, never a link's text
             chosen = models[0] if models else ""
-        # where clients reach this gateway: as `llmop up` listens, else as this page was asked
-        base = self.gateway_url().rstrip("/") or f"{request.scheme}://{request.host}"
+        base = self._base(request)
         return self._page("playground.html", visitor, title="Playground", models=models,
                           chosen=chosen, base=base, snippets=snippets(base, chosen))
 

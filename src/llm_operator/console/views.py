@@ -55,9 +55,15 @@ class Visitor:
     owner: str
     sees: Callable[[ModelState], bool]
     key: ClientKey | None = None  # the visitor's own key, where the gateway has keys
+    admin: bool = False  # signed in with the admin token: every model, every key
+
+    @property
+    def signed_in(self) -> bool:
+        return bool(self.owner) or self.admin
 
 
 EVERYONE = Visitor("", lambda _: True)
+ADMIN = Visitor("", lambda _: True, admin=True)
 
 
 class Source(Protocol):

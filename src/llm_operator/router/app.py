@@ -7,16 +7,19 @@ import contextlib
 import logging
 import os
 import socket
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import aiohttp
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Gauge
 
+from llm_operator.access.keyring import Keyring
+from llm_operator.access.keystore import FileKeyStore, KeyStore
 from llm_operator.api import labels as L
 from llm_operator.api.validation import InvalidModel, parse_llmmodel
 from llm_operator.batch.runner import BatchRunner
+from llm_operator.console.key_admin import KeyAdmin
 from llm_operator.console.pages import Console
 from llm_operator.gateway.app import Gateway, answering_errors
 from llm_operator.gateway.routing.owners import PEER_HEADER, Owners
@@ -27,6 +30,7 @@ from llm_operator.informer import Informer, Key
 from llm_operator.kube import Kube
 from llm_operator.leader import LeaderElector, LeaseTerms
 from llm_operator.router.console_models import ClusterModels, key_viewer
+from llm_operator.router.keys_secret import SecretKeyStore
 from llm_operator.router.routes import (
     SERVICE_NAME_LABEL,
     Options,
@@ -63,7 +67,9 @@ class Router:
                  max_held_per_route: int = 100, max_held: int = 1000,
                  settings: Mapping[str, Any] | None = None,
                  peers: tuple[str, str] | None = None, port: int = 8080,
-                 batch_lease: LeaseTerms | None = None, identity: str | None = None) -> None:
+                 batch_lease: LeaseTerms | None = None, identity: str | None = None,
+                 admin_token: Callable[[str | None], bool] | None = None,
+                 keys_secret: tuple[str, str] | None = None) -> None:
         self.kube, self.scrape_seconds = kube, scrape_seconds
         self.watch_seconds = watch_seconds
         self.options = options or Options()
@@ -109,10 +115,24 @@ class Router:
             self.gateway.metrics.registry, gateway_url=lambda: "", where="llmop router",
             viewer=key_viewer(lambda: None if self.gateway.gate is None
                               else self.gateway.gate.source.current()),
-            batches=self.gateway.batches_of)
+            batches=self.gateway.batches_of, key_admin=self._key_admin(admin_token, keys_secret))
         self.pending = pending_requests(self.gateway.metrics.registry)
         self.gateway.before_scrape.append(self._export_pending)
         self._session: aiohttp.ClientSession | None = None  # asks the owners' /scale
+
+    def _key_admin(self, token: Callable[[str | None], bool] | None,
+                   secret: tuple[str, str] | None) -> KeyAdmin | None:
+        """With an admin token, the console changes the keys: in ``secret``, else the file."""
+        gate = self.gateway.gate
+        if token is None or gate is None:
+            return None
+        store: KeyStore = FileKeyStore(gate.source.path) if secret is None else \
+            SecretKeyStore(self.kube, *secret)
+        return KeyAdmin(token, store, self._apply_keys)
+
+    def _apply_keys(self, keyring: Keyring) -> None:
+        if self.gateway.gate is not None:
+            self.gateway.gate.source.apply(keyring)
 
     def _changed(self, *_: Any) -> None:
         self._dirty.set()
