@@ -201,7 +201,7 @@ async def test_a_form_posted_from_another_site_changes_nothing(tmp_path: Path) -
 
 
 async def test_an_unknown_action_is_not_found(tmp_path: Path) -> None:
-    async with serving(tmp_path) as served, _admin(served) as http:
-        async with http.post(f"{served.url}/ui/keys/team-a/delete") as r:
-            status: Any = r.status
+    async with serving(tmp_path) as served, _admin(served) as http, http.post(
+            f"{served.url}/ui/keys/team-a/delete") as r:
+        status: Any = r.status
     assert status == 404

@@ -82,6 +82,7 @@ async def serving(viewer: Callable[[str | None], Visitor | None] | None = None
 
     console = Console(models, metrics.registry, gateway_url=lambda: "http://gw.example:8000",
                       where="test", batches=batches,
+                      slots=lambda route: (2.0, 8) if route == "gpt55-remote" else None,
                       every=3600,  # the test reads (Console.read): no timer adds points
                       **({"viewer": viewer} if viewer else {}))
     app = web.Application()
@@ -154,12 +155,15 @@ async def test_a_routed_models_figures_come_from_the_gateways_registry(
     for _ in range(4):
         route.request(200, 0.2)
     route.completion_tokens.inc(80)
+    route.prompt_tokens.inc(400)
+    route.cached_prompt_tokens.inc(300)
     served.console.read()
     async with aiohttp.ClientSession() as session, session.get(
             f"{served.url}/ui/api/series", params={"route": "gpt55-remote"}) as resp:
         (only,) = (await resp.json())["gpt55-remote"]
     assert only["requestsPerSecond"] > 0 and 100 < only["p50Ms"] <= 250
     assert only["tokensPerSecond"] > 0
+    assert (only["busy"], only["slots"], only["cacheHitPercent"]) == (2.0, 8, 75.0)
     _, html, _ = await _get(f"{served.url}/ui/models")
     row = html.split('data-model="ai-models/gpt55-remote"')[1].split("</tr>")[0]
     assert re.search(r"<td>\d+\.\d\d</td>", row), row  # requests/s in the table

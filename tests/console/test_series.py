@@ -41,9 +41,11 @@ def test_the_gateways_registry_reads_as_each_routes_totals() -> None:
     route.ttft.observe(0.05)
     route.completion_tokens.inc(40)
     route.prompt_tokens.inc(1000)  # not an output token
+    route.cached_prompt_tokens.inc(900)
     metrics.queue_depth.labels("gemma", "default").set(3)
     found = totals(metrics.registry.collect())["gemma"]
     assert (found.requests, found.errors, found.completion_tokens) == (3, 1, 40)
+    assert (found.prompt_tokens, found.cached_tokens) == (1000, 900)
     assert found.latency[0.25] == 3 and found.latency[INF] == 3
     assert found.ttft[0.05] == 1
     assert found.queue == {"default": 3}
@@ -70,3 +72,18 @@ def test_rolling_keeps_the_last_points_of_every_route_and_starts_a_new_one_from_
     latest = rolling.latest("b")
     assert latest is not None and latest.requests_per_s == 7.0  # seen first: from zero
     assert rolling.latest("c") is None
+
+
+@pytest.mark.parametrize(("prompt", "cached", "expected"), [
+    ((1000, 3000), (500, 2300), 90.0),  # 1800 of the interval's 2000 prompt tokens
+    ((1000, 1000), (500, 500), None),  # no prompt in the interval: no figure, not 0
+    ((1000, 2000), (500, 500), 0.0),  # an engine that says nothing was cached
+    ((0, 10), (0, 12), 100.0),  # never above all of it
+])
+def test_the_prefix_cache_share_is_of_the_intervals_prompt_tokens(
+        prompt: tuple[float, float], cached: tuple[float, float], expected: float | None
+        ) -> None:
+    found = point(2.0, 2.0, Totals(prompt_tokens=prompt[0], cached_tokens=cached[0]),
+                  Totals(prompt_tokens=prompt[1], cached_tokens=cached[1], busy=3, slots=8))
+    assert found.cache_hit_pct == expected
+    assert (found.as_dict()["busy"], found.as_dict()["slots"]) == (3, 8)  # as read now

@@ -93,6 +93,24 @@ async def test_a_freed_slot_goes_to_the_highest_band_waiting(
                   band="standard", outcome="admitted") == 2
 
 
+async def test_a_routes_busy_slots_are_its_requests_at_the_engine_sampled_while_held(
+        engine: tuple[GatedEngine, str]) -> None:
+    """What the console charts as slots busy: requests at the engine, not those queued."""
+    fake, url = engine
+    async with front(url, slots=2) as gw:
+        assert gw.gateway.route_slots("m") == (0.0, 2)
+        for name in ("a", "b", "c"):
+            gw.send(name)
+        await fake.until_arrived(2)
+        await gw.until_queued(1)
+        assert gw.gateway.route_slots("m") == (2.0, 2)  # "c" waits in flow control
+        assert gw.gateway.route_slots("nope") is None
+        for name in ("a", "b", "c"):
+            fake.gate(name).set()
+        await asyncio.gather(*gw.sent)
+        assert gw.gateway.route_slots("m") == (0.0, 2)
+
+
 async def test_a_light_fairness_id_is_not_stuck_behind_a_heavy_one(
         engine: tuple[GatedEngine, str]) -> None:
     fake, url = engine

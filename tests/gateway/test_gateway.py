@@ -332,6 +332,28 @@ async def test_missing_key_is_a_clear_503_without_secrets(gateway: GatewayFactor
     assert (await resp.json())["error"]["code"] == "credentials_unavailable"
 
 
+async def test_prompt_tokens_from_the_engines_prefix_cache_are_counted_as_it_reports_them(
+        gateway: GatewayFactory, upstream: Upstream) -> None:
+    """llama-server and vLLM say in usage how much of a prompt came from their prefix
+    cache (prompt_tokens_details.cached_tokens): plain and streamed answers alike."""
+    fake, _ = upstream
+    plain = completion("gpt-5.5", prompt=100)
+    plain["usage"]["prompt_tokens_details"] = {"cached_tokens": 96}
+    streamed = [c.replace(b'"completion_tokens": 4}', b'"completion_tokens": 4, '
+                          b'"prompt_tokens_details": {"cached_tokens": 5}}')
+                for c in sse_chunks("gpt-5.5", ["Hi"], usage=(7, 4))]
+    fake.then(Reply(body=plain), Reply(chunks=streamed), Reply(body=completion("gpt-5.5")))
+    client, gw = await gateway()
+    assert (await client.post("/v1/chat/completions", json=CHAT)).status == 200
+    resp = await client.post("/v1/chat/completions", json={
+        **CHAT, "stream": True, "stream_options": {"include_usage": True}})
+    await resp.read()
+    assert (await client.post("/v1/chat/completions", json=CHAT)).status == 200  # no details
+    route = {"route": "gpt-5.5"}
+    assert metric(gw, "llmop_gateway_tokens_total", kind="prompt", **route) == 100 + 7 + 11
+    assert metric(gw, "llmop_gateway_cached_prompt_tokens_total", **route) == 96 + 5
+
+
 async def test_metrics_count_requests_tokens_and_cost(gateway: GatewayFactory) -> None:
     client, gw = await gateway()
     for _ in range(3):

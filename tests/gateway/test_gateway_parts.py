@@ -192,13 +192,21 @@ def test_a_key_with_a_line_break_inside_is_unavailable_and_never_shown(
 
 
 @pytest.mark.parametrize(("body", "tokens"), [
-    (b'{"usage": {"prompt_tokens": 5, "completion_tokens": 2}}', (5, 2)),
-    (b'{"usage": {"input_tokens": 9, "output_tokens": 4}}', (9, 4)),
-    (b'{"choices": []}', (0, 0)),
-    (b'{"usage": null}', (0, 0)),
-    (b"not json but \"usage\"", (0, 0)),
+    (b'{"usage": {"prompt_tokens": 5, "completion_tokens": 2}}', (5, 2, 0)),
+    (b'{"usage": {"input_tokens": 9, "output_tokens": 4}}', (9, 4, 0)),
+    (b'{"usage": {"prompt_tokens": 50, "completion_tokens": 2, '
+     b'"prompt_tokens_details": {"cached_tokens": 48}}}', (50, 2, 48)),
+    (b'{"usage": {"input_tokens": 9, "output_tokens": 4, '
+     b'"input_tokens_details": {"cached_tokens": 8}}}', (9, 4, 8)),
+    (b'{"usage": {"prompt_tokens": 5, "completion_tokens": 2, '
+     b'"prompt_tokens_details": {"cached_tokens": "many"}}}', (5, 2, 0)),
+    (b'{"usage": {"prompt_tokens": 5, "completion_tokens": 2, '
+     b'"prompt_tokens_details": null}}', (5, 2, 0)),
+    (b'{"choices": []}', (0, 0, 0)),
+    (b'{"usage": null}', (0, 0, 0)),
+    (b"not json but \"usage\"", (0, 0, 0)),
 ])
-def test_usage_from_body(body: bytes, tokens: tuple[int, int]) -> None:
+def test_usage_from_body(body: bytes, tokens: tuple[int, int, int]) -> None:
     assert usage_from_body(body) == tokens
 
 
@@ -206,7 +214,7 @@ def test_usage_from_sse_takes_the_last_usage_event() -> None:
     tail = (b'data: {"choices":[{"delta":{"content":"x"}}]}\n\n'
             b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":8}}\n\n'
             b'data: [DONE]\n\n')
-    assert usage_from_sse(tail) == (3, 8)
+    assert usage_from_sse(tail) == (3, 8, 0)
     responses = b'data: {"type":"response.completed","response":{"usage":{"input_tokens":2,' \
                 b'"output_tokens":5}}}\n\n'
-    assert usage_from_sse(responses) == (2, 5)
+    assert usage_from_sse(responses) == (2, 5, 0)

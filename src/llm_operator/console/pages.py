@@ -31,6 +31,7 @@ from llm_operator.access.keyring import presented_key
 from llm_operator.api.v1alpha1 import LLMModel
 from llm_operator.console.key_admin import KeyAdmin, KeyPages
 from llm_operator.console.series import (
+    CACHED,
     GUARDS,
     LATENCY,
     QUEUE,
@@ -38,6 +39,7 @@ from llm_operator.console.series import (
     TOKENS,
     TTFT,
     Rolling,
+    Totals,
     activations,
     key_use,
     totals,
@@ -64,7 +66,7 @@ NOT_VALID = ("That key is not valid (unknown, revoked or disabled): ask the gate
              "operator for one.")
 PLANS_KEPT = 1000
 READ_SAMPLES = [f"{REQUESTS}_total", f"{LATENCY}_bucket", f"{TTFT}_bucket", f"{TOKENS}_total",
-                QUEUE, f"{GUARDS}_total"]
+                f"{CACHED}_total", QUEUE, f"{GUARDS}_total"]
 
 
 def everyone(_: str | None) -> Visitor:
@@ -92,7 +94,9 @@ class Console:
                  clock: Callable[[], float] = time.time,
                  viewer: Callable[[str | None], Visitor | None] = everyone,
                  batches: Callable[[str], Awaitable[list[dict[str, Any]]]] | None = None,
-                 key_admin: KeyAdmin | None = None) -> None:
+                 key_admin: KeyAdmin | None = None,
+                 slots: Callable[[str], tuple[float, int | None] | None] | None = None
+                 ) -> None:
         self.source, self.registry, self.viewer = source, registry, viewer
         # the admin token's visitor sees every model and key, and changes keys
         self.key_admin = key_admin
@@ -101,6 +105,7 @@ class Console:
         # only the families the console reads (restricted_registry collects only theirs)
         self._read = registry.restricted_registry(READ_SAMPLES)
         self.batches = batches  # a visitor's batches, newest first (the Batch API's)
+        self.slots = slots  # a route's requests at its engines now, and their slots
         self.gateway_url, self.where = gateway_url, where
         self.every, self.idle_seconds, self.clock = every, idle_seconds, clock
         self.rolling = Rolling(keep=max(1, int(600 / every)))  # ten minutes
@@ -158,9 +163,15 @@ class Console:
     def read(self) -> None:
         now = self.clock()
         families = list(self._read.collect())
-        self.rolling.add(now, totals(families))
+        reading, states = totals(families), self.source.states()
+        if self.slots is not None:
+            for state in states:
+                if state.route is not None and (found := self.slots(state.route)):
+                    here = reading.setdefault(state.route, Totals())
+                    here.busy, here.slots = found
+        self.rolling.add(now, reading)
         self.rolling.add_activations(now, activations(families))
-        self.history.add(now, self.source.states())
+        self.history.add(now, states)
 
     async def _sample(self) -> None:
         while self.clock() - self._seen < self.idle_seconds:

@@ -2,10 +2,11 @@
 
 Every few seconds the gateway's cumulative counters and histograms are read
 (``totals``) and the difference with the last reading becomes one point per route:
-requests/s, errors/s, latency p50 and p99, time to first token p50, tokens/s and the
-flow-control queue per band. Quantiles come from the histogram's bucket counts over the
-interval, as Prometheus's ``histogram_quantile`` computes them. No Prometheus server
-is needed.
+requests/s, errors/s, latency p50 and p99, time to first token p50, tokens/s, the
+share of prompt tokens the engine served from its prefix cache (where it reports it), and
+the flow-control queue per band and slots busy as they are at the reading. Quantiles
+come from the histogram's bucket counts over the interval, as Prometheus's
+``histogram_quantile`` computes them. No Prometheus server is needed.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ REQUESTS = "llmop_gateway_requests"
 LATENCY = "llmop_gateway_request_duration_seconds"
 TTFT = "llmop_gateway_time_to_first_token_seconds"
 TOKENS = "llmop_gateway_tokens"
+CACHED = "llmop_gateway_cached_prompt_tokens"
 QUEUE = "llmop_gateway_queue_depth"
 GUARDS = "llmop_gateway_guardrail_activations"
 KEY_REQUESTS = "llmop_gateway_key_requests"
@@ -38,7 +40,11 @@ class Totals:
     latency: dict[float, float] = field(default_factory=dict)  # bucket bound -> count
     ttft: dict[float, float] = field(default_factory=dict)
     completion_tokens: float = 0.0
+    prompt_tokens: float = 0.0
+    cached_tokens: float = 0.0  # of the prompt tokens, from the engine's prefix cache
     queue: dict[str, float] = field(default_factory=dict)  # band -> waiting now
+    busy: float | None = None  # requests at the engines now (None: not known)
+    slots: int | None = None  # their slots (None: not known)
 
 
 @dataclass(frozen=True)
@@ -53,13 +59,17 @@ class Point:
     ttft_p50_ms: float | None
     tokens_per_s: float
     queue: Mapping[str, float]
+    cache_hit_pct: float | None = None  # None: no prompt tokens in the interval
+    busy: float | None = None
+    slots: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {"at": self.at, "requestsPerSecond": self.requests_per_s,
                 "errorsPerSecond": self.errors_per_s, "p50Ms": self.p50_ms,
                 "p99Ms": self.p99_ms, "ttftP50Ms": self.ttft_p50_ms,
                 "tokensPerSecond": self.tokens_per_s, "queue": dict(self.queue),
-                "queued": sum(self.queue.values())}
+                "queued": sum(self.queue.values()), "cacheHitPercent": self.cache_hit_pct,
+                "busy": self.busy, "slots": self.slots}
 
 
 def _bound(text: str) -> float:
@@ -87,9 +97,13 @@ def totals(families: Iterable[Any]) -> dict[str, Totals]:
             elif name in (LATENCY, TTFT) and sample.name.endswith("_bucket"):
                 buckets = of(route).latency if name == LATENCY else of(route).ttft
                 buckets[_bound(labels["le"])] = sample.value
-            elif name == TOKENS and sample.name.endswith("_total") \
-                    and labels.get("kind") == "completion":
-                of(route).completion_tokens += sample.value
+            elif name == TOKENS and sample.name.endswith("_total"):
+                if labels.get("kind") == "completion":
+                    of(route).completion_tokens += sample.value
+                elif labels.get("kind") == "prompt":
+                    of(route).prompt_tokens += sample.value
+            elif name == CACHED and sample.name.endswith("_total"):
+                of(route).cached_tokens += sample.value
             elif name == QUEUE:
                 of(route).queue[labels.get("band", "default")] = sample.value
     return out
@@ -125,6 +139,9 @@ def point(at: float, seconds: float, before: Totals, after: Totals) -> Point:
     def ms(value: float | None) -> float | None:
         return None if value is None else round(value * 1000, 1)
 
+    prompt = after.prompt_tokens - before.prompt_tokens
+    cached = max(after.cached_tokens - before.cached_tokens, 0.0)
+
     return Point(
         at=at,
         requests_per_s=round(max(after.requests - before.requests, 0.0) / span, 3),
@@ -134,7 +151,9 @@ def point(at: float, seconds: float, before: Totals, after: Totals) -> Point:
         ttft_p50_ms=ms(quantile(0.5, before.ttft, after.ttft)),
         tokens_per_s=round(max(after.completion_tokens - before.completion_tokens, 0.0)
                            / span, 2),
-        queue=dict(after.queue))
+        queue=dict(after.queue),
+        cache_hit_pct=round(min(cached / prompt, 1.0) * 100, 1) if prompt > 0 else None,
+        busy=after.busy, slots=after.slots)
 
 
 def activations(families: Iterable[Any]) -> dict[Activation, float]:

@@ -270,6 +270,9 @@ class Gateway:
                     kv_usage: float) -> None:
         self.table.engine_load(base_url, waiting=waiting, running=running, kv_usage=kv_usage)
 
+    def route_slots(self, label: str) -> tuple[float, int | None] | None:
+        return self.table.route_slots(label)
+
     def pool_engines(self, pool: str) -> dict[str, Load]:
         return self.table.pool_engines(pool)
 

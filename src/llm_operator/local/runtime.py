@@ -112,7 +112,8 @@ class Runtime:
                                self.gateway.metrics.registry,
                                gateway_url=lambda: self.gateway_url.removesuffix("/v1"),
                                where=f"llmop up: {options.directory}",
-                               batches=self.gateway.batches_of)
+                               batches=self.gateway.batches_of,
+                               slots=self.gateway.route_slots)
         self.version = 0
         self._changed = asyncio.Condition()
         self._dirty = asyncio.Event()

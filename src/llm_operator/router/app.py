@@ -115,7 +115,8 @@ class Router:
             self.gateway.metrics.registry, gateway_url=lambda: "", where="llmop router",
             viewer=key_viewer(lambda: None if self.gateway.gate is None
                               else self.gateway.gate.source.current()),
-            batches=self.gateway.batches_of, key_admin=self._key_admin(admin_token, keys_secret))
+            batches=self.gateway.batches_of, key_admin=self._key_admin(admin_token, keys_secret),
+            slots=self.gateway.route_slots)
         self.pending = pending_requests(self.gateway.metrics.registry)
         self.gateway.before_scrape.append(self._export_pending)
         self._session: aiohttp.ClientSession | None = None  # asks the owners' /scale

@@ -47,9 +47,11 @@ function chartsOf(box) {
       if (last && latest) {
         const ms = v => (v === null ? "-" : v + " ms");
         const bands = Object.entries(last.queue || {}).map(([band, n]) => `${band} ${n}`).join(", ");
+        const busy = last.busy === null ? "-" : last.slots ? `${last.busy} of ${last.slots}` : `${last.busy}`;
+        const cache = last.cacheHitPercent === null ? "-" : `${last.cacheHitPercent}%`;
         latest.textContent = `Now: ${last.requestsPerSecond} requests/s, p50 ${ms(last.p50Ms)}, ` +
           `p99 ${ms(last.p99Ms)}, first token ${ms(last.ttftP50Ms)}, ${last.tokensPerSecond} tokens/s, ` +
-          `waiting: ${bands || "none"}`;
+          `waiting: ${bands || "none"}, slots busy ${busy}, prompt from the prefix cache ${cache}`;
       }
     } catch (e) { /* the next refresh tries again */ }
   }

@@ -4,33 +4,51 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, NamedTuple
 
 
-def _usage_tokens(usage: Any) -> tuple[int, int]:
-    """(prompt, completion) tokens from Chat/Completions or Responses API usage."""
+class Usage(NamedTuple):
+    """Tokens an answer reports: its prompt's and its completion's.
+
+    ``cached``: of the prompt's, those the engine served from its prefix cache, where it
+    says (``prompt_tokens_details.cached_tokens``).
+    """
+
+    prompt: int = 0
+    completion: int = 0
+    cached: int = 0
+
+
+NO_USAGE = Usage()
+
+
+def _usage_tokens(usage: Any) -> Usage:
+    """Chat/Completions or Responses API usage (cached: ``*_tokens_details.cached_tokens``)."""
     if not isinstance(usage, dict):
-        return 0, 0
+        return NO_USAGE
     prompt = usage.get("prompt_tokens", usage.get("input_tokens", 0))
     completion = usage.get("completion_tokens", usage.get("output_tokens", 0))
-    return (prompt if isinstance(prompt, int) else 0,
-            completion if isinstance(completion, int) else 0)
+    details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details")
+    cached = details.get("cached_tokens", 0) if isinstance(details, dict) else 0
+    return Usage(prompt if isinstance(prompt, int) else 0,
+                 completion if isinstance(completion, int) else 0,
+                 cached if isinstance(cached, int) and cached > 0 else 0)
 
 
 _DECODER = json.JSONDecoder()
 
 
-def usage_from_body(body: bytes) -> tuple[int, int]:
+def usage_from_body(body: bytes) -> Usage:
     """Usage of a JSON response, decoding only the "usage" object (bodies can be large)."""
     at = body.rfind(b'"usage"')
     if at < 0:
-        return 0, 0
+        return NO_USAGE
     colon = body.find(b":", at + 7)
     try:
         text = body[colon + 1:].decode()
         usage, _ = _DECODER.raw_decode(text, len(text) - len(text.lstrip()))
     except (ValueError, UnicodeDecodeError):
-        return 0, 0
+        return NO_USAGE
     return _usage_tokens(usage)
 
 
@@ -73,7 +91,7 @@ def sse_data(event: bytes) -> dict[str, Any] | None:
     return None
 
 
-def usage_from_sse(tail: bytes) -> tuple[int, int]:
+def usage_from_sse(tail: bytes) -> Usage:
     """Usage from the last SSE event that carries it (stream_options.include_usage)."""
     for raw in reversed(tail.split(b"\n")):
         line = raw.strip()
@@ -86,6 +104,6 @@ def usage_from_sse(tail: bytes) -> tuple[int, int]:
         if isinstance(event, dict):
             usage = event.get("usage") or (event.get("response") or {}).get("usage")
             tokens = _usage_tokens(usage)
-            if tokens != (0, 0):
+            if tokens.prompt or tokens.completion:
                 return tokens
-    return 0, 0
+    return NO_USAGE

@@ -325,6 +325,20 @@ class RouteTable:
         return {d.url_base: d.load for state in self.routes.values()
                 if state.route.pool_name == pool for d in state.deployments}
 
+    def route_slots(self, label: str) -> tuple[float, int | None] | None:
+        """A route's requests at its engines now, and their slots (None: unknown).
+
+        Busy is what this gateway has in flight at each replica, or what the engine says
+        it runs where it says more (requests other routers sent). None: no such route.
+        """
+        state = self.routes.get(label)
+        if state is None:
+            return None
+        per_replica = self.config.flow_control.per_replica_concurrency
+        slots = [d.upstream.slots or per_replica for d in state.deployments]
+        busy = sum(max(float(d.load.in_flight), d.load.running) for d in state.deployments)
+        return busy, None if not slots or None in slots else sum(s or 0 for s in slots)
+
     def pool_slots(self, pool: str) -> dict[str, int | None]:
         """The replicas of ``pool``: base URL -> its slots (None: unknown)."""
         per_replica = self.config.flow_control.per_replica_concurrency

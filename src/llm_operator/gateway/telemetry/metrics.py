@@ -36,6 +36,10 @@ class GatewayMetrics:
                             ["route"], buckets=TTFT_BUCKETS, registry=r)
         self.tokens = tallies("llmop_gateway_tokens", "Tokens reported in upstream usage.",
                               ["route", "kind"], registry=r)
+        self.cached_prompt_tokens = tallies(
+            "llmop_gateway_cached_prompt_tokens", "Prompt tokens the engine reported served "
+            "from its prefix cache (usage.prompt_tokens_details.cached_tokens); a part of "
+            "llmop_gateway_tokens{kind=\"prompt\"}.", ["route"], registry=r)
         self.cost = tallies("llmop_gateway_cost_usd", "Estimated cost from usage and prices.",
                             ["route"], registry=r)
         self.rate_limited = Counter("llmop_gateway_rate_limited",
@@ -165,6 +169,7 @@ class RouteMetrics:
         self.ttft = metrics.ttft.labels(route)
         self.prompt_tokens = metrics.tokens.labels(route, "prompt")
         self.completion_tokens = metrics.tokens.labels(route, "completion")
+        self.cached_prompt_tokens = metrics.cached_prompt_tokens.labels(route)
         self.cost = metrics.cost.labels(route)
         self.rate_limited = metrics.rate_limited.labels(route)
         self.retries = metrics.retries.labels(route)

@@ -24,6 +24,7 @@ from llm_operator.gateway.providers.assembling import StreamError, assemble
 from llm_operator.gateway.providers.messages_api import StreamTranslator, from_openai
 from llm_operator.gateway.providers.shapes import error_body as openai_error_body
 from llm_operator.gateway.providers.sse import (
+    Usage,
     split_events,
     sse_data,
     usage_from_body,
@@ -54,13 +55,16 @@ class Relay:
     def __init__(self, table: RouteTable, clock: Clock) -> None:
         self.table, self._clock = table, clock
 
-    async def _account(self, ex: Exchange, prompt: int, completion: int) -> None:
+    async def _account(self, ex: Exchange, used: Usage) -> None:
+        prompt, completion, cached = used
         if not prompt and not completion:
             return
         state = ex.state
         ex.reservation.settle(prompt + completion)
         state.metrics.prompt_tokens.inc(prompt)
         state.metrics.completion_tokens.inc(completion)
+        if cached:
+            state.metrics.cached_prompt_tokens.inc(cached)
         usd = 0.0
         if state.route.pricing:
             price = state.route.pricing
@@ -95,7 +99,7 @@ class Relay:
         if native is not None:
             body = _from_native(native, upstream.status, body)
         if status == 200:
-            await self._account(ex, *usage_from_body(body))
+            await self._account(ex, usage_from_body(body))
         if ex.answer_guard is not None and (status == 200 or body.strip()):
             # an error's body is read too: it may quote what the model said
             checked = await ex.answer_guard(body)
@@ -191,7 +195,7 @@ class Relay:
                 upstream.close()  # tear the connection down: the upstream stops generating
             self._stream_ended(ex, completed)
         if completed:
-            await self._account(ex, *usage_from_sse(events.tail))
+            await self._account(ex, usage_from_sse(events.tail))
         return out
 
 
