@@ -21,6 +21,9 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as seen
 from selenium.webdriver.support.ui import WebDriverWait
 
+from llm_operator.api.validation import parse_llmmodel
+from llm_operator.profiles.llamaserver import parallel_slots
+
 from browser import axe_source, chat, chromium, look
 from localstack import gemma, options, row, running, write_model
 
@@ -118,9 +121,16 @@ async def test_every_page_in_a_browser_the_chat_streams_and_a_failed_model_says_
     write_model(models, broken)
     async with running(options(models, tmp_path / "state", model_cache)) as up:
         said = await asyncio.to_thread(visit, browser, up.console_url, axe)
-        async with aiohttp.ClientSession() as session, session.get(
-                f"{up.console_url}api/series") as resp:
-            series = await resp.json()
+        async with aiohttp.ClientSession() as session:
+            # the same prompt twice: llama-server serves the second from its prefix cache
+            for _ in range(2):
+                async with session.post(f"{up.gateway_url}/chat/completions", json={
+                        "model": "gemma-3-270m", "max_tokens": 4, "messages": [
+                            {"role": "user", "content": "Name a colour."}]}) as resp:
+                    assert resp.status == 200
+            up.console.read()  # a point that holds both
+            async with session.get(f"{up.console_url}api/series") as resp:
+                series = await resp.json()
     reason = row(up.snapshot(), "gemma-broken")["detail"]
     assert "missing.gguf" in reason
     assert "Failed" in said["broken row"] and reason in said["broken row"]
@@ -128,10 +138,14 @@ async def test_every_page_in_a_browser_the_chat_streams_and_a_failed_model_says_
     # a base model's chat answer: text, 16 tokens of it as the engine counted them
     assert said["answer"].strip() and not said["answer"].startswith("Refused")
     assert said["figures"].startswith("First token ") and ", 16 tokens, " in said["figures"]
-    assert said["charts"] == "5"
+    assert said["charts"] == "7"
     assert "No guard has found anything yet" in said["guardrails"]
     assert "This gateway asks for no client key" in said["keys"]
     bar = [int(v) for v in said["bar"].split(",")]
     assert bar == sorted(bar) and bar[-1] == BATCH and bar[0] < BATCH, bar  # it moved
-    # the chat, counted in its route's figures
-    assert any(p["requestsPerSecond"] > 0 for p in series["ai-models/gemma3-270m"])
+    # the chat and the batch, counted in its route's figures
+    points = series["ai-models/gemma3-270m"]
+    assert any(p["requestsPerSecond"] > 0 for p in points)
+    assert (points[-1]["cacheHitPercent"] or 0) > 0, points[-1]
+    assert {p["slots"] for p in points} == {parallel_slots(parse_llmmodel(gemma()).spec)}
+    assert any((p["busy"] or 0) > 0 for p in points), points
