@@ -245,6 +245,13 @@ async def test_guard_activations_by_model_and_entity_never_the_text(served: Serv
     assert status == 200
     assert "gpt55-remote pii output mask CREDIT_CARD 3 3" in text
     assert "gpt55-remote pii input block US_SSN 1 1" in text
+    assert 'id="guard-chart"' in html
+    served.console.read()
+    async with aiohttp.ClientSession() as session, session.get(
+            f"{served.url}/ui/api/guards") as resp:
+        chart = await resp.json()
+    # its lines (their counts per interval: test_series); one reading is kept at every=3600
+    assert set(chart["lines"]) == {"pii CREDIT_CARD", "pii US_SSN"}
 
 
 async def test_the_playground_offers_only_the_visitors_models_and_quotes_for_the_shell(

@@ -87,3 +87,16 @@ def test_the_prefix_cache_share_is_of_the_intervals_prompt_tokens(
                   Totals(prompt_tokens=prompt[1], cached_tokens=cached[1], busy=3, slots=8))
     assert found.cache_hit_pct == expected
     assert (found.as_dict()["busy"], found.as_dict()["slots"]) == (3, 8)  # as read now
+
+
+def test_guard_activations_chart_per_interval_by_guard_and_entity_of_visible_routes() -> None:
+    rolling = Rolling(keep=10)
+    pii = ("gemma", "pii", "output", "mask", "CREDIT_CARD")
+    ssn = ("gemma", "pii", "input", "block", "US_SSN")
+    hidden = ("other", "pii", "output", "mask", "CREDIT_CARD")  # not the visitor's model
+    rolling.add_activations(0.0, {pii: 1, hidden: 5})
+    rolling.add_activations(2.0, {pii: 4, hidden: 9})
+    rolling.add_activations(4.0, {pii: 4, ssn: 2, hidden: 9})
+    assert rolling.guard_series({"gemma"}) == {
+        "at": [2.0, 4.0], "lines": {"pii CREDIT_CARD": [3.0, 0.0], "pii US_SSN": [0.0, 2.0]}}
+    assert rolling.guard_series(set()) == {"at": [2.0, 4.0], "lines": {}}

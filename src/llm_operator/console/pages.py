@@ -132,6 +132,7 @@ class Console:
         router.add_get("/ui/guardrails", self.guardrails_page)
         router.add_get("/ui/batches/rows", self.batch_rows)
         router.add_get("/ui/api/series", self.series)
+        router.add_get("/ui/api/guards", self.guard_series)
         router.add_post("/ui/keys", self.change_keys)
         router.add_post("/ui/keys/{id}/{action}", self.change_keys)
         router.add_post("/ui/login", self.login)
@@ -386,6 +387,13 @@ class Console:
                   if r in visible]
         body = {r: [p.as_dict() for p in self.rolling.of(r)] for r in routes}
         return web.json_response(body, headers=SECURITY_HEADERS)
+
+
+    async def guard_series(self, request: web.Request) -> web.Response:
+        """Activations per interval, by guard and entity type, of the visitor's models."""
+        visible = {s.route for s in self._states(self._visitor(request)) if s.route}
+        self._looked()
+        return web.json_response(self.rolling.guard_series(visible), headers=SECURITY_HEADERS)
 
 
 def _clock_time(at: float) -> str:

@@ -15,6 +15,7 @@ import math
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 REQUESTS = "llmop_gateway_requests"
@@ -227,6 +228,25 @@ class Rolling:
         """How many of ``found`` (now) came since the oldest reading kept."""
         oldest = self.guards[0][1] if self.guards else {}
         return {k: v - oldest.get(k, 0.0) for k, v in found.items()}
+
+    def guard_series(self, routes: set[str]) -> dict[str, Any]:
+        """Activations per reading interval of ``routes``' guards, by guard and entity type.
+
+        ``{"at": [interval ends], "lines": {"pii CREDIT_CARD": [count per interval]}}``.
+        """
+        kept = list(self.guards)
+        names = sorted({(k[1], k[4]) for _, found in kept for k in found if k[0] in routes})
+        lines: dict[str, list[float]] = {f"{guard} {entity}": [] for guard, entity in names}
+        at: list[float] = []
+        for (_, before), (when, after) in pairwise(kept):
+            at.append(when)
+            step = dict.fromkeys(names, 0.0)
+            for key, value in after.items():
+                if key[0] in routes:
+                    step[(key[1], key[4])] += max(value - before.get(key, 0.0), 0.0)
+            for (guard, entity), count in step.items():
+                lines[f"{guard} {entity}"].append(count)
+        return {"at": at, "lines": lines}
 
     def latest(self, route: str) -> Point | None:
         series = self.points.get(route)

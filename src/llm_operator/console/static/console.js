@@ -1,5 +1,6 @@
 // The console's scripts: live charts (uPlot) on a model's page, and the playground's chat.
-// Everything it fetches is this gateway's own: /ui/api/series and /v1/chat/completions.
+// Everything it fetches is this gateway's own: /ui/api/series, /ui/api/guards and
+// /v1/chat/completions.
 "use strict";
 
 const TEN_MINUTES = 600;
@@ -7,7 +8,43 @@ const TEN_MINUTES = 600;
 function colours() {
   const css = getComputedStyle(document.documentElement);
   const v = name => css.getPropertyValue(name).trim();
-  return {fg: v("--muted"), grid: v("--line"), lines: [v("--accent"), v("--bad")]};
+  return {fg: v("--muted"), grid: v("--line"),
+          lines: [v("--accent"), v("--bad"), v("--warn"), v("--ok")]};
+}
+
+function axes(c) {
+  const axis = {stroke: c.fg, grid: {stroke: c.grid, width: 1}, ticks: {stroke: c.grid}};
+  const clock = {...axis, values: (u, ticks) => ticks.map(t => new Date(t * 1000).toLocaleTimeString())};
+  return [clock, {...axis, size: 64}];  // room for "10,000"
+}
+
+// the last ten minutes, however few points there are yet
+const LAST_TEN_MINUTES = {x: {time: true, range: (u, lo, hi) => [
+  (hi || Date.now() / 1000) - TEN_MINUTES, hi || Date.now() / 1000]}};
+
+function guardChart(el) {
+  let plot = null, names = "", body = {at: [], lines: {}};
+  function draw() {
+    const lines = Object.keys(body.lines);
+    const data = [body.at, ...lines.map(n => body.lines[n])];
+    if (plot && names === lines.join("\n")) { plot.setData(data); return; }
+    if (plot) plot.destroy();
+    const c = colours();
+    names = lines.join("\n");
+    plot = new uPlot({
+      width: Math.max(el.clientWidth, 260), height: 200, axes: axes(c), scales: LAST_TEN_MINUTES,
+      series: [{}, ...lines.map((n, i) => ({label: n, stroke: c.lines[i % c.lines.length], width: 2}))],
+    }, data, el);
+  }
+  async function refresh() {
+    try {
+      const res = await fetch("/ui/api/guards");
+      if (res.ok) { body = await res.json(); draw(); }
+    } catch (e) { /* the next refresh tries again */ }
+  }
+  matchMedia("(prefers-color-scheme: dark)").addEventListener("change", () => { names = ""; draw(); });
+  refresh();
+  setInterval(refresh, 3000);
 }
 
 function chartsOf(box) {
@@ -20,15 +57,10 @@ function chartsOf(box) {
     charts = [];
     for (const el of box.querySelectorAll(".chart")) {
       const names = el.dataset.series.split(",");
-      const axis = {stroke: c.fg, grid: {stroke: c.grid, width: 1}, ticks: {stroke: c.grid}};
-      const clock = {...axis, values: (u, ticks) => ticks.map(t => new Date(t * 1000).toLocaleTimeString())};
       const opts = {
         width: Math.max(el.clientWidth, 260), height: 160,
         series: [{}, ...names.map((n, i) => ({label: n, stroke: c.lines[i % 2], width: 2}))],
-        axes: [clock, {...axis, size: 64}],  // room for "10,000"
-        // the last ten minutes, however few points there are yet
-        scales: {x: {time: true, range: (u, lo, hi) => [(hi || Date.now() / 1000) - TEN_MINUTES,
-                                                         hi || Date.now() / 1000]}},
+        axes: axes(c), scales: LAST_TEN_MINUTES,
         legend: {show: names.length > 1},
       };
       charts.push({names, plot: new uPlot(opts, data(names), el)});
@@ -152,6 +184,8 @@ function playground(form) {
 
 document.addEventListener("DOMContentLoaded", () => {
   for (const box of document.querySelectorAll(".charts[data-route]")) chartsOf(box);
+  const guards = document.getElementById("guard-chart");
+  if (guards) guardChart(guards);
   const form = document.getElementById("chat");
   if (form) playground(form);
 });
