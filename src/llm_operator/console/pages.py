@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
+import math
 import shlex
 import time
 from collections.abc import Awaitable, Callable
@@ -44,6 +46,7 @@ from llm_operator.console.series import (
     key_use,
     totals,
 )
+from llm_operator.console.throttle import SignInThrottle
 from llm_operator.console.views import (
     ADMIN,
     EVERYONE,
@@ -60,6 +63,7 @@ from llm_operator.console.views import (
 )
 from llm_operator.profiles.planner import Plan
 
+log = logging.getLogger(__name__)
 PACKAGE = Path(str(files("llm_operator.console")))
 COOKIE = "llmop_console_key"
 NOT_VALID = ("That key is not valid (unknown, revoked or disabled): ask the gateway's "
@@ -111,6 +115,7 @@ class Console:
         self.rolling = Rolling(keep=max(1, int(600 / every)))  # ten minutes
         self.history = History()
         self._seen = 0.0  # when a page was last asked for
+        self.throttle = SignInThrottle()
         self._plans: dict[int, tuple[LLMModel, Plan]] = {}
         self._sampling: asyncio.Task[None] | None = None
         self._templates = jinja2.Environment(
@@ -201,13 +206,31 @@ class Console:
     def _visitor(self, request: web.Request) -> Visitor:
         """What the visitor may see; the login page (401) when they must say who they are.
 
-        The key as the gateway's API takes it (a header), else the console's cookie.
+        The key as the gateway's API takes it (a header), else the console's cookie. A
+        cookie that no longer signs in (its key disabled, rotated) is forgotten.
         """
         given = presented_key(request.headers) or request.cookies.get(COOKIE)
-        visitor = self._who(given)
+        visitor = self._checked(request, given)
         if visitor is None:
-            raise self._login_page(NOT_VALID if given else "This gateway asks for a client "
-                                   "key.")
+            refused = self._login_page(NOT_VALID if given else "This gateway asks for a "
+                                       "client key.")
+            if request.cookies.get(COOKIE):
+                refused.del_cookie(COOKIE, path="/ui")
+            raise refused
+        return visitor
+
+    def _checked(self, request: web.Request, given: str | None) -> Visitor | None:
+        """``_who``, unless the visitor's address failed to sign in too often lately."""
+        address, now = request.remote or "", self.clock()
+        wait = self.throttle.wait(address, now)
+        if wait > 0:
+            raise self._login_page(
+                f"Too many failed sign-ins from your address: try again in "
+                f"{math.ceil(wait)} s.", status=429, retry_after=math.ceil(wait))
+        visitor = self._who(given)
+        if visitor is None and given:
+            self.throttle.failed(address, now)
+            log.warning("console: a sign-in from %s failed (key not valid)", address)
         return visitor
 
     def _who(self, given: str | None) -> Visitor | None:
@@ -216,11 +239,15 @@ class Console:
             return ADMIN
         return self.viewer(given)
 
-    def _login_page(self, message: str) -> web.HTTPException:
-        """The sign-in form, answered 401 with ``message`` above it."""
+    def _login_page(self, message: str, status: int = 401, retry_after: int = 0
+                    ) -> web.HTTPException:
+        """The sign-in form, answered 401 (or 429: wait) with ``message`` above it."""
         text = self._templates.get_template("login.html").render(
             where=self.where, title="Sign in", message=message, signed_in=False,
             admin=self.key_admin is not None)
+        if status == 429:
+            return web.HTTPTooManyRequests(text=text, content_type="text/html", headers={
+                **SECURITY_HEADERS, "Retry-After": str(retry_after)})
         return web.HTTPUnauthorized(text=text, content_type="text/html", headers={
             **SECURITY_HEADERS, "WWW-Authenticate": "Bearer"})
 
@@ -228,7 +255,7 @@ class Console:
         """POST /ui/login (a form with ``key``): the key in a cookie for /ui, if valid."""
         form = await request.post()
         given = str(form.get("key") or "").strip()
-        if not given or self._who(given) is None:
+        if not given or self._checked(request, given) is None:
             raise self._login_page(NOT_VALID)
         answer = web.HTTPSeeOther("/ui/models", headers=SECURITY_HEADERS)
         # Secure where the browser came over TLS, to this process or to a proxy before it
