@@ -18,13 +18,12 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from aiohttp import hdrs, web
+from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from llm_operator.access.spend import Ledger, MemoryLedger
 from llm_operator.batch.runner import BatchRunner
 from llm_operator.batch.store import Store
-from llm_operator.gateway.errors import error_response, unexpected
 from llm_operator.gateway.flow.control import Flow
 from llm_operator.gateway.flow.engine_watch import EngineWatch, Sweep
 from llm_operator.gateway.flow.saturation import Saturation
@@ -53,9 +52,17 @@ from llm_operator.gateway.routing.picking import Load
 from llm_operator.gateway.routing.routes import Clock, RouteState, RouteTable, Sleep, pools
 from llm_operator.gateway.routing.sleepers import HttpControl, Sleepers
 from llm_operator.gateway.server.batches import BatchApi, open_store, own_address, runner_settings
+from llm_operator.gateway.server.endpoints import (
+    MESSAGES_PATH,
+    MODERATIONS_PATH,
+    PROXIED_PATHS,
+    answering_errors,
+    finish_routes,
+)
 from llm_operator.gateway.server.http import SERVED_PATHS, ServedPaths, served
 from llm_operator.gateway.server.moderations import Moderations
 from llm_operator.gateway.server.openapi import description
+from llm_operator.gateway.server.status import export_states, readiness
 from llm_operator.gateway.settings.config import (
     ConfigError,
     GatewayConfig,
@@ -64,7 +71,6 @@ from llm_operator.gateway.settings.config import (
 )
 from llm_operator.gateway.telemetry.metrics import FlowMetrics, GatewayMetrics
 from llm_operator.gateway.telemetry.tracing import Traces
-from llm_operator.gateway.upstream.credentials import KeyUnavailable
 from llm_operator.gateway.upstream.proxies import proxy_settings
 from llm_operator.guardrails.runner import Guarding
 from llm_operator.span_export import SpanShipper
@@ -77,62 +83,6 @@ log = logging.getLogger("llm_operator.gateway")
 # what a reconfigure cannot change: the server, Redis, tracing and the Batch API are
 # made once, when the gateway starts
 READ_AT_START = ("listen", "redis", "tracing", "max_request_bytes", "batch")
-
-PROXIED_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses")
-MESSAGES_PATH = "/v1/messages"  # Anthropic-shaped clients, translated for any model
-# the model's guardrails, OpenAI's moderation shape (a remote model without any: its own)
-MODERATIONS_PATH = "/v1/moderations"
-ENDPOINTS = ", ".join(f"POST {p}" for p in (*PROXIED_PATHS, MESSAGES_PATH, MODERATIONS_PATH)
-                      ) + ", GET /v1/models, GET /models, GET /openapi.json"
-
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-def answering_errors(handler: Handler) -> Handler:
-    """``handler`` with what it raises answered in OpenAI's shape (the gateway's own bugs).
-
-    Not an aiohttp middleware: one on the application cost every proxied request ~16,000
-    instructions (2.5 % of its CPU) for what only errors need; the proxied paths' own
-    handler (path/request_path.py) answers its errors the same way.
-    """
-    async def answer(request: web.Request) -> web.StreamResponse:
-        try:
-            return await handler(request)
-        except Exception as exc:  # every error gets an answer
-            return unexpected(request, exc)
-    return answer
-
-
-def _not_allowed(allowed: str) -> Handler:
-    async def answer(request: web.Request) -> web.StreamResponse:
-        return error_response(405, f"{request.method} is not allowed on {request.path}; use "
-                              f"{allowed}", "invalid_request_error", "method_not_allowed",
-                              headers={"Allow": allowed})
-    return answer
-
-
-async def _no_endpoint(request: web.Request) -> web.StreamResponse:
-    return error_response(404, f"no endpoint {request.method} {request.path} here; the "
-                          f"gateway serves {ENDPOINTS}", "invalid_request_error",
-                          "unknown_endpoint")
-
-
-def finish_routes(router: web.UrlDispatcher) -> None:
-    """Unknown paths (404) and wrong methods (405, with Allow) answered in OpenAI's shape.
-
-    Each path gets a route for any other method, and a last route takes every other path.
-    """
-    paths: dict[str, tuple[web.Resource, set[str]]] = {}  # a path's last resource, methods
-    for resource in router.resources():
-        if isinstance(resource, web.Resource):
-            _, methods = paths.get(resource.canonical, (resource, set()))
-            paths[resource.canonical] = (resource, methods | {r.method for r in resource})
-    for last, methods in paths.values():  # resolved in order: after every other method
-        if hdrs.METH_ANY not in methods:
-            last.add_route(hdrs.METH_ANY, _not_allowed(", ".join(sorted(methods))))
-    router.add_route(hdrs.METH_ANY, "/{path:.*}", _no_endpoint)
-
 
 class Gateway:
     """The gateway: its route table, flow control and holds, and the request path's parts.
@@ -475,39 +425,10 @@ class Gateway:
         return web.json_response(description(batches=self.batch_api is not None))
 
     async def ready(self, _: web.Request) -> web.Response:
-        problems = []
-        for state in self.table.states():
-            for deployment in state.deployments:
-                if deployment.key is not None:
-                    try:
-                        deployment.key.get()
-                    except KeyUnavailable as exc:
-                        where = state.route.label if len(state.deployments) == 1 else \
-                            f"{state.route.label} upstream {deployment.label}"
-                        problems.append(f"route {where}: {exc}")
-        if problems:
-            return web.json_response({"status": "not ready", "problems": problems}, status=503)
-        ready: dict[str, Any] = {"status": "ready", "routes": len(self.config.routes)}
-        gate = self.table.gate
-        if gate is not None:
-            gate.source.current()
-            ready["clientKeys"] = len(gate.source.keyring.keys)
-            if gate.source.problem:  # serving with the last good keys
-                ready["warnings"] = [gate.source.problem]
-        return web.json_response(ready)
+        return readiness(self.table)
 
     async def prometheus(self, _: web.Request) -> web.Response:
-        for where, breaker in self.table.breakers.items():
-            self.metrics.circuit.labels(*where).set(int(breaker.state))
-        self.metrics.in_flight.clear()
-        for base, load in self.table.loads.items():
-            self.metrics.in_flight.labels(base).set(load.in_flight)
-        self.metrics.engine_awake.clear()
-        for group in self.sleepers.groups.values():
-            for engine in group.engines.values():
-                if engine.state != "unknown":
-                    self.metrics.engine_awake.labels(group.name, engine.url).set(
-                        int(engine.state in ("awake", "draining")))
+        export_states(self.table, self.metrics, self.sleepers)
         for hook in self.before_scrape:
             hook()
         return web.Response(body=generate_latest(self.metrics.registry),

@@ -21,9 +21,10 @@ from llm_operator.api.validation import InvalidModel, parse_llmmodel
 from llm_operator.batch.runner import BatchRunner
 from llm_operator.console.key_admin import KeyAdmin
 from llm_operator.console.pages import Console
-from llm_operator.gateway.app import Gateway, answering_errors
+from llm_operator.gateway.app import Gateway
 from llm_operator.gateway.routing.owners import PEER_HEADER, Owners
 from llm_operator.gateway.server.batches import own_address
+from llm_operator.gateway.server.endpoints import answering_errors
 from llm_operator.gateway.server.http import served
 from llm_operator.gateway.settings.config import parse_config
 from llm_operator.informer import Informer, Key
