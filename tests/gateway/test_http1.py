@@ -8,6 +8,7 @@ import socket
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 import trustme
@@ -126,6 +127,37 @@ async def test_a_body_is_read_whole_and_the_connection_kept_for_the_next_call(
     assert first.startswith(b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost:")
     assert b"\r\nContent-Type: application/json\r\n" in first
     assert first.endswith(b'\r\n\r\n{"model":"m"}')
+
+
+class ForeignTransport:
+    """A stream transport of another event loop (uvloop's): asyncio.Transport's methods,
+    without subclassing it."""
+
+    def __init__(self, inner: asyncio.BaseTransport) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+async def test_a_loop_whose_transports_are_not_asyncios_own_is_served(
+        serve: Callable[..., Awaitable[Server]], client: UpstreamClient,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    loop = asyncio.get_running_loop()
+    connect = loop.create_connection
+
+    async def foreign(factory: Callable[[], asyncio.Protocol], *args: Any, **kwargs: Any
+                      ) -> Any:
+        def wrapped() -> asyncio.Protocol:
+            protocol = factory()
+            made = protocol.connection_made
+            protocol.connection_made = lambda t: made(ForeignTransport(t))  # type: ignore[method-assign,assignment,arg-type]
+            return protocol
+        return await connect(wrapped, *args, **kwargs)
+
+    monkeypatch.setattr(loop, "create_connection", foreign)
+    server = await serve(fixed(b'{"ok":true}', "Content-Type: application/json"))
+    assert [await post(client, server) for _ in range(2)] == [b'{"ok":true}'] * 2
 
 
 async def test_the_headers_come_back_case_insensitive(

@@ -18,7 +18,7 @@ import zlib
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 import httptools
@@ -139,8 +139,8 @@ class _Connection(asyncio.Protocol):
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport, self.open = transport, True
+        # a stream transport (any loop's: uvloop's do not subclass asyncio.Transport)
+        self.transport, self.open = cast(asyncio.Transport, transport), True
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.open = False
