@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -38,15 +39,17 @@ async def on(engines: list[FakeVllm], accelerator: Accelerator | None, names: li
     return engines
 
 
-def route(engine: FakeVllm, max_awake: int, group: str = "gpu-0") -> dict[str, Any]:
+def route(engine: FakeVllm, max_awake: int, group: str = "gpu-0", **policy: Any
+          ) -> dict[str, Any]:
     return {"name": engine.base_model, "models": [engine.base_model],
             "upstream": {"baseUrl": f"{engine.url}/v1", "auth": "none"},
-            "sleep": {"group": group, "maxAwake": max_awake}}
+            "sleep": {"group": group, "maxAwake": max_awake, **policy}}
 
 
-async def gateway(routes: list[dict[str, Any]]) -> tuple[TestClient[Any, Any], Gateway]:
+async def gateway(routes: list[dict[str, Any]], **options: Any
+                  ) -> tuple[TestClient[Any, Any], Gateway]:
     """The gateway as `llmop gateway` serves it: a client that leaves cancels its handler."""
-    gw = Gateway(parse_config({"routes": routes}))
+    gw = Gateway(parse_config({"routes": routes}), **options)
     client: TestClient[Any, Any] = TestClient(TestServer(gw.app(), host="127.0.0.1",
                                                          handler_cancellation=True))
     await client.start_server()
@@ -203,6 +206,14 @@ async def test_engines_swapped_behind_the_gateways_back_are_set_right_at_its_nex
       {"models": ["b"], "sleep": {"group": "g", "maxAwake": 2},
        "upstream": {"baseUrl": "http://y:1/v1", "auth": "none"}}],
      "routes[1].sleep.maxAwake: 2 here but 1 in routes[0]"),
+    ([{"models": ["a"], "sleep": {"group": "g", "minAwakeSeconds": 30},
+       "upstream": {"baseUrl": "http://x:1/v1", "auth": "none"}},
+      {"models": ["b"], "sleep": {"group": "g"},
+       "upstream": {"baseUrl": "http://y:1/v1", "auth": "none"}}],
+     "routes[1].sleep.minAwakeSeconds: 0.0 here but 30.0 in routes[0]"),
+    ([{"models": ["a"], "sleep": {"group": "g", "maxWakesPerMinute": 0},
+       "upstream": {"baseUrl": "http://x:1/v1", "auth": "none"}}],
+     "maxWakesPerMinute"),
 ])
 def test_a_sleep_group_that_cannot_work_is_refused_with_the_field(
         routes: list[dict[str, Any]], words: str) -> None:
@@ -256,5 +267,86 @@ async def test_get_models_is_empty_where_no_engines_take_turns(
                                 "upstream": {"baseUrl": f"{a.url}/v1", "auth": "none"}}])
     try:
         assert await states(client) == {}
+    finally:
+        await client.close()
+
+
+@dataclass
+class Time:
+    """A clock the gateway's waits move forward: each wait recorded, none really taken.
+
+    With ``held`` set, a wait blocks until the test sets it (to sample what it holds).
+    """
+
+    now: float = 1000.0
+    waits: list[float] = field(default_factory=list)
+    held: asyncio.Event | None = None
+
+    def clock(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.waits.append(round(seconds, 3))
+        if self.held is not None:
+            await self.held.wait()
+        self.now += max(seconds, 0.0)
+        await asyncio.sleep(0)
+
+
+# (case, the group's policy, the models asked for in turn, the waits, the changes)
+AGAINST_THRASH = [
+    ("a woken engine stays awake its minimum", {"minAwakeSeconds": 30}, ["a", "b", "a", "b"],
+     [30.0, 30.0, 30.0],
+     [("sleep", "a"), ("wake", "b"), ("sleep", "b"), ("wake", "a"), ("sleep", "a"),
+      ("wake", "b")]),
+    ("requests for the awake engine never wait", {"minAwakeSeconds": 30}, ["a", "a", "a"],
+     [], []),
+    ("past the wake budget a wake waits for the window", {"maxWakesPerMinute": 2},
+     ["a", "b", "c", "a"], [60.0],
+     [("sleep", "a"), ("wake", "b"), ("sleep", "b"), ("wake", "c"), ("sleep", "c"),
+      ("wake", "a")]),
+]
+
+
+@pytest.mark.parametrize(("case", "policy", "asked", "waits", "changes"), AGAINST_THRASH,
+                         ids=[t[0] for t in AGAINST_THRASH])
+async def test_against_thrash_a_request_for_an_engine_asleep_waits_its_turn(
+        engines: list[FakeVllm], case: str, policy: dict[str, Any], asked: list[str],
+        waits: list[float], changes: list[tuple[str, str]]) -> None:
+    accelerator = Accelerator(holds=1)
+    fakes = await on(engines, accelerator, ["a", "b", "c"], awake=1)
+    time = Time()
+    client, _ = await gateway([route(f, 1, **policy) for f in fakes], clock=time.clock,
+                              sleep=time.sleep)
+    try:
+        for model in asked:
+            status, text = await ask(client, model)
+            assert status == 200 and f"answered by {model}" in text, text
+        assert time.waits == waits
+        assert accelerator.changes == changes and accelerator.most <= 1
+    finally:
+        await client.close()
+
+
+async def test_a_request_waiting_for_its_engines_turn_is_counted_while_it_waits(
+        engines: list[FakeVllm]) -> None:
+    fakes = await on(engines, Accelerator(holds=1), ["a", "b"], awake=1)
+    time = Time(held=asyncio.Event())
+    client, _ = await gateway([route(f, 1, minAwakeSeconds=30) for f in fakes],
+                              clock=time.clock, sleep=time.sleep)
+    try:
+        assert (await ask(client, "a"))[0] == 200
+        waiting = asyncio.create_task(ask(client, "b"))
+        async with asyncio.timeout(10):
+            while not time.waits:  # b's request has met a's minimum
+                await asyncio.sleep(0)
+        scraped = await (await client.get("/metrics")).text()
+        assert (f'llmop_gateway_engine_wake_waiting{{group="gpu-0",upstream="{fakes[1].url}'
+                f'/v1"}} 1.0') in scraped
+        time.held.set()
+        assert (await waiting)[0] == 200
+        scraped = await (await client.get("/metrics")).text()
+        assert (f'llmop_gateway_engine_wake_waiting{{group="gpu-0",upstream="{fakes[1].url}'
+                f'/v1"}} 0.0') in scraped
     finally:
         await client.close()

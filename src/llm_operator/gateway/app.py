@@ -51,6 +51,7 @@ from llm_operator.gateway.routing.owners import Owners
 from llm_operator.gateway.routing.picking import Load
 from llm_operator.gateway.routing.routes import Clock, RouteState, RouteTable, Sleep, pools
 from llm_operator.gateway.routing.sleepers import HttpControl, Sleepers
+from llm_operator.gateway.routing.sleepers import Member as SleepMember
 from llm_operator.gateway.server.batches import BatchApi, open_store, own_address, runner_settings
 from llm_operator.gateway.server.endpoints import (
     MESSAGES_PATH,
@@ -128,7 +129,8 @@ class Gateway:
         self.sleep_control = HttpControl()
         self.sleepers = Sleepers(self.sleep_control, lambda group, action, outcome:
                                  self.metrics.sleep_changes.labels(group, action,
-                                                                   outcome).inc())
+                                                                   outcome).inc(),
+                                 clock=clock, sleep=sleep)
         self.judges = RouteJudges(self.table, self.flow, clock)  # guard models, as routes
         self.guarding = Guarding(self.metrics, judge_client=self.judges)  # guardrails
         self.reconfigure(config)
@@ -175,8 +177,10 @@ class Gateway:
         if kept:
             config = config.model_copy(update=kept)
         self.table.reconfigure(config)
-        self.sleepers.configure((r.sleep.group, r.sleep.max_awake, r.deployments[0].base_url)
-                                for r in config.routes if r.sleep is not None)
+        self.sleepers.configure(
+            SleepMember(r.sleep.group, r.sleep.max_awake, r.deployments[0].base_url,
+                        r.sleep.min_awake_seconds, r.sleep.max_wakes_per_minute)
+            for r in config.routes if r.sleep is not None)
         self.guarding.prepare(any(r.guardrails for r in config.routes))
         self.saturation.configure(config.flow_control, self.table.loads)
         self.flow.configure(config.flow_control,

@@ -5,7 +5,12 @@ KV caches. A request for an engine asleep waits while the group makes room: the 
 recently used awake engine with nothing in flight is put to sleep (vLLM's level 1: its
 weights to host memory, its KV cache dropped), then the engine asked for is woken. One
 change at a time per group, so the accelerator never holds more than ``max_awake``; a
-request for an awake engine costs a lookup. The engines' own word (``GET /is_sleeping``)
+request for an awake engine costs a lookup.
+
+Against thrash, a group may keep each woken engine awake ``min_awake`` seconds before it
+may be put to sleep, and wake at most ``max_wakes`` engines per ``WAKE_WINDOW_SECONDS``: a
+request for an engine asleep then waits (counted in ``Engine.waiting``) instead of making
+the engines swap on every request. The engines' own word (``GET /is_sleeping``)
 is read whenever this process does not know (at its start, after a failed change), so an
 engine left awake by another process is counted.
 """
@@ -15,6 +20,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -25,6 +32,7 @@ State = Literal["awake", "draining", "changing", "asleep", "unknown"]
 # what GET /models says of an engine, in llama-server's router mode's words
 Loaded = Literal["loaded", "loading", "unloaded", "failed", "unknown"]
 CONTROL_SECONDS = 600.0  # a wake of a large model from host memory, or a sleep, takes long
+WAKE_WINDOW_SECONDS = 60.0  # max_wakes counts the wakes of the last minute
 
 
 class SleepError(Exception):
@@ -52,6 +60,8 @@ class Engine:
     waking: bool = False  # while "changing": to awake (else to asleep)
     failed: bool = False  # its last wake failed (until a change succeeds)
     failure: str = ""  # why, as the gateway told the client
+    awake_since: float = 0.0  # the group's clock when it was last woken or found awake
+    waiting: int = 0  # requests waiting for it to be woken
 
     @property
     def loaded(self) -> Loaded:
@@ -74,9 +84,14 @@ class SleepGroup:
     control: EngineControl
     engines: dict[str, Engine] = field(default_factory=dict)
     changes: Callable[[str, str], None] = lambda action, outcome: None  # counted
+    min_awake: float = 0.0  # seconds a woken engine stays awake before it may sleep
+    max_wakes: int | None = None  # wakes per WAKE_WINDOW_SECONDS (None: no budget)
+    clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     tick: int = 0
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _freed: asyncio.Event = field(default_factory=asyncio.Event)
+    _wakes: deque[float] = field(default_factory=deque)
 
     def enter_now(self, url: str) -> bool:
         """Count a request into an awake engine without waiting; False: ``enter`` must."""
@@ -88,13 +103,29 @@ class SleepGroup:
 
     async def enter(self, url: str) -> None:
         """The engine awake with this request counted in it (SleepError: it cannot be)."""
-        async with self._lock:  # one change at a time
-            engine = self.engines[url]
-            await self._learn()
-            if engine.state != "awake":
-                await self._make_room(engine)
-                await self._change(engine, "wake", self.control.wake, "awake")
-            self._use(engine)
+        engine = self.engines[url]
+        engine.waiting += 1
+        try:
+            async with self._lock:  # one change at a time
+                await self._learn()
+                if engine.state != "awake":
+                    await self._within_budget()
+                    await self._make_room(engine)
+                    await self._change(engine, "wake", self.control.wake, "awake")
+                    self._wakes.append(self.clock())
+                self._use(engine)
+        finally:
+            engine.waiting -= 1
+
+    async def _within_budget(self) -> None:
+        """Until a wake fits the group's budget: the oldest counted leaves the window."""
+        while self.max_wakes is not None:
+            now = self.clock()
+            while self._wakes and now - self._wakes[0] >= WAKE_WINDOW_SECONDS:
+                self._wakes.popleft()
+            if len(self._wakes) < self.max_wakes:
+                return
+            await self.sleep(self._wakes[0] + WAKE_WINDOW_SECONDS - now)
 
     async def _change(self, engine: Engine, action: str,
                       call: Callable[[str], Awaitable[None]], to: State) -> None:
@@ -116,6 +147,8 @@ class SleepGroup:
             engine.state = "unknown"
             raise
         engine.state, engine.failed = to, False
+        if to == "awake":
+            engine.awake_since = self.clock()
         self.changes(action, "ok")
 
     def leave(self, url: str) -> None:
@@ -151,12 +184,14 @@ class SleepGroup:
             if isinstance(answer, BaseException):
                 raise answer
             engine.state = "asleep" if answer else "awake"
+            engine.awake_since = self.clock()  # found awake: its residency counts from now
 
     async def _make_room(self, target: Engine) -> None:
         """Put the least recently used engines to sleep until ``target`` fits.
 
-        An idle one first; when every awake engine serves, the least recently used takes
-        no new request (draining) and sleeps once its last one ends, so that a steady
+        Only an engine awake for ``min_awake`` seconds may sleep: until one is, the request
+        waits. An idle one first; when every such engine serves, the least recently used
+        takes no new request (draining) and sleeps once its last one ends, so that a steady
         stream to the others cannot keep ``target`` waiting for ever.
         """
         while True:
@@ -164,10 +199,15 @@ class SleepGroup:
                      if e.state in ("awake", "draining") and e is not target]
             if len(awake) < self.max_awake:
                 return
-            idle = [e for e in awake if not e.in_use]
+            now = self.clock()
+            settled = [e for e in awake if now - e.awake_since >= self.min_awake]
+            if not settled:  # every one woke lately: wait for the first to have its time
+                await self.sleep(min(e.awake_since for e in awake) + self.min_awake - now)
+                continue
+            idle = [e for e in settled if not e.in_use]
             if not idle:
-                victim = next((e for e in awake if e.state == "draining"), None) or \
-                    min(awake, key=lambda e: e.used)
+                victim = next((e for e in settled if e.state == "draining"), None) or \
+                    min(settled, key=lambda e: e.used)
                 victim.state = "draining"
                 self._freed.clear()
                 try:
@@ -183,27 +223,42 @@ class SleepGroup:
                 raise SleepError(f"to make room, {victim.url} was to sleep: {exc}") from None
 
 
+@dataclass(frozen=True)
+class Member:
+    """A route that takes turns: its group, the group's policy, its engine's URL."""
+
+    group: str
+    max_awake: int
+    url: str
+    min_awake: float = 0.0
+    max_wakes: int | None = None
+
+
 class Sleepers:
     """Every sleep group of the gateway's routes, kept across reconfigures."""
 
     def __init__(self, control: EngineControl,
-                 changes: Callable[[str, str, str], None] = lambda g, a, o: None) -> None:
+                 changes: Callable[[str, str, str], None] = lambda g, a, o: None, *,
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
         self.control, self._changes = control, changes
+        self._clock, self._sleep = clock, sleep
         self.groups: dict[str, SleepGroup] = {}
 
-    def configure(self, members: Iterable[tuple[str, int, str]]) -> None:
-        """The groups now: (group, max_awake, engine URL) for each route that takes turns.
+    def configure(self, members: Iterable[Member]) -> None:
+        """The groups now: each route that takes turns, with its group's policy.
 
-        An engine known before keeps its state; a group's new ``max_awake`` applies from
-        its next change.
+        An engine known before keeps its state; a group's new ``max_awake``, ``min_awake``
+        and ``max_wakes`` apply from its next change.
         """
-        wanted: dict[str, tuple[int, list[str]]] = {}
-        for name, max_awake, url in members:
-            wanted.setdefault(name, (max_awake, []))[1].append(url)
+        wanted: dict[str, tuple[Member, list[str]]] = {}
+        for member in members:
+            wanted.setdefault(member.group, (member, []))[1].append(member.url)
         old, self.groups = self.groups, {}
-        for name, (max_awake, urls) in wanted.items():
-            group = old.get(name) or self._new(name, max_awake)
-            group.max_awake = max_awake
+        for name, (policy, urls) in wanted.items():
+            group = old.get(name) or self._new(name, policy.max_awake)
+            group.max_awake = policy.max_awake
+            group.min_awake, group.max_wakes = policy.min_awake, policy.max_wakes
             group.engines = {u: group.engines.get(u) or Engine(u) for u in urls}
             self.groups[name] = group
 
@@ -231,7 +286,8 @@ class Sleepers:
         def counted(action: str, outcome: str) -> None:
             self._changes(name, action, outcome)
 
-        return SleepGroup(name, max_awake, self.control, changes=counted)
+        return SleepGroup(name, max_awake, self.control, changes=counted, clock=self._clock,
+                          sleep=self._sleep)
 
 
 class HttpControl:

@@ -43,7 +43,8 @@ def readiness(table: RouteTable) -> web.Response:
 def export_states(table: RouteTable, metrics: GatewayMetrics, sleepers: Sleepers) -> None:
     """The gauges read from live state when Prometheus scrapes.
 
-    Each circuit breaker's state, the requests in flight per upstream, engines awake.
+    Each circuit breaker's state, the requests in flight per upstream, engines awake and
+    the requests waiting for one to be woken.
     """
     for where, breaker in table.breakers.items():
         metrics.circuit.labels(*where).set(int(breaker.state))
@@ -51,8 +52,10 @@ def export_states(table: RouteTable, metrics: GatewayMetrics, sleepers: Sleepers
     for base, load in table.loads.items():
         metrics.in_flight.labels(base).set(load.in_flight)
     metrics.engine_awake.clear()
+    metrics.engine_wake_waiting.clear()
     for group in sleepers.groups.values():
         for engine in group.engines.values():
+            metrics.engine_wake_waiting.labels(group.name, engine.url).set(engine.waiting)
             if engine.state != "unknown":
                 metrics.engine_awake.labels(group.name, engine.url).set(
                     int(engine.state in ("awake", "draining")))

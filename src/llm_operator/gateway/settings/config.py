@@ -212,6 +212,14 @@ class SleepMode(_Config):
                        "one accelerator; every route of the group declares the same maxAwake.")
     max_awake: int = Field(1, ge=1, le=64, description="Engines of the group awake at once: "
                            "as many as the accelerator's memory holds with their KV caches.")
+    min_awake_seconds: float = Field(
+        0.0, ge=0, le=3600, description="A woken engine stays awake this long before it may "
+        "be put to sleep for another; a request for an engine asleep waits meanwhile "
+        "(against thrash). The same on every route of the group.")
+    max_wakes_per_minute: int | None = Field(
+        None, ge=1, le=600, description="Engines the group wakes per minute at most; a wake "
+        "past it waits (against thrash). Unset: no budget. The same on every route of the "
+        "group.")
 
 
 class Route(_Config):
@@ -390,11 +398,11 @@ class GatewayConfig(_Config):
 
 
 def check_route_set(routes: Sequence[Route]) -> None:
-    """What holds across routes: each name routed once, one maxAwake per sleep group.
+    """What holds across routes: each name routed once, one policy per sleep group.
 
     ValueError names the route (its index) that breaks it.
     """
-    awake: dict[str, tuple[int, int]] = {}  # group: (maxAwake, the first route's index)
+    awake: dict[str, tuple[SleepMode, int]] = {}  # group: (its policy, the first route's index)
     seen: set[str] = set()
     for index, route in enumerate(routes):
         for name in [*route.models, *route.aliases]:
@@ -403,12 +411,15 @@ def check_route_set(routes: Sequence[Route]) -> None:
             seen.add(name)
         if route.sleep is None:
             continue
-        first = awake.setdefault(route.sleep.group, (route.sleep.max_awake, index))
-        if first[0] != route.sleep.max_awake:
-            raise ValueError(
-                f"routes[{index}].sleep.maxAwake: {route.sleep.max_awake} here but "
-                f"{first[0]} in routes[{first[1]}]: every route of sleep group "
-                f"{route.sleep.group!r} declares the same")
+        first, at = awake.setdefault(route.sleep.group, (route.sleep, index))
+        for name in ("max_awake", "min_awake_seconds", "max_wakes_per_minute"):
+            mine, theirs = getattr(route.sleep, name), getattr(first, name)
+            if mine != theirs:
+                field = SleepMode.model_fields[name].alias or name
+                raise ValueError(
+                    f"routes[{index}].sleep.{field}: {mine} here but {theirs} in "
+                    f"routes[{at}]: every route of sleep group {route.sleep.group!r} "
+                    "declares the same")
 
 
 class ConfigError(ValueError):

@@ -114,6 +114,10 @@ class GatewayMetrics:
             "llmop_gateway_engine_awake", "Engines of a sleep group (a route's sleep): 1 "
             "awake, 0 asleep or changing (absent while not known).", ["group", "upstream"],
             registry=r)
+        self.engine_wake_waiting = Gauge(
+            "llmop_gateway_engine_wake_waiting", "Requests waiting for an engine of a sleep "
+            "group to be woken (its turn, the group's minAwakeSeconds or wake budget).",
+            ["group", "upstream"], registry=r)
         self.batches_unfinished = Gauge(
             "llmop_gateway_batches_unfinished", "Batch API batches not finished (validating, "
             "in progress, finalizing, cancelling), as the replica running batches sees them "
