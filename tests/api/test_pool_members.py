@@ -69,6 +69,11 @@ def _differs(field: str, mine: str, theirs: str) -> str:
      {"b": [_differs("spec.pool.maxLoaded", "3", "2")]}),
     ("another memoryGiB", [member("a", pool={"memoryGiB": 8}), member("b")],
      {"b": [_differs("spec.pool.memoryGiB", "unset", "8")]}),
+    ("another minimum residency", [member("a", pool={"minResidencySeconds": 30}),
+                                   member("b", pool={"minResidencySeconds": 10})],
+     {"b": [_differs("spec.pool.minResidencySeconds", "10", "30")]}),
+    ("a swap budget on one member only", [member("a"), member("b", pool={
+        "maxSwapsPerMinute": 6})], {"b": [_differs("spec.pool.maxSwapsPerMinute", "6", "unset")]}),
     ("another vendor", [member("a", **VLLM), member("b", **{**VLLM, "acceleratorVendor": "amd"})],
      {"b": [_differs("spec.acceleratorVendor", "amd", "nvidia")]}),
 ])

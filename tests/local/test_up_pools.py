@@ -349,3 +349,52 @@ async def test_an_idle_member_sleeps_after_its_idle_seconds_and_gives_its_memory
         again = await client.completions.create(model=QA, prompt=QUESTION, max_tokens=4,
                                                 temperature=0)
         assert again.model == QA and slept <= 2 + 5
+
+
+RESIDENCY = 4  # seconds: long enough to see a request wait, short for a test
+
+
+async def test_against_thrash_a_member_stays_loaded_its_minimum_while_another_waits(
+        tmp_path: Path, model_cache: Path) -> None:
+    """pool.minResidencySeconds: a request for a member not loaded waits until the loaded
+    one has served its minimum (counted while it waits), then the gateway unloads that one
+    and loads its own; the loaded member answers at once meanwhile; never two loaded."""
+    models = pool_copy(tmp_path / "models")
+    for path in models.glob("*.yaml"):
+        doc = load_yaml(path)
+        doc["spec"]["pool"].update(maxLoaded=1, minResidencySeconds=RESIDENCY)
+        write_model(models, doc)
+    async with running(options(models, tmp_path / "state", model_cache)) as up, \
+            aiohttp.ClientSession() as session, openai.AsyncOpenAI(
+                base_url=up.gateway_url, api_key="unused", max_retries=0) as client:
+        await up.until(lambda s: row(s, "gemma-pool-chat")["phase"] == "Ready", 120)
+        port = up.entries["gemma-pool-chat"].port
+        assert port is not None
+        most: list[int] = []
+
+        async def ask(model_id: str) -> float:
+            began = asyncio.get_running_loop().time()
+            answer = await client.completions.create(model=model_id, prompt=QUESTION,
+                                                     max_tokens=4, temperature=0)
+            assert answer.model == model_id
+            most.append(len(await _loaded(session, port)))  # sampled as each answer ends
+            return asyncio.get_running_loop().time() - began
+
+        await ask(CHAT)  # loaded at start: its residency runs
+        long = asyncio.create_task(ask(LONG))
+        waiting = f'upstream="http://127.0.0.1:{port}/v1#{LONG}"}} 1.0'
+        async with asyncio.timeout(RESIDENCY):  # LONG's request waits for its turn
+            while waiting not in await _scraped(session, up.gateway_url):
+                await asyncio.sleep(0.05)  # another process's state: asked again
+        assert await ask(CHAT) < RESIDENCY / 2  # the loaded member answers meanwhile
+        assert await long > RESIDENCY / 2
+        assert await _loaded(session, port) == {LONG}
+        assert await ask(CHAT) > RESIDENCY / 2  # now CHAT waits for LONG's minimum
+        assert max(most) == 1, most
+        changes = await _scraped(session, up.gateway_url)
+        assert 'action="wake",group="pool ai-models/gemma-small",outcome="ok"} 2.0' in changes
+
+
+async def _scraped(session: aiohttp.ClientSession, gateway_url: str) -> str:
+    async with session.get(gateway_url.removesuffix("/v1") + "/metrics") as resp:
+        return await resp.text()

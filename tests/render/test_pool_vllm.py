@@ -55,6 +55,24 @@ def _objects() -> list[dict[str, Any]]:
     return pool_objects(members, plan_pool(members), Settings())
 
 
+@pytest.mark.parametrize(("pool", "sleep"), [
+    ({}, {"group": "pool", "maxAwake": 2}),
+    ({"minResidencySeconds": 60, "maxSwapsPerMinute": 4},
+     {"group": "pool", "maxAwake": 2, "minAwakeSeconds": 60, "maxWakesPerMinute": 4}),
+])
+def test_the_pools_swap_policy_becomes_its_gateways_sleep_group_policy(
+        pool: dict[str, Any], sleep: dict[str, Any]) -> None:
+    members = [m.model_copy(update={"spec": m.spec.model_copy(update={
+        "pool": m.spec.pool.model_copy(update={
+            "min_residency_seconds": pool.get("minResidencySeconds"),
+            "max_swaps_per_minute": pool.get("maxSwapsPerMinute")})})})
+        for m in _members() if m.spec.pool is not None]
+    routes = yaml.safe_load(gateway_config(members, 2))["routes"]
+    assert {json.dumps(r["sleep"], sort_keys=True) for r in routes} == {
+        json.dumps({**sleep, "group": routes[0]["sleep"]["group"]}, sort_keys=True)}
+    parse_config(yaml.safe_load(gateway_config(members, 2)))  # as the pod's gateway reads it
+
+
 def test_the_example_vllm_pool_renders_as_its_golden_file(update_golden: bool) -> None:
     text = yaml.safe_dump_all(_objects(), sort_keys=False)
     if update_golden:

@@ -479,6 +479,7 @@ def _create_use_and_disable(url: str, token: str, curl: Callable[[str, str], str
         driver.get(f"{url}/ui/keys")
         driver.find_element(By.ID, "key").send_keys(token)
         driver.find_element(By.CSS_SELECTOR, "form button[type=submit]").click()
+        wait.until(seen.url_to_be(f"{url}/ui/models"))  # signed in: its cookie is set
         driver.get(f"{url}/ui/keys")
         wait.until(seen.presence_of_element_located((By.CSS_SELECTOR, 'tr[data-key="team-a"]')))
         driver.find_element(By.ID, "id").send_keys("ci")

@@ -37,3 +37,13 @@ class PoolSpec(Wire):
         "back, and its next request wakes it (seconds for a small GGUF model). Each member "
         "sets its own. Unset: it stays loaded until another member needs its place. "
         "llama.cpp pools.")
+    min_residency_seconds: int | None = Field(
+        None, ge=1, le=3600, description="A member loaded stays loaded at least this long "
+        "before another member may take its place; a request for a member not loaded waits "
+        "meanwhile, in the gateway, instead of the members swapping on every request "
+        "(against thrash). Every member declares the same value. Unset: a member may be "
+        "unloaded as soon as another needs its place.")
+    max_swaps_per_minute: int | None = Field(
+        None, ge=1, le=600, description="Members the pool loads per minute at most; a "
+        "request for a member not loaded past it waits for the minute to move on (against "
+        "thrash). Every member declares the same value. Unset: no budget.")

@@ -14,6 +14,10 @@ Key = tuple[str, str]  # (namespace, name)
 SHARED: tuple[tuple[str, Callable[[LLMModel], Any]], ...] = (
     ("spec.pool.maxLoaded", lambda m: m.spec.pool.max_loaded if m.spec.pool else None),
     ("spec.pool.memoryGiB", lambda m: m.spec.pool.memory_gi_b if m.spec.pool else None),
+    ("spec.pool.minResidencySeconds",
+     lambda m: m.spec.pool.min_residency_seconds if m.spec.pool else None),
+    ("spec.pool.maxSwapsPerMinute",
+     lambda m: m.spec.pool.max_swaps_per_minute if m.spec.pool else None),
     # one engine today (pool_rules: llamacpp), checked for when there are more
     ("spec.inferenceEngine", lambda m: m.spec.inference_engine),
     ("spec.acceleratorVendor", lambda m: m.spec.accelerator_vendor),

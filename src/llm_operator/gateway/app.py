@@ -46,12 +46,13 @@ from llm_operator.gateway.path.parts.wake import Wake
 from llm_operator.gateway.path.request_path import Check, RequestPath
 from llm_operator.gateway.routing.client_keys import ClientGate
 from llm_operator.gateway.routing.holding import Holds
+from llm_operator.gateway.routing.llama_router_control import LlamaRouterControl
 from llm_operator.gateway.routing.looks import Looks
 from llm_operator.gateway.routing.owners import Owners
 from llm_operator.gateway.routing.picking import Load
 from llm_operator.gateway.routing.routes import Clock, RouteState, RouteTable, Sleep, pools
-from llm_operator.gateway.routing.sleepers import HttpControl, Sleepers
-from llm_operator.gateway.routing.sleepers import Member as SleepMember
+from llm_operator.gateway.routing.sleepers import HttpControl, Sleepers, engine_key
+from llm_operator.gateway.routing.sleepers import member as sleep_member
 from llm_operator.gateway.server.batches import BatchApi, open_store, own_address, runner_settings
 from llm_operator.gateway.server.endpoints import (
     MESSAGES_PATH,
@@ -127,10 +128,12 @@ class Gateway:
         self._path: RequestPath | None = None  # the app's, opened and closed with it
         # engines that take turns on one accelerator (vLLM's sleep mode)
         self.sleep_control = HttpControl()
+        self.router_control = LlamaRouterControl()  # a pool's members, against thrash
         self.sleepers = Sleepers(self.sleep_control, lambda group, action, outcome:
                                  self.metrics.sleep_changes.labels(group, action,
                                                                    outcome).inc(),
-                                 clock=clock, sleep=sleep)
+                                 clock=clock, sleep=sleep,
+                                 others={"llama-router": self.router_control})
         self.judges = RouteJudges(self.table, self.flow, clock)  # guard models, as routes
         self.guarding = Guarding(self.metrics, judge_client=self.judges)  # guardrails
         self.reconfigure(config)
@@ -177,10 +180,7 @@ class Gateway:
         if kept:
             config = config.model_copy(update=kept)
         self.table.reconfigure(config)
-        self.sleepers.configure(
-            SleepMember(r.sleep.group, r.sleep.max_awake, r.deployments[0].base_url,
-                        r.sleep.min_awake_seconds, r.sleep.max_wakes_per_minute)
-            for r in config.routes if r.sleep is not None)
+        self.sleepers.configure(m for r in config.routes if (m := sleep_member(r)))
         self.guarding.prepare(any(r.guardrails for r in config.routes))
         self.saturation.configure(config.flow_control, self.table.loads)
         self.flow.configure(config.flow_control,
@@ -385,6 +385,7 @@ class Gateway:
     async def _close(self, _: web.Application) -> None:
         self.guarding.close()
         await self.sleep_control.close()
+        await self.router_control.close()
         self.judges.http = None
         if self._watch is not None:
             self._watch.cancel()
@@ -418,7 +419,7 @@ class Gateway:
         serves the pool. Empty where no route has a sleep group.
         """
         return web.json_response(await self.sleepers.report(
-            (r.models[0], r.sleep.group, r.deployments[0].base_url)
+            (r.models[0], r.sleep.group, engine_key(r))
             for r in self.config.routes if r.sleep is not None))
 
     async def health(self, _: web.Request) -> web.Response:

@@ -50,6 +50,7 @@ from llm_operator.mcp_server.run import service
 from llm_operator.mcp_server.settings import McpSettings
 from llm_operator.mcp_server.sources import DirectoryCache
 from llm_operator.profiles.kv_tier import host_tier_mib
+from llm_operator.profiles.pool import against_thrash
 from llm_operator.registry.catalog import is_base_model
 from llm_operator.router.routes import Options as RouteOptions
 from llm_operator.router.routes import Serving, Table, build
@@ -385,7 +386,8 @@ class Runtime:
                 auth="none", slots=decision.slots,  # more wait in the gateway's queue
                 # flow control's bound: every slot busy and max_queue waiting, the fairness
                 # ID holding the most is refused (429 with Retry-After), never a newcomer
-                max_concurrent=decision.slots + self.options.max_queue)], loading or "")
+                max_concurrent=decision.slots + self.options.max_queue)], loading or "",
+                sleep=_taking_turns(decision.model))
         if isinstance(decision, RemoteProxy):  # build() names it as the router does
             return Serving(route=Route.model_validate(decision.route()))
         return Serving(absent=f"llmop up {entry.phase.lower()} it: {entry.detail}")
@@ -470,3 +472,16 @@ class Runtime:
             env=self._engine_env())
         await entry.supervised.run()
 
+
+def _taking_turns(model: LLMModel) -> dict[str, Any] | None:
+    """A pool member's sleep group, where its pool limits swaps; else None.
+
+    Its router's members then take turns under the gateway's policy (minimum residency,
+    swap budget), not the router's own least recently used.
+    """
+    pool = model.spec.pool
+    policy = against_thrash(pool) if pool is not None else {}
+    if pool is None or not policy:
+        return None
+    return {"group": f"pool {model.namespace}/{pool.name}", "maxAwake": pool.max_loaded,
+            "control": "llama-router", **policy}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from llm_operator.api.pool import PoolSpec
 from llm_operator.api.pools import pool_problems, pool_scaling, pools
 from llm_operator.api.v1alpha1 import LLMModel
 from llm_operator.api.validation import Problem
@@ -95,3 +96,10 @@ def across_pools(models: Sequence[LLMModel], where: str
         for name, problems in pool_fit_problems(plan_pool(members)).items():
             out.setdefault((namespace, name), []).extend(problems)
     return out
+
+
+def against_thrash(pool: PoolSpec) -> dict[str, int]:
+    """The gateway's sleep-group policy for a pool (its config's camelCase names)."""
+    policy = {"minAwakeSeconds": pool.min_residency_seconds,
+              "maxWakesPerMinute": pool.max_swaps_per_minute}
+    return {k: v for k, v in policy.items() if v is not None}

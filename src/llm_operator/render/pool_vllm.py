@@ -24,7 +24,7 @@ from llm_operator.api.kv_cache import mib_quantity
 from llm_operator.api.v1alpha1 import LLMModel
 from llm_operator.profiles.engines import CACHE_DIR, PORT, vllm_sleeper
 from llm_operator.profiles.kv_tier import pool_tier_mib
-from llm_operator.profiles.pool import PoolPlan
+from llm_operator.profiles.pool import PoolPlan, against_thrash
 from llm_operator.profiles.settings import Settings
 from llm_operator.profiles.vendors import vendor
 from llm_operator.render import accelerators, engine_image, pod_node_selector, pod_tolerations
@@ -104,10 +104,12 @@ def launcher(members: Sequence[LLMModel], awake: int, *, first_port: int = FIRST
 def gateway_config(members: Sequence[LLMModel], awake: int, *,
                    first_port: int = FIRST_MEMBER_PORT, port: int = PORT) -> str:
     """The pool-gateway's config: a route per member, one sleep group, the pool's port."""
+    pool = members[0].spec.pool
+    policy = against_thrash(pool) if pool is not None else {}
     routes = [{"name": m.spec.model_id, "models": [m.spec.model_id],
                "upstream": {"baseUrl": f"http://127.0.0.1:{first_port + i}/v1",
                             "auth": "none"},
-               "sleep": {"group": SLEEP_GROUP, "maxAwake": awake}}
+               "sleep": {"group": SLEEP_GROUP, "maxAwake": awake, **policy}}
               for i, m in enumerate(members)]
     return yaml.safe_dump({"listen": {"host": "0.0.0.0", "port": port},
                            "flowControl": {"enabled": False},  # the router's to do

@@ -62,6 +62,8 @@ class Serving:
     waiting: str = "Pending"
     absent: str | None = None
     route: Route | None = None
+    # the sleep group its one upstream takes turns in (a pool's member under llmop up)
+    sleep: Mapping[str, Any] | None = None
 
 
 @dataclass
@@ -218,6 +220,8 @@ def build(models: Iterable[tuple[LLMModel, Serving]], options: Options | None = 
             # llama-server stops generating for a client that left only when it streams
             {"stream_upstream": True} if local or (options.stream_all and not spec.is_remote)
             else {}), **(
+            {"sleep": dict(serving.sleep)} if serving.sleep and len(upstreams) == 1 else {}),
+            **(
             # every adapter at scale 0 unless the client says otherwise: llama-server reuses
             # a slot's prompt cache computed with an adapter for a request that names none
             {"default_fields": {"lora": llamacpp_selection(spec, None)}}

@@ -28,6 +28,8 @@ from typing import Any, Literal, Protocol
 
 import aiohttp
 
+from llm_operator.gateway.settings.config import Route
+
 State = Literal["awake", "draining", "changing", "asleep", "unknown"]
 # what GET /models says of an engine, in llama-server's router mode's words
 Loaded = Literal["loaded", "loading", "unloaded", "failed", "unknown"]
@@ -225,13 +227,35 @@ class SleepGroup:
 
 @dataclass(frozen=True)
 class Member:
-    """A route that takes turns: its group, the group's policy, its engine's URL."""
+    """A route that takes turns: its group, the group's policy, its engine's key."""
 
     group: str
     max_awake: int
-    url: str
+    url: str  # the engine's key: its base URL, or a router's member (engine_key)
     min_awake: float = 0.0
     max_wakes: int | None = None
+    control: str = "vllm"
+
+
+def engine_key(route: Route) -> str:
+    """The key of a route's engine in its sleep group.
+
+    vLLM: its upstream's base URL (one engine each); llama-server's router: that URL and
+    the member it is asked for (one router, many members).
+    """
+    upstream = route.deployments[0]
+    if route.sleep is not None and route.sleep.control == "llama-router":
+        return f"{upstream.base_url}#{upstream.model or route.models[0]}"
+    return upstream.base_url
+
+
+def member(route: Route) -> Member | None:
+    """The sleep group member a route is (None: it takes no turns)."""
+    sleep = route.sleep
+    if sleep is None:
+        return None
+    return Member(sleep.group, sleep.max_awake, engine_key(route), sleep.min_awake_seconds,
+                  sleep.max_wakes_per_minute, sleep.control)
 
 
 class Sleepers:
@@ -240,8 +264,11 @@ class Sleepers:
     def __init__(self, control: EngineControl,
                  changes: Callable[[str, str, str], None] = lambda g, a, o: None, *,
                  clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+                 others: dict[str, EngineControl] | None = None) -> None:
+        # vLLM's sleep mode, and the other kinds of control by name (Member.control)
         self.control, self._changes = control, changes
+        self.controls: dict[str, EngineControl] = {"vllm": control, **(others or {})}
         self._clock, self._sleep = clock, sleep
         self.groups: dict[str, SleepGroup] = {}
 
@@ -257,7 +284,7 @@ class Sleepers:
         old, self.groups = self.groups, {}
         for name, (policy, urls) in wanted.items():
             group = old.get(name) or self._new(name, policy.max_awake)
-            group.max_awake = policy.max_awake
+            group.max_awake, group.control = policy.max_awake, self.controls[policy.control]
             group.min_awake, group.max_wakes = policy.min_awake, policy.max_wakes
             group.engines = {u: group.engines.get(u) or Engine(u) for u in urls}
             self.groups[name] = group

@@ -210,6 +210,11 @@ class SleepMode(_Config):
 
     group: str = Field(min_length=1, max_length=300, description="The engines that share "
                        "one accelerator; every route of the group declares the same maxAwake.")
+    control: Literal["vllm", "llama-router"] = Field(
+        "vllm", description="How an engine is put to sleep and woken: vllm, each route's "
+        "upstream a vLLM engine in sleep mode; llama-router, each route a member of "
+        "llama-server's router mode at its upstream (POST /models/unload and /models/load, "
+        "the member named by the model sent upstream).")
     max_awake: int = Field(1, ge=1, le=64, description="Engines of the group awake at once: "
                            "as many as the accelerator's memory holds with their KV caches.")
     min_awake_seconds: float = Field(
@@ -412,7 +417,7 @@ def check_route_set(routes: Sequence[Route]) -> None:
         if route.sleep is None:
             continue
         first, at = awake.setdefault(route.sleep.group, (route.sleep, index))
-        for name in ("max_awake", "min_awake_seconds", "max_wakes_per_minute"):
+        for name in ("max_awake", "min_awake_seconds", "max_wakes_per_minute", "control"):
             mine, theirs = getattr(route.sleep, name), getattr(first, name)
             if mine != theirs:
                 field = SleepMode.model_fields[name].alias or name

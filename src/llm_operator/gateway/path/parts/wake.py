@@ -14,7 +14,7 @@ from aiohttp import web
 
 from llm_operator.gateway.errors import error_response
 from llm_operator.gateway.path.exchange import Exchange
-from llm_operator.gateway.routing.sleepers import SleepError, Sleepers, SleepGroup
+from llm_operator.gateway.routing.sleepers import SleepError, Sleepers, SleepGroup, engine_key
 
 RETRY_SECONDS = "5"
 
@@ -51,7 +51,7 @@ class Wake:
         if sleep is None:
             return None
         group = self.sleepers.groups.get(sleep.group)
-        url = ex.state.deployments[0].upstream.base_url
+        url = engine_key(ex.state.route)
         return (group, url) if group is not None and url in group.engines else None
 
     def now(self, ex: Exchange) -> Awake | None:

@@ -1,0 +1,103 @@
+"""A pool's members under llama-server's router mode, loaded and unloaded for a sleep group.
+
+Where a pool limits its swaps (spec.pool.minResidencySeconds, maxSwapsPerMinute), the
+gateway decides which member leaves, not the router's own least-recently-used choice: a
+sleep group whose engines are the members (each keyed ``<base URL>#<model>``) puts one to
+sleep with ``POST /models/unload`` and wakes one with ``POST /models/load``, each change
+waited for in ``GET /models`` until the member is unloaded or loaded (or failed, with the
+router's reason).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import aiohttp
+
+from llm_operator.gateway.routing.sleepers import CONTROL_SECONDS, SleepError
+
+LOOK_EVERY_SECONDS = 0.05  # the router says nothing when a change is done: it is asked
+
+
+def member_key(base_url: str, model: str) -> str:
+    """The sleep group's name for a member of the router at ``base_url``."""
+    return f"{base_url}#{model}"
+
+
+def _split(key: str) -> tuple[str, str]:
+    base, _, model = key.rpartition("#")
+    return base.removesuffix("/").removesuffix("/v1"), model
+
+
+class LlamaRouterControl:
+    """Members loaded and unloaded through the router's own endpoints."""
+
+    def __init__(self) -> None:
+        self._http: aiohttp.ClientSession | None = None
+
+    def _session(self) -> aiohttp.ClientSession:
+        if self._http is None or self._http.closed:
+            self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
+        return self._http
+
+    async def close(self) -> None:
+        if self._http is not None:
+            await self._http.close()
+
+    async def _status(self, root: str, model: str) -> dict[str, Any]:
+        url = f"{root}/models"
+        try:
+            async with self._session().get(url) as r:
+                text = await r.text()
+                if r.status != 200:
+                    raise SleepError(f"GET {url} answered {r.status}: {text[:300]}")
+            for entry in json.loads(text).get("data") or ():
+                if entry.get("id") == model:
+                    status: dict[str, Any] = entry.get("status") or {}
+                    return status
+        except (aiohttp.ClientError, TimeoutError, ValueError, AttributeError) as exc:
+            raise SleepError(f"GET {url}: {type(exc).__name__}: {exc}".rstrip(": ")) from None
+        raise SleepError(f"the router at {root} has no model {model!r} (its --models-preset)")
+
+    async def _ask(self, root: str, action: str, model: str) -> None:
+        url = f"{root}/models/{action}"
+        try:
+            async with self._session().post(url, json={"model": model}) as r:
+                text = await r.text()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise SleepError(f"POST {url}: {type(exc).__name__}: {exc}".rstrip(": ")) from None
+        # "already running" / not running: the state it was asked for, or on its way there
+        if r.status >= 300 and r.status != 400:
+            raise SleepError(f"POST {url} ({model}) answered {r.status}: {text[:300]}")
+
+    async def _until(self, root: str, model: str, wanted: str) -> None:
+        deadline = time.monotonic() + CONTROL_SECONDS
+        while True:
+            status = await self._status(root, model)
+            value = status.get("value")
+            if value == wanted:
+                return
+            if status.get("failed") and wanted == "loaded":
+                why = status.get("reason") or "see the pool's log"
+                raise SleepError(f"{model} failed to load: {why}")
+            if time.monotonic() > deadline:
+                raise SleepError(f"{model} was not {wanted} within {CONTROL_SECONDS:.0f} s "
+                                 f"(the router says {value})")
+            await asyncio.sleep(LOOK_EVERY_SECONDS)
+
+    async def sleep(self, key: str) -> None:
+        root, model = _split(key)
+        await self._ask(root, "unload", model)
+        await self._until(root, model, "unloaded")
+
+    async def wake(self, key: str) -> None:
+        root, model = _split(key)
+        await self._ask(root, "load", model)
+        await self._until(root, model, "loaded")
+
+    async def sleeping(self, key: str) -> bool:
+        root, model = _split(key)
+        return (await self._status(root, model)).get("value") != "loaded"
