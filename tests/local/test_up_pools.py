@@ -398,3 +398,24 @@ async def test_against_thrash_a_member_stays_loaded_its_minimum_while_another_wa
 async def _scraped(session: aiohttp.ClientSession, gateway_url: str) -> str:
     async with session.get(gateway_url.removesuffix("/v1") + "/metrics") as resp:
         return await resp.text()
+
+
+async def test_a_member_asleep_after_its_idle_time_takes_turns_like_a_loaded_one(
+        tmp_path: Path, model_cache: Path) -> None:
+    """idleSeconds with minResidencySeconds: a member asleep still holds its place; the
+    gateway unloads it for another member, and a request wakes it where it sleeps."""
+    models = pool_copy(tmp_path / "models")
+    for path in models.glob("*.yaml"):
+        doc = load_yaml(path)
+        doc["spec"]["pool"].update(maxLoaded=1, minResidencySeconds=1, idleSeconds=1)
+        write_model(models, doc)
+    async with running(options(models, tmp_path / "state", model_cache)) as up, \
+            openai.AsyncOpenAI(base_url=up.gateway_url, api_key="unused",
+                               max_retries=0, timeout=60) as client:
+        await up.until(lambda s: row(s, "gemma-pool-chat")["phase"] == "Ready", 120)
+        for model_id, name in ((CHAT, "gemma-pool-chat"), (LONG, "gemma-pool-long"),
+                               (CHAT, "gemma-pool-chat")):
+            answer = await client.completions.create(model=model_id, prompt=QUESTION,
+                                                     max_tokens=4, temperature=0)
+            assert answer.model == model_id
+            await up.until(lambda s, n=name: "asleep" in row(s, n)["detail"], 1 + 5)

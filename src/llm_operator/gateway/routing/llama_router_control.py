@@ -73,19 +73,19 @@ class LlamaRouterControl:
         if r.status >= 300 and r.status != 400:
             raise SleepError(f"POST {url} ({model}) answered {r.status}: {text[:300]}")
 
-    async def _until(self, root: str, model: str, wanted: str) -> None:
+    async def _until(self, root: str, model: str, *wanted: str) -> None:
         deadline = time.monotonic() + CONTROL_SECONDS
         while True:
             status = await self._status(root, model)
             value = status.get("value")
-            if value == wanted:
+            if value in wanted:
                 return
-            if status.get("failed") and wanted == "loaded":
+            if status.get("failed") and "loaded" in wanted:
                 why = status.get("reason") or "see the pool's log"
                 raise SleepError(f"{model} failed to load: {why}")
             if time.monotonic() > deadline:
-                raise SleepError(f"{model} was not {wanted} within {CONTROL_SECONDS:.0f} s "
-                                 f"(the router says {value})")
+                raise SleepError(f"{model} was not {' or '.join(wanted)} within "
+                                 f"{CONTROL_SECONDS:.0f} s (the router says {value})")
             await asyncio.sleep(LOOK_EVERY_SECONDS)
 
     async def sleep(self, key: str) -> None:
@@ -96,8 +96,10 @@ class LlamaRouterControl:
     async def wake(self, key: str) -> None:
         root, model = _split(key)
         await self._ask(root, "load", model)
-        await self._until(root, model, "loaded")
+        # asleep after its idle time (pool.idleSeconds): its process holds its place, and
+        # the request about to be sent wakes it
+        await self._until(root, model, "loaded", "sleeping")
 
     async def sleeping(self, key: str) -> bool:
         root, model = _split(key)
-        return (await self._status(root, model)).get("value") != "loaded"
+        return (await self._status(root, model)).get("value") not in ("loaded", "sleeping")
