@@ -5,14 +5,15 @@ KV caches. A request for an engine asleep waits while the group makes room: the 
 recently used awake engine with nothing in flight is put to sleep (vLLM's level 1: its
 weights to host memory, its KV cache dropped), then the engine asked for is woken. One
 change at a time per group, so the accelerator never holds more than ``max_awake``; a
-request for an awake engine costs a lookup.
+request for an awake engine costs a lookup. The engines' own word (``GET /is_sleeping``)
+is read whenever this process does not know (at its start, after a failed change), so an
+engine left awake by another process is counted.
 
 Against thrash, a group may keep each woken engine awake ``min_awake`` seconds before it
 may be put to sleep, and wake at most ``max_wakes`` engines per ``WAKE_WINDOW_SECONDS``: a
 request for an engine asleep then waits (counted in ``Engine.waiting``) instead of making
-the engines swap on every request. The engines' own word (``GET /is_sleeping``)
-is read whenever this process does not know (at its start, after a failed change), so an
-engine left awake by another process is counted.
+the engines swap on every request. The same groups hold a llama-server router's members
+(gateway/routing/llama_router_control.py), keyed by ``engine_key``.
 """
 
 from __future__ import annotations

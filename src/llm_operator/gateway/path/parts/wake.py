@@ -1,4 +1,4 @@
-"""Wake: an engine that takes turns on one accelerator (vLLM's sleep mode) is woken first.
+"""Wake: an engine that takes turns (vLLM's sleep mode, a pool's member) is woken first.
 
 After the request has its slot, before it is sent: a route with ``sleep`` names the group
 its engine shares an accelerator with (gateway/routing/sleepers.py). An awake engine is counted
