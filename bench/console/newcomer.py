@@ -20,14 +20,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -41,39 +37,17 @@ sys.path.insert(0, str(REPO / "tests"))
 from browser import chromium  # noqa: E402
 
 sys.path.insert(0, str(HERE.parent))
-from script_module import load_script  # noqa: E402
+from up_stack import llmop_up  # noqa: E402
 
-free_port = load_script("gateway_bench", HERE.parent / "gateway" / "run.py").free_port
 STEPS = ("models page, model Ready", "playground open", "first token", "answer streamed")
 
 
 @contextlib.contextmanager
 def stack() -> Iterator[str]:
-    """`llmop up examples/local` on free ports; its console's address once it serves."""
-    port, mcp = free_port(), free_port()
-    with tempfile.TemporaryDirectory() as state:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "llm_operator", "up", str(REPO / "examples" / "local"),
-             "--port", str(port), "--mcp-port", str(mcp), "--state-dir", state],
-            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True)
-        try:
-            deadline = time.monotonic() + 600
-            while True:
-                try:
-                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/ui/models",
-                                                timeout=5) as page:
-                        if b"phase-ready" in page.read():
-                            break
-                except OSError:
-                    pass
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit("llmop up did not serve the model: run `make up` once")
-                time.sleep(0.5)  # a process outside this one: nothing to wait on but it
-            yield f"http://127.0.0.1:{port}/ui/"
-        finally:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=60)
+    """`llmop up examples/local`; its console's address once it serves."""
+    with tempfile.TemporaryDirectory() as state, \
+            llmop_up(REPO / "examples" / "local", Path(state)) as port:
+        yield f"http://127.0.0.1:{port}/ui/"
 
 
 def one_visit(console: str) -> list[float]:

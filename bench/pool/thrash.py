@@ -27,12 +27,9 @@ import argparse
 import asyncio
 import contextlib
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -42,18 +39,12 @@ import yaml
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
+sys.path.insert(0, str(HERE.parent))
+from up_stack import llmop_up  # noqa: E402
+
 POOL = REPO / "examples" / "cluster" / "model-pool"
 MEMBERS = ("gemma-pool-chat", "gemma-pool-long")
 PROMPT = "Q: What is the capital of France?\nA:"
-
-
-def free_port() -> int:
-    import socket  # noqa: PLC0415
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def members(directory: Path, residency: int | None) -> list[str]:
@@ -74,30 +65,9 @@ def members(directory: Path, residency: int | None) -> list[str]:
 
 @contextlib.contextmanager
 def stack(directory: Path, state: Path) -> Iterator[str]:
-    """`llmop up DIRECTORY` on free ports; its gateway's base URL once a member serves."""
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "llm_operator", "up", str(directory), "--port", str(port),
-         "--mcp-port", str(free_port()), "--state-dir", str(state)],
-        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        start_new_session=True)
-    try:
-        deadline = time.monotonic() + 600
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/ui/models",
-                                            timeout=5) as page:
-                    if b"phase-ready" in page.read():
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit("llmop up did not serve the pool: run `make up` once")
-            time.sleep(0.5)  # a process outside this one: nothing to wait on but it
+    """`llmop up DIRECTORY`; its gateway's base URL once a member serves."""
+    with llmop_up(directory, state) as port:
         yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=60)
 
 
 async def load(base_url: str, model_ids: list[str], clients: int, seconds: float
