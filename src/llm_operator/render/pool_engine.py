@@ -53,13 +53,30 @@ def pool_labels(pool: str) -> dict[str, str]:
 
 
 def member_problems(model: LLMModel) -> list[Problem]:
-    """Why a pooled model cannot be a member in a cluster (so far: files on the node)."""
-    if model.spec.pool is None or node_file(model.spec):
+    """Why a pooled model cannot be a member in a cluster, each with its field.
+
+    So far: its file must be on the node, and a llama.cpp pool swaps by recency alone.
+    """
+    pool = model.spec.pool
+    if pool is None:
         return []
-    return [Problem("spec.modelSource", "a pool's members are files on the node so far (a "
-                    "GGUF file, or for vLLM a model directory; modelSource.type file, an "
-                    "absolute path): the pool's engine mounts each one; serve this model "
-                    "outside the pool, or put its file on the nodes")]
+    problems = []
+    if not node_file(model.spec):
+        problems.append(Problem(
+            "spec.modelSource", "a pool's members are files on the node so far (a GGUF "
+            "file, or for vLLM a model directory; modelSource.type file, an absolute path): "
+            "the pool's engine mounts each one; serve this model outside the pool, or put "
+            "its file on the nodes"))
+    if model.spec.inference_engine == "llamacpp":
+        for field, value in (("minResidencySeconds", pool.min_residency_seconds),
+                             ("maxSwapsPerMinute", pool.max_swaps_per_minute)):
+            if value is not None:
+                problems.append(Problem(
+                    f"spec.pool.{field}", "a llama.cpp pool in a cluster swaps its members "
+                    "by recency so far (llama-server's router unloads the least recently "
+                    "used); minResidencySeconds and maxSwapsPerMinute hold under `llmop up` "
+                    "and on vLLM pools: remove it to serve this pool in a cluster"))
+    return problems
 
 
 def _member_path(model: LLMModel) -> str:
