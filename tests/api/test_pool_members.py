@@ -72,6 +72,11 @@ def _differs(field: str, mine: str, theirs: str) -> str:
     ("another minimum residency", [member("a", pool={"minResidencySeconds": 30}),
                                    member("b", pool={"minResidencySeconds": 10})],
      {"b": [_differs("spec.pool.minResidencySeconds", "10", "30")]}),
+    ("two pinned of three with maxLoaded 2",
+     [member("a", pool={"pinned": True}), member("b", pool={"pinned": True}), member("c")],
+     {m: ["spec.pool.pinned: 2 members of pool small are pinned and maxLoaded is 2: no place "
+          "is left for its other members; pin fewer, or raise maxLoaded"] for m in "ab"}),
+    ("one pinned of three", [member("a", pool={"pinned": True}), member("b"), member("c")], {}),
     ("a swap budget on one member only", [member("a"), member("b", pool={
         "maxSwapsPerMinute": 6})], {"b": [_differs("spec.pool.maxSwapsPerMinute", "6", "unset")]}),
     ("another vendor", [member("a", **VLLM), member("b", **{**VLLM, "acceleratorVendor": "amd"})],

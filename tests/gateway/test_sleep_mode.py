@@ -214,6 +214,11 @@ async def test_engines_swapped_behind_the_gateways_back_are_set_right_at_its_nex
     ([{"models": ["a"], "sleep": {"group": "g", "maxWakesPerMinute": 0},
        "upstream": {"baseUrl": "http://x:1/v1", "auth": "none"}}],
      "maxWakesPerMinute"),
+    ([{"models": ["a"], "sleep": {"group": "g", "maxAwake": 1, "pinned": True},
+       "upstream": {"baseUrl": "http://x:1/v1", "auth": "none"}},
+      {"models": ["b"], "sleep": {"group": "g", "maxAwake": 1},
+       "upstream": {"baseUrl": "http://y:1/v1", "auth": "none"}}],
+     "routes[0].sleep.pinned: 1 routes of sleep group 'g' are pinned and maxAwake is 1"),
 ])
 def test_a_sleep_group_that_cannot_work_is_refused_with_the_field(
         routes: list[dict[str, Any]], words: str) -> None:
@@ -301,6 +306,10 @@ AGAINST_THRASH = [
       ("wake", "b")]),
     ("requests for the awake engine never wait", {"minAwakeSeconds": 30}, ["a", "a", "a"],
      [], []),
+    ("a pinned engine is never put to sleep for another", {"pinned": "a", "maxAwake": 2},
+     ["a", "b", "c", "a", "b"],
+     # a, used least recently when c comes, stays; b sleeps for c, c for b
+     [], [("sleep", "b"), ("wake", "c"), ("sleep", "c"), ("wake", "b")]),
     ("past the wake budget a wake waits for the window", {"maxWakesPerMinute": 2},
      ["a", "b", "c", "a"], [60.0],
      [("sleep", "a"), ("wake", "b"), ("sleep", "b"), ("wake", "c"), ("sleep", "c"),
@@ -313,17 +322,20 @@ AGAINST_THRASH = [
 async def test_against_thrash_a_request_for_an_engine_asleep_waits_its_turn(
         engines: list[FakeVllm], case: str, policy: dict[str, Any], asked: list[str],
         waits: list[float], changes: list[tuple[str, str]]) -> None:
-    accelerator = Accelerator(holds=1)
-    fakes = await on(engines, accelerator, ["a", "b", "c"], awake=1)
+    policy = dict(policy)
+    pinned, awake = policy.pop("pinned", None), policy.pop("maxAwake", 1)
+    accelerator = Accelerator(holds=awake)
+    fakes = await on(engines, accelerator, ["a", "b", "c"], awake=awake)
     time = Time()
-    client, _ = await gateway([route(f, 1, **policy) for f in fakes], clock=time.clock,
-                              sleep=time.sleep)
+    client, _ = await gateway([route(f, awake, **policy, **(
+        {"pinned": True} if f.base_model == pinned else {})) for f in fakes],
+        clock=time.clock, sleep=time.sleep)
     try:
         for model in asked:
             status, text = await ask(client, model)
             assert status == 200 and f"answered by {model}" in text, text
         assert time.waits == waits
-        assert accelerator.changes == changes and accelerator.most <= 1
+        assert accelerator.changes == changes and accelerator.most <= awake
     finally:
         await client.close()
 

@@ -419,3 +419,29 @@ async def test_a_member_asleep_after_its_idle_time_takes_turns_like_a_loaded_one
                                                      max_tokens=4, temperature=0)
             assert answer.model == model_id
             await up.until(lambda s, n=name: "asleep" in row(s, n)["detail"], 1 + 5)
+
+
+async def test_a_pinned_member_loads_at_start_and_stays_while_the_others_take_turns(
+        tmp_path: Path, model_cache: Path) -> None:
+    """pool.pinned (Ollama's keep_alive -1): loaded when the pool starts, never unloaded
+    for another member, sampled after every answer; the others share the other place."""
+    models = pool_copy(tmp_path / "models")
+    qa = models / "gemma-pool-qa.yaml"
+    doc = load_yaml(qa)
+    doc["spec"]["pool"]["pinned"] = True
+    write_model(models, doc)
+    async with running(options(models, tmp_path / "state", model_cache)) as up, \
+            aiohttp.ClientSession() as session, openai.AsyncOpenAI(
+                base_url=up.gateway_url, api_key="unused", max_retries=0) as client:
+        # the pinned member and the first by name load at start, not the first two by name
+        await up.until(lambda s: [row(s, n)["phase"] for n in (
+            "gemma-pool-chat", "gemma-pool-long", "gemma-pool-qa")] == [
+            "Ready", "Standby", "Ready"], 120)
+        port = up.entries["gemma-pool-qa"].port
+        assert port is not None
+        for model_id in (LONG, CHAT, LONG, QA, CHAT):
+            answer = await client.completions.create(model=model_id, prompt=QUESTION,
+                                                     max_tokens=4, temperature=0)
+            assert answer.model == model_id
+            loaded = await _loaded(session, port)
+            assert QA in loaded and model_id in loaded and len(loaded) == 2, loaded

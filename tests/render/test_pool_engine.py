@@ -124,11 +124,11 @@ def test_a_member_not_on_the_node_is_refused_with_the_field_named() -> None:
     assert "files on the node so far (a GGUF file" in problem.message
 
 
-@pytest.mark.parametrize("field", ["minResidencySeconds", "maxSwapsPerMinute"])
+@pytest.mark.parametrize("field", ["minResidencySeconds", "maxSwapsPerMinute", "pinned"])
 def test_a_llamacpp_pool_asking_for_a_swap_policy_is_refused_in_a_cluster_saying_where_it_holds(
         field: str) -> None:
     doc = load_yaml(POOL / "gemma-pool-qa.yaml")
-    doc["spec"]["pool"][field] = 10
+    doc["spec"]["pool"][field] = True if field == "pinned" else 10
     (problem,) = member_problems(parse_llmmodel(doc))
     assert problem.path == f"spec.pool.{field}"
     assert "by recency so far" in problem.message and "llmop up" in problem.message

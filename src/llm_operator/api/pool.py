@@ -47,3 +47,8 @@ class PoolSpec(Wire):
         None, ge=1, le=600, description="Members the pool loads per minute at most; a "
         "request for a member not loaded past it waits for the minute to move on (against "
         "thrash). Every member declares the same value. Unset: no budget.")
+    pinned: bool | None = Field(
+        None, description="Keep this member loaded (Ollama's keep_alive -1): it loads when "
+        "the pool starts and is never unloaded for another member, which share the other "
+        "maxLoaded places. Under `llmop up` and on vLLM pools, where the gateway chooses "
+        "which member leaves; refused on a llama.cpp pool in a cluster so far.")

@@ -67,6 +67,16 @@ POOL_RULES: tuple[Rule, ...] = (
         or s.inference_engine == "llamacpp",
     ),
     Rule(
+        id="pool-pinned-not-idle",
+        location="spec",
+        field=".pool.pinned",
+        cel=f"!{POOLED} || !has(self.pool.pinned) || !self.pool.pinned || "
+        "!has(self.pool.idleSeconds)",
+        message="a pinned member stays loaded, and idleSeconds would unload it when idle: "
+        "remove idleSeconds, or pinned",
+        holds=lambda s: s.pool is None or not s.pool.pinned or s.pool.idle_seconds is None,
+    ),
+    Rule(
         id="pool-one-pod",
         location="spec",
         field=".serving",

@@ -158,9 +158,13 @@ class Pools:
             return  # each member says why (prepare)
         for entry, _ in ready:
             entry.pool = run
-        # the members loaded when it last ran load first, else the first by name
-        demanded = [m for m in self._demanded(run) if m in run.members][:run.max_loaded]
-        first = demanded or [e.model.spec.model_id for e, _ in ready][:run.max_loaded]
+        # pinned members load first, then those loaded when it last ran, else the first by
+        # name
+        pinned = [e.model.spec.model_id for e, _ in ready
+                  if e.model.spec.pool is not None and e.model.spec.pool.pinned]
+        demanded = [m for m in self._demanded(run) if m in run.members]
+        others = demanded or [e.model.spec.model_id for e, _ in ready]
+        first = list(dict.fromkeys([*pinned, *others]))[:run.max_loaded]
         run.prepared = {e.model.name: self._member(e, p, e.model.spec.model_id in first)
                         for e, p in ready}
         name = file_name(run)

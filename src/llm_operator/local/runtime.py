@@ -387,10 +387,28 @@ class Runtime:
                 # flow control's bound: every slot busy and max_queue waiting, the fairness
                 # ID holding the most is refused (429 with Retry-After), never a newcomer
                 max_concurrent=decision.slots + self.options.max_queue)], loading or "",
-                sleep=_taking_turns(decision.model))
+                sleep=self._taking_turns(decision.model))
         if isinstance(decision, RemoteProxy):  # build() names it as the router does
             return Serving(route=Route.model_validate(decision.route()))
         return Serving(absent=f"llmop up {entry.phase.lower()} it: {entry.detail}")
+
+    def _taking_turns(self, model: LLMModel) -> dict[str, Any] | None:
+        """A pool member's sleep group, where its pool limits swaps or pins a member.
+
+        Its router's members then take turns under the gateway's policy (minimum
+        residency, swap budget, pinned members), not the router's own least recently used.
+        """
+        pool = model.spec.pool
+        if pool is None:
+            return None
+        policy = against_thrash(pool)
+        pins = any(e.model.spec.pool is not None and e.model.spec.pool.name == pool.name
+                   and e.model.namespace == model.namespace and e.model.spec.pool.pinned
+                   for e in self.entries.values())
+        if not policy and not pins:
+            return None
+        return {"group": f"pool {model.namespace}/{pool.name}", "maxAwake": pool.max_loaded,
+                "control": "llama-router", "pinned": bool(pool.pinned), **policy}
 
     def _reroute(self) -> None:
         """The gateway's routes: every served and proxied model, as the router builds them.
@@ -472,16 +490,3 @@ class Runtime:
             env=self._engine_env())
         await entry.supervised.run()
 
-
-def _taking_turns(model: LLMModel) -> dict[str, Any] | None:
-    """A pool member's sleep group, where its pool limits swaps; else None.
-
-    Its router's members then take turns under the gateway's policy (minimum residency,
-    swap budget), not the router's own least recently used.
-    """
-    pool = model.spec.pool
-    policy = against_thrash(pool) if pool is not None else {}
-    if pool is None or not policy:
-        return None
-    return {"group": f"pool {model.namespace}/{pool.name}", "maxAwake": pool.max_loaded,
-            "control": "llama-router", **policy}

@@ -69,13 +69,15 @@ def member_problems(model: LLMModel) -> list[Problem]:
             "its file on the nodes"))
     if model.spec.inference_engine == "llamacpp":
         for field, value in (("minResidencySeconds", pool.min_residency_seconds),
-                             ("maxSwapsPerMinute", pool.max_swaps_per_minute)):
+                             ("maxSwapsPerMinute", pool.max_swaps_per_minute),
+                             ("pinned", pool.pinned or None)):
             if value is not None:
                 problems.append(Problem(
                     f"spec.pool.{field}", "a llama.cpp pool in a cluster swaps its members "
                     "by recency so far (llama-server's router unloads the least recently "
-                    "used); minResidencySeconds and maxSwapsPerMinute hold under `llmop up` "
-                    "and on vLLM pools: remove it to serve this pool in a cluster"))
+                    "used); minResidencySeconds, maxSwapsPerMinute and pinned hold under "
+                    "`llmop up` and on vLLM pools: remove it to serve this pool in a "
+                    "cluster"))
     return problems
 
 

@@ -109,7 +109,9 @@ def gateway_config(members: Sequence[LLMModel], awake: int, *,
     routes = [{"name": m.spec.model_id, "models": [m.spec.model_id],
                "upstream": {"baseUrl": f"http://127.0.0.1:{first_port + i}/v1",
                             "auth": "none"},
-               "sleep": {"group": SLEEP_GROUP, "maxAwake": awake, **policy}}
+               "sleep": {"group": SLEEP_GROUP, "maxAwake": awake, **policy, **(
+                   {"pinned": True} if m.spec.pool is not None and m.spec.pool.pinned
+                   else {})}}
               for i, m in enumerate(members)]
     return yaml.safe_dump({"listen": {"host": "0.0.0.0", "port": port},
                            "flowControl": {"enabled": False},  # the router's to do

@@ -65,6 +65,7 @@ class Engine:
     failure: str = ""  # why, as the gateway told the client
     awake_since: float = 0.0  # the group's clock when it was last woken or found awake
     waiting: int = 0  # requests waiting for it to be woken
+    pinned: bool = False  # never put to sleep for another
 
     @property
     def loaded(self) -> Loaded:
@@ -203,9 +204,13 @@ class SleepGroup:
             if len(awake) < self.max_awake:
                 return
             now = self.clock()
-            settled = [e for e in awake if now - e.awake_since >= self.min_awake]
+            movable = [e for e in awake if not e.pinned]
+            if not movable:
+                raise SleepError(f"every place of group {self.name} is held by a pinned "
+                                 "engine")
+            settled = [e for e in movable if now - e.awake_since >= self.min_awake]
             if not settled:  # every one woke lately: wait for the first to have its time
-                await self.sleep(min(e.awake_since for e in awake) + self.min_awake - now)
+                await self.sleep(min(e.awake_since for e in movable) + self.min_awake - now)
                 continue
             idle = [e for e in settled if not e.in_use]
             if not idle:
@@ -236,6 +241,7 @@ class Member:
     min_awake: float = 0.0
     max_wakes: int | None = None
     control: str = "vllm"
+    pinned: bool = False
 
 
 def engine_key(route: Route) -> str:
@@ -256,7 +262,7 @@ def member(route: Route) -> Member | None:
     if sleep is None:
         return None
     return Member(sleep.group, sleep.max_awake, engine_key(route), sleep.min_awake_seconds,
-                  sleep.max_wakes_per_minute, sleep.control)
+                  sleep.max_wakes_per_minute, sleep.control, sleep.pinned)
 
 
 class Sleepers:
@@ -279,15 +285,17 @@ class Sleepers:
         An engine known before keeps its state; a group's new ``max_awake``, ``min_awake``
         and ``max_wakes`` apply from its next change.
         """
-        wanted: dict[str, tuple[Member, list[str]]] = {}
+        wanted: dict[str, tuple[Member, list[Member]]] = {}
         for member in members:
-            wanted.setdefault(member.group, (member, []))[1].append(member.url)
+            wanted.setdefault(member.group, (member, []))[1].append(member)
         old, self.groups = self.groups, {}
-        for name, (policy, urls) in wanted.items():
+        for name, (policy, routes) in wanted.items():
             group = old.get(name) or self._new(name, policy.max_awake)
             group.max_awake, group.control = policy.max_awake, self.controls[policy.control]
             group.min_awake, group.max_wakes = policy.min_awake, policy.max_wakes
-            group.engines = {u: group.engines.get(u) or Engine(u) for u in urls}
+            group.engines = {r.url: group.engines.get(r.url) or Engine(r.url) for r in routes}
+            for route in routes:
+                group.engines[route.url].pinned = route.pinned
             self.groups[name] = group
 
     async def report(self, members: Iterable[tuple[str, str, str]]) -> dict[str, Any]:

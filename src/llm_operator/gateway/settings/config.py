@@ -210,6 +210,9 @@ class SleepMode(_Config):
 
     group: str = Field(min_length=1, max_length=300, description="The engines that share "
                        "one accelerator; every route of the group declares the same maxAwake.")
+    pinned: bool = Field(
+        False, description="This route's engine is never put to sleep for another (it may "
+        "be woken): fewer routes of the group than maxAwake are pinned.")
     control: Literal["vllm", "llama-router"] = Field(
         "vllm", description="How an engine is put to sleep and woken: vllm, each route's "
         "upstream a vLLM engine in sleep mode; llama-router, each route a member of "
@@ -408,6 +411,8 @@ def check_route_set(routes: Sequence[Route]) -> None:
     ValueError names the route (its index) that breaks it.
     """
     awake: dict[str, tuple[SleepMode, int]] = {}  # group: (its policy, the first route's index)
+    pinned: dict[str, list[int]] = {}  # group: the indexes of its pinned routes
+    members: dict[str, int] = {}  # group: its routes
     seen: set[str] = set()
     for index, route in enumerate(routes):
         for name in [*route.models, *route.aliases]:
@@ -416,6 +421,9 @@ def check_route_set(routes: Sequence[Route]) -> None:
             seen.add(name)
         if route.sleep is None:
             continue
+        members[route.sleep.group] = members.get(route.sleep.group, 0) + 1
+        if route.sleep.pinned:
+            pinned.setdefault(route.sleep.group, []).append(index)
         first, at = awake.setdefault(route.sleep.group, (route.sleep, index))
         for name in ("max_awake", "min_awake_seconds", "max_wakes_per_minute", "control"):
             mine, theirs = getattr(route.sleep, name), getattr(first, name)
@@ -425,6 +433,13 @@ def check_route_set(routes: Sequence[Route]) -> None:
                     f"routes[{index}].sleep.{field}: {mine} here but {theirs} in "
                     f"routes[{at}]: every route of sleep group {route.sleep.group!r} "
                     "declares the same")
+    for group, indexes in pinned.items():
+        places = awake[group][0].max_awake
+        if len(indexes) < members[group] and len(indexes) >= places:
+            raise ValueError(
+                f"routes[{indexes[-1]}].sleep.pinned: {len(indexes)} routes of sleep group "
+                f"{group!r} are pinned and maxAwake is {places}: no place is left for the "
+                "others; pin fewer, or raise maxAwake")
 
 
 class ConfigError(ValueError):
