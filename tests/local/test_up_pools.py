@@ -445,3 +445,5 @@ async def test_a_pinned_member_loads_at_start_and_stays_while_the_others_take_tu
             assert answer.model == model_id
             loaded = await _loaded(session, port)
             assert QA in loaded and model_id in loaded and len(loaded) == 2, loaded
+        assert row(up.snapshot(), "gemma-pool-qa")["detail"].endswith(
+            "; pinned: never unloaded for another member")  # as `llmop status` shows it

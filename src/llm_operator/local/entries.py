@@ -40,7 +40,10 @@ class Entry:
     def current(self) -> tuple[str, str, int]:
         """(phase, detail, restarts), from the process (or its pool's) once there is one."""
         if self.pool is not None and (pooled := self.pool.state_of(self.model.spec.model_id)):
-            return pooled
+            phase, detail, restarts = pooled
+            if self.model.spec.pool is not None and self.model.spec.pool.pinned:
+                detail = f"{detail}; pinned: never unloaded for another member"
+            return phase, detail, restarts
         if self.supervised is not None:
             state = self.supervised.state
             return state.phase, state.detail, state.restarts
