@@ -77,6 +77,11 @@ def _differs(field: str, mine: str, theirs: str) -> str:
      {m: ["spec.pool.pinned: 2 members of pool small are pinned and maxLoaded is 2: no place "
           "is left for its other members; pin fewer, or raise maxLoaded"] for m in "ab"}),
     ("one pinned of three", [member("a", pool={"pinned": True}), member("b"), member("c")], {}),
+    ("every member pinned, more than maxLoaded",
+     [member(n, pool={"pinned": True, "maxLoaded": 1}) for n in "ab"],
+     {m: ["spec.pool.pinned: 2 members of pool small are pinned and maxLoaded is 1: no place "
+          "is left for its other members; pin fewer, or raise maxLoaded"] for m in "ab"}),
+    ("every member pinned, all loaded", [member(n, pool={"pinned": True}) for n in "ab"], {}),
     ("a swap budget on one member only", [member("a"), member("b", pool={
         "maxSwapsPerMinute": 6})], {"b": [_differs("spec.pool.maxSwapsPerMinute", "6", "unset")]}),
     ("another vendor", [member("a", **VLLM), member("b", **{**VLLM, "acceleratorVendor": "amd"})],

@@ -16,6 +16,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from llm_operator.gateway.app import Gateway
+from llm_operator.gateway.routing.sleepers import Engine, SleepGroup
 from llm_operator.gateway.settings.config import ConfigError, parse_config
 
 from fake_vllm import Accelerator, FakeVllm
@@ -219,6 +220,11 @@ async def test_engines_swapped_behind_the_gateways_back_are_set_right_at_its_nex
       {"models": ["b"], "sleep": {"group": "g", "maxAwake": 1},
        "upstream": {"baseUrl": "http://y:1/v1", "auth": "none"}}],
      "routes[0].sleep.pinned: 1 routes of sleep group 'g' are pinned and maxAwake is 1"),
+    ([{"models": ["a"], "sleep": {"group": "g", "pinned": True},
+       "upstream": {"baseUrl": "http://x:1/v1", "auth": "none"}},
+      {"models": ["b"], "sleep": {"group": "g", "pinned": True},
+       "upstream": {"baseUrl": "http://y:1/v1", "auth": "none"}}],
+     "routes[1].sleep.pinned: 2 routes of sleep group 'g' are pinned and maxAwake is 1"),
 ])
 def test_a_sleep_group_that_cannot_work_is_refused_with_the_field(
         routes: list[dict[str, Any]], words: str) -> None:
@@ -362,3 +368,34 @@ async def test_a_request_waiting_for_its_engines_turn_is_counted_while_it_waits(
                 f'/v1"}} 0.0') in scraped
     finally:
         await client.close()
+
+
+class Recorded:
+    """An EngineControl that does what it is asked at once and remembers it."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+
+    async def sleep(self, url: str) -> None:
+        self.calls.append(("sleep", url))
+
+    async def wake(self, url: str) -> None:
+        self.calls.append(("wake", url))
+
+    async def sleeping(self, url: str) -> bool:
+        return url == "c"
+
+
+async def test_an_idle_engine_that_comes_of_age_sleeps_before_a_busy_one_drains() -> None:
+    """A (idle, woken 5 s ago) and B (busy, long awake), ten seconds' minimum: the request
+    for C waits for A's minimum, not for B's stream, and B takes requests again."""
+    time, control = Time(now=1000.0), Recorded()
+    group = SleepGroup("g", 2, control, min_awake=10, clock=time.clock, sleep=time.sleep)
+    group.engines = {u: Engine(u, state="awake") for u in ("a", "b")} | {"c": Engine("c")}
+    group.engines["a"].awake_since, group.engines["b"].awake_since = 995.0, 900.0
+    group.engines["b"].in_use = 1  # a long stream
+    async with asyncio.timeout(5):
+        await group.enter("c")
+    assert control.calls == [("sleep", "a"), ("wake", "c")]
+    assert time.waits == [5.0]
+    assert group.engines["b"].state == "awake" and group.enter_now("b")

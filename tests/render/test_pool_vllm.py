@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import socket
 import sys
@@ -71,6 +72,19 @@ def test_the_pools_swap_policy_becomes_its_gateways_sleep_group_policy(
     assert {json.dumps(r["sleep"], sort_keys=True) for r in routes} == {
         json.dumps({**sleep, "group": routes[0]["sleep"]["group"]}, sort_keys=True)}
     parse_config(yaml.safe_load(gateway_config(members, 2)))  # as the pod's gateway reads it
+
+
+def test_a_pinned_member_starts_last_and_is_left_awake() -> None:
+    members = _members()
+    pinned = members[0]
+    assert pinned.spec.pool is not None
+    members[0] = pinned.model_copy(update={"spec": pinned.spec.model_copy(update={
+        "pool": pinned.spec.pool.model_copy(update={"pinned": True})})})
+    script = launcher(members, 1, first_port=9001)
+    started = re.findall(r"starting (\S+) on port (\d+)", script)
+    slept = re.findall(r"^to_sleep (\d+)$", script, re.MULTILINE)
+    assert started[-1] == (members[0].spec.model_id, "9001")  # its port, by name order
+    assert "9001" not in slept and len(slept) == len(members) - 1
 
 
 def test_the_example_vllm_pool_renders_as_its_golden_file(update_golden: bool) -> None:

@@ -58,7 +58,7 @@ def pool_problems(models: Sequence[LLMModel], where: str) -> dict[Key, list[Prob
                         f"every member of pool {name} declares the same"))
         pinned = [m for m in members if m.spec.pool is not None and m.spec.pool.pinned]
         places = first.spec.pool.max_loaded if first.spec.pool is not None else 0
-        if pinned and len(pinned) < len(members) and len(pinned) >= places:
+        if pinned and len(pinned) >= places and len(members) > places:
             for member in pinned:
                 out.setdefault((namespace, member.name), []).append(Problem(
                     "spec.pool.pinned", f"{len(pinned)} members of pool {name} are pinned "

@@ -71,15 +71,18 @@ def same_origin(request: web.Request) -> bool:
     """A form posted from this console's own pages, as the browser says.
 
     Browsers say where a request comes from in Sec-Fetch-Site; older ones only in Origin
-    ("null" under the console's no-referrer policy). A client that says neither (curl, a
-    script) sends its credential itself: no page of another site can make it.
+    (the console's pages send theirs: Referrer-Policy same-origin; "null" comes from a
+    sandboxed or no-referrer page elsewhere). A client that says neither (curl, a script)
+    sends its credential itself: no page of another site can make it.
     """
     site = request.headers.get("Sec-Fetch-Site")
     if site is not None:
         return site in ("same-origin", "none")
     origin = request.headers.get("Origin")
-    if origin is None or origin == "null":
+    if origin is None:
         return True
+    if origin == "null":
+        return False
     scheme = request.headers.get("X-Forwarded-Proto") or request.scheme
     return origin in (f"{scheme}://{request.host}", f"{request.scheme}://{request.host}")
 

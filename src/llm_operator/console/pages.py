@@ -84,7 +84,8 @@ SECURITY_HEADERS = {
                                "style-src 'self'; script-src 'self'; connect-src 'self'; "
                                "frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    # same-origin: the console's own form posts carry their Origin, never "null"
+    "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
 }
 
@@ -220,18 +221,23 @@ class Console:
         return visitor
 
     def _checked(self, request: web.Request, given: str | None) -> Visitor | None:
-        """``_who``, unless the visitor's address failed to sign in too often lately."""
+        """``_who``, counting the keys that are not valid by the visitor's address.
+
+        Past the throttle's limit another such key is answered 429. A valid key always
+        signs in: behind a proxy every visitor may share one address.
+        """
+        visitor = self._who(given)
+        if visitor is not None or not given:
+            return visitor
         address, now = request.remote or "", self.clock()
         wait = self.throttle.wait(address, now)
         if wait > 0:
             raise self._login_page(
                 f"Too many failed sign-ins from your address: try again in "
                 f"{math.ceil(wait)} s.", status=429, retry_after=math.ceil(wait))
-        visitor = self._who(given)
-        if visitor is None and given:
-            self.throttle.failed(address, now)
-            log.warning("console: a sign-in from %s failed (key not valid)", address)
-        return visitor
+        self.throttle.failed(address, now)
+        log.warning("console: a sign-in from %s failed (key not valid)", address)
+        return None
 
     def _who(self, given: str | None) -> Visitor | None:
         """The admin token's visitor, a key's, everyone's, or None (not valid)."""

@@ -56,10 +56,11 @@ def launcher(members: Sequence[LLMModel], awake: int, *, first_port: int = FIRST
              ready_file: str = READY_FILE) -> str:
     """The pool-server container's script: each member started in turn.
 
-    All but the last ``awake`` are put to sleep once they serve, so that no more than
-    ``awake`` ever hold the accelerator's memory; then ``ready_file`` is made (the
-    container's probes). The container ends when any member does (the kubelet starts it
-    again). ``first_port``: the first member's, on loopback (the next ones follow).
+    All but the last ``awake`` (pinned members start last) are put to sleep once they
+    serve, so that no more than ``awake`` ever hold the accelerator's memory; then
+    ``ready_file`` is made (the container's probes). The container ends when any member
+    does (the kubelet starts it again). ``first_port``: the first member's, on loopback
+    (the next ones follow).
     """
     fraction = gpu_fraction(len(members), awake)
     lines = [
@@ -84,15 +85,19 @@ def launcher(members: Sequence[LLMModel], awake: int, *, first_port: int = FIRST
         "timeout=600)' \"$1\"",
         "}",
     ]
-    for i, member in enumerate(members):
-        port = first_port + i
+    # pinned members start last, so that they are among those left awake (ports stay in
+    # name order: the gateway's routes name them so)
+    pinned = [bool(m.spec.pool and m.spec.pool.pinned) for m in members]
+    order = sorted(range(len(members)), key=lambda i: pinned[i])
+    for turn, i in enumerate(order):
+        member, port = members[i], first_port + i
         served = vllm_sleeper(member.spec, member_dir(member), port, fraction)
         env = tuple(f"{k}={v}" for k, v in served.env)
         command = " ".join(shlex.quote(a) for a in ("env", *env, *served.command,
                                                     *served.args))
         lines += [f"echo 'starting {member.spec.model_id} on port {port}'",
                   f"{command} &", f"serving {port} $!"]
-        if i < len(members) - awake:
+        if turn < len(members) - awake:
             lines.append(f"to_sleep {port}")
     lines += [f"touch {shlex.quote(ready_file)}",
               f"echo 'the pool serves: {len(members)} members started, {awake} awake'",

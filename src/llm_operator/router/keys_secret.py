@@ -12,6 +12,8 @@ import base64
 import binascii
 from typing import Any
 
+import aiohttp
+
 from llm_operator.access.keyring import KeyringError
 from llm_operator.access.keystore import StaleKeys, document_text, parse_document
 from llm_operator.kube import ApiError, Kube
@@ -34,11 +36,17 @@ class SecretKeyStore:
         return KeyringError(f"{self.where}: the API server refused to {verb} it: "
                             f"HTTP {exc.status} {exc.reason}")
 
+    def _unreachable(self, exc: Exception, verb: str) -> KeyringError:
+        return KeyringError(f"{self.where}: the API server could not be reached to {verb} it "
+                            f"({type(exc).__name__}); nothing was changed: try again")
+
     async def read(self) -> tuple[object, str]:
         try:
             secret = await self.kube.get("v1", "secrets", self.namespace, self.name)
         except ApiError as exc:
             raise self._refused(exc, "read") from None
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise self._unreachable(exc, "read") from None
         if secret is None:
             return None, ""
         encoded = (secret.get("data") or {}).get(self.item)
@@ -67,3 +75,5 @@ class SecretKeyStore:
             if exc.status in (404, 409):  # deleted or changed since it was read
                 raise StaleKeys from None
             raise self._refused(exc, "write") from None
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise self._unreachable(exc, "write") from None

@@ -102,4 +102,6 @@ class LlamaRouterControl:
 
     async def sleeping(self, key: str) -> bool:
         root, model = _split(key)
-        return (await self._status(root, model)).get("value") not in ("loaded", "sleeping")
+        # loading (or downloading) holds a place as loaded does: its requests wait for it
+        return (await self._status(root, model)).get("value") not in (
+            "loaded", "loading", "downloading", "sleeping")

@@ -115,8 +115,9 @@ class SleepGroup:
                 if engine.state != "awake":
                     await self._within_budget()
                     await self._make_room(engine)
+                    if self.max_wakes is not None:  # a failed wake counts too
+                        self._wakes.append(self.clock())
                     await self._change(engine, "wake", self.control.wake, "awake")
-                    self._wakes.append(self.clock())
                 self._use(engine)
         finally:
             engine.waiting -= 1
@@ -193,42 +194,63 @@ class SleepGroup:
     async def _make_room(self, target: Engine) -> None:
         """Put the least recently used engines to sleep until ``target`` fits.
 
-        Only an engine awake for ``min_awake`` seconds may sleep: until one is, the request
-        waits. An idle one first; when every such engine serves, the least recently used
-        takes no new request (draining) and sleeps once its last one ends, so that a steady
-        stream to the others cannot keep ``target`` waiting for ever.
+        Only an engine awake for ``min_awake`` seconds, and not pinned, may sleep: until
+        one is, the request waits. An idle one first; when every such engine serves, the
+        least recently used takes no new request (draining) and sleeps once its last one
+        ends, so that a steady stream to the others cannot keep ``target`` waiting for
+        ever; an idle engine that comes of age meanwhile sleeps instead, and whichever
+        engine was draining but did not sleep takes requests again.
         """
-        while True:
-            awake = [e for e in self.engines.values()
-                     if e.state in ("awake", "draining") and e is not target]
-            if len(awake) < self.max_awake:
-                return
-            now = self.clock()
-            movable = [e for e in awake if not e.pinned]
-            if not movable:
-                raise SleepError(f"every place of group {self.name} is held by a pinned "
-                                 "engine")
-            settled = [e for e in movable if now - e.awake_since >= self.min_awake]
-            if not settled:  # every one woke lately: wait for the first to have its time
-                await self.sleep(min(e.awake_since for e in movable) + self.min_awake - now)
-                continue
-            idle = [e for e in settled if not e.in_use]
-            if not idle:
-                victim = next((e for e in settled if e.state == "draining"), None) or \
-                    min(settled, key=lambda e: e.used)
-                victim.state = "draining"
-                self._freed.clear()
+        try:
+            while True:
+                awake = [e for e in self.engines.values()
+                         if e.state in ("awake", "draining") and e is not target]
+                if len(awake) < self.max_awake:
+                    return
+                now = self.clock()
+                movable = [e for e in awake if not e.pinned]
+                if not movable:
+                    raise SleepError(f"every place of group {self.name} is held by a "
+                                     "pinned engine")
+                settled = [e for e in movable if now - e.awake_since >= self.min_awake]
+                # when the next engine not settled yet comes of age, if one does
+                coming = min((e.awake_since + self.min_awake - now
+                              for e in movable if e not in settled), default=None)
+                if not settled:  # every one woke lately: wait for the first to have its time
+                    assert coming is not None
+                    await self.sleep(coming)
+                    continue
+                idle = [e for e in settled if not e.in_use]
+                if not idle:
+                    victim = next((e for e in settled if e.state == "draining"), None) or \
+                        min(settled, key=lambda e: e.used)
+                    victim.state = "draining"
+                    self._freed.clear()
+                    await self._freed_or(coming)
+                    continue
+                victim = min(idle, key=lambda e: e.used)
                 try:
-                    await self._freed.wait()
-                except asyncio.CancelledError:  # the request that asked left: it serves on
-                    victim.state = "awake"
-                    raise
-                continue
-            victim = min(idle, key=lambda e: e.used)
-            try:
-                await self._change(victim, "sleep", self.control.sleep, "asleep")
-            except SleepError as exc:
-                raise SleepError(f"to make room, {victim.url} was to sleep: {exc}") from None
+                    await self._change(victim, "sleep", self.control.sleep, "asleep")
+                except SleepError as exc:
+                    raise SleepError(f"to make room, {victim.url} was to sleep: {exc}"
+                                     ) from None
+        finally:  # left, failed or made room another way: they serve on
+            for engine in self.engines.values():
+                if engine.state == "draining":
+                    engine.state = "awake"
+
+    async def _freed_or(self, seconds: float | None) -> None:
+        """Until an engine's last request ends, or ``seconds`` pass (None: no bound)."""
+        freed = asyncio.ensure_future(self._freed.wait())
+        if seconds is None:
+            await freed
+            return
+        timer = asyncio.ensure_future(self.sleep(seconds))
+        try:
+            await asyncio.wait({freed, timer}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (freed, timer):
+                task.cancel()
 
 
 @dataclass(frozen=True)

@@ -435,7 +435,7 @@ def check_route_set(routes: Sequence[Route]) -> None:
                     "declares the same")
     for group, indexes in pinned.items():
         places = awake[group][0].max_awake
-        if len(indexes) < members[group] and len(indexes) >= places:
+        if len(indexes) >= places and members[group] > places:
             raise ValueError(
                 f"routes[{indexes[-1]}].sleep.pinned: {len(indexes)} routes of sleep group "
                 f"{group!r} are pinned and maxAwake is {places}: no place is left for the "
