@@ -22,6 +22,9 @@ from llm_operator.access.keyring import (
     parse_keyring,
 )
 
+ID_RULE = ("use letters, digits, '.', '_' and '-' (at most 63, the first a letter or digit): "
+           "it names the key in metrics")
+
 
 @dataclass(frozen=True)
 class Allowances:
@@ -82,9 +85,7 @@ def create(data: object, key_id: str, allowances: Allowances,
     try:
         ClientKey.model_validate({"id": key_id, "sha256": "0" * 64})
     except ValueError:
-        raise KeyringError(
-            f"id {key_id!r}: use letters, digits, '.', '_' and '-' (at most 63, the first a "
-            "letter or digit): it names the key in metrics") from None
+        raise KeyringError(f"id {key_id!r}: {ID_RULE}") from None
     key = new_key()
     entries.append(allowances.entry(key_id, digest(key)))
     return _checked(data, entries, source), key

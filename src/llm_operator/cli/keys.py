@@ -5,14 +5,15 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 import click
 import yaml
 from pydantic import ValidationError
 
+from llm_operator.access.keyedit import ID_RULE, Allowances
 from llm_operator.access.keyfile import load_keyring
-from llm_operator.access.keyring import ClientKey, KeyringError, digest, new_key
+from llm_operator.access.keyring import ClientKey, KeyringError, Period, digest, new_key
 
 
 @click.group()
@@ -52,23 +53,13 @@ def new(key_id: str, *, models: tuple[str, ...], tools: tuple[str, ...], rpm: in
       llmop keys new search-team --model 'gpt-*' --rpm 600 --budget-usd 50
     """
     key = new_key()
-    fields: dict[str, Any] = {"id": key_id, "sha256": digest(key)}
-    if models:
-        fields["models"] = list(models)
-    if tools:
-        fields["tools"] = list(tools)
-    if rpm:
-        fields["requestsPerMinute"] = rpm
-    if tpm:
-        fields["tokensPerMinute"] = tpm
-    if budget_usd:
-        fields["budget"] = {"usd": budget_usd, "period": period}
+    allowances = Allowances(models, tools, rpm, tpm, budget_usd,
+                            cast(Period, period))  # click's Choice: one of Period's
+    fields = allowances.entry(key_id, digest(key))
     try:
         ClientKey.model_validate(fields)
     except ValidationError:
-        raise click.BadParameter("use letters, digits, '.', '_' and '-' (at most 63, the "
-                                 "first a letter or digit): it names the key in metrics",
-                                 param_hint="ID") from None
+        raise click.BadParameter(ID_RULE, param_hint="ID") from None
     if output == "json":
         click.echo(json.dumps({"id": key_id, "key": key, "entry": fields}))
         return

@@ -42,7 +42,7 @@ from llm_operator.local.placement import (
     RemoteProxy,
     arrange,
 )
-from llm_operator.local.pools import Pools
+from llm_operator.local.pools import Pools, pooled
 from llm_operator.local.preparing import Prepared, prepare
 from llm_operator.local.process import Supervised
 from llm_operator.local.register import Registrar, registered
@@ -375,8 +375,12 @@ class Runtime:
         phase, detail, _ = entry.current()
         return f"{phase}: {detail}" if phase in LOADING_PHASES else None
 
-    def _serving(self, entry: Entry) -> Serving:
-        """Where the gateway sends a model's requests (router.routes.Serving)."""
+    def _serving(self, entry: Entry, pinning: set[str]) -> Serving:
+        """Where the gateway sends a model's requests (router.routes.Serving).
+
+        ``pinning``: the pools (namespace/pool) with a pinned member, taking turns under the
+        gateway.
+        """
         decision = entry.decision
         if isinstance(decision, LocalServe) and entry.port is not None:
             loading = self._loading(entry)
@@ -387,12 +391,12 @@ class Runtime:
                 # flow control's bound: every slot busy and max_queue waiting, the fairness
                 # ID holding the most is refused (429 with Retry-After), never a newcomer
                 max_concurrent=decision.slots + self.options.max_queue)], loading or "",
-                sleep=self._taking_turns(decision.model))
+                sleep=self._taking_turns(decision.model, pinning))
         if isinstance(decision, RemoteProxy):  # build() names it as the router does
             return Serving(route=Route.model_validate(decision.route()))
         return Serving(absent=f"llmop up {entry.phase.lower()} it: {entry.detail}")
 
-    def _taking_turns(self, model: LLMModel) -> dict[str, Any] | None:
+    def _taking_turns(self, model: LLMModel, pinning: set[str]) -> dict[str, Any] | None:
         """A pool member's sleep group, where its pool limits swaps or pins a member.
 
         Its router's members then take turns under the gateway's policy (minimum
@@ -401,13 +405,10 @@ class Runtime:
         pool = model.spec.pool
         if pool is None:
             return None
-        policy = against_thrash(pool)
-        pins = any(e.model.spec.pool is not None and e.model.spec.pool.name == pool.name
-                   and e.model.namespace == model.namespace and e.model.spec.pool.pinned
-                   for e in self.entries.values())
-        if not policy and not pins:
+        policy, label = against_thrash(pool), f"{model.namespace}/{pool.name}"
+        if not policy and label not in pinning:
             return None
-        return {"group": f"pool {model.namespace}/{pool.name}", "maxAwake": pool.max_loaded,
+        return {"group": f"pool {label}", "maxAwake": pool.max_loaded,
                 "control": "llama-router", "pinned": bool(pool.pinned), **policy}
 
     def _reroute(self) -> None:
@@ -418,8 +419,10 @@ class Runtime:
         is Ready (docs/routing.md); a failed one answers 503 with the reason.
         """
         self._held = {}
+        pinning = {label for label, members in pooled(self.entries).items()
+                   if any(m.model.spec.pool and m.model.spec.pool.pinned for m in members)}
         try:
-            table = build(((e.model, self._serving(e)) for e in self.entries.values()),
+            table = build(((e.model, self._serving(e, pinning)) for e in self.entries.values()),
                           self._route_options)
             self.gateway.set_routes(table.routes)
         except (ConfigError, ValidationError) as exc:  # the API's validation makes it rare

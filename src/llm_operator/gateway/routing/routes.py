@@ -334,15 +334,17 @@ class RouteTable:
         state = self.routes.get(label)
         if state is None:
             return None
-        per_replica = self.config.flow_control.per_replica_concurrency
-        slots = [d.upstream.slots or per_replica for d in state.deployments]
+        slots = [self._slots(d) for d in state.deployments]
         busy = sum(max(float(d.load.in_flight), d.load.running) for d in state.deployments)
         return busy, None if not slots or None in slots else sum(s or 0 for s in slots)
 
+    def _slots(self, deployment: Deployment) -> int | None:
+        """A replica's slots: its upstream's, else flow control's per replica (None)."""
+        return deployment.upstream.slots or self.config.flow_control.per_replica_concurrency
+
     def pool_slots(self, pool: str) -> dict[str, int | None]:
         """The replicas of ``pool``: base URL -> its slots (None: unknown)."""
-        per_replica = self.config.flow_control.per_replica_concurrency
-        return {d.url_base: d.upstream.slots or per_replica for state in self.routes.values()
+        return {d.url_base: self._slots(d) for state in self.routes.values()
                 if state.route.pool_name == pool for d in state.deployments}
 
     def engine_load(self, base_url: str, *, waiting: float, running: float,
