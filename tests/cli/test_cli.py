@@ -158,6 +158,22 @@ def test_bad_settings_file_is_a_usage_error(tmp_path: Path) -> None:
      "file) or redis"),
     (["--settings", "{tmp}/tracing.yaml"], "tracing.sampleRatio: Input should be less than "
      "or equal to 1"),
+    (["--oidc-client-id", "c", "--oidc-admin", "group:a"], "--oidc-client-id, --oidc-admin: "
+     "sign-in at an OpenID Connect issuer needs --oidc-issuer too"),
+    (["--oidc-issuer", "https://dex.example.com"], "--oidc-issuer needs --oidc-client-id and "
+     "--oidc-client-secret-file"),
+    (["--oidc-issuer", "https://dex.example.com", "--oidc-client-id", "c",
+      "--oidc-client-secret-file", "{tmp}/missing"], "--oidc-client-secret-file "
+     "{tmp}/missing: No such file or directory"),
+    (["--oidc-issuer", "dex.example.com", "--oidc-client-id", "c",
+      "--oidc-client-secret-file", "{tmp}/secret"], "OpenID Connect sign-in: issuer "
+     "'dex.example.com': give its URL"),
+    (["--oidc-issuer", "https://dex.example.com", "--oidc-client-id", "c",
+      "--oidc-client-secret-file", "{tmp}/secret", "--oidc-admin", "admins"],
+     "'admins': give KIND:VALUE"),
+    (["--oidc-issuer", "https://dex.example.com", "--oidc-client-id", "c",
+      "--oidc-client-secret-file", "{tmp}/secret", "--oidc-admin", "group:a"],
+     "--oidc-admin administers client keys: give --keys-file"),
 ])
 def test_router_settings_are_checked_before_it_connects(tmp_path: Path, args: list[str],
                                                          expected: str) -> None:
@@ -168,6 +184,7 @@ def test_router_settings_are_checked_before_it_connects(tmp_path: Path, args: li
                                             "[{name: batch, priority: 0, maxQueue: -1}]}\n")
     (tmp_path / "unknown.yaml").write_text("flowcontrol: {enabled: false}\n")
     (tmp_path / "tracing.yaml").write_text("tracing: {sampleRatio: 2}\n")
+    (tmp_path / "secret").write_text("the-client-secret\n")
     code, _, err = run("router", *(a.format(tmp=tmp_path) for a in args))
     assert code != 0 and expected.format(tmp=tmp_path) in err
 

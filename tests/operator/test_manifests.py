@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -120,6 +121,36 @@ def test_the_router_admin_overlay_mounts_the_token_and_may_write_only_the_keys_s
                               "resourceNames": [secret], "verbs": ["get", "patch"]}]
     binding = next(d for d in objects if d["kind"] == "RoleBinding")
     assert binding["subjects"][0]["name"] == pod["serviceAccountName"]
+
+
+def test_the_router_oidc_overlay_takes_the_issuer_from_its_configmap_and_the_secret_mounted(
+        ) -> None:
+    """`kubectl apply -k config/router-oidc`: the args the kubelet expands (from the
+    llmop-router-oidc ConfigMap) are ones `llmop router` takes, and the client secret
+    is read from the mounted Secret; the admin token stays."""
+    built = subprocess.run([kubectl_path(), "kustomize", str(CONFIG / "router-oidc")],
+                           check=True, capture_output=True, text=True).stdout
+    objects = [d for d in yaml.safe_load_all(built) if d]
+    assert [e for d in objects for e in validate_object(d)] == []
+    pod = next(d for d in objects if d["kind"] == "Deployment")["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    values = {"issuer": "https://dex.example.com", "client-id": "llmop-console",
+              "admin": "group:llm-admins"}
+    env = {e["name"]: values[e["valueFrom"]["configMapKeyRef"]["key"]]
+           for e in container["env"]
+           if e["valueFrom"]["configMapKeyRef"]["name"] == "llmop-router-oidc"}
+    args = [re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], a) for a in container["args"]]
+    router = cli.get_command(click.Context(cli), "router")
+    assert router is not None
+    params = router.make_context("router", args[1:]).params
+    assert (params["oidc_issuer"], params["oidc_client_id"], params["oidc_admins"]) == (
+        "https://dex.example.com", "llmop-console", ("group:llm-admins",))
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    volumes = {v["name"]: v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
+    assert Path(params["oidc_client_secret_file"]).parent == \
+        Path(mounts["oidc"]["mountPath"])
+    assert volumes["oidc"] == "llmop-router-oidc" and mounts["oidc"]["readOnly"]
+    assert params["admin_token_file"] and params["keys_secret"]
 
 
 def test_the_router_batch_overlay_elects_a_runner_and_reaches_redis_with_its_password(

@@ -14,6 +14,7 @@ import click
 
 if TYPE_CHECKING:
     from llm_operator.access.admin_token import AdminToken
+    from llm_operator.access.oidc import OidcSettings
 
 
 @click.command(name="router")
@@ -50,6 +51,26 @@ if TYPE_CHECKING:
 @click.option("--keys-secret", metavar="NAMESPACE/NAME",
               help="The Secret the keys file is mounted from (its keys.yaml): where the "
               "console writes keys. config/router-keys sets it.")
+@click.option("--oidc-issuer", metavar="URL", help="Sign in to the web console at this "
+              "OpenID Connect issuer (exactly as its discovery document names itself, e.g. "
+              "https://dex.example.com): every visitor then signs in, there or with a key. "
+              "The issuer must send browsers back to https://ROUTER/ui/oidc/callback "
+              "(docs/console.md).")
+@click.option("--oidc-client-id", metavar="ID", help="The console's client id at the issuer.")
+@click.option("--oidc-client-secret-file", type=click.Path(dir_okay=False), metavar="PATH",
+              help="The client's secret (a mounted Secret), read at start. It also signs "
+              "the console's session cookies, so every replica reads them.")
+@click.option("--oidc-scopes", default="openid email profile", show_default=True,
+              metavar="SCOPES", help="The scopes asked for, space-separated (add groups "
+              "where the issuer sends the groups claim only when asked, as Dex does).")
+@click.option("--oidc-admin", "oidc_admins", multiple=True, metavar="KIND:VALUE",
+              help="Who administers keys once signed in (repeatable): email:ADDRESS (a "
+              "verified email), group:NAME (in the groups claim) or sub:SUBJECT.")
+@click.option("--oidc-allow", "oidc_allowed", multiple=True, metavar="KIND:VALUE",
+              help="Who may look once signed in (repeatable, same kinds as --oidc-admin; "
+              "default: everyone the issuer signs in for this client).")
+@click.option("--oidc-redirect-url", metavar="URL", help="Where the issuer sends browsers "
+              "back (default: /ui/oidc/callback on the host the browser asked for).")
 @click.option("--redis-url", metavar="URL", help="Share the keys' rate limits and spend "
               "across router replicas, e.g. redis://redis.llm-operator-system.svc:6379/0.")
 @click.option("--redis-password-file", type=click.Path(dir_okay=False), metavar="PATH",
@@ -80,7 +101,10 @@ def router(*, namespaces: tuple[str, ...], host: str, port: int, hold_seconds: f
            scrape_seconds: float, keys_file: str | None, redis_url: str | None,
            redis_password_file: str | None, settings_file: str | None,
            peers_service: str | None, batch_lease: str | None, admin_token_file: str | None,
-           keys_secret: str | None, log_level: str) -> None:
+           keys_secret: str | None, oidc_issuer: str | None, oidc_client_id: str | None,
+           oidc_client_secret_file: str | None, oidc_scopes: str,
+           oidc_admins: tuple[str, ...], oidc_allowed: tuple[str, ...],
+           oidc_redirect_url: str | None, log_level: str) -> None:
     """Serve every LLMModel behind one OpenAI endpoint (docs/routing.md).
 
     \b
@@ -102,7 +126,8 @@ def router(*, namespaces: tuple[str, ...], host: str, port: int, hold_seconds: f
     NetworkPolicy (config/router).
     The web console is at /ui/ (docs/console.md): a key sees its models and its use; with
     --admin-token-file, the admin token sees every key and creates, disables and rotates
-    them.
+    them. With --oidc-issuer, people sign in at your OpenID Connect issuer instead: they
+    see every model, and an --oidc-admin administers keys as the admin token does.
     GET /scale/<namespace>/<name> and llmop_router_pending_requests on /metrics say how
     many requests wait for each model: KEDA scales on them (settings router.enabled).
     \b
@@ -111,6 +136,9 @@ def router(*, namespaces: tuple[str, ...], host: str, port: int, hold_seconds: f
       llmop router --keys-file /etc/llmop/keys/keys.yaml --redis-url redis://redis:6379/0
       llmop router --settings router.yaml   # flowControl, tracing (see config/router/settings.yaml)
       OTEL_EXPORTER_OTLP_ENDPOINT=http://otel-collector:4318 llmop router   # traces
+      llmop router --keys-file keys.yaml --oidc-issuer https://dex.example.com \\
+        --oidc-client-id llmop-console --oidc-client-secret-file /etc/llmop/oidc/secret \\
+        --oidc-admin group:llm-admins
       curl localhost:8080/v1/chat/completions -d '{"model": "google/gemma-4-31b-it", ...}'
     """
     from llm_operator.access.keyfile import load_keyring  # noqa: PLC0415
@@ -138,7 +166,11 @@ def router(*, namespaces: tuple[str, ...], host: str, port: int, hold_seconds: f
             {"passwordFile": redis_password_file} if redis_password_file else {})}
     elif redis_password_file is not None:
         raise click.UsageError("--redis-password-file needs --redis-url")
-    admin, secret = _key_admin(admin_token_file, keys_secret, settings)
+    oidc = _oidc(oidc_issuer, client_id=oidc_client_id, secret_file=oidc_client_secret_file,
+                 scopes=oidc_scopes, admins=oidc_admins, allowed=oidc_allowed,
+                 redirect_url=oidc_redirect_url)
+    admin, secret = _key_admin(admin_token_file, keys_secret, settings,
+                               oidc is not None and bool(oidc.admins))
     peers = None if peers_service is None else _named(
         "--peers-service", peers_service, "llm-operator-system/llmop-router")
     lease = None
@@ -167,7 +199,7 @@ def router(*, namespaces: tuple[str, ...], host: str, port: int, hold_seconds: f
                              max_held_per_route=max_held_per_model, settings=settings,
                              peers=peers, port=port, batch_lease=lease,
                              admin_token=None if admin is None else admin.matches,
-                             keys_secret=secret)
+                             keys_secret=secret, oidc=oidc)
             await serve(routing, host, port, stop=stop, drain_seconds=drain_seconds)
 
     asyncio.run(main())
@@ -176,25 +208,60 @@ def router(*, namespaces: tuple[str, ...], host: str, port: int, hold_seconds: f
 SETTINGS_SECTIONS = ("flowControl", "tracing", "batch")
 
 
-def _key_admin(token_file: str | None, keys_secret: str | None, settings: dict[str, object]
-               ) -> tuple[AdminToken | None, tuple[str, str] | None]:
+def _key_admin(token_file: str | None, keys_secret: str | None, settings: dict[str, object],
+               oidc_admins: bool) -> tuple[AdminToken | None, tuple[str, str] | None]:
     """The console's admin token and the Secret it writes keys to; UsageError if unusable."""
     from llm_operator.access.admin_token import AdminToken, AdminTokenError  # noqa: PLC0415
 
-    if token_file is None:
+    if token_file is None and not oidc_admins:
         if keys_secret is not None:
             raise click.UsageError("--keys-secret is where the console's administrator "
-                                   "writes keys: give --admin-token-file too")
+                                   "writes keys: give --admin-token-file or --oidc-admin too")
         return None, None
     if "clientKeys" not in settings:
-        raise click.UsageError("--admin-token-file administers client keys: give "
-                               "--keys-file (or clientKeys in --settings) too")
-    try:
-        admin = AdminToken(Path(token_file))
-    except AdminTokenError as exc:
-        raise click.UsageError(f"--admin-token-file {exc}") from None
+        given = "--admin-token-file" if token_file is not None else "--oidc-admin"
+        raise click.UsageError(f"{given} administers client keys: give --keys-file (or "
+                               "clientKeys in --settings) too")
+    admin = None
+    if token_file is not None:
+        try:
+            admin = AdminToken(Path(token_file))
+        except AdminTokenError as exc:
+            raise click.UsageError(f"--admin-token-file {exc}") from None
     return admin, None if keys_secret is None else _named(
         "--keys-secret", keys_secret, "llm-operator-system/llmop-router-keys")
+
+
+def _oidc(issuer: str | None, *, client_id: str | None, secret_file: str | None,
+          scopes: str, admins: tuple[str, ...], allowed: tuple[str, ...], redirect_url: str | None
+          ) -> OidcSettings | None:
+    """The console's OpenID Connect sign-in; UsageError naming the option that is wrong."""
+    from llm_operator.access.oidc import OidcError, OidcSettings, rules  # noqa: PLC0415
+
+    if issuer is None:
+        given = [name for name, value in (
+            ("--oidc-client-id", client_id), ("--oidc-client-secret-file", secret_file),
+            ("--oidc-admin", admins), ("--oidc-allow", allowed),
+            ("--oidc-redirect-url", redirect_url)) if value]
+        if given:
+            raise click.UsageError(f"{', '.join(given)}: sign-in at an OpenID Connect "
+                                   "issuer needs --oidc-issuer too")
+        return None
+    if client_id is None or secret_file is None:
+        raise click.UsageError("--oidc-issuer needs --oidc-client-id and "
+                               "--oidc-client-secret-file (the client the issuer registered "
+                               "for the console)")
+    try:
+        secret = Path(secret_file).read_text().strip()
+    except OSError as exc:
+        raise click.UsageError(f"--oidc-client-secret-file {secret_file}: "
+                               f"{exc.strerror or exc}") from None
+    try:
+        return OidcSettings(issuer, client_id, secret, tuple(scopes.split()),
+                            admins=rules(admins), allowed=rules(allowed),
+                            redirect_url=redirect_url)
+    except OidcError as exc:
+        raise click.UsageError(f"OpenID Connect sign-in: {exc}") from None
 
 
 def _named(option: str, value: str, example: str) -> tuple[str, str]:

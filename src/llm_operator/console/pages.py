@@ -32,6 +32,7 @@ from prometheus_client import CollectorRegistry
 from llm_operator.access.keyring import presented_key
 from llm_operator.api.v1alpha1 import LLMModel
 from llm_operator.console.key_admin import KeyAdmin, KeyPages
+from llm_operator.console.oidc_sign_in import SESSION_COOKIE, OidcSignIn, SignInFailed
 from llm_operator.console.series import (
     CACHED,
     GUARDS,
@@ -69,6 +70,9 @@ COOKIE = "llmop_console_key"
 NOT_VALID = ("That key is not valid (unknown, revoked or disabled): ask the gateway's "
              "operator for one.")
 PLANS_KEPT = 1000
+LOGIN_STATUSES: dict[int, type[web.HTTPException]] = {
+    400: web.HTTPBadRequest, 401: web.HTTPUnauthorized, 403: web.HTTPForbidden,
+    429: web.HTTPTooManyRequests, 502: web.HTTPBadGateway}
 READ_SAMPLES = [f"{REQUESTS}_total", f"{LATENCY}_bucket", f"{TTFT}_bucket", f"{TOKENS}_total",
                 f"{CACHED}_total", QUEUE, f"{GUARDS}_total"]
 
@@ -100,9 +104,11 @@ class Console:
                  viewer: Callable[[str | None], Visitor | None] = everyone,
                  batches: Callable[[str], Awaitable[list[dict[str, Any]]]] | None = None,
                  key_admin: KeyAdmin | None = None,
-                 slots: Callable[[str], tuple[float, int | None] | None] | None = None
-                 ) -> None:
+                 slots: Callable[[str], tuple[float, int | None] | None] | None = None,
+                 oidc: OidcSignIn | None = None) -> None:
         self.source, self.registry, self.viewer = source, registry, viewer
+        # signing in at an issuer: then every visitor signs in, keys or not
+        self.oidc = oidc
         # the admin token's visitor sees every model and key, and changes keys
         self.key_admin = key_admin
         self.key_pages = None if key_admin is None else KeyPages(
@@ -143,9 +149,14 @@ class Console:
         router.add_post("/ui/keys/{id}/{action}", self.change_keys)
         router.add_post("/ui/login", self.login)
         router.add_post("/ui/logout", self.logout)
+        if self.oidc is not None:
+            router.add_get("/ui/oidc/start", self.oidc_start)
+            router.add_get("/ui/oidc/callback", self.oidc_callback)
         router.add_static("/ui/static", PACKAGE / "static", append_version=False)
 
     async def close(self) -> None:
+        if self.oidc is not None:
+            await self.oidc.close()
         if self._sampling is not None:
             self._sampling.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -190,7 +201,7 @@ class Console:
     def _page(self, template: str, visitor: Visitor = EVERYONE, **values: Any
               ) -> web.Response:
         text = self._templates.get_template(template).render(
-            where=self.where, signed_in=visitor.signed_in, **values)
+            where=self.where, signed_in=visitor.signed_in, person=visitor.person, **values)
         return web.Response(text=text, content_type="text/html", charset="utf-8",
                             headers=SECURITY_HEADERS)
 
@@ -207,14 +218,20 @@ class Console:
     def _visitor(self, request: web.Request) -> Visitor:
         """What the visitor may see; the login page (401) when they must say who they are.
 
-        The key as the gateway's API takes it (a header), else the console's cookie. A
-        cookie that no longer signs in (its key disabled, rotated) is forgotten.
+        The key as the gateway's API takes it (a header), else who signed in at the
+        OpenID Connect issuer, else the key in the console's cookie. A cookie that no
+        longer signs in (its key disabled, rotated) is forgotten.
         """
-        given = presented_key(request.headers) or request.cookies.get(COOKIE)
+        header = presented_key(request.headers)
+        if header is None and self.oidc is not None:
+            person = self.oidc.person(request)
+            if person is not None:
+                return Visitor("", lambda _: True, admin=person.admin, person=person.name)
+        given = header or request.cookies.get(COOKIE)
         visitor = self._checked(request, given)
         if visitor is None:
-            refused = self._login_page(NOT_VALID if given else "This gateway asks for a "
-                                       "client key.")
+            refused = self._login_page(NOT_VALID if given else "Sign in to see this "
+                                       "gateway's models.")
             if request.cookies.get(COOKIE):
                 refused.del_cookie(COOKIE, path="/ui")
             raise refused
@@ -240,22 +257,34 @@ class Console:
         return None
 
     def _who(self, given: str | None) -> Visitor | None:
-        """The admin token's visitor, a key's, everyone's, or None (not valid)."""
+        """The admin token's visitor, a key's, everyone's, or None (not valid).
+
+        Everyone's is None where an OpenID Connect issuer is configured: sign in there.
+        """
         if self.key_admin is not None and self.key_admin.token(given):
             return ADMIN
-        return self.viewer(given)
+        visitor = self.viewer(given)
+        if visitor is EVERYONE and self.oidc is not None:
+            return None
+        return visitor
 
     def _login_page(self, message: str, status: int = 401, retry_after: int = 0
                     ) -> web.HTTPException:
         """The sign-in form, answered 401 (or 429: wait) with ``message`` above it."""
         text = self._templates.get_template("login.html").render(
-            where=self.where, title="Sign in", message=message, signed_in=False,
-            admin=self.key_admin is not None)
+            where=self.where, title="Sign in", message=message, signed_in=False, person="",
+            admin=self.key_admin is not None, keys=self._asks_keys(),
+            oidc=self.oidc.name if self.oidc is not None else "")
+        headers = dict(SECURITY_HEADERS)
         if status == 429:
-            return web.HTTPTooManyRequests(text=text, content_type="text/html", headers={
-                **SECURITY_HEADERS, "Retry-After": str(retry_after)})
-        return web.HTTPUnauthorized(text=text, content_type="text/html", headers={
-            **SECURITY_HEADERS, "WWW-Authenticate": "Bearer"})
+            headers["Retry-After"] = str(retry_after)
+        if status == 401:
+            headers["WWW-Authenticate"] = "Bearer"
+        return LOGIN_STATUSES[status](text=text, content_type="text/html", headers=headers)
+
+    def _asks_keys(self) -> bool:
+        """Whether a key (a client key, the admin token) signs in here."""
+        return self.viewer(None) is not EVERYONE or self.key_admin is not None
 
     async def login(self, request: web.Request) -> web.StreamResponse:
         """POST /ui/login (a form with ``key``): the key in a cookie for /ui, if valid."""
@@ -273,7 +302,24 @@ class Console:
     async def logout(self, _: web.Request) -> web.StreamResponse:
         answer = web.HTTPSeeOther("/ui/models", headers=SECURITY_HEADERS)
         answer.del_cookie(COOKIE, path="/ui")
+        answer.del_cookie(SESSION_COOKIE, path="/ui")
         raise answer
+
+    async def oidc_start(self, request: web.Request) -> web.StreamResponse:
+        """GET /ui/oidc/start: to the issuer's sign-in."""
+        assert self.oidc is not None
+        try:
+            raise await self.oidc.start(request)
+        except SignInFailed as exc:
+            raise self._login_page(exc.message, exc.status) from None
+
+    async def oidc_callback(self, request: web.Request) -> web.StreamResponse:
+        """GET /ui/oidc/callback: back from the issuer, signed in or told why not."""
+        assert self.oidc is not None
+        try:
+            raise await self.oidc.callback(request)
+        except SignInFailed as exc:
+            raise self._login_page(exc.message, exc.status) from None
 
     def _plan(self, model: LLMModel) -> Plan:
         """The planner's plan of this very model object, computed once.

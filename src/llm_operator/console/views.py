@@ -55,11 +55,12 @@ class Visitor:
     owner: str
     sees: Callable[[ModelState], bool]
     key: ClientKey | None = None  # the visitor's own key, where the gateway has keys
-    admin: bool = False  # signed in with the admin token: every model, every key
+    admin: bool = False  # the admin token, or an --oidc-admin: every model, every key
+    person: str = ""  # signed in with OpenID Connect: their name (an email, a username)
 
     @property
     def signed_in(self) -> bool:
-        return bool(self.owner) or self.admin
+        return bool(self.owner) or self.admin or bool(self.person)
 
 
 EVERYONE = Visitor("", lambda _: True)

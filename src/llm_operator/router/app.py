@@ -16,10 +16,12 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from llm_operator.access.keyring import Keyring
 from llm_operator.access.keystore import FileKeyStore, KeyStore
+from llm_operator.access.oidc import OidcSettings
 from llm_operator.api import labels as L
 from llm_operator.api.validation import InvalidModel, parse_llmmodel
 from llm_operator.batch.runner import BatchRunner
 from llm_operator.console.key_admin import KeyAdmin
+from llm_operator.console.oidc_sign_in import OidcSignIn
 from llm_operator.console.pages import Console
 from llm_operator.gateway.app import Gateway
 from llm_operator.gateway.routing.owners import PEER_HEADER, Owners
@@ -70,7 +72,8 @@ class Router:
                  peers: tuple[str, str] | None = None, port: int = 8080,
                  batch_lease: LeaseTerms | None = None, identity: str | None = None,
                  admin_token: Callable[[str | None], bool] | None = None,
-                 keys_secret: tuple[str, str] | None = None) -> None:
+                 keys_secret: tuple[str, str] | None = None,
+                 oidc: OidcSettings | None = None) -> None:
         self.kube, self.scrape_seconds = kube, scrape_seconds
         self.watch_seconds = watch_seconds
         self.options = options or Options()
@@ -116,18 +119,28 @@ class Router:
             self.gateway.metrics.registry, gateway_url=lambda: "", where="llmop router",
             viewer=key_viewer(lambda: None if self.gateway.gate is None
                               else self.gateway.gate.source.current()),
-            batches=self.gateway.batches_of, key_admin=self._key_admin(admin_token, keys_secret),
-            slots=self.gateway.route_slots)
+            batches=self.gateway.batches_of,
+            key_admin=self._key_admin(admin_token, keys_secret, oidc),
+            slots=self.gateway.route_slots,
+            oidc=None if oidc is None else OidcSignIn(oidc))
         self.pending = pending_requests(self.gateway.metrics.registry)
         self.gateway.before_scrape.append(self._export_pending)
         self._session: aiohttp.ClientSession | None = None  # asks the owners' /scale
 
     def _key_admin(self, token: Callable[[str | None], bool] | None,
-                   secret: tuple[str, str] | None) -> KeyAdmin | None:
-        """With an admin token, the console changes the keys: in ``secret``, else the file."""
+                   secret: tuple[str, str] | None, oidc: OidcSettings | None
+                   ) -> KeyAdmin | None:
+        """The console's key administration, where there is an administrator.
+
+        An administrator signs in with the admin token or as an --oidc-admin; changed keys
+        go to ``secret``, else the keys file.
+        """
         gate = self.gateway.gate
-        if token is None or gate is None:
+        if gate is None or (token is None and (oidc is None or not oidc.admins)):
             return None
+        if token is None:
+            def token(_: str | None) -> bool:  # administrators sign in at the issuer only
+                return False
         store: KeyStore = FileKeyStore(gate.source.path) if secret is None else \
             SecretKeyStore(self.kube, *secret)
         return KeyAdmin(token, store, self._apply_keys)
