@@ -230,8 +230,9 @@ class Console:
         given = header or request.cookies.get(COOKIE)
         visitor = self._checked(request, given)
         if visitor is None:
-            refused = self._login_page(NOT_VALID if given else "Sign in to see this "
-                                       "gateway's models.")
+            refused = self._login_page(
+                NOT_VALID if given else "This gateway asks for a client key."
+                if self.oidc is None else "Sign in to see this gateway's models.")
             if request.cookies.get(COOKIE):
                 refused.del_cookie(COOKIE, path="/ui")
             raise refused
