@@ -8,6 +8,7 @@ serious or critical violation, light and dark) and photographs it into .state/co
 from __future__ import annotations
 
 import contextlib
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -88,3 +89,40 @@ def chat(driver: webdriver.Chrome, console: str, model_id: str, wait_seconds: fl
     wait.until(seen.text_to_be_present_in_element((By.ID, "figures"), "tokens/s"))
     return (driver.find_element(By.CSS_SELECTOR, ".message.assistant p").text,
             driver.find_element(By.ID, "figures").text)
+
+
+def curl_models(url: str, key: str) -> str:
+    """curl's status for GET /v1/models with ``key``, as a user's script would ask."""
+    return subprocess.run(
+        ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", f"{url}/v1/models",
+         "-H", f"Authorization: Bearer {key}"],
+        check=True, capture_output=True, text=True, timeout=30).stdout
+
+
+def administer_keys(url: str, token: str, shots: str = "") -> str:
+    """In Chromium: sign in with the admin token, create a key, use it with curl, disable
+    it and see curl refused; each keys page checked with axe-core and photographed (names
+    prefixed with ``shots``). The key made, which the caller may use again."""
+    axe = axe_source()
+    with chromium() as driver:
+        wait = WebDriverWait(driver, 30)
+        driver.get(f"{url}/ui/keys")
+        driver.find_element(By.ID, "key").send_keys(token)
+        driver.find_element(By.CSS_SELECTOR, "form button[type=submit]").click()
+        wait.until(seen.url_to_be(f"{url}/ui/models"))  # signed in: its cookie is set
+        driver.get(f"{url}/ui/keys")
+        wait.until(seen.presence_of_element_located((By.CSS_SELECTOR, 'tr[data-key="team-a"]')))
+        driver.find_element(By.ID, "id").send_keys("ci")
+        driver.find_element(By.ID, "rpm").send_keys("600")
+        driver.find_element(By.CSS_SELECTOR, "form.newkey button[type=submit]").click()
+        key = wait.until(seen.presence_of_element_located((By.ID, "secret"))).text
+        look(driver, axe, f"{shots}key-created")
+        assert curl_models(url, key) == "200"
+        driver.get(f"{url}/ui/keys")
+        driver.find_element(By.CSS_SELECTOR, 'button[aria-label="Disable ci"]').click()
+        wait.until(seen.text_to_be_present_in_element(
+            (By.CSS_SELECTOR, 'tr[data-key="ci"]'), "disabled"))
+        assert key not in driver.page_source
+        look(driver, axe, f"{shots}keys-admin")
+        assert curl_models(url, key) == "401"
+    return key

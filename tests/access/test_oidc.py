@@ -20,6 +20,7 @@ from llm_operator.access.oidc import (
     authorization_url,
     challenge,
     check_id_token,
+    checked_url,
     person_of,
 )
 
@@ -99,10 +100,16 @@ def test_an_issuer_signing_only_with_shared_secrets_is_refused() -> None:
         algorithms_of({"id_token_signing_alg_values_supported": ["HS256"]})
 
 
+VERIFIED = {"email_verified": True}
+
+
 @pytest.mark.parametrize(("text", "claims", "matches"), [
-    ("email:Alice@Example.com", {"email": "alice@example.com"}, True),
+    ("email:Alice@Example.com", {"email": "alice@example.com", **VERIFIED}, True),
     ("email:alice@example.com", {"email": "alice@example.com", "email_verified": False},
      False),
+    # an issuer that does not say it verified the address (some let users set any)
+    ("email:alice@example.com", {"email": "alice@example.com"}, False),
+    ("everyone", {"sub": "anyone"}, True),
     ("group:llm-admins", {"groups": ["dev", "llm-admins"]}, True),
     ("group:llm-admins", {"groups": "llm-admins"}, False),  # not a list: no groups
     ("sub:1234", {"sub": "1234"}, True),
@@ -112,7 +119,8 @@ def test_a_rule_matches_one_claim(text: str, claims: dict[str, Any], matches: bo
     assert Rule.parse(text).matches(claims) is matches
 
 
-@pytest.mark.parametrize("text", ["alice@example.com", "role:admin", "group:", ":x"])
+@pytest.mark.parametrize("text", ["alice@example.com", "role:admin", "group:", ":x",
+                                  "everyone:x"])
 def test_a_rule_that_is_not_kind_and_value_says_how_to_write_one(text: str) -> None:
     with pytest.raises(OidcError, match="KIND:VALUE"):
         Rule.parse(text)
@@ -120,17 +128,20 @@ def test_a_rule_that_is_not_kind_and_value_says_how_to_write_one(text: str) -> N
 
 def _settings(**changes: Any) -> OidcSettings:
     return OidcSettings(**{"issuer": ISSUER, "client_id": CLIENT, "client_secret": "s3cret",
+                           "session_key": b"k" * 32, "allowed": (Rule("everyone", ""),),
                            **changes})
 
 
 def test_who_signed_in_is_named_by_email_then_username_and_admins_are_marked() -> None:
     settings = _settings(admins=(Rule("group", "llm-admins"),))
-    assert person_of({"sub": "1", "email": "a@x.io", "groups": ["llm-admins"]}, settings) \
-        .admin is True
-    bob = person_of({"sub": "2", "email": "b@x.io", "email_verified": False,
-                     "preferred_username": "bob"}, settings)
+    alice = person_of({"sub": "1", "email": "a@x.io", **VERIFIED, "groups": ["llm-admins"]},
+                      settings)
+    assert (alice.name, alice.admin) == ("a@x.io", True)
+    bob = person_of({"sub": "2", "email": "b@x.io", "preferred_username": "bob"}, settings)
     assert (bob.name, bob.admin) == ("bob", False)
     assert person_of({"sub": "3"}, settings).name == "3"
+    with pytest.raises(OidcError, match="no sub"):
+        person_of({"email": "x@x.io", **VERIFIED}, settings)
 
 
 def test_with_allow_rules_only_those_matching_or_admins_may_look() -> None:
@@ -142,7 +153,11 @@ def test_with_allow_rules_only_those_matching_or_admins_may_look() -> None:
 
 
 @pytest.mark.parametrize(("changes", "says"), [
-    ({"issuer": "dex.example.com"}, "give its URL"),
+    ({"issuer": "dex.example.com"}, "give an https:// URL"),
+    ({"issuer": "http://dex.example.com"}, "http:// only on this machine"),
+    ({"redirect_url": "http://gw.example.com/ui/oidc/callback"}, "redirect URL"),
+    ({"allowed": ()}, "--oidc-allow everyone"),
+    ({"session_key": b"short"}, "openssl rand -hex 32"),
     ({"client_id": ""}, "client id"),
     ({"client_secret": ""}, "secret is empty"),
     ({"scopes": ("email",)}, "openid scope"),
@@ -153,8 +168,26 @@ def test_settings_that_cannot_sign_anyone_in_are_refused(changes: dict[str, Any]
         _settings(**changes)
 
 
-def test_the_client_secret_is_never_shown() -> None:
-    assert "s3cret" not in repr(_settings())
+def test_the_client_secret_and_session_key_are_never_shown() -> None:
+    assert "s3cret" not in repr(_settings()) and "kkkk" not in repr(_settings())
+
+
+@pytest.mark.parametrize(("url", "fine"), [
+    ("https://dex.example.com", True),
+    ("http://localhost:9400", True),
+    ("http://127.0.0.1:9400/token", True),
+    ("http://[::1]:9400", True),
+    ("http://dex.example.com", False),
+    ("http://localhost.evil.example", False),
+    ("ftp://dex.example.com", False),
+    ("https://", False),
+])
+def test_the_issuer_and_its_endpoints_are_https_or_this_machine(url: str, fine: bool) -> None:
+    if fine:
+        assert checked_url(url, "issuer") == url
+    else:
+        with pytest.raises(OidcError, match="https://"):
+            checked_url(url, "issuer")
 
 
 def test_pkce_s256_is_rfc_7636s_example() -> None:
@@ -172,14 +205,17 @@ def test_the_authorization_url_asks_for_a_code_with_state_nonce_and_challenge() 
                    "code_challenge_method=S256")
 
 
-def test_a_sealed_cookie_opens_only_unaltered_with_its_key_before_it_expires() -> None:
-    sealer = Sealer(_settings().session_key())
-    sealed = sealer.seal({"sub": "alice", "admin": True}, expires_at=1000)
-    assert sealer.open(sealed, now=999) == {"sub": "alice", "admin": True, "exp": 1000}
-    assert sealer.open(sealed, now=1000) is None
-    assert Sealer(_settings(client_secret="other").session_key()).open(sealed, 0) is None
+def test_a_sealed_cookie_opens_only_unaltered_of_its_kind_with_its_key_before_it_expires(
+        ) -> None:
+    sealer = Sealer(b"k" * 32)
+    sealed = sealer.seal("session", {"sub": "alice", "admin": True}, expires_at=1000)
+    assert sealer.open("session", sealed, now=999) == {
+        "sub": "alice", "admin": True, "exp": 1000, "typ": "session"}
+    assert sealer.open("session", sealed, now=1000) is None
+    assert sealer.open("state", sealed, now=0) is None  # one kind never passes for another
+    assert Sealer(b"j" * 32).open("session", sealed, 0) is None
     body, mac = sealed.split(".")
-    forged = Sealer(b"x").seal({"sub": "mallory", "admin": True}, 1000).split(".")[0]
-    for text in (f"{forged}.{mac}", f"{body}.{mac[:-2]}", f"{body}x.{mac}", "", "a.b.c",
-                 "!!.??", None):
-        assert sealer.open(text, now=0) is None
+    forged = Sealer(b"x").seal("session", {"sub": "mallory", "admin": True}, 1000)
+    for text in (f"{forged.split('.')[0]}.{mac}", f"{body}.{mac[:-2]}", f"{body}x.{mac}", "",
+                 "a.b.c", "!!.??", None):
+        assert sealer.open("session", text, now=0) is None

@@ -140,6 +140,10 @@ def test_bad_settings_file_is_a_usage_error(tmp_path: Path) -> None:
     assert code == 2 and "storage.accessMode" in err
 
 
+OIDC = ["--oidc-issuer", "https://dex.example.com", "--oidc-client-id", "c",
+        "--oidc-client-secret-file", "{tmp}/secret", "--oidc-session-key-file", "{tmp}/session"]
+
+
 @pytest.mark.parametrize(("args", "expected"), [
     (["--keys-file", "{tmp}/absent.yaml"], "invalid client keys file:\n{tmp}/absent.yaml: "
      "cannot read"),
@@ -162,17 +166,17 @@ def test_bad_settings_file_is_a_usage_error(tmp_path: Path) -> None:
      "sign-in at an OpenID Connect issuer needs --oidc-issuer too"),
     (["--oidc-issuer", "https://dex.example.com"], "--oidc-issuer needs --oidc-client-id and "
      "--oidc-client-secret-file"),
-    (["--oidc-issuer", "https://dex.example.com", "--oidc-client-id", "c",
-      "--oidc-client-secret-file", "{tmp}/missing"], "--oidc-client-secret-file "
-     "{tmp}/missing: No such file or directory"),
-    (["--oidc-issuer", "dex.example.com", "--oidc-client-id", "c",
-      "--oidc-client-secret-file", "{tmp}/secret"], "OpenID Connect sign-in: issuer "
-     "'dex.example.com': give its URL"),
-    (["--oidc-issuer", "https://dex.example.com", "--oidc-client-id", "c",
-      "--oidc-client-secret-file", "{tmp}/secret", "--oidc-admin", "admins"],
+    ([*OIDC[:4], "--oidc-client-secret-file", "{tmp}/missing",
+      "--oidc-session-key-file", "{tmp}/session"],
+     "--oidc-client-secret-file {tmp}/missing: No such file or directory"),
+    (["--oidc-issuer", "dex.example.com", *OIDC[2:], "--oidc-allow", "everyone"],
+     "OpenID Connect sign-in: issuer 'dex.example.com': give an https:// URL"),
+    ([*OIDC, "--oidc-allow", "everyone", "--oidc-admin", "admins"],
      "'admins': give KIND:VALUE"),
-    (["--oidc-issuer", "https://dex.example.com", "--oidc-client-id", "c",
-      "--oidc-client-secret-file", "{tmp}/secret", "--oidc-admin", "group:a"],
+    ([*OIDC, "--oidc-admin", "group:a"], "say who may look once signed in: --oidc-allow"),
+    ([*OIDC[:6], "--oidc-session-key-file", "{tmp}/secret", "--oidc-allow", "everyone"],
+     "the session key is shorter than 32 characters"),
+    ([*OIDC, "--oidc-allow", "everyone", "--oidc-admin", "group:a"],
      "--oidc-admin administers client keys: give --keys-file"),
 ])
 def test_router_settings_are_checked_before_it_connects(tmp_path: Path, args: list[str],
@@ -185,6 +189,7 @@ def test_router_settings_are_checked_before_it_connects(tmp_path: Path, args: li
     (tmp_path / "unknown.yaml").write_text("flowcontrol: {enabled: false}\n")
     (tmp_path / "tracing.yaml").write_text("tracing: {sampleRatio: 2}\n")
     (tmp_path / "secret").write_text("the-client-secret\n")
+    (tmp_path / "session").write_text("0123456789abcdef0123456789abcdef\n")
     code, _, err = run("router", *(a.format(tmp=tmp_path) for a in args))
     assert code != 0 and expected.format(tmp=tmp_path) in err
 

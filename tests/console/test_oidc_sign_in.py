@@ -7,8 +7,9 @@ import asyncio
 import contextlib
 import logging
 import re
+import time
 import warnings
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from html import unescape
 from pathlib import Path
@@ -32,7 +33,7 @@ from llm_operator.access.keystore import FileKeyStore
 from llm_operator.access.oidc import OidcSettings, Rule
 from llm_operator.api.validation import parse_llmmodel
 from llm_operator.console.key_admin import KeyAdmin
-from llm_operator.console.oidc_sign_in import SESSION_COOKIE, OidcSignIn
+from llm_operator.console.oidc_sign_in import SESSION_COOKIE, STATE_COOKIE, OidcSignIn
 from llm_operator.console.pages import Console, everyone
 from llm_operator.console.views import ModelState, Visitor
 from llm_operator.gateway.telemetry.metrics import GatewayMetrics
@@ -43,10 +44,11 @@ from redisserver import free_port
 from samples import GUIDE_SAMPLES, load_yaml
 
 SECRET = "console-client-secret-9f8e7d"
-USERS = [User(sub="alice", claims={"email": "alice@example.com",
-                                   "groups": ["llm-admins", "ml"]}),
-         User(sub="bob", claims={"email": "bob@example.com", "groups": ["ml"]}),
-         User(sub="eve", claims={"email": "eve@example.com", "groups": []})]
+SESSION_KEY = b"console-session-key-0123456789abcdef"
+USERS = [User(sub=name, claims={"email": f"{name}@example.com", "email_verified": True,
+                                "groups": groups})
+         for name, groups in (("alice", ["llm-admins", "ml"]), ("bob", ["ml"]), ("eve", []))]
+EVERYONE = (Rule("everyone", ""),)
 
 
 @pytest.fixture(scope="module")
@@ -75,17 +77,19 @@ class Models:
 
 @contextlib.asynccontextmanager
 async def serving(tmp_path: Path, issuer: str, *, keys: bool = True,
-                  **settings: Any) -> AsyncIterator[Served]:
+                  allowed: tuple[Rule, ...] = EVERYONE,
+                  clock: Callable[[], float] = time.time, **settings: Any
+                  ) -> AsyncIterator[Served]:
     path = tmp_path / "keys.yaml"
     path.write_text(yaml.safe_dump({"keys": [
         {"id": "team-a", "sha256": digest("sk-llmop-team-a"), "models": ["*"]}]}))
     source, metrics = KeyringSource(path), GatewayMetrics()
     viewer: Any = key_viewer(source.current) if keys else everyone
-    oidc = OidcSettings(issuer, "llmop-console", SECRET,
+    oidc = OidcSettings(issuer, "llmop-console", SECRET, SESSION_KEY, allowed,
                         admins=(Rule("group", "llm-admins"),), **settings)
     console = Console(
         Models(), metrics.registry, gateway_url=lambda: "", where="test", every=3600,
-        viewer=viewer, oidc=OidcSignIn(oidc),
+        viewer=viewer, oidc=OidcSignIn(oidc, clock=clock),
         key_admin=KeyAdmin(lambda _: False, FileKeyStore(path), source.apply))
     app = web.Application()
     console.add_routes(app.router)
@@ -172,8 +176,9 @@ async def test_signing_out_forgets_the_session_and_an_altered_one_signs_nobody_i
         async with served.client.get(f"{served.url}/ui/models") as page:
             assert page.status == 401
         # the session's payload made an admin's, its signature kept: refused
-        forged = OidcSignIn(OidcSettings(issuer, "x", "another-secret")).sealer.seal(
-            {"sub": "bob", "name": "bob@example.com", "admin": True}, 2**40).split(".")[0]
+        forged = OidcSignIn(OidcSettings(issuer, "x", SECRET, b"another-key" * 4, EVERYONE)
+                            ).sealer.seal("session", {"sub": "bob", "name": "bob@example.com",
+                                                      "admin": True}, 2**40).split(".")[0]
         assert forged != body
         async with served.client.get(f"{served.url}/ui/keys",
                                      cookies={SESSION_COOKIE: f"{forged}.{mac}"}) as page:
@@ -181,7 +186,7 @@ async def test_signing_out_forgets_the_session_and_an_altered_one_signs_nobody_i
 
 
 @pytest.mark.parametrize(("how", "status", "says"), [
-    ("denied", 401, "did not sign you in: access_denied"),
+    ("denied", 401, "did not sign you in (access_denied)"),
     ("not allowed", 403, "lets only some people look (--oidc-allow)"),
     ("no state", 400, "not started in this browser"),
 ])
@@ -258,3 +263,138 @@ def _sign_in_with_chromium(url: str) -> None:
         driver.find_element(By.XPATH, "//button[normalize-space()='Sign out']").click()
         wait.until(seen.presence_of_element_located((By.CSS_SELECTOR,
                                                      'a[href="/ui/oidc/start"]')))
+
+
+async def test_the_sign_ins_state_cookie_never_passes_for_a_session(
+        tmp_path: Path, issuer: str) -> None:
+    """Both are sealed with one key: each says its kind, and only a session signs in."""
+    async with serving(tmp_path, issuer, allowed=(Rule("group", "nobody"),)) as served:
+        await _to_issuer(served)
+        state = next(c for c in served.client.cookie_jar if c.key == STATE_COOKIE)
+        for page in ("models", "playground"):
+            async with served.client.get(f"{served.url}/ui/{page}",
+                                         cookies={SESSION_COOKIE: state.value}) as answer:
+                assert answer.status == 401
+
+
+@pytest.mark.parametrize(("error", "shown"), [
+    ("access_denied", "(access_denied)"),
+    ("<script>alert(1)</script>", "(an error)"),
+])
+async def test_an_error_from_a_link_shows_its_code_only(tmp_path: Path, issuer: str,
+                                                       error: str, shown: str) -> None:
+    """Anybody can link to the callback: its description is text of theirs, never shown."""
+    async with serving(tmp_path, issuer) as served, served.client.get(
+            f"{served.url}/ui/oidc/callback", params={
+                "error": error, "error_description": "Re-enter your key at evil.example"}
+            ) as page:
+        text = _text(await page.text())
+    assert page.status == 401 and shown in text and "evil.example" not in text
+
+
+async def test_signing_in_or_out_from_another_site_is_refused(
+        tmp_path: Path, issuer: str) -> None:
+    async with serving(tmp_path, issuer) as served:
+        await _sign_in(served, "bob")
+        for form in ("logout", "login"):
+            async with served.client.post(f"{served.url}/ui/{form}", data={"key": "k"},
+                                          headers={"Sec-Fetch-Site": "cross-site"},
+                                          allow_redirects=False) as answer:
+                assert answer.status == 403
+        async with served.client.get(f"{served.url}/ui/models") as page:
+            assert page.status == 200  # still signed in
+
+
+async def test_failed_callbacks_from_one_address_are_throttled(
+        tmp_path: Path, issuer: str) -> None:
+    """Each callback may cost the issuer a token request: guessing codes is slowed."""
+    async with serving(tmp_path, issuer) as served:
+        statuses = []
+        for _ in range(11):
+            async with served.client.get(f"{served.url}/ui/oidc/callback",
+                                         params={"code": "guess", "state": "guess"}) as page:
+                statuses.append(page.status)
+        assert statuses == [400] * 10 + [429]
+        async with served.client.get(f"{served.url}/ui/oidc/start",
+                                     allow_redirects=False) as page:
+            assert page.status == 429 and "Retry-After" in page.headers
+
+
+@dataclass
+class BadIssuer:
+    """An issuer that misbehaves on purpose: its discovery fails until told, its token
+    endpoint redirects elsewhere, its key set is larger than any issuer's."""
+
+    url: str = ""
+    discovery_fails: bool = True
+    token_redirects: bool = True
+    discovery_reads: int = 0
+    redirected_to: int = 0
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/.well-known/openid-configuration", self.discovery)
+        app.router.add_post("/token", self.token)
+        app.router.add_post("/elsewhere", self.elsewhere)
+        app.router.add_get("/keys", self.keys)
+        return app
+
+    async def discovery(self, _: web.Request) -> web.Response:
+        self.discovery_reads += 1
+        if self.discovery_fails:
+            return web.json_response({"error": "temporarily_unavailable"}, status=500)
+        return web.json_response({
+            "issuer": self.url, "authorization_endpoint": f"{self.url}/authorize",
+            "token_endpoint": f"{self.url}/token", "jwks_uri": f"{self.url}/keys",
+            "token_endpoint_auth_methods_supported": ["client_secret_post"]})
+
+    async def token(self, _: web.Request) -> web.Response:
+        if not self.token_redirects:
+            return web.json_response({"id_token": "x"})
+        raise web.HTTPTemporaryRedirect(f"{self.url}/elsewhere")
+
+    async def elsewhere(self, _: web.Request) -> web.Response:
+        self.redirected_to += 1
+        return web.json_response({"id_token": "x"})
+
+    async def keys(self, _: web.Request) -> web.Response:
+        return web.json_response({"keys": [{"kty": "oct", "k": "A" * (2 << 20)}]})
+
+
+async def test_an_issuer_that_misbehaves_costs_one_read_a_while_and_gets_no_secret(
+        tmp_path: Path) -> None:
+    bad, now = BadIssuer(), [1000.0]
+    server = TestServer(bad.app(), host="127.0.0.1")
+    await server.start_server()
+    bad.url = str(server.make_url("")).rstrip("/")
+    try:
+        async with serving(tmp_path, bad.url, clock=lambda: now[0]) as served:
+            for _ in range(3):  # a failed discovery is not read again at once
+                assert await _start(served) == 502
+            assert bad.discovery_reads == 1
+            bad.discovery_fails, now[0] = False, now[0] + 11
+            # the token endpoint's redirect is not followed with the client secret
+            status, text = await _come_back(served)
+            assert status == 502 and "token endpoint answered 307" in text, text
+            assert bad.redirected_to == 0
+            # a key set larger than any issuer's is not read whole
+            bad.token_redirects = False
+            status, text = await _come_back(served)
+            assert status == 502 and "key set answered more than 1 MiB" in text, text
+    finally:
+        await server.close()
+
+
+async def _start(served: Served) -> int:
+    async with served.client.get(f"{served.url}/ui/oidc/start",
+                                 allow_redirects=False) as started:
+        return started.status
+
+
+async def _come_back(served: Served) -> tuple[int, str]:
+    """A sign-in started, and the issuer's browser back with a code of its own."""
+    to = await _to_issuer(served)
+    state = parse_qs(urlsplit(to).query)["state"][0]
+    async with served.client.get(f"{served.url}/ui/oidc/callback",
+                                 params={"code": "c", "state": state}) as page:
+        return page.status, _text(await page.text())

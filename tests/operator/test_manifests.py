@@ -135,7 +135,8 @@ def test_the_router_oidc_overlay_takes_the_issuer_from_its_configmap_and_the_sec
     pod = next(d for d in objects if d["kind"] == "Deployment")["spec"]["template"]["spec"]
     container = pod["containers"][0]
     values = {"issuer": "https://dex.example.com", "client-id": "llmop-console",
-              "admin": "group:llm-admins"}
+              "redirect-url": "https://llm.example.com/ui/oidc/callback",
+              "allow": "group:ml-team", "admin": "group:llm-admins"}
     env = {e["name"]: values[e["valueFrom"]["configMapKeyRef"]["key"]]
            for e in container["env"]
            if e["valueFrom"]["configMapKeyRef"]["name"] == "llmop-router-oidc"}
@@ -143,12 +144,14 @@ def test_the_router_oidc_overlay_takes_the_issuer_from_its_configmap_and_the_sec
     router = cli.get_command(click.Context(cli), "router")
     assert router is not None
     params = router.make_context("router", args[1:]).params
-    assert (params["oidc_issuer"], params["oidc_client_id"], params["oidc_admins"]) == (
-        "https://dex.example.com", "llmop-console", ("group:llm-admins",))
+    assert (params["oidc_issuer"], params["oidc_client_id"], params["oidc_redirect_url"],
+            params["oidc_allowed"], params["oidc_admins"]) == (
+        "https://dex.example.com", "llmop-console", "https://llm.example.com/ui/oidc/callback",
+        ("group:ml-team",), ("group:llm-admins",))
     mounts = {m["name"]: m for m in container["volumeMounts"]}
     volumes = {v["name"]: v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
-    assert Path(params["oidc_client_secret_file"]).parent == \
-        Path(mounts["oidc"]["mountPath"])
+    for secret_file in ("oidc_client_secret_file", "oidc_session_key_file"):
+        assert Path(params[secret_file]).parent == Path(mounts["oidc"]["mountPath"])
     assert volumes["oidc"] == "llmop-router-oidc" and mounts["oidc"]["readOnly"]
     assert params["admin_token_file"] and params["keys_secret"]
 

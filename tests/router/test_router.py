@@ -10,9 +10,8 @@ import contextlib
 import copy
 import json
 import math
-import subprocess
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,9 +20,6 @@ import aiohttp
 import openai
 import pytest
 import yaml
-from selenium.webdriver.common.by import By
-from selenium.webdriver.support import expected_conditions as seen
-from selenium.webdriver.support.ui import WebDriverWait
 
 from llm_operator.access.keyring import KeyringError, digest
 from llm_operator.api import labels as L
@@ -36,7 +32,7 @@ from llm_operator.router.app import Router, serve
 from llm_operator.router.keys_secret import SecretKeyStore
 from llm_operator.router.routes import Options
 
-from browser import axe_source, chromium, look
+from browser import administer_keys, curl_models
 from controlplane import ControlPlane
 from fake_vllm import FakeVllm, host_ip
 from redisserver import free_port
@@ -439,19 +435,13 @@ async def test_the_consoles_admin_writes_keys_to_the_secret_and_curl_feels_each_
         "keys.yaml": keys.read_text()}})
     token = "admin-token-for-the-router-test"
 
-    def curl(url: str, key: str) -> str:
-        return subprocess.run(
-            ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", f"{url}/v1/models",
-             "-H", f"Authorization: Bearer {key}"],
-            check=True, capture_output=True, text=True, timeout=30).stdout
-
     try:
         async with routing(router_connection, admin, namespace, admin_token=token,
                            keys_secret=secret, clientKeys={"file": str(keys)}) as cluster, \
                 aiohttp.ClientSession(headers={"Authorization": f"Bearer {token}",
                                                "Origin": cluster.url}) as http:
             # the browser blocks: it runs beside the router's event loop, not in it
-            key = await asyncio.to_thread(_create_use_and_disable, cluster.url, token, curl)
+            key = await asyncio.to_thread(administer_keys, cluster.url, token)
             stored = await admin.get("v1", "secrets", *secret)
             assert stored is not None
             written = base64.b64decode(stored["data"]["keys.yaml"]).decode()
@@ -459,40 +449,12 @@ async def test_the_consoles_admin_writes_keys_to_the_secret_and_curl_feels_each_
             assert [(k["id"], k.get("disabled", False), k.get("requestsPerMinute"))
                     for k in yaml.safe_load(written)["keys"]] == [
                 ("team-a", False, None), ("ci", True, 600)]
-            assert await asyncio.to_thread(curl, cluster.url, team) == "200"  # untouched
+            assert await asyncio.to_thread(curl_models, cluster.url, team) == "200"  # untouched
             async with http.post(f"{cluster.url}/ui/keys/ci/enable") as r:
                 assert r.status == 200
-            assert await asyncio.to_thread(curl, cluster.url, key) == "200"
+            assert await asyncio.to_thread(curl_models, cluster.url, key) == "200"
         async with Kube(router_connection) as kube:
             with pytest.raises(KeyringError, match="its Role needs get and patch"):
                 await SecretKeyStore(kube, "llm-operator-system", "another").read()
     finally:
         await admin.delete("v1", "secrets", *secret)
-
-
-def _create_use_and_disable(url: str, token: str, curl: Callable[[str, str], str]) -> str:
-    """In Chromium: sign in with the admin token, create a key, use it with curl, disable
-    it and see curl refused; each keys page checked with axe-core and photographed."""
-    axe = axe_source()
-    with chromium() as driver:
-        wait = WebDriverWait(driver, 30)
-        driver.get(f"{url}/ui/keys")
-        driver.find_element(By.ID, "key").send_keys(token)
-        driver.find_element(By.CSS_SELECTOR, "form button[type=submit]").click()
-        wait.until(seen.url_to_be(f"{url}/ui/models"))  # signed in: its cookie is set
-        driver.get(f"{url}/ui/keys")
-        wait.until(seen.presence_of_element_located((By.CSS_SELECTOR, 'tr[data-key="team-a"]')))
-        driver.find_element(By.ID, "id").send_keys("ci")
-        driver.find_element(By.ID, "rpm").send_keys("600")
-        driver.find_element(By.CSS_SELECTOR, "form.newkey button[type=submit]").click()
-        key = wait.until(seen.presence_of_element_located((By.ID, "secret"))).text
-        look(driver, axe, "key-created")
-        assert curl(url, key) == "200"
-        driver.get(f"{url}/ui/keys")
-        driver.find_element(By.CSS_SELECTOR, 'button[aria-label="Disable ci"]').click()
-        wait.until(seen.text_to_be_present_in_element(
-            (By.CSS_SELECTOR, 'tr[data-key="ci"]'), "disabled"))
-        assert key not in driver.page_source
-        look(driver, axe, "keys-admin")
-        assert curl(url, key) == "401"
-    return key

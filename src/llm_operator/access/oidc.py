@@ -4,12 +4,14 @@ The console (console/oidc_sign_in.py) runs the authorization code flow against a
 the user configures; here is what it decides with no I/O:
 
 - ``Rule``: who is an administrator (``--oidc-admin``) or may sign in at all
-  (``--oidc-allow``), by a claim of the ID token: ``email:alice@example.com``,
-  ``group:llm-admins`` (the ``groups`` claim), ``sub:1234``;
+  (``--oidc-allow``), by a claim of the ID token: ``email:alice@example.com`` (verified),
+  ``group:llm-admins`` (the ``groups`` claim), ``sub:1234``, or ``everyone``;
 - ``check_id_token``: the ID token's signature against the issuer's keys (asymmetric
   algorithms only), its issuer, audience, expiry and nonce;
-- ``Sealer``: the console's own cookies (the sign-in's state, then the session), signed
-  with a key derived from the client secret, so every router replica reads them;
+- ``Sealer``: the console's own cookies (the sign-in's state, then the session), each
+  marked with its kind and signed with the session key (its own Secret), so every router
+  replica reads them and one kind never passes for the other;
+- ``checked_url``: the issuer and its endpoints over https (http on loopback only);
 - ``challenge``: PKCE's S256 code challenge (RFC 7636).
 
 No message here holds a token, a secret or a cookie's text.
@@ -25,7 +27,7 @@ import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 import jwt
 
@@ -33,6 +35,9 @@ import jwt
 SIGNING_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384",
                       "ES512", "EdDSA")
 RULE_KINDS = ("email", "group", "sub")
+EVERYONE = "everyone"  # --oidc-allow everyone: each person the issuer signs in may look
+SHORTEST_SESSION_KEY = 32  # bytes
+LOOPBACK = ("localhost", "127.0.0.1", "::1")
 LEEWAY_SECONDS = 60  # clocks of the issuer and the router may differ this much
 SESSION_SECONDS = 8 * 3600  # a sign-in lasts a working day; then the issuer is asked again
 STATE_SECONDS = 600  # a sign-in started must come back from the issuer within this
@@ -50,19 +55,23 @@ class UnknownSigningKey(OidcError):
 class Rule:
     """One claim value that a person's ID token must hold."""
 
-    kind: str  # email | group | sub
+    kind: str  # email | group | sub | everyone
     value: str
 
     @classmethod
     def parse(cls, text: str) -> Rule:
+        if text.strip() == EVERYONE:
+            return cls(EVERYONE, "")
         kind, sep, value = text.partition(":")
         if not sep or kind not in RULE_KINDS or not value.strip():
             raise OidcError(f"{text!r}: give KIND:VALUE with KIND one of "
                             f"{', '.join(RULE_KINDS)}, e.g. group:llm-admins or "
-                            "email:alice@example.com")
+                            f"email:alice@example.com (or {EVERYONE} to let anyone look)")
         return cls(kind, value.strip())
 
     def matches(self, claims: Mapping[str, Any]) -> bool:
+        if self.kind == EVERYONE:
+            return True
         if self.kind == "sub":
             return claims.get("sub") == self.value
         if self.kind == "email":
@@ -74,20 +83,28 @@ class Rule:
 
 @dataclass(frozen=True)
 class OidcSettings:
-    """An issuer, the console's client at it, and who may do what."""
+    """An issuer, the console's client at it, who may do what, and the sessions' key."""
 
     issuer: str
     client_id: str
     client_secret: str = field(repr=False)
-    scopes: tuple[str, ...] = ("openid", "email", "profile")
+    session_key: bytes = field(repr=False)  # signs the console's cookies; not the secret
+    allowed: tuple[Rule, ...]  # who may look (Rule("everyone", ""): all who sign in)
     admins: tuple[Rule, ...] = ()  # signed in matching one: every model, every key
-    allowed: tuple[Rule, ...] = ()  # empty: everyone the issuer signs in may look
+    scopes: tuple[str, ...] = ("openid", "email", "profile")
     redirect_url: str | None = None  # where the issuer sends browsers back; else this host's
 
     def __post_init__(self) -> None:
-        if not self.issuer.startswith(("https://", "http://")):
-            raise OidcError(f"issuer {self.issuer!r}: give its URL, e.g. "
-                            "https://dex.example.com")
+        checked_url(self.issuer, "issuer")
+        if self.redirect_url is not None:
+            checked_url(self.redirect_url, "redirect URL")
+        if not self.allowed:
+            raise OidcError(f"say who may look once signed in: --oidc-allow group:NAME (or "
+                            f"email:, sub:), or --oidc-allow {EVERYONE} for everyone the "
+                            "issuer signs in")
+        if len(self.session_key) < SHORTEST_SESSION_KEY:
+            raise OidcError(f"the session key is shorter than {SHORTEST_SESSION_KEY} "
+                            "characters; make one with `openssl rand -hex 32`")
         if not self.client_id:
             raise OidcError("give the client id the issuer registered for the console")
         if not self.client_secret:
@@ -97,10 +114,20 @@ class OidcSettings:
             raise OidcError(f"scopes {' '.join(self.scopes)!r}: OpenID Connect needs "
                             "the openid scope")
 
-    def session_key(self) -> bytes:
-        """The key the console's cookies are signed with: the same on every replica."""
-        return hmac.new(self.client_secret.encode(), b"llmop console session v1",
-                        hashlib.sha256).digest()
+
+
+def checked_url(url: str, what: str) -> str:
+    """``url`` if it is https, or http to this machine; OidcError otherwise.
+
+    The client secret and ID tokens travel to and from these: never in the clear.
+    """
+    parts = urlsplit(url)
+    if parts.scheme == "https" and parts.hostname:
+        return url
+    if parts.scheme == "http" and parts.hostname in LOOPBACK:
+        return url
+    raise OidcError(f"{what} {url!r}: give an https:// URL (http:// only on this machine, "
+                    "for a test issuer), e.g. https://dex.example.com")
 
 
 @dataclass(frozen=True)
@@ -113,9 +140,12 @@ class Person:
 
 
 def verified_email(claims: Mapping[str, Any]) -> str | None:
-    """The email claim, unless the issuer says it is not verified."""
+    """The email claim, where the issuer says it verified it.
+
+    Some issuers never say so, and let users set any address.
+    """
     email = claims.get("email")
-    if not isinstance(email, str) or not email or claims.get("email_verified") is False:
+    if not isinstance(email, str) or not email or claims.get("email_verified") is not True:
         return None
     return email
 
@@ -123,10 +153,12 @@ def verified_email(claims: Mapping[str, Any]) -> str | None:
 def person_of(claims: Mapping[str, Any], settings: OidcSettings) -> Person:
     """Who the ID token says signed in; OidcError if the rules let them not look."""
     sub = str(claims.get("sub") or "")
+    if not sub:
+        raise OidcError("the ID token names nobody (no sub)")
     name = (verified_email(claims) or claims.get("preferred_username") or claims.get("name")
             or sub)
     admin = any(rule.matches(claims) for rule in settings.admins)
-    if settings.allowed and not admin and not any(r.matches(claims) for r in settings.allowed):
+    if not admin and not any(r.matches(claims) for r in settings.allowed):
         raise OidcError(f"{name} signed in, but this console lets only some people look "
                         "(--oidc-allow); ask its operator")
     return Person(sub, str(name), admin)
@@ -203,7 +235,10 @@ def check_id_token(token: str, key_set: Mapping[str, Any], *, issuer: str, clien
 
 
 class Sealer:
-    """Cookies only this console can have written: a JSON payload, its expiry, an HMAC."""
+    """Cookies only this console can have written.
+
+    A JSON payload, its kind ("state", "session") and expiry, and an HMAC over them.
+    """
 
     def __init__(self, key: bytes) -> None:
         self._key = key
@@ -211,13 +246,17 @@ class Sealer:
     def _mac(self, body: bytes) -> bytes:
         return hmac.new(self._key, body, hashlib.sha256).digest()
 
-    def seal(self, payload: Mapping[str, Any], expires_at: float) -> str:
-        body = json.dumps({**payload, "exp": int(expires_at)}, separators=(",", ":"),
-                          sort_keys=True).encode()
+    def seal(self, kind: str, payload: Mapping[str, Any], expires_at: float) -> str:
+        body = json.dumps({**payload, "typ": kind, "exp": int(expires_at)},
+                          separators=(",", ":"), sort_keys=True).encode()
         return f"{_b64(body)}.{_b64(self._mac(body))}"
 
-    def open(self, text: str | None, now: float) -> dict[str, Any] | None:
-        """The payload, or None: absent, altered, signed with another key, or expired."""
+    def open(self, kind: str, text: str | None, now: float) -> dict[str, Any] | None:
+        """The payload of a ``kind`` cookie.
+
+        None where it is absent, altered, signed with another key, of another kind, or
+        expired.
+        """
         if not text or text.count(".") != 1:
             return None
         body_text, mac_text = text.split(".")
@@ -231,8 +270,8 @@ class Sealer:
             payload = json.loads(body)
         except ValueError:
             return None
-        if not isinstance(payload, dict) or not isinstance(payload.get("exp"), int) \
-                or payload["exp"] <= now:
+        if not isinstance(payload, dict) or payload.get("typ") != kind \
+                or not isinstance(payload.get("exp"), int) or payload["exp"] <= now:
             return None
         return payload
 

@@ -58,17 +58,22 @@ if TYPE_CHECKING:
               "(docs/console.md).")
 @click.option("--oidc-client-id", metavar="ID", help="The console's client id at the issuer.")
 @click.option("--oidc-client-secret-file", type=click.Path(dir_okay=False), metavar="PATH",
-              help="The client's secret (a mounted Secret), read at start. It also signs "
-              "the console's session cookies, so every replica reads them.")
+              help="The client's secret (a mounted Secret), read at start.")
+@click.option("--oidc-session-key-file", type=click.Path(dir_okay=False), metavar="PATH",
+              help="The key that signs the console's session cookies (a mounted Secret, "
+              "the same for every replica; at least 32 characters, e.g. `openssl rand "
+              "-hex 32`), read at start. A new key ends every session.")
 @click.option("--oidc-scopes", default="openid email profile", show_default=True,
               metavar="SCOPES", help="The scopes asked for, space-separated (add groups "
               "where the issuer sends the groups claim only when asked, as Dex does).")
 @click.option("--oidc-admin", "oidc_admins", multiple=True, metavar="KIND:VALUE",
-              help="Who administers keys once signed in (repeatable): email:ADDRESS (a "
-              "verified email), group:NAME (in the groups claim) or sub:SUBJECT.")
+              help="Who administers keys once signed in (repeatable): email:ADDRESS (an "
+              "email the issuer says it verified), group:NAME (in the groups claim) or "
+              "sub:SUBJECT.")
 @click.option("--oidc-allow", "oidc_allowed", multiple=True, metavar="KIND:VALUE",
-              help="Who may look once signed in (repeatable, same kinds as --oidc-admin; "
-              "default: everyone the issuer signs in for this client).")
+              help="Who may look once signed in (repeatable, the kinds of --oidc-admin, "
+              "or `everyone`: each person the issuer signs in, which at a public issuer "
+              "such as Google is anyone with an account). Needed with --oidc-issuer.")
 @click.option("--oidc-redirect-url", metavar="URL", help="Where the issuer sends browsers "
               "back (default: /ui/oidc/callback on the host the browser asked for).")
 @click.option("--redis-url", metavar="URL", help="Share the keys' rate limits and spend "
@@ -102,7 +107,8 @@ def router(*, namespaces: tuple[str, ...], host: str, port: int, hold_seconds: f
            redis_password_file: str | None, settings_file: str | None,
            peers_service: str | None, batch_lease: str | None, admin_token_file: str | None,
            keys_secret: str | None, oidc_issuer: str | None, oidc_client_id: str | None,
-           oidc_client_secret_file: str | None, oidc_scopes: str,
+           oidc_client_secret_file: str | None, oidc_session_key_file: str | None,
+           oidc_scopes: str,
            oidc_admins: tuple[str, ...], oidc_allowed: tuple[str, ...],
            oidc_redirect_url: str | None, log_level: str) -> None:
     """Serve every LLMModel behind one OpenAI endpoint (docs/routing.md).
@@ -126,8 +132,9 @@ def router(*, namespaces: tuple[str, ...], host: str, port: int, hold_seconds: f
     NetworkPolicy (config/router).
     The web console is at /ui/ (docs/console.md): a key sees its models and its use; with
     --admin-token-file, the admin token sees every key and creates, disables and rotates
-    them. With --oidc-issuer, people sign in at your OpenID Connect issuer instead: they
-    see every model, and an --oidc-admin administers keys as the admin token does.
+    them. With --oidc-issuer, people sign in at your OpenID Connect issuer: those
+    --oidc-allow names see every model, and an --oidc-admin administers keys as the admin
+    token does.
     GET /scale/<namespace>/<name> and llmop_router_pending_requests on /metrics say how
     many requests wait for each model: KEDA scales on them (settings router.enabled).
     \b
@@ -138,7 +145,8 @@ def router(*, namespaces: tuple[str, ...], host: str, port: int, hold_seconds: f
       OTEL_EXPORTER_OTLP_ENDPOINT=http://otel-collector:4318 llmop router   # traces
       llmop router --keys-file keys.yaml --oidc-issuer https://dex.example.com \\
         --oidc-client-id llmop-console --oidc-client-secret-file /etc/llmop/oidc/secret \\
-        --oidc-admin group:llm-admins
+        --oidc-session-key-file /etc/llmop/oidc/session-key \\
+        --oidc-allow group:ml-team --oidc-admin group:llm-admins
       curl localhost:8080/v1/chat/completions -d '{"model": "google/gemma-4-31b-it", ...}'
     """
     from llm_operator.access.keyfile import load_keyring  # noqa: PLC0415
@@ -167,8 +175,8 @@ def router(*, namespaces: tuple[str, ...], host: str, port: int, hold_seconds: f
     elif redis_password_file is not None:
         raise click.UsageError("--redis-password-file needs --redis-url")
     oidc = _oidc(oidc_issuer, client_id=oidc_client_id, secret_file=oidc_client_secret_file,
-                 scopes=oidc_scopes, admins=oidc_admins, allowed=oidc_allowed,
-                 redirect_url=oidc_redirect_url)
+                 session_key_file=oidc_session_key_file, scopes=oidc_scopes,
+                 admins=oidc_admins, allowed=oidc_allowed, redirect_url=oidc_redirect_url)
     admin, secret = _key_admin(admin_token_file, keys_secret, settings,
                                oidc is not None and bool(oidc.admins))
     peers = None if peers_service is None else _named(
@@ -233,35 +241,41 @@ def _key_admin(token_file: str | None, keys_secret: str | None, settings: dict[s
 
 
 def _oidc(issuer: str | None, *, client_id: str | None, secret_file: str | None,
-          scopes: str, admins: tuple[str, ...], allowed: tuple[str, ...], redirect_url: str | None
-          ) -> OidcSettings | None:
+          session_key_file: str | None, scopes: str, admins: tuple[str, ...],
+          allowed: tuple[str, ...], redirect_url: str | None) -> OidcSettings | None:
     """The console's OpenID Connect sign-in; UsageError naming the option that is wrong."""
     from llm_operator.access.oidc import OidcError, OidcSettings, rules  # noqa: PLC0415
 
     if issuer is None:
         given = [name for name, value in (
             ("--oidc-client-id", client_id), ("--oidc-client-secret-file", secret_file),
+            ("--oidc-session-key-file", session_key_file),
             ("--oidc-admin", admins), ("--oidc-allow", allowed),
             ("--oidc-redirect-url", redirect_url)) if value]
         if given:
             raise click.UsageError(f"{', '.join(given)}: sign-in at an OpenID Connect "
                                    "issuer needs --oidc-issuer too")
         return None
-    if client_id is None or secret_file is None:
+    if client_id is None or secret_file is None or session_key_file is None:
         raise click.UsageError("--oidc-issuer needs --oidc-client-id and "
                                "--oidc-client-secret-file (the client the issuer registered "
-                               "for the console)")
+                               "for the console) and --oidc-session-key-file")
+    secret = _read("--oidc-client-secret-file", secret_file)
+    session_key = _read("--oidc-session-key-file", session_key_file)
     try:
-        secret = Path(secret_file).read_text().strip()
-    except OSError as exc:
-        raise click.UsageError(f"--oidc-client-secret-file {secret_file}: "
-                               f"{exc.strerror or exc}") from None
-    try:
-        return OidcSettings(issuer, client_id, secret, tuple(scopes.split()),
-                            admins=rules(admins), allowed=rules(allowed),
-                            redirect_url=redirect_url)
+        return OidcSettings(issuer, client_id, secret, session_key.encode(),
+                            allowed=rules(allowed), admins=rules(admins),
+                            scopes=tuple(scopes.split()), redirect_url=redirect_url)
     except OidcError as exc:
         raise click.UsageError(f"OpenID Connect sign-in: {exc}") from None
+
+
+def _read(option: str, path: str) -> str:
+    """The file's text, stripped; UsageError naming the option where it cannot be read."""
+    try:
+        return Path(path).read_text().strip()
+    except OSError as exc:
+        raise click.UsageError(f"{option} {path}: {exc.strerror or exc}") from None
 
 
 def _named(option: str, value: str, example: str) -> tuple[str, str]:

@@ -4,15 +4,19 @@
 the issuer offers it) a PKCE challenge, kept in a signed cookie for ten minutes.
 ``GET /ui/oidc/callback`` checks the state, trades the code for tokens at the issuer's
 token endpoint, checks the ID token (access/oidc.py) and keeps who signed in in a signed
-session cookie for eight hours. The issuer's discovery document is read once an hour;
-its keys again when an ID token names one they lack. Failures raise ``SignInFailed``,
-which the console shows above its sign-in form.
+session cookie for eight hours. The issuer's discovery document is read once an hour (a
+failed read is not tried again for ten seconds); its keys again when an ID token names
+one they lack. Answers from the issuer are read up to 1 MiB, never through a redirect,
+and only from https endpoints (http on loopback). Failures raise ``SignInFailed``, which
+the console shows above its sign-in form.
 """
 
 from __future__ import annotations
 
 import base64
+import json
 import logging
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -33,6 +37,7 @@ from llm_operator.access.oidc import (
     authorization_url,
     challenge,
     check_id_token,
+    checked_url,
     new_secret,
     person_of,
 )
@@ -41,7 +46,12 @@ log = logging.getLogger(__name__)
 STATE_COOKIE = "llmop_console_oidc"
 SESSION_COOKIE = "llmop_console_session"
 DISCOVERY_SECONDS = 3600.0
+DISCOVERY_AGAIN_SECONDS = 10.0  # after a failed read, visitors get its failure this long
 KEYS_AGAIN_SECONDS = 10.0  # an unknown key reads the issuer's keys again, at most this often
+LARGEST_ANSWER = 1 << 20  # bytes: a discovery document, a key set, a token answer
+ERROR_CODE = re.compile(r"[a-z_]{1,64}")  # OAuth's error codes; anything else is not shown
+NO_STORE = {"Cache-Control": "no-store"}
+STATE, SESSION = "state", "session"  # the kinds of sealed cookie
 
 
 class SignInFailed(Exception):
@@ -63,11 +73,12 @@ class OidcSignIn:
     def __init__(self, settings: OidcSettings, *, clock: Callable[[], float] = time.time,
                  timeout_seconds: float = 10.0) -> None:
         self.settings, self.clock = settings, clock
-        self.sealer = Sealer(settings.session_key())
+        self.sealer = Sealer(settings.session_key)
         self.timeout = aiohttp.ClientTimeout(total=timeout_seconds)
         self._http: aiohttp.ClientSession | None = None
         self._discovery: dict[str, Any] | None = None
         self._discovered_at = 0.0
+        self._failed: tuple[float, SignInFailed] | None = None
         self._keys: dict[str, Any] | None = None
         self._keys_at = 0.0
 
@@ -84,8 +95,8 @@ class OidcSignIn:
     # --- who is signed in ---------------------------------------------------------------
 
     def person(self, request: web.Request) -> Person | None:
-        found = self.sealer.open(request.cookies.get(SESSION_COOKIE), self.clock())
-        if found is None:
+        found = self.sealer.open(SESSION, request.cookies.get(SESSION_COOKIE), self.clock())
+        if found is None or not found.get("sub"):
             return None
         return Person(str(found.get("sub") or ""), str(found.get("name") or ""),
                       found.get("admin") is True)
@@ -103,8 +114,8 @@ class OidcSignIn:
         to = authorization_url(str(discovery["authorization_endpoint"]), self.settings,
                                redirect_uri=redirect_uri, state=state, nonce=nonce,
                                code_challenge=challenge(verifier) if pkce else None)
-        answer = web.HTTPFound(to)
-        sealed = self.sealer.seal({"state": state, "nonce": nonce, "redirect": redirect_uri,
+        answer = web.HTTPFound(to, headers=NO_STORE)
+        sealed = self.sealer.seal(STATE, {"state": state, "nonce": nonce, "redirect": redirect_uri,
                                    "verifier": verifier if pkce else ""},
                                   self.clock() + STATE_SECONDS)
         # Lax: the issuer's redirect back is a navigation from another site
@@ -116,10 +127,11 @@ class OidcSignIn:
     async def callback(self, request: web.Request) -> web.HTTPException:
         """Back from the issuer: the code traded, the ID token checked, a session kept."""
         query = request.query
-        if "error" in query:
-            said = " ".join(filter(None, (query.get("error"), query.get("error_description"))))
-            raise SignInFailed(f"The sign-in service did not sign you in: {said[:300]}.", 401)
-        started = self.sealer.open(request.cookies.get(STATE_COOKIE), self.clock())
+        if "error" in query:  # its code only: the rest is anybody's text in a link
+            error = query.get("error") or ""
+            said = error if ERROR_CODE.fullmatch(error) else "an error"
+            raise SignInFailed(f"The sign-in service did not sign you in ({said}).", 401)
+        started = self.sealer.open(STATE, request.cookies.get(STATE_COOKIE), self.clock())
         state, code = query.get("state"), query.get("code")
         if started is None or not state or state != started.get("state") or not code:
             raise SignInFailed("This sign-in was not started in this browser, or took longer "
@@ -135,14 +147,14 @@ class OidcSignIn:
             person = person_of(claims, self.settings)
         except OidcError as exc:
             raise SignInFailed(f"Signing in failed: {exc}.", 403) from None
-        log.info("console: %s signed in with OpenID Connect%s", person.name,
-                 " (administrator)" if person.admin else "")
-        answer = web.HTTPSeeOther("/ui/models")
+        log.info("console: %r (subject %r) signed in with OpenID Connect%s", person.name,
+                 person.sub, " as an administrator" if person.admin else "")
+        answer = web.HTTPSeeOther("/ui/models", headers=NO_STORE)
         answer.del_cookie(STATE_COOKIE, path="/ui/oidc")
         # Lax, not Strict: this answer ends a navigation that began at the issuer
         answer.set_cookie(
-            SESSION_COOKIE, self.sealer.seal({"sub": person.sub, "name": person.name,
-                                              "admin": person.admin},
+            SESSION_COOKIE, self.sealer.seal(SESSION, {"sub": person.sub, "name": person.name,
+                                                       "admin": person.admin},
                                              self.clock() + SESSION_SECONDS),
             path="/ui", httponly=True, samesite="Lax", secure=secure_request(request),
             max_age=SESSION_SECONDS)
@@ -157,13 +169,25 @@ class OidcSignIn:
         return self._http
 
     async def _json(self, method: str, url: str, what: str, **kwargs: Any) -> dict[str, Any]:
+        """The issuer's JSON answer at ``url``; SignInFailed saying what went wrong."""
         try:
-            async with self._client().request(method, url, **kwargs) as answer:
+            checked_url(url, f"the sign-in service's {what}")
+        except OidcError as exc:
+            raise SignInFailed(f"{exc}.", 502) from None
+        try:
+            async with self._client().request(method, url, allow_redirects=False,
+                                              **kwargs) as answer:
+                data = bytearray()
+                async for chunk in answer.content.iter_chunked(1 << 16):
+                    data += chunk
+                    if len(data) > LARGEST_ANSWER:
+                        raise SignInFailed(f"The sign-in service's {what} answered more "
+                                           f"than {LARGEST_ANSWER >> 20} MiB.", 502)
                 try:
-                    body = await answer.json(content_type=None)
+                    body = json.loads(data)
                 except ValueError:
                     body = None
-                if answer.status >= 400 or not isinstance(body, dict):
+                if answer.status >= 300 or not isinstance(body, dict):
                     detail = ""
                     if isinstance(body, dict) and body.get("error"):
                         detail = f": {body.get('error')} {body.get('error_description') or ''}"
@@ -179,6 +203,17 @@ class OidcSignIn:
         now = self.clock()
         if self._discovery is not None and now - self._discovered_at < DISCOVERY_SECONDS:
             return self._discovery
+        if self._failed is not None and now - self._failed[0] < DISCOVERY_AGAIN_SECONDS:
+            raise self._failed[1]
+        try:
+            found = await self._read_discovery()
+        except SignInFailed as exc:
+            self._failed = (now, exc)
+            raise
+        self._discovery, self._discovered_at, self._failed = found, now, None
+        return found
+
+    async def _read_discovery(self) -> dict[str, Any]:
         issuer = self.settings.issuer
         found = await self._json("GET", f"{issuer.rstrip('/')}/.well-known/"
                                  "openid-configuration", "discovery document")
@@ -192,9 +227,10 @@ class OidcSignIn:
                                f"{', '.join(missing)}.", 502)
         try:
             algorithms_of(found)
+            for name in ("authorization_endpoint", "token_endpoint", "jwks_uri"):
+                checked_url(found[name], f"the sign-in service's {name}")
         except OidcError as exc:
             raise SignInFailed(f"{exc}.", 502) from None
-        self._discovery, self._discovered_at = found, now
         return found
 
     async def _trade(self, code: str, redirect_uri: str, verifier: str) -> dict[str, Any]:

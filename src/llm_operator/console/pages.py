@@ -31,7 +31,7 @@ from prometheus_client import CollectorRegistry
 
 from llm_operator.access.keyring import presented_key
 from llm_operator.api.v1alpha1 import LLMModel
-from llm_operator.console.key_admin import KeyAdmin, KeyPages
+from llm_operator.console.key_admin import KeyAdmin, KeyPages, same_origin
 from llm_operator.console.oidc_sign_in import SESSION_COOKIE, OidcSignIn, SignInFailed
 from llm_operator.console.series import (
     CACHED,
@@ -247,13 +247,9 @@ class Console:
         visitor = self._who(given)
         if visitor is not None or not given:
             return visitor
-        address, now = request.remote or "", self.clock()
-        wait = self.throttle.wait(address, now)
-        if wait > 0:
-            raise self._login_page(
-                f"Too many failed sign-ins from your address: try again in "
-                f"{math.ceil(wait)} s.", status=429, retry_after=math.ceil(wait))
-        self.throttle.failed(address, now)
+        self._throttled(request)
+        address = request.remote or ""
+        self.throttle.failed(address, self.clock())
         log.warning("console: a sign-in from %s failed (key not valid)", address)
         return None
 
@@ -289,6 +285,7 @@ class Console:
 
     async def login(self, request: web.Request) -> web.StreamResponse:
         """POST /ui/login (a form with ``key``): the key in a cookie for /ui, if valid."""
+        self._same_origin(request)  # no other site signs a browser in with its key
         form = await request.post()
         given = str(form.get("key") or "").strip()
         if not given or self._checked(request, given) is None:
@@ -300,26 +297,49 @@ class Console:
                           secure=secure)
         raise answer
 
-    async def logout(self, _: web.Request) -> web.StreamResponse:
+    async def logout(self, request: web.Request) -> web.StreamResponse:
+        self._same_origin(request)  # no other site signs a visitor out
         answer = web.HTTPSeeOther("/ui/models", headers=SECURITY_HEADERS)
         answer.del_cookie(COOKIE, path="/ui")
         answer.del_cookie(SESSION_COOKIE, path="/ui")
         raise answer
 
+    def _same_origin(self, request: web.Request) -> None:
+        if not same_origin(request):
+            raise web.HTTPForbidden(text="this form is taken only from the console's own "
+                                    "pages", headers=SECURITY_HEADERS)
+
+    def _throttled(self, request: web.Request) -> None:
+        """429 where the visitor's address failed to sign in too often lately."""
+        wait = self.throttle.wait(request.remote or "", self.clock())
+        if wait > 0:
+            raise self._login_page(
+                f"Too many failed sign-ins from your address: try again in "
+                f"{math.ceil(wait)} s.", status=429, retry_after=math.ceil(wait))
+
     async def oidc_start(self, request: web.Request) -> web.StreamResponse:
         """GET /ui/oidc/start: to the issuer's sign-in."""
         assert self.oidc is not None
+        self._throttled(request)
         try:
             raise await self.oidc.start(request)
         except SignInFailed as exc:
             raise self._login_page(exc.message, exc.status) from None
 
     async def oidc_callback(self, request: web.Request) -> web.StreamResponse:
-        """GET /ui/oidc/callback: back from the issuer, signed in or told why not."""
+        """GET /ui/oidc/callback: back from the issuer, signed in or told why not.
+
+        A failure counts against the visitor's address, as a key that is not valid does:
+        each callback may cost the issuer a token request.
+        """
         assert self.oidc is not None
+        self._throttled(request)
         try:
             raise await self.oidc.callback(request)
         except SignInFailed as exc:
+            self.throttle.failed(request.remote or "", self.clock())
+            log.warning("console: a sign-in at the issuer from %s failed (%s)",
+                        request.remote, exc.status)
             raise self._login_page(exc.message, exc.status) from None
 
     def _plan(self, model: LLMModel) -> Plan:
