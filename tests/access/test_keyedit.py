@@ -12,7 +12,13 @@ import yaml
 
 from llm_operator.access.admin_token import AdminToken, AdminTokenError
 from llm_operator.access.keyedit import Allowances, create, listing, rotate, set_disabled
-from llm_operator.access.keyring import KEY_PREFIX, KeyringError, digest, parse_keyring
+from llm_operator.access.keyring import (
+    KEY_PREFIX,
+    KeyringError,
+    digest,
+    new_key,
+    parse_keyring,
+)
 from llm_operator.access.keystore import FileKeyStore, StaleKeys, change
 
 OLD = {"id": "team-a", "sha256": digest("sk-llmop-a"), "models": ["gpt-*"],
@@ -118,6 +124,40 @@ async def test_a_store_that_keeps_changing_is_given_up_on_saying_so() -> None:
 
     with pytest.raises(KeyringError, match="kept changing while it was written"):
         await change(Restless(), lambda data: create(data, "b", Allowances()))
+
+
+class AnswerLost:
+    """A store whose first write lands but whose answer is lost: the client's retry of the
+    same write meets the version it changed (409), as a Kubernetes PATCH retried does."""
+
+    where = "a store that loses an answer"
+
+    def __init__(self) -> None:
+        self.document: object = DOC
+        self.version = 1
+
+    async def read(self) -> tuple[object, str]:
+        return self.document, str(self.version)
+
+    async def write(self, document: dict[str, Any], version: str) -> None:
+        if version != str(self.version):
+            raise StaleKeys
+        self.document, self.version = document, self.version + 1
+        if self.version == 2:
+            raise StaleKeys  # written, but the answer said otherwise
+
+
+@pytest.mark.parametrize("action", ["create", "rotate"])
+async def test_a_key_whose_write_landed_unanswered_is_the_key_shown(action: str) -> None:
+    """Made once before the first try: the retry finds it written, and the key shown is
+    the one stored, not "exists already" for a key never shown (nor a third key)."""
+    store, made = AnswerLost(), new_key()
+    if action == "create":
+        ring, shown = await change(store, lambda data: create(data, "team-b", Allowances(),
+                                                              key=made))
+    else:
+        ring, shown = await change(store, lambda data: rotate(data, "team-a", key=made))
+    assert shown == made and ring.find(made) is not None
 
 
 @pytest.mark.parametrize(("content", "given", "admitted"), [

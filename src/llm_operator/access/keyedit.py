@@ -76,17 +76,24 @@ def _index(entries: list[dict[str, Any]], key_id: str, source: str) -> int:
 
 
 def create(data: object, key_id: str, allowances: Allowances,
-           source: str = "<keys>") -> tuple[dict[str, Any], str]:
-    """(the document with a new key ``key_id``, the key itself)."""
+           source: str = "<keys>", key: str | None = None) -> tuple[dict[str, Any], str]:
+    """(the document with a new key ``key_id``, the key itself).
+
+    Give ``key`` (made once, before the first try) where the edit may be applied again
+    after a write whose answer was lost: finding its own entry, it changes nothing.
+    """
+    key = key or new_key()
     entries = _entries(data, source)
-    if any(isinstance(e, Mapping) and e.get("id") == key_id for e in entries):
-        raise KeyringError(f"{source}: a key {key_id!r} exists already: rotate it, or "
-                           "choose another id")
+    for entry in entries:
+        if isinstance(entry, Mapping) and entry.get("id") == key_id:
+            if entry.get("sha256") == digest(key):  # this very edit, written already
+                return _checked(data, entries, source), key
+            raise KeyringError(f"{source}: a key {key_id!r} exists already: rotate it, or "
+                               "choose another id")
     try:
         ClientKey.model_validate({"id": key_id, "sha256": "0" * 64})
     except ValueError:
         raise KeyringError(f"id {key_id!r}: {ID_RULE}") from None
-    key = new_key()
     entries.append(allowances.entry(key_id, digest(key)))
     return _checked(data, entries, source), key
 
@@ -103,13 +110,15 @@ def set_disabled(data: object, key_id: str, disabled: bool,
     return _checked(data, entries, source)
 
 
-def rotate(data: object, key_id: str, source: str = "<keys>") -> tuple[dict[str, Any], str]:
+def rotate(data: object, key_id: str, source: str = "<keys>", key: str | None = None
+           ) -> tuple[dict[str, Any], str]:
     """(the document with a new key for ``key_id``, that key): the old key stops working.
 
     The id, and so its metrics, spend and allowances, stay; a disabled key stays disabled.
+    ``key``, made once before the first try, makes the edit the same when applied again.
     """
     entries = _entries(data, source)
-    key = new_key()
+    key = key or new_key()
     entries[_index(entries, key_id, source)]["sha256"] = digest(key)
     return _checked(data, entries, source), key
 

@@ -19,7 +19,7 @@ from aiohttp import web
 from multidict import MultiDictProxy
 
 from llm_operator.access.keyedit import Allowances, create, listing, rotate, set_disabled
-from llm_operator.access.keyring import ClientKey, Keyring, KeyringError
+from llm_operator.access.keyring import ClientKey, Keyring, KeyringError, new_key
 from llm_operator.access.keystore import KeyStore, change
 from llm_operator.console.series import key_use
 
@@ -126,14 +126,16 @@ class KeyPages:
         key_id = request.match_info.get("id", "")
         form = await request.post()
         try:
+            # the key made once: a write applied but unanswered, tried again, finds it
+            made = new_key()
             if action == "new":
                 key_id = str(form.get("id") or "").strip()
                 allowances = allowances_of(form)
                 keyring, shown = await change(self.admin.store, lambda data: create(
-                    data, key_id, allowances, self.admin.store.where))
+                    data, key_id, allowances, self.admin.store.where, made))
             elif action == "rotate":
                 keyring, shown = await change(self.admin.store, lambda data: rotate(
-                    data, key_id, self.admin.store.where))
+                    data, key_id, self.admin.store.where, made))
             elif action in ("disable", "enable"):
                 keyring, shown = await change(self.admin.store, lambda data: (set_disabled(
                     data, key_id, action == "disable", self.admin.store.where), ""))
