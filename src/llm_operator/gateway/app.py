@@ -227,6 +227,19 @@ class Gateway:
     def route_slots(self, label: str) -> tuple[float, int | None] | None:
         return self.table.route_slots(label)
 
+    def route_calls(self, label: str) -> tuple[int, float | None] | None:
+        return self.table.route_calls(label)
+
+    def route_line(self, label: str) -> tuple[int, int]:
+        """(requests waiting for the route's engine to get a place, its place in line).
+
+        For a route that takes turns (``sleep``); (0, 0) for any other, or none waiting.
+        """
+        state = self.table.routes.get(label)
+        found = sleep_member(state.route) if state is not None else None
+        group = self.sleepers.groups.get(found.group) if found is not None else None
+        return (0, 0) if found is None or group is None else group.line(found.url)
+
     def pool_engines(self, pool: str) -> dict[str, Load]:
         return self.table.pool_engines(pool)
 

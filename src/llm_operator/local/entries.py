@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -32,6 +34,8 @@ class Entry:
     supervised: Supervised | None = None
     task: asyncio.Task[None] | None = None
     pool: PoolRun | None = None  # the pool serving it, once its file is ready for the pool
+    # what the gateway sees of a pool member's requests (``Use``), set by the runtime
+    use: Callable[[], Use] | None = None
 
     @property
     def model(self) -> LLMModel:
@@ -41,8 +45,11 @@ class Entry:
         """(phase, detail, restarts), from the process (or its pool's) once there is one."""
         if self.pool is not None and (pooled := self.pool.state_of(self.model.spec.model_id)):
             phase, detail, restarts = pooled
-            if self.model.spec.pool is not None and self.model.spec.pool.pinned:
+            pool = self.model.spec.pool
+            if pool is not None and pool.pinned:
                 detail = f"{detail}; pinned: never unloaded for another member"
+            elif pool is not None and self.use is not None:
+                detail += member_note(phase, pool.idle_seconds, self.use(), time.time())
             return phase, detail, restarts
         if self.supervised is not None:
             state = self.supervised.state
@@ -54,6 +61,41 @@ class Entry:
         if self.supervised is None or self.supervised.state.load is None:
             return None
         return self.supervised.state.load.as_dict()
+
+
+class Use(NamedTuple):
+    """A pool member's requests, as the gateway sees them."""
+
+    idle: float | None  # seconds since its last answer ended (None: one runs, or none yet)
+    busy: bool  # a request of its is at the engine now
+    waiting: int = 0  # requests waiting for it to get a place (the gateway's turns)
+    place: int = 0  # its place in the pool's line for a place: 1 is next
+
+
+def member_note(phase: str, idle_seconds: int | None, use: Use, now: float) -> str:
+    """What the member's status adds: when it will unload, or its place in line.
+
+    ``now``: the wall clock, for the time an idle member unloads.
+    """
+    if use.waiting:
+        place = "next to get a place" if use.place == 1 else f"{_ordinal(use.place)} in line"
+        return f"; {use.waiting} request{'s' if use.waiting != 1 else ''} waiting, {place}"
+    if phase != "Ready" or idle_seconds is None:
+        return ""
+    if use.busy:
+        return f"; serving (unloads {idle_seconds} s after its last request)"
+    if use.idle is None:
+        return f"; unloads after {idle_seconds} s without a request (pool.idleSeconds)"
+    # times, not a count of seconds: the note stays the same until a request comes
+    since = time.strftime("%H:%M:%S", time.localtime(now - use.idle))
+    at = time.strftime("%H:%M:%S", time.localtime(now + max(0.0, idle_seconds - use.idle)))
+    return (f"; idle since {since}: unloads at about {at} (pool.idleSeconds "
+            f"{idle_seconds}) unless a request comes")
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
 
 
 def runtime_key(decision: Decision, file: Path) -> str:

@@ -87,6 +87,9 @@ class PoolRun:
     prepared: dict[str, Member] = field(default_factory=dict)  # by the member's name
     log_path: Path | None = None  # the router's, its members' lines in it
     preset: Path | None = None
+    # what else the members' status says (when an idle one unloads, a waiting one's place
+    # in line): read with the states, a change of it is a change too
+    notes: Callable[[], object] = lambda: None
 
     def serving(self) -> bool:
         """Whether the router is up, so that an edit can reach it without a restart."""
@@ -175,6 +178,7 @@ class PoolRun:
         """While the router is up: its /models, the members' states."""
         assert self.supervised is not None
         timeout = aiohttp.ClientTimeout(total=2)
+        noted = self.notes()
         async with aiohttp.ClientSession() as session:
             while True:
                 if self.supervised.state.phase == "Ready":
@@ -187,5 +191,9 @@ class PoolRun:
                         if states != self.states:
                             self.states = states
                             on_change()
+                notes = self.notes()
+                if notes != noted:
+                    noted = notes
+                    on_change()
                 await asyncio.sleep(every)
 

@@ -167,6 +167,8 @@ class Pools:
         first = list(dict.fromkeys([*pinned, *others]))[:run.max_loaded]
         run.prepared = {e.model.name: self._member(e, p, e.model.spec.model_id in first)
                         for e, p in ready}
+        run.notes = lambda: [e.current()[1] for e in self._members.get(run.label, [])
+                             if e.pool is run]
         name = file_name(run)
         await run.run(ready[0][1].binary, list(run.prepared.values()),
                       preset=self.state.root / "pools" / f"{name}.ini",

@@ -30,7 +30,7 @@ from llm_operator.gateway.settings.config import (
     Upstream,
 )
 from llm_operator.local.console_models import LocalModels, where_of
-from llm_operator.local.entries import Entry, read_models, runtime_key
+from llm_operator.local.entries import Entry, Use, read_models, runtime_key
 from llm_operator.local.listening import StartError, free_port, listen
 from llm_operator.local.machine import detect
 from llm_operator.local.options import LOCAL_FLOW_CONTROL, Options
@@ -339,6 +339,7 @@ class Runtime:
         self.entries[name] = entry
         if isinstance(decision, LocalServe) and decision.model.spec.pool is not None:
             entry.detail = f"waiting for its pool {decision.model.spec.pool.name}"
+            entry.use = lambda: self._use(entry)
         elif isinstance(decision, LocalServe):
             entry.port = free_port()
             entry.task = asyncio.create_task(self._serve(entry), name=f"serve {name}")
@@ -441,6 +442,15 @@ class Runtime:
         if load is None or not labels:
             return load
         return {**load, "waiting": load["waiting"] + self.gateway.flow.queued(labels[0])}
+
+    def _use(self, entry: Entry) -> Use:
+        """A pool member's requests as the gateway sees them (entries.member_note)."""
+        labels = self._labels(entry)
+        if not labels:
+            return Use(None, False)
+        in_flight, idle = self.gateway.route_calls(labels[0]) or (0, None)
+        return Use(None if in_flight else idle, bool(in_flight),
+                   *self.gateway.route_line(labels[0]))
 
     def _labels(self, entry: Entry) -> list[str]:
         return self.table.labels.get((entry.model.namespace, entry.model.name), [])

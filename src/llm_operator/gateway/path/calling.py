@@ -44,14 +44,20 @@ class Counted:
         self._deployment, self._clock, self._sent = deployment, clock, 0.0
 
     def __enter__(self) -> None:
-        self._deployment.load.in_flight += 1
+        deployment = self._deployment
+        deployment.load.in_flight += 1
+        deployment.calls.in_flight += 1
         self._sent = self._clock()
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  trace: TracebackType | None) -> None:
-        load = self._deployment.load
+        deployment = self._deployment
+        calls = deployment.calls
+        calls.in_flight -= 1
+        calls.last_done = now = self._clock()
+        load = deployment.load
         load.in_flight -= 1
-        load.answered(self._clock() - self._sent)
+        load.answered(now - self._sent)
 
 
 async def post(http: UpstreamClient, deployment: Deployment, state: RouteState, url: str,

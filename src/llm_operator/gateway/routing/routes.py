@@ -58,6 +58,18 @@ class Outbound:
 CHAT_PATH = "/chat/completions"  # the one path a native (translated) upstream serves
 
 
+@dataclass(slots=True)
+class RouteCalls:
+    """One route's calls to one upstream: in flight, and when the last ended.
+
+    On the gateway's clock. ``Load`` counts every route's calls to a URL, and a pool's
+    members share one. Kept across reconfigures, like the breaker.
+    """
+
+    in_flight: int = 0
+    last_done: float = 0.0
+
+
 @dataclass
 class Deployment:
     """One upstream of a route, with its key and its circuit breaker."""
@@ -68,6 +80,7 @@ class Deployment:
     breaker: Breaker
     native: NativeApi | None = None  # a provider's own API, spoken by translation
     load: Load = field(default_factory=Load)  # kept across reconfigures, like the breaker
+    calls: RouteCalls = field(default_factory=RouteCalls)  # this route's own
 
     @property
     def label(self) -> str:
@@ -227,6 +240,8 @@ class RouteTable:
         new settings); limits start afresh.
         """
         old, old_loads = self.breakers, self.loads
+        old_calls = {(state.route.label, d.label): d.calls
+                     for state in self.routes.values() for d in state.deployments}
         indexes: dict[str, PrefixIndex] = {}
         breakers: dict[tuple[str, str], Breaker] = {}
         loads: dict[str, Load] = {}
@@ -244,7 +259,7 @@ class RouteTable:
                 deployments.append(Deployment(
                     upstream, base,
                     KeySource(upstream.api_key) if upstream.api_key else None, breaker,
-                    NATIVE.get(upstream.api), load))
+                    NATIVE.get(upstream.api), load, old_calls.get(where) or RouteCalls()))
                 self.metrics.circuit.labels(*where).set(int(breaker.state))
             limit = route.rate_limit
             state = RouteState(
@@ -337,6 +352,18 @@ class RouteTable:
         slots = [self._slots(d) for d in state.deployments]
         busy = sum(max(float(d.load.in_flight), d.load.running) for d in state.deployments)
         return busy, None if not slots or None in slots else sum(s or 0 for s in slots)
+
+    def route_calls(self, label: str) -> tuple[int, float | None] | None:
+        """The route's own calls to its engines: in flight, and seconds since the last ended.
+
+        The seconds are None before the first ended; the whole None where no such route is.
+        """
+        state = self.routes.get(label)
+        if state is None:
+            return None
+        last = max((d.calls.last_done for d in state.deployments), default=0.0)
+        return (sum(d.calls.in_flight for d in state.deployments),
+                self._clock() - last if last else None)
 
     def _slots(self, deployment: Deployment) -> int | None:
         """A replica's slots: its upstream's, else flow control's per replica (None)."""

@@ -65,6 +65,7 @@ class Engine:
     failure: str = ""  # why, as the gateway told the client
     awake_since: float = 0.0  # the group's clock when it was last woken or found awake
     waiting: int = 0  # requests waiting for it to be woken
+    queued: int = 0  # when the first of them began to wait: the group's count of such
     pinned: bool = False  # never put to sleep for another
 
     @property
@@ -93,6 +94,7 @@ class SleepGroup:
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     tick: int = 0
+    queued: int = 0  # engines that requests began to wait for, counted
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _freed: asyncio.Event = field(default_factory=asyncio.Event)
     _wakes: deque[float] = field(default_factory=deque)
@@ -108,6 +110,9 @@ class SleepGroup:
     async def enter(self, url: str) -> None:
         """The engine awake with this request counted in it (SleepError: it cannot be)."""
         engine = self.engines[url]
+        if not engine.waiting:
+            self.queued += 1
+            engine.queued = self.queued
         engine.waiting += 1
         try:
             async with self._lock:  # one change at a time
@@ -121,6 +126,19 @@ class SleepGroup:
                 self._use(engine)
         finally:
             engine.waiting -= 1
+
+    def line(self, url: str) -> tuple[int, int]:
+        """(requests waiting for the engine at ``url``, its place in the group's line).
+
+        The place among the engines that requests wait for, by when their first began to
+        wait (the group's changes are made in that order): 1 is next, 0 when none waits.
+        """
+        engine = self.engines.get(url)
+        if engine is None or not engine.waiting:
+            return 0, 0
+        ahead = sum(1 for e in self.engines.values()
+                    if e.waiting and e is not engine and e.queued < engine.queued)
+        return engine.waiting, ahead + 1
 
     async def _within_budget(self) -> None:
         """Until a wake fits the group's budget: the oldest counted leaves the window."""
