@@ -21,6 +21,7 @@ from multidict import MultiDictProxy
 from llm_operator.access.keyedit import Allowances, create, listing, rotate, set_disabled
 from llm_operator.access.keyring import ClientKey, Keyring, KeyringError, new_key
 from llm_operator.access.keystore import KeyStore, change
+from llm_operator.console.security import same_origin
 from llm_operator.console.series import key_use
 
 log = logging.getLogger(__name__)
@@ -65,26 +66,6 @@ def allowances_of(form: MultiDictProxy[Any]) -> Allowances:
         tokens_per_minute=_number(form, "tpm", "tokens per minute", int),
         budget_usd=_number(form, "budget", "budget (USD)", float),
         period=period)  # type: ignore[arg-type]  # checked against PERIODS above
-
-
-def same_origin(request: web.Request) -> bool:
-    """A form posted from this console's own pages, as the browser says.
-
-    Browsers say where a request comes from in Sec-Fetch-Site; older ones only in Origin
-    (the console's pages send theirs: Referrer-Policy same-origin; "null" comes from a
-    sandboxed or no-referrer page elsewhere). A client that says neither (curl, a script)
-    sends its credential itself: no page of another site can make it.
-    """
-    site = request.headers.get("Sec-Fetch-Site")
-    if site is not None:
-        return site in ("same-origin", "none")
-    origin = request.headers.get("Origin")
-    if origin is None:
-        return True
-    if origin == "null":
-        return False
-    scheme = request.headers.get("X-Forwarded-Proto") or request.scheme
-    return origin in (f"{scheme}://{request.host}", f"{request.scheme}://{request.host}")
 
 
 class KeyPages:

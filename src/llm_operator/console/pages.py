@@ -3,8 +3,8 @@
 ``Console.add_routes`` is what `llmop up` and the router hand to ``Gateway.app(more=...)``.
 Who may look is the caller's to say (``viewer``): `llmop up` lets every visitor in (it
 listens on loopback), the router asks for a valid client key where the gateway has client
-keys, typed once in a login form and kept in an HttpOnly cookie for /ui only, and shows
-each key the models it may use. While a page has been asked for in the last
+keys, or a person signed in at an OpenID Connect issuer, and shows each key the models it
+may use (console/sign_in.py). While a page has been asked for in the last
 ``idle_seconds``, a task reads the gateway's registry and the source every ``every``
 seconds (console.series, console.views.History); with no page open, the console costs the
 gateway nothing.
@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import math
 import shlex
 import time
 from collections.abc import Awaitable, Callable
@@ -29,10 +28,10 @@ import yaml
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from llm_operator.access.keyring import presented_key
 from llm_operator.api.v1alpha1 import LLMModel
-from llm_operator.console.key_admin import KeyAdmin, KeyPages, same_origin
-from llm_operator.console.oidc_sign_in import SESSION_COOKIE, OidcSignIn, SignInFailed
+from llm_operator.console.key_admin import KeyAdmin, KeyPages
+from llm_operator.console.oidc_sign_in import OidcSignIn
+from llm_operator.console.security import SECURITY_HEADERS
 from llm_operator.console.series import (
     CACHED,
     GUARDS,
@@ -47,7 +46,7 @@ from llm_operator.console.series import (
     key_use,
     totals,
 )
-from llm_operator.console.throttle import SignInThrottle
+from llm_operator.console.sign_in import SignIn
 from llm_operator.console.views import (
     ADMIN,
     EVERYONE,
@@ -66,13 +65,7 @@ from llm_operator.profiles.planner import Plan
 
 log = logging.getLogger(__name__)
 PACKAGE = Path(str(files("llm_operator.console")))
-COOKIE = "llmop_console_key"
-NOT_VALID = ("That key is not valid (unknown, revoked or disabled): ask the gateway's "
-             "operator for one.")
 PLANS_KEPT = 1000
-LOGIN_STATUSES: dict[int, type[web.HTTPException]] = {
-    400: web.HTTPBadRequest, 401: web.HTTPUnauthorized, 403: web.HTTPForbidden,
-    429: web.HTTPTooManyRequests, 502: web.HTTPBadGateway}
 READ_SAMPLES = [f"{REQUESTS}_total", f"{LATENCY}_bucket", f"{TTFT}_bucket", f"{TOKENS}_total",
                 f"{CACHED}_total", QUEUE, f"{GUARDS}_total"]
 
@@ -82,16 +75,6 @@ def everyone(_: str | None) -> Visitor:
     return EVERYONE
 
 
-# nothing from elsewhere: scripts, styles and data from this origin only
-SECURITY_HEADERS = {
-    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; "
-                               "style-src 'self'; script-src 'self'; connect-src 'self'; "
-                               "frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
-    "X-Content-Type-Options": "nosniff",
-    # same-origin: the console's own form posts carry their Origin, never "null"
-    "Referrer-Policy": "same-origin",
-    "Cache-Control": "no-store",
-}
 
 
 class Console:
@@ -106,9 +89,7 @@ class Console:
                  key_admin: KeyAdmin | None = None,
                  slots: Callable[[str], tuple[float, int | None] | None] | None = None,
                  oidc: OidcSignIn | None = None) -> None:
-        self.source, self.registry, self.viewer = source, registry, viewer
-        # signing in at an issuer: then every visitor signs in, keys or not
-        self.oidc = oidc
+        self.source, self.registry = source, registry
         # the admin token's visitor sees every model and key, and changes keys
         self.key_admin = key_admin
         self.key_pages = None if key_admin is None else KeyPages(
@@ -122,13 +103,20 @@ class Console:
         self.rolling = Rolling(keep=max(1, int(600 / every)))  # ten minutes
         self.history = History()
         self._seen = 0.0  # when a page was last asked for
-        self.throttle = SignInThrottle()
         self._plans: dict[int, tuple[LLMModel, Plan]] = {}
         self._sampling: asyncio.Task[None] | None = None
         self._templates = jinja2.Environment(
             loader=jinja2.FileSystemLoader(PACKAGE / "templates"),
             autoescape=True, undefined=jinja2.StrictUndefined,
             trim_blocks=True, lstrip_blocks=True)
+        # who looks: a key, the admin token, a person signed in at an issuer (``oidc``)
+        self.sign_in = SignIn(self._templates, where, viewer, key_admin=key_admin, oidc=oidc,
+                              clock=self._now)
+        self._visitor = self.sign_in.visitor
+
+    def _now(self) -> float:
+        """The console's clock as it is when asked (a test may set ``clock``)."""
+        return self.clock()
 
     # --- the routes ---------------------------------------------------------------------
 
@@ -147,16 +135,11 @@ class Console:
         router.add_get("/ui/api/guards", self.guard_series)
         router.add_post("/ui/keys", self.change_keys)
         router.add_post("/ui/keys/{id}/{action}", self.change_keys)
-        router.add_post("/ui/login", self.login)
-        router.add_post("/ui/logout", self.logout)
-        if self.oidc is not None:
-            router.add_get("/ui/oidc/start", self.oidc_start)
-            router.add_get("/ui/oidc/callback", self.oidc_callback)
+        self.sign_in.add_routes(router)
         router.add_static("/ui/static", PACKAGE / "static", append_version=False)
 
     async def close(self) -> None:
-        if self.oidc is not None:
-            await self.oidc.close()
+        await self.sign_in.close()
         if self._sampling is not None:
             self._sampling.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -214,133 +197,6 @@ class Console:
 
     async def _home(self, _: web.Request) -> web.StreamResponse:
         raise web.HTTPFound("/ui/models")
-
-    def _visitor(self, request: web.Request) -> Visitor:
-        """What the visitor may see; the login page (401) when they must say who they are.
-
-        The key as the gateway's API takes it (a header), else who signed in at the
-        OpenID Connect issuer, else the key in the console's cookie. A cookie that no
-        longer signs in (its key disabled, rotated) is forgotten.
-        """
-        header = presented_key(request.headers)
-        if header is None and self.oidc is not None:
-            person = self.oidc.person(request)
-            if person is not None:
-                return Visitor("", lambda _: True, admin=person.admin, person=person.name)
-        given = header or request.cookies.get(COOKIE)
-        visitor = self._checked(request, given)
-        if visitor is None:
-            refused = self._login_page(
-                NOT_VALID if given else "This gateway asks for a client key."
-                if self.oidc is None else "Sign in to see this gateway's models.")
-            if request.cookies.get(COOKIE):
-                refused.del_cookie(COOKIE, path="/ui")
-            raise refused
-        return visitor
-
-    def _checked(self, request: web.Request, given: str | None) -> Visitor | None:
-        """``_who``, counting the keys that are not valid by the visitor's address.
-
-        Past the throttle's limit another such key is answered 429. A valid key always
-        signs in: behind a proxy every visitor may share one address.
-        """
-        visitor = self._who(given)
-        if visitor is not None or not given:
-            return visitor
-        self._throttled(request)
-        address = request.remote or ""
-        self.throttle.failed(address, self.clock())
-        log.warning("console: a sign-in from %s failed (key not valid)", address)
-        return None
-
-    def _who(self, given: str | None) -> Visitor | None:
-        """The admin token's visitor, a key's, everyone's, or None (not valid).
-
-        Everyone's is None where an OpenID Connect issuer is configured: sign in there.
-        """
-        if self.key_admin is not None and self.key_admin.token(given):
-            return ADMIN
-        visitor = self.viewer(given)
-        if visitor is EVERYONE and self.oidc is not None:
-            return None
-        return visitor
-
-    def _login_page(self, message: str, status: int = 401, retry_after: int = 0
-                    ) -> web.HTTPException:
-        """The sign-in form, answered 401 (or 429: wait) with ``message`` above it."""
-        text = self._templates.get_template("login.html").render(
-            where=self.where, title="Sign in", message=message, signed_in=False, person="",
-            admin=self.key_admin is not None, keys=self._asks_keys(),
-            oidc=self.oidc.name if self.oidc is not None else "")
-        headers = dict(SECURITY_HEADERS)
-        if status == 429:
-            headers["Retry-After"] = str(retry_after)
-        if status == 401:
-            headers["WWW-Authenticate"] = "Bearer"
-        return LOGIN_STATUSES[status](text=text, content_type="text/html", headers=headers)
-
-    def _asks_keys(self) -> bool:
-        """Whether a key (a client key, the admin token) signs in here."""
-        return self.viewer(None) is not EVERYONE or self.key_admin is not None
-
-    async def login(self, request: web.Request) -> web.StreamResponse:
-        """POST /ui/login (a form with ``key``): the key in a cookie for /ui, if valid."""
-        self._same_origin(request)  # no other site signs a browser in with its key
-        form = await request.post()
-        given = str(form.get("key") or "").strip()
-        if not given or self._checked(request, given) is None:
-            raise self._login_page(NOT_VALID)
-        answer = web.HTTPSeeOther("/ui/models", headers=SECURITY_HEADERS)
-        # Secure where the browser came over TLS, to this process or to a proxy before it
-        secure = request.secure or request.headers.get("X-Forwarded-Proto") == "https"
-        answer.set_cookie(COOKIE, given, path="/ui", httponly=True, samesite="Strict",
-                          secure=secure)
-        raise answer
-
-    async def logout(self, request: web.Request) -> web.StreamResponse:
-        self._same_origin(request)  # no other site signs a visitor out
-        answer = web.HTTPSeeOther("/ui/models", headers=SECURITY_HEADERS)
-        answer.del_cookie(COOKIE, path="/ui")
-        answer.del_cookie(SESSION_COOKIE, path="/ui")
-        raise answer
-
-    def _same_origin(self, request: web.Request) -> None:
-        if not same_origin(request):
-            raise web.HTTPForbidden(text="this form is taken only from the console's own "
-                                    "pages", headers=SECURITY_HEADERS)
-
-    def _throttled(self, request: web.Request) -> None:
-        """429 where the visitor's address failed to sign in too often lately."""
-        wait = self.throttle.wait(request.remote or "", self.clock())
-        if wait > 0:
-            raise self._login_page(
-                f"Too many failed sign-ins from your address: try again in "
-                f"{math.ceil(wait)} s.", status=429, retry_after=math.ceil(wait))
-
-    async def oidc_start(self, request: web.Request) -> web.StreamResponse:
-        """GET /ui/oidc/start: to the issuer's sign-in."""
-        assert self.oidc is not None
-        self._throttled(request)
-        try:
-            raise await self.oidc.start(request)
-        except SignInFailed as exc:
-            raise self._login_page(exc.message, exc.status) from None
-
-    async def oidc_callback(self, request: web.Request) -> web.StreamResponse:
-        """GET /ui/oidc/callback: back from the issuer, signed in or told why not.
-
-        A failure counts against the visitor's address, as a key that is not valid does:
-        each callback may cost the issuer a token request.
-        """
-        assert self.oidc is not None
-        self._throttled(request)
-        try:
-            raise await self.oidc.callback(request)
-        except SignInFailed as exc:
-            self.throttle.failed(request.remote or "", self.clock())
-            log.warning("console: a sign-in at the issuer from %s failed (%s)",
-                        request.remote, exc.status)
-            raise self._login_page(exc.message, exc.status) from None
 
     def _plan(self, model: LLMModel) -> Plan:
         """The planner's plan of this very model object, computed once.
