@@ -231,14 +231,9 @@ class Gateway:
         return self.table.route_calls(label)
 
     def route_line(self, label: str) -> tuple[int, int]:
-        """(requests waiting for the route's engine to get a place, its place in line).
-
-        For a route that takes turns (``sleep``); (0, 0) for any other, or none waiting.
-        """
+        """(requests waiting for the route's engine to get a place, its place in line)."""
         state = self.table.routes.get(label)
-        found = sleep_member(state.route) if state is not None else None
-        group = self.sleepers.groups.get(found.group) if found is not None else None
-        return (0, 0) if found is None or group is None else group.line(found.url)
+        return (0, 0) if state is None else self.sleepers.line(state.route)
 
     def pool_engines(self, pool: str) -> dict[str, Load]:
         return self.table.pool_engines(pool)

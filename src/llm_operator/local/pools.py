@@ -16,9 +16,11 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
+from llm_operator.api.v1alpha1 import LLMModel
 from llm_operator.local.entries import Entry
 from llm_operator.local.listening import free_port
 from llm_operator.local.placement import LocalServe
@@ -27,6 +29,7 @@ from llm_operator.local.preparing import Prepared
 from llm_operator.local.process import Timing
 from llm_operator.local.state import StateDir
 from llm_operator.profiles.llama_router import Member
+from llm_operator.profiles.pool import against_thrash
 
 log = logging.getLogger("llm_operator.local")
 
@@ -213,3 +216,20 @@ class Pools:
                 entry.pool = run
         for entry in members:
             self.refresh(entry)
+
+
+def sleep_group(model: LLMModel, pinning: set[str]) -> dict[str, Any] | None:
+    """A pool member's sleep group, where its pool limits swaps or pins a member.
+
+    Its router's members then take turns under the gateway's policy (minimum residency,
+    swap budget, pinned members), not the router's own least recently used. ``pinning``:
+    the pools (namespace/pool) with a pinned member.
+    """
+    pool = model.spec.pool
+    if pool is None:
+        return None
+    policy, label = against_thrash(pool), f"{model.namespace}/{pool.name}"
+    if not policy and label not in pinning:
+        return None
+    return {"group": f"pool {label}", "maxAwake": pool.max_loaded,
+            "control": "llama-router", "pinned": bool(pool.pinned), **policy}

@@ -34,6 +34,7 @@ from llm_operator.local.entries import Entry, Use, read_models, runtime_key
 from llm_operator.local.listening import StartError, free_port, listen
 from llm_operator.local.machine import detect
 from llm_operator.local.options import LOCAL_FLOW_CONTROL, Options
+from llm_operator.local.phases import LOADING_PHASES, SERVING, UNSETTLED, statuses
 from llm_operator.local.placement import (
     LOOPBACK,
     Decision,
@@ -42,7 +43,7 @@ from llm_operator.local.placement import (
     RemoteProxy,
     arrange,
 )
-from llm_operator.local.pools import Pools, pooled
+from llm_operator.local.pools import Pools, pooled, sleep_group
 from llm_operator.local.preparing import Prepared, prepare
 from llm_operator.local.process import Supervised
 from llm_operator.local.register import Registrar, registered
@@ -50,20 +51,11 @@ from llm_operator.mcp_server.run import service
 from llm_operator.mcp_server.settings import McpSettings
 from llm_operator.mcp_server.sources import DirectoryCache
 from llm_operator.profiles.kv_tier import host_tier_mib
-from llm_operator.profiles.pool import against_thrash
 from llm_operator.registry.catalog import is_base_model
 from llm_operator.router.routes import Options as RouteOptions
 from llm_operator.router.routes import Serving, Table, build
 
 log = logging.getLogger("llm_operator.local")
-
-# Phases a model passes through here; the API's phases where one fits.
-UNSETTLED = frozenset({"Pending", "Downloading", "Starting"})
-# a pool's member that is not loaded, or loading, is served: its pool loads it on demand
-SERVING = frozenset({"Ready", "Proxying", "Standby", "Loading"})
-LOADING_PHASES = frozenset({"Starting", "Downloading"})
-API_PHASE = {"Skipped": "Pending", "Unplaceable": "Failed", "Standby": "Ready",
-             "Loading": "Ready"}
 
 
 # After Ctrl-C or SIGTERM: what the gateway and MCP server still serve gets this long before
@@ -267,20 +259,10 @@ class Runtime:
             self._dirty.clear()
             snap = self.snapshot()
             self.options.state.write(snap)
-            self.options.state.write_statuses(self._statuses(snap))
+            self.options.state.write_statuses(statuses(snap, self.gateway_url))
             async with self._changed:
                 self._changed.notify_all()
             await asyncio.sleep(0.05)  # coalesce bursts of progress updates
-
-    def _statuses(self, snap: dict[str, Any]) -> dict[str, Any]:
-        """The status file the MCP server reads: serving models point at the gateway."""
-        out = {}
-        for row in snap["models"]:
-            status: dict[str, Any] = {"phase": API_PHASE.get(row["phase"], row["phase"])}
-            if row["phase"] in SERVING:
-                status["endpoint"] = self.gateway_url
-            out[row["name"]] = status
-        return out
 
     # --- reconciling the directory ---------------------------------------------------------
 
@@ -392,25 +374,10 @@ class Runtime:
                 # flow control's bound: every slot busy and max_queue waiting, the fairness
                 # ID holding the most is refused (429 with Retry-After), never a newcomer
                 max_concurrent=decision.slots + self.options.max_queue)], loading or "",
-                sleep=self._taking_turns(decision.model, pinning))
+                sleep=sleep_group(decision.model, pinning))
         if isinstance(decision, RemoteProxy):  # build() names it as the router does
             return Serving(route=Route.model_validate(decision.route()))
         return Serving(absent=f"llmop up {entry.phase.lower()} it: {entry.detail}")
-
-    def _taking_turns(self, model: LLMModel, pinning: set[str]) -> dict[str, Any] | None:
-        """A pool member's sleep group, where its pool limits swaps or pins a member.
-
-        Its router's members then take turns under the gateway's policy (minimum
-        residency, swap budget, pinned members), not the router's own least recently used.
-        """
-        pool = model.spec.pool
-        if pool is None:
-            return None
-        policy, label = against_thrash(pool), f"{model.namespace}/{pool.name}"
-        if not policy and label not in pinning:
-            return None
-        return {"group": f"pool {label}", "maxAwake": pool.max_loaded,
-                "control": "llama-router", "pinned": bool(pool.pinned), **policy}
 
     def _reroute(self) -> None:
         """The gateway's routes: every served and proxied model, as the router builds them.

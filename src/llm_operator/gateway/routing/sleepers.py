@@ -338,6 +338,12 @@ class Sleepers:
                 group.engines[route.url].pinned = route.pinned
             self.groups[name] = group
 
+    def line(self, route: Route) -> tuple[int, int]:
+        """``SleepGroup.line`` of the route's engine; (0, 0) where it takes no turns."""
+        found = member(route)
+        group = self.groups.get(found.group) if found is not None else None
+        return (0, 0) if found is None or group is None else group.line(found.url)
+
     async def report(self, members: Iterable[tuple[str, str, str]]) -> dict[str, Any]:
         """GET /models: each engine's model, loaded or not, as llama-server's router says.
 
