@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import configparser
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ import yaml
 
 from llm_operator.api.pools import pool_scaling, pools
 from llm_operator.api.validation import parse_llmmodel
+from llm_operator.gateway.settings.config import parse_config
 from llm_operator.profiles.pool import plan_pool
 from llm_operator.profiles.settings import Settings
 from llm_operator.render.pool_engine import member_problems, pool_objects
@@ -124,11 +126,58 @@ def test_a_member_not_on_the_node_is_refused_with_the_field_named() -> None:
     assert "files on the node so far (a GGUF file" in problem.message
 
 
-@pytest.mark.parametrize("field", ["minResidencySeconds", "maxSwapsPerMinute", "pinned"])
-def test_a_llamacpp_pool_asking_for_a_swap_policy_is_refused_in_a_cluster_saying_where_it_holds(
-        field: str) -> None:
-    doc = load_yaml(POOL / "gemma-pool-qa.yaml")
-    doc["spec"]["pool"][field] = True if field == "pinned" else 10
-    (problem,) = member_problems(parse_llmmodel(doc))
-    assert problem.path == f"spec.pool.{field}"
-    assert "by recency so far" in problem.message and "llmop up" in problem.message
+def _turning(**pool: Any) -> list[dict[str, Any]]:
+    """The example pool with ``pool`` fields on every member (pinned: on gemma-pool-qa)."""
+    members = []
+    for path in sorted(POOL.glob("*.yaml")):
+        doc = load_yaml(path)
+        doc["spec"]["pool"].update({k: v for k, v in pool.items() if k != "pinned"})
+        if pool.get("pinned") and doc["metadata"]["name"] == "gemma-pool-qa":
+            doc["spec"]["pool"]["pinned"] = True
+        members.append(parse_llmmodel(doc))
+    assert all(member_problems(m) == [] for m in members)
+    (group,) = pools(members).values()
+    return pool_objects(group, plan_pool(group), Settings())
+
+
+@pytest.mark.parametrize(("pool", "policy"), [
+    ({"minResidencySeconds": 10}, {"minAwakeSeconds": 10}),
+    ({"maxSwapsPerMinute": 6}, {"maxWakesPerMinute": 6}),
+    ({"pinned": True}, {}),
+], ids=["minResidencySeconds", "maxSwapsPerMinute", "pinned"])
+def test_a_llamacpp_pool_with_a_swap_policy_takes_turns_under_a_gateway_in_its_pod(
+        pool: dict[str, Any], policy: dict[str, Any]) -> None:
+    """As under `llmop up`: the pod's gateway serves the pool's port and holds the policy
+    over llama-server's router, which it loads and unloads members of; the Service, the
+    router and the members' status meet the gateway."""
+    objects = _turning(**pool)
+    assert [e for o in objects for e in validate_object(o)] == []
+    config_map, deployment, service = objects[:3]
+    pod = deployment["spec"]["template"]["spec"]
+    server, gateway = pod["containers"]
+    assert gateway["name"] == "pool-gateway" and gateway["ports"][0]["containerPort"] == 8000
+    assert server["ports"] == [{"name": "engine", "containerPort": 8001, "protocol": "TCP"}]
+    assert server["args"][server["args"].index("--port") + 1] == "8001"
+    assert server["readinessProbe"]["httpGet"]["port"] == "engine"
+    assert service["spec"]["ports"][0]["targetPort"] == "http"  # the gateway's
+    config = parse_config(yaml.safe_load(config_map["data"]["gateway.yaml"]))
+    for route in config.routes:
+        assert route.deployments[0].base_url == "http://127.0.0.1:8001/v1"
+        sleep = route.sleep
+        assert sleep is not None and (sleep.control, sleep.max_awake) == ("llama-router", 2)
+        assert (sleep.min_awake_seconds, sleep.max_wakes_per_minute) == (
+            policy.get("minAwakeSeconds", 0.0), policy.get("maxWakesPerMinute"))
+        assert sleep.pinned is (pool.get("pinned", False) and route.name == "gemma-3-270m-qa")
+    # the pinned member loads at start, with the first by name beside it
+    preset = configparser.ConfigParser()
+    preset.read_string("[top]\n" + config_map["data"]["models.ini"])
+    loaded = [name for name in preset.sections()
+              if preset[name].get("load-on-startup") == "true"]
+    assert loaded == (["gemma-3-270m-chat", "gemma-3-270m-qa"] if pool.get("pinned") else
+                      ["gemma-3-270m-chat", "gemma-3-270m-long"])
+
+
+def test_a_pool_without_a_policy_has_no_gateway_in_its_pod() -> None:
+    pod = _objects()[1]["spec"]["template"]["spec"]
+    assert [c["name"] for c in pod["containers"]] == ["pool-server"]
+    assert "gateway.yaml" not in _objects()[0]["data"]

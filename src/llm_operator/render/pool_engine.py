@@ -13,6 +13,8 @@ import posixpath
 from collections.abc import Sequence
 from typing import Any
 
+import yaml
+
 from llm_operator.api import labels as L
 from llm_operator.api.kv_cache import mib_quantity
 from llm_operator.api.pools import pool_autoscaled, pool_scaling
@@ -22,17 +24,24 @@ from llm_operator.profiles.engines import NON_ROOT_UID, PORT, engine
 from llm_operator.profiles.kv_tier import pool_tier_mib
 from llm_operator.profiles.llama_router import Member, models_preset, router_args
 from llm_operator.profiles.llamaserver import Where, llama_server_args
-from llm_operator.profiles.pool import PoolPlan
+from llm_operator.profiles.pool import PoolPlan, against_thrash
 from llm_operator.profiles.settings import Settings
 from llm_operator.profiles.vendors import vendor
 from llm_operator.render import engine_image, pool_vllm
 from llm_operator.render.disruption import pods_budget
 from llm_operator.render.meta import content_hash, restricted_container_security
-from llm_operator.render.pool_pod import CONFIG_DIR, SERVER_CONTAINER, member_dir
+from llm_operator.render.pool_pod import (
+    CONFIG_DIR,
+    GATEWAY_FILE,
+    SERVER_CONTAINER,
+    gateway_container,
+    member_dir,
+)
 from llm_operator.render.weights import node_file
 
 COMPONENT = "pool"
 PRESET_FILE = "models.ini"
+ENGINE_PORT = PORT + 1  # llama-server's router, where a gateway in the pod serves PORT
 # A changed pool (a member added, edited or gone) replaces its pods one at a time, never
 # starting a new pod beside the old: that would need its loaded members' memory and CPU (a
 # vLLM pool's accelerators) twice, which a node sized for the pool does not have, and the
@@ -55,7 +64,7 @@ def pool_labels(pool: str) -> dict[str, str]:
 def member_problems(model: LLMModel) -> list[Problem]:
     """Why a pooled model cannot be a member in a cluster, each with its field.
 
-    So far: its file must be on the node, and a llama.cpp pool swaps by recency alone.
+    So far: its file must be on the node.
     """
     pool = model.spec.pool
     if pool is None:
@@ -67,17 +76,6 @@ def member_problems(model: LLMModel) -> list[Problem]:
             "file, or for vLLM a model directory; modelSource.type file, an absolute path): "
             "the pool's engine mounts each one; serve this model outside the pool, or put "
             "its file on the nodes"))
-    if model.spec.inference_engine == "llamacpp":
-        for field, value in (("minResidencySeconds", pool.min_residency_seconds),
-                             ("maxSwapsPerMinute", pool.max_swaps_per_minute),
-                             ("pinned", pool.pinned or None)):
-            if value is not None:
-                problems.append(Problem(
-                    f"spec.pool.{field}", "a llama.cpp pool in a cluster swaps its members "
-                    "by recency so far (llama-server's router unloads the least recently "
-                    "used); minResidencySeconds, maxSwapsPerMinute and pinned hold under "
-                    "`llmop up` and on vLLM pools: remove it to serve this pool in a "
-                    "cluster"))
     return problems
 
 
@@ -143,12 +141,49 @@ def _meta(pool: str, namespace: str, members: Sequence[LLMModel]) -> dict[str, A
 
 
 def preset(members: Sequence[LLMModel]) -> str:
-    """The members' --models-preset file: each with its own flags, its file in the pod."""
+    """The members' --models-preset file: each with its own flags, its file in the pod.
+
+    The first ``maxLoaded`` load at start: the pinned members, then the first by name.
+    """
+    pool = members[0].spec.pool
+    first = sorted(members, key=lambda m: not (m.spec.pool and m.spec.pool.pinned))[
+        :pool.max_loaded if pool else 0]
     return models_preset([
         Member(m.spec.model_id, _member_path(m),
                llama_server_args(m.spec, Where(_member_path(m), "0.0.0.0", PORT)).args,
-               load_on_startup=i < (m.spec.pool.max_loaded if m.spec.pool else 0))
-        for i, m in enumerate(members)])
+               load_on_startup=m in first)
+        for m in members])
+
+
+def turns_policy(members: Sequence[LLMModel]) -> dict[str, Any] | None:
+    """The sleep group's policy where the pool sets one or pins a member, else None.
+
+    Then its members take turns under a gateway in the pod (``turns_gateway``), as under
+    `llmop up`: a minimum residency, a swap budget, pinned members never unloaded for
+    another. Else llama-server's router unloads the least recently used member.
+    """
+    pool = members[0].spec.pool
+    assert pool is not None
+    policy: dict[str, Any] = dict(against_thrash(pool))
+    if policy or any(m.spec.pool and m.spec.pool.pinned for m in members):
+        return policy
+    return None
+
+
+def turns_gateway(members: Sequence[LLMModel], policy: dict[str, Any], *,
+                  engine_port: int = ENGINE_PORT, port: int = PORT) -> str:
+    """The pool-gateway's config: a route per member, one sleep group over the router."""
+    pool = members[0].spec.pool
+    assert pool is not None
+    routes = [{"name": m.spec.model_id, "models": [m.spec.model_id],
+               "upstream": {"baseUrl": f"http://127.0.0.1:{engine_port}/v1", "auth": "none"},
+               "sleep": {"group": f"pool {pool.name}", "maxAwake": pool.max_loaded,
+                         "control": "llama-router", **policy, **(
+                             {"pinned": True} if m.spec.pool and m.spec.pool.pinned else {})}}
+              for m in members]
+    return yaml.safe_dump({"listen": {"host": "0.0.0.0", "port": port},
+                           "flowControl": {"enabled": False},  # the router's to do
+                           "routes": routes}, sort_keys=False)
 
 
 def pool_objects(members: Sequence[LLMModel], plan: PoolPlan, settings: Settings
@@ -163,11 +198,14 @@ def pool_objects(members: Sequence[LLMModel], plan: PoolPlan, settings: Settings
     namespace = first.namespace
     meta = _meta(pool.name, namespace, members)
     if first.spec.inference_engine == "vllm":  # engines taking turns (render/pool_vllm.py)
-        data = {pool_vllm.GATEWAY_FILE: pool_vllm.gateway_config(members, pool.max_loaded),
+        data = {GATEWAY_FILE: pool_vllm.gateway_config(members, pool.max_loaded),
                 pool_vllm.LAUNCHER_FILE: pool_vllm.launcher(members, pool.max_loaded)}
         return _objects(meta, pool.name, members, data=data, settings=settings,
                         pod=pool_vllm.pod(members, plan, settings, pool_object_name(pool.name)))
     text = preset(members)
+    policy = turns_policy(members)
+    # taking turns: the router behind the pod's own gateway, which serves the pool's port
+    engine_port = PORT if policy is None else ENGINE_PORT
     vp, eng = vendor(first.spec.accelerator_vendor), engine("llamacpp")
     image = engine_image(vp, eng.name, settings)
     assert image is not None  # each member's placement_problems() checked it
@@ -186,15 +224,16 @@ def pool_objects(members: Sequence[LLMModel], plan: PoolPlan, settings: Settings
                        "readOnly": True})
     volumes.append({"name": "verified", "emptyDir": {}})
     init = [_verify(member, i, settings) for i, member in enumerate(members)]
-    probe = {"httpGet": {"path": "/health", "port": "http"}}
+    port_name = "http" if policy is None else "engine"
+    probe = {"httpGet": {"path": "/health", "port": port_name}}
     server = {
         "name": SERVER_CONTAINER, "image": image,
         "imagePullPolicy": settings.images.pull_policy,
         "command": ["/app/llama-server"],
-        "args": router_args("0.0.0.0", PORT, posixpath.join(CONFIG_DIR, PRESET_FILE),
+        "args": router_args("0.0.0.0", engine_port, posixpath.join(CONFIG_DIR, PRESET_FILE),
                             pool.max_loaded),
         "env": [{"name": "HOME", "value": "/tmp"}],
-        "ports": [{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
+        "ports": [{"name": port_name, "containerPort": engine_port, "protocol": "TCP"}],
         "resources": {"requests": {"cpu": f"{cpu}m", "memory": memory},
                       "limits": {"cpu": f"{cpu}m", "memory": memory}},
         "volumeMounts": mounts,
@@ -211,8 +250,11 @@ def pool_objects(members: Sequence[LLMModel], plan: PoolPlan, settings: Settings
         "securityContext": {"fsGroup": NON_ROOT_UID, "fsGroupChangePolicy": "OnRootMismatch",
                             "seccompProfile": {"type": "RuntimeDefault"}},
         "initContainers": init, "containers": [server], "volumes": volumes}
-    return _objects(meta, pool.name, members, data={PRESET_FILE: text}, pod=pod,
-                    settings=settings)
+    data = {PRESET_FILE: text}
+    if policy is not None:
+        data[GATEWAY_FILE] = turns_gateway(members, policy)
+        pod["containers"].append(gateway_container(settings, mounts[0]))
+    return _objects(meta, pool.name, members, data=data, pod=pod, settings=settings)
 
 
 def _objects(meta: dict[str, Any], pool: str, members: Sequence[LLMModel], *,

@@ -1,14 +1,39 @@
-"""What every model pool's pod has, whichever engine serves it: names and mount points."""
+"""What every model pool's pod has, whichever engine serves it: names, mounts, its gateway."""
 
 from __future__ import annotations
 
 import posixpath
+from typing import Any
 
 from llm_operator.api.v1alpha1 import LLMModel
+from llm_operator.profiles.engines import PORT
+from llm_operator.profiles.settings import Settings
+from llm_operator.render.meta import restricted_container_security
 
 CONFIG_DIR = "/etc/llmop-pool"  # the pool's ConfigMap: llama.cpp's preset, vLLM's launcher
 MEMBERS_DIR = "/models"
 SERVER_CONTAINER = "pool-server"  # the engine's container: its log says why a load failed
+GATEWAY_FILE = "gateway.yaml"  # the pool-gateway's config, where members take turns under it
+
+
+def gateway_container(settings: Settings, config_mount: dict[str, Any]) -> dict[str, Any]:
+    """The pool's own `llmop gateway` on its port: members taking turns (a sleep group)."""
+    def health() -> dict[str, Any]:  # one dict each: YAML would anchor a shared one
+        return {"httpGet": {"path": "/health", "port": "http"}}
+
+    return {
+        "name": "pool-gateway", "image": settings.images.operator,
+        "imagePullPolicy": settings.images.pull_policy,
+        "command": ["llmop", "gateway", "--config", posixpath.join(CONFIG_DIR, GATEWAY_FILE)],
+        "env": [{"name": "HOME", "value": "/tmp"}],
+        "ports": [{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
+        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"},
+                      "limits": {"memory": "512Mi"}},
+        "volumeMounts": [config_mount],
+        "readinessProbe": {**health(), "periodSeconds": 10},
+        "livenessProbe": {**health(), "periodSeconds": 30, "failureThreshold": 5},
+        "securityContext": restricted_container_security(non_root=True),
+    }
 
 
 def member_dir(member: LLMModel) -> str:

@@ -31,10 +31,15 @@ from llm_operator.render import accelerators, engine_image, pod_node_selector, p
 from llm_operator.render.accelerators import cpu_quantity
 from llm_operator.render.compile_cache import compile_cache
 from llm_operator.render.meta import restricted_container_security
-from llm_operator.render.pool_pod import CONFIG_DIR, SERVER_CONTAINER, member_dir
+from llm_operator.render.pool_pod import (
+    CONFIG_DIR,
+    SERVER_CONTAINER,
+    gateway_container,
+    member_dir,
+)
 from llm_operator.render.weights import node_file
 
-GATEWAY_FILE, LAUNCHER_FILE = "gateway.yaml", "launch.sh"
+LAUNCHER_FILE = "launch.sh"
 FIRST_MEMBER_PORT = PORT + 1  # members listen on loopback from here, in name order
 READY_FILE = "/tmp/llmop-pool-ready"  # the launcher's: every member serves
 SLEEP_GROUP = "accelerator"
@@ -170,19 +175,7 @@ def pod(members: Sequence[LLMModel], plan: PoolPlan, settings: Settings, config_
         "securityContext": restricted_container_security(non_root=False,
                                                          add=vp.capabilities_add),
     }
-    gateway = {
-        "name": "pool-gateway", "image": settings.images.operator,
-        "imagePullPolicy": settings.images.pull_policy,
-        "command": ["llmop", "gateway", "--config", posixpath.join(CONFIG_DIR, GATEWAY_FILE)],
-        "env": [{"name": "HOME", "value": "/tmp"}],
-        "ports": [{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
-        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"},
-                      "limits": {"memory": "512Mi"}},
-        "volumeMounts": [_config_mount()],
-        "readinessProbe": {**_health(), "periodSeconds": 10},
-        "livenessProbe": {**_health(), "periodSeconds": 30, "failureThreshold": 5},
-        "securityContext": restricted_container_security(non_root=True),
-    }
+    gateway = gateway_container(settings, _config_mount())
     out: dict[str, Any] = {
         "enableServiceLinks": False,
         "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
@@ -206,7 +199,3 @@ def _config_mount() -> dict[str, Any]:
 def _ready() -> dict[str, Any]:
     """The launcher's word that every member serves (its ready file)."""
     return {"exec": {"command": ["test", "-f", READY_FILE]}}
-
-
-def _health() -> dict[str, Any]:
-    return {"httpGet": {"path": "/health", "port": "http"}}
