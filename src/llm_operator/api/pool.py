@@ -50,5 +50,5 @@ class PoolSpec(Wire):
     pinned: bool | None = Field(
         None, description="Keep this member loaded (Ollama's keep_alive -1): it loads when "
         "the pool starts and is never unloaded for another member, which share the other "
-        "maxLoaded places. Under `llmop up` and on vLLM pools, where the gateway chooses "
-        "which member leaves; refused on a llama.cpp pool in a cluster so far.")
+        "maxLoaded places. The gateway that chooses which member leaves holds it: "
+        "`llmop up`'s, or the pool pod's own.")
