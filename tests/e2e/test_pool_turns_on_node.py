@@ -67,13 +67,15 @@ def test_a_member_not_loaded_waits_for_the_loaded_ones_minimum_and_none_fails(
         assert answer.model == model_id and answer.choices[0].text
         return time.monotonic() - began
 
-    began = time.monotonic()
-    ask(CHAT)  # loaded at start: the gateway counts its residency from this request
+    ask(CHAT)  # loaded at start: its minimum may have passed already
     assert _loaded(engine) == {CHAT}
-    ask(QA)  # waits for CHAT's minimum, then CHAT is unloaded for it
-    assert time.monotonic() - began >= RESIDENCY
+    began = time.monotonic()
+    ask(QA)  # CHAT unloaded for it, once CHAT has had its minimum
     assert _loaded(engine) == {QA}
     assert ask(QA) < RESIDENCY / 2  # loaded: answered at once
+    ask(CHAT)  # waits for QA's minimum: QA was loaded after ``began``
+    assert time.monotonic() - began >= RESIDENCY
+    assert _loaded(engine) == {CHAT}
     metrics = httpx2.get(f"{engine}/metrics", timeout=10).text
     assert 'action="wake",group="pool gemma-small",outcome="ok"' in metrics
     assert 'outcome="failed"' not in metrics

@@ -33,12 +33,23 @@ llamacpp:requests_deferred 2
 """
 
 
+# a model pool's own gateway answers its pool's /metrics: none of its engines' figures
+POOL_GATEWAY = """\
+# TYPE llmop_gateway_requests_total counter
+llmop_gateway_requests_total{route="m",status="200"} 7.0
+# TYPE llmop_gateway_engine_wake_waiting gauge
+llmop_gateway_engine_wake_waiting{group="pool p",upstream="u"} 1.0
+"""
+
+
 @pytest.mark.parametrize(("text", "numbers"), [
     (VLLM, (3.0, 5.0, 0.25)),
     (VLLM_OLD_KV, (0.0, 0.0, 0.5)),
     (LLAMA_SERVER, (2.0, 4.0, 0.0)),
-    ("", (0.0, 0.0, 0.0)),
-], ids=["vllm", "vllm-older-kv-name", "llama-server", "nothing"])
+    ("", None),
+    (POOL_GATEWAY, None),
+], ids=["vllm", "vllm-older-kv-name", "llama-server", "nothing", "a pool's gateway"])
 def test_waiting_running_and_kv_usage_of_each_engine(
-        text: str, numbers: tuple[float, float, float]) -> None:
-    assert engine_report(text) == EngineReport(*numbers)
+        text: str, numbers: tuple[float, float, float] | None) -> None:
+    """None: nothing known of its engines, as of one without metrics (not an idle one)."""
+    assert engine_report(text) == (None if numbers is None else EngineReport(*numbers))

@@ -8,11 +8,13 @@ sleep under a running request fails too. The gateway must never cause either.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from llm_operator.gateway.app import Gateway
@@ -409,3 +411,57 @@ async def test_an_idle_engine_that_comes_of_age_sleeps_before_a_busy_one_drains(
     assert control.calls == [("sleep", "a"), ("wake", "c")]
     assert time.waits == [5.0]
     assert group.engines["b"].state == "awake" and group.enter_now("b")
+
+
+async def test_a_members_place_in_line_is_its_earliest_request_still_waiting() -> None:
+    """B's first request waits for A's minimum, C's and B's second behind it: B is first,
+    then C. B's first leaves: C, whose request came before B's second, is first now."""
+    time, control = Time(held=asyncio.Event()), Recorded()
+    group = SleepGroup("g", 1, control, min_awake=30, clock=time.clock, sleep=time.sleep)
+    group.engines = {"a": Engine("a", state="awake", awake_since=1000.0),
+                     "b": Engine("b", state="asleep"), "c": Engine("c", state="asleep")}
+    first = asyncio.create_task(group.enter("b"))
+    async with asyncio.timeout(5):
+        while not time.waits:  # B's first holds the group, waiting for A's minimum
+            await asyncio.sleep(0)
+    behind = [asyncio.create_task(group.enter(u)) for u in ("c", "b")]
+    await asyncio.sleep(0)  # each takes its ticket, then waits for the group
+    assert (group.line("b"), group.line("c"), group.line("a")) == ((2, 1), (1, 2), (0, 0))
+    first.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await first
+    assert (group.line("b"), group.line("c")) == ((1, 2), (1, 1))
+    for task in behind:
+        task.cancel()
+    await asyncio.gather(*behind, return_exceptions=True)
+    assert (group.line("b"), group.line("c")) == ((0, 0), (0, 0))
+
+
+async def test_get_models_passes_on_what_llama_servers_router_says_of_each_member() -> None:
+    """Behind a pool's own gateway, the operator reads the router's words: a member asleep
+    after its idle time, one whose load failed (exit code, no reason: the pod's log has
+    it), one loaded."""
+    said = {"chat": {"value": "loaded"}, "qa": {"value": "sleeping"},
+            "long": {"value": "unloaded", "failed": True, "exit_code": 1,
+                     "preset": "[long]\nmodel = /models/long.gguf\n"}}
+
+    async def models(_: web.Request) -> web.Response:
+        return web.json_response({"data": [{"id": m, "status": s} for m, s in said.items()]})
+
+    app = web.Application()
+    app.router.add_get("/models", models)
+    router = TestServer(app, host="127.0.0.1")
+    await router.start_server()
+    base = str(router.make_url("/v1"))
+    client, _ = await gateway([
+        {"name": m, "models": [m], "upstream": {"baseUrl": base, "auth": "none"},
+         "sleep": {"group": "pool p", "maxAwake": 1, "control": "llama-router"}}
+        for m in said])
+    try:
+        body = await (await client.get("/models")).json()
+        assert {m["id"]: m["status"] for m in body["data"]} == {
+            "chat": {"value": "loaded"}, "qa": {"value": "sleeping"},
+            "long": {"value": "unloaded", "failed": True, "exit_code": 1}}
+    finally:
+        await client.close()
+        await router.close()

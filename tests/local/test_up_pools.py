@@ -65,6 +65,7 @@ def _clock(at: float) -> str:
     ("Standby", None, Use(None, False, waiting=1, place=1),
      "; 1 request waiting, next to get a place"),
     ("Standby", None, Use(None, False, waiting=3, place=2), "; 3 requests waiting, 2nd in line"),
+    ("Ready", None, Use(None, False, waiting=1, place=1), ""),  # loaded: it waits for nothing
 ])
 def test_a_members_status_says_when_it_unloads_or_its_place_in_line(
         phase: str, idle_seconds: int | None, use: Use, note: str) -> None:
@@ -348,6 +349,9 @@ def _rss_of_tree(pid: int) -> int:
     return total
 
 
+IDLE = 4  # seconds: the idle member's pool.idleSeconds
+
+
 async def test_an_idle_member_sleeps_after_its_idle_seconds_and_gives_its_memory_back(
         tmp_path: Path, model_cache: Path) -> None:
     """pool.idleSeconds on one member: asleep within idleSeconds + 5 s of its last answer,
@@ -355,7 +359,7 @@ async def test_an_idle_member_sleeps_after_its_idle_seconds_and_gives_its_memory
     models = pool_copy(tmp_path / "models")
     qa = next(models.glob("gemma-pool-qa.yaml"))
     doc = load_yaml(qa)
-    doc["spec"]["pool"]["idleSeconds"] = 2
+    doc["spec"]["pool"]["idleSeconds"] = IDLE
     write_model(models, doc)
     async with running(options(models, tmp_path / "state", model_cache)) as up, \
             openai.AsyncOpenAI(base_url=up.gateway_url, api_key="unused",
@@ -368,16 +372,16 @@ async def test_an_idle_member_sleeps_after_its_idle_seconds_and_gives_its_memory
         answered = asyncio.get_running_loop().time()
         assert answer.model == QA
         awake = _rss_of_tree(router.pid)  # sampled while it is loaded
-        # as `llmop status` shows it, while it is loaded and idle
-        assert "(pool.idleSeconds 2) unless a request comes" in \
-            row(up.snapshot(), "gemma-pool-qa")["detail"]
-        await up.until(lambda s: "asleep" in row(s, "gemma-pool-qa")["detail"], 2 + 5)
+        # as `llmop status` shows it, sampled while it is loaded and idle
+        await up.until(lambda s: f"(pool.idleSeconds {IDLE}) unless a request comes" in
+                       row(s, "gemma-pool-qa")["detail"], IDLE)
+        await up.until(lambda s: "asleep" in row(s, "gemma-pool-qa")["detail"], IDLE + 5)
         slept = asyncio.get_running_loop().time() - answered
         asleep = _rss_of_tree(router.pid)
         assert awake - asleep > 150 * 2**20, (awake, asleep)  # its weights, ~250 MB mapped
         again = await client.completions.create(model=QA, prompt=QUESTION, max_tokens=4,
                                                 temperature=0)
-        assert again.model == QA and slept <= 2 + 5
+        assert again.model == QA and slept <= IDLE + 5
 
 
 RESIDENCY = 4  # seconds: long enough to see a request wait, short for a test

@@ -66,7 +66,8 @@ class Entry:
 class Use(NamedTuple):
     """A pool member's requests, as the gateway sees them."""
 
-    idle: float | None  # seconds since its last answer ended (None: one runs, or none yet)
+    idle: float | None  # seconds since its last answer ended or it was loaded (None: one
+    # runs, or neither happened yet)
     busy: bool  # a request of its is at the engine now
     waiting: int = 0  # requests waiting for it to get a place (the gateway's turns)
     place: int = 0  # its place in the pool's line for a place: 1 is next
@@ -77,7 +78,7 @@ def member_note(phase: str, idle_seconds: int | None, use: Use, now: float) -> s
 
     ``now``: the wall clock, for the time an idle member unloads.
     """
-    if use.waiting:
+    if use.waiting and phase != "Ready":
         place = "next to get a place" if use.place == 1 else f"{_ordinal(use.place)} in line"
         return f"; {use.waiting} request{'s' if use.waiting != 1 else ''} waiting, {place}"
     if phase != "Ready" or idle_seconds is None:

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,6 +91,8 @@ class PoolRun:
     # what else the members' status says (when an idle one unloads, a waiting one's place
     # in line): read with the states, a change of it is a change too
     notes: Callable[[], object] = lambda: None
+    # when each member was last found loaded (time.monotonic): idle counts from then too
+    ready_since: dict[str, float] = field(default_factory=dict)
 
     def serving(self) -> bool:
         """Whether the router is up, so that an edit can reach it without a restart."""
@@ -189,6 +192,12 @@ class PoolRun:
                         states = member_states(body, self.label, self.max_loaded,
                                                len(self.members), self._load_error)
                         if states != self.states:
+                            now = time.monotonic()
+                            for model_id, state in states.items():
+                                before = self.states.get(model_id)
+                                if state.phase == "Ready" and (
+                                        before is None or before.phase != "Ready"):
+                                    self.ready_since[model_id] = now
                             self.states = states
                             on_change()
                 notes = self.notes()

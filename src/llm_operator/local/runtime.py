@@ -416,6 +416,11 @@ class Runtime:
         if not labels:
             return Use(None, False)
         in_flight, idle = self.gateway.route_calls(labels[0]) or (0, None)
+        # loaded again since its last request (its router started anew): idle since then
+        since = entry.pool.ready_since.get(entry.model.spec.model_id) if entry.pool else None
+        if since is not None:
+            loaded = time.monotonic() - since
+            idle = loaded if idle is None else min(idle, loaded)
         return Use(None if in_flight else idle, bool(in_flight),
                    *self.gateway.route_line(labels[0]))
 

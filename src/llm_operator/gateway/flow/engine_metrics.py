@@ -14,18 +14,22 @@ RUNNING = ("vllm:num_requests_running", "sglang:num_running_reqs",
 KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage")
 
 
-def engine_report(text: str) -> EngineReport:
+def engine_report(text: str) -> EngineReport | None:
     """(waiting, running, KV cache usage 0..1) from an engine's /metrics text.
 
-    ValueError when the text is not Prometheus' exposition format.
+    None where the text holds none of an engine's queue figures: not an engine's (a pool's
+    own gateway answers there, whose idle figures are not its engines'), so nothing is
+    known, as of an engine without metrics. ValueError when the text is not Prometheus'
+    exposition format.
     """
     waiting = running = kv = 0.0
+    found = False
     for family in text_string_to_metric_families(text):
         total = sum(s.value for s in family.samples if s.name == family.name)
         if family.name in WAITING:
-            waiting = total
+            waiting, found = total, True
         elif family.name in RUNNING:
-            running = total
+            running, found = total, True
         elif family.name in KV_USAGE:
-            kv = max([kv, *(s.value for s in family.samples)])
-    return EngineReport(waiting, running, kv)
+            kv, found = max([kv, *(s.value for s in family.samples)]), True
+    return EngineReport(waiting, running, kv) if found else None

@@ -20,6 +20,7 @@ import aiohttp
 from llm_operator.gateway.routing.sleepers import CONTROL_SECONDS, SleepError
 
 LOOK_EVERY_SECONDS = 0.05  # the router says nothing when a change is done: it is asked
+REPORTED = ("value", "failed", "exit_code")  # of a member's status, as the router gives it
 
 
 def member_key(base_url: str, model: str) -> str:
@@ -99,6 +100,17 @@ class LlamaRouterControl:
         # asleep after its idle time (pool.idleSeconds): its process holds its place, and
         # the request about to be sent wakes it
         await self._until(root, model, "loaded", "sleeping")
+
+    async def status(self, key: str) -> dict[str, Any]:
+        """The member's status as the router says it, for the gateway's own GET /models.
+
+        Loaded, sleeping (its idle time passed), a failed load with its exit code: the
+        operator then reads the engine's words from the pod's log, as with no gateway in
+        front. SleepError where the router does not answer.
+        """
+        root, model = _split(key)
+        said = await self._status(root, model)
+        return {k: v for k, v in said.items() if k in REPORTED}
 
     async def sleeping(self, key: str) -> bool:
         root, model = _split(key)

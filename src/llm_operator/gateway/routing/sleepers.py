@@ -65,7 +65,7 @@ class Engine:
     failure: str = ""  # why, as the gateway told the client
     awake_since: float = 0.0  # the group's clock when it was last woken or found awake
     waiting: int = 0  # requests waiting for it to be woken
-    queued: int = 0  # when the first of them began to wait: the group's count of such
+    tickets: list[int] = field(default_factory=list)  # theirs, in the group's count
     pinned: bool = False  # never put to sleep for another
 
     @property
@@ -94,7 +94,7 @@ class SleepGroup:
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     tick: int = 0
-    queued: int = 0  # engines that requests began to wait for, counted
+    queued: int = 0  # requests that began to wait, counted: each one's ticket
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _freed: asyncio.Event = field(default_factory=asyncio.Event)
     _wakes: deque[float] = field(default_factory=deque)
@@ -110,9 +110,9 @@ class SleepGroup:
     async def enter(self, url: str) -> None:
         """The engine awake with this request counted in it (SleepError: it cannot be)."""
         engine = self.engines[url]
-        if not engine.waiting:
-            self.queued += 1
-            engine.queued = self.queued
+        self.queued += 1
+        ticket = self.queued
+        engine.tickets.append(ticket)
         engine.waiting += 1
         try:
             async with self._lock:  # one change at a time
@@ -126,19 +126,22 @@ class SleepGroup:
                 self._use(engine)
         finally:
             engine.waiting -= 1
+            engine.tickets.remove(ticket)
 
     def line(self, url: str) -> tuple[int, int]:
         """(requests waiting for the engine at ``url``, its place in the group's line).
 
-        The place among the engines that requests wait for, by when their first began to
-        wait (the group's changes are made in that order): 1 is next, 0 when none waits.
+        The place among the engines that requests wait for, by the earliest of their
+        requests still waiting (the group's changes are made in that order): 1 is next, 0
+        when none waits.
         """
         engine = self.engines.get(url)
-        if engine is None or not engine.waiting:
+        if engine is None or not engine.tickets:
             return 0, 0
+        first = engine.tickets[0]
         ahead = sum(1 for e in self.engines.values()
-                    if e.waiting and e is not engine and e.queued < engine.queued)
-        return engine.waiting, ahead + 1
+                    if e.tickets and e is not engine and e.tickets[0] < first)
+        return len(engine.tickets), ahead + 1
 
     async def _within_budget(self) -> None:
         """Until a wake fits the group's budget: the oldest counted leaves the window."""
@@ -356,11 +359,15 @@ class Sleepers:
         for model, group, url in listed:
             found = self.groups.get(group)
             engine = found.engines.get(url) if found is not None else None
-            if engine is None:
+            if found is None or engine is None:
                 continue
             loaded = engine.loaded
             status: dict[str, Any] = {"value": loaded} if loaded != "failed" else {
                 "value": "unloaded", "failed": True, "reason": engine.failure}
+            said = getattr(found.control, "status", None)  # the engine's own words, if any
+            if said is not None and engine.state != "changing":
+                with contextlib.suppress(SleepError):
+                    status = await said(url)
             data.append({"id": model, "object": "model", "status": status})
         return {"object": "list", "data": data}
 
