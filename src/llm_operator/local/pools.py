@@ -29,7 +29,7 @@ from llm_operator.local.preparing import Prepared
 from llm_operator.local.process import Timing
 from llm_operator.local.state import StateDir
 from llm_operator.profiles.llama_router import Member
-from llm_operator.profiles.pool import against_thrash
+from llm_operator.profiles.pool import against_thrash, sleep_settings
 
 log = logging.getLogger("llm_operator.local")
 
@@ -228,8 +228,7 @@ def sleep_group(model: LLMModel, pinning: set[str]) -> dict[str, Any] | None:
     pool = model.spec.pool
     if pool is None:
         return None
-    policy, label = against_thrash(pool), f"{model.namespace}/{pool.name}"
-    if not policy and label not in pinning:
+    label = f"{model.namespace}/{pool.name}"
+    if not against_thrash(pool) and label not in pinning:
         return None
-    return {"group": f"pool {label}", "maxAwake": pool.max_loaded,
-            "control": "llama-router", "pinned": bool(pool.pinned), **policy}
+    return sleep_settings(pool, f"pool {label}", pool.max_loaded, "llama-router")

@@ -1,9 +1,10 @@
-"""A pool's size: the maxLoaded largest members at once, each its own engine process."""
+"""A pool's size (the maxLoaded largest members at once) and how its members take turns."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from llm_operator.api.pool import PoolSpec
 from llm_operator.api.pools import pool_problems, pool_scaling, pools
@@ -103,3 +104,15 @@ def against_thrash(pool: PoolSpec) -> dict[str, int]:
     policy = {"minAwakeSeconds": pool.min_residency_seconds,
               "maxWakesPerMinute": pool.max_swaps_per_minute}
     return {k: v for k, v in policy.items() if v is not None}
+
+
+def sleep_settings(pool: PoolSpec, group: str, max_awake: int, control: str | None = None
+                   ) -> dict[str, Any]:
+    """A member's ``sleep`` in a gateway's route: its group, places, policy and pin.
+
+    The policy against thrash is the pool's; ``control`` is how the engine is told (None:
+    the gateway's default, vLLM's sleep mode).
+    """
+    return {"group": group, "maxAwake": max_awake,
+            **({"control": control} if control else {}), **against_thrash(pool),
+            **({"pinned": True} if pool.pinned else {})}

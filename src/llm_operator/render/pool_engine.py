@@ -13,8 +13,6 @@ import posixpath
 from collections.abc import Sequence
 from typing import Any
 
-import yaml
-
 from llm_operator.api import labels as L
 from llm_operator.api.kv_cache import mib_quantity
 from llm_operator.api.pools import pool_autoscaled, pool_scaling
@@ -34,6 +32,7 @@ from llm_operator.render.pool_pod import (
     CONFIG_DIR,
     GATEWAY_FILE,
     SERVER_CONTAINER,
+    gateway_config,
     gateway_container,
     member_dir,
 )
@@ -155,35 +154,15 @@ def preset(members: Sequence[LLMModel]) -> str:
         for m in members])
 
 
-def turns_policy(members: Sequence[LLMModel]) -> dict[str, Any] | None:
-    """The sleep group's policy where the pool sets one or pins a member, else None.
+def takes_turns(members: Sequence[LLMModel]) -> bool:
+    """Whether the pool sets a policy against thrash or pins a member.
 
-    Then its members take turns under a gateway in the pod (``turns_gateway``), as under
-    `llmop up`: a minimum residency, a swap budget, pinned members never unloaded for
-    another. Else llama-server's router unloads the least recently used member.
+    Then its members take turns under a gateway in the pod, as under `llmop up`: a
+    minimum residency, a swap budget, pinned members never unloaded for another. Else
+    llama-server's router unloads the least recently used member.
     """
-    pool = members[0].spec.pool
-    assert pool is not None
-    policy: dict[str, Any] = dict(against_thrash(pool))
-    if policy or any(m.spec.pool and m.spec.pool.pinned for m in members):
-        return policy
-    return None
-
-
-def turns_gateway(members: Sequence[LLMModel], policy: dict[str, Any], *,
-                  engine_port: int = ENGINE_PORT, port: int = PORT) -> str:
-    """The pool-gateway's config: a route per member, one sleep group over the router."""
-    pool = members[0].spec.pool
-    assert pool is not None
-    routes = [{"name": m.spec.model_id, "models": [m.spec.model_id],
-               "upstream": {"baseUrl": f"http://127.0.0.1:{engine_port}/v1", "auth": "none"},
-               "sleep": {"group": f"pool {pool.name}", "maxAwake": pool.max_loaded,
-                         "control": "llama-router", **policy, **(
-                             {"pinned": True} if m.spec.pool and m.spec.pool.pinned else {})}}
-              for m in members]
-    return yaml.safe_dump({"listen": {"host": "0.0.0.0", "port": port},
-                           "flowControl": {"enabled": False},  # the router's to do
-                           "routes": routes}, sort_keys=False)
+    return any(m.spec.pool is not None and (against_thrash(m.spec.pool) or m.spec.pool.pinned)
+               for m in members)
 
 
 def pool_objects(members: Sequence[LLMModel], plan: PoolPlan, settings: Settings
@@ -203,9 +182,9 @@ def pool_objects(members: Sequence[LLMModel], plan: PoolPlan, settings: Settings
         return _objects(meta, pool.name, members, data=data, settings=settings,
                         pod=pool_vllm.pod(members, plan, settings, pool_object_name(pool.name)))
     text = preset(members)
-    policy = turns_policy(members)
+    turns = takes_turns(members)
     # taking turns: the router behind the pod's own gateway, which serves the pool's port
-    engine_port = PORT if policy is None else ENGINE_PORT
+    engine_port = ENGINE_PORT if turns else PORT
     vp, eng = vendor(first.spec.accelerator_vendor), engine("llamacpp")
     image = engine_image(vp, eng.name, settings)
     assert image is not None  # each member's placement_problems() checked it
@@ -224,7 +203,7 @@ def pool_objects(members: Sequence[LLMModel], plan: PoolPlan, settings: Settings
                        "readOnly": True})
     volumes.append({"name": "verified", "emptyDir": {}})
     init = [_verify(member, i, settings) for i, member in enumerate(members)]
-    port_name = "http" if policy is None else "engine"
+    port_name = "engine" if turns else "http"
     probe = {"httpGet": {"path": "/health", "port": port_name}}
     server = {
         "name": SERVER_CONTAINER, "image": image,
@@ -251,8 +230,10 @@ def pool_objects(members: Sequence[LLMModel], plan: PoolPlan, settings: Settings
                             "seccompProfile": {"type": "RuntimeDefault"}},
         "initContainers": init, "containers": [server], "volumes": volumes}
     data = {PRESET_FILE: text}
-    if policy is not None:
-        data[GATEWAY_FILE] = turns_gateway(members, policy)
+    if turns:
+        data[GATEWAY_FILE] = gateway_config(
+            members, [f"http://127.0.0.1:{ENGINE_PORT}/v1"] * len(members),
+            group=f"pool {pool.name}", max_awake=pool.max_loaded, control="llama-router")
         pod["containers"].append(gateway_container(settings, mounts[0]))
     return _objects(meta, pool.name, members, data=data, pod=pod, settings=settings)
 

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Sequence
 from typing import Any
+
+import yaml
 
 from llm_operator.api.v1alpha1 import LLMModel
 from llm_operator.profiles.engines import PORT
+from llm_operator.profiles.pool import sleep_settings
 from llm_operator.profiles.settings import Settings
 from llm_operator.render.meta import restricted_container_security
 
@@ -14,6 +18,23 @@ CONFIG_DIR = "/etc/llmop-pool"  # the pool's ConfigMap: llama.cpp's preset, vLLM
 MEMBERS_DIR = "/models"
 SERVER_CONTAINER = "pool-server"  # the engine's container: its log says why a load failed
 GATEWAY_FILE = "gateway.yaml"  # the pool-gateway's config, where members take turns under it
+
+
+def gateway_config(members: Sequence[LLMModel], base_urls: Sequence[str], *, group: str,
+                   max_awake: int, control: str | None = None, port: int = PORT) -> str:
+    """The pool-gateway's config: a route per member, one sleep group, the pool's port.
+
+    Each member's route goes to its engine at ``base_urls`` (in the same order).
+    """
+    routes = []
+    for member, url in zip(members, base_urls, strict=True):
+        assert member.spec.pool is not None
+        routes.append({"name": member.spec.model_id, "models": [member.spec.model_id],
+                       "upstream": {"baseUrl": url, "auth": "none"},
+                       "sleep": sleep_settings(member.spec.pool, group, max_awake, control)})
+    return yaml.safe_dump({"listen": {"host": "0.0.0.0", "port": port},
+                           "flowControl": {"enabled": False},  # the router's to do
+                           "routes": routes}, sort_keys=False)
 
 
 def gateway_container(settings: Settings, config_mount: dict[str, Any]) -> dict[str, Any]:

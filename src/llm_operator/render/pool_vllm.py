@@ -18,13 +18,11 @@ import shlex
 from collections.abc import Sequence
 from typing import Any
 
-import yaml
-
 from llm_operator.api.kv_cache import mib_quantity
 from llm_operator.api.v1alpha1 import LLMModel
 from llm_operator.profiles.engines import CACHE_DIR, PORT, vllm_sleeper
 from llm_operator.profiles.kv_tier import pool_tier_mib
-from llm_operator.profiles.pool import PoolPlan, against_thrash
+from llm_operator.profiles.pool import PoolPlan
 from llm_operator.profiles.settings import Settings
 from llm_operator.profiles.vendors import vendor
 from llm_operator.render import accelerators, engine_image, pod_node_selector, pod_tolerations
@@ -37,6 +35,7 @@ from llm_operator.render.pool_pod import (
     gateway_container,
     member_dir,
 )
+from llm_operator.render.pool_pod import gateway_config as pool_gateway_config
 from llm_operator.render.weights import node_file
 
 LAUNCHER_FILE = "launch.sh"
@@ -113,19 +112,10 @@ def launcher(members: Sequence[LLMModel], awake: int, *, first_port: int = FIRST
 
 def gateway_config(members: Sequence[LLMModel], awake: int, *,
                    first_port: int = FIRST_MEMBER_PORT, port: int = PORT) -> str:
-    """The pool-gateway's config: a route per member, one sleep group, the pool's port."""
-    pool = members[0].spec.pool
-    policy = against_thrash(pool) if pool is not None else {}
-    routes = [{"name": m.spec.model_id, "models": [m.spec.model_id],
-               "upstream": {"baseUrl": f"http://127.0.0.1:{first_port + i}/v1",
-                            "auth": "none"},
-               "sleep": {"group": SLEEP_GROUP, "maxAwake": awake, **policy, **(
-                   {"pinned": True} if m.spec.pool is not None and m.spec.pool.pinned
-                   else {})}}
-              for i, m in enumerate(members)]
-    return yaml.safe_dump({"listen": {"host": "0.0.0.0", "port": port},
-                           "flowControl": {"enabled": False},  # the router's to do
-                           "routes": routes}, sort_keys=False)
+    """The pool-gateway's config: a route per member's server, one sleep group."""
+    return pool_gateway_config(
+        members, [f"http://127.0.0.1:{first_port + i}/v1" for i in range(len(members))],
+        group=SLEEP_GROUP, max_awake=awake, port=port)
 
 
 def pod(members: Sequence[LLMModel], plan: PoolPlan, settings: Settings, config_map: str
