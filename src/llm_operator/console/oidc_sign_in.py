@@ -41,6 +41,7 @@ from llm_operator.access.oidc import (
     new_secret,
     person_of,
 )
+from llm_operator.console.security import secure_request
 
 log = logging.getLogger(__name__)
 STATE_COOKIE = "llmop_console_oidc"
@@ -60,11 +61,6 @@ class SignInFailed(Exception):
     def __init__(self, message: str, status: int) -> None:
         super().__init__(message)
         self.message, self.status = message, status
-
-
-def secure_request(request: web.Request) -> bool:
-    """The browser came over TLS, to this process or to a proxy before it."""
-    return request.secure or request.headers.get("X-Forwarded-Proto") == "https"
 
 
 class OidcSignIn:

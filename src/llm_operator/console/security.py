@@ -1,4 +1,4 @@
-"""What every console answer carries, and which form posts it takes (its own pages')."""
+"""What every console answer carries, which form posts it takes, and when a request is TLS."""
 
 from __future__ import annotations
 
@@ -34,3 +34,8 @@ def same_origin(request: web.Request) -> bool:
         return False
     scheme = request.headers.get("X-Forwarded-Proto") or request.scheme
     return origin in (f"{scheme}://{request.host}", f"{request.scheme}://{request.host}")
+
+
+def secure_request(request: web.Request) -> bool:
+    """The browser came over TLS, to this process or to a proxy: its cookies are Secure."""
+    return request.secure or request.headers.get("X-Forwarded-Proto") == "https"

@@ -20,7 +20,7 @@ from aiohttp import web
 from llm_operator.access.keyring import presented_key
 from llm_operator.console.key_admin import KeyAdmin
 from llm_operator.console.oidc_sign_in import SESSION_COOKIE, OidcSignIn, SignInFailed
-from llm_operator.console.security import SECURITY_HEADERS, same_origin
+from llm_operator.console.security import SECURITY_HEADERS, same_origin, secure_request
 from llm_operator.console.throttle import SignInThrottle
 from llm_operator.console.views import ADMIN, EVERYONE, Visitor
 
@@ -134,10 +134,8 @@ class SignIn:
         if not given or self._checked(request, given) is None:
             raise self.page(NOT_VALID)
         answer = web.HTTPSeeOther("/ui/models", headers=SECURITY_HEADERS)
-        # Secure where the browser came over TLS, to this process or to a proxy before it
-        secure = request.secure or request.headers.get("X-Forwarded-Proto") == "https"
         answer.set_cookie(COOKIE, given, path="/ui", httponly=True, samesite="Strict",
-                          secure=secure)
+                          secure=secure_request(request))
         raise answer
 
     async def _logout(self, request: web.Request) -> web.StreamResponse:
