@@ -116,7 +116,8 @@ def test_plan_sums_up_each_pool_against_an_engine_per_model() -> None:
     assert cells[0] == "gemma-small" and cells[2] == "2"
     assert float(cells[3]) < float(cells[4])  # two loaded need less than three engines
     assert cells[6] == "1000m"  # two members of 500m loaded at once, each at its own CPU
-    assert cells[7] == "1..3"  # the members' default scaling: the pool scales within it
+    assert cells[7] == "pool-reload: 10m CPU, 64 MiB"  # beside the engine in its pod
+    assert cells[8] == "1..3"  # the members' default scaling: the pool scales within it
 
 
 def test_validate_names_the_pool_field_of_a_member_left_alone() -> None:

@@ -9,6 +9,7 @@ its modelId; the pool's Deployment goes with its last member (every member owns 
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -90,6 +91,72 @@ def test_the_chat_members_template_reaches_its_engine_through_the_router(
     engine = pool.service_url(NS, ENGINE, 8000, "")
     assert_chat_reaches_the_model(engine, pool.service_url(OPERATOR_NS, "llmop-router", 8080),
                                   "gemma-3-270m-chat")
+
+
+def _pool_pod(pool: NodeCluster) -> dict[str, Any]:
+    (pod,) = pool.json("-n", NS, "get", "pods", "-l", "ai.example.io/pool=gemma-small")["items"]
+    return pod  # type: ignore[no-any-return]
+
+
+def _preset_seen(engine: str, model_id: str) -> str:
+    """The member's preset as the running router holds it (its /models)."""
+    body = httpx2.get(f"{engine}/models", timeout=10).json()
+    return next(str(m["status"].get("preset", "")) for m in body["data"] if m["id"] == model_id)
+
+
+def test_an_edited_members_flags_reach_the_engine_in_place_while_the_others_answer(
+        pool: NodeCluster) -> None:
+    """A member's engineArgs edited: the running pod's router reads its new preset.
+
+    The pod is not replaced (the same pod, no container restarted); the other members
+    answer throughout (asked in a loop from the first patch to the last check); the edited
+    member's next request is served with its new flag (n-predict caps its answer).
+    """
+    engine = pool.service_url(NS, ENGINE, 8000, "")
+    before = _pool_pod(pool)
+    client = openai.OpenAI(base_url=pool.service_url(OPERATOR_NS, "llmop-router", 8080),
+                           api_key="unused", timeout=60, max_retries=0)
+    failed: list[str] = []
+    answered = 0
+    stop = threading.Event()
+
+    def ask_the_others() -> None:
+        nonlocal answered
+        while not stop.is_set():
+            try:
+                answer = client.completions.create(model="gemma-3-270m-qa", prompt=QUESTION,
+                                                   max_tokens=8, stop=["\n"], temperature=0)
+                assert "Paris" in answer.choices[0].text, answer.choices[0].text
+                answered += 1
+            except Exception as exc:
+                failed.append(repr(exc))
+
+    asking = threading.Thread(target=ask_the_others, daemon=True)
+    asking.start()
+    edited = {"spec": {"engineArgs": {"ctx-size": "4096", "n-predict": "3"}}}
+    try:
+        pool.kubectl("-n", NS, "patch", "llmmodel", "gemma-pool-long", "--type=merge",
+                     "-p", json.dumps(edited))
+        # the operator renders the preset, the kubelet updates the pod's copy (its sync is
+        # 5 s on this node), pool-reload has the router read it (every 2 s): polled, as
+        # the router is another process
+        deadline = time.monotonic() + 90
+        while "n-predict" not in _preset_seen(engine, "gemma-3-270m-long"):
+            assert time.monotonic() < deadline, "the router never read the edited preset"
+            time.sleep(1)
+        capped = client.completions.create(model="gemma-3-270m-long", prompt=QUESTION,
+                                           temperature=0)
+        assert capped.usage is not None and capped.usage.completion_tokens <= 3, capped.usage
+    finally:
+        stop.set()
+        asking.join(timeout=90)
+        pool.kubectl("-n", NS, "patch", "llmmodel", "gemma-pool-long", "--type=json", "-p",
+                     json.dumps([{"op": "remove", "path": "/spec/engineArgs/n-predict"}]))
+    after = _pool_pod(pool)
+    assert after["metadata"]["uid"] == before["metadata"]["uid"], "the edit replaced the pod"
+    assert all(s["restartCount"] == 0 for s in after["status"]["containerStatuses"]), \
+        after["status"]["containerStatuses"]
+    assert failed == [] and answered > 0, (failed, answered)
 
 
 def add_member(pool: NodeCluster, suffix: str, source: dict[str, Any]) -> None:

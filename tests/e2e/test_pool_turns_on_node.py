@@ -55,7 +55,8 @@ def test_a_member_not_loaded_waits_for_the_loaded_ones_minimum_and_none_fails(
         turning: NodeCluster) -> None:
     (pod,) = turning.json("-n", NS, "get", "pods", "-l",
                           "ai.example.io/pool=gemma-small")["items"]
-    assert [c["name"] for c in pod["spec"]["containers"]] == ["pool-server", "pool-gateway"]
+    assert [c["name"] for c in pod["spec"]["containers"]] == ["pool-server", "pool-reload",
+                                                                 "pool-gateway"]
     client = openai.OpenAI(base_url=turning.service_url(OPERATOR_NS, "llmop-router", 8080),
                            api_key="unused", timeout=120, max_retries=0)
     engine = turning.service_url(NS, ENGINE, 8000, "")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import configparser
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -154,8 +154,9 @@ def test_a_llamacpp_pool_with_a_swap_policy_takes_turns_under_a_gateway_in_its_p
     assert [e for o in objects for e in validate_object(o)] == []
     config_map, deployment, service = objects[:3]
     pod = deployment["spec"]["template"]["spec"]
-    server, gateway = pod["containers"]
+    server, reloader, gateway = pod["containers"]
     assert gateway["name"] == "pool-gateway" and gateway["ports"][0]["containerPort"] == 8000
+    assert reloader["command"][-2:] == ["--engine", "http://127.0.0.1:8001"]  # the router
     assert server["ports"] == [{"name": "engine", "containerPort": 8001, "protocol": "TCP"}]
     assert server["args"][server["args"].index("--port") + 1] == "8001"
     assert server["readinessProbe"]["httpGet"]["port"] == "engine"
@@ -179,5 +180,71 @@ def test_a_llamacpp_pool_with_a_swap_policy_takes_turns_under_a_gateway_in_its_p
 
 def test_a_pool_without_a_policy_has_no_gateway_in_its_pod() -> None:
     pod = _objects()[1]["spec"]["template"]["spec"]
-    assert [c["name"] for c in pod["containers"]] == ["pool-server"]
+    assert [c["name"] for c in pod["containers"]] == ["pool-server", "pool-reload"]
     assert "gateway.yaml" not in _objects()[0]["data"]
+
+
+def _edited(edit: Callable[[dict[str, Any]], None] | None = None,
+            whom: str = "gemma-pool-long") -> list[dict[str, Any]]:
+    """The example pool's objects with ``edit`` made to member ``whom`` ("*": every one)."""
+    members = []
+    for path in sorted(POOL.glob("*.yaml")):
+        doc = load_yaml(path)
+        if edit is not None and whom in ("*", doc["metadata"]["name"]):
+            edit(doc)
+        members.append(parse_llmmodel(doc))
+    (group,) = pools(members).values()
+    return pool_objects(group, plan_pool(group), Settings())
+
+
+# (case, the edit, to whom, whether the pod is replaced)
+EDITS: list[tuple[str, Callable[[dict[str, Any]], None], str, bool]] = [
+    ("a flag", lambda d: d["spec"]["engineArgs"].update({"n-predict": "64"}),
+     "gemma-pool-long", False),
+    ("its template", lambda d: d["spec"]["engineArgs"].update({"chat-template": "chatml"}),
+     "gemma-pool-long", False),
+    ("its sha256 (checked by the pod)",
+     lambda d: d["spec"]["modelSource"].update({"sha256": "1" * 64}), "gemma-pool-long", True),
+    ("its file", lambda d: d["spec"]["modelSource"].update({"path": "/var/lib/other.gguf"}),
+     "gemma-pool-long", True),
+    ("its CPU (the pod's share)", lambda d: d["spec"]["resources"].update(
+        {"cpuMillicores": 4000}), "gemma-pool-long", True),
+    ("the pool's maxLoaded", lambda d: d["spec"]["pool"].update({"maxLoaded": 1}), "*", True),
+    ("a pin (the pool's gateway)", lambda d: d["spec"]["pool"].update({"pinned": True}),
+     "gemma-pool-long", True),
+]
+
+
+@pytest.mark.parametrize(("edit", "whom", "replaced"), [e[1:] for e in EDITS],
+                         ids=[e[0] for e in EDITS])
+def test_a_members_flags_are_read_in_place_and_what_the_pod_is_made_of_rolls_it(
+        edit: Callable[[dict[str, Any]], None], whom: str, replaced: bool) -> None:
+    """The pod template carries no hash of the preset: the pod's pool-reload has the router
+    read an edited one (cli/pool_reload.py); what the pod runs or mounts rolls it."""
+    before, after = _edited(), _edited(edit, whom)
+    if not replaced:  # the ConfigMap is what changes
+        assert before[0]["data"]["models.ini"] != after[0]["data"]["models.ini"]
+    same = before[1]["spec"]["template"] == after[1]["spec"]["template"]
+    assert same is not replaced
+
+
+def test_a_member_added_rolls_the_pod_its_file_is_a_volume_of() -> None:
+    docs = [load_yaml(p) for p in sorted(POOL.glob("*.yaml"))]
+    extra = load_yaml(POOL / "gemma-pool-qa.yaml")
+    extra["metadata"]["name"], extra["spec"]["modelId"] = "gemma-pool-new", "gemma-3-270m-new"
+    extra["spec"]["mcpExposure"]["toolName"] = "gemma3_270m_new"
+    extra["spec"]["modelSource"]["path"] = "/var/lib/llm-models/new.gguf"
+    (group,) = pools([parse_llmmodel(d) for d in [*docs, extra]]).values()
+    after = pool_objects(group, plan_pool(group), Settings())
+    assert after[1]["spec"]["template"] != _edited()[1]["spec"]["template"]
+
+
+def test_the_pools_reloader_watches_the_preset_the_router_reads() -> None:
+    config_map, deployment = _objects()[:2]
+    server, reloader = deployment["spec"]["template"]["spec"]["containers"]
+    preset = server["args"][server["args"].index("--models-preset") + 1]
+    assert reloader["command"] == ["llmop", "pool-reload", "--preset", preset,
+                                   "--engine", "http://127.0.0.1:8000"]
+    mount = next(m for m in server["volumeMounts"] if preset.startswith(m["mountPath"]))
+    assert mount in reloader["volumeMounts"]  # the directory, which the kubelet updates
+    assert "subPath" not in mount and preset.rsplit("/", 1)[1] in config_map["data"]

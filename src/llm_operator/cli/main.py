@@ -32,6 +32,7 @@ COMMANDS = {
     "model-image": "llm_operator.cli.model_image:model_image",
     "model-fetch": "llm_operator.cli.fetch:model_fetch",
     "model-verify": "llm_operator.cli.verify:model_verify",
+    "pool-reload": "llm_operator.cli.pool_reload:pool_reload",
     "lora-sync": "llm_operator.cli.lora_sync:lora_sync",
     "setup": "llm_operator.cli.local:setup",
 }

@@ -79,12 +79,12 @@ def plan_cmd(paths: tuple[str, ...], cluster: bool, namespace: str | None, outpu
 def _pool_table(pooled: list[PoolPlan]) -> Table:
     """Each pool's memory with its largest members loaded, against an engine per model.
 
-    Its CPU (the loaded members' together), and the replicas its members let it scale
-    within (the memory and CPU are one replica's).
+    Its CPU (the loaded members' together), what the pod runs beside the engine, and the
+    replicas its members let it scale within (the memory and CPU are one replica's).
     """
     table = Table(title="Pools (spec.pool: one engine, at most MAX LOADED members at once)")
     for col in ("POOL", "MEMBERS", "MAX LOADED", "MEMORY GiB", "ONE ENGINE PER MODEL GiB",
-                "LIMIT GiB", "CPU", "REPLICAS"):
+                "LIMIT GiB", "CPU", "BESIDE THE ENGINE", "REPLICAS"):
         table.add_column(col, overflow="fold")
     for pool in pooled:
         every = sum(gib for _, gib in pool.members)
@@ -92,8 +92,17 @@ def _pool_table(pooled: list[PoolPlan]) -> Table:
         table.add_row(pool.name, ", ".join(n for n, _ in pool.members), str(pool.max_loaded),
                       f"{pool.need_gib:.1f}", f"{every:.1f}",
                       f"{pool.limit_gib:.0f}" if pool.limit_gib else "-",
-                      f"{pool.cpu_millicores}m", str(low) if low == high else f"{low}..{high}")
+                      f"{pool.cpu_millicores}m", _beside(pool),
+                      str(low) if low == high else f"{low}..{high}")
     return table
+
+
+def _beside(pool: PoolPlan) -> str:
+    """The pod's other containers and what they ask for together ("-": none)."""
+    if not pool.beside:
+        return "-"
+    names = ", ".join(b.name for b in pool.beside)
+    return f"{names}: {pool.beside_cpu_millicores}m CPU, {pool.beside_memory_mib} MiB"
 
 
 def _plan_table(plans: list[Plan]) -> Table:

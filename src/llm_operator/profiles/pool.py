@@ -17,6 +17,41 @@ ROUTER_GIB = 0.1
 
 
 @dataclass(frozen=True)
+class Beside:
+    """A container beside a pool's engine in its pod: what it asks for."""
+
+    name: str
+    cpu_millicores: int
+    memory_mib: int  # requested
+    limit_mib: int
+
+
+# `llmop gateway`, where members take turns under a policy (vLLM pools always)
+POOL_GATEWAY = Beside("pool-gateway", 100, 256, 512)
+# `llmop pool-reload`: a llama.cpp pool's router reads its edited preset (a Python process
+# that imports click and the stdlib: about 30 MiB resident)
+POOL_RELOAD = Beside("pool-reload", 10, 64, 64)
+
+
+def takes_turns(members: Sequence[LLMModel]) -> bool:
+    """Whether a llama.cpp pool sets a policy against thrash or pins a member.
+
+    Then its members take turns under a gateway in the pod, as under `llmop up`: a
+    minimum residency, a swap budget, pinned members never unloaded for another. Else
+    llama-server's router unloads the least recently used member.
+    """
+    return any(m.spec.pool is not None and (against_thrash(m.spec.pool) or m.spec.pool.pinned)
+               for m in members)
+
+
+def beside_engine(members: Sequence[LLMModel]) -> tuple[Beside, ...]:
+    """The containers a pool's pod runs beside its engine, in the pod's order."""
+    if members[0].spec.inference_engine == "vllm":
+        return (POOL_GATEWAY,)
+    return (POOL_RELOAD, *((POOL_GATEWAY,) if takes_turns(members) else ()))
+
+
+@dataclass(frozen=True)
 class PoolPlan:
     """How much a pool needs: each member's estimate, the largest maxLoaded of them summed.
 
@@ -33,6 +68,15 @@ class PoolPlan:
     # largest): where engines sleep (vLLM's level 1), host memory holds them
     asleep_gib: float
     replicas: tuple[int, int] = (1, 1)  # its bounds from its members' scaling (min, max)
+    beside: tuple[Beside, ...] = ()  # the pod's containers beside the engine
+
+    @property
+    def beside_cpu_millicores(self) -> int:
+        return sum(b.cpu_millicores for b in self.beside)
+
+    @property
+    def beside_memory_mib(self) -> int:
+        return sum(b.memory_mib for b in self.beside)
 
     @property
     def loaded(self) -> tuple[tuple[str, float], ...]:
@@ -60,7 +104,7 @@ def plan_pool(members: Sequence[LLMModel]) -> PoolPlan:
     return PoolPlan(pool.name, pool.max_loaded, tuple(sizes),
                     float(pool.memory_gi_b) if pool.memory_gi_b else None,
                     sum(cpus[:pool.max_loaded]), sum(asleep),
-                    (scaling.min_replicas, scaling.max_replicas))
+                    (scaling.min_replicas, scaling.max_replicas), beside_engine(members))
 
 
 def pool_fit_problems(pool: PoolPlan) -> dict[str, list[Problem]]:

@@ -2,8 +2,11 @@
 
 One Deployment, ConfigMap and Service per pool, named ``<pool>-pool`` and owned by every
 member (garbage-collected with the last one). The ConfigMap holds the members' preset: each
-loaded with the flags it would get alone, its file mounted from the node. The pod
-template carries the preset's hash, so a changed member rolls the pod.
+loaded with the flags it would get alone, its file mounted from the node. An edit to a
+member's flags changes only the preset, which the kubelet updates in the running pod and
+its ``pool-reload`` container has the router read again: that member alone is unloaded.
+A member added or removed (its file is one of the pod's volumes), or a change to what the
+pod asks for, rolls the pod.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from llm_operator.profiles.engines import NON_ROOT_UID, PORT, engine
 from llm_operator.profiles.kv_tier import pool_tier_mib
 from llm_operator.profiles.llama_router import Member, models_preset, router_args
 from llm_operator.profiles.llamaserver import Where, llama_server_args
-from llm_operator.profiles.pool import PoolPlan, against_thrash
+from llm_operator.profiles.pool import POOL_RELOAD, PoolPlan, takes_turns
 from llm_operator.profiles.settings import Settings
 from llm_operator.profiles.vendors import vendor
 from llm_operator.render import engine_image, pool_vllm
@@ -154,17 +157,6 @@ def preset(members: Sequence[LLMModel]) -> str:
         for m in members])
 
 
-def takes_turns(members: Sequence[LLMModel]) -> bool:
-    """Whether the pool sets a policy against thrash or pins a member.
-
-    Then its members take turns under a gateway in the pod, as under `llmop up`: a
-    minimum residency, a swap budget, pinned members never unloaded for another. Else
-    llama-server's router unloads the least recently used member.
-    """
-    return any(m.spec.pool is not None and (against_thrash(m.spec.pool) or m.spec.pool.pinned)
-               for m in members)
-
-
 def pool_objects(members: Sequence[LLMModel], plan: PoolPlan, settings: Settings
                  ) -> list[dict[str, Any]]:
     """The pool's ConfigMap, Deployment and Service, from its members (in name order).
@@ -229,25 +221,46 @@ def pool_objects(members: Sequence[LLMModel], plan: PoolPlan, settings: Settings
         "securityContext": {"fsGroup": NON_ROOT_UID, "fsGroupChangePolicy": "OnRootMismatch",
                             "seccompProfile": {"type": "RuntimeDefault"}},
         "initContainers": init, "containers": [server], "volumes": volumes}
+    pod["containers"].append(_reloader(settings, engine_port, mounts[0]))
     data = {PRESET_FILE: text}
     if turns:
         data[GATEWAY_FILE] = gateway_config(
             members, [f"http://127.0.0.1:{ENGINE_PORT}/v1"] * len(members),
             group=f"pool {pool.name}", max_awake=pool.max_loaded, control="llama-router")
         pod["containers"].append(gateway_container(settings, mounts[0]))
-    return _objects(meta, pool.name, members, data=data, pod=pod, settings=settings)
+    return _objects(meta, pool.name, members, data=data, pod=pod, settings=settings,
+                    read_in_place=frozenset({PRESET_FILE}))
+
+
+def _reloader(settings: Settings, engine_port: int, config_mount: dict[str, Any]
+              ) -> dict[str, Any]:
+    """``llmop pool-reload``: the router reads the preset again when the kubelet updates it."""
+    return {
+        "name": POOL_RELOAD.name, "image": settings.images.operator,
+        "imagePullPolicy": settings.images.pull_policy,
+        "command": ["llmop", "pool-reload", "--preset",
+                    posixpath.join(CONFIG_DIR, PRESET_FILE),
+                    "--engine", f"http://127.0.0.1:{engine_port}"],
+        "env": [{"name": "HOME", "value": "/tmp"}],
+        "resources": {"requests": {"cpu": f"{POOL_RELOAD.cpu_millicores}m",
+                                   "memory": f"{POOL_RELOAD.memory_mib}Mi"},
+                      "limits": {"memory": f"{POOL_RELOAD.limit_mib}Mi"}},
+        "volumeMounts": [config_mount],
+        "securityContext": restricted_container_security(non_root=True),
+    }
 
 
 def _objects(meta: dict[str, Any], pool: str, members: Sequence[LLMModel], *,
-             data: dict[str, str], pod: dict[str, Any], settings: Settings
-             ) -> list[dict[str, Any]]:
+             data: dict[str, str], pod: dict[str, Any], settings: Settings,
+             read_in_place: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
     """The ConfigMap (``data``), Deployment (``pod``), Service and budget of a pool.
 
-    The pod template carries ``data``'s hash: a changed member rolls the pod.
+    The pod template carries the hash of ``data`` but for the files the pod reads again
+    when they change (``read_in_place``): any other change rolls the pod.
     """
     if settings.images.pull_secrets:
         pod["imagePullSecrets"] = [{"name": n} for n in settings.images.pull_secrets]
-    text = "\n".join(v for _, v in sorted(data.items()))
+    text = "\n".join(v for k, v in sorted(data.items()) if k not in read_in_place)
     template = {"metadata": {"labels": dict(meta["labels"]),
                              "annotations": {L.CONFIG_HASH: content_hash(text)}},
                 "spec": pod}

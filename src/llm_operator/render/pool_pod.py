@@ -10,7 +10,7 @@ import yaml
 
 from llm_operator.api.v1alpha1 import LLMModel
 from llm_operator.profiles.engines import PORT
-from llm_operator.profiles.pool import sleep_settings
+from llm_operator.profiles.pool import POOL_GATEWAY, sleep_settings
 from llm_operator.profiles.settings import Settings
 from llm_operator.render.meta import restricted_container_security
 
@@ -43,13 +43,14 @@ def gateway_container(settings: Settings, config_mount: dict[str, Any]) -> dict[
         return {"httpGet": {"path": "/health", "port": "http"}}
 
     return {
-        "name": "pool-gateway", "image": settings.images.operator,
+        "name": POOL_GATEWAY.name, "image": settings.images.operator,
         "imagePullPolicy": settings.images.pull_policy,
         "command": ["llmop", "gateway", "--config", posixpath.join(CONFIG_DIR, GATEWAY_FILE)],
         "env": [{"name": "HOME", "value": "/tmp"}],
         "ports": [{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
-        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"},
-                      "limits": {"memory": "512Mi"}},
+        "resources": {"requests": {"cpu": f"{POOL_GATEWAY.cpu_millicores}m",
+                                   "memory": f"{POOL_GATEWAY.memory_mib}Mi"},
+                      "limits": {"memory": f"{POOL_GATEWAY.limit_mib}Mi"}},
         "volumeMounts": [config_mount],
         "readinessProbe": {**health(), "periodSeconds": 10},
         "livenessProbe": {**health(), "periodSeconds": 30, "failureThreshold": 5},
