@@ -116,6 +116,9 @@ async def test_a_started_stream_is_never_moved(gateway: GatewayFactory, upstream
     ("a plain answer streamed upstream, cut mid-answer",
      Reply(chunks=sse_chunks("gpt-5.5", ["a", "b", "c"]), drop_after=2), {},
      {"streamUpstream": True}),
+    ("a plain answer streamed upstream, ended cleanly before its [DONE]",  # a pool member
+     Reply(chunks=sse_chunks("gpt-5.5", ["a", "b", "c"], usage=None)[:2]), {},  # unloaded
+     {"streamUpstream": True}),
     ("a stream that dies before its first event",
      Reply(chunks=sse_chunks("gpt-5.5", ["a", "b", "c"]), drop_after=0), {"stream": True}, {}),
 ])

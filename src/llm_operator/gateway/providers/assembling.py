@@ -100,3 +100,9 @@ def assemble(events: Iterable[dict[str, Any]]) -> dict[str, Any]:
                 choice["finish_reason"] = piece["finish_reason"]
     answer["choices"] = [choices[i] for i in sorted(choices)]
     return answer
+
+
+def finished(answer: dict[str, Any]) -> bool:
+    """Whether an assembled answer has choices and a finish_reason on every one."""
+    choices = answer.get("choices") or []
+    return bool(choices) and all(c.get("finish_reason") for c in choices)

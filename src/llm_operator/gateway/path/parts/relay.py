@@ -20,11 +20,12 @@ from llm_operator.gateway.inbound.incoming import prepare
 from llm_operator.gateway.path.answers import CLIENT_CLOSED, AnswerFailed
 from llm_operator.gateway.path.exchange import Exchange
 from llm_operator.gateway.providers import NativeApi
-from llm_operator.gateway.providers.assembling import StreamError, assemble
+from llm_operator.gateway.providers.assembling import StreamError, assemble, finished
 from llm_operator.gateway.providers.messages_api import StreamTranslator, from_openai
 from llm_operator.gateway.providers.shapes import error_body as openai_error_body
 from llm_operator.gateway.providers.sse import (
     Usage,
+    data_field,
     split_events,
     sse_data,
     usage_from_body,
@@ -236,9 +237,14 @@ async def _collected(upstream: UpstreamResponse) -> tuple[int, bytes]:
     """
     pending = b""
     data: list[dict[str, Any]] = []
+    done = False
     async for chunk in upstream.chunks():
         events, pending = split_events(pending + chunk)
-        data += [d for e in events if (d := sse_data(e)) is not None]
+        for event in events:
+            if (d := sse_data(event)) is not None:
+                data.append(d)
+            elif (field := data_field(event)) is not None and field.strip() == b"[DONE]":
+                done = True
     upstream.release()
     status = 200
     try:
@@ -248,7 +254,18 @@ async def _collected(upstream: UpstreamResponse) -> tuple[int, bytes]:
         code = (answer.get("error") or {}).get("code") if isinstance(
             answer.get("error"), dict) else None
         status = code if isinstance(code, int) and 400 <= code < 600 else 500
+    else:
+        if not done and not finished(answer):
+            # the engine's process went mid-answer (a pool member unloaded under it) and
+            # its server closed the stream cleanly: half an answer is not an answer
+            raise IncompleteAnswer("the stream ended before its [DONE] or a finish_reason")
     return status, json.dumps(answer, separators=(",", ":")).encode()
+
+
+class IncompleteAnswer(UpstreamError):
+    """A streamed answer that ended, cleanly, before it was complete."""
+
+    reason = "incomplete"
 
 
 def _from_native(native: NativeApi, status: int, body: bytes) -> bytes:
