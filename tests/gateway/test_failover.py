@@ -141,6 +141,17 @@ async def test_an_upstream_that_dies_before_the_client_got_a_byte_hands_the_requ
     assert metric(gw, "llmop_gateway_failovers_total", route="gpt-5.5") == 1
 
 
+async def test_a_collected_stream_whose_last_event_lacks_its_blank_line_is_whole(
+        gateway: GatewayFactory, upstream: Upstream) -> None:
+    first, primary = upstream
+    chunks = sse_chunks("gpt-5.5", ["Hello", "!"])
+    first.then(Reply(chunks=[*chunks[:-1], b"data: [DONE]"]))  # the server's last bytes
+    client, _ = await gateway({"upstream": {"baseUrl": primary}, "streamUpstream": True})
+    resp = await client.post("/v1/chat/completions", json=CHAT)
+    assert resp.status == 200, await resp.text()
+    assert (await resp.json())["choices"][0]["message"]["content"] == "Hello!"
+
+
 async def test_an_answer_cut_short_on_every_attempt_says_so(
         gateway: GatewayFactory, upstream: Upstream) -> None:
     first, primary = upstream

@@ -37,30 +37,40 @@ def ask_reload(engine: str, timeout: float = REQUEST_TIMEOUT_SECONDS) -> str | N
                                     timeout=timeout) as resp:
             resp.read()
             return None
-    except urllib.error.HTTPError as exc:
-        return f"the router answered {exc.code}"
+    except urllib.error.HTTPError as exc:  # a preset it refuses: its words say which key
+        said = exc.read(2000).decode("utf-8", "replace").strip()
+        return f"the router answered {exc.code}" + (f": {said}" if said else "")
     except (urllib.error.URLError, OSError) as exc:
         reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
         return f"the router is not answering ({reason})"
 
 
+UNREADABLE_LOOKS = 3  # a look may fall in the kubelet's swap; three in a row are said
+
+
 class PresetWatch:
     """The preset's content, and whether the router has read it since it last changed.
 
-    The first ``step`` asks the router once it answers: a watch started after the preset
-    changed (its container restarted) cannot tell which version the router holds, and a
-    reload of an unchanged preset changes nothing.
+    The preset the watch first sees is the one the router read as it started: both
+    containers start together on the same volume. The router is not asked then, as a
+    reload also forgets a member's failed load, which its status reports (LoadFailed).
     """
 
     def __init__(self, preset: Path, reload: Callable[[], str | None]) -> None:
         self.preset, self.reload = preset, reload
-        self.applied: str | None = None  # the digest the router has read
+        self.applied: str | None = digest(preset)  # the digest the router has read
         self.failing: str | None = None  # why the last try failed, said once
+        self.unreadable = 0  # looks in a row that could not read the preset
 
     def step(self) -> str | None:
         """Look once; what to log, if anything."""
         now = digest(self.preset)
-        if now is None or now == self.applied:
+        if now is None:
+            self.unreadable += 1
+            return f"cannot read the preset {self.preset}; looking again" \
+                if self.unreadable == UNREADABLE_LOOKS else None
+        self.unreadable = 0
+        if now == self.applied:
             return None
         why = self.reload()
         if why is None:
@@ -96,12 +106,19 @@ def pool_reload(preset: Path, engine: str, every: float) -> None:
     def stop(signum: int, frame: FrameType | None) -> None:
         stopped.set()
 
+    looking = PresetWatch(preset, lambda: ask_reload(engine))
+    click.echo(f"watching {preset} ({(looking.applied or 'not there yet')[:12]}) for the "
+               f"router at {engine}", err=True)
+
+    def watch() -> None:
+        while not stopped.wait(every):
+            said = looking.step()
+            if said:
+                click.echo(said, err=True)
+
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    watch = PresetWatch(preset, lambda: ask_reload(engine))
-    while True:
-        said = watch.step()
-        if said:
-            click.echo(said, err=True)
-        if stopped.wait(every):
-            return
+    # the looks run beside: a reload waits for the edited member's requests to end, and
+    # SIGTERM must not wait for it (the router goes with the pod anyway)
+    threading.Thread(target=watch, name="pool-reload", daemon=True).start()
+    stopped.wait()

@@ -238,13 +238,19 @@ async def _collected(upstream: UpstreamResponse) -> tuple[int, bytes]:
     pending = b""
     data: list[dict[str, Any]] = []
     done = False
-    async for chunk in upstream.chunks():
-        events, pending = split_events(pending + chunk)
+
+    def read(events: list[bytes]) -> None:
+        nonlocal done
         for event in events:
             if (d := sse_data(event)) is not None:
                 data.append(d)
             elif (field := data_field(event)) is not None and field.strip() == b"[DONE]":
                 done = True
+
+    async for chunk in upstream.chunks():
+        events, pending = split_events(pending + chunk)
+        read(events)
+    read([pending] if pending.strip() else [])  # a last event without its blank line
     upstream.release()
     status = 200
     try:
