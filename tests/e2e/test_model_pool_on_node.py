@@ -110,13 +110,19 @@ def _presets_seen(pool: NodeCluster, model_id: str) -> list[str]:
 
 def test_an_edited_members_flags_reach_the_engine_in_place_while_the_others_answer(
         pool: NodeCluster) -> None:
-    """A member's engineArgs edited: the running pods' router reads its new preset.
+    """A member's engineArgs edited: the running pod's router reads its new preset.
 
-    No pod is replaced (the pool may scale under the load, never roll) and none of its
-    containers restarts; the other members answer throughout (asked in a loop from the
-    patch to the last check); the edited member's next request is served with its new flag
-    (n-predict caps its answer).
+    The pod is not replaced and none of its containers restarts; the other members answer
+    throughout (asked in a loop from the patch to the last check); the edited member's next
+    request is served with its new flag (n-predict caps its answer).
     """
+    # one replica throughout, which the test's steady requests would otherwise scale: each
+    # replica reads the preset in its own time, and the next tests expect one
+    for name in MEMBERS:
+        pool.kubectl("-n", NS, "patch", "llmmodel", name, "--type=merge", "-p", json.dumps(
+            {"spec": {"scaling": {"minReplicas": 1, "maxReplicas": 1}}}))
+    pool.kubectl("-n", NS, "wait", f"deployment/{ENGINE}", "--timeout=90s",
+                 "--for=jsonpath={.spec.replicas}=1")
     # the members applied together may have rendered a pool of two first: its pod gone
     pool.kubectl("-n", NS, "rollout", "status", f"deployment/{ENGINE}", "--timeout=180s")
     deadline = time.monotonic() + 120
@@ -163,6 +169,9 @@ def test_an_edited_members_flags_reach_the_engine_in_place_while_the_others_answ
         asking.join(timeout=90)
         pool.kubectl("-n", NS, "patch", "llmmodel", "gemma-pool-long", "--type=json", "-p",
                      json.dumps([{"op": "remove", "path": "/spec/engineArgs/n-predict"}]))
+        for name in MEMBERS:
+            pool.kubectl("-n", NS, "patch", "llmmodel", name, "--type=json", "-p",
+                         '[{"op": "remove", "path": "/spec/scaling"}]')
     after = _pool_pods(pool)
     template = first["metadata"]["labels"]["pod-template-hash"]
     assert {p["metadata"]["labels"]["pod-template-hash"] for p in after} == {template}
