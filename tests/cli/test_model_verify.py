@@ -107,3 +107,19 @@ def test_a_file_that_failed_is_not_read_again_by_kubelets_retries(
     gguf_file(model, layers=5)  # the file changed: read again
     assert run(str(model), "--sha256", sha(model), *markers).exit_code == 0
     assert len(reads) == 2
+
+
+def test_link_points_at_the_picked_file_wherever_its_directory_is_mounted(
+        tmp_path: Path) -> None:
+    """A pool's downloaded member: the preset names the link, the download picks the file."""
+    member = tmp_path / "member"
+    picked = gguf_file(member / "source" / "gemma-3-270m-Q4_K_M.gguf")
+    link = member / "model.gguf"
+    for _ in range(2):  # a retry replaces it
+        result = run("--dir", str(member / "source"), "--link", str(link))
+        assert result.exit_code == 0, result.output
+    assert link.is_symlink() and link.readlink() == Path("source") / picked.name
+    moved = tmp_path / "elsewhere"
+    member.rename(moved)  # as the pool's engine mounts the claim at another path
+    assert (moved / "model.gguf").resolve() == (moved / "source" / picked.name).resolve()
+    assert sorted(p.name for p in moved.iterdir()) == ["model.gguf", "source"]  # no leftover

@@ -62,8 +62,9 @@ def hub_node(kube_node: NodeCluster, tmp_path_factory: pytest.TempPathFactory,
     kube_node.kubectl("-n", NS, "delete", "secret", "hf-token")
 
 
-def _cache_volume(node: NodeCluster, model: str) -> None:
+def _cache_volume(node: NodeCluster, model: str, claim: str | None = None) -> None:
     """A hostPath volume bound to the model's cache claim (its pods run as 65532)."""
+    claim = claim or f"{model}-model-cache"
     path = VOLUMES / model
     shutil.rmtree(path, ignore_errors=True)
     path.mkdir(parents=True)
@@ -73,7 +74,7 @@ def _cache_volume(node: NodeCluster, model: str) -> None:
         "spec": {"capacity": {"storage": "50Gi"}, "accessModes": ["ReadWriteOnce"],
                  "persistentVolumeReclaimPolicy": "Retain",
                  "hostPath": {"path": str(path), "type": "Directory"},
-                 "claimRef": {"namespace": NS, "name": f"{model}-model-cache"}}}))
+                 "claimRef": {"namespace": NS, "name": claim}}}))
 
 
 def _gone(node: NodeCluster, model: str) -> None:
@@ -202,3 +203,58 @@ def test_the_vllm_example_downloads_its_repo_and_hot_loads_adapters(
                                       max_tokens=16, stop=["\n"], temperature=0)
     assert again.choices[0].text == base.choices[0].text
     _gone(hub_node, name)
+
+
+POOL = REPO / "examples" / "cluster" / "model-pool"
+
+
+def _pool_member(example: str, name: str) -> dict[str, Any]:
+    """A member of the pool "hub-small" (two loaded), from one of examples/cluster/model-pool."""
+    doc = load_yaml(POOL / f"{example}.yaml")
+    doc["metadata"]["name"] = name
+    doc["spec"]["modelId"] = name
+    doc["spec"]["mcpExposure"]["toolName"] = name.replace("-", "_")
+    doc["spec"]["pool"] = {"name": "hub-small", "maxLoaded": 2}
+    doc["spec"]["scaling"] = {"minReplicas": 1, "maxReplicas": 1}
+    return doc
+
+
+def test_a_pool_member_downloaded_from_the_hub_serves_beside_a_node_file(
+        hub_node: NodeCluster) -> None:
+    """A llama.cpp pool of a node file and a Hugging Face member: the pool's pod downloads
+    the member into a claim of its own, links the file of its quantization for the preset,
+    and serves both; a rollout of the pool downloads nothing again."""
+    local = _pool_member("gemma-pool-chat", "hub-pool-file")
+    hub = _pool_member("gemma-pool-qa", "hub-pool-repo")
+    hub["spec"]["modelId"] = GGUF_REPO
+    hub["spec"]["modelSource"] = {"type": "huggingface", "huggingFaceTokenSecret": "hf-token"}
+    _cache_volume(hub_node, "hub-pool-repo", "hub-pool-repo-pool-cache")
+    for doc in (local, hub):
+        hub_node.kubectl("apply", "-f", "-", stdin=json.dumps(doc))
+    try:
+        for name in ("hub-pool-file", "hub-pool-repo"):
+            hub_node.wait_phase(NS, name, "Ready", 240)
+        cache = VOLUMES / "hub-pool-repo"
+        fetched = cache / "source" / "gemma-3-270m-Q4_K_M.gguf"
+        assert (cache / "model.gguf").resolve() == fetched.resolve()
+        assert sorted(p.name for p in fetched.parent.iterdir()
+                      if not p.name.startswith(".")) == [fetched.name]  # its quantization
+        downloaded = fetched.stat().st_mtime_ns
+        client = openai.OpenAI(base_url=hub_node.service_url(NS, "hub-small-pool", 8000),
+                               api_key="unused", timeout=60)
+        for model_id in (GGUF_REPO, "hub-pool-file"):
+            answer = client.completions.create(model=model_id, prompt=QUESTION,
+                                               max_tokens=16, stop=["\n"], temperature=0)
+            assert "Paris" in answer.choices[0].text, model_id
+        hub_node.kubectl("-n", NS, "rollout", "restart", "deployment/hub-small-pool")
+        hub_node.kubectl("-n", NS, "rollout", "status", "deployment/hub-small-pool",
+                         "--timeout=180s")
+        client = openai.OpenAI(base_url=hub_node.service_url(NS, "hub-small-pool", 8000),
+                               api_key="unused", timeout=60, max_retries=3)
+        answer = client.completions.create(model=GGUF_REPO, prompt=QUESTION, max_tokens=16,
+                                           stop=["\n"], temperature=0)
+        assert "Paris" in answer.choices[0].text
+        assert fetched.stat().st_mtime_ns == downloaded  # kept in its claim, not fetched again
+    finally:
+        _gone(hub_node, "hub-pool-repo")
+        hub_node.clear_models("hub-pool-file")

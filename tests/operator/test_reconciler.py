@@ -118,8 +118,8 @@ async def test_pool_members_share_one_engine_owned_by_all_of_them(cluster: Clust
     assert deployment is not None
     owners = {o["name"] for o in deployment["metadata"]["ownerReferences"]}
     assert owners == {"one", "two"}
-    (server,) = deployment["spec"]["template"]["spec"]["containers"]
-    assert server["args"][-2:] == ["--models-max", "1"]
+    server, reloader = deployment["spec"]["template"]["spec"]["containers"]
+    assert server["args"][-2:] == ["--models-max", "1"] and reloader["name"] == "pool-reload"
     preset = cluster.get("v1", "configmaps", "ai-models", "small-pool")
     assert preset is not None and "[org/one]" in preset["data"]["models.ini"] \
         and "[org/two]" in preset["data"]["models.ini"]
@@ -162,14 +162,14 @@ async def test_a_members_loaded_condition_follows_its_pools_engine(
 
 async def add_pool_pod(kube: Kube, deployment: dict[str, Any], refused: dict[str, str]
                        ) -> None:
-    """The pool's pod as the kubelet reports it: each verify container done, or failed
-    with its termination message and backing off where it checks a file in ``refused``
-    (a member's name: the message)."""
+    """The pool's pod as the kubelet reports it: each init container done, or failed
+    with its termination message and backing off where it is the first to get or check a
+    member's file in ``refused`` (a member's name: the message)."""
     spec = deployment["spec"]["template"]["spec"]
     statuses = []
     for container in spec["initContainers"]:
         name = container["name"]
-        member = container["command"][2].split("/")[-2]  # /models/<member>/<file>
+        member = container["volumeMounts"][0]["mountPath"].split("/")[2]  # /models/<member>
         if member in refused:
             refused[name] = refused.pop(member)
         ended = {"exitCode": 1 if name in refused else 0, "message": refused.get(name, ""),
@@ -232,6 +232,38 @@ async def test_a_member_whose_file_the_pool_refuses_is_left_out_until_it_changes
         await reconcile(kube, await current(kube, name), Settings())
     assert (await current(kube, "two"))["status"]["phase"] != "Failed"
     assert "[org/two]" in preset(cluster)
+
+
+async def test_a_downloaded_member_gets_its_own_claim_and_one_not_found_is_left_out(
+        cluster: Cluster, kube: Kube) -> None:
+    """A Hugging Face member: the pool's pod downloads it into a claim only it owns (so the
+    download outlives the pool's rollouts); a repo that does not exist leaves it out, as a
+    file that fails its check does, and the others serve."""
+    base = "/apis/ai.example.io/v1alpha1/namespaces/ai-models/llmmodels"
+    for name in ("one", "two"):
+        doc = pool_member(name, f"org/{name}")
+        if name == "two":
+            doc["spec"]["modelSource"] = {"type": "huggingface"}
+        await kube.request("POST", base, body=doc)
+    await reconcile(kube, await current(kube, "one"), Settings())
+    claim = cluster.get("v1", "persistentvolumeclaims", "ai-models", "two-pool-cache")
+    assert claim is not None
+    two_uid = (await current(kube, "two"))["metadata"]["uid"]
+    assert [o["uid"] for o in claim["metadata"]["ownerReferences"]] == [two_uid]
+    deployment = cluster.get("apps/v1", "deployments", "ai-models", "small-pool")
+    assert deployment is not None
+    init = deployment["spec"]["template"]["spec"]["initContainers"]
+    assert [c["name"] for c in init] == ["verify-0", "fetch-1", "verify-1"]
+    await add_pool_pod(kube, deployment, {"two": "RepoNotFound: org/two on "
+                                                 "https://huggingface.co does not exist"})
+    for name in ("two", "one"):
+        await reconcile(kube, await current(kube, name), Settings())
+    two = (await current(kube, "two"))["status"]
+    placed = next(c for c in two["conditions"] if c["type"] == "Placed")
+    assert (two["phase"], placed["reason"]) == ("Failed", "MemberFileRejected")
+    assert "could not download or check this member's file (RepoNotFound: org/two" in \
+        placed["message"]
+    assert "[org/one]" in preset(cluster) and "[org/two]" not in preset(cluster)
 
 
 async def test_a_refused_member_stays_in_its_pool_until_its_own_status_says_so(

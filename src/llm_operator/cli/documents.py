@@ -101,7 +101,7 @@ def render_cmd(paths: tuple[str, ...], output: str, owner_uid: str | None,
     def each(outcome: Outcome) -> None:
         if outcome.model is not None and outcome.model.spec.pool is not None \
                 and not outcome.model.spec.is_remote:
-            outcome.problems = member_problems(outcome.model)
+            outcome.problems = member_problems(outcome.model, settings)
             if not outcome.problems:
                 members.append(outcome.model)
         elif outcome.model is not None:

@@ -85,7 +85,7 @@ def _pool_table(pooled: list[PoolPlan]) -> Table:
     table = Table(title="Pools (spec.pool: one engine, at most MAX LOADED members at once)")
     for col in ("POOL", "MEMBERS", "MAX LOADED", "MEMORY GiB", "ONE ENGINE PER MODEL GiB",
                 "LIMIT GiB", "CPU", "BESIDE THE ENGINE", "REPLICAS"):
-        table.add_column(col, overflow="fold")
+        table.add_column(col, overflow="fold", no_wrap=col == "BESIDE THE ENGINE")
     for pool in pooled:
         every = sum(gib for _, gib in pool.members)
         low, high = pool.replicas

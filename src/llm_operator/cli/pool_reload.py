@@ -84,7 +84,7 @@ class PresetWatch:
         return f"the preset ({now[:12]}) is not read yet: {why}; trying again"
 
 
-@click.command(name="pool-reload", hidden=True)
+@click.command(name="pool-reload")
 @click.option("--preset", required=True, type=click.Path(path_type=Path, dir_okay=False),
               help="The pool's preset file (its ConfigMap, mounted as a directory).")
 @click.option("--engine", required=True, metavar="URL",

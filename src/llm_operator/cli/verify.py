@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -33,6 +34,9 @@ def report(termination_log: Path | None, text: str) -> None:
 @click.option("--sha256", metavar="HEX", help="The SHA-256 the file must have.")
 @click.option("--choose", "chosen", metavar="FILE", type=click.Path(path_type=Path),
               help="Write the checked file's path here (the next init container serves it).")
+@click.option("--link", type=click.Path(path_type=Path, dir_okay=False),
+              help="Make this a symbolic link to the checked file (relative, so that it "
+              "holds wherever the directory is mounted): a pool's preset names it.")
 @click.option("--markers", type=click.Path(path_type=Path, file_okay=False),
               help="Also note the file's digest here when its own directory cannot be "
               "written (a node file mounted read-only), so a retry does not hash it again.")
@@ -42,7 +46,7 @@ def report(termination_log: Path | None, text: str) -> None:
               help="Where Kubernetes reads the result from [default: /dev/termination-log "
               "when it exists].")
 def model_verify(path: Path | None, *, source_dir: Path | None, sha256: str | None,
-                 chosen: Path | None, markers: Path | None,
+                 chosen: Path | None, link: Path | None, markers: Path | None,
                  termination_log: Path | None) -> None:
     """Check a GGUF model file: its SHA-256 (when given) and its header.
 
@@ -56,6 +60,7 @@ def model_verify(path: Path | None, *, source_dir: Path | None, sha256: str | No
       llmop model-verify models/gemma.gguf
       llmop model-verify --dir /model-cache/source --sha256 4f0e…c2 --choose /model-cache/.gguf \\
         --markers /model-cache/.llmop-verified
+      llmop model-verify --dir /models/qa/source --link /models/qa/model.gguf
     """
     if (path is None) == (source_dir is None):
         raise click.UsageError("give a PATH or --dir, not both")
@@ -70,6 +75,11 @@ def model_verify(path: Path | None, *, source_dir: Path | None, sha256: str | No
         sys.exit(1)
     if chosen is not None:
         chosen.write_text(str(target), encoding="utf-8")
+    if link is not None:
+        made = link.with_name(f".{link.name}.new")
+        made.unlink(missing_ok=True)
+        made.symlink_to(os.path.relpath(target, link.parent))
+        made.replace(link)  # never a moment without the link, should a retry run
     text = json.dumps(facts.model_dump(by_alias=True, exclude_none=True), sort_keys=True)
     report(termination_log, text)
     click.echo(text)

@@ -22,9 +22,10 @@ from llm_operator.profiles.engines import PORT
 from llm_operator.profiles.llama_router import load_error
 from llm_operator.profiles.pool import across_pools, plan_pool
 from llm_operator.profiles.settings import Settings
-from llm_operator.reconcile.status import FILE_REJECTED, Blocker
+from llm_operator.reconcile.status import FILE_REJECTED, SOURCE_REJECTED, Blocker
 from llm_operator.render.pool_engine import (
     checked_by,
+    fetched_for,
     member_check,
     member_problems,
     pool_labels,
@@ -60,24 +61,29 @@ async def _pool_pods(kube: Kube, member: LLMModel) -> list[dict[str, Any]]:
 
 
 def rejected_files(pods: list[dict[str, Any]]) -> dict[tuple[str, str | None], str]:
-    """The members' files a pool pod's verify container refused, and why ("Reason: text").
+    """The members' files a pool pod refused or could not download, and why ("Reason: text").
 
     Keyed by ``member_check``: a member's own file path and the sha256 it was checked
-    against, so that an edited sha256 is checked anew. Only the reasons no retry changes
-    (a wrong checksum, not a GGUF file, no file).
+    against, so that an edited sha256 is checked anew. Only the reasons no retry changes:
+    from a verify container, a wrong checksum, not a GGUF file, no file; from a downloaded
+    member's fetch container, no such repo, a refused token, no file of its quantization.
     """
     found: dict[tuple[str, str | None], str] = {}
     for pod in pods:
         statuses = {s.get("name"): s for s in
                     (pod.get("status") or {}).get("initContainerStatuses") or []}
-        for container in (pod.get("spec") or {}).get("initContainers") or []:
-            checked = checked_by(container)
+        containers = (pod.get("spec") or {}).get("initContainers") or []
+        checks = {c[0]: c for c in map(checked_by, containers) if c}  # by member file
+        for container in containers:
+            checked, reasons = checked_by(container), FILE_REJECTED
+            if checked is None and (path := fetched_for(container)) is not None:
+                checked, reasons = checks.get(path, (path, None)), SOURCE_REJECTED
             status = statuses.get(container.get("name")) or {}
             for state in (status.get("state") or {}, status.get("lastState") or {}):
                 ended = state.get("terminated") or {}
                 message = str(ended.get("message", "")).strip()
                 if checked and ended.get("exitCode") not in (None, 0) \
-                        and message.partition(": ")[0] in FILE_REJECTED:
+                        and message.partition(": ")[0] in reasons:
                     found[checked] = message[:600]
     return found
 
@@ -106,7 +112,7 @@ async def pool_desired(kube: Kube, model: LLMModel, settings: Settings
     """
     pool = model.spec.pool
     assert pool is not None
-    problems: list[Problem] = member_problems(model)
+    problems: list[Problem] = member_problems(model, settings)
     siblings = pools(await _namespace_models(kube, model.namespace)).get(
         (model.namespace, pool.name), [model])
     across = across_pools(siblings, "in the cluster")
@@ -121,17 +127,17 @@ async def pool_desired(kube: Kube, model: LLMModel, settings: Settings
         # own look could read it, and the next look would put it back
         fresh = refused.get(member_check(member)) if member.name == model.name else None
         if fresh is not None:
-            return (f"spec.modelSource: the pool's check of this member's file failed "
-                    f"({fresh}): it is left out of pool {pool.name}, whose other members "
-                    "serve; fix the file or modelSource.sha256, and edit the model to have "
-                    "it checked again")
+            return (f"spec.modelSource: the pool's pod could not download or check this "
+                    f"member's file ({fresh}): it is left out of pool {pool.name}, whose "
+                    "other members serve; fix the file, its source or modelSource.sha256, "
+                    "and edit the model to have it fetched and checked again")
         return stored_rejection(member)
 
     mine = rejection(model)
     if mine is not None:
         return [Blocker(FILE_REJECTED_REASON, mine)], [], []
     members = [m for m in siblings
-               if (m.namespace, m.name) not in across and not member_problems(m)
+               if (m.namespace, m.name) not in across and not member_problems(m, settings)
                and rejection(m) is None]
     return [], pool_objects(members, plan_pool(members), settings), members
 

@@ -19,12 +19,13 @@ from typing import Any
 from llm_operator.api import labels as L
 from llm_operator.api.kv_cache import mib_quantity
 from llm_operator.api.pools import pool_autoscaled, pool_scaling
-from llm_operator.api.v1alpha1 import API_VERSION, KIND, LLMModel
+from llm_operator.api.v1alpha1 import API_VERSION, KIND, LLMModel, LLMModelSpec
 from llm_operator.api.validation import Problem
 from llm_operator.profiles.engines import NON_ROOT_UID, PORT, engine
 from llm_operator.profiles.kv_tier import pool_tier_mib
 from llm_operator.profiles.llama_router import Member, models_preset, router_args
 from llm_operator.profiles.llamaserver import Where, llama_server_args
+from llm_operator.profiles.planner import plan
 from llm_operator.profiles.pool import POOL_RELOAD, PoolPlan, takes_turns
 from llm_operator.profiles.settings import Settings
 from llm_operator.profiles.vendors import vendor
@@ -39,7 +40,8 @@ from llm_operator.render.pool_pod import (
     gateway_container,
     member_dir,
 )
-from llm_operator.render.weights import node_file
+from llm_operator.render.weights import downloads, node_file
+from llm_operator.render.workload import fetch_container, model_cache_claim, model_fetch
 
 COMPONENT = "pool"
 PRESET_FILE = "models.ini"
@@ -63,28 +65,43 @@ def pool_labels(pool: str) -> dict[str, str]:
     return {L.APP: pool_object_name(pool), L.POOL: pool}
 
 
-def member_problems(model: LLMModel) -> list[Problem]:
+def fetched(spec: LLMModelSpec, settings: Settings) -> bool:
+    """A member whose GGUF file the pool's pod downloads (Hugging Face, S3, an OCI artifact)."""
+    source = spec.model_source
+    return (source is None or source.type != "file") and downloads(spec, settings)
+
+
+def member_problems(model: LLMModel, settings: Settings) -> list[Problem]:
     """Why a pooled model cannot be a member in a cluster, each with its field.
 
-    So far: its file must be on the node.
+    A file on the node, or for llama.cpp a download into the member's own cache claim.
     """
-    pool = model.spec.pool
-    if pool is None:
+    spec = model.spec
+    if model.spec.pool is None or node_file(spec) or (
+            spec.inference_engine == "llamacpp" and fetched(spec, settings)):
         return []
-    problems = []
-    if not node_file(model.spec):
-        problems.append(Problem(
-            "spec.modelSource", "a pool's members are files on the node so far (a GGUF "
-            "file, or for vLLM a model directory; modelSource.type file, an absolute path): "
-            "the pool's engine mounts each one; serve this model outside the pool, or put "
-            "its file on the nodes"))
-    return problems
+    what = ("a GGUF file on the node (modelSource.type file, an absolute path) or a "
+            "download (Hugging Face, S3, or an OCI artifact with modelImages.mount pull)"
+            if spec.inference_engine == "llamacpp" else
+            "model directories on the node (modelSource.type file, an absolute path)")
+    return [Problem("spec.modelSource", f"a pool's {spec.inference_engine} members are {what} "
+                    "so far: the pool's pod mounts each one; serve this model outside the "
+                    "pool, or put its weights on the nodes")]
+
+
+LINK = "model.gguf"  # a downloaded member's file, linked by its check to what it picked
+SOURCE = "source"  # where a downloaded member's files go, in its directory
 
 
 def _member_path(model: LLMModel) -> str:
+    """The member's GGUF file in the pool's pod (a downloaded one's: the link to it)."""
     path = node_file(model.spec)
-    assert path is not None  # member_problems() checked it
-    return posixpath.join(member_dir(model), posixpath.basename(path))
+    return posixpath.join(member_dir(model), posixpath.basename(path) if path else LINK)
+
+
+def member_cache_name(member: LLMModel) -> str:
+    """A downloaded member's cache claim (not its own model's: that one a pool prunes)."""
+    return f"{member.name}-pool-cache"
 
 
 VERIFY_PREFIX = "verify-"
@@ -99,34 +116,81 @@ def member_check(member: LLMModel) -> tuple[str, str | None]:
     return _member_path(member), source.sha256 if source else None
 
 
+FETCH_PREFIX = "fetch-"
+
+
+def _after(command: list[Any], flag: str) -> str | None:
+    return str(command[command.index(flag) + 1]) if flag in command[:-1] else None
+
+
 def checked_by(container: dict[str, Any]) -> tuple[str, str | None] | None:
     """``member_check`` of the member a pool's verify container checks (None: not one)."""
     command = container.get("command") or []
     if not str(container.get("name", "")).startswith(VERIFY_PREFIX) or len(command) < 3:
         return None
-    sha = command[command.index("--sha256") + 1] if "--sha256" in command[:-1] else None
-    return str(command[2]), sha
+    return _after(command, "--link") or str(command[2]), _after(command, "--sha256")
+
+
+def fetched_for(container: dict[str, Any]) -> str | None:
+    """The member file (``member_check``'s path) a pool's fetch container downloads."""
+    if not str(container.get("name", "")).startswith(FETCH_PREFIX):
+        return None
+    mounts = container.get("volumeMounts") or [{}]
+    return posixpath.join(str(mounts[0].get("mountPath", "")), LINK)
 
 
 def _verify(member: LLMModel, index: int, settings: Settings) -> dict[str, Any]:
     """An init container that checks one member's file: its sha256, its header.
 
-    As a model of its own is checked. A member whose file fails is left out of the pool
-    by the operator (operator/pooled.py), so that the others start without it.
+    As a model of its own is checked; a downloaded member's check picks the file of its
+    quantization and links it where the preset names it. A member whose file fails is left
+    out of the pool by the operator (operator/pooled.py), so that the others start
+    without it.
     """
-    _, sha = member_check(member)
+    path, sha = member_check(member)
+    mount: dict[str, Any]
+    if fetched(member.spec, settings):
+        what = ["--dir", posixpath.join(member_dir(member), SOURCE), "--link", path]
+        mount = {"name": f"member-{index}", "mountPath": member_dir(member)}
+    else:
+        what = [path]
+        mount = {"name": f"member-{index}", "mountPath": path, "readOnly": True}
     return {
         "name": f"{VERIFY_PREFIX}{index}", "image": settings.images.operator,
         "imagePullPolicy": settings.images.pull_policy,
-        "command": ["llmop", "model-verify", _member_path(member), "--markers", "/verified",
+        "command": ["llmop", "model-verify", *what, "--markers", "/verified",
                     *(["--sha256", sha] if sha else [])],
         "env": [{"name": "HOME", "value": "/tmp"}],
         "resources": {"requests": {"cpu": "250m", "memory": "128Mi"},
                       "limits": {"memory": "256Mi"}},
-        "volumeMounts": [{"name": f"member-{index}", "mountPath": _member_path(member),
-                          "readOnly": True}, {"name": "verified", "mountPath": "/verified"}],
+        "volumeMounts": [mount, {"name": "verified", "mountPath": "/verified"}],
         "securityContext": restricted_container_security(non_root=True),
     }
+
+
+def _fetch(member: LLMModel, index: int, settings: Settings) -> dict[str, Any]:
+    """An init container that downloads one member's file into its own cache claim.
+
+    As a model of its own downloads (the tools skip what is complete: a new pod of the
+    pool fetches nothing again).
+    """
+    fetch = model_fetch(member.spec, engine("llamacpp"),
+                        posixpath.join(member_dir(member), SOURCE))
+    container = fetch_container(fetch, settings, name=f"{FETCH_PREFIX}{index}")
+    container["volumeMounts"] = [{"name": f"member-{index}", "mountPath": member_dir(member)}]
+    return container
+
+
+def _member_cache(member: LLMModel, pool: str, settings: Settings) -> dict[str, Any]:
+    """A downloaded member's cache claim, owned by the member alone.
+
+    So that the download outlives the pool's rollouts and goes with the member.
+    """
+    size = plan(member, settings.storage.min_size_gi_b).cache_size_gib
+    meta = _meta(pool, member.namespace, [member])
+    meta["name"] = member_cache_name(member)
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": meta,
+            "spec": model_cache_claim(size, settings.storage)["spec"]}
 
 
 def _meta(pool: str, namespace: str, members: Sequence[LLMModel]) -> dict[str, Any]:
@@ -188,13 +252,23 @@ def pool_objects(members: Sequence[LLMModel], plan: PoolPlan, settings: Settings
         "name": pool_object_name(pool.name)}}]
     mounts: list[dict[str, Any]] = [{"name": "preset", "mountPath": CONFIG_DIR,
                                      "readOnly": True}]
+    init: list[dict[str, Any]] = []
+    claims: list[dict[str, Any]] = []
     for i, member in enumerate(members):
-        path = node_file(member.spec)
-        volumes.append({"name": f"member-{i}", "hostPath": {"path": path, "type": "File"}})
-        mounts.append({"name": f"member-{i}", "mountPath": _member_path(member),
-                       "readOnly": True})
+        if fetched(member.spec, settings):
+            claims.append(_member_cache(member, pool.name, settings))
+            volumes.append({"name": f"member-{i}", "persistentVolumeClaim": {
+                "claimName": member_cache_name(member)}})
+            mounts.append({"name": f"member-{i}", "mountPath": member_dir(member),
+                           "readOnly": True})
+            init.append(_fetch(member, i, settings))
+        else:
+            volumes.append({"name": f"member-{i}", "hostPath": {
+                "path": node_file(member.spec), "type": "File"}})
+            mounts.append({"name": f"member-{i}", "mountPath": _member_path(member),
+                           "readOnly": True})
+        init.append(_verify(member, i, settings))
     volumes.append({"name": "verified", "emptyDir": {}})
-    init = [_verify(member, i, settings) for i, member in enumerate(members)]
     port_name = "engine" if turns else "http"
     probe = {"httpGet": {"path": "/health", "port": port_name}}
     server = {
@@ -228,8 +302,8 @@ def pool_objects(members: Sequence[LLMModel], plan: PoolPlan, settings: Settings
             members, [f"http://127.0.0.1:{ENGINE_PORT}/v1"] * len(members),
             group=f"pool {pool.name}", max_awake=pool.max_loaded, control="llama-router")
         pod["containers"].append(gateway_container(settings, mounts[0]))
-    return _objects(meta, pool.name, members, data=data, pod=pod, settings=settings,
-                    read_in_place=frozenset({PRESET_FILE}))
+    return [*_objects(meta, pool.name, members, data=data, pod=pod, settings=settings,
+                      read_in_place=frozenset({PRESET_FILE})), *claims]
 
 
 def _reloader(settings: Settings, engine_port: int, config_mount: dict[str, Any]

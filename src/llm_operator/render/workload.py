@@ -95,13 +95,14 @@ class Fetch:
     includes: tuple[str, ...] = ()  # only these files (GGUF); otherwise the whole source
 
 
-def _model_fetch(spec: LLMModelSpec, eng: EngineProfile) -> Fetch:
+def model_fetch(spec: LLMModelSpec, eng: EngineProfile, dest: str = SOURCE_DIR) -> Fetch:
+    """What downloading the model's weights takes (into ``dest``)."""
     source = spec.model_source
     includes = tuple(_gguf_patterns(spec)) if wants_gguf(spec, eng) else ()
     if source is None or source.type == "huggingface":
-        return Fetch("huggingface", SOURCE_DIR, repo=spec.model_id, includes=includes,
+        return Fetch("huggingface", dest, repo=spec.model_id, includes=includes,
                      token_secret=source.hugging_face_token_secret if source else None)
-    return Fetch(source.type, SOURCE_DIR, bucket=source.s3_bucket, prefix=source.s3_prefix,
+    return Fetch(source.type, dest, bucket=source.s3_bucket, prefix=source.s3_prefix,
                  credentials_secret=source.s3_credentials_secret,
                  oci_image=source.oci_image, includes=includes)
 
@@ -256,7 +257,7 @@ def _init_containers(spec: LLMModelSpec, eng: EngineProfile, image: str, setting
                      ) -> list[dict[str, Any]]:
     """Get the weights (download, or a modelcar), check a GGUF, fetch adapters, prepare."""
     where = origin(spec, settings)
-    init = [fetch_container(_model_fetch(spec, eng), settings)] if where == "download" else \
+    init = [fetch_container(model_fetch(spec, eng), settings)] if where == "download" else \
         [modelcar(spec, settings, non_root=eng.runs_as_non_root)] if where == "modelcar" else []
     if wants_gguf(spec, eng):
         init.append(verify_container(spec, settings))
