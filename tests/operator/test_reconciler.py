@@ -246,6 +246,9 @@ async def test_a_downloaded_member_gets_its_own_claim_and_one_not_found_is_left_
             doc["spec"]["modelSource"] = {"type": "huggingface"}
         await kube.request("POST", base, body=doc)
     await reconcile(kube, await current(kube, "one"), Settings())
+    # the member's own reconcile makes its claim, before the pod that mounts it
+    assert cluster.get("v1", "persistentvolumeclaims", "ai-models", "two-pool-cache") is None
+    await reconcile(kube, await current(kube, "two"), Settings())
     claim = cluster.get("v1", "persistentvolumeclaims", "ai-models", "two-pool-cache")
     assert claim is not None
     two_uid = (await current(kube, "two"))["metadata"]["uid"]
@@ -264,6 +267,50 @@ async def test_a_downloaded_member_gets_its_own_claim_and_one_not_found_is_left_
     assert "could not download or check this member's file (RepoNotFound: org/two" in \
         placed["message"]
     assert "[org/one]" in preset(cluster) and "[org/two]" not in preset(cluster)
+
+
+async def test_a_member_whose_secret_is_missing_waits_out_of_the_pool(
+        cluster: Cluster, kube: Kube) -> None:
+    """Its fetch container could not start without the Secret, and no member would serve:
+    the pool is rendered without it until the Secret exists."""
+    base = "/apis/ai.example.io/v1alpha1/namespaces/ai-models/llmmodels"
+    for name in ("one", "two"):
+        doc = pool_member(name, f"org/{name}")
+        if name == "two":
+            doc["spec"]["modelSource"] = {"type": "huggingface",
+                                          "huggingFaceTokenSecret": "hf-token"}
+        await kube.request("POST", base, body=doc)
+    for name in ("one", "two"):
+        await reconcile(kube, await current(kube, name), Settings())
+    assert "[org/two]" not in preset(cluster)
+    two = (await current(kube, "two"))["status"]
+    placed = next(c for c in two["conditions"] if c["type"] == "Placed")
+    assert placed["reason"] == "SecretMissing" and "hf-token" in placed["message"]
+    await kube.request("POST", "/api/v1/namespaces/ai-models/secrets", body={
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "hf-token"},
+        "data": {"token": "aGZfeA=="}})
+    for name in ("two", "one"):
+        await reconcile(kube, await current(kube, name), Settings())
+    assert "[org/two]" in preset(cluster)
+
+
+async def test_a_member_that_leaves_its_pool_takes_its_claim_away(
+        cluster: Cluster, kube: Kube) -> None:
+    """Its pool claim is its child: served alone, it downloads into its own cache."""
+    base = "/apis/ai.example.io/v1alpha1/namespaces/ai-models/llmmodels"
+    for name in ("one", "two"):
+        doc = pool_member(name, f"org/{name}")
+        if name == "two":
+            doc["spec"]["modelSource"] = {"type": "huggingface"}
+        await kube.request("POST", base, body=doc)
+    for name in ("two", "two", "one"):  # its second look keeps what it made
+        await reconcile(kube, await current(kube, name), Settings())
+    assert cluster.get("v1", "persistentvolumeclaims", "ai-models", "two-pool-cache")
+    await kube.request("PATCH", f"{base}/two", body=[{"op": "remove", "path": "/spec/pool"}],
+                       content_type="application/json-patch+json")
+    await reconcile(kube, await current(kube, "two"), Settings())
+    assert cluster.get("v1", "persistentvolumeclaims", "ai-models", "two-pool-cache") is None
+    assert cluster.get("v1", "persistentvolumeclaims", "ai-models", "two-model-cache")
 
 
 async def test_a_refused_member_stays_in_its_pool_until_its_own_status_says_so(

@@ -121,7 +121,9 @@ def test_every_member_owns_the_pools_objects_and_none_is_their_controller() -> N
 SOURCES: list[tuple[str, dict[str, Any], str, str | None]] = [
     ("a node file", {"type": "file", "path": "/var/lib/llm-models/m.gguf"}, "llamacpp", None),
     ("Hugging Face", {"type": "huggingface"}, "llamacpp", None),
-    ("S3", {"type": "s3", "s3Bucket": "models", "s3Prefix": "gemma"}, "llamacpp", None),
+    ("S3 (its failures are not told)", {"type": "s3", "s3Bucket": "models",
+                                         "s3Prefix": "gemma"}, "llamacpp",
+     "or a download from Hugging Face"),
     ("a model image (an image volume)", {"type": "oci", "ociImage": "r.example/m:1"},
      "llamacpp", "a GGUF file on the node (modelSource.type file, an absolute path) or a "
      "download"),

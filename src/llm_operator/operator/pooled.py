@@ -22,10 +22,13 @@ from llm_operator.profiles.engines import PORT
 from llm_operator.profiles.llama_router import load_error
 from llm_operator.profiles.pool import across_pools, plan_pool
 from llm_operator.profiles.settings import Settings
+from llm_operator.reconcile.secrets_needed import required_secrets
 from llm_operator.reconcile.status import FILE_REJECTED, SOURCE_REJECTED, Blocker
 from llm_operator.render.pool_engine import (
     checked_by,
+    fetched,
     fetched_for,
+    member_cache_name,
     member_check,
     member_problems,
     pool_labels,
@@ -136,10 +139,42 @@ async def pool_desired(kube: Kube, model: LLMModel, settings: Settings
     mine = rejection(model)
     if mine is not None:
         return [Blocker(FILE_REJECTED_REASON, mine)], [], []
+    # a sibling whose Secret is missing waits with its own blocker, out of the pool: its
+    # fetch container would never start, and no member would serve
     members = [m for m in siblings
                if (m.namespace, m.name) not in across and not member_problems(m, settings)
-               and rejection(m) is None]
-    return [], pool_objects(members, plan_pool(members), settings), members
+               and rejection(m) is None
+               and (m.name == model.name or await _secrets_present(kube, m))]
+    objects = pool_objects(members, plan_pool(members), settings)
+    # the member's own cache claim, made by its own reconcile, once (its spec is immutable)
+    # and before the pod that mounts it; the other members' claims are theirs to make
+    wanted = {c["metadata"]["name"] for c in own_claims(model, settings)}
+    claims = [o for o in objects if o["kind"] == "PersistentVolumeClaim"
+              and o["metadata"]["name"] in wanted]
+    if claims and await kube.get("v1", "persistentvolumeclaims", model.namespace,
+                                 claims[0]["metadata"]["name"]) is not None:
+        claims = []
+    rest = [o for o in objects if o["kind"] != "PersistentVolumeClaim"]
+    return [], [*claims, *rest], members
+
+
+def own_claims(model: LLMModel, settings: Settings) -> list[dict[str, Any]]:
+    """The children a pooled member keeps of its own: its cache claim if it is downloaded.
+
+    What its prune must leave (it is no pool's but the member's, labelled as its child).
+    """
+    if not fetched(model.spec, settings):
+        return []
+    return [{"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+             "metadata": {"name": member_cache_name(model)}}]
+
+
+async def _secrets_present(kube: Kube, member: LLMModel) -> bool:
+    for name, key, _ in required_secrets(member):
+        secret = await kube.get("v1", "secrets", member.namespace, name)
+        if secret is None or key not in (secret.get("data") or {}):
+            return False
+    return True
 
 
 async def member_state(http: aiohttp.ClientSession, cluster_domain: str, model: LLMModel

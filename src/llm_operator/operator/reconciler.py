@@ -18,7 +18,7 @@ from llm_operator.api.validation import Problem, parse_llmmodel
 from llm_operator.kube import FIELD_MANAGER, PLURALS, ApiError, Kube
 from llm_operator.operator.caches import PREFETCH_POD_KIND
 from llm_operator.operator.pooled import RECHECK_SECONDS as POOL_RECHECK_SECONDS
-from llm_operator.operator.pooled import load_failure, pool_desired
+from llm_operator.operator.pooled import load_failure, own_claims, pool_desired
 from llm_operator.profiles import image_mounts
 from llm_operator.profiles.planner import plan
 from llm_operator.profiles.settings import Settings
@@ -26,6 +26,7 @@ from llm_operator.reconcile import workloads
 from llm_operator.reconcile.autoscaling import Report
 from llm_operator.reconcile.ownership import drift
 from llm_operator.reconcile.queue import Admission
+from llm_operator.reconcile.secrets_needed import required_secrets
 from llm_operator.reconcile.status import Blocker, Event, Observation, compute_status
 from llm_operator.render import claims, placement_problems, pod_node_selector, render
 from llm_operator.render.networking import endpoint
@@ -183,30 +184,6 @@ EXPIRED_RECHECK_SECONDS = 5.0  # a withdrawn registration: is its machine back?
 
 def now() -> str:
     return datetime.datetime.now(tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def required_secrets(model: LLMModel) -> list[tuple[str, str, str]]:
-    """(Secret name, key, field path) the model's pods cannot start without."""
-    spec, out = model.spec, []
-    if spec.is_remote and spec.remote_api:
-        out.append((spec.remote_api.api_key_secret, "apiKey", "spec.remoteApi.apiKeySecret"))
-    source = spec.model_source
-    if not spec.is_remote and source is not None:
-        if source.hugging_face_token_secret:
-            out.append((source.hugging_face_token_secret, "token",
-                        "spec.modelSource.huggingFaceTokenSecret"))
-        if source.s3_credentials_secret:
-            out.append((source.s3_credentials_secret, "AWS_ACCESS_KEY_ID",
-                        "spec.modelSource.s3CredentialsSecret"))
-    for i, adapter in enumerate(spec.lora_adapters or ()):
-        where = f"spec.loraAdapters[{i}].source"
-        if adapter.source.hugging_face_token_secret:
-            out.append((adapter.source.hugging_face_token_secret, "token",
-                        f"{where}.huggingFaceTokenSecret"))
-        if adapter.source.s3_credentials_secret:
-            out.append((adapter.source.s3_credentials_secret, "AWS_ACCESS_KEY_ID",
-                        f"{where}.s3CredentialsSecret"))
-    return out
 
 
 def owner_labels(model: LLMModel) -> dict[str, str]:
@@ -449,7 +426,8 @@ async def reconcile(kube: Kube, doc: dict[str, Any], settings: Settings, *,
             desired = [o for o in desired if o["kind"] not in WORKLOAD_KINDS]
         await _apply_children(kube, view, desired, outcome, tracer or NoOpTracer())
         # a member's own children (from before it joined) go; the pool's are no member's
-        await _prune(kube, view, model, [] if pooled else desired, outcome)
+        await _prune(kube, view, model, own_claims(model, settings) if pooled else desired,
+                     outcome)
     deployment, pods, prefetching = (None, [], []) if blockers else \
         await _observe_pool(view, model) if pooled else await _observe(view, model)
     metrics = await usage(model) if usage is not None else (None, None)

@@ -66,9 +66,14 @@ def pool_labels(pool: str) -> dict[str, str]:
 
 
 def fetched(spec: LLMModelSpec, settings: Settings) -> bool:
-    """A member whose GGUF file the pool's pod downloads (Hugging Face, S3, an OCI artifact)."""
+    """A member whose GGUF file the pool's pod downloads from Hugging Face.
+
+    Not yet from S3 or an OCI artifact: their tools do not say why a download failed in
+    the container's termination message, which the operator reads to leave such a member
+    out of its pool rather than keep every member from starting.
+    """
     source = spec.model_source
-    return (source is None or source.type != "file") and downloads(spec, settings)
+    return (source is None or source.type == "huggingface") and downloads(spec, settings)
 
 
 def member_problems(model: LLMModel, settings: Settings) -> list[Problem]:
@@ -81,7 +86,7 @@ def member_problems(model: LLMModel, settings: Settings) -> list[Problem]:
             spec.inference_engine == "llamacpp" and fetched(spec, settings)):
         return []
     what = ("a GGUF file on the node (modelSource.type file, an absolute path) or a "
-            "download (Hugging Face, S3, or an OCI artifact with modelImages.mount pull)"
+            "download from Hugging Face"
             if spec.inference_engine == "llamacpp" else
             "model directories on the node (modelSource.type file, an absolute path)")
     return [Problem("spec.modelSource", f"a pool's {spec.inference_engine} members are {what} "
@@ -189,6 +194,8 @@ def _member_cache(member: LLMModel, pool: str, settings: Settings) -> dict[str, 
     size = plan(member, settings.storage.min_size_gi_b).cache_size_gib
     meta = _meta(pool, member.namespace, [member])
     meta["name"] = member_cache_name(member)
+    # the member's child: pruned by its own reconcile once it is no downloaded member
+    meta["labels"][L.MODEL_NAME] = member.name
     return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": meta,
             "spec": model_cache_claim(size, settings.storage)["spec"]}
 
