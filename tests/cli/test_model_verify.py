@@ -123,3 +123,19 @@ def test_link_points_at_the_picked_file_wherever_its_directory_is_mounted(
     member.rename(moved)  # as the pool's engine mounts the claim at another path
     assert (moved / "model.gguf").resolve() == (moved / "source" / picked.name).resolve()
     assert sorted(p.name for p in moved.iterdir()) == ["model.gguf", "source"]  # no leftover
+
+
+def test_include_picks_the_file_of_the_quantization_among_earlier_ones(
+        tmp_path: Path) -> None:
+    """A pool member's claim outlives an edit of its quantization: the earlier file stays."""
+    source = tmp_path / "source"
+    gguf_file(source / "gemma-3-270m-Q4_K_M.gguf")
+    wanted = gguf_file(source / "gemma-3-270m-Q8_0.gguf")
+    link = tmp_path / "model.gguf"
+    result = run("--dir", str(source), "--include", "*Q8_0*.gguf", "--include",
+                 "*q8_0*.gguf", "--link", str(link))
+    assert result.exit_code == 0, result.output
+    assert link.resolve() == wanted.resolve()
+    result = run("--dir", str(source), "--include", "*Q2_K*.gguf")
+    assert result.exit_code == 1
+    assert "NoModelFile: no .gguf file matching *Q2_K*.gguf was downloaded" in result.output

@@ -304,8 +304,9 @@ def test_a_downloaded_member_is_fetched_into_a_claim_of_its_own_and_checked() ->
     assert fetch["command"][fetch["command"].index("--dest") + 1] == \
         "/models/gemma-pool-qa/source"
     assert fetch["volumeMounts"] == [{"name": "member-2", "mountPath": "/models/gemma-pool-qa"}]
-    assert verify["command"][2:6] == ["--dir", "/models/gemma-pool-qa/source",
-                                      "--link", "/models/gemma-pool-qa/model.gguf"]
+    assert verify["command"][2:10] == [
+        "--dir", "/models/gemma-pool-qa/source", "--include", "*Q4_K_M*.gguf",
+        "--include", "*q4_k_m*.gguf", "--link", "/models/gemma-pool-qa/model.gguf"]
     assert checked_by(verify) == ("/models/gemma-pool-qa/model.gguf", "ab" * 32)
     assert fetched_for(fetch) == "/models/gemma-pool-qa/model.gguf"
     assert {"name": "member-2", "persistentVolumeClaim": {

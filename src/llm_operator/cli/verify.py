@@ -34,6 +34,8 @@ def report(termination_log: Path | None, text: str) -> None:
 @click.option("--sha256", metavar="HEX", help="The SHA-256 the file must have.")
 @click.option("--choose", "chosen", metavar="FILE", type=click.Path(path_type=Path),
               help="Write the checked file's path here (the next init container serves it).")
+@click.option("--include", "patterns", multiple=True, metavar="GLOB",
+              help="With --dir: pick the first file whose name matches (repeatable).")
 @click.option("--link", type=click.Path(path_type=Path, dir_okay=False),
               help="Make this a symbolic link to the checked file (relative, so that it "
               "holds wherever the directory is mounted): a pool's preset names it.")
@@ -46,7 +48,8 @@ def report(termination_log: Path | None, text: str) -> None:
               help="Where Kubernetes reads the result from [default: /dev/termination-log "
               "when it exists].")
 def model_verify(path: Path | None, *, source_dir: Path | None, sha256: str | None,
-                 chosen: Path | None, link: Path | None, markers: Path | None,
+                 chosen: Path | None, patterns: tuple[str, ...], link: Path | None,
+                 markers: Path | None,
                  termination_log: Path | None) -> None:
     """Check a GGUF model file: its SHA-256 (when given) and its header.
 
@@ -65,7 +68,7 @@ def model_verify(path: Path | None, *, source_dir: Path | None, sha256: str | No
     if (path is None) == (source_dir is None):
         raise click.UsageError("give a PATH or --dir, not both")
     try:
-        target = path if path is not None else choose(source_dir)  # type: ignore[arg-type]
+        target = path if path is not None else choose(source_dir, patterns)  # type: ignore[arg-type]
         if not target.is_file():
             raise ModelFileError("NoModelFile", f"{target} does not exist")
         facts = inspect(target, sha256.lower() if sha256 else None, markers)

@@ -11,7 +11,9 @@ a moved marker, is hashed anew.
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import hashlib
+from collections.abc import Sequence
 from pathlib import Path
 
 from llm_operator.api.model_status import ModelFileStatus
@@ -29,12 +31,19 @@ class ModelFileError(Exception):
         self.reason = reason
 
 
-def choose(source_dir: Path) -> Path:
-    """The GGUF file a download left in ``source_dir``: the first by name, projectors aside."""
+def choose(source_dir: Path, patterns: Sequence[str] = ()) -> Path:
+    """The GGUF file a download left in ``source_dir``: the first by name, projectors aside.
+
+    With ``patterns``, the first whose name matches one (a claim kept across edits may
+    hold the file of an earlier quantization).
+    """
     found = sorted(p for p in source_dir.rglob("*.gguf")
-                   if p.is_file() and not p.name.startswith("mmproj"))
+                   if p.is_file() and not p.name.startswith("mmproj")
+                   and (not patterns or any(fnmatch.fnmatchcase(p.name, g) for g in patterns)))
     if not found:
-        raise ModelFileError("NoModelFile", f"no .gguf file was downloaded to {source_dir}")
+        matching = f" matching {', '.join(patterns)}" if patterns else ""
+        raise ModelFileError("NoModelFile",
+                             f"no .gguf file{matching} was downloaded to {source_dir}")
     return found[0]
 
 

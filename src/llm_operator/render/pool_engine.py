@@ -41,7 +41,12 @@ from llm_operator.render.pool_pod import (
     member_dir,
 )
 from llm_operator.render.weights import downloads, node_file
-from llm_operator.render.workload import fetch_container, model_cache_claim, model_fetch
+from llm_operator.render.workload import (
+    fetch_container,
+    gguf_patterns,
+    model_cache_claim,
+    model_fetch,
+)
 
 COMPONENT = "pool"
 PRESET_FILE = "models.ini"
@@ -155,7 +160,10 @@ def _verify(member: LLMModel, index: int, settings: Settings) -> dict[str, Any]:
     path, sha = member_check(member)
     mount: dict[str, Any]
     if fetched(member.spec, settings):
-        what = ["--dir", posixpath.join(member_dir(member), SOURCE), "--link", path]
+        # the file of its quantization: the claim outlives edits, and earlier files in it
+        what = ["--dir", posixpath.join(member_dir(member), SOURCE),
+                *(a for g in gguf_patterns(member.spec) for a in ("--include", g)),
+                "--link", path]
         mount = {"name": f"member-{index}", "mountPath": member_dir(member)}
     else:
         what = [path]

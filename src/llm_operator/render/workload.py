@@ -75,7 +75,8 @@ def model_cache_pvc(
     }
 
 
-def _gguf_patterns(spec: LLMModelSpec) -> list[str]:
+def gguf_patterns(spec: LLMModelSpec) -> list[str]:
+    """The names of the model's quantization's GGUF files (what a download takes)."""
     tag = spec.quantization.removeprefix("GGUF-")
     return [f"*{tag}*.gguf", f"*{tag.lower()}*.gguf"]
 
@@ -98,7 +99,7 @@ class Fetch:
 def model_fetch(spec: LLMModelSpec, eng: EngineProfile, dest: str = SOURCE_DIR) -> Fetch:
     """What downloading the model's weights takes (into ``dest``)."""
     source = spec.model_source
-    includes = tuple(_gguf_patterns(spec)) if wants_gguf(spec, eng) else ()
+    includes = tuple(gguf_patterns(spec)) if wants_gguf(spec, eng) else ()
     if source is None or source.type == "huggingface":
         return Fetch("huggingface", dest, repo=spec.model_id, includes=includes,
                      token_secret=source.hugging_face_token_secret if source else None)
