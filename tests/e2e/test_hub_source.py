@@ -240,19 +240,19 @@ def test_a_pool_member_downloaded_from_the_hub_serves_beside_a_node_file(
         assert sorted(p.name for p in fetched.parent.iterdir()
                       if not p.name.startswith(".")) == [fetched.name]  # its quantization
         downloaded = fetched.stat().st_mtime_ns
-        client = openai.OpenAI(base_url=hub_node.service_url(NS, "hub-small-pool", 8000),
-                               api_key="unused", timeout=60)
-        for model_id in (GGUF_REPO, "hub-pool-file"):
-            answer = client.completions.create(model=model_id, prompt=QUESTION,
-                                               max_tokens=16, stop=["\n"], temperature=0)
-            assert "Paris" in answer.choices[0].text, model_id
+        with openai.OpenAI(base_url=hub_node.service_url(NS, "hub-small-pool", 8000),
+                           api_key="unused", timeout=60) as client:
+            for model_id in (GGUF_REPO, "hub-pool-file"):
+                answer = client.completions.create(model=model_id, prompt=QUESTION,
+                                                   max_tokens=16, stop=["\n"], temperature=0)
+                assert "Paris" in answer.choices[0].text, model_id
         hub_node.kubectl("-n", NS, "rollout", "restart", "deployment/hub-small-pool")
         hub_node.kubectl("-n", NS, "rollout", "status", "deployment/hub-small-pool",
                          "--timeout=180s")
-        client = openai.OpenAI(base_url=hub_node.service_url(NS, "hub-small-pool", 8000),
-                               api_key="unused", timeout=60, max_retries=3)
-        answer = client.completions.create(model=GGUF_REPO, prompt=QUESTION, max_tokens=16,
-                                           stop=["\n"], temperature=0)
+        with openai.OpenAI(base_url=hub_node.service_url(NS, "hub-small-pool", 8000),
+                           api_key="unused", timeout=60, max_retries=3) as client:
+            answer = client.completions.create(model=GGUF_REPO, prompt=QUESTION,
+                                               max_tokens=16, stop=["\n"], temperature=0)
         assert "Paris" in answer.choices[0].text
         assert fetched.stat().st_mtime_ns == downloaded  # kept in its claim, not fetched again
     finally:

@@ -160,13 +160,22 @@ def test_an_edited_members_flags_reach_the_engine_in_place_while_the_others_answ
         while not all("n-predict" in p for p in _presets_seen(pool, "gemma-3-270m-long")):
             assert time.monotonic() < deadline, "a pool pod's router never read the preset"
             time.sleep(1)
-        capped = client.completions.create(model="gemma-3-270m-long", prompt=QUESTION,
-                                           temperature=0)  # no max_tokens: the engine's cap
+        for attempt in range(3):
+            try:  # no max_tokens: the engine's cap
+                capped = client.completions.create(model="gemma-3-270m-long",
+                                                   prompt=QUESTION, temperature=0)
+                break
+            except openai.BadRequestError as exc:
+                # llama-server's router may answer 400 "model name=... is not running" to a
+                # request that meets the member's load just after its reload (seen once in
+                # CI): the engine's race, asked again (docs/model-pools.md)
+                assert "is not running" in str(exc) and attempt < 2, exc
         (choice,) = capped.choices
         assert choice.finish_reason == "length" and len(choice.text) < 40, choice
     finally:
         stop.set()
         asking.join(timeout=90)
+        client.close()  # its connections, before the next test's warnings count
         pool.kubectl("-n", NS, "patch", "llmmodel", "gemma-pool-long", "--type=json", "-p",
                      json.dumps([{"op": "remove", "path": "/spec/engineArgs/n-predict"}]))
         for name in MEMBERS:
