@@ -17,6 +17,7 @@ import aiohttp
 import openai
 import pytest
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as seen
 from selenium.webdriver.support.ui import WebDriverWait
@@ -97,7 +98,10 @@ def batch_bar(driver: webdriver.Chrome, console: str, axe: str) -> str:
     def bar_at_the_end(found: webdriver.Chrome) -> bool:
         bars = found.find_elements(By.CSS_SELECTOR, f'tr[data-batch="{batch.id}"] progress')
         if bars:
-            value = int(bars[0].get_attribute("value") or 0)
+            try:
+                value = int(bars[0].get_attribute("value") or 0)
+            except StaleElementReferenceException:  # the page redrew the row meanwhile
+                return False
             if not values or values[-1] != value:
                 values.append(value)
         return bool(values) and values[-1] == BATCH

@@ -234,17 +234,23 @@ async def test_a_member_whose_file_the_pool_refuses_is_left_out_until_it_changes
     assert "[org/two]" in preset(cluster)
 
 
+async def one_and_a_downloaded_two(kube: Kube, **source: str) -> str:
+    """Pool members "one" (a node file) and "two" (from Hugging Face, ``source`` added)."""
+    base = "/apis/ai.example.io/v1alpha1/namespaces/ai-models/llmmodels"
+    for name in ("one", "two"):
+        doc = pool_member(name, f"org/{name}")
+        if name == "two":
+            doc["spec"]["modelSource"] = {"type": "huggingface", **source}
+        await kube.request("POST", base, body=doc)
+    return base
+
+
 async def test_a_downloaded_member_gets_its_own_claim_and_one_not_found_is_left_out(
         cluster: Cluster, kube: Kube) -> None:
     """A Hugging Face member: the pool's pod downloads it into a claim only it owns (so the
     download outlives the pool's rollouts); a repo that does not exist leaves it out, as a
     file that fails its check does, and the others serve."""
-    base = "/apis/ai.example.io/v1alpha1/namespaces/ai-models/llmmodels"
-    for name in ("one", "two"):
-        doc = pool_member(name, f"org/{name}")
-        if name == "two":
-            doc["spec"]["modelSource"] = {"type": "huggingface"}
-        await kube.request("POST", base, body=doc)
+    await one_and_a_downloaded_two(kube)
     await reconcile(kube, await current(kube, "one"), Settings())
     # the member's own reconcile makes its claim, before the pod that mounts it
     assert cluster.get("v1", "persistentvolumeclaims", "ai-models", "two-pool-cache") is None
@@ -273,13 +279,7 @@ async def test_a_member_whose_secret_is_missing_waits_out_of_the_pool(
         cluster: Cluster, kube: Kube) -> None:
     """Its fetch container could not start without the Secret, and no member would serve:
     the pool is rendered without it until the Secret exists."""
-    base = "/apis/ai.example.io/v1alpha1/namespaces/ai-models/llmmodels"
-    for name in ("one", "two"):
-        doc = pool_member(name, f"org/{name}")
-        if name == "two":
-            doc["spec"]["modelSource"] = {"type": "huggingface",
-                                          "huggingFaceTokenSecret": "hf-token"}
-        await kube.request("POST", base, body=doc)
+    await one_and_a_downloaded_two(kube, huggingFaceTokenSecret="hf-token")
     for name in ("one", "two"):
         await reconcile(kube, await current(kube, name), Settings())
     assert "[org/two]" not in preset(cluster)
@@ -297,12 +297,7 @@ async def test_a_member_whose_secret_is_missing_waits_out_of_the_pool(
 async def test_a_member_that_leaves_its_pool_takes_its_claim_away(
         cluster: Cluster, kube: Kube) -> None:
     """Its pool claim is its child: served alone, it downloads into its own cache."""
-    base = "/apis/ai.example.io/v1alpha1/namespaces/ai-models/llmmodels"
-    for name in ("one", "two"):
-        doc = pool_member(name, f"org/{name}")
-        if name == "two":
-            doc["spec"]["modelSource"] = {"type": "huggingface"}
-        await kube.request("POST", base, body=doc)
+    base = await one_and_a_downloaded_two(kube)
     for name in ("two", "two", "one"):  # its second look keeps what it made
         await reconcile(kube, await current(kube, name), Settings())
     assert cluster.get("v1", "persistentvolumeclaims", "ai-models", "two-pool-cache")
