@@ -41,7 +41,12 @@ class LlamaRouterControl:
 
     def _session(self) -> aiohttp.ClientSession:
         if self._http is None or self._http.closed:
-            self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
+            # a connection each: a kept one the router had closed meanwhile failed an unload
+            # (ServerDisconnectedError) and with it the request waiting for a place; the
+            # calls are few, on loopback or in the pod
+            self._http = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=30),
+                connector=aiohttp.TCPConnector(force_close=True))
         return self._http
 
     async def close(self) -> None:
